@@ -1,0 +1,351 @@
+"""Typed schemas for every config group, registered in Hydra's ConfigStore.
+
+The YAML files under ``conf/`` each start from one of these schemas (``defaults: [<name>_schema]``),
+so unknown keys and wrong types are rejected by OmegaConf while composing. Value checks that a type
+cannot express (positive counts, env_idx in range, ...) live in :func:`validate`, which runs once,
+before any env is built. The runner only ever sees the dataclasses returned by :func:`to_dataclass`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value is invalid. The message names the key and what is allowed."""
+
+
+# --------------------------------------------------------------------------- env
+
+
+@dataclass
+class EnvConfig:
+    """Fields every env backend understands."""
+
+    name: str = MISSING
+    num_envs: int = 64
+    max_episode_steps: Optional[int] = None  # None: the backend's own time limit
+    render_width: int = 128
+    render_height: int = 128
+
+
+@dataclass
+class BuiltinEnvConfig(EnvConfig):
+    """rlrec's own point-mass reaching task (``rlrec.envs.builtin``)."""
+
+    name: str = "builtin"
+    max_episode_steps: Optional[int] = 100
+    goal_radius: float = 0.1
+    dt: float = 0.05
+
+
+@dataclass
+class GymnasiumEnvConfig(EnvConfig):
+    """Any registered gymnasium id, vectorized with gymnasium's vector API."""
+
+    name: str = "gymnasium"
+    id: str = "CartPole-v1"
+    vectorization: str = "sync"  # sync | async
+    kwargs: Any = field(default_factory=dict)
+
+
+@dataclass
+class ManiSkillEnvConfig(EnvConfig):
+    """A ManiSkill3 task; ``sim=gpu`` runs one batched physx_cuda env."""
+
+    name: str = "maniskill"
+    id: str = "PushCube-v1"
+    obs_mode: str = "state"
+    control_mode: str = "pd_joint_delta_pos"
+    reward_mode: str = "normalized_dense"
+    max_episode_steps: Optional[int] = 50
+    imports: List[str] = field(default_factory=list)
+    cpu_vectorization: str = "sync"  # sync | async (spawn) for sim=cpu
+    async_context: str = "spawn"
+    kwargs: Any = field(default_factory=dict)
+
+
+@dataclass
+class GenesisEnvConfig(EnvConfig):
+    """A batched Genesis scene, built from ``_target_``."""
+
+    name: str = "genesis"
+    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"
+    camera_attr: str = "camera"
+    kwargs: Any = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- sim
+
+
+@dataclass
+class SimConfig:
+    """Where the simulator runs: ``cpu`` or ``gpu`` (CUDA)."""
+
+    name: str = "cpu"
+    device: str = "cpu"  # torch device of the env's tensors and of the policy
+
+
+# --------------------------------------------------------------------------- recorder
+
+
+class Trigger(str, enum.Enum):
+    """When a clip starts. ``eval``: the first episode after each full reset."""
+
+    cubic = "cubic"
+    episode = "episode"
+    step = "step"
+    always = "always"
+    eval = "eval"
+    none = "none"
+
+
+@dataclass
+class RecorderConfig:
+    """One recorder: which env, when, how long, how encoded."""
+
+    enabled: bool = True
+    trigger: Trigger = Trigger.cubic
+    every: Optional[int] = None  # N for trigger=episode (episodes) or trigger=step (steps)
+    length_frames: Optional[int] = None  # clip length; None with length_sec None = whole episode
+    length_sec: Optional[float] = None
+    fps: Optional[float] = None  # None: 1 / dt
+    env_idx: List[int] = field(default_factory=lambda: [0])  # several: tiled into a grid
+    overlay: bool = False
+    filename: Optional[str] = None  # fixed name, replaced atomically on each clip
+    record_final_episode: bool = True
+    queue_size: int = 64
+    quality: int = 7
+    on_error: str = "warn"  # warn | raise
+
+
+# --------------------------------------------------------------------------- eval env
+
+
+@dataclass
+class EvalEnvConfig:
+    """How the evaluation stack differs from the collection stack."""
+
+    enabled: bool = True
+    num_envs: int = 8
+    seed: int = 1_000_000
+    every: int = 10  # PPO iterations between evaluations (and always at the end)
+    episodes: Optional[int] = None  # None: one episode per eval env
+    deterministic: bool = True
+    recorder: RecorderConfig = field(
+        default_factory=lambda: RecorderConfig(trigger=Trigger.eval, record_final_episode=False)
+    )
+
+
+# --------------------------------------------------------------------------- algo
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyper-parameters (CleanRL names)."""
+
+    name: str = "ppo"
+    num_steps: int = 32  # rollout length per env
+    learning_rate: float = 3e-4
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    norm_adv: bool = True
+    clip_coef: float = 0.2
+    clip_vloss: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: Optional[float] = 0.1
+    norm_obs: bool = True
+    reward_scale: float = 1.0
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    init_log_std: float = 0.0
+    activation: str = "tanh"
+
+
+# --------------------------------------------------------------------------- logger
+
+
+@dataclass
+class LoggerConfig:
+    """Console, metrics file, TensorBoard, optional W&B."""
+
+    name: str = "tensorboard"  # tensorboard | wandb | none (metrics.jsonl is always written)
+    progress: bool = True
+    log_every: int = 1  # iterations between train log lines
+    wandb_project: str = "rlrec"
+    wandb_entity: Optional[str] = None
+    wandb_mode: str = "offline"  # offline | online | disabled
+
+
+# --------------------------------------------------------------------------- top level
+
+
+@dataclass
+class Config:
+    """The whole run. ``checkpoint=PATH`` resumes, ``eval_only=true`` evaluates it."""
+
+    env: Any = MISSING
+    sim: SimConfig = MISSING
+    eval_env: EvalEnvConfig = MISSING
+    recorder: RecorderConfig = MISSING
+    algo: PPOConfig = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 1
+    total_steps: int = 200_000
+    checkpoint: Optional[str] = None
+    resume: Optional[str] = None  # "auto": newest checkpoint of this run dir
+    eval_only: bool = False
+    checkpoint_every: int = 20  # iterations between periodic checkpoints
+    torch_threads: Optional[int] = None
+    deterministic_torch: bool = False
+
+
+ENV_SCHEMAS = {
+    "builtin": BuiltinEnvConfig,
+    "gymnasium": GymnasiumEnvConfig,
+    "maniskill": ManiSkillEnvConfig,
+    "genesis": GenesisEnvConfig,
+}
+
+
+def register_configs() -> None:
+    """Register every schema so ``conf/**.yaml`` can extend them."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for name, schema in ENV_SCHEMAS.items():
+        cs.store(group="env", name=f"{name}_schema", node=schema)
+    cs.store(group="sim", name="sim_schema", node=SimConfig)
+    cs.store(group="eval_env", name="eval_env_schema", node=EvalEnvConfig)
+    cs.store(group="recorder", name="recorder_schema", node=RecorderConfig)
+    cs.store(group="algo", name="ppo_schema", node=PPOConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _positive(value: Any, key: str, *, allow_none: bool = False, strict: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    bad = value is None or (value <= 0 if strict else value < 0)
+    if bad:
+        rule = "a positive number" if strict else "a number >= 0"
+        if allow_none:
+            rule += " or null"
+        raise ConfigError(f"{key}={value!r} is invalid: must be {rule}")
+
+
+def _choice(value: Any, key: str, allowed: List[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
+
+
+def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
+    """Checks one recorder's settings against the env it will wrap."""
+    _positive(rec.every, f"{key}.every", allow_none=True)
+    _positive(rec.length_frames, f"{key}.length_frames", allow_none=True)
+    _positive(rec.length_sec, f"{key}.length_sec", allow_none=True)
+    _positive(rec.fps, f"{key}.fps", allow_none=True)
+    _positive(rec.queue_size, f"{key}.queue_size")
+    _choice(rec.on_error, f"{key}.on_error", ["warn", "raise"])
+    if rec.length_frames is not None and rec.length_sec is not None:
+        raise ConfigError(
+            f"{key}.length_frames and {key}.length_sec are both set: give at most one clip length"
+        )
+    trigger = Trigger(rec.trigger)
+    if trigger in (Trigger.episode, Trigger.step) and rec.every is None:
+        raise ConfigError(f"{key}.trigger={trigger.value} needs {key}.every (a positive count)")
+    if trigger not in (Trigger.episode, Trigger.step) and rec.every is not None:
+        raise ConfigError(
+            f"{key}.every={rec.every} is set but {key}.trigger={trigger.value}: a recorder has "
+            f"exactly one trigger; use {key}.trigger=episode or {key}.trigger=step with every"
+        )
+    if not rec.env_idx:
+        raise ConfigError(f"{key}.env_idx is empty: give at least one env index")
+    for i in rec.env_idx:
+        if not 0 <= i < num_envs:
+            raise ConfigError(
+                f"{key}.env_idx={list(rec.env_idx)} is invalid: each index must be in "
+                f"[0, {num_envs - 1}] (num_envs={num_envs})"
+            )
+    if len(set(rec.env_idx)) != len(rec.env_idx):
+        raise ConfigError(f"{key}.env_idx={list(rec.env_idx)} repeats an index")
+    if rec.filename is not None and ("/" in rec.filename or not rec.filename.strip()):
+        raise ConfigError(f"{key}.filename={rec.filename!r} must be a plain file name")
+
+
+def validate(cfg: Config) -> None:
+    """Value checks that types cannot express. Raises :class:`ConfigError` naming the key."""
+    env = cfg.env
+    _choice(env.name, "env.name", list(ENV_SCHEMAS))
+    _positive(env.num_envs, "env.num_envs")
+    _positive(env.max_episode_steps, "env.max_episode_steps", allow_none=True)
+    _positive(env.render_width, "env.render_width")
+    _positive(env.render_height, "env.render_height")
+    _choice(cfg.sim.name, "sim.name", ["cpu", "gpu"])
+    _positive(cfg.total_steps, "total_steps")
+    _positive(cfg.checkpoint_every, "checkpoint_every")
+    _positive(cfg.torch_threads, "torch_threads", allow_none=True)
+    if cfg.resume not in (None, "auto"):
+        raise ConfigError(f"resume={cfg.resume!r} is invalid: allowed values are auto, null")
+    if cfg.checkpoint is not None and cfg.resume is not None:
+        raise ConfigError("checkpoint and resume are both set: give one of them")
+    ev = cfg.eval_env
+    _positive(ev.num_envs, "eval_env.num_envs")
+    _positive(ev.every, "eval_env.every")
+    _positive(ev.episodes, "eval_env.episodes", allow_none=True)
+    a = cfg.algo
+    for k in ("num_steps", "num_minibatches", "update_epochs", "learning_rate"):
+        _positive(getattr(a, k), f"algo.{k}")
+    for k in ("gamma", "gae_lambda"):
+        v = getattr(a, k)
+        if not 0.0 <= v <= 1.0:
+            raise ConfigError(f"algo.{k}={v!r} is invalid: must be in [0, 1]")
+    _positive(a.clip_coef, "algo.clip_coef")
+    _positive(a.max_grad_norm, "algo.max_grad_norm")
+    _positive(a.target_kl, "algo.target_kl", allow_none=True)
+    if (env.num_envs * a.num_steps) % a.num_minibatches:
+        raise ConfigError(
+            f"algo.num_minibatches={a.num_minibatches} must divide env.num_envs * algo.num_steps "
+            f"= {env.num_envs * a.num_steps}"
+        )
+    _choice(a.activation, "algo.activation", ["tanh", "relu", "elu"])
+    if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
+        raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
+    _choice(cfg.logger.name, "logger.name", ["tensorboard", "wandb", "none"])
+    _choice(cfg.logger.wandb_mode, "logger.wandb_mode", ["offline", "online", "disabled"])
+    _positive(cfg.logger.log_every, "logger.log_every")
+    validate_recorder(cfg.recorder, "recorder", env.num_envs)
+    validate_recorder(ev.recorder, "eval_env.recorder", ev.num_envs)
+
+
+def to_dataclass(cfg: DictConfig) -> Config:
+    """Resolves a composed Hydra config into :class:`Config` (once, before the loop) and validates it."""
+    obj = OmegaConf.to_object(cfg)
+    if isinstance(obj, dict):  # composed without the top-level schema (e.g. a bare compose())
+        obj = Config(**{k: v for k, v in obj.items() if k != "hydra"})
+    assert is_dataclass(obj)
+    validate(obj)
+    return obj
+
+
+def to_container(obj: Any) -> Any:
+    """Plain dict/list view of a config dataclass (for checkpoints and logs)."""
+    if is_dataclass(obj):
+        return {f.name: to_container(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (list, tuple)):
+        return [to_container(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_container(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,67 @@
+"""One factory for both env stacks (collection and evaluation).
+
+``make_adapter`` builds the bare backend adapter; ``make_env_stack`` adds the recorder and
+AutoReset on top: ``AutoReset(Recorder(adapter))``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Dict, Optional
+
+import torch
+
+from rlrec.config import ConfigError, EnvConfig, RecorderConfig, SimConfig
+from rlrec.envs.base import AutoReset, EnvAdapter
+
+# name -> (module, function building the adapter, extra that provides its simulator)
+_BACKENDS: Dict[str, tuple] = {
+    "builtin": ("rlrec.envs.builtin", "make", None),
+    "gymnasium": ("rlrec.envs.gymnasium", "make", "classic"),
+    "maniskill": ("rlrec.envs.maniskill", "make", "maniskill"),
+    "genesis": ("rlrec.envs.genesis", "make", "genesis"),
+}
+
+
+def resolve_device(sim: SimConfig) -> torch.device:
+    """The torch device for ``sim``; fails early with what to do when CUDA is missing."""
+    if sim.name == "gpu" or str(sim.device).startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"sim={sim.name} (device={sim.device}) needs CUDA, but torch.cuda.is_available() is "
+                "False on this machine: use sim=cpu, or install a CUDA build of torch on a GPU machine"
+            )
+    return torch.device(sim.device)
+
+
+def backend_builder(name: str) -> Callable[..., EnvAdapter]:
+    """The adapter constructor of backend ``name`` (imports it lazily)."""
+    if name not in _BACKENDS:
+        raise ConfigError(f"env={name!r} is unknown: allowed values are {', '.join(_BACKENDS)}")
+    module, fn, _extra = _BACKENDS[name]
+    return getattr(importlib.import_module(module), fn)
+
+
+def make_adapter(env_cfg: EnvConfig, sim: SimConfig, num_envs: int, seed: Optional[int]) -> EnvAdapter:
+    """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs."""
+    device = resolve_device(sim)
+    return backend_builder(env_cfg.name)(env_cfg, sim, num_envs=num_envs, device=device, seed=seed)
+
+
+def make_env_stack(
+    env_cfg: EnvConfig,
+    sim: SimConfig,
+    num_envs: int,
+    seed: Optional[int],
+    recorder_cfg: Optional[RecorderConfig] = None,
+    video_dir: Optional[str] = None,
+    kind: str = "train",
+    on_clip: Optional[Callable] = None,
+) -> AutoReset:
+    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``."""
+    env = make_adapter(env_cfg, sim, num_envs, seed)
+    if recorder_cfg is not None and recorder_cfg.enabled and recorder_cfg.trigger.value != "none":
+        from rlrec.record.recorder import Recorder
+
+        env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
+    return AutoReset(env)

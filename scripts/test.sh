@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh machine, then runs the whole suite.
+#   bash scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+for extra in scripts/setup_*.sh; do
+  [ -e "$extra" ] && bash "$extra"
+done
+exec python -m pytest "$@"

@@ -1,0 +1,150 @@
+"""The env adapter contract: a reusable test suite every backend must pass.
+
+Use it by subclassing :class:`EnvContract` in a test module and providing ``make_env``::
+
+    class TestBuiltinContract(EnvContract):
+        num_envs = 3
+        def make_env(self, num_envs, seed=None):
+            return PointReach(num_envs, render_width=32, render_height=32)
+
+Class attributes tune it for slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
+renderers that are not bit-exact (``render_atol``: the largest allowed mean absolute pixel
+difference between two renders of the same state).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlrec.envs.base import EnvAdapter
+
+
+def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
+    """A batch of random valid actions as a tensor on the env's device."""
+    space = env.single_action_space
+    space.seed(seed)
+    acts = np.stack([space.sample() for _ in range(env.num_envs)])
+    return torch.as_tensor(acts, device=env.device)
+
+
+def frame_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mean absolute pixel difference of two uint8 frames (0 = identical)."""
+    return (a.float() - b.float()).abs().mean().item()
+
+
+class EnvContract:
+    num_envs: int = 3
+    render_atol: float = 0.0
+    max_steps_to_truncation: int = 1000  # the test steps at most this many times
+    seed: int = 123
+
+    def make_env(self, num_envs: int, seed: Optional[int] = None) -> EnvAdapter:  # pragma: no cover
+        raise NotImplementedError
+
+    @pytest.fixture
+    def env(self):
+        env = self.make_env(self.num_envs, seed=self.seed)
+        yield env
+        env.close()
+
+    # ------------------------------------------------------------------ shapes and types
+    def test_attributes(self, env):
+        assert env.num_envs == self.num_envs
+        assert isinstance(env.device, torch.device)
+        assert isinstance(env.dt, float) and env.dt > 0
+        assert isinstance(env.single_observation_space, gym.Space)
+        assert isinstance(env.single_action_space, gym.Space)
+
+    def test_reset_and_step_shapes(self, env):
+        obs, info = env.reset(seed=self.seed)
+        n = self.num_envs
+        assert isinstance(obs, torch.Tensor) and obs.device.type == env.device.type
+        assert tuple(obs.shape) == (n, *env.single_observation_space.shape)
+        assert obs.dtype in (torch.float32, torch.float64)
+        assert isinstance(info, dict)
+        obs2, rew, term, trunc, info = env.step(sample_actions(env))
+        assert tuple(obs2.shape) == tuple(obs.shape)
+        assert rew.shape == (n,) and rew.dtype.is_floating_point
+        assert term.shape == (n,) and term.dtype == torch.bool
+        assert trunc.shape == (n,) and trunc.dtype == torch.bool
+        for t in (obs2, rew, term, trunc):
+            assert t.device.type == env.device.type
+        for k, v in info.items():
+            if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
+                assert v.device.type == env.device.type, k
+
+    # ------------------------------------------------------------------ resets
+    def test_seeded_reset_is_reproducible(self, env):
+        obs_a, _ = env.reset(seed=7)
+        frames_a = env.render(list(range(self.num_envs)))
+        env.step(sample_actions(env))
+        obs_b, _ = env.reset(seed=7)
+        frames_b = env.render(list(range(self.num_envs)))
+        torch.testing.assert_close(obs_a, obs_b)
+        assert frame_diff(frames_a, frames_b) <= self.render_atol
+        other = self.make_env(self.num_envs, seed=self.seed)
+        try:
+            obs_c, _ = other.reset(seed=7)
+            torch.testing.assert_close(obs_a.cpu(), obs_c.cpu())
+        finally:
+            other.close()
+
+    def test_partial_reset_touches_only_named_envs(self, env):
+        env.reset(seed=self.seed)
+        for i in range(3):
+            obs, *_ = env.step(sample_actions(env, seed=i))
+        before_obs = obs.clone()
+        before_frames = env.render(list(range(self.num_envs)))
+        obs_after, _ = env.reset(env_idx=torch.tensor([1], device=env.device))
+        after_frames = env.render(list(range(self.num_envs)))
+        others = [i for i in range(self.num_envs) if i != 1]
+        torch.testing.assert_close(obs_after[others], before_obs[others])
+        for i in others:
+            assert frame_diff(after_frames[i], before_frames[i]) <= self.render_atol, i
+        assert not torch.equal(obs_after[1], before_obs[1])
+        assert frame_diff(after_frames[1], before_frames[1]) > self.render_atol
+
+    # ------------------------------------------------------------------ rendering
+    def test_render_is_owned_copy_of_current_state(self, env):
+        env.reset(seed=self.seed)
+        first = env.render([0])
+        kept = first.clone()
+        assert first.dtype == torch.uint8 and first.ndim == 4 and first.shape[0] == 1
+        assert first.shape[-1] == 3
+        for i in range(3):
+            env.step(sample_actions(env, seed=i))
+        now = env.render([0])
+        assert torch.equal(first, kept), "render() returned a view that a later step overwrote"
+        assert frame_diff(now, first) > self.render_atol, "render() shows a stale state after step"
+        env.reset(env_idx=[0])
+        fresh = env.render([0])
+        assert torch.equal(first, kept)
+        assert frame_diff(fresh, now) > self.render_atol, "render() shows a stale state after reset"
+
+    def test_render_selects_envs(self, env):
+        env.reset(seed=self.seed)
+        all_frames = env.render(list(range(self.num_envs)))
+        assert all_frames.shape[0] == self.num_envs
+        some = env.render([self.num_envs - 1, 0])
+        assert frame_diff(some[0], all_frames[-1]) <= self.render_atol
+        assert frame_diff(some[1], all_frames[0]) <= self.render_atol
+
+    # ------------------------------------------------------------------ time limit
+    def test_truncation_at_time_limit(self, env):
+        limit = env.max_episode_steps
+        if limit is None or limit > self.max_steps_to_truncation:
+            pytest.skip("no time limit short enough to reach in this test")
+        env.reset(seed=self.seed)
+        zero = torch.zeros_like(sample_actions(env))
+        ended = torch.zeros(self.num_envs, dtype=torch.bool, device=env.device)
+        for t in range(1, limit + 1):
+            _, _, term, trunc, _ = env.step(zero)
+            if t < limit:
+                assert not bool((trunc & ~ended).any()), f"truncated early at step {t}"
+            ended |= term | trunc
+        assert bool(ended.all()), "some env neither terminated nor truncated at the time limit"
