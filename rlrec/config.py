@@ -49,9 +49,11 @@ class GymnasiumEnvConfig(EnvConfig):
     """Any registered gymnasium id, vectorized with gymnasium's vector API."""
 
     name: str = "gymnasium"
-    id: str = "CartPole-v1"
+    id: str = "CartPole-v1"  # a registered id, or MODULE:ID to import the module that registers it
     vectorization: str = "sync"  # sync | async
-    kwargs: Any = field(default_factory=dict)
+    async_context: Optional[str] = None  # async only: multiprocessing start method (None: default)
+    resize_frames: bool = False  # false: frames at the env's own size; true: render_height x render_width
+    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make
 
 
 @dataclass
@@ -118,9 +120,11 @@ class RecorderConfig:
     env_idx: List[int] = field(default_factory=lambda: [0])  # several: tiled into a grid
     overlay: bool = False
     filename: Optional[str] = None  # fixed name, replaced atomically on each clip
-    record_final_episode: bool = True
-    queue_size: int = 64
-    quality: int = 7
+    dir: Optional[str] = None  # None: the run's video dir (set by the runner)
+    record_final_episode: bool = True  # close() saves the clip in progress (else drops it)
+    queue_size: int = 64  # frames between the training thread and the encoder thread
+    quality: int = 7  # 1..10 (imageio's scale; 7 = x264 crf 15)
+    lossless: bool = False  # exact RGB (libx264rgb, qp 0): pixel-exact, fewer players
     on_error: str = "warn"  # warn | raise
 
 
@@ -132,7 +136,7 @@ class EvalEnvConfig:
     """How the evaluation stack differs from the collection stack."""
 
     enabled: bool = True
-    num_envs: int = 8
+    num_envs: int = 16
     seed: int = 1_000_000
     every: int = 10  # PPO iterations between evaluations (and always at the end)
     episodes: Optional[int] = None  # None: one episode per eval env
@@ -256,12 +260,17 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
     _positive(rec.length_sec, f"{key}.length_sec", allow_none=True)
     _positive(rec.fps, f"{key}.fps", allow_none=True)
     _positive(rec.queue_size, f"{key}.queue_size")
+    if not 1 <= rec.quality <= 10:
+        raise ConfigError(f"{key}.quality={rec.quality!r} is invalid: must be in 1..10")
     _choice(rec.on_error, f"{key}.on_error", ["warn", "raise"])
     if rec.length_frames is not None and rec.length_sec is not None:
         raise ConfigError(
             f"{key}.length_frames and {key}.length_sec are both set: give at most one clip length"
         )
-    trigger = Trigger(rec.trigger)
+    try:
+        trigger = Trigger(rec.trigger)
+    except ValueError:
+        _choice(rec.trigger, f"{key}.trigger", [t.value for t in Trigger])
     if trigger in (Trigger.episode, Trigger.step) and rec.every is None:
         raise ConfigError(f"{key}.trigger={trigger.value} needs {key}.every (a positive count)")
     if trigger not in (Trigger.episode, Trigger.step) and rec.every is not None:
@@ -281,6 +290,10 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
         raise ConfigError(f"{key}.env_idx={list(rec.env_idx)} repeats an index")
     if rec.filename is not None and ("/" in rec.filename or not rec.filename.strip()):
         raise ConfigError(f"{key}.filename={rec.filename!r} must be a plain file name")
+    if rec.enabled and trigger is not Trigger.none and rec.dir:
+        from rlrec.record.writer import ensure_video_dir  # creates it: fail before any work
+
+        ensure_video_dir(rec.dir, f"{key}.dir")
 
 
 def validate(cfg: Config) -> None:

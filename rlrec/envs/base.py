@@ -136,6 +136,13 @@ class AutoReset(EnvWrapper):
         self._length[idx] = 0
         return self.env.reset(seed=seed, env_idx=env_idx)
 
+    def state_dict(self) -> dict:
+        return {"return": self._return.clone(), "length": self._length.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._return.copy_(state["return"])
+        self._length.copy_(state["length"])
+
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._return += reward
@@ -156,6 +163,32 @@ class AutoReset(EnvWrapper):
             self._return[idx] = 0.0
             self._length[idx] = 0
         return obs, reward, terminated, truncated, info
+
+
+def env_state(env: EnvAdapter) -> dict:
+    """``state_dict()`` of every layer of the stack that has one (recorder counters, AutoReset
+    accumulators, and the simulator state where the backend can save it)."""
+    states = {}
+    layer: Any = env
+    depth = 0
+    while layer is not None:
+        if hasattr(layer, "state_dict"):
+            states[f"{depth}:{type(layer).__name__}"] = layer.state_dict()
+        layer = getattr(layer, "env", None)
+        depth += 1
+    return states
+
+
+def load_env_state(env: EnvAdapter, states: dict) -> None:
+    """Restores what :func:`env_state` saved, layer by layer (layers that differ are skipped)."""
+    layer: Any = env
+    depth = 0
+    while layer is not None:
+        key = f"{depth}:{type(layer).__name__}"
+        if key in states and hasattr(layer, "load_state_dict"):
+            layer.load_state_dict(states[key])
+        layer = getattr(layer, "env", None)
+        depth += 1
 
 
 def clone_info(info: Info) -> Info:

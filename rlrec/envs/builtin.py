@@ -115,6 +115,17 @@ class PointReach(EnvAdapter):
             truncated = (self.t >= self.max_episode_steps) & ~terminated
         return self._obs(), reward, terminated, truncated, {"success": success}
 
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict:
+        """The full simulator state, so a resumed run continues bit-exactly."""
+        return {"pos": self.pos.clone(), "vel": self.vel.clone(), "goal": self.goal.clone(),
+                "t": self.t.clone(), "rng": self._gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k in ("pos", "vel", "goal", "t"):
+            getattr(self, k).copy_(state[k].to(self.device))
+        self._gen.set_state(state["rng"])
+
     # ------------------------------------------------------------------ rendering
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         idx = as_env_index(env_idx, self.num_envs, self.device)

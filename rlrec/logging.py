@@ -1,0 +1,144 @@
+"""Where a run's numbers go: metrics.jsonl (always), TensorBoard, optional W&B, and the console."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from rlrec.config import LoggerConfig
+
+# keys shown in the progress bar, in order
+_PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class RunLogger:
+    """Writes every logged dict to ``metrics.jsonl`` (one JSON object per line, each with ``step``),
+    to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases."""
+
+    def __init__(self, cfg: LoggerConfig, run_dir: Path, total_steps: int, config_dict: dict):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self._tb = None
+        self._wandb = None
+        if cfg.name in ("tensorboard", "wandb"):
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        if cfg.name == "wandb":
+            self._wandb = _start_wandb(cfg, self.run_dir, config_dict)
+        self._progress = None
+        self._task = None
+        self._latest: Dict[str, float] = {}
+        if cfg.progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]rlrec"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                TextColumn("{task.fields[sps]} SPS"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+                transient=False, disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
+            )
+            self._task = self._progress.add_task("train", total=total_steps, sps="-", info="")
+            self._progress.start()
+
+    # ------------------------------------------------------------------ metrics
+    def log(self, step: int, metrics: Dict[str, Any]) -> None:
+        """One line of metrics.jsonl, plus TensorBoard/W&B scalars for the numeric values."""
+        line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._metrics.write(json.dumps(line) + "\n")
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self._tb is not None:
+            for k, v in numeric.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None and numeric:
+            self._wandb.log(numeric, step=step)
+        for k in _PROGRESS_KEYS:
+            if k in numeric:
+                self._latest[k] = numeric[k]
+
+    def progress(self, step: int, sps: float) -> None:
+        if self._progress is None:
+            return
+        info = "  ".join(f"{k.split('/')[0]} {k.split('/')[1]} {v:.3g}" for k, v in self._latest.items())
+        self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=info)
+
+    def log_clip(self, step: int, kind: str, path: str, fps: float) -> None:
+        """Records a saved clip: its path in metrics.jsonl, the video in TensorBoard and W&B."""
+        rel = os.path.relpath(path, self.run_dir)
+        self.log(step, {f"video/{kind}": rel})
+        if self._tb is not None:
+            try:
+                _tb_add_clip(self._tb, f"video/{kind}", path, fps, step)
+            except Exception as exc:  # a clip that cannot be previewed must not stop training
+                print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
+
+    def print(self, text: str) -> None:
+        if self._progress is not None and self._progress.live.is_started:
+            self._progress.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+        if not self._metrics.closed:
+            self._metrics.close()
+
+
+def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
+    try:
+        import wandb
+    except ImportError as exc:
+        from rlrec.config import ConfigError
+
+        raise ConfigError(
+            "logger=wandb needs the wandb extra: pip install -e '.[wandb]' (or use logger=tensorboard)"
+        ) from exc
+    return wandb.init(
+        project=cfg.wandb_project, entity=cfg.wandb_entity, mode=cfg.wandb_mode, dir=str(run_dir),
+        config=config_dict, name=run_dir.name, reinit="finish_previous",
+    )
+
+
+def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, max_frames: int = 150) -> None:
+    """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
+    without needing moviepy). Long clips are subsampled to ``max_frames``."""
+    import imageio.v2 as imageio
+    import numpy as np
+    from PIL import Image
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    with imageio.get_reader(path, format="FFMPEG") as reader:
+        frames = np.stack(list(reader))
+    stride = max(1, math.ceil(len(frames) / max_frames))
+    images = [Image.fromarray(f) for f in frames[::stride]]
+    buf = io.BytesIO()
+    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:],
+                   duration=max(20, int(1000 * stride / fps)), loop=0)
+    h, w = frames.shape[1:3]
+    summary = Summary(value=[Summary.Value(tag=tag, image=Summary.Image(
+        height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue()))])
+    writer._get_file_writer().add_summary(summary, step)
+

@@ -1,0 +1,109 @@
+"""Actor-critic models: a Gaussian policy for Box actions, a categorical one for Discrete."""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+class ObsNormalizer(nn.Module):
+    """Running mean/std of observations (batched Welford update), saved in checkpoints."""
+
+    def __init__(self, shape: Tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+        self.clip, self.eps = clip, eps
+
+    def update(self, x: torch.Tensor) -> None:
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        n = x.shape[0]
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * (n / total).float()
+        m2 = self.var * self.count.float() + batch_var * n + delta**2 * (self.count * n / total).float()
+        self.var.copy_(m2 / total.float())
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+
+def _mlp(sizes: List[int], activation: str, out_gain: float) -> nn.Sequential:
+    layers: List[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layer = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
+        nn.init.constant_(layer.bias, 0.0)
+        layers.append(layer)
+        if not last:
+            layers.append(_ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (CleanRL layout) over flattened observations."""
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: List[int],
+        activation: str = "tanh",
+        init_log_std: float = 0.0,
+    ):
+        super().__init__()
+        obs_dim = int(np.prod(obs_space.shape))
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            act_dim = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box):
+            act_dim = int(np.prod(action_space.shape))
+        else:
+            raise TypeError(f"unsupported action space {action_space}: Box or Discrete only")
+        self.action_shape = () if self.discrete else tuple(action_space.shape)
+        self.critic = _mlp([obs_dim, *hidden_sizes, 1], activation, 1.0)
+        self.actor = _mlp([obs_dim, *hidden_sizes, act_dim], activation, 0.01)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs.flatten(1)).squeeze(-1)
+
+    def distribution(self, obs: torch.Tensor):
+        out = self.actor(obs.flatten(1))
+        if self.discrete:
+            return Categorical(logits=out)
+        return Normal(out, self.log_std.exp().expand_as(out))
+
+    def _log_prob(self, dist, action: torch.Tensor) -> torch.Tensor:
+        lp = dist.log_prob(action)
+        return lp if self.discrete else lp.sum(-1)
+
+    def _entropy(self, dist) -> torch.Tensor:
+        ent = dist.entropy()
+        return ent if self.discrete else ent.sum(-1)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        """``(action, log_prob, value)`` for a batch of (normalised) observations."""
+        dist = self.distribution(obs)
+        if deterministic:
+            action = dist.probs.argmax(-1) if self.discrete else dist.mean
+        else:
+            action = dist.sample()
+        return action, self._log_prob(dist, action), self.value(obs)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
+        """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""
+        dist = self.distribution(obs)
+        return self._log_prob(dist, action), self._entropy(dist), self.value(obs)

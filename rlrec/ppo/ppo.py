@@ -1,0 +1,112 @@
+"""The PPO algorithm: clipped objective over minibatches and epochs, with target-KL early stop."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rlrec.config import PPOConfig
+from rlrec.ppo.agent import ActorCritic, ObsNormalizer
+from rlrec.ppo.storage import RolloutStorage
+
+
+class PPO:
+    """Owns the model, optional observation normaliser and optimizer; knows nothing of envs."""
+
+    def __init__(self, cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space, device: torch.device):
+        self.cfg = cfg
+        self.device = device
+        self.agent = ActorCritic(
+            obs_space, action_space, list(cfg.hidden_sizes), cfg.activation, cfg.init_log_std
+        ).to(device)
+        self.obs_norm = ObsNormalizer(tuple(obs_space.shape)).to(device) if cfg.norm_obs else None
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+
+    # ------------------------------------------------------------------ acting
+    def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
+        obs = obs.float()
+        if self.obs_norm is None:
+            return obs
+        if update:
+            self.obs_norm.update(obs)
+        return self.obs_norm(obs)
+
+    def set_learning_rate(self, frac_remaining: float) -> float:
+        lr = self.cfg.learning_rate * (frac_remaining if self.cfg.anneal_lr else 1.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    # ------------------------------------------------------------------ learning
+    def update(self, storage: RolloutStorage) -> Dict[str, float]:
+        """Runs the PPO epochs on a filled storage; returns mean losses and diagnostics."""
+        cfg = self.cfg
+        stats = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "loss/approx_kl": 0.0,
+                 "loss/clipfrac": 0.0}
+        n_updates = 0
+        stop = False
+        for _epoch in range(cfg.update_epochs):
+            for mb in storage.minibatches(cfg.num_minibatches):
+                logprob, entropy, value = self.agent.evaluate(mb["obs"], mb["actions"])
+                logratio = logprob - mb["logprobs"]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+                adv = mb["advantages"]
+                if cfg.norm_adv and adv.numel() > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(
+                    -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+                ).mean()
+                if cfg.clip_vloss:
+                    v_clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.clip_coef, cfg.clip_coef)
+                    v_loss = 0.5 * torch.max((value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((value - mb["returns"]) ** 2).mean()
+                ent = entropy.mean()
+                loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                n_updates += 1
+                for k, v in (("policy", pg_loss), ("value", v_loss), ("entropy", ent),
+                             ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
+                    stats[f"loss/{k}"] += float(v.detach())
+                if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        out = {k: v / max(1, n_updates) for k, v in stats.items()}
+        y, pred = storage.returns.flatten(), storage.values.flatten()
+        var_y = y.var()
+        out["loss/explained_variance"] = float("nan") if var_y == 0 else float(1 - (y - pred).var() / var_y)
+        out["loss/updates"] = float(n_updates)
+        if not self.agent.discrete:
+            out["policy/std"] = float(self.agent.log_std.detach().exp().mean())
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {
+            "agent": self.agent.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_norm": None if self.obs_norm is None else self.obs_norm.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.obs_norm is not None and state.get("obs_norm") is not None:
+            self.obs_norm.load_state_dict(state["obs_norm"])
+
+
+def action_dtype(space: gym.Space) -> torch.dtype:
+    """Storage dtype of actions from ``space``."""
+    return torch.long if isinstance(space, gym.spaces.Discrete) else torch.float32
+

@@ -1,0 +1,52 @@
+"""Preallocated rollout storage and generalised advantage estimation."""
+
+from __future__ import annotations
+
+from typing import Iterator, Tuple
+
+import torch
+
+
+class RolloutStorage:
+    """``[num_steps, num_envs, ...]`` tensors filled in place by the runner, on the sim device."""
+
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: Tuple[int, ...],
+                 action_shape: Tuple[int, ...], action_dtype: torch.dtype, device: torch.device):
+        t, n = num_steps, num_envs
+        self.num_steps, self.num_envs = t, n
+        self.obs = torch.zeros(t, n, *obs_shape, device=device)
+        self.actions = torch.zeros(t, n, *action_shape, dtype=action_dtype, device=device)
+        self.logprobs = torch.zeros(t, n, device=device)
+        self.rewards = torch.zeros(t, n, device=device)
+        self.dones = torch.zeros(t, n, device=device)  # episode ended at this step (term or trunc)
+        self.values = torch.zeros(t, n, device=device)
+        self.advantages = torch.zeros(t, n, device=device)
+        self.returns = torch.zeros(t, n, device=device)
+
+    def compute_gae(self, next_value: torch.Tensor, gamma: float, lam: float) -> None:
+        """GAE(lambda). Truncation bootstrapping is already folded into ``rewards`` by the runner."""
+        last = torch.zeros_like(next_value)
+        for t in reversed(range(self.num_steps)):
+            nxt = next_value if t == self.num_steps - 1 else self.values[t + 1]
+            nonterminal = 1.0 - self.dones[t]
+            delta = self.rewards[t] + gamma * nxt * nonterminal - self.values[t]
+            last = delta + gamma * lam * nonterminal * last
+            self.advantages[t] = last
+        self.returns.copy_(self.advantages + self.values)
+
+    def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> Iterator[dict]:
+        """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch."""
+        size = self.num_steps * self.num_envs
+        flat = {
+            "obs": self.obs.reshape(size, *self.obs.shape[2:]),
+            "actions": self.actions.reshape(size, *self.actions.shape[2:]),
+            "logprobs": self.logprobs.reshape(size),
+            "values": self.values.reshape(size),
+            "advantages": self.advantages.reshape(size),
+            "returns": self.returns.reshape(size),
+        }
+        perm = torch.randperm(size, device=self.obs.device)
+        mb = size // num_minibatches
+        for start in range(0, size, mb):
+            idx = perm[start : start + mb]
+            yield {k: v[idx] for k, v in flat.items()}
