@@ -1,0 +1,347 @@
+"""``env=gymnasium``: any registered gymnasium id behind rlrec's batched torch interface.
+
+The sub-envs run in a gymnasium vector env (``SyncVectorEnv`` or ``AsyncVectorEnv``, chosen by
+``env.vectorization``) whose autoreset is disabled: rlrec's ``AutoReset`` resets finished envs by
+``reset(env_idx=...)`` (a ``reset_mask`` reset of the vector env), so the recorder below it sees the
+terminal frame of every episode and the first frame of the next.
+
+Each sub-env is ``gym.make(env.id, render_mode="rgb_array", **env.kwargs)`` (with gymnasium's own
+``TimeLimit``; ``env.max_episode_steps`` replaces its limit), wrapped in :class:`HoldOnDone`, which
+keeps a finished sub-env frozen on its terminal state until it is reset. That is the adapter
+contract ("step never resets; a finished env stays in its terminal state") and it never asks the
+vector env to step a finished env, which gymnasium's disabled-autoreset mode forbids.
+
+``dt`` (seconds per env step, used for video fps): ``env.unwrapped.dt`` if the env has it
+(Pendulum: 0.05, MuJoCo: timestep * frame_skip), else ``env.unwrapped.tau`` (CartPole: 0.02),
+else ``1 / metadata["render_fps"]``, else 1/30.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+from typing import Any, Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlrec.config import ConfigError
+from rlrec.envs.base import EnvAdapter, EnvIdx, Info, as_env_index
+
+VECTORIZATIONS = ("sync", "async")
+_CONTEXTS = ("fork", "spawn", "forkserver")
+_DONE_KEY = "rlrec_done"  # info key carrying a held sub-env's end: 1 terminated, 2 truncated
+_DEFAULT_DT = 1.0 / 30.0
+
+
+class HoldOnDone(gym.Wrapper):
+    """Freezes a sub-env on its terminal state until ``reset``.
+
+    The done flags travel to the adapter in ``info["rlrec_done"]`` (1 terminated, 2 truncated)
+    while the vector env itself is always told ``terminated=truncated=False``: so it never
+    autoresets, and stepping a finished env (which disabled-autoreset vector envs refuse) is a
+    no-op that repeats the terminal observation with reward 0 and the same flag.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._held: Optional[tuple] = None  # (obs, done code) once finished
+
+    def reset(self, **kwargs):
+        self._held = None
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        if self._held is not None:
+            obs, code = self._held
+            return obs, 0.0, False, False, {_DONE_KEY: code}
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            code = 1 if terminated else 2
+            self._held = (obs, code)
+            info = dict(info)
+            info[_DONE_KEY] = code
+        return obs, reward, False, False, info
+
+
+# --------------------------------------------------------------------------- config checks
+
+
+def _import_prefix(env_id: str) -> str:
+    """``"module:Env-v0"`` imports ``module`` (which registers the id) and returns ``Env-v0``."""
+    if ":" not in env_id:
+        return env_id
+    module, _, name = env_id.partition(":")
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"env.id={env_id!r}: cannot import module {module!r} ({e})") from e
+    return name
+
+
+def resolve_spec(env_cfg) -> gym.envs.registration.EnvSpec:
+    """The registry entry of ``env.id``; a ConfigError with close matches when it does not exist."""
+    env_id = _import_prefix(str(env_cfg.id))
+    if env_id in gym.registry:
+        return gym.registry[env_id]
+    known = list(gym.registry.keys())
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+    lower = {k.lower(): k for k in known}
+    if env_id.lower() in lower and lower[env_id.lower()] not in close:
+        close.insert(0, lower[env_id.lower()])
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise ConfigError(
+        f"env.id={env_cfg.id!r} is not a registered gymnasium id.{hint} "
+        "(Ids from other packages need their module imported first: write env.id=MODULE:ID.)"
+    )
+
+
+def _check_vectorization(env_cfg) -> None:
+    if env_cfg.vectorization not in VECTORIZATIONS:
+        raise ConfigError(
+            f"env.vectorization={env_cfg.vectorization!r} is invalid: allowed values are "
+            f"{', '.join(VECTORIZATIONS)}"
+        )
+    context = getattr(env_cfg, "async_context", None)
+    if context is not None and context not in _CONTEXTS:
+        raise ConfigError(
+            f"env.async_context={context!r} is invalid: allowed values are {', '.join(_CONTEXTS)}, null"
+        )
+
+
+def _render_modes(spec) -> Optional[List[str]]:
+    """The env class's declared render modes, without building it (None: not declared)."""
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    meta = getattr(creator, "metadata", None)
+    if isinstance(meta, dict):
+        return list(meta.get("render_modes") or [])
+    return None
+
+
+def check_renderable(env_cfg) -> None:
+    """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
+    _check_vectorization(env_cfg)
+    spec = resolve_spec(env_cfg)
+    modes = _render_modes(spec)
+    if modes is None:  # metadata only on instances: build one and ask it
+        probe = gym.make(spec.id, render_mode="rgb_array", disable_env_checker=True, **dict(env_cfg.kwargs))
+        ok = probe.render_mode == "rgb_array"
+        modes = [probe.render_mode] if probe.render_mode else []
+        probe.close()
+    else:
+        ok = "rgb_array" in modes
+    if not ok:
+        raise ConfigError(
+            f"env.id={env_cfg.id!r} cannot be recorded: it has no render_mode='rgb_array' "
+            f"(its render modes: {modes or 'none'}). Turn recording off with recorder=none and "
+            "eval_env.recorder.enabled=false, or pick an env that renders rgb_array frames."
+        )
+
+
+# --------------------------------------------------------------------------- adapter
+
+
+def _dt_of(env: gym.Env) -> float:
+    base = env.unwrapped
+    for attr in ("dt", "tau"):
+        value = getattr(base, attr, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    fps = (base.metadata or {}).get("render_fps")
+    if isinstance(fps, (int, float)) and fps > 0:
+        return 1.0 / float(fps)
+    return _DEFAULT_DT
+
+
+def _to_tensor_info(info: Dict[str, Any], n: int, device: torch.device) -> Info:
+    """Numeric per-env arrays of a vector info dict as tensors on ``device`` (others dropped)."""
+    out: Info = {}
+    for k, v in info.items():
+        if isinstance(v, dict):
+            out[k] = _to_tensor_info(v, n, device)
+        elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n and v.dtype != object:
+            out[k] = torch.tensor(v, device=device)
+    if "is_success" in out and "success" not in out:  # the common gymnasium spelling
+        out["success"] = out["is_success"].bool()
+    return out
+
+
+class GymnasiumEnv(EnvAdapter):
+    """A gymnasium vector env of ``num_envs`` copies of ``env_id``, batched as torch tensors.
+
+    Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box (clipped to the bounds).
+    Observations: ``float32 [N, *shape]`` on ``device`` (non-Box observation spaces are
+    flattened with gymnasium's ``FlattenObservation``; Discrete becomes one-hot).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        vectorization: str = "sync",
+        max_episode_steps: Optional[int] = None,
+        kwargs: Optional[Dict[str, Any]] = None,
+        render: bool = True,
+        resize: Optional[tuple] = None,
+        async_context: Optional[str] = None,
+        seed: Optional[int] = None,
+    ):
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self._resize = resize  # (H, W) or None for the env's own frame size
+        self._seed = seed  # used by the first reset when it gets no seed
+        self._closed = False
+        kwargs = dict(kwargs or {})
+        make_kwargs: Dict[str, Any] = dict(kwargs, disable_env_checker=True)
+        if max_episode_steps is not None:
+            make_kwargs["max_episode_steps"] = int(max_episode_steps)
+        if render:
+            make_kwargs["render_mode"] = "rgb_array"
+            if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+                # headless: pygame-drawn envs (classic control, Box2D) need no display for rgb_array
+                os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+        def make_one() -> gym.Env:
+            env = gym.make(env_id, **make_kwargs)
+            if not isinstance(env.observation_space, gym.spaces.Box):
+                env = gym.wrappers.FlattenObservation(env)
+            return HoldOnDone(env)
+
+        # one env in this process: spaces, dt, time limit and clear errors before any workers start
+        probe = make_one()
+        try:
+            self.single_observation_space = probe.observation_space
+            self.single_action_space = probe.action_space
+            self.dt = _dt_of(probe)
+            self.max_episode_steps = probe.spec.max_episode_steps if probe.spec else max_episode_steps
+            self.render_mode = probe.render_mode
+        finally:
+            probe.close()
+        space = self.single_action_space
+        if isinstance(space, gym.spaces.Discrete):
+            self._discrete, self._low, self._high = True, None, None
+        elif isinstance(space, gym.spaces.Box):
+            self._discrete = False
+            self._low, self._high = space.low, space.high
+        else:
+            raise ConfigError(
+                f"env.id={env_id!r} has action space {space}: rlrec's gymnasium adapter supports "
+                "Box and Discrete action spaces"
+            )
+        self.env_id = env_id
+
+        mode = gym.vector.AutoresetMode.DISABLED
+        fns = [make_one] * self.num_envs
+        if vectorization == "sync":
+            self.vec = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+        else:
+            self.vec = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode, context=async_context)
+        self._async = vectorization == "async"
+        self._obs = torch.zeros(self.num_envs, *self.single_observation_space.shape, device=self.device)
+
+    # ------------------------------------------------------------------ conversions
+    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        # torch.tensor copies: the vector env reuses its buffer (copy=False)
+        return torch.tensor(obs, dtype=torch.float32, device=self.device)
+
+    def _np_action(self, action: torch.Tensor) -> np.ndarray:
+        if not isinstance(action, torch.Tensor):
+            action = torch.as_tensor(np.asarray(action))
+        a = action.detach().to("cpu")
+        if self._discrete:
+            return a.reshape(self.num_envs).to(torch.int64).numpy()
+        a = a.reshape(self.num_envs, *self.single_action_space.shape).numpy()
+        return np.clip(a, self._low, self._high).astype(self.single_action_space.dtype, copy=False)
+
+    # ------------------------------------------------------------------ interface
+    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None):
+        if seed is None and self._seed is not None:
+            seed, self._seed = self._seed, None
+        elif seed is not None:
+            self._seed = None
+        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
+        if env_idx is None:
+            obs, info = self.vec.reset(seed=seeds)
+        else:
+            idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
+            if idx.numel() == 0:
+                return self._obs.clone(), {}
+            mask = np.zeros(self.num_envs, dtype=np.bool_)
+            mask[idx.numpy()] = True
+            obs, info = self.vec.reset(seed=seeds, options={"reset_mask": mask})
+        self._obs = self._obs_tensor(obs)
+        return self._obs.clone(), _to_tensor_info(info, self.num_envs, self.device)
+
+    def step(self, action: torch.Tensor):
+        obs, reward, _, _, info = self.vec.step(self._np_action(action))
+        code = info.pop(_DONE_KEY, None)
+        info.pop("_" + _DONE_KEY, None)
+        if code is None:
+            terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+            truncated = terminated.clone()
+        else:
+            code_t = torch.as_tensor(code, device=self.device)
+            terminated, truncated = code_t == 1, code_t == 2
+        self._obs = self._obs_tensor(obs)
+        rew = torch.tensor(reward, dtype=torch.float32, device=self.device)
+        return self._obs.clone(), rew, terminated, truncated, _to_tensor_info(info, self.num_envs, self.device)
+
+    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+        if self.render_mode != "rgb_array":
+            raise ConfigError(
+                f"env.id={self.env_id!r} was built with render_mode={self.render_mode!r}: it cannot "
+                "render frames (see rlrec.envs.gymnasium.check_renderable)"
+            )
+        idx = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
+        frames = np.stack(self._render_envs(idx))  # a new array: owned by the caller
+        out = torch.from_numpy(frames)
+        if self._resize is not None and tuple(out.shape[1:3]) != tuple(self._resize):
+            x = out.permute(0, 3, 1, 2).float()
+            x = torch.nn.functional.interpolate(x, size=self._resize, mode="bilinear", antialias=True)
+            out = x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+        return out
+
+    def _render_envs(self, idx: List[int]) -> List[np.ndarray]:
+        if not self._async:
+            return [self.vec.envs[i].render() for i in idx]
+        pipes = getattr(self.vec, "parent_pipes", None)
+        if pipes is None:  # a future gymnasium without the worker pipes: render all, select
+            frames = self.vec.call("render")
+            return [frames[i] for i in idx]
+        # ask only the named workers (the worker protocol behind AsyncVectorEnv.call)
+        for i in idx:
+            pipes[i].send(("_call", ("render", (), {})))
+        results = [pipes[i].recv() for i in idx]
+        self.vec._raise_if_errors([ok for _, ok in results])
+        return [frame for frame, _ in results]
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.vec.close()
+
+
+def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None) -> GymnasiumEnv:
+    """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is built."""
+    _check_vectorization(env_cfg)
+    spec = resolve_spec(env_cfg)
+    modes = _render_modes(spec)
+    render = modes is None or "rgb_array" in modes
+    resize = (env_cfg.render_height, env_cfg.render_width) if env_cfg.resize_frames else None
+    return GymnasiumEnv(
+        env_cfg.id,
+        num_envs=num_envs,
+        device=device,
+        vectorization=env_cfg.vectorization,
+        max_episode_steps=env_cfg.max_episode_steps,
+        kwargs=dict(env_cfg.kwargs or {}),
+        render=render,
+        resize=resize,
+        async_context=env_cfg.async_context,
+        seed=seed,
+    )
