@@ -1,0 +1,53 @@
+"""Shared helpers: compose rlrec configs with Hydra's compose API, run train.py as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+from hydra import compose, initialize_config_dir
+
+import rlrec.cli  # registers schemas and resolvers
+from rlrec.config import Config, to_dataclass
+
+REPO = Path(__file__).resolve().parent.parent
+
+# small, fast settings for end-to-end runs of the built-in env
+FAST = [
+    "env.num_envs=8",
+    "env.render_width=32",
+    "env.render_height=32",
+    "eval_env.num_envs=2",
+    "eval_env.every=2",
+    "algo.num_steps=16",
+    "algo.num_minibatches=2",
+    "algo.update_epochs=2",
+    "logger.progress=false",
+    "logger=none",
+]
+
+
+def compose_cfg(overrides: List[str] = ()):
+    with initialize_config_dir(version_base="1.3", config_dir=rlrec.cli.CONFIG_DIR):
+        return compose("config", overrides=list(overrides))
+
+
+def make_config(overrides: List[str] = ()) -> Config:
+    return to_dataclass(compose_cfg(overrides))
+
+
+def run_train(args: List[str], cwd: Path, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def read_metrics(run_dir: Path) -> List[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]

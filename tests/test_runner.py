@@ -1,0 +1,136 @@
+"""The runner end to end on the built-in env: outputs, resume, evaluation, bad checkpoints."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import FAST, make_config, read_metrics, run_train
+from rlrec import checkpoint as ckpt
+from rlrec.config import ConfigError
+from rlrec.runner import Runner
+
+
+def _run(tmp_path: Path, name: str, overrides):
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    cfg = make_config([*FAST, "recorder=none", "eval_env.recorder.enabled=false", *overrides])
+    return Runner(cfg, run_dir), run_dir
+
+
+def test_train_writes_metrics_checkpoints_and_evals(tmp_path):
+    runner, run_dir = _run(tmp_path, "a", ["total_steps=1024", "checkpoint_every=2"])
+    result = runner.run()
+    lines = read_metrics(run_dir)
+    assert all("step" in line for line in lines)
+    evals = [line for line in lines if "eval/return" in line]
+    # every 2 iterations of 128 steps, and at the end: 8 iterations -> evals at 2, 4, 6, 8
+    assert [e["step"] for e in evals] == [256, 512, 768, 1024]
+    assert all("eval/success" in e and "eval/length" in e for e in evals)
+    assert result["eval/return"] == evals[-1]["eval/return"]
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["iter_000002.pt", "iter_000004.pt", "iter_000006.pt", "iter_000008.pt", "last.pt"]
+    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert data["global_step"] == 1024 and data["iteration"] == 8
+    assert {"agent", "optimizer", "obs_norm"} <= set(data["ppo"]) and "rng" in data
+
+
+def test_resume_is_bit_exact(tmp_path):
+    common = ["algo.anneal_lr=false", "eval_env.every=3"]
+    full, _ = _run(tmp_path, "full", [*common, "total_steps=1536"])
+    full.run()
+    half, half_dir = _run(tmp_path, "half", [*common, "total_steps=768"])
+    half.run()
+    resumed, resumed_dir = _run(
+        tmp_path, "resumed", [*common, "total_steps=1536", f"checkpoint={half_dir}/checkpoints/last.pt"]
+    )
+    resumed.run()
+    a = ckpt.load(tmp_path / "full" / "checkpoints" / "last.pt")
+    b = ckpt.load(resumed_dir / "checkpoints" / "last.pt")
+    assert a["global_step"] == b["global_step"] == 1536
+    for k, v in a["ppo"]["agent"].items():
+        assert torch.equal(v, b["ppo"]["agent"][k]), k
+    for k, v in a["ppo"]["obs_norm"].items():
+        assert torch.equal(v, b["ppo"]["obs_norm"][k]), k
+    assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
+    steps = [m["step"] for m in read_metrics(resumed_dir) if "loss/policy" in m]
+    assert steps[0] == 768 + 128, "the resumed run continues the step count"
+
+
+def test_resume_auto_continues_newest_checkpoint(tmp_path):
+    runner, run_dir = _run(tmp_path, "r", ["total_steps=512"])
+    runner.run()
+    cfg = make_config([*FAST, "recorder=none", "eval_env.recorder.enabled=false", "total_steps=1024", "resume=auto"])
+    Runner(cfg, run_dir).run()
+    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 1024
+
+
+def test_eval_only_evaluates_a_checkpoint(tmp_path):
+    runner, run_dir = _run(tmp_path, "t", ["total_steps=512"])
+    runner.run()
+    ev, ev_dir = _run(tmp_path, "e", ["eval_only=true", f"checkpoint={run_dir}/checkpoints/last.pt"])
+    result = ev.run()
+    assert set(result) >= {"eval/return", "eval/length", "eval/success"}
+    assert ev.train_env is None
+
+
+@pytest.mark.parametrize("content", [None, b"not a checkpoint", "torch-other"])
+def test_bad_checkpoint_fails_before_work(tmp_path, content):
+    path = tmp_path / "x.pt"
+    if content == "torch-other":
+        torch.save({"weights": torch.zeros(2)}, path)
+    elif content is not None:
+        path.write_bytes(content)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = make_config([*FAST, f"checkpoint={path}"])
+    with pytest.raises(ConfigError) as e:
+        Runner(cfg, run_dir)
+    assert "checkpoint=" in str(e.value)
+    assert ("does not exist" if content is None else "not an rlrec checkpoint") in str(e.value)
+    assert list(run_dir.iterdir()) == []
+
+
+def test_checkpoint_from_other_env_is_refused():
+    data = {"obs_shape": (4,), "action_space": "Discrete(2)", "env_name": "gymnasium"}
+    with pytest.raises(ConfigError) as e:
+        ckpt.check_compatible(data, (6,), "Box(-1.0, 1.0, (2,), float32)")
+    assert "checkpoint" in str(e.value) and "(4,)" in str(e.value) and "(6,)" in str(e.value)
+
+
+def test_eval_only_without_checkpoint_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="eval_only"):
+        Runner(make_config([*FAST, "eval_only=true"]), tmp_path)
+
+
+@pytest.mark.slow
+def test_train_py_subprocess_output_layout(tmp_path):
+    proc = run_train([*FAST, "logger=tensorboard", "total_steps=512", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path)
+    run_dir = tmp_path / "run"
+    assert "eval return" in proc.stdout and str(run_dir) in proc.stdout
+    for p in (".hydra/config.yaml", "metrics.jsonl", "checkpoints/last.pt"):
+        assert (run_dir / p).exists(), p
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_config_error_exits_cleanly_and_writes_nothing(tmp_path):
+    proc = run_train([*FAST, "eval_env.num_envs=0", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "eval_env.num_envs=0" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_two_runs_in_the_same_second_get_different_dirs(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    args = [sys.executable, str(REPO / "train.py"), *FAST, "total_steps=128", "eval_env.enabled=false"]
+    procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    dirs = list((tmp_path / "outputs").glob("*/*"))
+    assert len(dirs) == 2
