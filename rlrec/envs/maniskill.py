@@ -1,0 +1,394 @@
+"""ManiSkill3 backend (``env=maniskill``).
+
+``sim=gpu``: one batched ManiSkill env on ``physx_cuda``; partial resets go through
+``options={"env_idx": ...}``. ``sim=cpu``: ManiSkill's CPU sim holds one env per object, so N
+single envs sit behind a gymnasium vector env (sync, or async with a ``spawn``/``forkserver``
+start method: ``fork`` hangs in SAPIEN) whose autoreset is DISABLED; partial resets use its
+``reset_mask``. Both give the same batched-torch :class:`EnvAdapter`.
+
+What this module guarantees on top of ManiSkill:
+
+- No autoreset and no ManiSkill ``TimeLimit``: the env class is built directly (not through
+  ``gym.make``), the adapter counts steps itself and reports ``truncated`` at
+  ``max_episode_steps`` (never together with ``terminated``).
+- ``render(env_idx)`` shows the current state as an owned copy: on GPU, pending GPU writes are
+  finished (kinematics update + fetch) before rendering, and the selected rows of SAPIEN's
+  persistent camera buffer are copied out before anything else can overwrite them.
+- Nothing reads stdin: envs whose assets are not downloaded fail with a
+  :class:`~rlrec.config.ConfigError` before anything is built, and ManiSkill's download prompt
+  is replaced by an error while envs are constructed (robot assets are checked only there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import random
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig
+from rlrec.envs.base import EnvAdapter, EnvIdx, Info, as_env_index
+
+OBS_MODES = ["state"]  # flat float observations; visual obs modes are not wired to the policy
+VECTORIZATIONS = ["sync", "async"]
+ASYNC_CONTEXTS = ["spawn", "forkserver"]  # "fork" deadlocks SAPIEN's renderer in the child
+INSTALL_HINT = "pip install -e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs Vulkan)"
+
+
+class AssetsMissing(ConfigError):
+    """The env needs ManiSkill assets that are not on disk (and rlrec never downloads silently)."""
+
+
+# --------------------------------------------------------------------------- checks before any work
+
+
+def _import_maniskill():
+    try:
+        import mani_skill.envs  # noqa: F401  registers the built-in tasks
+        from mani_skill.utils.registration import REGISTERED_ENVS
+    except ImportError as e:
+        raise ConfigError(f"env=maniskill needs the maniskill extra, which is not installed ({e}): {INSTALL_HINT}") from e
+    return REGISTERED_ENVS
+
+
+def _import_user_modules(imports: Sequence[str]) -> None:
+    for name in imports:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"env.imports: cannot import {name!r} ({e})") from e
+
+
+def _spec(env_id: str):
+    registry = _import_maniskill()
+    if env_id not in registry:
+        near = sorted(k for k in registry if k.split("-")[0].lower() in env_id.lower() or env_id.lower() in k.lower())
+        hint = f" Did you mean: {', '.join(near[:5])}?" if near else ""
+        raise ConfigError(
+            f"env.id={env_id!r} is not a registered ManiSkill env.{hint} Envs of your own are found "
+            "when their module is listed in env.imports."
+        )
+    return registry[env_id]
+
+
+def missing_assets(spec) -> List[str]:
+    """Data-source ids an env spec needs that are not downloaded (ManiSkill's own check, minus the prompt)."""
+    from mani_skill.utils import assets
+
+    missing: List[str] = []
+    for asset_id in spec.asset_download_ids or []:
+        if asset_id in assets.DATA_GROUPS:
+            ids = assets.expand_data_group_into_individual_data_source_ids(asset_id)
+        else:
+            ids = [asset_id]
+        missing += [i for i in ids if not assets.is_data_source_downloaded(i)]
+    return missing
+
+
+def _assets_error(env_id: str, what: str) -> AssetsMissing:
+    return AssetsMissing(
+        f"env.id={env_id!r} needs ManiSkill assets that are not downloaded ({what}). rlrec does not "
+        f"download assets: run `python -m mani_skill.utils.download_asset {env_id}` once, or choose an "
+        "env whose assets ship with mani_skill (e.g. PushCube-v1, PickCube-v1, StackCube-v1)."
+    )
+
+
+@contextlib.contextmanager
+def _no_download_prompt(env_id: str):
+    """While ManiSkill builds an env, its yes/no download prompt raises instead of reading stdin."""
+    from mani_skill.utils import download_asset
+
+    def refuse(message: str) -> bool:
+        raise _assets_error(env_id, message.strip())
+
+    saved = download_asset.prompt_yes_no
+    download_asset.prompt_yes_no = refuse
+    try:
+        yield
+    finally:
+        download_asset.prompt_yes_no = saved
+
+
+def _vulkan_hint(e: BaseException) -> Optional[str]:
+    text = str(e).lower()
+    if any(w in text for w in ("vulkan", "vk::", "render device", "physical device", "descriptorbinding")):
+        return (
+            f"SAPIEN could not create a Vulkan render device ({e}). ManiSkill needs Vulkan even for state "
+            "observations: on Debian without a GPU run bash scripts/setup_maniskill.sh (Mesa >= 23 lavapipe)."
+        )
+    return None
+
+
+def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
+    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing)."""
+    _import_user_modules(imports)
+    spec = _spec(env_id)
+    missing = missing_assets(spec)
+    if missing:
+        raise _assets_error(env_id, ", ".join(missing))
+    try:
+        with _no_download_prompt(env_id):
+            return spec.cls(**{**spec.default_kwargs, **kwargs})
+    except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
+        if "control" in str(e).lower() or "supported modes" in str(e).lower():
+            raise ConfigError(f"env.control_mode={kwargs.get('control_mode')!r} is invalid for {env_id}: {e}") from e
+        raise
+    except RuntimeError as e:
+        hint = _vulkan_hint(e)
+        if hint:
+            raise RuntimeError(hint) from e
+        raise
+
+
+def _check_config(cfg: ManiSkillEnvConfig, spec) -> None:
+    if cfg.obs_mode not in OBS_MODES:
+        raise ConfigError(f"env.obs_mode={cfg.obs_mode!r} is invalid: allowed values are {', '.join(OBS_MODES)}")
+    rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
+    if rewards and cfg.reward_mode not in rewards:
+        raise ConfigError(f"env.reward_mode={cfg.reward_mode!r} is invalid: allowed values are {', '.join(rewards)}")
+    if cfg.cpu_vectorization not in VECTORIZATIONS:
+        raise ConfigError(
+            f"env.cpu_vectorization={cfg.cpu_vectorization!r} is invalid: allowed values are {', '.join(VECTORIZATIONS)}"
+        )
+    if cfg.async_context not in ASYNC_CONTEXTS:
+        raise ConfigError(
+            f"env.async_context={cfg.async_context!r} is invalid: allowed values are {', '.join(ASYNC_CONTEXTS)} "
+            "(fork hangs: SAPIEN's render device does not survive a fork)"
+        )
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+def _owned_info(info: Dict[str, Any], n: int) -> Info:
+    """Per-env tensor entries of a ManiSkill info, cloned; success/fail as bool."""
+    out: Info = {}
+    for k, v in info.items():
+        if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
+            out[k] = v.to(torch.bool).clone() if k in ("success", "fail") else v.clone()
+    return out
+
+
+class ManiSkillEnv(EnvAdapter):
+    """Common part of both sims: time limit, seeding, info conventions. Subclasses drive the sim."""
+
+    def __init__(self, num_envs: int, device: torch.device, max_episode_steps: Optional[int]):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.max_episode_steps = max_episode_steps
+        self._elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self._closed = False
+
+    # subclasses: _reset_sim(seed, idx) -> (obs, info); _step_sim(action) -> (obs, reward, term, info);
+    # _render_sim(idx list) -> uint8 [k, H, W, 3] on CPU, owned
+
+    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None) -> Tuple[torch.Tensor, Info]:
+        full = env_idx is None
+        idx = as_env_index(env_idx, self.num_envs, self.device)
+        if not full and idx.numel() == self.num_envs and bool((idx.sort().values == torch.arange(self.num_envs, device=self.device)).all()):
+            full = True
+        if not full and idx.numel() == 0:
+            return self._last_obs.clone(), {}
+        obs, info = self._reset_sim(seed, None if full else idx)
+        self._elapsed[idx] = 0
+        self._last_obs = obs
+        return obs.clone(), info
+
+    def step(self, action: torch.Tensor):
+        obs, reward, terminated, info = self._step_sim(action)
+        self._elapsed += 1
+        if self.max_episode_steps is not None:
+            truncated = (self._elapsed >= self.max_episode_steps) & ~terminated
+        else:
+            truncated = torch.zeros_like(terminated)
+        self._last_obs = obs
+        return obs.clone(), reward, terminated, truncated, info
+
+    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+        idx = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
+        return self._render_sim(idx)
+
+
+class ManiSkillGPUEnv(ManiSkillEnv):
+    """One batched ``physx_cuda`` ManiSkill env."""
+
+    def __init__(self, env_id: str, kwargs: Dict[str, Any], num_envs: int, device: torch.device,
+                 max_episode_steps: Optional[int], imports: Sequence[str] = (), seed: Optional[int] = None):
+        super().__init__(num_envs, device, max_episode_steps)
+        self.env = build_maniskill_env(env_id, {**kwargs, "num_envs": num_envs, "sim_backend": "physx_cuda"}, imports)
+        self.dt = float(self.env.control_timestep)
+        self.single_observation_space = self.env.single_observation_space
+        self.single_action_space = self.env.single_action_space
+        self.reset(seed=random.randrange(2**31) if seed is None else seed)
+
+    def _reset_sim(self, seed, idx):
+        options = {} if idx is None else {"env_idx": idx.to(self.env.device)}
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs.to(self.device).clone(), _owned_info(info, self.num_envs)
+
+    def _step_sim(self, action):
+        obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
+        return (obs.to(self.device).clone(), reward.to(self.device, torch.float32).clone(),
+                terminated.to(self.device, torch.bool).clone(), _owned_info(info, self.num_envs))
+
+    def _sync_gpu_state(self) -> None:
+        # ManiSkill ends reset with apply -> kinematics update -> fetch and step with a fetch. If
+        # something wrote to the GPU buffers since (apply without fetch), finish that sequence so the
+        # render reads the state the sim now holds, not the last fetched one. Nothing is re-applied.
+        scene = self.env.scene
+        if getattr(scene, "_needs_fetch", False):
+            scene.px.gpu_update_articulation_kinematics()
+            scene._gpu_fetch_all()
+
+    def _render_sim(self, idx: List[int]) -> torch.Tensor:
+        self._sync_gpu_state()
+        frames = self.env.render_rgb_array()  # [N, H, W, 3] uint8, a view of SAPIEN's camera buffer
+        rows = torch.as_tensor(idx, dtype=torch.long, device=frames.device)
+        # index_select allocates new storage and .cpu() copies again: the result never aliases the
+        # buffer that the next render overwrites
+        return frames.index_select(0, rows)[..., :3].to("cpu", torch.uint8).contiguous()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.env.close()
+
+
+class _CPUSubEnv(gym.Wrapper):
+    """One CPU ManiSkill env as a plain gymnasium env (numpy, unbatched), for gymnasium's vector envs."""
+
+    def __init__(self, env, index: int):
+        super().__init__(env)
+        self.index = index
+        self.observation_space = env.single_observation_space
+        self.action_space = env.single_action_space
+        self.dt = float(env.control_timestep)
+
+    @staticmethod
+    def _info(info: Dict[str, Any]) -> Dict[str, Any]:
+        # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give object arrays)
+        out = {}
+        for k, v in info.items():
+            if isinstance(v, torch.Tensor) and v.numel() == 1:
+                out[k] = v.item()
+        return out
+
+    def reset(self, *, seed=None, options=None):
+        options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs[0].numpy(), self._info(info)
+
+    def step(self, action):
+        obs, reward, terminated, _, info = self.env.step(np.asarray(action))
+        return obs[0].numpy(), float(reward[0]), bool(terminated[0]), False, self._info(info)
+
+    def rlrec_render(self, idx: Tuple[int, ...]) -> Optional[np.ndarray]:
+        """This env's frame when its index is asked for, else None (the vector env calls every env)."""
+        if self.index not in idx:
+            return None
+        return np.array(self.env.render_rgb_array()[0, ..., :3].cpu().numpy(), dtype=np.uint8, copy=True)
+
+
+def _make_cpu_sub_env(index: int, env_id: str, kwargs: Dict[str, Any], imports: Tuple[str, ...]) -> _CPUSubEnv:
+    # module-level (picklable) so spawn/forkserver workers can build their env
+    env = build_maniskill_env(env_id, {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"}, imports)
+    return _CPUSubEnv(env, index)
+
+
+class ManiSkillCPUEnv(ManiSkillEnv):
+    """N single CPU ManiSkill envs in a gymnasium vector env with autoreset disabled."""
+
+    def __init__(self, env_id: str, kwargs: Dict[str, Any], num_envs: int, max_episode_steps: Optional[int],
+                 imports: Sequence[str] = (), seed: Optional[int] = None, vectorization: str = "sync",
+                 context: str = "spawn"):
+        super().__init__(num_envs, torch.device("cpu"), max_episode_steps)
+        fns = [functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports)) for i in range(num_envs)]
+        mode = gym.vector.AutoresetMode.DISABLED
+        if vectorization == "async":
+            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, autoreset_mode=mode)
+        else:
+            self.vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        self.dt = float(self.vec.get_attr("dt")[0])
+        self.single_observation_space = self.vec.single_observation_space
+        self.single_action_space = self.vec.single_action_space
+        self._base_seed = random.randrange(2**31) if seed is None else seed
+        self.reset(seed=self._base_seed)
+
+    def _info(self, info: Dict[str, Any]) -> Info:
+        out: Info = {}
+        for k, v in info.items():
+            if k.startswith("_") or not isinstance(v, np.ndarray) or v.dtype == object:
+                continue
+            t = torch.as_tensor(v).clone()
+            out[k] = t.to(torch.bool) if k in ("success", "fail") else t
+        return out
+
+    def _reset_sim(self, seed, idx):
+        # per-env seeds seed + i, as gymnasium's vector envs do for an int seed
+        seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
+        options = None
+        if idx is not None:
+            mask = np.zeros(self.num_envs, dtype=np.bool_)
+            mask[idx.cpu().numpy()] = True
+            options = {"reset_mask": mask}
+        obs, info = self.vec.reset(seed=seeds, options=options)
+        return torch.as_tensor(obs, dtype=torch.float32).clone(), self._info(info)
+
+    def _step_sim(self, action):
+        act = action.detach().cpu().numpy().astype(self.single_action_space.dtype, copy=False)
+        obs, reward, terminated, _, info = self.vec.step(act)
+        return (torch.as_tensor(obs, dtype=torch.float32).clone(), torch.as_tensor(reward, dtype=torch.float32),
+                torch.as_tensor(terminated, dtype=torch.bool).clone(), self._info(info))
+
+    def _render_sim(self, idx: List[int]) -> torch.Tensor:
+        got = self.vec.call("rlrec_render", tuple(sorted(set(idx))))
+        return torch.from_numpy(np.stack([got[i] for i in idx]))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.vec.close()
+
+
+# --------------------------------------------------------------------------- factory entry point
+
+
+def env_kwargs(cfg: ManiSkillEnvConfig) -> Dict[str, Any]:
+    """Keyword arguments for the ManiSkill env class (sim backend and num_envs are added per sim)."""
+    kw = dict(
+        obs_mode=cfg.obs_mode,
+        control_mode=cfg.control_mode,
+        reward_mode=cfg.reward_mode,
+        render_mode="rgb_array",
+        human_render_camera_configs=dict(width=cfg.render_width, height=cfg.render_height),
+    )
+    kw.update(dict(cfg.kwargs or {}))
+    return kw
+
+
+def make(env_cfg: ManiSkillEnvConfig, sim: SimConfig, num_envs: int, device: torch.device,
+         seed: Optional[int] = None) -> ManiSkillEnv:
+    """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs otherwise."""
+    imports = list(env_cfg.imports or [])
+    _import_maniskill()
+    _import_user_modules(imports)
+    spec = _spec(env_cfg.id)
+    _check_config(env_cfg, spec)
+    missing = missing_assets(spec)
+    if missing:
+        raise _assets_error(env_cfg.id, ", ".join(missing))
+    limit = env_cfg.max_episode_steps if env_cfg.max_episode_steps is not None else spec.max_episode_steps
+    kw = env_kwargs(env_cfg)
+    if sim.name == "gpu":
+        if not torch.cuda.is_available():
+            raise ConfigError("sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu")
+        return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
+    if torch.device(device).type != "cpu":
+        raise ConfigError(f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; use sim.device=cpu")
+    return ManiSkillCPUEnv(env_cfg.id, kw, num_envs, limit, imports, seed,
+                           vectorization=env_cfg.cpu_vectorization, context=env_cfg.async_context)

@@ -1,0 +1,166 @@
+"""env=maniskill against the real ManiSkill3 simulator (CPU sim, lavapipe Vulkan, small frames).
+
+One adapter is shared per test class (the first render in a process costs seconds); every test
+starts from a seeded full reset, so sharing does not couple them.
+"""
+
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh")
+pytestmark = [
+    pytest.mark.maniskill,
+    # raised inside ManiSkill (np.isnan on a torch tensor), not here
+    pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),
+]
+
+from env_contract import EnvContract, frame_diff, sample_actions  # noqa: E402
+from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig  # noqa: E402
+from rlrec.envs import maniskill as ms  # noqa: E402
+
+SIZE = 64
+LIMIT = 8
+
+
+def make_cfg(**over):
+    base = dict(render_width=SIZE, render_height=SIZE, max_episode_steps=LIMIT)
+    base.update(over)
+    return ManiSkillEnvConfig(**base)
+
+
+def make_env(num_envs=2, seed=None, **over):
+    return ms.make(make_cfg(**over), SimConfig(), num_envs=num_envs, device=torch.device("cpu"), seed=seed)
+
+
+class TestManiSkillCPUContract(EnvContract):
+    num_envs = 2
+    max_steps_to_truncation = LIMIT
+    render_atol = 0.0  # lavapipe renders are pixel-deterministic
+
+    def make_env(self, num_envs, seed=None):
+        return make_env(num_envs, seed)
+
+    @pytest.fixture(scope="class")
+    def env(self):
+        env = self.make_env(self.num_envs, seed=self.seed)
+        yield env
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = make_env(2, seed=0)
+    yield e
+    e.close()
+
+
+def test_info_success_fail_and_spaces(env):
+    obs, info = env.reset(seed=1)
+    assert env.dt == pytest.approx(0.05)  # PushCube: control at 20 Hz
+    assert env.single_observation_space.shape == obs.shape[1:]
+    _, _, term, _, info = env.step(sample_actions(env))
+    assert info["success"].dtype == torch.bool and info["success"].shape == (2,)
+    # ManiSkill ends an episode on success (PushCube has no fail signal)
+    assert torch.equal(term, info["success"] | info.get("fail", torch.zeros_like(term)))
+
+
+def test_outputs_are_owned(env):
+    obs, info = env.reset(seed=2)
+    kept_obs, kept_success = obs.clone(), info["success"].clone()
+    obs2, _, _, _, info2 = env.step(sample_actions(env))
+    env.reset(seed=3)
+    assert torch.equal(obs, kept_obs) and torch.equal(info["success"], kept_success)
+    assert not torch.equal(obs2, obs)
+
+
+def test_no_time_limit_interference(env):
+    """Truncation comes from the adapter's own counter: exactly at max_episode_steps, per env."""
+    env.reset(seed=4)
+    zero = torch.zeros_like(sample_actions(env))
+    for t in range(1, LIMIT):
+        _, _, _, trunc, _ = env.step(zero)
+        assert not trunc.any(), t
+        if t == 3:
+            env.reset(env_idx=[1])  # env 1 restarts its clock
+    _, _, term, trunc, _ = env.step(zero)
+    assert bool(trunc[0] or term[0]) and not trunc[1]
+    # no autoreset underneath: stepping past the limit keeps going from the terminal state
+    obs_before = env.step(zero)[0]
+    assert obs_before.shape == (2, *env.single_observation_space.shape)
+
+
+def test_partial_reset_with_seed_is_reproducible(env):
+    env.reset(seed=5)
+    env.step(sample_actions(env))
+    a, _ = env.reset(seed=11, env_idx=[1])
+    env.step(sample_actions(env, seed=3))
+    b, _ = env.reset(seed=11, env_idx=[1])
+    torch.testing.assert_close(a[1], b[1])
+
+
+def test_bad_config_fails_before_building():
+    with pytest.raises(ConfigError, match="env.obs_mode"):
+        make_env(obs_mode="rgb")
+    with pytest.raises(ConfigError, match="env.reward_mode"):
+        make_env(reward_mode="shaped")
+    with pytest.raises(ConfigError, match="env.cpu_vectorization"):
+        make_env(cpu_vectorization="threads")
+    with pytest.raises(ConfigError, match="env.async_context.*fork"):
+        make_env(cpu_vectorization="async", async_context="fork")
+    with pytest.raises(ConfigError, match="not a registered ManiSkill env.*env.imports"):
+        make_env(id="NoSuchTask-v9")
+    with pytest.raises(ConfigError, match="env.imports"):
+        make_env(imports=["no_such_module_xyz"])
+
+
+def test_env_needing_download_fails_without_prompt(monkeypatch):
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    if not ms.missing_assets(REGISTERED_ENVS["PickSingleYCB-v1"]):
+        pytest.skip("YCB assets are downloaded on this machine")
+
+    def no_stdin(*a, **k):
+        raise AssertionError("something read stdin")
+
+    monkeypatch.setattr("builtins.input", no_stdin)
+    with pytest.raises(ConfigError, match="download_asset PickSingleYCB-v1"):
+        make_env(id="PickSingleYCB-v1")
+
+
+def test_missing_extra_says_what_to_install(monkeypatch):
+    for name in [m for m in sys.modules if m == "mani_skill" or m.startswith("mani_skill.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mani_skill", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match=r"maniskill extra.*pip install -e \.\[maniskill\]"):
+        make_env()
+
+
+def test_gpu_without_cuda_fails_early():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available")
+    from rlrec.envs.factory import make_adapter
+
+    with pytest.raises(ConfigError, match="sim=gpu.*CUDA"):
+        make_adapter(make_cfg(), SimConfig(name="gpu", device="cuda"), 2, seed=0)
+
+
+def test_user_registered_env_via_imports(tmp_path, monkeypatch):
+    mod = tmp_path / "my_ms_tasks.py"
+    mod.write_text(
+        "from mani_skill.envs.tasks.tabletop.push_cube import PushCubeEnv\n"
+        "from mani_skill.utils.registration import register_env\n"
+        "@register_env('RlrecTestPushCube-v1', max_episode_steps=5)\n"
+        "class MyPush(PushCubeEnv):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError):
+        make_env(1, id="RlrecTestPushCube-v1")  # not imported: not registered
+    env = make_env(1, id="RlrecTestPushCube-v1", imports=["my_ms_tasks"], max_episode_steps=None)
+    try:
+        assert env.max_episode_steps == 5  # the registered limit when env.max_episode_steps is null
+        assert env.render([0]).shape == (1, SIZE, SIZE, 3)
+    finally:
+        env.close()
