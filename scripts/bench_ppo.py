@@ -1,0 +1,77 @@
+"""Where PPO's time goes on the built-in env, at several num_envs, measured side by side in one run.
+
+    python scripts/bench_ppo.py [--num-envs 16 256 4096] [--device cpu] [--iters 5]
+
+Prints, per num_envs: env-only steps/s (random actions, no policy), rollout steps/s (policy + env +
+storage, as in training) and the PPO update time per iteration, plus ratios against env-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from rlrec.config import PPOConfig
+from rlrec.envs.base import AutoReset
+from rlrec.envs.builtin import PointReach
+from rlrec.ppo.ppo import PPO, action_dtype
+from rlrec.ppo.storage import RolloutStorage
+
+
+def bench(num_envs: int, device: str, iters: int, num_steps: int = 32) -> dict:
+    env = AutoReset(PointReach(num_envs, device=device))
+    algo = PPOConfig(num_steps=num_steps)
+    ppo = PPO(algo, env.single_observation_space, env.single_action_space, torch.device(device))
+    storage = RolloutStorage(num_steps, num_envs, (6,), (2,), action_dtype(env.single_action_space),
+                             torch.device(device))
+    with torch.inference_mode():
+        obs, _ = env.reset(seed=0)
+        actions = torch.rand(num_steps, num_envs, 2, device=device) * 2 - 1
+        # env only
+        for a in actions[:4]:
+            env.step(a)  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            for a in actions:
+                env.step(a)
+        env_sps = iters * num_steps * num_envs / (time.perf_counter() - t0)
+        # rollout: policy + env + storage writes
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            for t in range(num_steps):
+                nobs = ppo.normalize(obs, update=True)
+                action, logprob, value = ppo.agent.act(nobs)
+                obs, reward, term, trunc, info = env.step(action)
+                storage.obs[t], storage.actions[t], storage.logprobs[t] = nobs, action, logprob
+                storage.values[t], storage.rewards[t] = value, reward
+                storage.dones[t] = (term | trunc).float()
+            storage.compute_gae(ppo.agent.value(ppo.normalize(obs)), 0.99, 0.95)
+        rollout_sps = iters * num_steps * num_envs / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        ppo.update(storage)
+    update_s = (time.perf_counter() - t0) / iters
+    return {"env_sps": env_sps, "rollout_sps": rollout_sps, "update_s": update_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[16, 256, 4096])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--iters", type=int, default=5)
+    args = parser.parse_args()
+    print(f"built-in env, device={args.device}, num_steps=32, torch threads={torch.get_num_threads()}")
+    print(f"{'num_envs':>9} {'env-only SPS':>14} {'rollout SPS':>13} {'rollout/env':>12} "
+          f"{'update s/iter':>14} {'update share':>13}")
+    for n in args.num_envs:
+        r = bench(n, args.device, args.iters)
+        collect_s = 32 * n / r["rollout_sps"]
+        share = r["update_s"] / (r["update_s"] + collect_s)
+        print(f"{n:>9} {r['env_sps']:>14,.0f} {r['rollout_sps']:>13,.0f} {r['rollout_sps'] / r['env_sps']:>12.3f} "
+              f"{r['update_s']:>14.3f} {share:>13.1%}")
+
+
+if __name__ == "__main__":
+    main()
