@@ -1,0 +1,292 @@
+"""The recorder: an env wrapper between AutoReset and the adapter that turns episodes into clips.
+
+Sitting below AutoReset, it sees (docs/recorder.md has the full semantics):
+
+- every ``reset`` naming the recorded env: the start of a new episode. It ends any clip still
+  open (a full reset mid-episode ends the clip there), counts the episode, asks the trigger, and
+  if it fires renders the fresh reset state as the clip's first frame;
+- every ``step``: while a clip is open, a frame every ``steps_per_frame`` steps counted from the
+  clip's start, and always the terminal frame of the recorded env (rendered before AutoReset
+  resets it), which ends the clip.
+
+While no clip is open it renders nothing and reads nothing back from the device, so an armed idle
+recorder costs a counter increment per step. Frames go to an :class:`~rlrec.record.writer.Encoder`
+thread; finished clips are reported through ``on_clip`` from the training thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
+from rlrec.record.overlay import FrameMeta, draw_overlay
+from rlrec.record.triggers import check_dt, clip_length, episode_fires, steps_per_frame
+from rlrec.record.writer import ClipInfo, ClipJob, Encoder, ensure_video_dir
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Recorder", "RecorderError", "ClipInfo"]
+
+_STATE_VERSION = 1
+
+
+class RecorderError(RuntimeError):
+    """An encoder failure, raised in the training thread when ``on_error=raise``."""
+
+
+@dataclass
+class _Clip:
+    """The clip being recorded (training-thread bookkeeping)."""
+
+    episode: int
+    step: int  # recorder step count at the first frame
+    steps: int = 0  # env steps since the first frame
+    frames: int = 0
+    ret: Optional[torch.Tensor] = None  # return of the recorded envs since the first frame (overlay)
+
+
+class Recorder(EnvWrapper):
+    """Records clips of ``cfg.env_idx`` into ``video_dir`` (``cfg.dir`` overrides it).
+
+    ``kind`` ("train" or "eval") goes into file names and :class:`ClipInfo`; ``on_clip`` is called
+    with each clip once it is complete on disk, from the training thread (during a later
+    ``step``/``reset``/``flush``/``close``). Bad settings raise ConfigError here, before any work.
+    """
+
+    def __init__(
+        self,
+        env: EnvAdapter,
+        cfg: RecorderConfig,
+        video_dir: Optional[str],
+        kind: str = "train",
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+    ):
+        super().__init__(env)
+        self.key = "recorder" if kind == "train" else f"{kind}_env.recorder"
+        validate_recorder(cfg, self.key, env.num_envs)
+        check_dt(env.dt, self.key)
+        self.cfg = cfg
+        self.kind = kind
+        self.on_clip = on_clip
+        self.trigger = Trigger(cfg.trigger)
+        self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
+        self._first = self.env_idx[0]  # episodes are counted on the first recorded env
+        self._index = torch.tensor(self.env_idx, dtype=torch.long, device=env.device)
+        self.steps_per_frame = steps_per_frame(cfg.fps, env.dt)
+        self.fps = 1.0 / (self.steps_per_frame * env.dt)  # the real fps, written into the file
+        self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
+        if cfg.dir:
+            self.video_dir = ensure_video_dir(cfg.dir, f"{self.key}.dir")
+        else:
+            self.video_dir = ensure_video_dir(video_dir, f"{self.key}.dir (or the run's video dir)")
+        self._encoder = Encoder(cfg.queue_size, name=f"rlrec-encoder-{kind}")
+        # counters (checkpointed)
+        self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
+        self.steps = 0  # calls of step()
+        self.clips_saved = 0
+        self._step_pending = False  # step trigger fired on a terminal step: start at the next reset
+        self._step_fired_at = -1  # step count at which the step trigger last fired
+        # runtime state
+        self._episode_steps = 0
+        self._clip: Optional[_Clip] = None
+        self._record_next = False
+        self.errors: List[str] = []
+        self._closed = False
+
+    # ------------------------------------------------------------------ env interface
+    def reset(self, seed=None, env_idx=None):
+        out = self.env.reset(seed=seed, env_idx=env_idx)
+        if self._closed:
+            return out
+        # A full reset is reset(env_idx=None), as the runner does to start an evaluation.
+        # AutoReset always names the envs it resets, even when all of them finished on the same
+        # step (or num_envs == 1), and such a reset must not count as a new evaluation.
+        full = env_idx is None
+        hit = full or bool((as_env_index(env_idx, self.num_envs, self.device) == self._first).any())
+        if hit:
+            self._new_episode(full)
+        self._poll()
+        return out
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._closed:
+            return obs, reward, terminated, truncated, info
+        self.steps += 1
+        self._episode_steps += 1
+        clip = self._clip
+        if clip is not None:
+            clip.steps += 1
+            # the only device read-back per step, and only while recording
+            done = bool(terminated[self._first] | truncated[self._first])
+            if self.cfg.overlay:
+                clip.ret = clip.ret + reward[self._index].float()
+            if done or clip.steps % self.steps_per_frame == 0:
+                # the terminal frame is always taken: it is rendered here, before AutoReset
+                # (above us) resets the env and replaces it
+                self._capture(reward, info)
+            if done or (self.length is not None and clip.frames >= self.length):
+                self._end_clip(keep=True)
+        elif self.trigger is Trigger.step and self.steps % int(self.cfg.every) == 0:  # type: ignore[arg-type]
+            self._step_fired_at = self.steps
+            if bool(terminated[self._first] | truncated[self._first]):
+                self._step_pending = True  # a clip of the terminal frame alone is useless
+            else:
+                self._start_clip()
+        self._poll()
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ runner API
+    def record_next_episode(self) -> None:
+        """Records the next episode of the recorded env whatever the trigger says (e.g. the
+        runner arms it before the last iteration so the final episode has a clip)."""
+        self._record_next = True
+
+    def end_clip(self) -> None:
+        """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
+        if self._clip is not None:
+            self._end_clip(keep=True)
+        self._poll()
+
+    def flush(self) -> None:
+        """Waits until every ended clip is on disk and reported through ``on_clip``."""
+        self._encoder.flush()
+        self._poll()
+
+    def close(self) -> None:
+        """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
+        encoder, reports the last clips, closes the env. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._clip is not None:
+                self._end_clip(keep=self.cfg.record_final_episode)
+            self._encoder.close()
+            self._poll()
+        finally:
+            self.env.close()
+
+    @property
+    def recording(self) -> bool:
+        return self._clip is not None
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Counters and schedule, for checkpoints."""
+        return {
+            "version": _STATE_VERSION,
+            "episode": self.episode,
+            "steps": self.steps,
+            "clips_saved": self.clips_saved,
+            "step_pending": self._step_pending,
+            "step_fired_at": self._step_fired_at,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
+        open belongs to the schedule being replaced and is discarded."""
+        missing = {"episode", "steps", "clips_saved"} - set(state)
+        if missing or state.get("version", _STATE_VERSION) != _STATE_VERSION:
+            raise ValueError(f"not a recorder state (version {_STATE_VERSION}): missing {sorted(missing)}")
+        if self._clip is not None:
+            self._end_clip(keep=False)
+        self.episode = int(state["episode"])
+        self.steps = int(state["steps"])
+        self.clips_saved = int(state["clips_saved"])
+        self._step_pending = bool(state.get("step_pending", False))
+        self._step_fired_at = int(state.get("step_fired_at", -1))
+
+    # ------------------------------------------------------------------ internals
+    def _new_episode(self, full_reset: bool) -> None:
+        if self._clip is not None:
+            self._end_clip(keep=True)  # an episode boundary always ends the clip
+        self.episode += 1
+        self._episode_steps = 0
+        fire = episode_fires(self.trigger, self.cfg.every, self.episode, full_reset)
+        if self.trigger is Trigger.step:
+            due = self.steps % int(self.cfg.every) == 0 and self.steps != self._step_fired_at  # type: ignore[arg-type]
+            fire = self._step_pending or due
+        if fire or self._record_next:
+            if self.trigger is Trigger.step:
+                self._step_fired_at = self.steps
+            self._step_pending = self._record_next = False
+            self._start_clip()
+
+    def _start_clip(self) -> None:
+        self._clip = _Clip(episode=self.episode, step=self.steps)
+        if self.cfg.overlay:
+            self._clip.ret = torch.zeros(len(self.env_idx), device=self.device)
+        name = self.cfg.filename or f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
+        job = ClipJob(
+            path=os.path.join(self.video_dir, name),
+            fixed_name=self.cfg.filename is not None,
+            kind=self.kind,
+            episode=self.episode,
+            step=self.steps,
+            fps=self.fps,
+            quality=self.cfg.quality,
+            lossless=self.cfg.lossless,
+            overlay=draw_overlay if self.cfg.overlay else None,
+        )
+        self._encoder.open(job)
+        self._capture(None, None)
+        if self.length is not None and self._clip.frames >= self.length:
+            self._end_clip(keep=True)  # a one-frame clip
+
+    def _capture(self, reward: Optional[torch.Tensor], info: Optional[dict]) -> None:
+        clip = self._clip
+        assert clip is not None
+        frames = self.env.render(self.env_idx)
+        if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[0] != len(self.env_idx) or frames.shape[-1] != 3:
+            raise TypeError(
+                f"{type(self.unwrapped).__name__}.render({self.env_idx}) returned {frames.dtype} "
+                f"{tuple(frames.shape)}; the recorder needs uint8 [{len(self.env_idx)}, H, W, 3]"
+            )
+        meta = None
+        if self.cfg.overlay:
+            success = info.get("success") if info else None
+            meta = FrameMeta(
+                episode=self.episode,
+                episode_step=self._episode_steps,
+                reward=None if reward is None else reward[self._index].float().cpu(),
+                ret=None if reward is None else clip.ret.cpu(),  # type: ignore[union-attr]
+                success=None if success is None else success[self._index].cpu(),
+            )
+        # render() returns an owned copy; on CPU .cpu() is a no-op, on a GPU it is the one copy
+        self._encoder.frame(frames.cpu(), meta)
+        clip.frames += 1
+
+    def _end_clip(self, keep: bool) -> None:
+        self._clip = None
+        self._encoder.end(keep)
+
+    def _poll(self) -> None:
+        """Hands finished clips and encoder errors to the training thread."""
+        for result in self._encoder.results():
+            if isinstance(result, ClipInfo):
+                self.clips_saved += 1
+                log.info("saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames)
+                if self.on_clip is not None:
+                    self.on_clip(result)
+            else:
+                self._report(result)
+
+    def _report(self, message: str) -> None:
+        self.errors.append(message)
+        if self.cfg.on_error == "raise":
+            raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
+        if len(self.errors) == 1:  # once; later failures are only appended to .errors
+            text = (
+                f"{self.key}: {message}. Training goes on without this clip; earlier clips are "
+                f"intact; later encoder errors are collected in Recorder.errors. Set "
+                f"{self.key}.on_error=raise to make this fatal."
+            )
+            log.error(text)
+            warnings.warn(text, RuntimeWarning, stacklevel=3)

@@ -1,0 +1,335 @@
+"""Streaming clip encoder: a background thread feeding one ffmpeg process per clip.
+
+The training thread only puts frames (CPU tensors it already owns) into a bounded queue; this
+thread tiles, overlays, pads and pipes them into ffmpeg (the binary that imageio-ffmpeg ships),
+so no whole clip is ever held in memory. A clip is written to a hidden temporary name in the
+video directory and ``os.replace``'d to its final name once ffmpeg exited cleanly, so whoever
+scans the directory never sees a partial file.
+
+We drive ffmpeg with our own ``subprocess.Popen`` instead of ``imageio_ffmpeg.write_frames``
+because the recorder must notice a failed encode: write_frames neither checks ffmpeg's exit
+status on close (a killed ffmpeg would leave a truncated file that looks finished) nor keeps
+ffmpeg's error output for the message.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Deque, List, Optional, Tuple
+
+import numpy as np
+
+from rlrec.config import ConfigError
+
+
+@dataclass
+class ClipInfo:
+    """A clip that is complete on disk."""
+
+    path: str
+    kind: str  # "train" | "eval"
+    episode: int  # episode index of the recorded env (the first one of a grid)
+    step: int  # env step count (calls of step) of the recorder at the clip's first frame
+    num_frames: int
+    fps: float
+
+
+class EncoderError(RuntimeError):
+    """Encoding a clip failed (ffmpeg could not start, died, or the file could not be written)."""
+
+
+def ensure_video_dir(path: Optional[str], key: str) -> str:
+    """Creates ``path`` and checks that files can be created in it; ConfigError naming ``key``."""
+    if not path:
+        raise ConfigError(f"{key} is not set: the recorder needs a directory for its videos")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".rlrec-probe-"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={path!r} cannot be used as the video directory: {err}") from err
+    return path
+
+
+# ----------------------------------------------------------------------------- frame layout
+
+
+def grid_shape(k: int) -> Tuple[int, int]:
+    """(rows, cols) of the most square grid holding ``k`` tiles, filled row by row."""
+    cols = math.ceil(math.sqrt(k))
+    return math.ceil(k / cols), cols
+
+
+def tile(frames: np.ndarray) -> np.ndarray:
+    """``[k, H, W, 3]`` -> one ``[rows*H, cols*W, 3]`` image; unused tiles stay black."""
+    k, h, w, c = frames.shape
+    if k == 1:
+        return frames[0]
+    rows, cols = grid_shape(k)
+    canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
+    canvas[:k] = frames
+    return canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
+
+
+def pad_even(image: np.ndarray) -> np.ndarray:
+    """H.264 in yuv420p needs even sizes: odd ones get one black row/column bottom/right
+    (padding, never scaling, so pixels stay where they were)."""
+    h, w = image.shape[:2]
+    if h % 2 == 0 and w % 2 == 0:
+        return image
+    return np.pad(image, ((0, h % 2), (0, w % 2), (0, 0)))
+
+
+# ----------------------------------------------------------------------------- ffmpeg process
+
+
+def quality_to_crf(quality: int) -> int:
+    """imageio's 1..10 quality scale mapped to x264's CRF like imageio-ffmpeg does (7 -> 15)."""
+    return int((1 - quality / 10.0) * 51)
+
+
+class FFmpegProcess:
+    """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file."""
+
+    def __init__(self, path: str, width: int, height: int, fps: float, quality: int, lossless: bool):
+        import imageio_ffmpeg
+
+        rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
+        cmd = [
+            imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-nostdin", "-loglevel", "error",
+            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate),
+            "-i", "-", "-an",
+        ]  # fmt: skip
+        if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
+            cmd += ["-c:v", "libx264rgb", "-qp", "0", "-pix_fmt", "rgb24"]
+        else:
+            cmd += ["-c:v", "libx264", "-crf", str(quality_to_crf(quality)), "-pix_fmt", "yuv420p"]
+        cmd += ["-preset", "veryfast", "-f", "mp4", path]
+        self._stderr = tempfile.TemporaryFile()
+        # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
+        # ffmpeg must survive it so that close() can still finish the clip.
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            start_new_session=True,
+        )
+        self.pid = self.proc.pid
+
+    def _error(self, what: str) -> EncoderError:
+        self.proc.poll()
+        self._stderr.seek(0)
+        tail = self._stderr.read()[-2000:].decode(errors="replace").strip()
+        code = self.proc.returncode
+        status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
+        return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
+
+    def write(self, image: np.ndarray) -> None:
+        try:
+            self.proc.stdin.write(memoryview(np.ascontiguousarray(image)).cast("B"))  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError, ValueError) as err:
+            raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
+
+    def finish(self) -> None:
+        """Ends the stream and waits for ffmpeg; raises EncoderError unless it exited with 0."""
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.wait()
+        try:
+            if self.proc.returncode != 0:
+                raise self._error("ffmpeg did not finish the clip")
+        finally:
+            self._stderr.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.wait()
+        self._stderr.close()
+
+
+# ----------------------------------------------------------------------------- encoder thread
+
+
+@dataclass
+class ClipJob:
+    """What the encoder needs to know about one clip."""
+
+    path: str  # final path
+    fixed_name: bool  # True: replace an existing file; False: never overwrite, pick a free name
+    kind: str
+    episode: int
+    step: int
+    fps: float
+    quality: int
+    lossless: bool
+    overlay: Optional[Callable[[np.ndarray, Any], np.ndarray]] = None
+
+
+def _temporary_name(final: str, serial: int) -> str:
+    head, tail = os.path.split(final)
+    return os.path.join(head, f".{tail}.{os.getpid()}-{serial}.part")
+
+
+def _free_name(path: str) -> str:
+    """``path`` or, if taken (a resumed run writing into the same directory), ``stem-1.ext``..."""
+    if not os.path.exists(path):
+        return path
+    stem, ext = os.path.splitext(path)
+    n = 1
+    while os.path.exists(f"{stem}-{n}{ext}"):
+        n += 1
+    return f"{stem}-{n}{ext}"
+
+
+class Encoder:
+    """Background encoding of a sequence of clips, one at a time, from a bounded queue.
+
+    Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
+    ``close()``, ``results()``. A full queue blocks ``frame`` (back-pressure): frames are never
+    dropped. Results (ClipInfo or error message) are collected here and handed to the training
+    thread by ``results()``, so callbacks and warnings never run on this thread.
+    """
+
+    def __init__(self, queue_size: int, name: str = "rlrec-encoder"):
+        self._queue: "queue.Queue[Optional[tuple]]" = queue.Queue(maxsize=queue_size)
+        self._results: Deque[Any] = collections.deque()
+        self._name = name
+        self._thread: Optional[threading.Thread] = None
+        self._serial = 0
+        # encoder-thread state of the clip being written
+        self._job: Optional[ClipJob] = None
+        self._proc: Optional[FFmpegProcess] = None
+        self._tmp: Optional[str] = None
+        self._frames = 0
+        self._failed = False
+        self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
+
+    # -------------------------------------------------------------- training thread
+    def _put(self, item: tuple) -> None:
+        if self._thread is None:  # started on the first clip: an idle recorder has no thread
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._queue.put(item)
+
+    def open(self, job: ClipJob) -> None:
+        self._put(("open", job))
+
+    def frame(self, frames: Any, meta: Any = None) -> None:
+        """``frames``: uint8 ``[k, H, W, 3]`` CPU tensor or array, owned by the encoder from now on."""
+        self._put(("frame", frames, meta))
+
+    def end(self, keep: bool) -> None:
+        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded."""
+        self._put(("end", keep))
+
+    def flush(self) -> None:
+        """Returns once everything queued so far is processed (finished clips are on disk)."""
+        if self._thread is not None:
+            self._queue.join()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def results(self) -> List[Any]:
+        out = []
+        while self._results:
+            out.append(self._results.popleft())
+        return out
+
+    # -------------------------------------------------------------- encoder thread
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    self._discard()
+                    return
+                getattr(self, "_on_" + item[0])(*item[1:])
+            except Exception as err:  # any failure ends this clip only; the next one tries again
+                self._fail(err)
+            finally:
+                self._queue.task_done()
+
+    def _on_open(self, job: ClipJob) -> None:
+        self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
+        self._job, self._frames, self._failed = job, 0, False
+
+    def _on_frame(self, frames: Any, meta: Any) -> None:
+        job = self._job
+        if job is None or self._failed:
+            return
+        array = frames.numpy() if hasattr(frames, "numpy") else np.asarray(frames)
+        if job.overlay is not None:
+            array = job.overlay(array, meta)
+        image = pad_even(tile(array))
+        if self._proc is None:  # the size is known with the first frame
+            self._serial += 1
+            self._tmp = _temporary_name(job.path, self._serial)
+            h, w = image.shape[:2]
+            self._proc = FFmpegProcess(self._tmp, w, h, job.fps, job.quality, job.lossless)
+            self.current_pid = self._proc.pid
+        self._proc.write(image)
+        self._frames += 1
+
+    def _on_end(self, keep: bool) -> None:
+        job, proc, tmp, frames = self._job, self._proc, self._tmp, self._frames
+        self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
+        if job is None or proc is None or self._failed:
+            return
+        if not keep:
+            proc.kill()
+            _remove(tmp)
+            return
+        try:
+            proc.finish()
+            path = job.path if job.fixed_name else _free_name(job.path)
+            os.replace(tmp, path)  # type: ignore[arg-type]
+        except Exception as err:
+            _remove(tmp)
+            self._results.append(_failure(job, err))
+            return
+        self._results.append(ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps))
+
+    def _discard(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            _remove(self._tmp)
+        self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
+
+    def _fail(self, err: Exception) -> None:
+        job = self._job
+        self._discard()
+        self._failed = True  # the rest of this clip's frames are skipped until the next open
+        self._results.append(_failure(job, err))
+
+
+def _failure(job: Optional[ClipJob], err: Exception) -> str:
+    what = f"clip {job.path!r}" if job is not None else "a clip"
+    return f"encoding {what} failed: {type(err).__name__}: {err}"
+
+
+def _remove(path: Optional[str]) -> None:
+    if path:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass

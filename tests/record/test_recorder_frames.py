@@ -1,0 +1,214 @@
+"""What every clip contains: exactly its episode, from the fresh reset frame to the terminal frame.
+
+PointReach frames are a pure function of state and the tests encode losslessly (libx264rgb,
+qp 0), so decoded frames are compared with ``np.array_equal``.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
+from rlrec.config import EvalEnvConfig
+from rlrec.envs.base import AutoReset
+from rlrec.envs.builtin import PointReach
+from rlrec.record.recorder import Recorder
+
+
+def assert_clip_is_episode_prefix(clip, spy):
+    frames, _ = decode(clip.path)
+    episode = np.stack(spy.episodes[clip.episode])
+    assert clip.num_frames == len(frames)
+    assert np.array_equal(frames, episode[: len(frames)])
+    if clip.episode > 0:  # never a frame of the previous episode
+        assert not np.array_equal(frames[0], spy.episodes[clip.episode - 1][-1])
+    return frames, episode
+
+
+@pytest.mark.parametrize("num_envs", [1, 8])
+def test_clips_start_on_reset_frame_through_full_partial_and_auto_resets(tmp_path, num_envs):
+    stack, rec, spy, clips = make_stack(tmp_path, num_envs=num_envs, max_steps=12, trigger="always")
+    gen = torch.Generator().manual_seed(0)
+    stack.reset(seed=0)
+    for evaluation in range(3):
+        for _ in range(15):  # AutoReset restarts env 0 at its terminal step (at 12 or on success)
+            stack.step(random_actions(stack, gen))
+        stack.reset(env_idx=[0])  # partial reset of the recorded env, mid-episode
+        for _ in range(4):
+            stack.step(random_actions(stack, gen))
+        if num_envs > 1:
+            stack.reset(env_idx=[1, 2])  # other envs: not a new episode of the recorded env
+            stack.step(random_actions(stack, gen))
+        stack.reset(seed=evaluation)  # full reset mid-episode: ends the clip, starts the next
+        for _ in range(3):
+            stack.step(random_actions(stack, gen))
+    stack.close()
+    assert [c.episode for c in clips] == list(range(len(spy.episodes)))
+    assert len(clips) >= 10  # 1 + 3 x (autoreset, partial reset, full reset)
+    for clip in clips:
+        frames, episode = assert_clip_is_episode_prefix(clip, spy)
+        assert len(frames) == len(episode)  # whole episode: reset frame + one per step
+
+
+def test_whole_episode_clip_has_T_plus_1_frames_ending_on_terminal_frame(tmp_path):
+    T = 9
+    stack, rec, spy, clips = make_stack(tmp_path, num_envs=3, max_steps=T, trigger="always")
+    stack.reset(seed=1)
+    for _ in range(3 * T):
+        stack.step(zeros(stack))  # zero actions: every episode is truncated at exactly T
+    rec.flush()
+    assert [c.episode for c in clips] == [0, 1, 2]
+    for clip in clips:
+        frames, _ = decode(clip.path)
+        assert len(frames) == T + 1
+        assert np.array_equal(frames[-1], spy.episodes[clip.episode][T])  # terminal state
+        assert (frames[-1][-1] == 235).all()  # its progress bar is full, the reset frame's empty
+        assert not (frames[0][-1] == 235).any()
+    stack.close()
+
+
+def test_terminal_frame_of_a_success_is_last(tmp_path):
+    stack, rec, spy, clips = make_stack(tmp_path, num_envs=2, max_steps=200, trigger="always")
+    env = stack.unwrapped
+    stack.reset(seed=2)
+    for _ in range(200):
+        direction = env.goal - env.pos
+        act = direction / direction.norm(dim=1, keepdim=True).clamp(min=1e-6) - env.vel * 0.5
+        _, _, term, _, info = stack.step(act)
+        if bool(term[0]):
+            break
+    assert bool(term[0])
+    rec.flush()
+    (clip,) = clips
+    frames, episode = assert_clip_is_episode_prefix(clip, spy)
+    assert len(frames) == len(episode)
+    # the last frame shows the agent inside the goal, rendered before AutoReset reset the env
+    assert np.array_equal(frames[-1], episode[-1])
+    stack.close()
+
+
+@pytest.mark.parametrize(
+    "cfg, dt, expect_fps, picks",
+    [
+        (dict(length_frames=5), 0.05, 20.0, [0, 1, 2, 3, 4]),
+        (dict(length_sec=0.3), 0.05, 20.0, [0, 1, 2, 3, 4, 5]),
+        (dict(fps=10), 0.05, 10.0, [0, 2, 4, 6, 8, 10, 11]),  # terminal frame always taken
+        (dict(fps=10, length_frames=3), 0.05, 10.0, [0, 2, 4]),
+        (dict(fps=30), 0.01, 100 / 3, [0, 3, 6, 9, 11]),  # steps_per_frame 3: real fps 33.3
+        (dict(fps=30), 0.1, 10.0, list(range(12))),  # dt * fps > 2: every step, no zero division
+    ],
+)
+def test_lengths_and_cadence(tmp_path, cfg, dt, expect_fps, picks):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=11, dt=dt, trigger="always", **cfg)
+    stack.reset(seed=3)
+    for _ in range(22):
+        stack.step(zeros(stack))
+    stack.close()
+    assert len(clips) == 3  # episodes 0 and 1, and the final one in progress (1 frame)
+    for clip in clips[:2]:
+        frames, fps = decode(clip.path)
+        assert fps == pytest.approx(expect_fps, rel=1e-3) and clip.fps == pytest.approx(expect_fps)
+        assert np.array_equal(frames, np.stack(spy.episodes[clip.episode])[picks])
+
+
+@pytest.mark.parametrize("num_envs", [1, 8])
+@pytest.mark.parametrize("length_frames", [8, None])
+def test_maniskill_scenario_every_eval_clip_starts_on_its_own_reset(tmp_path, num_envs, length_frames):
+    """Eval env, five evaluations with the same eval seed, a clip length that does not divide the
+    episode length (13 steps, 14 frames), evaluation 2 cut short after 3 steps."""
+    cfg = EvalEnvConfig().recorder
+    cfg.lossless, cfg.length_frames = True, length_frames
+    env = PointReach(num_envs, max_episode_steps=13, render_width=32, render_height=32, seed=0)
+    spy = Spy(env)
+    clips = []
+    rec = Recorder(spy, cfg, str(tmp_path), kind="eval", on_clip=clips.append)
+    stack = AutoReset(rec)
+    expected_first = []
+    for evaluation in range(5):
+        stack.reset(seed=1_000_000)  # the runner's full reset with the eval seed
+        expected_first.append(env.render([0])[0].numpy().copy())
+        gen = torch.Generator().manual_seed(evaluation)
+        for _ in range(3 if evaluation == 2 else 20):  # until every eval env finished (13 steps)
+            stack.step(random_actions(stack, gen))
+        rec.flush()
+    stack.close()
+    assert [c.kind for c in clips] == ["eval"] * 5  # one clip per evaluation, nothing else
+    for evaluation, clip in enumerate(clips):
+        frames, episode = assert_clip_is_episode_prefix(clip, spy)
+        assert np.array_equal(frames[0], expected_first[evaluation])
+        if evaluation == 2:
+            assert len(frames) == 4  # cut short: ended by the next evaluation's full reset
+        elif length_frames is None:
+            assert len(frames) == len(episode)
+        else:
+            assert len(frames) == min(length_frames, len(episode))
+    assert all("eval-" in c.path for c in clips)
+    assert clips == sorted(clips, key=lambda c: c.path)  # names sort chronologically
+
+
+def test_grid_tiles_envs_and_counts_episodes_on_the_first(tmp_path):
+    stack, rec, spy, clips = make_stack(
+        tmp_path, num_envs=4, max_steps=6, trigger="always", env_idx=[1, 2, 3], watch=1
+    )
+    env = stack.unwrapped
+    stack.reset(seed=4)
+    first = env.render([1, 2, 3]).numpy()
+    stack.reset(env_idx=[2])  # not the first recorded env: the clip goes on
+    after = env.render([1, 2, 3]).numpy()
+    for _ in range(6):
+        stack.step(zeros(stack))
+    stack.close()
+    assert [c.episode for c in clips] == [0, 1]
+    frames, _ = decode(clips[0].path)
+    assert frames.shape == (7, 64, 64, 3)  # 2x2 grid of 32x32 tiles; reset frame + 6 steps
+    assert np.array_equal(frames[0, :32, :32], first[0])
+    assert np.array_equal(frames[0, :32, 32:], first[1])
+    assert np.array_equal(frames[0, 32:, :32], first[2])
+    assert (frames[:, 32:, 32:] == 0).all()  # the unused tile
+    assert np.array_equal(frames[-1, :32, :32], spy.episodes[0][-1])  # terminal frame of env 1
+    assert not np.array_equal(first[1], after[1])  # env 2 was reset, yet the clip went on
+
+
+def test_odd_frame_sizes_are_padded_not_scaled(tmp_path):
+    env = PointReach(1, max_episode_steps=4, render_width=33, render_height=31, seed=0)
+    clips = []
+    stack = AutoReset(Recorder(env, rec_cfg(trigger="always"), str(tmp_path), on_clip=clips.append))
+    stack.reset(seed=0)
+    first = env.render([0])[0].numpy()
+    for _ in range(4):
+        stack.step(zeros(stack))
+    stack.close()
+    frames, _ = decode(clips[0].path)
+    assert frames.shape == (5, 32, 34, 3)
+    assert np.array_equal(frames[0, :31, :33], first)
+    assert (frames[:, 31:] == 0).all() and (frames[:, :, 33:] == 0).all()
+
+
+def test_overlay_draws_text_only_in_the_corner(tmp_path):
+    stack, rec, spy, clips = make_stack(tmp_path, size=96, max_steps=5, trigger="always", overlay=True)
+    stack.reset(seed=5)
+    for _ in range(5):
+        stack.step(zeros(stack))
+    stack.close()
+    frames, _ = decode(clips[0].path)
+    episode = np.stack(spy.episodes[0])
+    assert len(frames) == 6
+    assert not np.array_equal(frames[:, :20, :40], episode[:, :20, :40])  # the text
+    assert np.array_equal(frames[:, 60:], episode[:, 60:])  # the rest untouched
+
+
+def test_default_encoding_keeps_frames_within_tolerance(tmp_path):
+    """The default (yuv420p, crf 15, playable everywhere) is lossy: 4:2:0 chroma smears the
+    colour edges of the discs. Tolerance: mean absolute error <= 3 per channel (measured ~1.2-1.7),
+    far below the difference between a reset frame and a terminal frame."""
+    stack, rec, spy, clips = make_stack(tmp_path, size=64, max_steps=20, trigger="always", lossless=False)
+    stack.reset(seed=6)
+    for _ in range(20):
+        stack.step(zeros(stack))
+    rec.flush()
+    frames, _ = decode(clips[0].path)
+    episode = np.stack(spy.episodes[0]).astype(int)
+    err = np.abs(frames.astype(int) - episode).mean(axis=(1, 2, 3))
+    assert len(frames) == 21 and (err <= 3).all()
+    assert np.abs(frames[0].astype(int) - episode[-1]).mean() > 2 * err[0]
+    stack.close()
