@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -289,4 +288,3 @@ class Recorder(EnvWrapper):
                 f"{self.key}.on_error=raise to make this fatal."
             )
             log.error(text)
-            warnings.warn(text, RuntimeWarning, stacklevel=3)

@@ -128,7 +128,8 @@ class FFmpegProcess:
     def _error(self, what: str) -> EncoderError:
         self.proc.poll()
         self._stderr.seek(0)
-        tail = self._stderr.read()[-2000:].decode(errors="replace").strip()
+        lines = self._stderr.read()[-4000:].decode(errors="replace").strip().splitlines()
+        tail = "; ".join(line.strip() for line in lines[-3:] if line.strip())
         code = self.proc.returncode
         status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
@@ -267,6 +268,7 @@ class Encoder:
             except Exception as err:  # any failure ends this clip only; the next one tries again
                 self._fail(err)
             finally:
+                # never let this thread die: the training thread would block on a full queue
                 self._queue.task_done()
 
     def _on_open(self, job: ClipJob) -> None:
@@ -310,10 +312,14 @@ class Encoder:
         self._results.append(ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps))
 
     def _discard(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            _remove(self._tmp)
+        proc, tmp = self._proc, self._tmp
         self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
+        if proc is not None:
+            try:
+                proc.kill()
+            except Exception:  # best effort: the clip is lost anyway
+                pass
+            _remove(tmp)
 
     def _fail(self, err: Exception) -> None:
         job = self._job
@@ -331,5 +337,5 @@ def _remove(path: Optional[str]) -> None:
     if path:
         try:
             os.remove(path)
-        except FileNotFoundError:
+        except OSError:  # already gone, or its directory is
             pass

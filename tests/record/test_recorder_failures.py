@@ -1,0 +1,199 @@
+"""Encoder failures, close/final clips, file naming, and bad input."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from recutil import decode, listing, make_stack, rec_cfg, zeros
+from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.envs.builtin import PointReach
+from rlrec.record.recorder import Recorder, RecorderError
+
+
+def recorder_errors(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "rlrec.record.recorder" and r.levelname == "ERROR"]
+
+
+def test_unwritable_directory_training_goes_on_reported_once(tmp_path, caplog):
+    video_dir = tmp_path / "videos"
+    stack, rec, spy, clips = make_stack(video_dir, max_steps=4, trigger="always")
+    stack.reset(seed=0)
+    for _ in range(4):
+        stack.step(zeros(stack))  # episode 0: a good clip
+    rec.flush()
+    assert len(clips) == 1
+    # the directory disappears under the run (a file now sits at its path)
+    kept = tmp_path / "kept"
+    os.rename(video_dir, kept)
+    video_dir.write_text("not a directory")
+    for _ in range(12):  # three more episodes, all failing
+        stack.step(zeros(stack))
+    rec.flush()
+    assert len(clips) == 1 and len(rec.errors) == 3
+    assert len(recorder_errors(caplog)) == 1  # reported once
+    message = recorder_errors(caplog)[0]
+    assert "encoding clip" in message and "on_error=raise" in message and "Not a directory" in message
+    frames, _ = decode(str(kept / os.path.basename(clips[0].path)))  # the earlier clip is intact
+    assert np.array_equal(frames, np.stack(spy.episodes[0]))
+    stack.close()
+
+
+def wait_for_ffmpeg(rec):
+    for _ in range(200):
+        rec._encoder.flush()
+        if rec._encoder.current_pid is not None:
+            return rec._encoder.current_pid
+        time.sleep(0.01)
+    raise AssertionError("ffmpeg did not start")
+
+
+def test_killed_ffmpeg_drops_that_clip_only(tmp_path, caplog):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=30, trigger="always")
+    stack.reset(seed=0)
+    for _ in range(30):
+        stack.step(zeros(stack))
+    stack.step(zeros(stack))  # episode 1 is being recorded
+    os.kill(wait_for_ffmpeg(rec), signal.SIGKILL)
+    for _ in range(29 + 30):  # the rest of episode 1, then episode 2
+        stack.step(zeros(stack))
+    rec.flush()
+    assert len(recorder_errors(caplog)) == 1 and len(rec.errors) == 1
+    assert "ffmpeg" in rec.errors[0]
+    assert [c.episode for c in clips] == [0, 2]  # training went on, the next clip is whole
+    for clip in clips:
+        frames, _ = decode(clip.path)
+        assert np.array_equal(frames, np.stack(spy.episodes[clip.episode]))
+    stack.close()
+    assert not [n for n in listing(tmp_path) if n.endswith(".part")]  # no temporary file left
+
+
+def test_on_error_raise_is_fatal(tmp_path):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=30, trigger="always", on_error="raise")
+    stack.reset(seed=0)
+    stack.step(zeros(stack))
+    os.kill(wait_for_ffmpeg(rec), signal.SIGKILL)
+    with pytest.raises(RecorderError, match="on_error=raise"):
+        for _ in range(60):
+            stack.step(zeros(stack))
+        rec.flush()
+    stack.close()
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_close_saves_or_drops_the_episode_in_progress_and_is_idempotent(tmp_path, final):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=50, trigger="always", record_final_episode=final)
+    stack.reset(seed=0)
+    for _ in range(7):
+        stack.step(zeros(stack))
+    names_while_recording = [n for n in listing(tmp_path) if not n.startswith(".")]
+    stack.close()
+    stack.close()
+    rec.close()
+    assert names_while_recording == []  # the clip in progress is only a hidden temporary file
+    assert [n for n in listing(tmp_path) if not n.endswith(".mp4")] == []
+    if final:
+        (clip,) = clips
+        frames, _ = decode(clip.path)
+        assert np.array_equal(frames, np.stack(spy.episodes[0]))  # 8 frames: all there were
+    else:
+        assert clips == [] and listing(tmp_path) == []
+
+
+def test_record_next_episode_and_end_clip(tmp_path):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=5, trigger="cubic")
+    stack.reset(seed=0)
+    for _ in range(5 * 4):
+        stack.step(zeros(stack))  # episodes 0..3 (clips of 0 and 1); episode 4 has just begun
+    rec.record_next_episode()  # episode 5, although not on the schedule
+    for _ in range(5 + 2):
+        stack.step(zeros(stack))
+    assert rec.recording
+    rec.end_clip()  # e.g. an evaluation stopped early: the clip is saved now, not at the next reset
+    rec.flush()
+    assert [(c.episode, c.num_frames) for c in clips] == [(0, 6), (1, 6), (5, 3)]
+    frames, _ = decode(clips[-1].path)
+    assert np.array_equal(frames, np.stack(spy.episodes[5]))
+    stack.close()
+
+
+def test_fixed_filename_is_replaced_atomically(tmp_path):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=3, trigger="always", filename="latest.mp4")
+    stack.reset(seed=0)
+    for _ in range(9):
+        stack.step(zeros(stack))
+    stack.close()
+    assert listing(tmp_path) == ["latest.mp4"]
+    assert len(clips) == 4 and {c.path for c in clips} == {str(tmp_path / "latest.mp4")}
+    frames, _ = decode(str(tmp_path / "latest.mp4"))
+    assert np.array_equal(frames, np.stack(spy.episodes[-1]))  # the last clip
+
+
+def make_rec(tmp_path, num_envs=4, **kw):
+    env = PointReach(num_envs, render_width=16, render_height=16)
+    return Recorder(env, RecorderConfig(**kw), str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "kw, key",
+    [
+        (dict(trigger="sometimes"), "recorder.trigger"),
+        (dict(trigger=Trigger.cubic, every=5), "recorder.every"),  # two triggers
+        (dict(trigger=Trigger.always, every=5), "recorder.every"),
+        (dict(trigger=Trigger.episode), "recorder.every"),
+        (dict(trigger=Trigger.step, every=0), "recorder.every"),
+        (dict(length_frames=0), "recorder.length_frames"),
+        (dict(length_sec=-1.0), "recorder.length_sec"),
+        (dict(length_sec=1.0, length_frames=3), "recorder.length_frames"),
+        (dict(fps=0), "recorder.fps"),
+        (dict(env_idx=[4]), "recorder.env_idx"),
+        (dict(env_idx=[]), "recorder.env_idx"),
+        (dict(env_idx=[1, 1]), "recorder.env_idx"),
+        (dict(queue_size=0), "recorder.queue_size"),
+        (dict(quality=11), "recorder.quality"),
+        (dict(on_error="ignore"), "recorder.on_error"),
+        (dict(filename="a/b.mp4"), "recorder.filename"),
+    ],
+)
+def test_bad_input_names_the_key_before_any_work(tmp_path, kw, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        make_rec(tmp_path / "videos", **kw)
+    assert not (tmp_path / "videos").exists()  # nothing was created
+
+
+def test_bad_input_messages_list_allowed_values(tmp_path):
+    with pytest.raises(ConfigError, match="cubic, episode, step, always, eval, none"):
+        validate_recorder(RecorderConfig(trigger="sometimes"), "eval_env.recorder", 8)
+    with pytest.raises(ConfigError, match=r"eval_env\.recorder\.env_idx=\[8\].*\[0, 7\]"):
+        validate_recorder(RecorderConfig(env_idx=[8]), "eval_env.recorder", 8)
+
+
+def test_video_dir_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match=r"recorder\.dir"):
+        make_rec(tmp_path, dir=str(blocker / "videos"))
+    with pytest.raises(ConfigError, match=r"recorder\.dir='.*file/videos'"):
+        validate_recorder(RecorderConfig(dir=str(blocker / "videos")), "recorder", 4)
+    env = PointReach(2, render_width=16, render_height=16)
+    with pytest.raises(ConfigError, match=r"eval_env\.recorder\.dir"):
+        Recorder(env, RecorderConfig(), str(blocker / "videos"), kind="eval")
+    with pytest.raises(ConfigError, match="needs a directory"):
+        Recorder(env, RecorderConfig(), None)
+
+
+def test_hydra_rejects_unknown_trigger():
+    from hydra import compose, initialize_config_dir
+
+    from rlrec.config import register_configs
+
+    register_configs()
+    conf = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
+    with initialize_config_dir(config_dir=os.path.abspath(conf), version_base="1.3"):
+        with pytest.raises(Exception, match="recorder.trigger"):
+            compose(config_name="config", overrides=["recorder.trigger=sometimes"])
+        cfg = compose(config_name="config", overrides=["recorder.trigger=step", "recorder.every=100"])
+        assert cfg.recorder.trigger == Trigger.step
+        assert cfg.eval_env.recorder.trigger == Trigger.eval
