@@ -1,0 +1,318 @@
+"""``env=genesis``: a batched Genesis scene behind rlrec's :class:`EnvAdapter` interface.
+
+A Genesis env is a *task class* (``env._target_``) that follows :class:`GenesisTask`; the
+adapter builds it, seeds its resets, adds the time limit, turns its tensors into owned tensors on
+rlrec's device and renders its camera (``env.camera_attr``) so that every frame shows the current
+state. The adapter never resets on its own: rlrec's ``AutoReset`` does that above the recorder.
+
+Genesis facts this module relies on (1.4.5, see docs/genesis.md):
+
+- ``gs.init`` may run once per process (a second call raises), so :func:`init_genesis` calls it
+  once and reuses it for every later scene (sequential sweeps in one process).
+- The rasterizer draws from a cache that is refreshed only after ``scene.step``: after a reset or
+  any pose write without a step, ``camera.render()`` returns the old image. The adapter therefore
+  always renders with ``force_render=True``.
+- ``VisOptions(split_envs=True)`` makes a camera return one image per rendered env
+  ``[len(rendered_envs_idx), H, W, 3]``; otherwise it returns one image of the env it is bound to.
+- Headless OpenGL needs ``PYOPENGL_PLATFORM`` (``egl`` or ``osmesa``) set before genesis is imported.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib
+import os
+from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlrec.config import ConfigError
+from rlrec.envs.base import EnvAdapter, EnvIdx, Info, as_env_index
+
+INSTALL_HINT = "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs EGL/OSMesa)"
+
+
+@runtime_checkable
+class GenesisTask(Protocol):
+    """What a Genesis env class must provide to be used as ``env._target_``.
+
+    Construction is split in two so that configuration errors surface before Genesis compiles:
+
+    - ``__init__(num_envs, render_width, render_height, **env.kwargs)`` creates the ``gs.Scene``,
+      its entities and the camera (cheap, nothing compiled yet);
+    - ``build()`` calls ``scene.build(n_envs=num_envs, ...)`` (compiles on first use).
+
+    Attributes: ``scene``; ``dt`` (seconds of simulated time per env step); the observation and
+    action sizes, either ``num_observations`` / ``num_actions`` (actions then live in [-1, 1]) or
+    single-env gymnasium spaces ``observation_space`` / ``action_space``; optionally
+    ``max_episode_steps``; and a Genesis camera under the name given by ``env.camera_attr``
+    (default ``camera``). For one image per env, build the scene with
+    ``VisOptions(split_envs=True)``.
+
+    Methods (tensors on Genesis's device, batched over all envs):
+
+    - ``reset_idx(env_idx, generator)``: reset the envs ``env_idx`` (long tensor), drawing every
+      random number from ``generator`` (a ``torch.Generator``) so that seeded resets repeat.
+    - ``get_observations() -> obs[num_envs, num_observations]``
+    - ``step(actions) -> (obs, reward, terminated, info)``: apply actions, advance the scene,
+      never reset. ``info`` holds tensors batched over envs, e.g. ``info["success"]`` (bool).
+    """
+
+    scene: Any
+    dt: float
+
+    def build(self) -> None: ...
+
+    def reset_idx(self, env_idx: torch.Tensor, generator: torch.Generator) -> None: ...
+
+    def get_observations(self) -> torch.Tensor: ...
+
+    def step(self, actions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]: ...
+
+
+# --------------------------------------------------------------------------- Genesis process state
+
+
+def _set_gl_platform() -> None:
+    """Chooses headless OpenGL for pyrender before genesis imports it; a user's setting wins."""
+    if "PYOPENGL_PLATFORM" in os.environ:
+        return
+    if ctypes.util.find_library("EGL"):
+        os.environ["PYOPENGL_PLATFORM"] = "egl"
+    elif ctypes.util.find_library("OSMesa"):
+        os.environ["PYOPENGL_PLATFORM"] = "osmesa"
+    # else: leave Genesis's own default; rendering will report what is missing
+
+
+def import_genesis():
+    """``import genesis`` with headless GL set up, or a ConfigError saying how to install it."""
+    _set_gl_platform()
+    try:
+        import genesis as gs
+    except ImportError as e:
+        raise ConfigError(
+            f"env=genesis needs the genesis extra (genesis-world), which cannot be imported ({e}): {INSTALL_HINT}"
+        ) from e
+    return gs
+
+
+def init_genesis(sim_name: str):
+    """Initialises Genesis once per process for ``sim=cpu`` (gs.cpu) or ``sim=gpu`` (gs.gpu).
+
+    Later calls reuse the first initialisation; asking for the other backend in the same process
+    is an error, because Genesis cannot be initialised twice.
+    """
+    gs = import_genesis()
+    want_cpu = sim_name != "gpu"
+    if gs._initialized:  # by an earlier adapter, or by the user's own code
+        is_cpu = gs.backend == gs.cpu
+        if is_cpu != want_cpu:
+            raise ConfigError(
+                f"sim={sim_name} asks for Genesis backend {'cpu' if want_cpu else 'gpu'}, but Genesis is "
+                f"already initialised with backend {gs.backend} in this process and gs.init may run only "
+                "once: run this config in a new process"
+            )
+        return gs
+    gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
+    return gs
+
+
+# --------------------------------------------------------------------------- building the task
+
+
+def _load_target(target: str):
+    module_name, _, cls_name = target.rpartition(".")
+    if not module_name:
+        raise ConfigError(f"env._target_={target!r} is invalid: give a dotted path such as my_module.MyEnv")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"env._target_={target!r}: module {module_name!r} cannot be imported ({e})") from e
+    if not hasattr(module, cls_name):
+        raise ConfigError(f"env._target_={target!r}: module {module_name!r} has no attribute {cls_name!r}")
+    return getattr(module, cls_name)
+
+
+def _spaces(task, target: str) -> Tuple[gym.Space, gym.Space]:
+    obs_space = getattr(task, "observation_space", None)
+    act_space = getattr(task, "action_space", None)
+    if isinstance(obs_space, gym.Space) and isinstance(act_space, gym.Space):
+        return obs_space, act_space
+    n_obs, n_act = getattr(task, "num_observations", None), getattr(task, "num_actions", None)
+    if not isinstance(n_obs, int) or not isinstance(n_act, int):
+        raise ConfigError(
+            f"env._target_={target!r} must define num_observations and num_actions (ints) or "
+            "observation_space and action_space (gymnasium spaces)"
+        )
+    obs = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float32)
+    return obs, gym.spaces.Box(-1.0, 1.0, (n_act,), np.float32)
+
+
+def _camera(task, camera_attr: Optional[str], target: str, gs):
+    """The task's camera named by ``env.camera_attr`` (None: rendering disabled)."""
+    if camera_attr is None:
+        return None
+    from genesis.vis.camera import Camera
+
+    cam = getattr(task, camera_attr, None)
+    if isinstance(cam, Camera):
+        return cam
+    names = sorted(n for n in vars(task) if not n.startswith("_"))
+    cams = [n for n in names if isinstance(getattr(task, n, None), Camera)]
+    if cam is None:
+        what = f"has no attribute {camera_attr!r}"
+    else:
+        what = f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
+    found = f"its cameras: {', '.join(cams)}" if cams else f"it has no camera; attributes: {', '.join(names)}"
+    raise ConfigError(
+        f"env.camera_attr={camera_attr!r} is invalid: {target} {what} ({found}). Set env.camera_attr to the "
+        "attribute holding the camera, or env.camera_attr=null to run without rendering"
+    )
+
+
+class GenesisAdapter(EnvAdapter):
+    """A built :class:`GenesisTask` as an :class:`EnvAdapter` (no autoreset, time limit here)."""
+
+    def __init__(
+        self,
+        task,
+        camera,
+        num_envs: int,
+        device: torch.device,
+        max_episode_steps: Optional[int],
+        seed: Optional[int],
+        target: str = "",
+        camera_attr: Optional[str] = "camera",
+    ):
+        self.task = task
+        self.camera = camera
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.dt = float(task.dt)
+        self.max_episode_steps = max_episode_steps
+        self.single_observation_space, self.single_action_space = _spaces(task, target)
+        self._target, self._camera_attr = target, camera_attr
+        self._closed = False
+        import genesis as gs
+
+        gs_device = torch.device(gs.device)
+        self._sim_device = gs_device
+        self._gen = torch.Generator(device=gs_device)
+        self._gen.manual_seed(0 if seed is None else int(seed))
+        self._t = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self._box = isinstance(self.single_action_space, gym.spaces.Box)
+        if self._box:
+            sp = self.single_action_space
+            self._low = torch.as_tensor(sp.low, dtype=torch.float32, device=gs_device)
+            self._high = torch.as_tensor(sp.high, dtype=torch.float32, device=gs_device)
+        self._rows = self._render_rows() if camera is not None else {}
+
+    def _render_rows(self) -> Dict[int, Optional[int]]:
+        """env index -> row of the camera's output (None: the camera returns a single image)."""
+        vis = self.task.scene.options.vis
+        if vis.split_envs:
+            rendered = list(range(self.num_envs)) if vis.rendered_envs_idx is None else list(vis.rendered_envs_idx)
+            return {int(e): row for row, e in enumerate(rendered)}
+        return {int(self.camera.env_idx or 0): None}
+
+    # ------------------------------------------------------------------ episodes
+    def _out(self, x: torch.Tensor, dtype=None) -> torch.Tensor:
+        # an owned tensor on rlrec's device (Genesis may hand out views of its state buffers)
+        x = torch.as_tensor(x).as_subclass(torch.Tensor)
+        return x.to(device=self.device, dtype=dtype, copy=True)
+
+    def _info(self, info: Info) -> Info:
+        out: Info = {}
+        for k, v in (info or {}).items():
+            if isinstance(v, torch.Tensor):
+                out[k] = self._out(v)
+            elif isinstance(v, dict):
+                out[k] = self._info(v)
+            else:
+                out[k] = v
+        return out
+
+    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None) -> Tuple[torch.Tensor, Info]:
+        if seed is not None:
+            self._gen.manual_seed(int(seed))
+        idx = as_env_index(env_idx, self.num_envs, self._sim_device)
+        if idx.numel():
+            self.task.reset_idx(idx, self._gen)
+            self._t[idx.to(self.device)] = 0
+        obs = self._out(self.task.get_observations(), torch.float32)
+        return obs, {}
+
+    def step(self, action: torch.Tensor):
+        action = torch.as_tensor(action).to(self._sim_device)
+        if self._box:
+            action = torch.clamp(action.float(), self._low, self._high)
+        obs, reward, terminated, info = self.task.step(action)
+        self._t += 1
+        terminated = self._out(terminated, torch.bool)
+        if self.max_episode_steps is None:
+            truncated = torch.zeros_like(terminated)
+        else:
+            truncated = (self._t >= self.max_episode_steps) & ~terminated
+        return self._out(obs, torch.float32), self._out(reward, torch.float32), terminated, truncated, self._info(info)
+
+    # ------------------------------------------------------------------ frames
+    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+        if self.camera is None:
+            raise ConfigError(
+                "env.camera_attr=null: this Genesis env has no camera to render; set env.camera_attr, or "
+                "turn recording off (recorder.enabled=false, eval_env.recorder.enabled=false)"
+            )
+        envs = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
+        missing = [e for e in envs if e not in self._rows]
+        if missing:
+            raise ConfigError(
+                f"env {missing} cannot be rendered: camera {self._camera_attr!r} of {self._target} draws envs "
+                f"{sorted(self._rows)} only. Build the scene with gs.options.VisOptions(split_envs=True) and "
+                "rendered_envs_idx covering the recorded envs (recorder.env_idx)"
+            )
+        # force_render: after a reset or pose write without a step, Genesis would return its old image
+        rgb = self.camera.render(rgb=True, force_render=True)[0]
+        rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.asarray(rgb))
+        rgb = rgb.as_subclass(torch.Tensor)
+        if rgb.ndim == 3:  # a single image of the camera's env
+            frames = rgb[None].expand(len(envs), *rgb.shape)
+        else:
+            frames = rgb[[self._rows[e] for e in envs]]
+        return frames[..., :3].to(device=self.device, dtype=torch.uint8, copy=True).contiguous()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        scene = getattr(self.task, "scene", None)
+        self.task = self.camera = None
+        if scene is not None:
+            scene.destroy()
+
+
+def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None) -> GenesisAdapter:
+    """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
+    target = env_cfg._target_
+    import_genesis()
+    cls = _load_target(target)
+    gs = init_genesis(sim.name)
+    kwargs = dict(env_cfg.kwargs or {})
+    task = cls(num_envs=num_envs, render_width=env_cfg.render_width, render_height=env_cfg.render_height, **kwargs)
+    missing = [m for m in ("build", "reset_idx", "get_observations", "step") if not callable(getattr(task, m, None))]
+    missing += [a for a in ("scene", "dt") if getattr(task, a, None) is None]
+    if missing:
+        raise ConfigError(
+            f"env._target_={target!r} does not follow the GenesisTask protocol (rlrec.envs.genesis): "
+            f"missing {', '.join(missing)}"
+        )
+    camera = _camera(task, env_cfg.camera_attr, target, gs)
+    _spaces(task, target)  # fail before compiling
+    task.build()
+    limit = env_cfg.max_episode_steps
+    if limit is None:
+        limit = getattr(task, "max_episode_steps", None)
+    return GenesisAdapter(
+        task, camera, num_envs, device, limit, seed, target=target, camera_attr=env_cfg.camera_attr
+    )

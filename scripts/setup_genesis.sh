@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what env=genesis needs: headless OpenGL libraries (EGL, with OSMesa as a fallback) from
+# Debian, and rlrec's `genesis` extra (genesis-world) under the CPU torch constraint.
+# Idempotent and fast once installed: each step is skipped when its result is already there.
+#
+# First use compiles Genesis's kernels (about 100 s on 2 CPU cores); the compiled kernels are cached
+# under ~/.cache (Genesis/Quadrants defaults), so keep that directory within one CI run (or cache it
+# between runs) and the later scenes build in a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+
+need_apt=()
+for lib in libEGL.so.1 libOSMesa.so.8 libGL.so.1; do
+  ldconfig -p | grep -q "$lib" || need_apt+=("$lib")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6 libglu1-mesa >/dev/null
+  else
+    echo "setup_genesis.sh: missing ${need_apt[*]} and no apt-get: install EGL or OSMesa yourself" >&2
+  fi
+fi
+
+if ! "$PY" -c "import importlib.metadata as m; m.version('genesis-world')" 2>/dev/null; then
+  "$PY" -m pip install -q -c scripts/constraints.txt -e ".[genesis]"
+fi
