@@ -78,7 +78,7 @@ class GenesisEnvConfig(EnvConfig):
 
     name: str = "genesis"
     _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"
-    camera_attr: str = "camera"
+    camera_attr: Optional[str] = "camera"  # None: no camera (recording must be off)
     kwargs: Any = field(default_factory=dict)
 
 
