@@ -11,6 +11,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from rlrec.config import register_configs
+from rlrec.preflight import check_argv
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -22,11 +23,18 @@ register_configs()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
-def main(cfg: DictConfig) -> Optional[float]:
+def _hydra_main(cfg: DictConfig) -> Optional[float]:
     """Trains (or evaluates) and returns the final eval return, for sweepers such as Optuna."""
     from rlrec.runner import run_from_hydra
 
     return run_from_hydra(cfg)
+
+
+def main() -> None:
+    """Checks the command line for launcher/sweeper plugins that are not installed (naming the
+    extra), then hands over to Hydra."""
+    check_argv()
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rlrec import checkpoint as ckpt
+from rlrec import preempt
 from rlrec.config import Config, ConfigError, to_container, to_dataclass
 from rlrec.envs.base import AutoReset, env_state, load_env_state
 from rlrec.envs.factory import make_env_stack, resolve_device
@@ -28,7 +29,8 @@ from rlrec.ppo.storage import RolloutStorage
 
 
 class _StopRequested:
-    """SIGTERM/SIGINT set a flag the loop checks every env step; a second SIGINT interrupts."""
+    """SIGTERM/SIGINT (and submitit's preemption signal in a submitit job) set a flag the loop
+    checks every env step; a second SIGINT interrupts."""
 
     def __init__(self):
         self.signum: Optional[int] = None
@@ -43,7 +45,7 @@ class _StopRequested:
         self.signum = signum
 
     def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in preempt.stop_signals():
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (some launchers): the default handlers stay
@@ -102,6 +104,7 @@ class Runner:
         if cfg.checkpoint is not None:
             return ckpt.load(cfg.checkpoint)
         if cfg.resume == "auto":
+            preempt.remove_stale_temporaries(self.run_dir)  # what a killed run left half-written
             path = ckpt.newest(self.run_dir / "checkpoints")
             return ckpt.load(path, key="resume") if path is not None else None
         if cfg.eval_only:
@@ -379,10 +382,12 @@ def run_from_hydra(cfg) -> Optional[float]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         config = to_dataclass(cfg)
+        preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
         runner = Runner(config, run_dir)
     except ConfigError as exc:
         _remove_if_empty(run_dir)
         print(f"rlrec: config error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     result = runner.run()
+    preempt.requeue_if_preempted(runner.stop.signum)  # submitit requeues the job and exits
     return result.get("eval/return")

@@ -1,0 +1,108 @@
+"""Checks that run before Hydra does any work: launcher/sweeper extras, a writable output dir.
+
+Both failures print ``rlrec: config error: ...`` naming the key and exit with status 2, like every
+other config error, and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from rlrec.config import ConfigError
+
+# Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
+# conf/hydra/launcher/slurm.yaml builds on submitit_slurm, so it needs the same extra.
+PLUGINS: Dict[str, Dict[str, Tuple[str, str]]] = {
+    "hydra/launcher": {
+        "joblib": ("hydra_plugins.hydra_joblib_launcher", "launchers"),
+        "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+        "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+        "slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+        "ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
+    },
+    "hydra/sweeper": {
+        "optuna": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
+        "lr_search": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
+    },
+}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing or broken
+        return False
+
+
+def check_plugin_extras(overrides: Iterable[str]) -> None:
+    """ConfigError naming the override and the extra to install when a launcher/sweeper plugin
+    chosen on the command line is not installed (Hydra alone would only say it is not found)."""
+    for item in overrides:
+        key, sep, value = item.lstrip("+").partition("=")
+        if not sep or key not in PLUGINS or value not in PLUGINS[key]:
+            continue
+        module, extra = PLUGINS[key][value]
+        if not _installed(module):
+            raise ConfigError(
+                f"{key}={value} needs the '{extra}' extra, which is not installed ({module} is missing): "
+                f"pip install 'rlrec[{extra}]' (or pip install -e '.[{extra}]' in a checkout)"
+            )
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_writable(path: str, key: str) -> None:
+    """ConfigError naming ``key`` unless ``path`` is (or can be created as) a writable directory.
+    Probes with a temporary file in the nearest existing ancestor, so nothing is left behind."""
+    target = Path(path).absolute()
+    base = _nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigError(f"{key}={path} cannot be used as the output dir: {base} is not a directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=base, prefix=".rlrec-probe-"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={path} cannot be used as the output dir: {base} is not writable ({err})") from err
+
+
+def _fail(err: ConfigError) -> None:
+    print(f"rlrec: config error: {err}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def check_argv(argv: Optional[Iterable[str]] = None) -> None:
+    """Entry-point check of the command line (before Hydra composes anything)."""
+    try:
+        check_plugin_extras(sys.argv[1:] if argv is None else argv)
+    except ConfigError as err:
+        _fail(err)
+
+
+class OutputDirCheck(Callback):
+    """Hydra callback: fails before the run (or sweep) dir is created when it cannot be written."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def _check(config: DictConfig, key: str) -> None:
+        try:
+            check_writable(str(OmegaConf.select(config, key)), key)
+        except ConfigError as err:
+            _fail(err)
+
