@@ -209,7 +209,7 @@ class Config:
     resume: Optional[str] = None  # "auto": newest checkpoint of this run dir
     eval_only: bool = False
     checkpoint_every: int = 20  # iterations between periodic checkpoints
-    torch_threads: Optional[int] = None
+    torch_threads: Optional[int] = 1  # null: torch's default (all cores)
     deterministic_torch: bool = False
 
 

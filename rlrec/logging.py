@@ -125,13 +125,14 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
 def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, max_frames: int = 150) -> None:
     """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
     without needing moviepy). Long clips are subsampled to ``max_frames``."""
-    import imageio.v2 as imageio
+    import imageio_ffmpeg
     import numpy as np
     from PIL import Image
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    with imageio.get_reader(path, format="FFMPEG") as reader:
-        frames = np.stack(list(reader))
+    decoded = imageio_ffmpeg.read_frames(path)
+    w, h = next(decoded)["size"]
+    frames = np.stack([np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in decoded])
     stride = max(1, math.ceil(len(frames) / max_frames))
     images = [Image.fromarray(f) for f in frames[::stride]]
     buf = io.BytesIO()
