@@ -110,7 +110,21 @@ def test_train_py_subprocess_output_layout(tmp_path):
     assert "eval return" in proc.stdout and str(run_dir) in proc.stdout
     for p in (".hydra/config.yaml", "metrics.jsonl", "checkpoints/last.pt"):
         assert (run_dir / p).exists(), p
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    events = list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert events
+    # every saved clip is logged: its path in metrics.jsonl, the clip in TensorBoard
+    lines = read_metrics(run_dir)
+    for kind in ("train", "eval"):
+        paths = [m[f"video/{kind}"] for m in lines if f"video/{kind}" in m]
+        assert paths, kind
+        assert all((run_dir / p).is_file() and p.startswith(f"videos/{kind}/") for p in paths)
+        assert sorted(p.name for p in (run_dir / "videos" / kind).iterdir()) == sorted(Path(p).name for p in paths)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
+    acc.Reload()
+    assert {"video/train", "video/eval"} <= set(acc.Tags()["images"])
+    assert {"loss/policy", "sps/collect", "time/learn", "eval/return"} <= set(acc.Tags()["scalars"])
 
 
 @pytest.mark.slow
