@@ -75,6 +75,7 @@ class Recorder(EnvWrapper):
         self.kind = kind
         self.on_clip = on_clip
         self.trigger = Trigger(cfg.trigger)
+        self._step_trigger = self.trigger is Trigger.step
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._index = torch.tensor(self.env_idx, dtype=torch.long, device=env.device)
@@ -115,11 +116,16 @@ class Recorder(EnvWrapper):
         return out
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if self._closed:
-            return obs, reward, terminated, truncated, info
+        out = self.env.step(action)
         self.steps += 1
         self._episode_steps += 1
+        if self._clip is None and not self._step_trigger:  # the armed idle path: two increments
+            if self._encoder.pending:
+                self._poll()
+            return out
+        if self._closed:
+            return out
+        obs, reward, terminated, truncated, info = out
         clip = self._clip
         if clip is not None:
             clip.steps += 1
@@ -133,14 +139,15 @@ class Recorder(EnvWrapper):
                 self._capture(reward, info)
             if done or (self.length is not None and clip.frames >= self.length):
                 self._end_clip(keep=True)
-        elif self.trigger is Trigger.step and self.steps % int(self.cfg.every) == 0:  # type: ignore[arg-type]
+        elif self.steps % int(self.cfg.every) == 0:  # type: ignore[arg-type]  # trigger=step
             self._step_fired_at = self.steps
             if bool(terminated[self._first] | truncated[self._first]):
                 self._step_pending = True  # a clip of the terminal frame alone is useless
             else:
                 self._start_clip()
-        self._poll()
-        return obs, reward, terminated, truncated, info
+        if self._encoder.pending:
+            self._poll()
+        return out
 
     # ------------------------------------------------------------------ runner API
     def record_next_episode(self) -> None:

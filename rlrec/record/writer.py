@@ -250,6 +250,11 @@ class Encoder:
             self._thread.join()
             self._thread = None
 
+    @property
+    def pending(self) -> bool:
+        """Whether results wait for ``results()`` (cheap: checked on every step)."""
+        return bool(self._results)
+
     def results(self) -> List[Any]:
         out = []
         while self._results:
