@@ -173,7 +173,8 @@ class SweepSummary(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         write_summary(sweep_dir, row)
         figures = ", ".join(f"{k.split('/')[1]} {_fmt(row[k])}" for k in EVAL_KEYS[:3] if k in row)
-        print(f"rlrec sweep: job {row['job']} {row['status'].lower()} ({row['swept']})"
+        swept = f" ({row['swept']})" if row["swept"] else ""
+        print(f"rlrec sweep: job {row['job']} {row['status'].lower()}{swept}"
               f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

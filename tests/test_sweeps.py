@@ -1,0 +1,245 @@
+"""Multirun sweeps of the built-in env on real Hydra launchers, and the sweep summary."""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import imageio_ffmpeg
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from helpers import FAST, REPO, read_metrics, run_train
+from rlrec import checkpoint as ckpt
+from rlrec import sweep
+
+TINY = [*FAST, "total_steps=256", "torch_threads=1"]
+
+
+def _rows(sweep_dir: Path):
+    with open(sweep_dir / "summary.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _last_eval(run_dir: Path) -> dict:
+    return [m for m in read_metrics(run_dir) if "eval/return" in m][-1]
+
+
+def _check_job_dir(run_dir: Path, seed: int, steps: int = 256) -> None:
+    assert OmegaConf.load(run_dir / ".hydra" / "config.yaml").seed == seed
+    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == steps
+    clips = list((run_dir / "videos" / "eval").glob("*.mp4"))
+    assert clips, f"no eval video in {run_dir}"
+    for clip in clips:
+        assert imageio_ffmpeg.count_frames_and_secs(str(clip))[0] > 0
+    assert _last_eval(run_dir)["step"] == steps
+
+
+def _check_summary(sweep_dir: Path, seeds) -> None:
+    rows = _rows(sweep_dir)
+    assert [int(r["job"]) for r in rows] == list(range(len(seeds)))
+    for row, seed in zip(rows, seeds):
+        run_dir = sweep_dir / row["job"]
+        assert row["status"] == "COMPLETED"
+        assert row["seed"] == str(seed) and row["swept"] == f"seed={seed}"
+        assert Path(row["run_dir"]) == run_dir
+        ev = _last_eval(run_dir)
+        assert float(row["eval/return"]) == pytest.approx(ev["eval/return"], rel=1e-9)
+        assert float(row["eval/success"]) == pytest.approx(ev["eval/success"])
+        assert int(row["step"]) == 256
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_two_job_sweep_on_a_parallel_launcher(tmp_path, launcher):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher" if launcher == "joblib"
+                        else "hydra_plugins.hydra_submitit_launcher")
+    sweep_dir = tmp_path / "sweep"
+    proc = run_train(["-m", f"hydra/launcher={launcher}", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep_dir}"],
+                     cwd=tmp_path)
+    for job, seed in ((0, 1), (1, 2)):
+        _check_job_dir(sweep_dir / str(job), seed)
+    _check_summary(sweep_dir, [1, 2])
+    assert "rlrec sweep summary" in proc.stdout  # the printed table
+    # different seeds, different runs
+    assert _last_eval(sweep_dir / "0")["eval/return"] != _last_eval(sweep_dir / "1")["eval/return"]
+
+
+def _final_state(run_dir: Path) -> dict:
+    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    return {**{f"agent.{k}": v for k, v in data["ppo"]["agent"].items()},
+            **{f"obs_norm.{k}": v for k, v in data["ppo"]["obs_norm"].items()}}
+
+
+@pytest.mark.slow
+def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    args = [*TINY, "logger=tensorboard", "recorder.trigger=episode", "recorder.every=1"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    separate = [subprocess.Popen([sys.executable, str(REPO / "train.py"), *args, f"seed={s}",
+                                  f"hydra.run.dir={tmp_path / f'alone{s}'}"], cwd=tmp_path, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for s in (1, 2, 3)]
+    proc = run_train(["-m", "seed=1,2,3", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    for p in separate:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out
+    assert proc.stdout.count("rlrec: done") == 3
+    for job, seed in enumerate((1, 2, 3)):
+        in_sweep, alone = sweep_dir / str(job), tmp_path / f"alone{seed}"
+        _check_job_dir(in_sweep, seed)
+        a, b = _final_state(in_sweep), _final_state(alone)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), f"job {job}: {k} differs from the separate run"
+        strip = ("time/", "sps/")  # wall-clock figures differ, nothing else may
+        ma = [{k: v for k, v in m.items() if not k.startswith(strip)} for m in read_metrics(in_sweep)]
+        mb = [{k: v for k, v in m.items() if not k.startswith(strip)} for m in read_metrics(alone)]
+        assert ma == mb
+        for kind in ("train", "eval"):
+            names_a = sorted(p.name for p in (in_sweep / "videos" / kind).glob("*.mp4"))
+            names_b = sorted(p.name for p in (alone / "videos" / kind).glob("*.mp4"))
+            assert names_a == names_b and names_a
+        assert list((in_sweep / "tensorboard").glob("events.*"))
+    _check_summary(sweep_dir, [1, 2, 3])
+
+
+@pytest.mark.slow
+def test_optuna_tunes_the_learning_rate(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep_dir = tmp_path / "sweep"
+    run_train(["-m", "hydra/sweeper=lr_search", "hydra.sweeper.n_trials=2", *TINY,
+               f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    rows = _rows(sweep_dir)
+    assert len(rows) == 2 and all(r["status"] == "COMPLETED" for r in rows)
+    lrs = [float(r["algo.learning_rate"]) for r in rows]
+    assert len(set(lrs)) == 2 and all(1e-4 <= lr <= 3e-3 for lr in lrs)
+    assert all(r["swept"] == f"algo.learning_rate={r['algo.learning_rate']}" for r in rows)
+    # the value Optuna maximised is the final eval return train.py returned
+    best = OmegaConf.load(sweep_dir / "optimization_results.yaml")
+    assert best.best_value == pytest.approx(max(float(r["eval/return"]) for r in rows))
+
+
+@pytest.mark.slow
+def test_sweeps_started_in_the_same_second_do_not_collide(tmp_path):
+    args = [sys.executable, str(REPO / "train.py"), "-m", "seed=5", *FAST, "total_steps=128",
+            "eval_env.enabled=false", "recorder=none"]
+    procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=180) == 0, p.stdout.read()
+    sweeps = sorted((tmp_path / "multirun").glob("*/*"))
+    assert len(sweeps) == 2
+    for s in sweeps:
+        assert (s / "0" / "checkpoints" / "last.pt").exists() and len(_rows(s)) == 1
+
+
+def _task_pid(tag: str):
+    """The pid of the submitit task process (not its controller) whose environment holds tag."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RLREC_TEST_TAG={tag}".encode() in environ and any(
+                e.startswith(b"SUBMITIT_LOCAL_GLOBALID=") for e in environ):
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_submitit_preemption_checkpoints_requeues_and_resumes(tmp_path):
+    """submitit's preemption signal (USR2): the job checkpoints, submitit requeues it, and the
+    requeued job continues from that checkpoint (resume=auto by default under submitit)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    total = 40 * 128
+    sweep_dir = tmp_path / "sweep"
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RLREC_TEST_TAG": tag}
+    launcher = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_local", "seed=7", *FAST,
+         "torch_threads=1", f"total_steps={total}", "checkpoint_every=1000", f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_dir = sweep_dir / "0"
+    deadline = time.monotonic() + 180
+    pid = None
+    while time.monotonic() < deadline and launcher.poll() is None:
+        lines = (run_dir / "metrics.jsonl").read_text().count("loss/policy") if (run_dir / "metrics.jsonl").exists() else 0
+        if lines >= 3:
+            pid = _task_pid(tag)
+            break
+        time.sleep(0.05)
+    assert pid is not None, "the job never got going"
+    os.kill(pid, signal.SIGUSR2)
+    # the preempted job exits after its checkpoint; the requeued one resumes from it
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _task_pid(tag) in (pid, None):
+        time.sleep(0.1)
+    out, _ = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, out
+    # the first attempt stopped on the signal, the requeued one finished the job
+    log = "".join(p.read_text() for p in sweep_dir.glob(".submitit/*/*_log.out"))
+    stopped = re.findall(r"rlrec: stopped by signal in [\d.]+s \| ([\d,]+) env steps", log)
+    assert len(stopped) == 1 and log.count("rlrec: done") == 1, log
+    assert 3 * 128 <= int(stopped[0].replace(",", "")) < total
+    # ...from its checkpoint: every iteration logged once, none lost, none replayed
+    steps = [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
+    assert steps == list(range(128, total + 1, 128))
+    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == total
+    row, = _rows(sweep_dir)
+    assert row["status"] == "COMPLETED" and int(row["step"]) == total
+
+
+@pytest.mark.slow
+def test_ray_launcher_two_job_sweep(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    sweep_dir = tmp_path / "sweep"
+    run_train(["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2", "seed=1,2", *TINY,
+               f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    for job, seed in ((0, 1), (1, 2)):
+        _check_job_dir(sweep_dir / str(job), seed)
+    _check_summary(sweep_dir, [1, 2])
+
+
+# --------------------------------------------------------------------------- the summary itself
+
+
+def _write_rows(args):
+    sweep_dir, first, count = args
+    for job in range(first, first + count):
+        sweep.write_summary(Path(sweep_dir), {"job": job, "status": "COMPLETED", f"k{job % 3}": job})
+
+
+def test_summary_survives_concurrent_writers(tmp_path):
+    """Jobs of a parallel launcher finishing together: every row lands, the CSV is never torn."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.map(_write_rows, [(str(tmp_path), i * 10, 10) for i in range(4)])
+    rows = _rows(tmp_path)
+    assert [int(r["job"]) for r in rows] == list(range(40))
+    assert {"k0", "k1", "k2"} <= set(rows[0])
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_final_figures_take_the_last_eval_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 128, "eval/return": 1.0, "eval/success": 0.5}\n'
+        '{"step": 256, "loss/policy": 0.1}\n'
+        '{"step": 256, "eval/return": 2.0, "eval/length": 9.0}\n'
+        '{"step": 384, "loss/po'  # a line cut by a kill
+    )
+    assert sweep.final_figures(tmp_path) == {"step": 256, "eval/return": 2.0, "eval/length": 9.0}
+    table = sweep.format_table([{"job": 0, "status": "COMPLETED", "eval/return": 2.0, "swept": "seed=1"}])
+    assert "seed=1" in table and "return" in table
