@@ -250,7 +250,8 @@ class Recorder(EnvWrapper):
         clip = self._clip
         assert clip is not None
         frames = self.env.render(self.env_idx)
-        if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[0] != len(self.env_idx) or frames.shape[-1] != 3:
+        k = len(self.env_idx)
+        if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[0] != k or frames.shape[-1] != 3:
             raise TypeError(
                 f"{type(self.unwrapped).__name__}.render({self.env_idx}) returned {frames.dtype} "
                 f"{tuple(frames.shape)}; the recorder needs uint8 [{len(self.env_idx)}, H, W, 3]"
@@ -265,8 +266,10 @@ class Recorder(EnvWrapper):
                 ret=None if reward is None else clip.ret.cpu(),  # type: ignore[union-attr]
                 success=None if success is None else success[self._index].cpu(),
             )
-        # render() returns an owned copy; on CPU .cpu() is a no-op, on a GPU it is the one copy
-        self._encoder.frame(frames.cpu(), meta)
+        # The one copy the training thread pays: device -> CPU on a GPU, and on the CPU too, so
+        # that a frame waiting in the queue can never be changed by a later step or render, even
+        # from an adapter whose render broke the owned-copy contract.
+        self._encoder.frame(frames.to("cpu", copy=True), meta)
         clip.frames += 1
 
     def _end_clip(self, keep: bool) -> None:

@@ -124,6 +124,10 @@ class FFmpegProcess:
             start_new_session=True,
         )
         self.pid = self.proc.pid
+        try:  # where cores are scarce, the training thread goes first; the bounded queue
+            os.setpriority(os.PRIO_PROCESS, self.pid, 10)  # keeps ffmpeg from falling behind
+        except (AttributeError, OSError):
+            pass
 
     def _error(self, what: str) -> EncoderError:
         self.proc.poll()

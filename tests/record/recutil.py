@@ -20,9 +20,10 @@ class Spy(EnvWrapper):
     episode (the reset frame, then one per step). PointReach's render is a pure function of state,
     so rendering here changes nothing. It also counts the renders the recorder asks for."""
 
-    def __init__(self, env, watch: int = 0):
+    def __init__(self, env, watch: int = 0, keep_frames: bool = True):
         super().__init__(env)
         self.watch = watch
+        self.keep_frames = keep_frames
         self.episodes: List[List[np.ndarray]] = []
         self.render_calls = 0
 
@@ -31,7 +32,7 @@ class Spy(EnvWrapper):
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
-        if self.watch in as_env_index(env_idx, self.num_envs, self.device).tolist():
+        if self.keep_frames and self.watch in as_env_index(env_idx, self.num_envs, self.device).tolist():
             self.episodes.append([self._frame()])
         return out
 
@@ -54,12 +55,14 @@ def rec_cfg(**kw) -> RecorderConfig:
     return RecorderConfig(**kw)
 
 
-def make_stack(tmp_path, num_envs=1, size=32, max_steps=10, seed=0, dt=0.05, kind="train", watch=0, **cfg):
+def make_stack(
+    tmp_path, num_envs=1, size=32, max_steps=10, seed=0, dt=0.05, kind="train", watch=0, keep_frames=True, **cfg
+):
     """``AutoReset(Recorder(Spy(PointReach)))`` plus the list ``on_clip`` fills."""
     env = PointReach(
         num_envs, max_episode_steps=max_steps, render_width=size, render_height=size, seed=seed, dt=dt
     )
-    spy = Spy(env, watch=watch)
+    spy = Spy(env, watch=watch, keep_frames=keep_frames)
     clips: list = []
     rec = Recorder(spy, rec_cfg(**cfg), str(tmp_path), kind=kind, on_clip=clips.append)
     return AutoReset(rec), rec, spy, clips

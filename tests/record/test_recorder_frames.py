@@ -212,3 +212,28 @@ def test_default_encoding_keeps_frames_within_tolerance(tmp_path):
     assert len(frames) == 21 and (err <= 3).all()
     assert np.abs(frames[0].astype(int) - episode[-1]).mean() > 2 * err[0]
     stack.close()
+
+
+class SharedBufferRender(PointReach):
+    """Breaks the owned-copy contract on purpose: render() returns one buffer, overwritten by the
+    next render. The recorder's one copy must keep every queued frame intact anyway."""
+
+    def render(self, env_idx):
+        frames = super().render(env_idx)
+        if not hasattr(self, "_buffer") or self._buffer.shape != frames.shape:
+            self._buffer = torch.empty_like(frames)
+        return self._buffer.copy_(frames)
+
+
+def test_queued_frames_survive_a_renderer_that_reuses_its_buffer(tmp_path):
+    env = SharedBufferRender(1, max_episode_steps=40, render_width=32, render_height=32, seed=0)
+    spy = Spy(env)
+    clips = []
+    cfg = rec_cfg(trigger="always", queue_size=64)
+    stack = AutoReset(Recorder(spy, cfg, str(tmp_path), on_clip=clips.append))
+    stack.reset(seed=0)
+    for _ in range(40):
+        stack.step(zeros(stack))
+    stack.close()
+    frames, _ = decode(clips[0].path)
+    assert np.array_equal(frames, np.stack(spy.episodes[0]))

@@ -13,7 +13,7 @@ def run_episodes(stack, n, steps_per_episode):
 
 def test_cubic_schedule_records_exactly_episodes_0_1_8_27(tmp_path):
     # one-step episodes keep 1001 episodes cheap; frames are 16x16
-    stack, rec, spy, clips = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic")
+    stack, rec, spy, clips = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False)
     stack.reset(seed=0)
     run_episodes(stack, 1001, 1)  # episodes 0..1000 finish; episode 1001 is in progress
     rec.flush()
@@ -69,7 +69,7 @@ def test_eval_trigger_idle_between_evaluations(tmp_path):
 
 
 def test_state_dict_resume_continues_the_schedule(tmp_path):
-    stack, rec, spy, clips = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic")
+    stack, rec, spy, clips = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False)
     stack.reset(seed=0)
     run_episodes(stack, 10, 1)  # episodes 0..9 finished, 10 in progress
     rec.flush()
@@ -78,7 +78,7 @@ def test_state_dict_resume_continues_the_schedule(tmp_path):
     stack.close()
 
     # a resumed run: new env stack, state loaded before the first reset
-    stack2, rec2, _, clips2 = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic")
+    stack2, rec2, _, clips2 = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False)
     rec2.load_state_dict(state)
     stack2.reset(seed=1)  # episode 11
     run_episodes(stack2, 60, 1)  # episodes 11..70 finish
