@@ -274,7 +274,7 @@ class GenesisAdapter(EnvAdapter):
             )
         # force_render: after a reset or pose write without a step, Genesis would return its old image
         rgb = self.camera.render(rgb=True, force_render=True)[0]
-        rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.asarray(rgb))
+        rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
         rgb = rgb.as_subclass(torch.Tensor)
         if rgb.ndim == 3:  # a single image of the camera's env
             frames = rgb[None].expand(len(envs), *rgb.shape)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 # joint-space home pose of the 7 arm joints (hand in front of the base, above the table) and open fingers
@@ -71,9 +72,16 @@ class FrankaReach:
             show_viewer=False,
         )
         self.scene.add_entity(gs.morphs.Plane())
-        self.robot = self.scene.add_entity(
-            gs.morphs.MJCF(file="xml/franka_emika_panda/panda.xml"), vis_mode=vis_mode
-        )
+        # Genesis paints collision hulls with colours from numpy's global RNG: fix them, so every
+        # scene looks the same (frames comparable across scenes), and leave the caller's RNG as it was
+        rng_state = np.random.get_state()
+        np.random.seed(7)
+        try:
+            self.robot = self.scene.add_entity(
+                gs.morphs.MJCF(file="xml/franka_emika_panda/panda.xml"), vis_mode=vis_mode
+            )
+        finally:
+            np.random.set_state(rng_state)
         self.goal_marker = self.scene.add_entity(
             gs.morphs.Sphere(radius=self.goal_radius, fixed=True, collision=False),
             surface=gs.surfaces.Default(color=(0.9, 0.15, 0.1)),

@@ -1,0 +1,173 @@
+"""env=genesis against real Genesis (CPU backend, headless GL): the adapter contract, one gs.init
+per process, sequential adapters, stale-frame protection, and the clear errors raised before any
+work. The error tests that do not need Genesis run on a light install too."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from rlrec.config import ConfigError, GenesisEnvConfig, SimConfig
+from rlrec.envs import genesis as ga
+from rlrec.envs.factory import make_adapter
+
+sys.path.insert(0, os.path.dirname(__file__))
+from env_contract import EnvContract  # noqa: E402
+from genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
+
+needs_genesis = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("genesis") is None,
+    reason="needs the genesis extra: bash scripts/setup_genesis.sh",
+)
+
+
+# --------------------------------------------------------------------------- errors, no Genesis needed
+
+
+def test_missing_extra_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "genesis", None)  # import genesis -> ImportError
+    with pytest.raises(ConfigError, match=r"env=genesis needs the genesis extra.*pip install -e '\.\[genesis\]'.*setup_genesis\.sh"):
+        make_adapter(GenesisEnvConfig(num_envs=2), SimConfig(), 2, seed=0)
+
+
+def test_sim_gpu_without_cuda_fails_before_genesis(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "genesis", None)  # proves nothing of Genesis was touched
+    with pytest.raises(ConfigError, match="sim=gpu .*needs CUDA"):
+        make_adapter(GenesisEnvConfig(num_envs=2), SimConfig(name="gpu", device="cuda"), 2, seed=0)
+
+
+def test_gl_platform_is_set_but_never_clobbered(monkeypatch):
+    monkeypatch.setenv("PYOPENGL_PLATFORM", "osmesa")
+    ga._set_gl_platform()
+    assert os.environ["PYOPENGL_PLATFORM"] == "osmesa"
+    monkeypatch.delenv("PYOPENGL_PLATFORM")
+    ga._set_gl_platform()
+    assert os.environ.get("PYOPENGL_PLATFORM") in ("egl", "osmesa", None)
+
+
+# --------------------------------------------------------------------------- errors on real Genesis
+
+
+@needs_genesis
+def test_misnamed_camera_attribute_names_the_key_and_the_cameras():
+    cfg = genesis_cfg(2, 6)
+    cfg.camera_attr = "cam"
+    with pytest.raises(ConfigError, match=r"env\.camera_attr='cam' is invalid: .*FrankaReach has no attribute 'cam' \(its cameras: camera\)"):
+        ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+    cfg.camera_attr = "robot"
+    with pytest.raises(ConfigError, match=r"env\.camera_attr='robot' is invalid: .*not a Genesis camera"):
+        ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+
+
+@needs_genesis
+def test_bad_target_is_a_config_error():
+    for target, msg in (("nodots", "dotted path"), ("no_such_module.Env", "cannot be imported"),
+                        ("rlrec.envs.genesis_tasks.Nope", "has no attribute 'Nope'"),
+                        ("rlrec.envs.builtin.PointReach", "does not follow the GenesisTask protocol")):
+        cfg = genesis_cfg(2, 6)
+        cfg._target_ = target
+        with pytest.raises((ConfigError, TypeError), match=msg):
+            ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+
+
+@needs_genesis
+def test_genesis_is_initialised_once_and_other_backend_is_refused():
+    import genesis as gs
+
+    first = ga.init_genesis("cpu")
+    assert ga.init_genesis("cpu") is first and gs._initialized
+    with pytest.raises(Exception, match="already initialized"):
+        gs.init(backend=gs.cpu)  # the Genesis fact the adapter works around
+    with pytest.raises(ConfigError, match="already initialised .* new process"):
+        ga.init_genesis("gpu")
+
+
+# --------------------------------------------------------------------------- contract
+
+
+@needs_genesis
+class TestGenesisContract(EnvContract):
+    num_envs = 3
+    render_atol = RENDER_ATOL
+    max_steps_to_truncation = 6
+
+    def make_env(self, num_envs, seed=None):
+        return make_genesis(num_envs, limit=6, seed=seed)
+
+    @pytest.fixture(scope="class")
+    def env(self):  # one scene for the whole suite: building one takes seconds
+        env = self.make_env(self.num_envs, seed=self.seed)
+        yield env
+        env.close()
+
+
+# --------------------------------------------------------------------------- Genesis specifics
+
+
+@needs_genesis
+def test_sequential_adapters_in_one_process():
+    """A sweep in one process: the second adapter works after the first one closed."""
+    a = make_genesis(2, limit=4, seed=1)
+    obs_a, _ = a.reset(seed=5)
+    frame_a = a.render([1])
+    a.close()
+    a.close()  # idempotent
+    b = make_genesis(2, limit=4, seed=1)
+    try:
+        obs_b, _ = b.reset(seed=5)
+        torch.testing.assert_close(obs_a, obs_b)
+        assert diff(b.render([1]), frame_a) <= RENDER_ATOL
+        obs, rew, term, trunc, info = b.step(torch.zeros(2, 7))
+        assert obs.shape == (2, 23) and info["success"].dtype == torch.bool and info["distance"].shape == (2,)
+    finally:
+        b.close()
+
+
+@needs_genesis
+def test_pose_write_without_step_is_rendered():
+    """Genesis's camera alone returns the old image after set_pos without a step; the adapter's
+    render shows the new pose."""
+    env = make_genesis(2, limit=6, seed=0)
+    try:
+        env.reset(seed=0)
+        env.step(torch.zeros(2, 7))
+        before = env.render([0, 1])
+        task = env.task
+        goal = task.goal.clone()
+        goal[0, 1] += 0.25
+        task.goal_marker.set_pos(goal)  # a pose write, no scene.step
+        raw = torch.as_tensor(task.camera.render(rgb=True)[0])
+        after = env.render([0, 1])
+        assert diff(raw[0], before[0]) <= RENDER_ATOL, "Genesis no longer returns a stale image: revisit the note"
+        assert diff(after[0], before[0]) > RENDER_ATOL
+        assert diff(after[1], before[1]) <= RENDER_ATOL
+    finally:
+        env.close()
+
+
+@needs_genesis
+def test_rendered_envs_idx_limits_what_can_be_rendered():
+    env = make_genesis(3, limit=6, seed=0, rendered_envs_idx=[2])
+    try:
+        env.reset(seed=0)
+        assert env.render([2]).shape == (1, 64, 64, 3)
+        with pytest.raises(ConfigError, match=r"env \[0\] cannot be rendered.*draws envs \[2\] only.*recorder\.env_idx"):
+            env.render([0])
+    finally:
+        env.close()
+
+
+@needs_genesis
+def test_no_camera_runs_and_render_says_why():
+    cfg = genesis_cfg(2, 6)
+    cfg.camera_attr = None
+    env = ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+    try:
+        env.reset(seed=0)
+        env.step(torch.zeros(2, 7))
+        with pytest.raises(ConfigError, match="env.camera_attr=null"):
+            env.render([0])
+    finally:
+        env.close()
