@@ -6,6 +6,7 @@ other config error, and leave nothing behind.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlrec.config import ConfigError
 
@@ -90,19 +91,36 @@ def check_argv(argv: Optional[Iterable[str]] = None) -> None:
         _fail(err)
 
 
-class OutputDirCheck(Callback):
-    """Hydra callback: fails before the run (or sweep) dir is created when it cannot be written."""
+class Preflight(Callback):
+    """Hydra callback: before Hydra creates the run (or sweep) dir, fails on a dir that cannot be
+    written and, for a single run, on config values rlrec.config.validate rejects, so that such
+    errors leave nothing behind. (Errors only the runner can see, such as a checkpoint that does
+    not fit the env, come later; the runner then removes the run dir it did not use.)"""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._check(config, "hydra.run.dir")
+        self._check_dir(config, "hydra.run.dir")
+        self._validate(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._check(config, "hydra.sweep.dir")
+        self._check_dir(config, "hydra.sweep.dir")
 
     @staticmethod
-    def _check(config: DictConfig, key: str) -> None:
+    def _check_dir(config: DictConfig, key: str) -> None:
         try:
             check_writable(str(OmegaConf.select(config, key)), key)
         except ConfigError as err:
             _fail(err)
 
+    @staticmethod
+    def _validate(config: DictConfig) -> None:
+        from rlrec.config import to_dataclass
+
+        task = copy.deepcopy(config)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        try:
+            to_dataclass(task)
+        except ConfigError as err:
+            _fail(err)
+        except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
+            pass

@@ -367,12 +367,23 @@ class Runner:
 
 
 def _remove_if_empty(run_dir: Path) -> None:
-    """After a config error: drop the run dir Hydra made if it holds nothing but its own files."""
+    """After a config error: drop the run dir Hydra made if it holds nothing but its own files
+    (and empty dirs, e.g. video dirs a recorder made), then its parents left empty (outputs/DATE)."""
     if not run_dir.is_dir():
         return
-    leftovers = [p for p in run_dir.iterdir() if p.name != ".hydra" and not p.name.endswith(".log")]
+    leftovers = [p for p in run_dir.rglob("*") if p.is_file()
+                 and p.relative_to(run_dir).parts[0] != ".hydra" and not p.name.endswith(".log")]
     if not leftovers:
         shutil.rmtree(run_dir, ignore_errors=True)
+        parent = run_dir.absolute().parent
+        for _ in range(2):  # outputs/DATE/TIME_UID: DATE and outputs; never above the cwd
+            if parent == Path.cwd() or Path.cwd() not in parent.parents:
+                break
+            try:
+                parent.rmdir()  # only when empty
+            except OSError:
+                break
+            parent = parent.parent
 
 
 def run_from_hydra(cfg) -> Optional[float]:
