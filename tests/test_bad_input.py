@@ -194,3 +194,19 @@ def test_missing_optional_extra_names_it(modules, args, key, extra, tmp_path):
     assert "rlrec: config error" in proc.stderr and key in proc.stderr
     assert f"rlrec[{extra}]" in proc.stderr or f"the {extra} extra" in proc.stderr, proc.stderr
     assert _files(tmp_path / "work") == []
+
+
+def test_gpu_ids_are_relative_to_the_gpus_the_job_was_given(monkeypatch):
+    """A job given one GPU (CUDA_VISIBLE_DEVICES=5, as SLURM/submitit set it) sees it as cuda:0."""
+    import torch
+
+    from rlrec.config import ConfigError, SimConfig
+    from rlrec.envs.factory import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert resolve_device(SimConfig(name="gpu", device="cuda:0")) == torch.device("cuda:0")
+    with pytest.raises(ConfigError) as e:
+        resolve_device(SimConfig(name="gpu", device="cuda:5"))
+    assert "sim.device=cuda:5" in str(e.value) and "CUDA_VISIBLE_DEVICES=5" in str(e.value)

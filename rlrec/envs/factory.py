@@ -7,6 +7,7 @@ AutoReset on top: ``AutoReset(Recorder(adapter))``.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Callable, Dict, Optional
 
 import torch
@@ -30,6 +31,14 @@ def resolve_device(sim: SimConfig) -> torch.device:
             raise ConfigError(
                 f"sim={sim.name} (device={sim.device}) needs CUDA, but torch.cuda.is_available() is "
                 "False on this machine: use sim=cpu, or install a CUDA build of torch on a GPU machine"
+            )
+        index = torch.device(sim.device).index
+        if index is not None and index >= torch.cuda.device_count():
+            # ids count the GPUs this job was given (CUDA_VISIBLE_DEVICES), not the machine's
+            raise ConfigError(
+                f"sim.device={sim.device} is invalid: this job sees {torch.cuda.device_count()} GPU(s) "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); device ids "
+                f"are relative to those, so use cuda:0..cuda:{torch.cuda.device_count() - 1}"
             )
     return torch.device(sim.device)
 
