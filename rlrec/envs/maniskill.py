@@ -310,7 +310,13 @@ class ManiSkillCPUEnv(ManiSkillEnv):
         fns = [functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports)) for i in range(num_envs)]
         mode = gym.vector.AutoresetMode.DISABLED
         if vectorization == "async":
-            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, autoreset_mode=mode)
+            try:
+                self.vec = gym.vector.AsyncVectorEnv(fns, context=context, autoreset_mode=mode)
+            except (EOFError, ConnectionError) as e:  # a worker died building its env
+                raise RuntimeError(
+                    "a ManiSkill worker process failed while building its env (its traceback is printed "
+                    "above); env.cpu_vectorization=sync raises the same error in this process"
+                ) from e
         else:
             self.vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
         self.dt = float(self.vec.get_attr("dt")[0])

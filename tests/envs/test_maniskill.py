@@ -148,6 +148,8 @@ def test_bad_config_fails_before_building():
         make_env(cpu_vectorization="threads")
     with pytest.raises(ConfigError, match="env.async_context.*fork"):
         make_env(cpu_vectorization="async", async_context="fork")
+    with pytest.raises(ConfigError, match="env.control_mode='nope'.*pd_joint_delta_pos"):
+        make_env(1, control_mode="nope")  # checked by ManiSkill while building (sync: in-process)
     with pytest.raises(ConfigError, match="not a registered ManiSkill env.*env.imports"):
         make_env(id="NoSuchTask-v9")
     with pytest.raises(ConfigError, match="env.imports"):
