@@ -241,3 +241,166 @@ def test_hydra_config_builds_the_adapter():
     assert obs.shape == (2, 3)
     assert env.unwrapped.vec.envs[0].unwrapped.g == 9.81
     env.close()
+
+
+# --------------------------------------------------------------------------- recording (real recorder)
+
+EVAL_LIMIT = 25  # CartPole steps per eval episode at most
+SIZE = (48, 72)  # frames resized (H, W): small clips; resizing is deterministic
+EVAL_SEEDS = [1000, 1000, 2000]  # a repeated seed (as the runner does) and a new one
+
+
+def _decode(path):
+    import imageio_ffmpeg
+
+    gen = imageio_ffmpeg.read_frames(path, pix_fmt="rgb24")
+    w, h = next(gen)["size"]
+    return np.stack([np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in gen])
+
+
+class _Spy:
+    """Wraps the adapter below the recorder: keeps env 0's frame after every reset and step
+    (rendering a gymnasium env does not change it) and counts sub-env renders per env."""
+
+    def __new__(cls, env):
+        from rlrec.envs.base import EnvWrapper, as_env_index
+
+        class Spy(EnvWrapper):
+            def __init__(self, inner):
+                super().__init__(inner)
+                self.episodes, self.renders = [], []
+
+            def _frame(self):
+                return self.env.render([0])[0].numpy().copy()
+
+            def reset(self, seed=None, env_idx=None):
+                out = self.env.reset(seed=seed, env_idx=env_idx)
+                if 0 in as_env_index(env_idx, self.num_envs, self.device).tolist():
+                    self.episodes.append([self._frame()])
+                return out
+
+            def step(self, action):
+                out = self.env.step(action)
+                if self.episodes:
+                    self.episodes[-1].append(self._frame())
+                return out
+
+            def render(self, env_idx):
+                self.renders.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
+                return self.env.render(env_idx)
+
+        return Spy(env)
+
+
+@pytest.fixture(scope="module")
+def evals(tmp_path_factory):
+    """Three evaluations of a recorded 2-env CartPole eval stack, collection steps in between.
+
+    Env 1 is always pushed right, so its pole falls within ~10 steps and AutoReset resets env 1
+    alone while env 0's clip runs. Env 0 balances (a PD rule) until the time limit truncates it in
+    the first two evaluations, and is pushed left into a real termination in the third.
+    """
+    pytest.importorskip("imageio_ffmpeg")
+    from rlrec.config import RecorderConfig, Trigger
+    from rlrec.record.recorder import Recorder
+
+    tmp = tmp_path_factory.mktemp("gym_rec")
+    adapter = GymnasiumEnv("CartPole-v1", 2, max_episode_steps=EVAL_LIMIT, resize=SIZE, seed=7)
+    spy = _Spy(adapter)
+    clips = []
+    cfg = RecorderConfig(trigger=Trigger.eval, env_idx=[0], lossless=True, record_final_episode=False)
+    rec = Recorder(spy, cfg, str(tmp), kind="eval", on_clip=clips.append)
+    env = AutoReset(rec)
+    train = AutoReset(GymnasiumEnv("CartPole-v1", 2, seed=3))  # a separate collection stack
+    train.reset()
+    rng = np.random.default_rng(0)
+    stale, ends, other_resets = [], [], 0
+    for k, seed in enumerate(EVAL_SEEDS):
+        for _ in range(5):
+            train.step(torch.as_tensor(rng.integers(0, 2, 2)))
+        # env 0 right before this evaluation's reset (not rendered before the first reset)
+        stale.append(adapter.render([0])[0].numpy().copy() if k else None)
+        obs, _ = env.reset(seed=seed)
+        after = None
+        for i in range(2 * EVAL_LIMIT):
+            balance = int(obs[0, 2] + 0.5 * obs[0, 3] > 0)
+            obs, _, term, trunc, info = env.step(torch.tensor([balance if k < 2 else 0, 1]))
+            if after is None and bool(term[0] | trunc[0]):
+                after = i
+                ends.append(("terminated" if term[0] else "truncated", i + 1))
+            elif after is None and "_final" in info and bool(info["_final"][1]):
+                other_resets += 1  # env 1 alone was reset while env 0's clip ran
+            if after is not None and i >= after + 2:  # a few steps into env 0's next episode
+                break
+        rec.flush()
+    refs = []
+    for seed in EVAL_SEEDS:  # a fresh env, reset the same way
+        fresh = GymnasiumEnv("CartPole-v1", 2, resize=SIZE)
+        fresh.reset(seed=seed)
+        refs.append(fresh.render([0])[0].numpy().copy())
+        fresh.close()
+    out = dict(clips=list(clips), spy=spy, stale=stale, refs=refs, ends=ends, other_resets=other_resets)
+    env.close()
+    train.close()
+    return out
+
+
+def test_each_eval_clip_starts_on_its_fresh_reset_state(evals):
+    clips = evals["clips"]
+    assert len(clips) == len(EVAL_SEEDS), [c.path for c in clips]
+    previous_last = None
+    for k, clip in enumerate(clips):
+        frames = _decode(clip.path)
+        assert frames.shape[1:] == (*SIZE, 3)
+        assert np.array_equal(frames[0], evals["refs"][k]), f"eval {k}: first frame is not the reset state"
+        if k:
+            assert not np.array_equal(frames[0], evals["stale"][k]), f"eval {k}: starts on the pre-reset state"
+            assert not np.array_equal(frames[0], previous_last), f"eval {k}: starts on the last eval's end"
+        previous_last = frames[-1]
+    assert not np.array_equal(evals["refs"][0], evals["refs"][2])  # the new seed is a new start
+
+
+def test_eval_clips_end_on_the_terminal_state_before_autoreset(evals):
+    episodes = evals["spy"].episodes  # per episode of env 0: reset frame, then one per step
+    recorded = []
+    for clip in evals["clips"]:
+        frames = _decode(clip.path)
+        match = [j for j, ep in enumerate(episodes)
+                 if len(ep) == len(frames) and all(np.array_equal(a, b) for a, b in zip(frames, ep))]
+        assert match, f"{clip.path}: frames differ from the states env 0 went through"
+        j = match[0]
+        recorded.append(j)
+        assert clip.num_frames == len(frames) == len(episodes[j])
+        # the next episode (the autoreset one) starts elsewhere: the last frame is pre-reset
+        assert not np.array_equal(frames[-1], episodes[j + 1][0])
+    # truncated at the limit twice, then a real termination (the pole fell); one frame per step
+    assert [kind for kind, _ in evals["ends"]] == ["truncated", "truncated", "terminated"]
+    assert [len(_decode(c.path)) - 1 for c in evals["clips"]] == [n for _, n in evals["ends"]]
+    assert evals["ends"][0][1] == EVAL_LIMIT
+
+
+def test_partial_resets_of_other_envs_leave_the_recorded_image_alone(evals):
+    # env 1 ended and was reset (alone) while env 0's clips ran; env 0's clips still match the
+    # spy's frames of env 0 exactly (checked above) and every render asked for env 0 only
+    assert evals["other_resets"] >= 3
+    spy = evals["spy"]
+    recorder_renders = [r for r in spy.renders]
+    assert recorder_renders and all(r == [0] for r in recorder_renders)
+    assert len(recorder_renders) == sum(c.num_frames for c in evals["clips"])
+
+
+def test_only_asked_envs_render():
+    for vectorization in ("sync", "async"):
+        env = GymnasiumEnv("CartPole-v1", 3, vectorization=vectorization)
+        env.reset(seed=0)
+        if vectorization == "sync":
+            calls = []
+            for i, sub in enumerate(env.vec.envs):
+                original = sub.render
+                sub.render = lambda _i=i, _o=original: (calls.append(_i), _o())[1]
+            env.render([2, 0])
+            assert calls == [2, 0]
+        frames = env.render([2, 0])
+        ref = env.render([0, 1, 2])
+        assert torch.equal(frames, ref[[2, 0]])
+        env.close()
