@@ -308,6 +308,7 @@ def main() -> int:
     p.add_argument("--gpu-tol", type=float, default=0.5, help="mean abs pixel diff counted as the same frame on GPU")
     p.add_argument("--skip", nargs="*", default=[], choices=["regression", "ppo", "contract"])
     p.add_argument("--contract-timeout", type=float, default=150.0)
+    p.add_argument("--budget", type=float, default=290.0, help="seconds for the whole script (the contract part is cut to fit)")
     args = p.parse_args()
     if args.quick:
         args.eval_envs, args.train_envs, args.size = 2, 2, 64
@@ -326,6 +327,12 @@ def main() -> int:
                          ("contract", lambda: contract(args))):
             if name in args.skip:
                 continue
+            left = args.budget - (time.perf_counter() - start)
+            if name == "contract":
+                if left < 45:
+                    print(f"SKIP contract: {left:.0f}s left of the {args.budget:.0f}s budget", flush=True)
+                    continue
+                args.contract_timeout = min(args.contract_timeout, left)
             print(f"== {name} ({time.perf_counter() - start:.0f}s)", flush=True)
             try:
                 fn()
