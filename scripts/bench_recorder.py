@@ -149,7 +149,8 @@ def bench_rlrec(args, video_dir: str) -> Dict[str, float]:
             out[f"{mode}:{name}"] = statistics.median(r[i] for r in rows)
         # what the layers above the adapter add to each step (AutoReset, and the recorder if any)
         for kind in ("wall", "cpu"):
-            layer = [r[names.index(kind)] - r[names.index("step_" + kind)] - r[names.index("render_" + kind)] for r in rows]
+            total, step, render = (names.index(k) for k in (kind, "step_" + kind, "render_" + kind))
+            layer = [r[total] - r[step] - r[render] for r in rows]
             out[f"{mode}:layers_{kind}"] = statistics.median(layer)
     out["idle_call"] = idle_call_cost()
     out["copy:wall"] = statistics.median(c[0] for c in copies)
@@ -219,7 +220,11 @@ def gym_point_reach(args):
     import gymnasium as gym
 
     class PointReachVec(gym.vector.VectorEnv):
-        metadata = {"render_modes": ["rgb_array"], "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, "render_fps": 20}
+        metadata = {
+            "render_modes": ["rgb_array"],
+            "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP,
+            "render_fps": 20,
+        }
 
         def __init__(self):
             self.env = point_reach(args)
@@ -227,8 +232,9 @@ def gym_point_reach(args):
             self.render_mode = "rgb_array"
             self.single_observation_space = self.env.single_observation_space
             self.single_action_space = self.env.single_action_space
-            self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
-            self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+            batch = gym.vector.utils.batch_space
+            self.observation_space = batch(self.single_observation_space, self.num_envs)
+            self.action_space = batch(self.single_action_space, self.num_envs)
 
         def reset(self, *, seed=None, options=None):
             obs, info = self.env.reset(seed=seed)
@@ -311,9 +317,11 @@ def in_subprocess(part: str, argv: List[str]) -> Dict[str, float]:
     import subprocess
 
     env = dict(os.environ, SDL_VIDEODRIVER="dummy", SDL_AUDIODRIVER="dummy")
-    proc = subprocess.run([sys.executable, __file__, *argv, "--part", part], capture_output=True, text=True, env=env)
+    cmd = [sys.executable, __file__, *argv, "--part", part]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+        err = proc.stderr.strip()
+        raise RuntimeError(err.splitlines()[-1] if err else f"exit status {proc.returncode}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -348,22 +356,28 @@ def main() -> None:
     print(f"rlrec recorder, built-in env: {args.num_envs} envs, {args.size}x{args.size} frames, "
           f"median of {args.rounds} interleaved rounds, torch threads {args.threads}")  # fmt: skip
     t = in_subprocess("timing", argv)
+    us = {k: v * 1e6 for k, v in t.items()}
     for mode, label in (("none", "no recorder"), ("idle", "armed, idle"), ("recording", "recording")):
-        print(f"  {label:12s} {1 / t[mode + ':wall']:8.1f} steps/s | per step: {t[mode + ':wall'] * 1e6:7.1f} us "
-              f"wall, {t[mode + ':cpu'] * 1e6:7.1f} us CPU; inside: adapter step {t[mode + ':step_cpu'] * 1e6:6.1f}, "
-              f"render {t[mode + ':render_cpu'] * 1e6:7.1f}, layers above {t[mode + ':layers_cpu'] * 1e6:6.1f} us CPU")  # fmt: skip
+        print(f"  {label:12s} {1 / t[mode + ':wall']:8.1f} steps/s | per step "
+              f"{us[mode + ':wall']:7.1f} us wall, {us[mode + ':cpu']:7.1f} us CPU, of which adapter "
+              f"step {us[mode + ':step_cpu']:6.1f}, render {us[mode + ':render_cpu']:7.1f}, "
+              f"layers above {us[mode + ':layers_cpu']:6.1f}")  # fmt: skip
     idle_extra = t["idle:layers_cpu"] - t["none:layers_cpu"]
-    print(f"  armed idle recorder: {t['idle_call'] * 1e6:.2f} us per step (isolated, best of 7) = "
-          f"{t['idle_call'] / t['none:cpu'] * 100:.2f}% of the step (target < 1%); in the run: "
+    print(f"  armed idle recorder: {us['idle_call']:.2f} us per step (isolated, best of 7) = "
+          f"{t['idle_call'] / t['none:cpu'] * 100:.2f}% of the step (target < 1%); in the run "
           f"{idle_extra * 1e6:+.2f} us CPU per step ({idle_extra / t['none:cpu'] * 100:+.2f}%), "
-          f"wall steps/s ratio {t['none:wall'] / t['idle:wall']:.3f}")  # fmt: skip
-    render, copy = t["recording:render_cpu"], t["copy:cpu"]
-    paid = t["recording:cpu"] - t["recording:step_cpu"] - t["none:layers_cpu"]
-    print(f"  while recording the training thread pays {paid * 1e6:.1f} us CPU per step: render "
-          f"{render * 1e6:.1f} + recorder {(paid - render) * 1e6:.1f}; render + one copy of the frame "
-          f"({copy * 1e6:.1f}) = {(render + copy) * 1e6:.1f}: ratio {paid / (render + copy):.3f} (target <= 1.10)")  # fmt: skip
-    print(f"  wall: recording {t['none:wall'] / t['recording:wall']:.3f}x the steps/s of no recorder "
-          f"(the env's own render of one 256x256 frame costs {t['recording:render_wall'] * 1e6:.0f} us wall)")  # fmt: skip
+          f"wall steps/s ratio none/idle {t['none:wall'] / t['idle:wall']:.3f}")  # fmt: skip
+    # CPU: what the training thread does; wall: also the cores it loses to the encoder
+    for kind in ("cpu", "wall"):
+        render, copy = t[f"recording:render_{kind}"], t[f"copy:{kind}"]
+        paid = t[f"recording:{kind}"] - t[f"none:step_{kind}"] - t[f"none:layers_{kind}"]
+        print(f"  recording costs the training thread {paid * 1e6:.1f} us {kind} per step (render "
+              f"{render * 1e6:.1f}); render + one copy = {(render + copy) * 1e6:.1f}: ratio "
+              f"{paid / (render + copy):.3f} (target <= 1.10)")  # fmt: skip
+    print(f"  recording runs at {t['none:wall'] / t['recording:wall']:.3f}x the steps/s of no "
+          f"recorder: one {args.size}x{args.size} render of this env costs "
+          f"{us['recording:render_wall']:.0f} us wall, {t['recording:render_wall'] / t['none:wall']:.1f}x "
+          f"a whole step of {args.num_envs} envs")  # fmt: skip
     r = in_subprocess("rss", argv)
     how = "peak (VmHWM)" if r["exact_peak"] else "RSS after (no peak reset available)"
     print(f"  {args.clip_frames}-frame clip: RSS growth {r['growth_mb']:.1f} MB {how} (target < 50 MB); "

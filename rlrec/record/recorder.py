@@ -217,7 +217,8 @@ class Recorder(EnvWrapper):
         self._episode_steps = 0
         fire = episode_fires(self.trigger, self.cfg.every, self.episode, full_reset)
         if self.trigger is Trigger.step:
-            due = self.steps % int(self.cfg.every) == 0 and self.steps != self._step_fired_at  # type: ignore[arg-type]
+            every = int(self.cfg.every)  # type: ignore[arg-type]
+            due = self.steps % every == 0 and self.steps != self._step_fired_at
             fire = self._step_pending or due
         if fire or self._record_next:
             if self.trigger is Trigger.step:

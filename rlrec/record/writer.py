@@ -140,7 +140,8 @@ class FFmpegProcess:
 
     def write(self, image: np.ndarray) -> None:
         try:
-            self.proc.stdin.write(memoryview(np.ascontiguousarray(image)).cast("B"))  # type: ignore[union-attr]
+            data = memoryview(np.ascontiguousarray(image)).cast("B")
+            self.proc.stdin.write(data)  # type: ignore[union-attr]
         except (BrokenPipeError, OSError, ValueError) as err:
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 

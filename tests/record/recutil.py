@@ -56,8 +56,9 @@ def rec_cfg(**kw) -> RecorderConfig:
 
 
 def make_stack(
-    tmp_path, num_envs=1, size=32, max_steps=10, seed=0, dt=0.05, kind="train", watch=0, keep_frames=True, **cfg
-):
+    tmp_path, num_envs=1, size=32, max_steps=10, seed=0, dt=0.05, kind="train", watch=0,
+    keep_frames=True, **cfg,
+):  # fmt: skip
     """``AutoReset(Recorder(Spy(PointReach)))`` plus the list ``on_clip`` fills."""
     env = PointReach(
         num_envs, max_episode_steps=max_steps, render_width=size, render_height=size, seed=seed, dt=dt

@@ -14,7 +14,8 @@ from rlrec.record.recorder import Recorder, RecorderError
 
 
 def recorder_errors(caplog):
-    return [r.getMessage() for r in caplog.records if r.name == "rlrec.record.recorder" and r.levelname == "ERROR"]
+    records = [r for r in caplog.records if r.name == "rlrec.record.recorder"]
+    return [r.getMessage() for r in records if r.levelname == "ERROR"]
 
 
 def test_unwritable_directory_training_goes_on_reported_once(tmp_path, caplog):
