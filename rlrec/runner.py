@@ -59,12 +59,9 @@ class _StopRequested:
 
 def _recorder(env):
     """The Recorder layer of an env stack, or None."""
-    layer = env
-    while layer is not None:
-        if hasattr(layer, "flush") and hasattr(layer, "state_dict") and hasattr(layer, "kind"):
-            return layer
-        layer = getattr(layer, "env", None)
-    return None
+    from rlrec.record.recorder import Recorder
+
+    return None if env is None else env.find(Recorder)
 
 
 def action_space_desc(space) -> str:
@@ -223,6 +220,7 @@ class Runner:
                 break
         rec = _recorder(env)
         if rec is not None:
+            rec.end_clip()  # an evaluation cut short still gets its clip, logged with this evaluation
             rec.flush()
         if count == 0:
             return {}
@@ -257,8 +255,16 @@ class Runner:
         start = time.perf_counter()
         start_step = self.global_step
         finished = {"return": [], "length": [], "success": []}
+        rec = _recorder(env)
+        # record_final_episode: once the remaining steps fit in one episode, every episode of the
+        # recorded env that starts is recorded, so the last one has a clip that close() saves
+        # (an idle recorder renders nothing, so it cannot save an episode it did not record)
+        final_window = (env.max_episode_steps or algo.num_steps) // algo.num_steps + 1
         while self.iteration < self.num_iterations and not self.stop:
             self.iteration += 1
+            if rec is not None and rec.cfg.record_final_episode \
+                    and self.num_iterations - self.iteration < final_window:
+                rec.record_next_episode()
             lr = self.ppo.set_learning_rate(1.0 - (self.iteration - 1) / self.num_iterations)
             t_collect = time.perf_counter()
             with torch.inference_mode():

@@ -148,3 +148,23 @@ def test_two_runs_in_the_same_second_get_different_dirs(tmp_path):
         assert p.wait(timeout=120) == 0
     dirs = list((tmp_path / "outputs").glob("*/*"))
     assert len(dirs) == 2
+
+
+def test_final_episode_clip_is_saved_at_the_end(tmp_path):
+    from rlrec.record.recorder import Recorder
+
+    run_dir = tmp_path / "fin"
+    run_dir.mkdir()
+    # cubic: clips for episodes 0 and 1 only, then the final episode (in progress at the end)
+    cfg = make_config([*FAST, "total_steps=4096", "eval_env.enabled=false", "env.max_episode_steps=40",
+                       "algo.learning_rate=1e-9"])
+    runner = Runner(cfg, run_dir)
+    rec = runner.train_env.find(Recorder)
+    runner.run()
+    clips = [m["video/train"] for m in read_metrics(run_dir) if "video/train" in m]
+    assert clips[:2] == [c for c in clips if "-ep000000-" in c or "-ep000001-" in c]
+    last = sorted(clips)[-1]
+    # 4096 steps = 512 steps of env 0; episodes last at most 40 steps, so the final clip starts late
+    first_step = int(last.split("-step")[1].split(".")[0])
+    assert first_step > 512 - 40 - 16, last
+    assert rec.episode >= 512 // 40
