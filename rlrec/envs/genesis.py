@@ -270,7 +270,8 @@ class GenesisAdapter(EnvAdapter):
             raise ConfigError(
                 f"env {missing} cannot be rendered: camera {self._camera_attr!r} of {self._target} draws envs "
                 f"{sorted(self._rows)} only. Build the scene with gs.options.VisOptions(split_envs=True) and "
-                "rendered_envs_idx covering the recorded envs (recorder.env_idx)"
+                "rendered_envs_idx covering the recorded envs (recorder.env_idx, eval_env.recorder.env_idx); "
+                "for rlrec's own tasks set env.kwargs.rendered_envs_idx (null: every env)"
             )
         # force_render: after a reset or pose write without a step, Genesis would return its old image
         rgb = self.camera.render(rgb=True, force_render=True)[0]
