@@ -171,3 +171,25 @@ def test_no_camera_runs_and_render_says_why():
             env.render([0])
     finally:
         env.close()
+
+
+# --------------------------------------------------------------------------- train.py end to end
+
+
+@needs_genesis
+@pytest.mark.slow
+def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
+    """``python train.py -m env=genesis seed=1,2``: Hydra's basic launcher runs both jobs in one
+    process, so the second run builds its scenes after the first closed its own (gs.init once)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from helpers import read_metrics, run_train
+
+    args = ["-m", "env=genesis", "seed=1,2", "env.num_envs=4", "env.render_width=64", "env.render_height=64",
+            "eval_env.num_envs=2", "eval_env.every=1", "algo.num_steps=16", "algo.num_minibatches=2",
+            "total_steps=128", "logger=none", "logger.progress=false", f"hydra.sweep.dir={tmp_path}/sweep"]
+    run_train(args, cwd=tmp_path, timeout=600)
+    for job in ("0", "1"):
+        run = tmp_path / "sweep" / job
+        evals = [m for m in read_metrics(run) if "eval/return" in m]
+        assert evals and "eval/success" in evals[-1]
+        assert list((run / "videos" / "eval").glob("*.mp4")) and list((run / "videos" / "train").glob("*.mp4"))
