@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 
 need_apt=()
+libs=$(ldconfig -p 2>/dev/null || true)  # read once: `ldconfig -p | grep -q` can die of SIGPIPE under pipefail
 for lib in libEGL.so.1 libOSMesa.so.8 libGL.so.1; do
-  ldconfig -p | grep -q "$lib" || need_apt+=("$lib")
+  grep -q "$lib" <<<"$libs" || need_apt+=("$lib")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then

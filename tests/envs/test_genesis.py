@@ -16,10 +16,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from env_contract import EnvContract  # noqa: E402
 from genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
 
-needs_genesis = pytest.mark.skipif(
+_skip = pytest.mark.skipif(
     __import__("importlib").util.find_spec("genesis") is None,
     reason="needs the genesis extra: bash scripts/setup_genesis.sh",
 )
+
+
+def needs_genesis(obj):
+    return pytest.mark.genesis(_skip(obj))
 
 
 # --------------------------------------------------------------------------- errors, no Genesis needed
