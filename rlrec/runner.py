@@ -397,6 +397,7 @@ def run_from_hydra(cfg) -> Optional[float]:
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    threads = torch.get_num_threads()  # jobs of a basic-launcher sweep share this process
     try:
         config = to_dataclass(cfg)
         preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
@@ -405,6 +406,9 @@ def run_from_hydra(cfg) -> Optional[float]:
         _remove_if_empty(run_dir)
         print(f"rlrec: config error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    result = runner.run()
+    try:
+        result = runner.run()
+    finally:
+        torch.set_num_threads(threads)  # the next job starts with the process's default again
     preempt.requeue_if_preempted(runner.stop.signum)  # submitit requeues the job and exits
     return result.get("eval/return")
