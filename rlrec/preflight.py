@@ -57,6 +57,13 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
             )
 
 
+def check_logger_extra(config: DictConfig) -> None:
+    """``logger=wandb`` without wandb: the logger would only find out after the run's first files."""
+    if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
+        raise ConfigError("logger=wandb needs the 'wandb' extra, which is not installed: "
+                          "pip install 'rlrec[wandb]' (or use logger=tensorboard)")
+
+
 def _nearest_existing(path: Path) -> Path:
     p = path
     while not p.exists() and p != p.parent:
@@ -103,6 +110,10 @@ class Preflight(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")
+        try:
+            check_logger_extra(config)  # values set for the whole sweep (swept ones: each job checks)
+        except ConfigError as err:
+            _fail(err)
 
     @staticmethod
     def _check_dir(config: DictConfig, key: str) -> None:
@@ -119,6 +130,7 @@ class Preflight(Callback):
         with read_write(task), open_dict(task):
             del task["hydra"]
         try:
+            check_logger_extra(task)
             to_dataclass(task)
         except ConfigError as err:
             _fail(err)

@@ -187,12 +187,13 @@ def _run_without(modules: List[str], args: List[str], tmp_path: Path) -> subproc
      "hydra/launcher=submitit_slurm", "launchers"),
     (["hydra_plugins.hydra_optuna_sweeper"], ["-m", "hydra/sweeper=optuna"], "hydra/sweeper=optuna", "launchers"),
     (["hydra_plugins.hydra_ray_launcher"], ["-m", "hydra/launcher=ray", "seed=1,2"], "hydra/launcher=ray", "ray"),
+    (["wandb"], ["logger=wandb"], "logger=wandb", "wandb"),
 ])
 def test_missing_optional_extra_names_it(modules, args, key, extra, tmp_path):
     proc = _run_without(modules, [*FAST, *args], tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "rlrec: config error" in proc.stderr and key in proc.stderr
-    assert f"rlrec[{extra}]" in proc.stderr or f"the {extra} extra" in proc.stderr, proc.stderr
+    assert any(f in proc.stderr for f in (f"rlrec[{extra}]", f".[{extra}]", f"the {extra} extra")), proc.stderr
     assert _files(tmp_path / "work") == []
 
 
