@@ -18,7 +18,6 @@ import torch
 from helpers import FAST, REPO, read_metrics, run_train
 from rlrec import checkpoint as ckpt
 
-pytestmark = pytest.mark.slow
 
 BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
 # every episode of env 0 is recorded, so a clip is being written at any moment
@@ -73,6 +72,7 @@ def _assert_checkpoints_load(run_dir: Path) -> None:
         ckpt.load(path)
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     total = 24 * BATCH
     common = [*FAST, *RECORD_ALL, f"total_steps={total}", "checkpoint_every=4", "algo.anneal_lr=true"]
@@ -95,6 +95,7 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     assert 8 * BATCH <= resumed_from <= killed_at
     saved_rec = saved["train_env"]["1:Recorder"]
     clips_before = {p.name for p in _clips(run_dir, "train")}
+    stale = _temporaries(run_dir)  # usually the clip being encoded when the kill came
 
     proc = run_train([*common, "resume=auto", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
@@ -127,11 +128,12 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     assert all(int(_CLIP.match(n).group(2)) == saved_rec["episode"] for n in ref_names - ours)
 
     # no corrupt or half-written file is left: every checkpoint loads, every clip decodes
-    assert _temporaries(run_dir) == []
+    assert _temporaries(run_dir) == [], f"left over (killed run's were {stale})"
     _assert_checkpoints_load(run_dir)
     _assert_videos_decode(run_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, signame):
     run_dir = tmp_path / "run"
@@ -159,3 +161,24 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
     assert 1 <= frames <= 101
     assert _temporaries(run_dir) == []
     _assert_videos_decode(run_dir)
+
+
+def test_resume_removes_only_other_processes_temporaries(tmp_path):
+    from rlrec.preempt import remove_stale_temporaries
+
+    dead = 2 ** 22 + 12345  # above the default pid_max: no such process
+    names = {
+        f"checkpoints/.last.pt.{dead}.tmp": True,
+        f"videos/train/.train-ep000003-step000000300.mp4.{dead}-2.part": True,
+        f"videos/eval/.eval-ep000000-step000000000.mp4.{os.getpid()}-0.part": False,  # ours
+        "videos/train/train-ep000001-step000000100.mp4": False,  # a finished clip
+        "checkpoints/last.pt": False,
+        f"elsewhere/.x.{dead}.tmp": False,  # outside checkpoints/ and videos/
+    }
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    removed = remove_stale_temporaries(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(n for n, gone in names.items() if gone)
+    for name, gone in names.items():
+        assert (tmp_path / name).exists() != gone, name
