@@ -29,15 +29,14 @@ class RunLogger:
     def __init__(self, cfg: LoggerConfig, run_dir: Path, total_steps: int, config_dict: dict):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self._tb = None
-        self._wandb = None
+        # W&B first: a missing extra fails here, before any file of the run is written
+        self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
+        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         if cfg.name in ("tensorboard", "wandb"):
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
-        if cfg.name == "wandb":
-            self._wandb = _start_wandb(cfg, self.run_dir, config_dict)
         self._progress = None
         self._task = None
         self._latest: Dict[str, float] = {}
@@ -116,9 +115,12 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
         raise ConfigError(
             "logger=wandb needs the wandb extra: pip install -e '.[wandb]' (or use logger=tensorboard)"
         ) from exc
+    # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
+    sweep = run_dir.parent.name if run_dir.name.isdigit() else None
     return wandb.init(
         project=cfg.wandb_project, entity=cfg.wandb_entity, mode=cfg.wandb_mode, dir=str(run_dir),
-        config=config_dict, name=run_dir.name, reinit="finish_previous",
+        config=config_dict, name=f"{sweep}/{run_dir.name}" if sweep else run_dir.name, group=sweep,
+        reinit="finish_previous",
     )
 
 
