@@ -168,3 +168,18 @@ def test_final_episode_clip_is_saved_at_the_end(tmp_path):
     first_step = int(last.split("-step")[1].split(".")[0])
     assert first_step > 512 - 40 - 16, last
     assert rec.episode >= 512 // 40
+
+
+@pytest.mark.slow
+def test_wandb_offline_logs_metrics_and_clips(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "wb"
+    run_train([*FAST, "logger=wandb", "logger.wandb_mode=offline", "total_steps=512",
+               f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    videos = list(runs[0].rglob("media/videos/**/*.mp4"))
+    logged = [m for m in read_metrics(run_dir) if "video/train" in m or "video/eval" in m]
+    assert len(videos) == len(logged) > 0
+    assert list(runs[0].glob("run-*.wandb"))
