@@ -57,9 +57,8 @@ def sb3_worker(seed: int, t0: float, steps: int, eval_freq: int, eval_episodes: 
 
     class Report(EvalCallback):
         def _on_step(self) -> bool:
-            before = len(self.evaluations_results)
             ok = super()._on_step()
-            if len(self.evaluations_results) > before:
+            if self.n_calls % self.eval_freq == 0:  # an evaluation just ran
                 print(json.dumps({"t": time.time() - t0, "step": self.num_timesteps,
                                   "return": float(self.last_mean_reward)}), flush=True)
             return ok

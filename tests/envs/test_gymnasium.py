@@ -404,3 +404,16 @@ def test_only_asked_envs_render():
         ref = env.render([0, 1, 2])
         assert torch.equal(frames, ref[[2, 0]])
         env.close()
+
+
+def test_cartpole_experiment_composes_with_and_without_env_override():
+    from hydra import compose, initialize_config_dir
+
+    from rlrec.config import register_configs, to_dataclass
+
+    register_configs()
+    for overrides in (["+experiment=cartpole"], ["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"]):
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            c = to_dataclass(compose(config_name="config", overrides=overrides))
+        assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
+        assert c.algo.num_minibatches >= 1 and c.recorder.enabled is False and c.eval_env.recorder.enabled
