@@ -15,12 +15,14 @@ import torch
 from rlrec.config import ConfigError, EnvConfig, RecorderConfig, SimConfig
 from rlrec.envs.base import AutoReset, EnvAdapter
 
-# name -> (module, function building the adapter, extra that provides its simulator)
-_BACKENDS: Dict[str, tuple] = {
-    "builtin": ("rlrec.envs.builtin", "make", None),
-    "gymnasium": ("rlrec.envs.gymnasium", "make", "classic"),
-    "maniskill": ("rlrec.envs.maniskill", "make", "maniskill"),
-    "genesis": ("rlrec.envs.genesis", "make", "genesis"),
+# env group option -> module with ``make(env_cfg, sim, num_envs, device, seed)`` and, where frames
+# need a capability the env may lack, ``check_renderable(env_cfg)``. Each module reports a missing
+# simulator extra itself, naming the extra to install.
+_BACKENDS: Dict[str, str] = {
+    "builtin": "rlrec.envs.builtin",
+    "gymnasium": "rlrec.envs.gymnasium",
+    "maniskill": "rlrec.envs.maniskill",
+    "genesis": "rlrec.envs.genesis",
 }
 
 
@@ -43,18 +45,17 @@ def resolve_device(sim: SimConfig) -> torch.device:
     return torch.device(sim.device)
 
 
-def backend_builder(name: str) -> Callable[..., EnvAdapter]:
-    """The adapter constructor of backend ``name`` (imports it lazily)."""
+def backend_module(name: str):
+    """The module of backend ``name`` (imported lazily: simulators are optional extras)."""
     if name not in _BACKENDS:
         raise ConfigError(f"env={name!r} is unknown: allowed values are {', '.join(_BACKENDS)}")
-    module, fn, _extra = _BACKENDS[name]
-    return getattr(importlib.import_module(module), fn)
+    return importlib.import_module(_BACKENDS[name])
 
 
 def make_adapter(env_cfg: EnvConfig, sim: SimConfig, num_envs: int, seed: Optional[int]) -> EnvAdapter:
     """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs."""
     device = resolve_device(sim)
-    return backend_builder(env_cfg.name)(env_cfg, sim, num_envs=num_envs, device=device, seed=seed)
+    return backend_module(env_cfg.name).make(env_cfg, sim, num_envs=num_envs, device=device, seed=seed)
 
 
 def make_env_stack(
@@ -67,9 +68,15 @@ def make_env_stack(
     kind: str = "train",
     on_clip: Optional[Callable] = None,
 ) -> AutoReset:
-    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``."""
+    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
+    When recording, an env that cannot render is refused before it is built."""
+    recording = recorder_cfg is not None and recorder_cfg.enabled and recorder_cfg.trigger.value != "none"
+    if recording:
+        check = getattr(backend_module(env_cfg.name), "check_renderable", None)
+        if check is not None:
+            check(env_cfg)
     env = make_adapter(env_cfg, sim, num_envs, seed)
-    if recorder_cfg is not None and recorder_cfg.enabled and recorder_cfg.trigger.value != "none":
+    if recording:
         from rlrec.record.recorder import Recorder
 
         env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)

@@ -417,3 +417,18 @@ def test_cartpole_experiment_composes_with_and_without_env_override():
             c = to_dataclass(compose(config_name="config", overrides=overrides))
         assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
         assert c.algo.num_minibatches >= 1 and c.recorder.enabled is False and c.eval_env.recorder.enabled
+
+
+def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
+    from helpers import FAST, make_config
+    from rlrec.runner import Runner
+
+    if "rlrec-test/NoFrames-v0" not in gym.registry:
+        gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
+    env = ["env=gymnasium", "env.id=rlrec-test/NoFrames-v0", "env.num_envs=4", "algo.num_minibatches=2"]
+    with pytest.raises(ConfigError, match="cannot be recorded"):
+        Runner(make_config([*FAST, *env]), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    quiet = ["recorder=none", "eval_env.recorder.enabled=false", "total_steps=64"]
+    Runner(make_config([*FAST, *env, *quiet]), tmp_path).run()
+    assert (tmp_path / "checkpoints" / "last.pt").is_file()
