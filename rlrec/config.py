@@ -163,6 +163,7 @@ class PPOConfig:
     update_epochs: int = 4
     norm_adv: bool = True
     clip_coef: float = 0.2
+    anneal_clip: bool = False  # clip range annealed with the learning rate (SB3's lin_0.2)
     clip_vloss: bool = False
     ent_coef: float = 0.0
     vf_coef: float = 0.5

@@ -265,7 +265,7 @@ class Runner:
             if rec is not None and rec.cfg.record_final_episode \
                     and self.num_iterations - self.iteration < final_window:
                 rec.record_next_episode()
-            lr = self.ppo.set_learning_rate(1.0 - (self.iteration - 1) / self.num_iterations)
+            lr = self.ppo.set_schedule(1.0 - (self.iteration - 1) / self.num_iterations)
             t_collect = time.perf_counter()
             with torch.inference_mode():
                 for t in range(algo.num_steps):

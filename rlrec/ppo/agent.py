@@ -83,8 +83,8 @@ class ActorCritic(nn.Module):
     def distribution(self, obs: torch.Tensor):
         out = self.actor(obs.flatten(1))
         if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.log_std.exp().expand_as(out))
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def _log_prob(self, dist, action: torch.Tensor) -> torch.Tensor:
         lp = dist.log_prob(action)

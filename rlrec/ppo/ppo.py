@@ -24,6 +24,7 @@ class PPO:
         ).to(device)
         self.obs_norm = ObsNormalizer(tuple(obs_space.shape)).to(device) if cfg.norm_obs else None
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.clip_coef = cfg.clip_coef
 
     # ------------------------------------------------------------------ acting
     def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
@@ -34,16 +35,19 @@ class PPO:
             self.obs_norm.update(obs)
         return self.obs_norm(obs)
 
-    def set_learning_rate(self, frac_remaining: float) -> float:
+    def set_schedule(self, frac_remaining: float) -> float:
+        """Anneals the learning rate (and, with ``anneal_clip``, the clip range) linearly to 0
+        over training; returns the learning rate."""
         lr = self.cfg.learning_rate * (frac_remaining if self.cfg.anneal_lr else 1.0)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.clip_coef = self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0)
         return lr
 
     # ------------------------------------------------------------------ learning
     def update(self, storage: RolloutStorage) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage; returns mean losses and diagnostics."""
-        cfg = self.cfg
+        cfg, clip = self.cfg, self.clip_coef
         stats = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "loss/approx_kl": 0.0,
                  "loss/clipfrac": 0.0}
         n_updates = 0
@@ -55,15 +59,15 @@ class PPO:
                 ratio = logratio.exp()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+                    clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
                 adv = mb["advantages"]
                 if cfg.norm_adv and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 pg_loss = torch.max(
-                    -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+                    -adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)
                 ).mean()
                 if cfg.clip_vloss:
-                    v_clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.clip_coef, cfg.clip_coef)
+                    v_clipped = mb["values"] + (value - mb["values"]).clamp(-clip, clip)
                     v_loss = 0.5 * torch.max((value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()
                 else:
                     v_loss = 0.5 * ((value - mb["returns"]) ** 2).mean()

@@ -1,0 +1,123 @@
+"""PPO pieces against straightforward reference implementations."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlrec.config import PPOConfig
+from rlrec.envs.base import AutoReset
+from rlrec.envs.builtin import PointReach
+from rlrec.ppo.agent import ActorCritic, ObsNormalizer
+from rlrec.ppo.ppo import PPO, action_dtype
+from rlrec.ppo.storage import RolloutStorage
+
+
+def _reference_gae(rewards, values, dones, next_value, gamma, lam):
+    T, N = rewards.shape
+    adv = np.zeros((T, N))
+    last = np.zeros(N)
+    for t in reversed(range(T)):
+        nxt = next_value if t == T - 1 else values[t + 1]
+        nonterminal = 1.0 - dones[t]
+        delta = rewards[t] + gamma * nxt * nonterminal - values[t]
+        last = delta + gamma * lam * nonterminal * last
+        adv[t] = last
+    return adv
+
+
+def test_gae_matches_reference():
+    g = torch.Generator().manual_seed(0)
+    T, N = 7, 3
+    s = RolloutStorage(T, N, (2,), (1,), torch.float32, torch.device("cpu"))
+    s.rewards.copy_(torch.randn(T, N, generator=g))
+    s.values.copy_(torch.randn(T, N, generator=g))
+    s.dones.copy_((torch.rand(T, N, generator=g) < 0.3).float())
+    nv = torch.randn(N, generator=g)
+    s.compute_gae(nv, 0.97, 0.9)
+    ref = _reference_gae(s.rewards.numpy(), s.values.numpy(), s.dones.numpy(), nv.numpy(), 0.97, 0.9)
+    np.testing.assert_allclose(s.advantages.numpy(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(s.returns, s.advantages + s.values)
+
+
+def test_minibatches_cover_the_batch_once():
+    s = RolloutStorage(4, 6, (1,), (), torch.long, torch.device("cpu"))
+    s.obs.copy_(torch.arange(24, dtype=torch.float32).reshape(4, 6, 1))
+    seen = torch.cat([mb["obs"].flatten() for mb in s.minibatches(3)])
+    assert sorted(seen.tolist()) == list(range(24))
+
+
+def test_obs_normalizer_matches_running_statistics():
+    norm = ObsNormalizer((3,))
+    data = [torch.randn(50, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -1.0, 0.0]) for _ in range(4)]
+    for x in data:
+        norm.update(x)
+    allx = torch.cat(data)
+    torch.testing.assert_close(norm.mean, allx.mean(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(norm.var, allx.var(0, unbiased=False), rtol=1e-3, atol=1e-4)
+    z = norm(allx)
+    torch.testing.assert_close(z.mean(0), torch.zeros(3), atol=1e-3, rtol=0)
+
+
+def test_categorical_head_for_discrete_actions():
+    agent = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), [16])
+    obs = torch.randn(5, 4)
+    a, lp, v = agent.act(obs)
+    assert a.dtype == torch.long and a.shape == (5,) and lp.shape == (5,) and v.shape == (5,)
+    det, _, _ = agent.act(obs, deterministic=True)
+    assert torch.equal(det, agent.distribution(obs).probs.argmax(-1))
+    lp2, ent, _ = agent.evaluate(obs, a)
+    torch.testing.assert_close(lp, lp2)
+    assert (ent > 0).all()
+
+
+def test_gaussian_deterministic_action_is_the_mean():
+    agent = ActorCritic(gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [16])
+    obs = torch.randn(4, 6)
+    a, _, _ = agent.act(obs, deterministic=True)
+    torch.testing.assert_close(a, agent.actor(obs))
+
+
+def test_update_improves_the_clipped_objective_and_anneals():
+    torch.manual_seed(0)
+    env = AutoReset(PointReach(16))
+    cfg = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=4, target_kl=None, anneal_clip=True)
+    ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
+    s = RolloutStorage(8, 16, (6,), (2,), action_dtype(env.single_action_space), torch.device("cpu"))
+    obs, _ = env.reset(seed=0)
+    with torch.inference_mode():
+        for t in range(8):
+            nobs = ppo.normalize(obs, update=True)
+            a, lp, v = ppo.agent.act(nobs)
+            obs, r, term, trunc, _ = env.step(a)
+            s.obs[t], s.actions[t], s.logprobs[t], s.values[t], s.rewards[t] = nobs, a, lp, v, r
+            s.dones[t] = (term | trunc).float()
+        s.compute_gae(ppo.agent.value(ppo.normalize(obs)), 0.99, 0.95)
+    before = [p.clone() for p in ppo.agent.parameters()]
+    assert ppo.set_schedule(0.5) == pytest.approx(cfg.learning_rate * 0.5)
+    assert ppo.clip_coef == pytest.approx(0.1)
+    stats = ppo.update(s)
+    assert stats["loss/updates"] == 8
+    assert any(not torch.equal(b, p) for b, p in zip(before, ppo.agent.parameters()))
+    # the value function fits its targets better after the update
+    with torch.no_grad():
+        err_after = ((ppo.agent.value(s.obs.reshape(-1, 6)) - s.returns.flatten()) ** 2).mean()
+        err_before = ((s.values.flatten() - s.returns.flatten()) ** 2).mean()
+    assert err_after < err_before
+
+
+def test_target_kl_stops_early():
+    torch.manual_seed(0)
+    env = AutoReset(PointReach(8))
+    cfg = PPOConfig(num_steps=4, num_minibatches=1, update_epochs=50, target_kl=1e-6, learning_rate=1e-2)
+    ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
+    s = RolloutStorage(4, 8, (6,), (2,), torch.float32, torch.device("cpu"))
+    obs, _ = env.reset(seed=0)
+    with torch.inference_mode():
+        for t in range(4):
+            a, lp, v = ppo.agent.act(obs)
+            s.obs[t], s.actions[t], s.logprobs[t], s.values[t] = obs, a, lp, v
+            obs, r, *_ = env.step(a)
+            s.rewards[t] = r
+        s.compute_gae(ppo.agent.value(obs), 0.99, 0.95)
+    assert ppo.update(s)["loss/updates"] < 50
