@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes.util
 import importlib
 import os
-from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Dict, Optional, Protocol, Tuple, runtime_checkable
 
 import gymnasium as gym
 import numpy as np

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.config import RecorderConfig, Trigger, validate_recorder
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
 from rlrec.record.overlay import FrameMeta, draw_overlay
 from rlrec.record.triggers import check_dt, clip_length, episode_fires, steps_per_frame

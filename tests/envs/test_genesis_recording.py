@@ -22,57 +22,17 @@ import torch
 pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/setup_genesis.sh")
 pytestmark = pytest.mark.genesis
 
-import imageio_ffmpeg  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
+from frame_spy import FrameSpy, decode  # noqa: E402
 from genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
 
 from rlrec.config import RecorderConfig, Trigger  # noqa: E402
-from rlrec.envs.base import AutoReset, EnvWrapper, as_env_index  # noqa: E402
+from rlrec.envs.base import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 
 N = 2
 DT = 0.02  # FrankaReach's env step: 50 frames per second of sim time
-
-
-def decode(path):
-    """(frames [T, H, W, 3], fps written in the file)."""
-    gen = imageio_ffmpeg.read_frames(path, pix_fmt="rgb24")
-    meta = next(gen)
-    w, h = meta["size"]
-    return np.stack([np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in gen]), meta["fps"]
-
-
-class Spy(EnvWrapper):
-    """Keeps env 0's frame after every reset naming it and after every step; counts the renders
-    the recorder asks for; never closes the shared adapter."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.episodes = []
-        self.recorder_renders = []
-
-    def _frame(self):
-        return self.env.render([0])[0].numpy().copy()
-
-    def reset(self, seed=None, env_idx=None):
-        out = self.env.reset(seed=seed, env_idx=env_idx)
-        if 0 in as_env_index(env_idx, self.num_envs, self.device).tolist():
-            self.episodes.append([self._frame()])
-        return out
-
-    def step(self, action):
-        out = self.env.step(action)
-        if self.episodes:
-            self.episodes[-1].append(self._frame())
-        return out
-
-    def render(self, env_idx):
-        self.recorder_renders.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
-        return self.env.render(env_idx)
-
-    def close(self):
-        pass  # the module's adapters outlive each test's stack
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +51,7 @@ def make_stack(adapters, tmp_path):
 
     def build(limit, **rec):
         env.max_episode_steps = limit
-        spy = Spy(env)
+        spy = FrameSpy(env, close_inner=False)
         kind = rec.pop("kind", "eval")
         rec.setdefault("lossless", True)
         cfg = RecorderConfig(**rec)
@@ -187,8 +147,8 @@ def test_capped_cubic_trigger_counts_episodes_of_the_recorded_env(make_stack):
     assert [c.episode for c in clips] == [0, 1, 8]
     assert all(c.num_frames == limit + 1 for c in clips)
     # nothing rendered outside clips, and only the recorded env (Spy's own renders are not counted)
-    assert all(r == [1] for r in spy.recorder_renders)
-    assert len(spy.recorder_renders) == sum(c.num_frames for c in clips)
+    assert all(r == [1] for r in spy.render_requests)
+    assert len(spy.render_requests) == sum(c.num_frames for c in clips)
 
 
 def test_step_trigger(make_stack):
@@ -276,7 +236,7 @@ def test_fixed_filename_is_replaced_atomically(make_stack, tmp_path):
 def test_final_episode_is_saved_on_close(adapters, tmp_path):
     env = adapters[0]
     env.max_episode_steps = 50
-    spy = Spy(env)
+    spy = FrameSpy(env, close_inner=False)
     clips = []
     cfg = RecorderConfig(trigger=Trigger.always, record_final_episode=True, lossless=True)
     stack = AutoReset(Recorder(spy, cfg, str(tmp_path), kind="train", on_clip=clips.append))

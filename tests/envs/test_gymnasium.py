@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("pygame")  # gymnasium[classic-control] renders with pygame
 
 from env_contract import EnvContract, frame_diff, sample_actions
+from frame_spy import FrameSpy, decode
 from rlrec.config import ConfigError, GymnasiumEnvConfig, SimConfig
 from rlrec.envs import gymnasium as gym_backend
 from rlrec.envs.base import AutoReset
@@ -250,48 +251,6 @@ SIZE = (48, 72)  # frames resized (H, W): small clips; resizing is deterministic
 EVAL_SEEDS = [1000, 1000, 2000]  # a repeated seed (as the runner does) and a new one
 
 
-def _decode(path):
-    import imageio_ffmpeg
-
-    gen = imageio_ffmpeg.read_frames(path, pix_fmt="rgb24")
-    w, h = next(gen)["size"]
-    return np.stack([np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in gen])
-
-
-class _Spy:
-    """Wraps the adapter below the recorder: keeps env 0's frame after every reset and step
-    (rendering a gymnasium env does not change it) and counts sub-env renders per env."""
-
-    def __new__(cls, env):
-        from rlrec.envs.base import EnvWrapper, as_env_index
-
-        class Spy(EnvWrapper):
-            def __init__(self, inner):
-                super().__init__(inner)
-                self.episodes, self.renders = [], []
-
-            def _frame(self):
-                return self.env.render([0])[0].numpy().copy()
-
-            def reset(self, seed=None, env_idx=None):
-                out = self.env.reset(seed=seed, env_idx=env_idx)
-                if 0 in as_env_index(env_idx, self.num_envs, self.device).tolist():
-                    self.episodes.append([self._frame()])
-                return out
-
-            def step(self, action):
-                out = self.env.step(action)
-                if self.episodes:
-                    self.episodes[-1].append(self._frame())
-                return out
-
-            def render(self, env_idx):
-                self.renders.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
-                return self.env.render(env_idx)
-
-        return Spy(env)
-
-
 @pytest.fixture(scope="module")
 def evals(tmp_path_factory):
     """Three evaluations of a recorded 2-env CartPole eval stack, collection steps in between.
@@ -306,7 +265,7 @@ def evals(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("gym_rec")
     adapter = GymnasiumEnv("CartPole-v1", 2, max_episode_steps=EVAL_LIMIT, resize=SIZE, seed=7)
-    spy = _Spy(adapter)
+    spy = FrameSpy(adapter)
     clips = []
     cfg = RecorderConfig(trigger=Trigger.eval, env_idx=[0], lossless=True, record_final_episode=False)
     rec = Recorder(spy, cfg, str(tmp), kind="eval", on_clip=clips.append)
@@ -350,7 +309,7 @@ def test_each_eval_clip_starts_on_its_fresh_reset_state(evals):
     assert len(clips) == len(EVAL_SEEDS), [c.path for c in clips]
     previous_last = None
     for k, clip in enumerate(clips):
-        frames = _decode(clip.path)
+        frames = decode(clip.path)[0]
         assert frames.shape[1:] == (*SIZE, 3)
         assert np.array_equal(frames[0], evals["refs"][k]), f"eval {k}: first frame is not the reset state"
         if k:
@@ -364,7 +323,7 @@ def test_eval_clips_end_on_the_terminal_state_before_autoreset(evals):
     episodes = evals["spy"].episodes  # per episode of env 0: reset frame, then one per step
     recorded = []
     for clip in evals["clips"]:
-        frames = _decode(clip.path)
+        frames = decode(clip.path)[0]
         match = [j for j, ep in enumerate(episodes)
                  if len(ep) == len(frames) and all(np.array_equal(a, b) for a, b in zip(frames, ep))]
         assert match, f"{clip.path}: frames differ from the states env 0 went through"
@@ -375,7 +334,7 @@ def test_eval_clips_end_on_the_terminal_state_before_autoreset(evals):
         assert not np.array_equal(frames[-1], episodes[j + 1][0])
     # truncated at the limit twice, then a real termination (the pole fell); one frame per step
     assert [kind for kind, _ in evals["ends"]] == ["truncated", "truncated", "terminated"]
-    assert [len(_decode(c.path)) - 1 for c in evals["clips"]] == [n for _, n in evals["ends"]]
+    assert [len(decode(c.path)[0]) - 1 for c in evals["clips"]] == [n for _, n in evals["ends"]]
     assert evals["ends"][0][1] == EVAL_LIMIT
 
 
@@ -384,7 +343,7 @@ def test_partial_resets_of_other_envs_leave_the_recorded_image_alone(evals):
     # spy's frames of env 0 exactly (checked above) and every render asked for env 0 only
     assert evals["other_resets"] >= 3
     spy = evals["spy"]
-    recorder_renders = [r for r in spy.renders]
+    recorder_renders = [r for r in spy.render_requests]
     assert recorder_renders and all(r == [0] for r in recorder_renders)
     assert len(recorder_renders) == sum(c.num_frames for c in evals["clips"])
 

@@ -18,12 +18,12 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
 ]
 
-import imageio_ffmpeg  # noqa: E402
 
 from env_contract import sample_actions  # noqa: E402
+from frame_spy import FrameSpy, decode  # noqa: E402
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.base import AutoReset, EnvWrapper, as_env_index  # noqa: E402
+from rlrec.envs.base import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 
 SIZE = 64
@@ -37,44 +37,8 @@ def make_adapter(limit, seed):
     return ms.make(cfg, SimConfig(), num_envs=2, device=torch.device("cpu"), seed=seed)
 
 
-def decode(path):
-    gen = imageio_ffmpeg.read_frames(path, pix_fmt="rgb24")
-    w, h = next(gen)["size"]
-    return np.stack([np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in gen])
-
-
-class Spy(EnvWrapper):
-    """Below the recorder: keeps every frame of every episode of env 0 (rendering a CPU ManiSkill
-    env has no effect on its state) and logs which envs the recorder asks to render."""
-
-    def __init__(self, env, keep_frames=True):
-        super().__init__(env)
-        self.keep_frames = keep_frames
-        self.episodes = []
-        self.render_requests = []
-
-    def _frame(self):
-        return self.env.render([0])[0].numpy().copy() if self.keep_frames else None
-
-    def reset(self, seed=None, env_idx=None):
-        out = self.env.reset(seed=seed, env_idx=env_idx)
-        if 0 in as_env_index(env_idx, self.num_envs, self.device).tolist():
-            self.episodes.append([self._frame()])
-        return out
-
-    def step(self, action):
-        out = self.env.step(action)
-        if self.episodes:
-            self.episodes[-1].append(self._frame())
-        return out
-
-    def render(self, env_idx):
-        self.render_requests.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
-        return self.env.render(env_idx)
-
-
 def stack(tmp_path, kind, trigger, limit, seed, keep_frames):
-    spy = Spy(make_adapter(limit, seed), keep_frames=keep_frames)
+    spy = FrameSpy(make_adapter(limit, seed), keep_frames=keep_frames)
     cfg = RecorderConfig(trigger=trigger, env_idx=[0], lossless=True, record_final_episode=False)
     clips = []
     rec = Recorder(spy, cfg, str(tmp_path / kind), kind=kind, on_clip=clips.append)
@@ -123,7 +87,7 @@ def test_every_eval_clip_starts_on_the_fresh_reset_state(run):
     assert len(clips) == 3, [c.path for c in clips]
     previous_last = None
     for k, clip in enumerate(clips):
-        frames = decode(clip.path)
+        frames = decode(clip.path)[0]
         assert np.array_equal(frames[0], run["reference"]), f"eval {k}: first frame is not the seeded reset state"
         if k:
             # the failure seen in the field: the clip led by the previous episode's last frame
@@ -137,14 +101,14 @@ def test_eval_clips_are_whole_episodes_ending_on_the_terminal_state(run):
     # every eval episode of env 0 that the recorder recorded: the first after each full reset
     recorded = [ep for ep in spy_episodes if len(ep) == EVAL_LIMIT + 1]
     for clip in run["eval_clips"]:
-        frames = decode(clip.path)
+        frames = decode(clip.path)[0]
         assert clip.num_frames == len(frames) == EVAL_LIMIT + 1  # reset frame + one per step
         matches = [ep for ep in recorded if all(np.array_equal(a, b) for a, b in zip(frames, ep))]
         assert matches, f"{clip.path}: frames differ from the states the env went through"
     for k in range(3):
         # episode 2k: recorded; episode 2k+1: the autoreset episode that followed it
         ended, after = spy_episodes[2 * k], spy_episodes[2 * k + 1]
-        frames = decode(run["eval_clips"][k].path)
+        frames = decode(run["eval_clips"][k].path)[0]
         assert np.array_equal(frames[-1], ended[-1]), "the clip does not end on the terminal state"
         assert not np.array_equal(frames[-1], after[0]), "the terminal frame was taken after the autoreset"
 

@@ -10,41 +10,11 @@ import numpy as np
 import torch
 
 from rlrec.config import RecorderConfig, Trigger
-from rlrec.envs.base import AutoReset, EnvWrapper, as_env_index
+from frame_spy import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
+from frame_spy import decode  # noqa: F401  (re-exported for the recorder tests)
+from rlrec.envs.base import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
-
-
-class Spy(EnvWrapper):
-    """Sits between the recorder and PointReach and keeps, for env ``watch``, every frame of every
-    episode (the reset frame, then one per step). PointReach's render is a pure function of state,
-    so rendering here changes nothing. It also counts the renders the recorder asks for."""
-
-    def __init__(self, env, watch: int = 0, keep_frames: bool = True):
-        super().__init__(env)
-        self.watch = watch
-        self.keep_frames = keep_frames
-        self.episodes: List[List[np.ndarray]] = []
-        self.render_calls = 0
-
-    def _frame(self) -> np.ndarray:
-        return self.env.render([self.watch])[0].numpy().copy()
-
-    def reset(self, seed=None, env_idx=None):
-        out = self.env.reset(seed=seed, env_idx=env_idx)
-        if self.keep_frames and self.watch in as_env_index(env_idx, self.num_envs, self.device).tolist():
-            self.episodes.append([self._frame()])
-        return out
-
-    def step(self, action):
-        out = self.env.step(action)
-        if self.episodes:
-            self.episodes[-1].append(self._frame())
-        return out
-
-    def render(self, env_idx):
-        self.render_calls += 1
-        return self.env.render(env_idx)
 
 
 def rec_cfg(**kw) -> RecorderConfig:
@@ -67,15 +37,6 @@ def make_stack(
     clips: list = []
     rec = Recorder(spy, rec_cfg(**cfg), str(tmp_path), kind=kind, on_clip=clips.append)
     return AutoReset(rec), rec, spy, clips
-
-
-def decode(path: str) -> Tuple[np.ndarray, float]:
-    """All frames of an mp4 as uint8 ``[n, H, W, 3]`` and the fps written in the file."""
-    gen = imageio_ffmpeg.read_frames(path, pix_fmt="rgb24")
-    meta = next(gen)
-    w, h = meta["size"]
-    frames = [np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in gen]
-    return np.stack(frames) if frames else np.zeros((0, h, w, 3), np.uint8), float(meta["fps"])
 
 
 def zeros(env) -> torch.Tensor:
