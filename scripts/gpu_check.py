@@ -33,12 +33,14 @@ from typing import List
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # FrameSpy, shared with the recording tests
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
-from rlrec.envs.base import AutoReset, EnvWrapper, as_env_index  # noqa: E402
+from frame_spy import FrameSpy  # noqa: E402
+from rlrec.envs.base import AutoReset  # noqa: E402
 from rlrec.envs.factory import make_adapter  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 
@@ -71,42 +73,13 @@ def random_actions(env, gen: torch.Generator) -> torch.Tensor:
     return (torch.rand(shape, generator=gen) * 2 - 1).to(env.device)
 
 
-class Spy(EnvWrapper):
-    """Below the recorder: every frame of every episode of env 0, straight from the adapter."""
-
-    def __init__(self, env, keep: bool):
-        super().__init__(env)
-        self.keep = keep
-        self.episodes: list = []
-        self.requests: list = []
-
-    def _frame(self):
-        return self.env.render([0])[0].numpy().copy() if self.keep else None
-
-    def reset(self, seed=None, env_idx=None):
-        out = self.env.reset(seed=seed, env_idx=env_idx)
-        if 0 in as_env_index(env_idx, self.num_envs, self.device).tolist():
-            self.episodes.append([self._frame()])
-        return out
-
-    def step(self, action):
-        out = self.env.step(action)
-        if self.episodes:
-            self.episodes[-1].append(self._frame())
-        return out
-
-    def render(self, env_idx):
-        self.requests.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
-        return self.env.render(env_idx)
-
-
 def sim_cfg(sim: str) -> SimConfig:
     return SimConfig(name=sim, device="cuda" if sim == "gpu" else "cpu")
 
 
 def recording_stack(sim, num_envs, limit, seed, trigger, size, video_dir, keep):
     cfg = ManiSkillEnvConfig(render_width=size, render_height=size, max_episode_steps=limit)
-    spy = Spy(make_adapter(cfg, sim_cfg(sim), num_envs, seed), keep)
+    spy = FrameSpy(make_adapter(cfg, sim_cfg(sim), num_envs, seed), keep_frames=keep)
     clips: list = []
     rec = Recorder(spy, RecorderConfig(trigger=trigger, env_idx=[0], lossless=True, record_final_episode=False),
                    video_dir, kind="eval" if trigger is Trigger.eval else "train", on_clip=clips.append)
@@ -180,10 +153,10 @@ def regression(args, tmp: Path) -> None:
            f"{[round(d, 2) for d in after]}")
     report([c.episode for c in train_clips] == [0, 1, 8] and train_rec.episode >= 9,
            "cubic schedule on the collection env", f"clips of episodes {[c.episode for c in train_clips]}")
-    report(all(r == [0] for r in eval_spy.requests + train_spy.requests)
-           and len(train_spy.requests) == sum(c.num_frames for c in train_clips),
+    report(all(r == [0] for r in eval_spy.render_requests + train_spy.render_requests)
+           and len(train_spy.render_requests) == sum(c.num_frames for c in train_clips),
            "recorder renders only the recorded env, only while recording",
-           f"{len(train_spy.requests)} collection renders for {sum(c.num_frames for c in train_clips)} frames")
+           f"{len(train_spy.render_requests)} collection renders for {sum(c.num_frames for c in train_clips)} frames")
 
     # owned copies: a kept frame survives later steps and renders
     a = eval_env.unwrapped.render([0, 1])
