@@ -274,9 +274,7 @@ class Runner:
                     next_obs, reward, term, trunc, info = env.step(action)
                     reward = reward.float() * algo.reward_scale
                     if "_final" in info:
-                        # bootstrap truncated episodes from the value of their real final observation
-                        final_v = self.ppo.agent.value(self.ppo.normalize(info["final_obs"]))
-                        reward = reward + algo.gamma * final_v * (trunc & ~term).float()
+                        reward = self.ppo.bootstrap_truncated(reward, term, trunc, info["final_obs"])
                         ep = info["episode"]
                         mask = ep["_mask"]
                         finished["return"].append(ep["return"][mask])

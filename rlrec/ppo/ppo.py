@@ -44,6 +44,14 @@ class PPO:
         self.clip_coef = self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0)
         return lr
 
+    def bootstrap_truncated(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                            final_obs: torch.Tensor) -> torch.Tensor:
+        """``reward + gamma * V(final_obs)`` where an episode was cut by the time limit (not where it
+        terminated): the return it would have had continues past the cut, so GAE can treat every
+        episode end as terminal."""
+        cut = (truncated & ~terminated).float()
+        return reward + self.cfg.gamma * self.agent.value(self.normalize(final_obs)) * cut
+
     # ------------------------------------------------------------------ learning
     def update(self, storage: RolloutStorage) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage; returns mean losses and diagnostics."""

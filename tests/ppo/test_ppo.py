@@ -121,3 +121,20 @@ def test_target_kl_stops_early():
             s.rewards[t] = r
         s.compute_gae(ppo.agent.value(obs), 0.99, 0.95)
     assert ppo.update(s)["loss/updates"] < 50
+
+
+def test_truncated_episodes_are_bootstrapped_from_their_final_observation():
+    env = AutoReset(PointReach(4, max_episode_steps=1))
+    ppo = PPO(PPOConfig(gamma=0.9), env.single_observation_space, env.single_action_space, torch.device("cpu"))
+    env.reset(seed=0)
+    with torch.inference_mode():
+        _, reward, term, trunc, info = env.step(torch.zeros(4, 2))
+        assert bool(trunc.all()) and not bool(term.any())
+        final = info["final_obs"]
+        assert not torch.equal(final, env.env.unwrapped._obs()), "final obs is the pre-reset state"
+        out = ppo.bootstrap_truncated(reward, term, trunc, final)
+        torch.testing.assert_close(out, reward + 0.9 * ppo.agent.value(ppo.normalize(final)))
+        # terminated episodes are not bootstrapped, even when the time limit hits on the same step
+        term2 = torch.tensor([True, False, True, False])
+        out2 = ppo.bootstrap_truncated(reward, term2, trunc, final)
+        torch.testing.assert_close(out2[term2], reward[term2])
