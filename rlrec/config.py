@@ -223,16 +223,17 @@ ENV_SCHEMAS = {
 
 
 def register_configs() -> None:
-    """Register every schema so ``conf/**.yaml`` can extend them."""
+    """Register every schema under ``schema/`` so ``conf/**.yaml`` can extend them
+    (``defaults: [/schema/<group>/<name>@_here_]``) without listing them as group options."""
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
+    cs.store(group="schema", name="config", node=Config)
     for name, schema in ENV_SCHEMAS.items():
-        cs.store(group="env", name=f"{name}_schema", node=schema)
-    cs.store(group="sim", name="sim_schema", node=SimConfig)
-    cs.store(group="eval_env", name="eval_env_schema", node=EvalEnvConfig)
-    cs.store(group="recorder", name="recorder_schema", node=RecorderConfig)
-    cs.store(group="algo", name="ppo_schema", node=PPOConfig)
-    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+        cs.store(group="schema/env", name=name, node=schema)
+    cs.store(group="schema/sim", name="sim", node=SimConfig)
+    cs.store(group="schema/eval_env", name="eval_env", node=EvalEnvConfig)
+    cs.store(group="schema/recorder", name="recorder", node=RecorderConfig)
+    cs.store(group="schema/algo", name="ppo", node=PPOConfig)
+    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
 
 
 # --------------------------------------------------------------------------- validation
