@@ -201,7 +201,7 @@ class Runner:
         count = 0
         limit = (env.max_episode_steps or 10_000) * (math.ceil(target / n) + 1)
         for _ in range(limit):
-            action, _, _ = self.ppo.agent.act(self.ppo.normalize(obs), deterministic=cfg.deterministic)
+            action = self.ppo.agent.action(self.ppo.normalize(obs), deterministic=cfg.deterministic)
             obs, _, _, _, info = env.step(action)
             if "success" in info:
                 has_success = True

@@ -94,14 +94,20 @@ class ActorCritic(nn.Module):
         ent = dist.entropy()
         return ent if self.discrete else ent.sum(-1)
 
+    def _pick(self, dist, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return dist.probs.argmax(-1) if self.discrete else dist.mean
+        return dist.sample()
+
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """``(action, log_prob, value)`` for a batch of (normalised) observations."""
         dist = self.distribution(obs)
-        if deterministic:
-            action = dist.probs.argmax(-1) if self.discrete else dist.mean
-        else:
-            action = dist.sample()
+        action = self._pick(dist, deterministic)
         return action, self._log_prob(dist, action), self.value(obs)
+
+    def action(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """The action of :meth:`act` alone (evaluation): no log-prob, no critic pass."""
+        return self._pick(self.distribution(obs), deterministic)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
         """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""
