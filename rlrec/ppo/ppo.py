@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from rlrec.config import PPOConfig
-from rlrec.ppo.adam import Adam
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.storage import RolloutStorage
 
@@ -24,8 +23,7 @@ class PPO:
             obs_space, action_space, list(cfg.hidden_sizes), cfg.activation, cfg.init_log_std
         ).to(device)
         self.obs_norm = ObsNormalizer(tuple(obs_space.shape)).to(device) if cfg.norm_obs else None
-        # rlrec's Adam: torch.optim.Adam's arithmetic without its ~1 s lazy torch._dynamo import
-        self.optimizer = Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
         self.clip_coef = cfg.clip_coef
 
     # ------------------------------------------------------------------ acting
