@@ -92,7 +92,7 @@ class Runner:
         try:
             self._build()
         except BaseException:
-            self.close(save=False)
+            self.close()
             raise
 
     # ------------------------------------------------------------------ set-up
@@ -352,7 +352,7 @@ class Runner:
         parts.append(f"run dir {self.run_dir}")
         print(" | ".join(parts), flush=True)
 
-    def close(self, save: bool = True) -> None:
+    def close(self) -> None:
         """Closes recorders (saving the episode in progress), envs and loggers. Idempotent."""
         if self._closed:
             return
