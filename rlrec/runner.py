@@ -176,9 +176,10 @@ class Runner:
             if self.eval_env is not None and data.get("eval_env"):
                 load_env_state(self.eval_env, data["eval_env"])
         obs = data.get("next_obs")
-        can_continue = self.train_env is not None and "0:AutoReset" in (data.get("train_env") or {})
-        sim_saved = any(not k.split(":")[1] in ("AutoReset", "Recorder") for k in (data.get("train_env") or {}))
-        if obs is not None and can_continue and sim_saved and obs.shape[0] == self.cfg.env.num_envs:
+        saved_layers = {key.split(":", 1)[1] for key in data.get("train_env") or {}}
+        sim_saved = bool(saved_layers - {"AutoReset", "Recorder"})  # the adapter saved its state
+        if self.train_env is not None and sim_saved and obs is not None \
+                and obs.shape[0] == self.cfg.env.num_envs:
             return obs.to(self.device)
         return None  # the backend could not save its state: collection starts new episodes
 
