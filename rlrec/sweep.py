@@ -86,7 +86,9 @@ def job_row(config: DictConfig, job_return: Any) -> Dict[str, Any]:
             row[key.lstrip("+~")] = value
     row.update(final_figures(run_dir))
     if status == "FAILED":
-        row["error"] = f"{type(job_return.return_value).__name__}: {job_return.return_value}"
+        # JobReturn.return_value re-raises a failed job's exception: read the stored one
+        err = job_return._return_value
+        row["error"] = f"{type(err).__name__}: {err}"
     row["run_dir"] = str(run_dir)
     return row
 

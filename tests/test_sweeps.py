@@ -245,6 +245,18 @@ def test_summary_survives_concurrent_writers(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_failed_job_gets_a_row_with_its_error(tmp_path):
+    """A job that raised is summarised too (Hydra swallows a callback's exception, so a row
+    that could not be built would silently be missing)."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    ret = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("boom"))
+    config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path / "3")}, "job": {"num": 3},
+                                         "sweep": {"dir": str(tmp_path)}, "overrides": {"task": ["seed=2"]}}})
+    row = sweep.job_row(config, ret)
+    assert row["status"] == "FAILED" and row["error"] == "ValueError: boom" and row["seed"] == "2"
+
+
 def test_final_figures_take_the_last_eval_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 128, "eval/return": 1.0, "eval/success": 0.5}\n'
