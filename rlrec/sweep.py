@@ -80,7 +80,7 @@ def job_row(config: DictConfig, job_return: Any) -> Dict[str, Any]:
     row: Dict[str, Any] = {"job": int(hydra.job.num), "status": status,
                            "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
                            "overrides": " ".join(overrides)}
-    for item in overrides:  # one column per swept key, so the CSV sorts and plots directly
+    for item in overrides:  # one column per override key, so the CSV sorts and plots directly
         key, sep, value = item.partition("=")
         if sep:
             row[key.lstrip("+~")] = value
