@@ -34,15 +34,19 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
-    """Writes to ``path.tmp`` and renames into place, so a kill at any moment leaves the
-    previous file at ``path`` valid."""
+    """Writes to ``.<name>.<pid>.tmp`` beside ``path`` and renames it into place, so a kill at
+    any moment leaves the previous file at ``path`` valid."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # e.g. a full disk: do not leave the half-written temporary behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load(path: str | Path, key: str = "checkpoint") -> Dict[str, Any]:
