@@ -66,22 +66,9 @@ def requeue_if_preempted(signum: Optional[int]) -> None:
         handler(signum, None)
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_temporaries(run_dir: Path, only_dead: bool = False) -> List[Path]:
+def remove_stale_temporaries(run_dir: Path) -> List[Path]:
     """Deletes temporary checkpoint/clip files that other processes left in ``run_dir``'s
-    ``checkpoints/`` and ``videos/`` (never this process's own). With ``only_dead`` it keeps those
-    of processes still alive on this machine; a resuming run owns the dir, so it removes all."""
+    ``checkpoints/`` and ``videos/`` (never this process's own): a resuming run owns the dir."""
     removed = []
     run_dir = Path(run_dir)
     for sub in ("checkpoints", "videos"):
@@ -93,7 +80,7 @@ def remove_stale_temporaries(run_dir: Path, only_dead: bool = False) -> List[Pat
             if not m or not p.is_file():
                 continue
             pid = int(m.group(1))
-            if pid == os.getpid() or (only_dead and _alive(pid)):
+            if pid == os.getpid():
                 continue
             try:
                 p.unlink()
