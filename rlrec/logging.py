@@ -140,7 +140,6 @@ def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, max_frames:
     buf = io.BytesIO()
     images[0].save(buf, format="GIF", save_all=True, append_images=images[1:],
                    duration=max(20, int(1000 * stride / fps)), loop=0)
-    h, w = frames.shape[1:3]
     summary = Summary(value=[Summary.Value(tag=tag, image=Summary.Image(
         height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue()))])
     writer._get_file_writer().add_summary(summary, step)
