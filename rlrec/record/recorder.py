@@ -44,8 +44,6 @@ class RecorderError(RuntimeError):
 class _Clip:
     """The clip being recorded (training-thread bookkeeping)."""
 
-    episode: int
-    step: int  # recorder step count at the first frame
     steps: int = 0  # env steps since the first frame
     frames: int = 0
     ret: Optional[torch.Tensor] = None  # return of the recorded envs since the first frame (overlay)
@@ -215,19 +213,20 @@ class Recorder(EnvWrapper):
             self._end_clip(keep=True)  # an episode boundary always ends the clip
         self.episode += 1
         self._episode_steps = 0
-        fire = episode_fires(self.trigger, self.cfg.every, self.episode, full_reset)
-        if self.trigger is Trigger.step:
+        if self._step_trigger:
             every = int(self.cfg.every)  # type: ignore[arg-type]
             due = self.steps % every == 0 and self.steps != self._step_fired_at
             fire = self._step_pending or due
+        else:
+            fire = episode_fires(self.trigger, self.cfg.every, self.episode, full_reset)
         if fire or self._record_next:
-            if self.trigger is Trigger.step:
+            if self._step_trigger:
                 self._step_fired_at = self.steps
             self._step_pending = self._record_next = False
             self._start_clip()
 
     def _start_clip(self) -> None:
-        self._clip = _Clip(episode=self.episode, step=self.steps)
+        self._clip = _Clip()
         if self.cfg.overlay:
             self._clip.ret = torch.zeros(len(self.env_idx), device=self.device)
         name = self.cfg.filename or f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
@@ -255,7 +254,7 @@ class Recorder(EnvWrapper):
         if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[0] != k or frames.shape[-1] != 3:
             raise TypeError(
                 f"{type(self.unwrapped).__name__}.render({self.env_idx}) returned {frames.dtype} "
-                f"{tuple(frames.shape)}; the recorder needs uint8 [{len(self.env_idx)}, H, W, 3]"
+                f"{tuple(frames.shape)}; the recorder needs uint8 [{k}, H, W, 3]"
             )
         meta = None
         if self.cfg.overlay:
