@@ -21,8 +21,9 @@ def capped_cubic(episode: int) -> bool:
 def episode_fires(trigger: Trigger, every: Optional[int], episode: int, full_reset: bool) -> bool:
     """Whether the episode ``episode`` of the recorded env, just reset, starts a clip.
 
-    ``full_reset``: the reset named every env (``env_idx=None`` or all of them); the ``eval``
-    trigger records the first episode after each full reset, i.e. one clip per evaluation.
+    ``full_reset``: the reset was ``reset(env_idx=None)`` (an AutoReset naming every env is not
+    one); the ``eval`` trigger records the first episode after each full reset, i.e. one clip per
+    evaluation.
     """
     if trigger is Trigger.cubic:
         return capped_cubic(episode)
