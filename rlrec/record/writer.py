@@ -307,13 +307,12 @@ class Encoder:
         self._frames += 1
 
     def _on_end(self, keep: bool) -> None:
+        if not keep:
+            self._discard()
+            return
         job, proc, tmp, frames = self._job, self._proc, self._tmp, self._frames
         self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
         if job is None or proc is None or self._failed:
-            return
-        if not keep:
-            proc.kill()
-            _remove(tmp)
             return
         try:
             proc.finish()
