@@ -128,10 +128,13 @@ def check_renderable(env_cfg) -> None:
     spec = resolve_spec(env_cfg)
     modes = _render_modes(spec)
     if modes is None:  # metadata only on instances: build one and ask it
-        probe = gym.make(spec.id, render_mode="rgb_array", disable_env_checker=True, **dict(env_cfg.kwargs))
-        ok = probe.render_mode == "rgb_array"
-        modes = [probe.render_mode] if probe.render_mode else []
-        probe.close()
+        kwargs = dict(env_cfg.kwargs or {})
+        probe = gym.make(spec.id, render_mode="rgb_array", disable_env_checker=True, **kwargs)
+        try:
+            ok = probe.render_mode == "rgb_array"
+            modes = [probe.render_mode] if probe.render_mode else []
+        finally:
+            probe.close()
     else:
         ok = "rgb_array" in modes
     if not ok:
