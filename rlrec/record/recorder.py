@@ -9,8 +9,9 @@ Sitting below AutoReset, it sees (docs/recorder.md has the full semantics):
   clip's start, and always the terminal frame of the recorded env (rendered before AutoReset
   resets it), which ends the clip.
 
-While no clip is open it renders nothing and reads nothing back from the device, so an armed idle
-recorder costs a counter increment per step. Frames go to an :class:`~rlrec.record.writer.Encoder`
+While no clip is open it renders nothing and its steps read nothing back from the device (the step
+trigger reads the recorded env's done flag once every ``every`` steps), so an armed idle recorder
+costs two counter increments per step. Frames go to an :class:`~rlrec.record.writer.Encoder`
 thread; finished clips are reported through ``on_clip`` from the training thread.
 """
 
