@@ -111,10 +111,9 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
         import wandb
     except ImportError as exc:
         from rlrec.config import ConfigError
+        from rlrec.preflight import WANDB_MISSING
 
-        raise ConfigError(
-            "logger=wandb needs the wandb extra: pip install -e '.[wandb]' (or use logger=tensorboard)"
-        ) from exc
+        raise ConfigError(WANDB_MISSING) from exc
     # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
     sweep = run_dir.parent.name if run_dir.name.isdigit() else None
     return wandb.init(

@@ -57,11 +57,15 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
             )
 
 
+# also raised by rlrec.logging, should wandb still fail to import when the run starts
+WANDB_MISSING = ("logger=wandb needs the 'wandb' extra, which is not installed: "
+                 "pip install 'rlrec[wandb]' (or use logger=tensorboard)")
+
+
 def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first files."""
     if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
-        raise ConfigError("logger=wandb needs the 'wandb' extra, which is not installed: "
-                          "pip install 'rlrec[wandb]' (or use logger=tensorboard)")
+        raise ConfigError(WANDB_MISSING)
 
 
 def _nearest_existing(path: Path) -> Path:
