@@ -1,7 +1,8 @@
-"""Checks that run before Hydra does any work: launcher/sweeper extras, a writable output dir.
+"""Checks that run before Hydra does any work: launcher/sweeper/logger extras, a writable output
+dir and (for a single run) the config values.
 
-Both failures print ``rlrec: config error: ...`` naming the key and exit with status 2, like every
-other config error, and leave nothing behind.
+Each failure prints ``rlrec: config error: ...`` naming the key and exits with status 2, like every
+other config error, and leaves nothing behind.
 """
 
 from __future__ import annotations
