@@ -95,8 +95,12 @@ def job_row(config: DictConfig, job_return: Any) -> Dict[str, Any]:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:  # e.g. a full disk: no half-written temporary left in the sweep dir
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
