@@ -198,8 +198,12 @@ class Recorder(EnvWrapper):
         """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
         open belongs to the schedule being replaced and is discarded."""
         missing = {"episode", "steps", "clips_saved"} - set(state)
-        if missing or state.get("version", _STATE_VERSION) != _STATE_VERSION:
-            raise ValueError(f"not a recorder state (version {_STATE_VERSION}): missing {sorted(missing)}")
+        version = state.get("version", _STATE_VERSION)
+        if missing or version != _STATE_VERSION:
+            raise ValueError(
+                f"not a recorder state of version {_STATE_VERSION}: version {version!r}, "
+                f"missing keys {sorted(missing)}"
+            )
         if self._clip is not None:
             self._end_clip(keep=False)
         self.episode = int(state["episode"])
