@@ -27,7 +27,6 @@ class RunLogger:
     to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases."""
 
     def __init__(self, cfg: LoggerConfig, run_dir: Path, total_steps: int, config_dict: dict):
-        self.cfg = cfg
         self.run_dir = Path(run_dir)
         self._tb = None
         # W&B first: a missing extra fails here, before any file of the run is written
