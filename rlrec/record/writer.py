@@ -96,6 +96,9 @@ def quality_to_crf(quality: int) -> int:
     return int((1 - quality / 10.0) * 51)
 
 
+FINISH_TIMEOUT_S = 120.0
+
+
 class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file."""
 
@@ -155,7 +158,13 @@ class FFmpegProcess:
             self.proc.stdin.close()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             pass
-        self.proc.wait()
+        try:
+            # a clip's tail takes ffmpeg well under a second; a hung ffmpeg must not block
+            # flush()/close() (and so training) forever
+            self.proc.wait(timeout=FINISH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         try:
             if self.proc.returncode != 0:
                 raise self._error("ffmpeg did not finish the clip")
