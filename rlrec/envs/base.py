@@ -13,7 +13,7 @@ Everything is batched over envs as torch tensors on ``adapter.device``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import torch
@@ -107,12 +107,15 @@ class EnvWrapper(EnvAdapter):
 
     def find(self, cls: type):
         """The first layer of type ``cls`` at or below this one, or None."""
-        layer: Any = self
-        while layer is not None:
-            if isinstance(layer, cls):
-                return layer
-            layer = getattr(layer, "env", None)
-        return None
+        return next((layer for layer in layers(self) if isinstance(layer, cls)), None)
+
+
+def layers(env: EnvAdapter) -> Iterator[EnvAdapter]:
+    """``env``, then every layer below it (following ``.env``) down to the adapter."""
+    layer: Any = env
+    while layer is not None:
+        yield layer
+        layer = getattr(layer, "env", None)
 
 
 class AutoReset(EnvWrapper):
@@ -168,37 +171,13 @@ class AutoReset(EnvWrapper):
 def env_state(env: EnvAdapter) -> dict:
     """``state_dict()`` of every layer of the stack that has one (recorder counters, AutoReset
     accumulators, and the simulator state where the backend can save it)."""
-    states = {}
-    layer: Any = env
-    depth = 0
-    while layer is not None:
-        if hasattr(layer, "state_dict"):
-            states[f"{depth}:{type(layer).__name__}"] = layer.state_dict()
-        layer = getattr(layer, "env", None)
-        depth += 1
-    return states
+    return {f"{depth}:{type(layer).__name__}": layer.state_dict()
+            for depth, layer in enumerate(layers(env)) if hasattr(layer, "state_dict")}
 
 
 def load_env_state(env: EnvAdapter, states: dict) -> None:
     """Restores what :func:`env_state` saved, layer by layer (layers that differ are skipped)."""
-    layer: Any = env
-    depth = 0
-    while layer is not None:
+    for depth, layer in enumerate(layers(env)):
         key = f"{depth}:{type(layer).__name__}"
         if key in states and hasattr(layer, "load_state_dict"):
             layer.load_state_dict(states[key])
-        layer = getattr(layer, "env", None)
-        depth += 1
-
-
-def clone_info(info: Info) -> Info:
-    """Deep copy of an info dict whose leaves are tensors (owned results for the caller)."""
-    out: Info = {}
-    for k, v in info.items():
-        if isinstance(v, torch.Tensor):
-            out[k] = v.clone()
-        elif isinstance(v, dict):
-            out[k] = clone_info(v)
-        else:
-            out[k] = v
-    return out
