@@ -107,6 +107,11 @@ class Trigger(str, enum.Enum):
     none = "none"
 
 
+X264_PRESETS = (
+    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow",
+)  # fmt: skip
+
+
 @dataclass
 class RecorderConfig:
     """One recorder: which env, when, how long, how encoded."""
@@ -122,8 +127,9 @@ class RecorderConfig:
     filename: Optional[str] = None  # fixed name, replaced atomically on each clip
     dir: Optional[str] = None  # None: the run's video dir (set by the runner)
     record_final_episode: bool = True  # close() saves the clip in progress (else drops it)
-    queue_size: int = 64  # frames between the training thread and the encoder thread
+    queue_size: int = 64  # frame buffers in flight between the training thread and the encoder
     quality: int = 7  # 1..10 (imageio's scale; 7 = x264 crf 15)
+    preset: str = "ultrafast"  # x264 preset: the encoder's CPU time against the file's size
     lossless: bool = False  # exact RGB (libx264rgb, qp 0): pixel-exact, fewer players
     on_error: str = "warn"  # warn | raise
 
@@ -264,6 +270,8 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
     _positive(rec.queue_size, f"{key}.queue_size")
     if not 1 <= rec.quality <= 10:
         raise ConfigError(f"{key}.quality={rec.quality!r} is invalid: must be in 1..10")
+    if rec.preset not in X264_PRESETS:
+        raise ConfigError(f"{key}.preset={rec.preset!r} is invalid: allowed values are {list(X264_PRESETS)}")
     _choice(rec.on_error, f"{key}.on_error", ["warn", "raise"])
     if rec.length_frames is not None and rec.length_sec is not None:
         raise ConfigError(

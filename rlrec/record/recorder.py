@@ -243,6 +243,7 @@ class Recorder(EnvWrapper):
             step=self.steps,
             fps=self.fps,
             quality=self.cfg.quality,
+            preset=self.cfg.preset,
             lossless=self.cfg.lossless,
             overlay=draw_overlay if self.cfg.overlay else None,
         )
@@ -271,10 +272,11 @@ class Recorder(EnvWrapper):
                 ret=None if reward is None else clip.ret.cpu(),  # type: ignore[union-attr]
                 success=None if success is None else success[self._index].cpu(),
             )
-        # The one copy the training thread pays: device -> CPU on a GPU, and on the CPU too, so
-        # that a frame waiting in the queue can never be changed by a later step or render, even
-        # from an adapter whose render broke the owned-copy contract.
-        self._encoder.frame(frames.to("cpu", copy=True), meta)
+        # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
+        # training thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
+        # for the encoder can never be changed by a later step or render, even from an adapter
+        # whose render broke the owned-copy contract.
+        self._encoder.frame(frames, meta)
         clip.frames += 1
 
     def _end_clip(self, keep: bool) -> None:

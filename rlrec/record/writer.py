@@ -1,6 +1,6 @@
 """Streaming clip encoder: a background thread feeding one ffmpeg process per clip.
 
-The training thread only puts frames (CPU tensors it already owns) into a bounded queue; this
+The training thread only copies frames into reusable CPU buffers and queues them; this
 thread tiles, overlays, pads and pipes them into ffmpeg (the binary that imageio-ffmpeg ships),
 so no whole clip is ever held in memory. A clip is written to a hidden temporary name in the
 video directory and ``os.replace``'d to its final name once ffmpeg exited cleanly, so whoever
@@ -15,9 +15,9 @@ ffmpeg's error output for the message.
 from __future__ import annotations
 
 import collections
+import fcntl
 import math
 import os
-import queue
 import subprocess
 import tempfile
 import threading
@@ -97,12 +97,17 @@ def quality_to_crf(quality: int) -> int:
 
 
 FINISH_TIMEOUT_S = 120.0
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PIPE_SIZE = 1 << 20  # Linux's default limit for unprivileged users (/proc/sys/fs/pipe-max-size)
+_IOV_MAX = 1024
 
 
 class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file."""
 
-    def __init__(self, path: str, width: int, height: int, fps: float, quality: int, lossless: bool):
+    def __init__(
+        self, path: str, width: int, height: int, fps: float, quality: int, lossless: bool, preset: str
+    ):
         import imageio_ffmpeg
 
         rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
@@ -115,7 +120,7 @@ class FFmpegProcess:
             cmd += ["-c:v", "libx264rgb", "-qp", "0", "-pix_fmt", "rgb24"]
         else:
             cmd += ["-c:v", "libx264", "-crf", str(quality_to_crf(quality)), "-pix_fmt", "yuv420p"]
-        cmd += ["-preset", "veryfast", "-f", "mp4", path]
+        cmd += ["-preset", preset, "-f", "mp4", path]
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.
@@ -123,6 +128,7 @@ class FFmpegProcess:
             self.proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.PIPE,
+                bufsize=0,  # frames go straight to the pipe (writev), no Python-side buffer
                 stdout=subprocess.DEVNULL,
                 stderr=self._stderr,
                 start_new_session=True,
@@ -131,6 +137,10 @@ class FFmpegProcess:
             self._stderr.close()
             raise
         self.pid = self.proc.pid
+        try:  # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread
+            fcntl.fcntl(self.proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_SIZE)  # type: ignore[union-attr]
+        except (AttributeError, OSError):  # not Linux, or above the user's pipe size limit
+            pass
         try:  # where cores are scarce, the training thread goes first; the bounded queue
             os.setpriority(os.PRIO_PROCESS, self.pid, 10)  # keeps ffmpeg from falling behind
         except (AttributeError, OSError):
@@ -145,10 +155,17 @@ class FFmpegProcess:
         status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
 
-    def write(self, image: np.ndarray) -> None:
+    def write(self, images: List[np.ndarray]) -> None:
+        """Writes contiguous frames, all of them in one blocking ``writev`` where it can."""
+        views = [memoryview(image).cast("B") for image in images]
         try:
-            data = memoryview(np.ascontiguousarray(image)).cast("B")
-            self.proc.stdin.write(data)  # type: ignore[union-attr]
+            fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
+            while views:
+                n = os.writev(fd, views[:_IOV_MAX])
+                while views and n >= len(views[0]):
+                    n -= len(views.pop(0))
+                if n:
+                    views[0] = views[0][n:]
         except (BrokenPipeError, OSError, ValueError) as err:
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 
@@ -197,6 +214,7 @@ class ClipJob:
     fps: float
     quality: int
     lossless: bool
+    preset: str
     overlay: Optional[Callable[[np.ndarray, Any], np.ndarray]] = None
 
 
@@ -216,20 +234,42 @@ def _free_name(path: str) -> str:
     return f"{stem}-{n}{ext}"
 
 
+BATCH = 8  # frames handed to the encoder thread per wake-up
+
+
 class Encoder:
-    """Background encoding of a sequence of clips, one at a time, from a bounded queue.
+    """Background encoding of a sequence of clips, one at a time, from a bounded set of buffers.
 
     Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
-    ``close()``, ``results()``. A full queue blocks ``frame`` (back-pressure): frames are never
-    dropped. Results (ClipInfo or error message) are collected here and handed to the training
-    thread by ``results()``, so callbacks and warnings never run on this thread.
+    ``close()``, ``results()``. ``frame`` copies the frames into one of at most ``queue_size``
+    reusable CPU buffers (the one copy the training thread pays) and queues it; when all buffers
+    are in flight it waits for one (back-pressure): frames are never dropped. Results (ClipInfo or
+    error message) are collected here and handed to the training thread by ``results()``, so
+    callbacks and warnings never run on this thread.
+
+    Two things keep the training thread's cost at its one copy. The buffers are reused, because
+    a fresh frame-sized allocation per frame is a fresh mmap whose page faults (and the unmap
+    when the encoder frees it) cost the training thread more than the copy. And the encoder thread
+    is woken once per ``BATCH`` frames (or by a control message), not per frame, and writes the
+    batch with one system call: every wake-up of a second Python thread is a GIL hand-over that
+    the training thread pays for in its next few torch calls.
     """
 
     def __init__(self, queue_size: int, name: str = "rlrec-encoder"):
-        self._queue: "queue.Queue[Optional[tuple]]" = queue.Queue(maxsize=queue_size)
-        self._results: Deque[Any] = collections.deque()
+        self._capacity = queue_size
+        self._batch = max(1, min(BATCH, queue_size // 2))
         self._name = name
         self._thread: Optional[threading.Thread] = None
+        self._cv = threading.Condition()
+        # shared with the encoder thread, under _cv
+        self._items: Deque[Optional[tuple]] = collections.deque()
+        self._queued_frames = 0  # frame items in _items
+        self._urgent = False  # wake the encoder thread now, whatever the number of frames
+        self._unfinished = 0  # items put and not yet processed (flush waits for 0)
+        self._free: List[Any] = []  # buffers ready for reuse
+        self._buffers = 0  # buffers that exist (free + in flight)
+        self._layout: Optional[tuple] = None  # (shape, pinned) of the buffers
+        self._results: Deque[Any] = collections.deque()
         self._serial = 0
         # encoder-thread state of the clip being written
         self._job: Optional[ClipJob] = None
@@ -240,33 +280,72 @@ class Encoder:
         self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
 
     # -------------------------------------------------------------- training thread
-    def _put(self, item: tuple) -> None:
+    def _put(self, item: Optional[tuple], wake: bool) -> None:
         if self._thread is None:  # started on the first clip: an idle recorder has no thread
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
-        self._queue.put(item)
+        with self._cv:
+            self._items.append(item)
+            self._unfinished += 1
+            if item is not None and item[0] == "frame":
+                self._queued_frames += 1
+                wake = wake or self._queued_frames >= self._batch
+            if wake:
+                self._urgent = True
+                self._cv.notify_all()
+
+    def _buffer(self, frames: Any) -> Any:
+        """A free CPU buffer shaped like ``frames``; waits for one while all are in flight."""
+        import torch
+
+        pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
+        layout = (tuple(frames.shape), pinned)
+        with self._cv:
+            if layout != self._layout:  # a new frame size: buffers of the old one are dropped
+                self._layout, self._free, self._buffers = layout, [], 0
+            while not self._free and self._buffers >= self._capacity:
+                self._urgent = True
+                self._cv.notify_all()
+                self._cv.wait()
+                if layout != self._layout:  # pragma: no cover - only one training thread
+                    raise RuntimeError("frame size changed while waiting for a buffer")
+            if self._free:
+                return self._free.pop()
+            self._buffers += 1
+        return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
 
     def open(self, job: ClipJob) -> None:
-        self._put(("open", job))
+        self._put(("open", job), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
-        """``frames``: uint8 ``[k, H, W, 3]`` CPU tensor or array, owned by the encoder from now on."""
-        self._put(("frame", frames, meta))
+        """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
+        buffer = self._buffer(frames)
+        buffer.copy_(frames)
+        self._put(("frame", buffer, meta), wake=False)
 
     def end(self, keep: bool) -> None:
         """Ends the current clip: ``keep`` finishes and renames it, else it is discarded."""
-        self._put(("end", keep))
+        self._put(("end", keep), wake=True)
+        with self._cv:  # between clips, keep only the buffers a clip's start needs
+            if len(self._free) > 2 * self._batch:
+                self._buffers -= len(self._free) - 2 * self._batch
+                del self._free[2 * self._batch :]
 
     def flush(self) -> None:
         """Returns once everything queued so far is processed (finished clips are on disk)."""
-        if self._thread is not None:
-            self._queue.join()
+        if self._thread is None:
+            return
+        with self._cv:
+            self._urgent = True
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: self._unfinished == 0)
 
     def close(self) -> None:
         if self._thread is not None:
-            self._queue.put(None)
+            self._put(None, wake=True)
             self._thread.join()
             self._thread = None
+        self._free, self._buffers = [], 0
 
     @property
     def pending(self) -> bool:
@@ -282,38 +361,83 @@ class Encoder:
     # -------------------------------------------------------------- encoder thread
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            with self._cv:
+                self._cv.wait_for(lambda: self._urgent or self._queued_frames >= self._batch)
+                items = list(self._items)
+                self._items.clear()
+                self._queued_frames = 0
+                self._urgent = False
+            stop = False
+            buffers: List[Any] = []
             try:
-                if item is None:
-                    self._discard()
-                    return
+                stop = self._process(items, buffers)
+            finally:
+                # never let this thread die or keep buffers: the training thread would wait forever
+                with self._cv:
+                    if self._layout is not None and buffers and buffers[0].shape == self._layout[0]:
+                        self._free.extend(buffers)
+                    self._unfinished -= len(items)
+                    self._cv.notify_all()
+            if stop:
+                return
+
+    def _process(self, items: List[Optional[tuple]], buffers: List[Any]) -> bool:
+        """Runs the queued items in order, consecutive frames as one write; True on close."""
+        images: List[np.ndarray] = []
+        for item in items:
+            if item is not None and item[0] == "frame":
+                buffers.append(item[1])
+                image = self._prepare(item[1], item[2])
+                if image is not None:
+                    images.append(image)
+                continue
+            self._write(images)
+            images = []
+            if item is None:
+                self._discard()
+                return True
+            try:
                 getattr(self, "_on_" + item[0])(*item[1:])
             except Exception as err:  # any failure ends this clip only; the next one tries again
                 self._fail(err)
-            finally:
-                # never let this thread die: the training thread would block on a full queue
-                self._queue.task_done()
+        self._write(images)
+        return False
+
+    def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
+        """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
+        job = self._job
+        if job is None or self._failed:
+            return None
+        try:
+            array = frames.numpy()
+            if job.overlay is not None:
+                array = job.overlay(array, meta)
+            image = pad_even(tile(array))
+            if self._proc is None:  # the size is known with the first frame
+                self._serial += 1
+                self._tmp = _temporary_name(job.path, self._serial)
+                h, w = image.shape[:2]
+                self._proc = FFmpegProcess(
+                    self._tmp, w, h, job.fps, job.quality, job.lossless, job.preset
+                )
+                self.current_pid = self._proc.pid
+            return np.ascontiguousarray(image)
+        except Exception as err:
+            self._fail(err)
+            return None
+
+    def _write(self, images: List[np.ndarray]) -> None:
+        if not images or self._proc is None or self._failed:
+            return
+        try:
+            self._proc.write(images)
+            self._frames += len(images)
+        except Exception as err:
+            self._fail(err)
 
     def _on_open(self, job: ClipJob) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
         self._job, self._frames, self._failed = job, 0, False
-
-    def _on_frame(self, frames: Any, meta: Any) -> None:
-        job = self._job
-        if job is None or self._failed:
-            return
-        array = frames.numpy() if hasattr(frames, "numpy") else np.asarray(frames)
-        if job.overlay is not None:
-            array = job.overlay(array, meta)
-        image = pad_even(tile(array))
-        if self._proc is None:  # the size is known with the first frame
-            self._serial += 1
-            self._tmp = _temporary_name(job.path, self._serial)
-            h, w = image.shape[:2]
-            self._proc = FFmpegProcess(self._tmp, w, h, job.fps, job.quality, job.lossless)
-            self.current_pid = self._proc.pid
-        self._proc.write(image)
-        self._frames += 1
 
     def _on_end(self, keep: bool) -> None:
         if not keep:

@@ -154,6 +154,7 @@ def make_rec(tmp_path, num_envs=4, **kw):
         (dict(env_idx=[1, 1]), "recorder.env_idx"),
         (dict(queue_size=0), "recorder.queue_size"),
         (dict(quality=11), "recorder.quality"),
+        (dict(preset="warp"), "recorder.preset"),
         (dict(on_error="ignore"), "recorder.on_error"),
         (dict(filename="a/b.mp4"), "recorder.filename"),
     ],

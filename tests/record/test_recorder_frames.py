@@ -225,15 +225,20 @@ class SharedBufferRender(PointReach):
         return self._buffer.copy_(frames)
 
 
-def test_queued_frames_survive_a_renderer_that_reuses_its_buffer(tmp_path):
+@pytest.mark.parametrize("queue_size", [1, 2, 3, 64])
+def test_queued_frames_survive_a_renderer_that_reuses_its_buffer(tmp_path, queue_size):
+    # queue_size bounds the encoder's reusable frame buffers: with 1 to 3 the training thread
+    # waits for buffers all the time, and every frame must still arrive once, in order
     env = SharedBufferRender(1, max_episode_steps=40, render_width=32, render_height=32, seed=0)
     spy = Spy(env)
     clips = []
-    cfg = rec_cfg(trigger="always", queue_size=64)
-    stack = AutoReset(Recorder(spy, cfg, str(tmp_path), on_clip=clips.append))
+    cfg = rec_cfg(trigger="always", queue_size=queue_size)
+    rec = Recorder(spy, cfg, str(tmp_path), on_clip=clips.append)
+    stack = AutoReset(rec)
     stack.reset(seed=0)
     for _ in range(40):
         stack.step(zeros(stack))
+        assert rec._encoder._buffers <= queue_size
     stack.close()
     frames, _ = decode(clips[0].path)
     assert np.array_equal(frames, np.stack(spy.episodes[0]))
