@@ -6,6 +6,7 @@ The runner owns two env stacks built by one factory, with their own num_envs and
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 import shutil
@@ -13,7 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -87,6 +88,7 @@ class Runner:
         self.eval_env: Optional[AutoReset] = None
         self.logger: Optional[RunLogger] = None
         self.last_eval: Dict[str, float] = {}
+        self._eval_starts: List[Tuple[int, int]] = []  # (eval recorder's steps, global step) per eval
         self.stop = _StopRequested()
         self._closed = False
         try:
@@ -134,8 +136,15 @@ class Runner:
                                 to_container(cfg))
 
     def _on_clip(self, clip) -> None:
-        if self.logger is not None:
-            self.logger.log_clip(self.global_step, clip.kind, clip.path, clip.fps)
+        if self.logger is None:
+            return
+        step = self.global_step
+        if clip.kind == "eval" and self._eval_starts:
+            # the clip finishes encoding after its evaluation (training does not wait for it):
+            # log it at the step of the evaluation that recorded it
+            i = bisect.bisect_right(self._eval_starts, (clip.step, float("inf"))) - 1
+            step = self._eval_starts[max(i, 0)][1]
+        self.logger.log_clip(step, clip.kind, clip.path, clip.fps)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, next_obs: Optional[torch.Tensor]) -> dict:
@@ -192,6 +201,9 @@ class Runner:
         env = self.eval_env
         n = env.num_envs
         target = cfg.episodes or n
+        rec = _recorder(env)
+        if rec is not None:  # eval clips start at rec.steps: remember which evaluation that was
+            self._eval_starts.append((rec.steps, self.global_step))
         obs, _ = env.reset(seed=cfg.seed)
         first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
         success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
@@ -219,10 +231,10 @@ class Runner:
                 success_once &= ~done
             if count >= target or self.stop:
                 break
-        rec = _recorder(env)
         if rec is not None:
-            rec.end_clip()  # an evaluation cut short still gets its clip, logged with this evaluation
-            rec.flush()
+            # an evaluation cut short still gets its clip; it is encoded while training goes on
+            # and logged (at this evaluation's step) once it is on disk, see _on_clip
+            rec.end_clip()
         if count == 0:
             return {}
         out = {
@@ -257,6 +269,7 @@ class Runner:
         start_step = self.global_step
         finished = {"return": [], "length": [], "success": []}
         rec = _recorder(env)
+        eval_rec = _recorder(self.eval_env)
         # record_final_episode: once the remaining steps fit in one episode, every episode of the
         # recorded env that starts is recorded, so the last one has a clip that close() saves
         # (an idle recorder renders nothing, so it cannot save an episode it did not record)
@@ -314,6 +327,8 @@ class Runner:
             if self.iteration % cfg.logger.log_every == 0 or self.iteration == self.num_iterations:
                 self.logger.log(self.global_step, metrics)
             self.logger.progress(self.global_step, metrics["sps/total"])
+            if eval_rec is not None and eval_rec.pending:
+                eval_rec.poll()  # an eval clip finished encoding since the evaluation: log it
             if self.eval_env is not None and self.iteration % cfg.eval_env.every == 0 \
                     and self.iteration < self.num_iterations:
                 self._evaluate_and_log()

@@ -105,7 +105,8 @@ def test_eval_only_without_checkpoint_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_train_py_subprocess_output_layout(tmp_path):
-    proc = run_train([*FAST, "logger=tensorboard", "total_steps=512", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path)
+    proc = run_train([*FAST, "logger=tensorboard", "total_steps=512", "eval_env.every=1",
+                      f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path)
     run_dir = tmp_path / "run"
     assert "eval return" in proc.stdout and str(run_dir) in proc.stdout
     for p in (".hydra/config.yaml", "metrics.jsonl", "checkpoints/last.pt"):
@@ -119,6 +120,10 @@ def test_train_py_subprocess_output_layout(tmp_path):
         assert paths, kind
         assert all((run_dir / p).is_file() and p.startswith(f"videos/{kind}/") for p in paths)
         assert sorted(p.name for p in (run_dir / "videos" / kind).iterdir()) == sorted(Path(p).name for p in paths)
+    # eval clips are encoded while training goes on, and logged at their evaluation's step
+    eval_steps = [m["step"] for m in lines if "eval/return" in m]
+    clip_steps = [m["step"] for m in lines if "video/eval" in m]
+    assert len(eval_steps) == 4 and clip_steps == eval_steps
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})

@@ -111,7 +111,7 @@ class Recorder(EnvWrapper):
         hit = full or bool((as_env_index(env_idx, self.num_envs, self.device) == self._first).any())
         if hit:
             self._new_episode(full)
-        self._poll()
+        self.poll()
         return out
 
     def step(self, action):
@@ -120,7 +120,7 @@ class Recorder(EnvWrapper):
         self._episode_steps += 1
         if self._clip is None and not self._step_trigger:  # the armed idle path: two increments
             if self._encoder.pending:
-                self._poll()
+                self.poll()
             return out
         if self._closed:
             return out
@@ -145,7 +145,7 @@ class Recorder(EnvWrapper):
             else:
                 self._start_clip()
         if self._encoder.pending:
-            self._poll()
+            self.poll()
         return out
 
     # ------------------------------------------------------------------ runner API
@@ -158,12 +158,12 @@ class Recorder(EnvWrapper):
         """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
         if self._clip is not None:
             self._end_clip(keep=True)
-        self._poll()
+        self.poll()
 
     def flush(self) -> None:
         """Waits until every ended clip is on disk and reported through ``on_clip``."""
         self._encoder.flush()
-        self._poll()
+        self.poll()
 
     def close(self) -> None:
         """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
@@ -175,9 +175,14 @@ class Recorder(EnvWrapper):
             if self._clip is not None:
                 self._end_clip(keep=self.cfg.record_final_episode)
             self._encoder.close()
-            self._poll()
+            self.poll()
         finally:
             self.env.close()
+
+    @property
+    def pending(self) -> bool:
+        """Whether finished clips (or encoder errors) wait for :meth:`poll`."""
+        return self._encoder.pending
 
     @property
     def recording(self) -> bool:
@@ -283,8 +288,9 @@ class Recorder(EnvWrapper):
         self._clip = None
         self._encoder.end(keep)
 
-    def _poll(self) -> None:
-        """Hands finished clips and encoder errors to the training thread."""
+    def poll(self) -> None:
+        """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
+        on every step and reset; call it to report clips of an env that is not being stepped."""
         for result in self._encoder.results():
             if isinstance(result, ClipInfo):
                 self.clips_saved += 1
