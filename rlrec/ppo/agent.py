@@ -107,6 +107,9 @@ class ActorCritic(nn.Module):
 
     def action(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """The action of :meth:`act` alone (evaluation): no log-prob, no critic pass."""
+        if deterministic:  # the mode, straight from the actor's output: no distribution object
+            out = self.actor(obs.flatten(1))
+            return out.argmax(-1) if self.discrete else out
         return self._pick(self.distribution(obs), deterministic)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):

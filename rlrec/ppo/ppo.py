@@ -23,7 +23,11 @@ class PPO:
             obs_space, action_space, list(cfg.hidden_sizes), cfg.activation, cfg.init_log_std
         ).to(device)
         self.obs_norm = ObsNormalizer(tuple(obs_space.shape)).to(device) if cfg.norm_obs else None
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
+        # tensor, the larger part of an update step for the small MLPs of PPO
+        fused = device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5,
+                                          fused=fused or None)
         self.clip_coef = cfg.clip_coef
 
     # ------------------------------------------------------------------ acting
@@ -56,8 +60,8 @@ class PPO:
     def update(self, storage: RolloutStorage) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage; returns mean losses and diagnostics."""
         cfg, clip = self.cfg, self.clip_coef
-        stats = {"loss/policy": 0.0, "loss/value": 0.0, "loss/entropy": 0.0, "loss/approx_kl": 0.0,
-                 "loss/clipfrac": 0.0}
+        names = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/clipfrac")
+        totals = torch.zeros(len(names), device=self.device)  # summed on the device: no sync per step
         n_updates = 0
         stop = False
         for _epoch in range(cfg.update_epochs):
@@ -86,15 +90,14 @@ class PPO:
                 nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 n_updates += 1
-                for k, v in (("policy", pg_loss), ("value", v_loss), ("entropy", ent),
-                             ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
-                    stats[f"loss/{k}"] += float(v.detach())
+                with torch.no_grad():
+                    totals += torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac])
                 if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
                     stop = True
                     break
             if stop:
                 break
-        out = {k: v / max(1, n_updates) for k, v in stats.items()}
+        out = dict(zip(names, (totals / max(1, n_updates)).tolist()))
         y, pred = storage.returns.flatten(), storage.values.flatten()
         var_y = y.var()
         out["loss/explained_variance"] = float("nan") if var_y == 0 else float(1 - (y - pred).var() / var_y)

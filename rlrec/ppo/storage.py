@@ -45,6 +45,9 @@ class RolloutStorage:
             "advantages": self.advantages.reshape(size),
             "returns": self.returns.reshape(size),
         }
+        if num_minibatches == 1:  # the whole batch: its losses are means, order does not matter
+            yield flat
+            return
         perm = torch.randperm(size, device=self.obs.device)
         mb = size // num_minibatches
         for start in range(0, size, mb):

@@ -66,6 +66,7 @@ def test_categorical_head_for_discrete_actions():
     assert a.dtype == torch.long and a.shape == (5,) and lp.shape == (5,) and v.shape == (5,)
     det, _, _ = agent.act(obs, deterministic=True)
     assert torch.equal(det, agent.distribution(obs).probs.argmax(-1))
+    assert torch.equal(agent.action(obs, deterministic=True), det)  # the eval path: same mode
     lp2, ent, _ = agent.evaluate(obs, a)
     torch.testing.assert_close(lp, lp2)
     assert (ent > 0).all()
@@ -76,6 +77,7 @@ def test_gaussian_deterministic_action_is_the_mean():
     obs = torch.randn(4, 6)
     a, _, _ = agent.act(obs, deterministic=True)
     torch.testing.assert_close(a, agent.actor(obs))
+    torch.testing.assert_close(agent.action(obs, deterministic=True), a)
 
 
 def test_update_improves_the_clipped_objective_and_anneals():
