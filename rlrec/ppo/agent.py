@@ -101,6 +101,13 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """``(action, log_prob, value)`` for a batch of (normalised) observations."""
+        if self.discrete:  # as Categorical samples, from one log_softmax: fewer ops per step
+            logp = torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
+            if deterministic:
+                action = logp.argmax(-1)
+            else:
+                action = torch.multinomial(logp.exp(), 1, True).squeeze(-1)
+            return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1), self.value(obs)
         dist = self.distribution(obs)
         action = self._pick(dist, deterministic)
         return action, self._log_prob(dist, action), self.value(obs)
@@ -114,5 +121,9 @@ class ActorCritic(nn.Module):
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
         """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""
+        if self.discrete:  # Categorical's log_prob and entropy from one log_softmax, fewer ops
+            logp = torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
+            log_prob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            return log_prob, -(logp.exp() * logp).sum(-1), self.value(obs)
         dist = self.distribution(obs)
         return self._log_prob(dist, action), self._entropy(dist), self.value(obs)

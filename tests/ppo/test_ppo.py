@@ -69,7 +69,13 @@ def test_categorical_head_for_discrete_actions():
     assert torch.equal(agent.action(obs, deterministic=True), det)  # the eval path: same mode
     lp2, ent, _ = agent.evaluate(obs, a)
     torch.testing.assert_close(lp, lp2)
+    torch.testing.assert_close(ent, agent.distribution(obs).entropy())
     assert (ent > 0).all()
+    # sampled actions follow the categorical distribution of the logits
+    torch.manual_seed(0)
+    one = obs[:1].expand(20000, 4)
+    freq = torch.bincount(agent.act(one)[0], minlength=3).float() / 20000
+    torch.testing.assert_close(freq, agent.distribution(obs[:1]).probs[0], atol=0.015, rtol=0)
 
 
 def test_gaussian_deterministic_action_is_the_mean():
