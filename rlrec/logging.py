@@ -7,8 +7,9 @@ import json
 import math
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from rlrec.config import LoggerConfig
 
@@ -29,6 +30,7 @@ class RunLogger:
     def __init__(self, cfg: LoggerConfig, run_dir: Path, total_steps: int, config_dict: dict):
         self.run_dir = Path(run_dir)
         self._tb = None
+        self._previews: Optional[ThreadPoolExecutor] = None  # TensorBoard clip previews
         # W&B first: a missing extra fails here, before any file of the run is written
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
@@ -71,15 +73,17 @@ class RunLogger:
         info = "  ".join(f"{k.split('/')[0]} {k.split('/')[1]} {v:.3g}" for k, v in self._latest.items())
         self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=info)
 
-    def log_clip(self, step: int, kind: str, path: str, fps: float) -> None:
-        """Records a saved clip: its path in metrics.jsonl, the video in TensorBoard and W&B."""
+    def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
+        """Records a saved clip: its path in metrics.jsonl, the video in TensorBoard and W&B.
+        The TensorBoard preview (decode + GIF) is made on a background thread: the training
+        thread never waits for it."""
         rel = os.path.relpath(path, self.run_dir)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
-            try:
-                _tb_add_clip(self._tb, f"video/{kind}", path, fps, step)
-            except Exception as exc:  # a clip that cannot be previewed must not stop training
-                print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
+            if self._previews is None:
+                self._previews = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrec-tb-clip")
+            self._previews.submit(_tb_add_clip_or_warn, self._tb, f"video/{kind}", path, fps, step,
+                                  num_frames, rel)
         if self._wandb is not None:
             import wandb
 
@@ -95,6 +99,9 @@ class RunLogger:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        if self._previews is not None:  # the previews of the last clips, before the writer closes
+            self._previews.shutdown(wait=True)
+            self._previews = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None
@@ -122,9 +129,19 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
     )
 
 
-def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, max_frames: int = 150) -> None:
+def _tb_add_clip_or_warn(writer, tag: str, path: str, fps: float, step: int, num_frames: int,
+                         rel: str) -> None:
+    try:
+        _tb_add_clip(writer, tag, path, fps, step, num_frames)
+    except Exception as exc:  # a clip that cannot be previewed must not stop training
+        print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
+
+
+def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, num_frames: int,
+                 max_frames: int = 150) -> None:
     """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
-    without needing moviepy). Long clips are subsampled to ``max_frames``."""
+    without needing moviepy). Long clips are subsampled to ``max_frames`` while they are
+    decoded, so at most that many frames are ever held."""
     import imageio_ffmpeg
     import numpy as np
     from PIL import Image
@@ -132,9 +149,9 @@ def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, max_frames:
 
     decoded = imageio_ffmpeg.read_frames(path)
     w, h = next(decoded)["size"]
-    frames = np.stack([np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in decoded])
-    stride = max(1, math.ceil(len(frames) / max_frames))
-    images = [Image.fromarray(f) for f in frames[::stride]]
+    stride = max(1, math.ceil(num_frames / max_frames))
+    images = [Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
+              for i, b in enumerate(decoded) if i % stride == 0]
     buf = io.BytesIO()
     images[0].save(buf, format="GIF", save_all=True, append_images=images[1:],
                    duration=max(20, int(1000 * stride / fps)), loop=0)

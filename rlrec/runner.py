@@ -144,7 +144,7 @@ class Runner:
             # log it at the step of the evaluation that recorded it
             i = bisect.bisect_right(self._eval_starts, (clip.step, float("inf"))) - 1
             step = self._eval_starts[max(i, 0)][1]
-        self.logger.log_clip(step, clip.kind, clip.path, clip.fps)
+        self.logger.log_clip(step, clip.kind, clip.path, clip.fps, clip.num_frames)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, next_obs: Optional[torch.Tensor]) -> dict:
