@@ -108,7 +108,12 @@ class Recorder(EnvWrapper):
         # AutoReset always names the envs it resets, even when all of them finished on the same
         # step (or num_envs == 1), and such a reset must not count as a new evaluation.
         full = env_idx is None
-        hit = full or bool((as_env_index(env_idx, self.num_envs, self.device) == self._first).any())
+        if full:
+            hit = True
+        elif isinstance(env_idx, torch.Tensor):  # on the sim's device: one read-back
+            hit = bool((as_env_index(env_idx, self.num_envs, self.device) == self._first).any())
+        else:  # a list of indices: no tensor, no device round trip
+            hit = any(int(i) == self._first for i in env_idx)
         if hit:
             self._new_episode(full)
         self.poll()
