@@ -44,9 +44,23 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)  # the rename itself survives a power cut, not only the data
     except BaseException:  # e.g. a full disk: do not leave the half-written temporary behind
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. a platform without directory handles: the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def load(path: str | Path, key: str = "checkpoint") -> Dict[str, Any]:
@@ -80,17 +94,35 @@ def check_compatible(data: Dict[str, Any], obs_shape, action_desc: str, key: str
 _PERIODIC = re.compile(r"^iter_(\d+)\.pt$")
 
 
+def _global_step(path: Path) -> Optional[int]:
+    """The env steps a checkpoint holds, None if it cannot be read. Memory-mapped: only the
+    records that are touched are read, not the whole file."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+    except Exception:
+        return None
+
+
 def newest(checkpoint_dir: Path) -> Optional[Path]:
-    """The checkpoint of ``checkpoint_dir`` with the most env steps (``last.pt`` wins ties)."""
+    """The checkpoint of ``checkpoint_dir`` with the most env steps (``last.pt`` wins ties).
+
+    Reads ``last.pt`` and the periodic checkpoints from the highest iteration down to the first
+    readable one (iterations only grow within a run), so a run with many periodic checkpoints
+    opens two files, not all of them. Unreadable files (a kill mid-write) are skipped."""
+    directory = Path(checkpoint_dir)
+    periodic = sorted(
+        (int(m.group(1)), p) for p in directory.glob("iter_*.pt") if (m := _PERIODIC.match(p.name))
+    )
     best: Optional[Path] = None
     best_step = -1
-    for p in sorted(Path(checkpoint_dir).glob("*.pt")):
-        if not (p.name == "last.pt" or _PERIODIC.match(p.name)):
-            continue
-        try:
-            step = int(torch.load(p, map_location="cpu", weights_only=False)["global_step"])
-        except Exception:
-            continue  # unreadable: ignore, an older valid one is used instead
-        if step > best_step or (step == best_step and p.name == "last.pt"):
+    for _, p in reversed(periodic):
+        step = _global_step(p)
+        if step is not None:
             best, best_step = p, step
+            break
+    last = directory / "last.pt"
+    if last.is_file():
+        step = _global_step(last)
+        if step is not None and step >= best_step:
+            best = last
     return best
