@@ -86,44 +86,41 @@ class ActorCritic(nn.Module):
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
-    def _log_prob(self, dist, action: torch.Tensor) -> torch.Tensor:
-        lp = dist.log_prob(action)
-        return lp if self.discrete else lp.sum(-1)
+    def _log_softmax(self, obs: torch.Tensor) -> torch.Tensor:
+        """Categorical log-probabilities of every action: the discrete head's one tensor, from
+        which sampling, log-prob and entropy are read (fewer ops than a Categorical per call)."""
+        return torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
 
-    def _entropy(self, dist) -> torch.Tensor:
-        ent = dist.entropy()
-        return ent if self.discrete else ent.sum(-1)
-
-    def _pick(self, dist, deterministic: bool) -> torch.Tensor:
-        if deterministic:
-            return dist.probs.argmax(-1) if self.discrete else dist.mean
-        return dist.sample()
+    def _sample(self, obs: torch.Tensor, deterministic: bool):
+        """``(action, log_prob)``: the mode when ``deterministic``, else a sample."""
+        if self.discrete:
+            logp = self._log_softmax(obs)
+            if deterministic:
+                action = logp.argmax(-1)
+            else:  # what Categorical.sample does
+                action = torch.multinomial(logp.exp(), 1, True).squeeze(-1)
+            return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        dist = self.distribution(obs)
+        action = dist.mean if deterministic else dist.sample()
+        return action, dist.log_prob(action).sum(-1)
 
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """``(action, log_prob, value)`` for a batch of (normalised) observations."""
-        if self.discrete:  # as Categorical samples, from one log_softmax: fewer ops per step
-            logp = torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
-            if deterministic:
-                action = logp.argmax(-1)
-            else:
-                action = torch.multinomial(logp.exp(), 1, True).squeeze(-1)
-            return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1), self.value(obs)
-        dist = self.distribution(obs)
-        action = self._pick(dist, deterministic)
-        return action, self._log_prob(dist, action), self.value(obs)
+        action, log_prob = self._sample(obs, deterministic)
+        return action, log_prob, self.value(obs)
 
     def action(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """The action of :meth:`act` alone (evaluation): no log-prob, no critic pass."""
-        if deterministic:  # the mode, straight from the actor's output: no distribution object
+        """The action of :meth:`act` alone (evaluation): no critic pass."""
+        if deterministic:  # the mode, straight from the actor's output
             out = self.actor(obs.flatten(1))
             return out.argmax(-1) if self.discrete else out
-        return self._pick(self.distribution(obs), deterministic)
+        return self._sample(obs, False)[0]
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
         """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""
-        if self.discrete:  # Categorical's log_prob and entropy from one log_softmax, fewer ops
-            logp = torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
+        if self.discrete:
+            logp = self._log_softmax(obs)
             log_prob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
             return log_prob, -(logp.exp() * logp).sum(-1), self.value(obs)
         dist = self.distribution(obs)
-        return self._log_prob(dist, action), self._entropy(dist), self.value(obs)
+        return dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.value(obs)
