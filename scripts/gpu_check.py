@@ -33,13 +33,12 @@ from typing import List
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # FrameSpy, shared with the recording tests
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
-from frame_spy import FrameSpy  # noqa: E402
+from rlrec.testing import FrameSpy  # noqa: E402
 from rlrec.envs.base import AutoReset  # noqa: E402
 from rlrec.envs.factory import make_adapter  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402

@@ -1,7 +1,5 @@
-import os
-import sys
-from pathlib import Path
+"""Fixtures shared by every test module (tests/ mirrors rlrec/, as packages)."""
 
-# tests import the shared contract suite as a plain module
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import os
+
 os.environ.setdefault("PYTHONHASHSEED", "0")

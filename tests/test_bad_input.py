@@ -16,7 +16,7 @@ from typing import List
 import pytest
 
 import rlrec.cli
-from helpers import FAST, REPO, make_config
+from tests.helpers import FAST, REPO, make_config
 from rlrec.runner import Runner
 
 

@@ -3,7 +3,7 @@
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from helpers import compose_cfg, make_config
+from tests.helpers import compose_cfg, make_config
 from rlrec.config import BuiltinEnvConfig, ConfigError, Trigger
 
 

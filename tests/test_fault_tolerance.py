@@ -15,7 +15,7 @@ import imageio_ffmpeg
 import pytest
 import torch
 
-from helpers import FAST, REPO, read_metrics, run_train
+from tests.helpers import FAST, REPO, read_metrics, run_train
 from rlrec import checkpoint as ckpt
 
 

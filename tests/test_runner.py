@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import FAST, make_config, read_metrics, run_train
+from tests.helpers import FAST, make_config, read_metrics, run_train
 from rlrec import checkpoint as ckpt
 from rlrec.config import ConfigError
 from rlrec.runner import Runner

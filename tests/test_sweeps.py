@@ -19,7 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import FAST, REPO, read_metrics, run_train
+from tests.helpers import FAST, REPO, read_metrics, run_train
 from rlrec import checkpoint as ckpt
 from rlrec import sweep
 

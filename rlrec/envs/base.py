@@ -36,7 +36,7 @@ def as_env_index(env_idx: EnvIdx, num_envs: int, device: torch.device) -> torch.
 class EnvAdapter(ABC):
     """A batch of ``num_envs`` envs behind one torch interface, without autoreset.
 
-    Guarantees every adapter must keep (checked by ``tests/env_contract.py``):
+    Guarantees every adapter must keep (checked by :class:`rlrec.testing.EnvContract`):
 
     - ``reset(seed, env_idx)`` resets only the named envs (all when ``env_idx`` is None) and
       returns observations for all envs; the others keep their state.

@@ -1,6 +1,6 @@
 import torch
 
-from env_contract import EnvContract, sample_actions
+from rlrec.testing import EnvContract, sample_actions
 from rlrec.envs.builtin import PointReach
 
 

@@ -12,9 +12,8 @@ from rlrec.config import ConfigError, GenesisEnvConfig, SimConfig
 from rlrec.envs import genesis as ga
 from rlrec.envs.factory import make_adapter
 
-sys.path.insert(0, os.path.dirname(__file__))
-from env_contract import EnvContract  # noqa: E402
-from genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
+from rlrec.testing import EnvContract  # noqa: E402
+from tests.envs.genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
 
 _skip = pytest.mark.skipif(
     __import__("importlib").util.find_spec("genesis") is None,
@@ -185,8 +184,7 @@ def test_no_camera_runs_and_render_says_why():
 def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
     """``python train.py -m env=genesis seed=1,2``: Hydra's basic launcher runs both jobs in one
     process, so the second run builds its scenes after the first closed its own (gs.init once)."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-    from helpers import read_metrics, run_train
+    from tests.helpers import read_metrics, run_train
 
     args = ["-m", "env=genesis", "seed=1,2", "env.num_envs=4", "env.render_width=64", "env.render_height=64",
             "eval_env.num_envs=2", "eval_env.every=1", "algo.num_steps=16", "algo.num_minibatches=2",

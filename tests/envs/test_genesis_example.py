@@ -12,9 +12,8 @@ import torch
 pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/setup_genesis.sh")
 pytestmark = pytest.mark.genesis
 
-sys.path.insert(0, os.path.dirname(__file__))
-from env_contract import EnvContract  # noqa: E402
-from genesis_util import RENDER_ATOL  # noqa: E402
+from rlrec.testing import EnvContract  # noqa: E402
+from tests.envs.genesis_util import RENDER_ATOL  # noqa: E402
 
 from rlrec.config import GenesisEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import genesis as ga  # noqa: E402
@@ -63,9 +62,9 @@ class TestDocExampleContract(EnvContract):
     def test_render_is_owned_copy_of_current_state(self, env, monkeypatch):
         # The suite's three random actions (seeds 0-2) nearly cancel for a velocity-driven ball
         # (net motion 2 mm, invisible at 48x48): push it one way instead, same checks otherwise.
-        import env_contract
+        import rlrec.testing
 
-        monkeypatch.setattr(env_contract, "sample_actions", lambda e, seed=0: torch.ones(e.num_envs, 2))
+        monkeypatch.setattr(rlrec.testing, "sample_actions", lambda e, seed=0: torch.ones(e.num_envs, 2))
         super().test_render_is_owned_copy_of_current_state(env)
 
 

@@ -23,9 +23,8 @@ pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/set
 pytestmark = pytest.mark.genesis
 
 
-sys.path.insert(0, os.path.dirname(__file__))
-from frame_spy import FrameSpy, decode  # noqa: E402
-from genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
+from rlrec.testing import FrameSpy, decode  # noqa: E402
+from tests.envs.genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
 
 from rlrec.config import RecorderConfig, Trigger  # noqa: E402
 from rlrec.envs.base import AutoReset  # noqa: E402

@@ -9,8 +9,8 @@ import torch
 
 pytest.importorskip("pygame")  # gymnasium[classic-control] renders with pygame
 
-from env_contract import EnvContract, frame_diff, sample_actions
-from frame_spy import FrameSpy, decode
+from rlrec.testing import EnvContract, frame_diff, sample_actions
+from rlrec.testing import FrameSpy, decode
 from rlrec.config import ConfigError, GymnasiumEnvConfig, SimConfig
 from rlrec.envs import gymnasium as gym_backend
 from rlrec.envs.base import AutoReset

@@ -19,8 +19,8 @@ pytestmark = [
 ]
 
 
-from env_contract import sample_actions  # noqa: E402
-from frame_spy import FrameSpy, decode  # noqa: E402
+from rlrec.testing import sample_actions  # noqa: E402
+from rlrec.testing import FrameSpy, decode  # noqa: E402
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
 from rlrec.envs.base import AutoReset  # noqa: E402

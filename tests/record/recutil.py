@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from rlrec.config import RecorderConfig, Trigger
-from frame_spy import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
-from frame_spy import decode  # noqa: F401  (re-exported for the recorder tests)
+from rlrec.testing import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
+from rlrec.testing import decode  # noqa: F401  (re-exported for the recorder tests)
 from rlrec.envs.base import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder

@@ -4,7 +4,7 @@ and 50 fps. (moviepy-based recorders drop the last frame of about half of these 
 import numpy as np
 import pytest
 
-from recutil import decode, decode_many, rec_cfg, zeros
+from tests.record.recutil import decode, decode_many, rec_cfg, zeros
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
 

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from recutil import decode, listing, make_stack, zeros
+from tests.record.recutil import decode, listing, make_stack, zeros
 from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder, RecorderError

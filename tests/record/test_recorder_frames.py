@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
+from tests.record.recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.base import AutoReset
 from rlrec.envs.builtin import PointReach

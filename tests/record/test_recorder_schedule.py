@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from recutil import decode, listing, make_stack, zeros
+from tests.record.recutil import decode, listing, make_stack, zeros
 
 
 def run_episodes(stack, n, steps_per_episode):

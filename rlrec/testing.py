@@ -1,27 +1,39 @@
-"""The env adapter contract: a reusable test suite every backend must pass.
+"""What rlrec's own tests use to check an env stack, for your adapters and wrappers too.
 
-Use it by subclassing :class:`EnvContract` in a test module and providing ``make_env``::
+- :class:`EnvContract`: the adapter contract as a pytest suite. Subclass it in a test module and
+  provide ``make_env``::
 
-    class TestBuiltinContract(EnvContract):
-        num_envs = 3
-        def make_env(self, num_envs, seed=None):
-            return PointReach(num_envs, render_width=32, render_height=32)
+      from rlrec.testing import EnvContract
 
-Class attributes tune it for slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
-renderers that are not bit-exact (``render_atol``: the largest allowed mean absolute pixel
-difference between two renders of the same state).
+      class TestMyEnvContract(EnvContract):
+          num_envs = 3
+          def make_env(self, num_envs, seed=None):
+              return MyAdapter(num_envs, seed=seed)
+
+  Class attributes tune it for slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
+  renderers that are not bit-exact (``render_atol``: the largest allowed mean absolute pixel
+  difference between two renders of the same state).
+- :class:`FrameSpy`: a layer put right below the recorder, ``AutoReset(Recorder(FrameSpy(adapter)))``.
+  It keeps, for env ``watch``, every frame of every episode as the env showed it (the reset frame,
+  then one per step), and the render requests the recorder made, so a test can compare each clip
+  with the frames it must hold, frame for frame.
+- :func:`decode`: every frame of an mp4, and the fps written in it.
+
+Needs pytest (the ``dev`` extra).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from rlrec.envs.base import EnvAdapter
+from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
+
+__all__ = ["EnvContract", "FrameSpy", "decode", "frame_diff", "sample_actions"]
 
 
 def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
@@ -148,3 +160,54 @@ class EnvContract:
                 assert not bool((trunc & ~ended).any()), f"truncated early at step {t}"
             ended |= term | trunc
         assert bool(ended.all()), "some env neither terminated nor truncated at the time limit"
+
+
+class FrameSpy(EnvWrapper):
+    """Records every frame of env ``watch`` and every render request from above (module doc)."""
+
+    def __init__(self, env, watch: int = 0, keep_frames: bool = True, close_inner: bool = True):
+        super().__init__(env)
+        self.watch = watch
+        self.keep_frames = keep_frames
+        self.close_inner = close_inner
+        # one list per episode of env `watch`; frames are None when keep_frames is False
+        self.episodes: List[List[Optional[np.ndarray]]] = []
+        self.render_requests: List[List[int]] = []  # env indices of each render() from above
+
+    @property
+    def render_calls(self) -> int:
+        return len(self.render_requests)
+
+    def _frame(self) -> Optional[np.ndarray]:
+        return self.env.render([self.watch])[0].cpu().numpy().copy() if self.keep_frames else None
+
+    def reset(self, seed=None, env_idx=None):
+        out = self.env.reset(seed=seed, env_idx=env_idx)
+        if self.watch in as_env_index(env_idx, self.num_envs, self.device).tolist():
+            self.episodes.append([self._frame()])
+        return out
+
+    def step(self, action):
+        out = self.env.step(action)
+        if self.episodes:
+            self.episodes[-1].append(self._frame())
+        return out
+
+    def render(self, env_idx):
+        self.render_requests.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
+        return self.env.render(env_idx)
+
+    def close(self):
+        if self.close_inner:
+            self.env.close()
+
+
+def decode(path: str) -> Tuple[np.ndarray, float]:
+    """All frames of an mp4 as uint8 ``[n, H, W, 3]`` and the fps written in the file."""
+    import imageio_ffmpeg
+
+    gen = imageio_ffmpeg.read_frames(path, pix_fmt="rgb24")
+    meta = next(gen)
+    w, h = meta["size"]
+    frames = [np.frombuffer(b, np.uint8).reshape(h, w, 3) for b in gen]
+    return np.stack(frames) if frames else np.zeros((0, h, w, 3), np.uint8), float(meta["fps"])
