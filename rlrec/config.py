@@ -1,15 +1,20 @@
 """Typed schemas for every config group, registered in Hydra's ConfigStore.
 
-The YAML files under ``conf/`` each start from one of these schemas (``defaults: [<name>_schema]``),
-so unknown keys and wrong types are rejected by OmegaConf while composing. Value checks that a type
-cannot express (positive counts, env_idx in range, ...) live in :func:`validate`, which runs once,
-before any env is built. The runner only ever sees the dataclasses returned by :func:`to_dataclass`.
+The dataclasses below hold every default value, once. The YAML files under ``conf/`` each start
+from one of these schemas (``defaults: [/schema/<group>/<name>@_here_]``) and set only what their
+option changes (``sim/gpu.yaml``: ``device: cuda``), so unknown keys, wrong types and values outside
+a closed choice (each an :class:`enum.Enum`) are rejected by OmegaConf while composing. Value checks
+that a type cannot express (positive counts, env_idx in range, ...) live in :func:`validate`, which
+runs once, before any env is built, and creates nothing. The runner only ever sees the dataclasses
+returned by :func:`to_dataclass`.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -20,6 +25,78 @@ class ConfigError(ValueError):
     """A config value is invalid. The message names the key and what is allowed."""
 
 
+class Choice(str, enum.Enum):
+    """A closed choice: compares equal to, and prints as, its string value (like 3.11's StrEnum)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def values(cls) -> List[str]:
+        return [m.value for m in cls]
+
+
+Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
+Vectorization.__doc__ = "How an adapter runs CPU sub-envs: in this process, or one worker process each."
+
+StartMethod = Choice("StartMethod", {"fork": "fork", "spawn": "spawn", "forkserver": "forkserver"},
+                     module=__name__)
+StartMethod.__doc__ = "multiprocessing start method of async vector envs."
+
+
+class SimName(Choice):
+    """Where the simulator runs."""
+
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class Activation(Choice):
+    """Hidden-layer activation of the policy and value MLPs."""
+
+    tanh = "tanh"
+    relu = "relu"
+    elu = "elu"
+
+
+class LoggerName(Choice):
+    """Where metrics go besides metrics.jsonl and the console."""
+
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+    none = "none"
+
+
+class WandbMode(Choice):
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
+
+
+OnError = Choice("OnError", {"warn": "warn", "raise": "raise"}, module=__name__)
+OnError.__doc__ = "What an encoder failure does: log once and train on (warn), or stop the run (raise)."
+
+
+class X264Preset(Choice):
+    """x264's speed/size trade-off: slower presets make smaller files for more encoder CPU."""
+
+    ultrafast = "ultrafast"
+    superfast = "superfast"
+    veryfast = "veryfast"
+    faster = "faster"
+    fast = "fast"
+    medium = "medium"
+    slow = "slow"
+    slower = "slower"
+    veryslow = "veryslow"
+
+
+class ObsMode(Choice):
+    """ManiSkill observation modes rlrec supports (a flat state vector)."""
+
+    state = "state"
+
+
 # --------------------------------------------------------------------------- env
 
 
@@ -28,7 +105,7 @@ class EnvConfig:
     """Fields every env backend understands."""
 
     name: str = MISSING
-    num_envs: int = 64
+    num_envs: int = 64  # envs per stack (the eval stack has its own: eval_env.num_envs)
     max_episode_steps: Optional[int] = None  # None: the backend's own time limit
     render_width: int = 128
     render_height: int = 128
@@ -49,11 +126,13 @@ class GymnasiumEnvConfig(EnvConfig):
     """Any registered gymnasium id, vectorized with gymnasium's vector API."""
 
     name: str = "gymnasium"
+    num_envs: int = 8
     id: str = "CartPole-v1"  # a registered id, or MODULE:ID to import the module that registers it
-    vectorization: str = "sync"  # sync | async
-    async_context: Optional[str] = None  # async only: multiprocessing start method (None: default)
+    # max_episode_steps None: the id's own TimeLimit (CartPole-v1: 500, Pendulum-v1: 200)
+    vectorization: Vectorization = Vectorization.sync  # sync: one process | async: a worker per env
+    async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
     resize_frames: bool = False  # false: frames at the env's own size; true: render_height x render_width
-    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make
+    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
 
 
 @dataclass
@@ -61,15 +140,16 @@ class ManiSkillEnvConfig(EnvConfig):
     """A ManiSkill3 task; ``sim=gpu`` runs one batched physx_cuda env."""
 
     name: str = "maniskill"
-    id: str = "PushCube-v1"
-    obs_mode: str = "state"
+    num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
+    id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
+    obs_mode: ObsMode = ObsMode.state  # a flat state vector
     control_mode: str = "pd_joint_delta_pos"
     reward_mode: str = "normalized_dense"
-    max_episode_steps: Optional[int] = 50
-    imports: List[str] = field(default_factory=list)
-    cpu_vectorization: str = "sync"  # sync | async (spawn) for sim=cpu
-    async_context: str = "spawn"
-    kwargs: Any = field(default_factory=dict)
+    max_episode_steps: Optional[int] = 50  # None: the env's registered limit
+    imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
+    cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
+    async_context: StartMethod = StartMethod.spawn  # async start method: spawn | forkserver (fork hangs)
+    kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
 
 
 @dataclass
@@ -77,9 +157,16 @@ class GenesisEnvConfig(EnvConfig):
     """A batched Genesis scene, built from ``_target_``."""
 
     name: str = "genesis"
-    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"
-    camera_attr: Optional[str] = "camera"  # None: no camera (recording must be off)
-    kwargs: Any = field(default_factory=dict)
+    num_envs: int = 16
+    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
+    camera_attr: Optional[str] = "camera"  # the env's attribute holding its camera (None: no camera)
+    # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
+    # keyword arguments of the env class; FrankaReach's (see its docstring): collision hulls draw
+    # much faster on the CPU than the visual meshes, and the camera draws only the envs in
+    # rendered_envs_idx (it must cover recorder.env_idx and eval_env.recorder.env_idx; None: all)
+    kwargs: Any = field(
+        default_factory=lambda: {"goal_radius": 0.05, "vis_mode": "collision", "rendered_envs_idx": [0]}
+    )
 
 
 # --------------------------------------------------------------------------- sim
@@ -89,14 +176,14 @@ class GenesisEnvConfig(EnvConfig):
 class SimConfig:
     """Where the simulator runs: ``cpu`` or ``gpu`` (CUDA)."""
 
-    name: str = "cpu"
+    name: SimName = SimName.cpu
     device: str = "cpu"  # torch device of the env's tensors and of the policy
 
 
 # --------------------------------------------------------------------------- recorder
 
 
-class Trigger(str, enum.Enum):
+class Trigger(Choice):
     """When a clip starts. ``eval``: the first episode after each full reset."""
 
     cubic = "cubic"
@@ -107,31 +194,26 @@ class Trigger(str, enum.Enum):
     none = "none"
 
 
-X264_PRESETS = (
-    "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow",
-)  # fmt: skip
-
-
 @dataclass
 class RecorderConfig:
     """One recorder: which env, when, how long, how encoded."""
 
     enabled: bool = True
-    trigger: Trigger = Trigger.cubic
-    every: Optional[int] = None  # N for trigger=episode (episodes) or trigger=step (steps)
-    length_frames: Optional[int] = None  # clip length; None with length_sec None = whole episode
-    length_sec: Optional[float] = None
-    fps: Optional[float] = None  # None: 1 / dt
+    trigger: Trigger = Trigger.cubic  # exactly one trigger
+    every: Optional[int] = None  # N for trigger=episode (episodes) or trigger=step (env steps)
+    length_frames: Optional[int] = None  # clip length in frames, or
+    length_sec: Optional[float] = None  # in seconds of sim time; both None: the whole episode
+    fps: Optional[float] = None  # None: 1 / env dt; a frame every max(1, round(1 / (fps * dt))) steps
     env_idx: List[int] = field(default_factory=lambda: [0])  # several: tiled into a grid
-    overlay: bool = False
-    filename: Optional[str] = None  # fixed name, replaced atomically on each clip
-    dir: Optional[str] = None  # None: the run's video dir (set by the runner)
-    record_final_episode: bool = True  # close() saves the clip in progress (else drops it)
+    overlay: bool = False  # episode, step, reward, success drawn on the frames
+    filename: Optional[str] = None  # a fixed name replaced atomically by each clip; None: one file per clip
+    dir: Optional[str] = None  # None: the run's video dir (<run dir>/videos/train or /eval)
+    record_final_episode: bool = True  # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress
     queue_size: int = 64  # frame buffers in flight between the training thread and the encoder
     quality: int = 7  # 1..10 (imageio's scale; 7 = x264 crf 15)
-    preset: str = "ultrafast"  # x264 preset: the encoder's CPU time against the file's size
+    preset: X264Preset = X264Preset.ultrafast  # the encoder's CPU time against the file's size
     lossless: bool = False  # exact RGB (libx264rgb, qp 0): pixel-exact, fewer players
-    on_error: str = "warn"  # warn | raise
+    on_error: OnError = OnError.warn  # warn: log once, training goes on | raise: fatal
 
 
 # --------------------------------------------------------------------------- eval env
@@ -179,7 +261,7 @@ class PPOConfig:
     reward_scale: float = 1.0
     hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
     init_log_std: float = 0.0
-    activation: str = "tanh"
+    activation: Activation = Activation.tanh
 
 
 # --------------------------------------------------------------------------- logger
@@ -189,12 +271,12 @@ class PPOConfig:
 class LoggerConfig:
     """Console, metrics file, TensorBoard, optional W&B."""
 
-    name: str = "tensorboard"  # tensorboard | wandb | none (metrics.jsonl is always written)
+    name: LoggerName = LoggerName.tensorboard  # metrics.jsonl and the console are always written
     progress: bool = True
     log_every: int = 1  # iterations between train log lines
     wandb_project: str = "rlrec"
     wandb_entity: Optional[str] = None
-    wandb_mode: str = "offline"  # offline | online | disabled
+    wandb_mode: WandbMode = WandbMode.offline  # offline works without a network
 
 
 # --------------------------------------------------------------------------- top level
@@ -216,8 +298,7 @@ class Config:
     resume: Optional[str] = None  # "auto": newest checkpoint of this run dir
     eval_only: bool = False
     checkpoint_every: int = 20  # iterations between periodic checkpoints
-    torch_threads: Optional[int] = 1  # null: torch's default (all cores)
-    deterministic_torch: bool = False
+    torch_threads: Optional[int] = 1  # None: torch's default (all cores); docs/architecture.md says why 1
 
 
 ENV_SCHEMAS = {
@@ -261,6 +342,37 @@ def _choice(value: Any, key: str, allowed: List[str]) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
 
 
+def choice(obj: Any, attr: str, kind: type, key: str, allow_none: bool = False) -> None:
+    """Turns ``obj.attr`` into its :class:`Choice` member; ConfigError listing the allowed values.
+    (Hydra already refuses bad values while composing; this covers dataclasses built in code.)"""
+    value = getattr(obj, attr)
+    if value is None and allow_none:
+        return
+    try:
+        setattr(obj, attr, kind(value))
+    except ValueError:
+        allowed = kind.values() + (["null"] if allow_none else [])
+        _choice(value, key, allowed)
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_dir(path: str, key: str) -> None:
+    """ConfigError naming ``key`` unless ``path`` is, or can be created as, a writable directory.
+    Looks only (permissions of the nearest existing ancestor): creates nothing."""
+    target = Path(path).absolute()
+    base = _nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not writable")
+
+
 def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
     """Checks one recorder's settings against the env it will wrap."""
     _positive(rec.every, f"{key}.every", allow_none=True)
@@ -270,17 +382,14 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
     _positive(rec.queue_size, f"{key}.queue_size")
     if not 1 <= rec.quality <= 10:
         raise ConfigError(f"{key}.quality={rec.quality!r} is invalid: must be in 1..10")
-    if rec.preset not in X264_PRESETS:
-        raise ConfigError(f"{key}.preset={rec.preset!r} is invalid: allowed values are {list(X264_PRESETS)}")
-    _choice(rec.on_error, f"{key}.on_error", ["warn", "raise"])
+    choice(rec, "preset", X264Preset, f"{key}.preset")
+    choice(rec, "on_error", OnError, f"{key}.on_error")
     if rec.length_frames is not None and rec.length_sec is not None:
         raise ConfigError(
             f"{key}.length_frames and {key}.length_sec are both set: give at most one clip length"
         )
-    try:
-        trigger = Trigger(rec.trigger)
-    except ValueError:
-        _choice(rec.trigger, f"{key}.trigger", [t.value for t in Trigger])
+    choice(rec, "trigger", Trigger, f"{key}.trigger")
+    trigger = rec.trigger
     if trigger in (Trigger.episode, Trigger.step) and rec.every is None:
         raise ConfigError(f"{key}.trigger={trigger.value} needs {key}.every (a positive count)")
     if trigger not in (Trigger.episode, Trigger.step) and rec.every is not None:
@@ -301,9 +410,7 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
     if rec.filename is not None and ("/" in rec.filename or not rec.filename.strip()):
         raise ConfigError(f"{key}.filename={rec.filename!r} must be a plain file name")
     if rec.enabled and trigger is not Trigger.none and rec.dir:
-        from rlrec.record.writer import ensure_video_dir  # creates it: fail before any work
-
-        ensure_video_dir(rec.dir, f"{key}.dir")
+        check_dir(rec.dir, f"{key}.dir")
 
 
 def validate(cfg: Config) -> None:
@@ -314,7 +421,7 @@ def validate(cfg: Config) -> None:
     _positive(env.max_episode_steps, "env.max_episode_steps", allow_none=True)
     _positive(env.render_width, "env.render_width")
     _positive(env.render_height, "env.render_height")
-    _choice(cfg.sim.name, "sim.name", ["cpu", "gpu"])
+    choice(cfg.sim, "name", SimName, "sim.name")
     _positive(cfg.total_steps, "total_steps")
     _positive(cfg.checkpoint_every, "checkpoint_every")
     _positive(cfg.torch_threads, "torch_threads", allow_none=True)
@@ -341,11 +448,11 @@ def validate(cfg: Config) -> None:
             f"algo.num_minibatches={a.num_minibatches} must divide env.num_envs * algo.num_steps "
             f"= {env.num_envs * a.num_steps}"
         )
-    _choice(a.activation, "algo.activation", ["tanh", "relu", "elu"])
+    choice(a, "activation", Activation, "algo.activation")
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
-    _choice(cfg.logger.name, "logger.name", ["tensorboard", "wandb", "none"])
-    _choice(cfg.logger.wandb_mode, "logger.wandb_mode", ["offline", "online", "disabled"])
+    choice(cfg.logger, "name", LoggerName, "logger.name")
+    choice(cfg.logger, "wandb_mode", WandbMode, "logger.wandb_mode")
     _positive(cfg.logger.log_every, "logger.log_every")
     validate_recorder(cfg.recorder, "recorder", env.num_envs)
     validate_recorder(ev.recorder, "eval_env.recorder", ev.num_envs)
