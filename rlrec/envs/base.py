@@ -8,15 +8,28 @@ Stack (see docs/architecture.md)::
         EnvAdapter one object for all envs, batched torch tensors, NO autoreset inside
 
 Everything is batched over envs as torch tensors on ``adapter.device``.
+
+Besides the interface, this module holds what several adapters share, each once:
+:class:`EpisodeClock` (the time limit of the adapters that count steps themselves),
+:func:`owned_info` (a backend's info as owned per-env tensors), :func:`import_object` (the
+user's code named in the config) and :class:`SubEnv` / :func:`render_sub_envs` (frames of the
+named sub-envs of a gymnasium vector env, and of no others).
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
+import hydra.utils
+import numpy as np
 import torch
+
+from rlrec.config import ConfigError
 
 Info = Dict[str, Any]
 EnvIdx = Union[torch.Tensor, Sequence[int], None]
@@ -118,66 +131,163 @@ def layers(env: EnvAdapter) -> Iterator[EnvAdapter]:
         layer = getattr(layer, "env", None)
 
 
-class AutoReset(EnvWrapper):
-    """Same-step autoreset above the recorder.
+# --------------------------------------------------------------------------- time limit
 
-    When envs finish in ``step``, their final observation and info are cloned into
-    ``info["final_obs"]`` / ``info["final_info"]`` (full-batch tensors; rows valid where
-    ``info["_final"]`` is True) and then only those envs are reset, so the returned ``obs`` is
-    already the first observation of the next episode. Episode returns and lengths of finished
-    envs are reported in ``info["episode"]``.
+
+class EpisodeClock:
+    """Steps since each env's reset, and the truncation they imply: the one time limit of the
+    adapters that count steps themselves (built-in, ManiSkill, Genesis; gymnasium keeps its own).
+
+    ``elapsed`` (long ``[num_envs]`` on the adapter's device) is all of its state. The limit is
+    passed to :meth:`step`, so an adapter's ``max_episode_steps`` stays the one place it is set.
     """
 
-    def __init__(self, env: EnvAdapter):
+    def __init__(self, num_envs: int, device: torch.device):
+        self.elapsed = torch.zeros(num_envs, dtype=torch.long, device=device)
+
+    def reset(self, env_idx: EnvIdx = None) -> None:
+        """Restarts the clocks of the named envs (all if None)."""
+        self.elapsed[as_env_index(env_idx, self.elapsed.numel(), self.elapsed.device)] = 0
+
+    def step(self, terminated: torch.Tensor, max_episode_steps: Optional[int]) -> torch.Tensor:
+        """Advances every clock by one; ``truncated``: at the limit and not terminated (never
+        without a limit)."""
+        self.elapsed += 1
+        if max_episode_steps is None:
+            return torch.zeros_like(terminated)
+        return (self.elapsed >= max_episode_steps) & ~terminated
+
+
+# --------------------------------------------------------------------------- info
+
+
+def _per_env_tensor(value: Any, num_envs: int) -> Optional[torch.Tensor]:
+    """``value`` as a tensor if it is a numeric array or tensor with leading dim ``num_envs``."""
+    if isinstance(value, torch.Tensor):
+        value = value.as_subclass(torch.Tensor)  # simulators hand out tensor subclasses (Genesis)
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+        value = torch.tensor(value)  # a copy: vector envs reuse their info arrays
+    else:
+        return None
+    return value if value.ndim >= 1 and value.shape[0] == num_envs else None
+
+
+def owned_info(
+    info: Optional[Dict[str, Any]], num_envs: int, device: torch.device, masks: bool = True
+) -> Info:
+    """A backend's info as owned tensors on ``device``: every numeric array or tensor with leading
+    dim ``num_envs`` is copied (other values are dropped), nested dicts recurse, ``success`` and
+    ``fail`` become bool, and gymnasium's ``is_success`` is also reported as ``success``.
+    ``masks=False`` drops the ``_key`` masks a gymnasium vector env adds to its info."""
+    out: Info = {}
+    for k, v in (info or {}).items():
+        if isinstance(v, dict):
+            out[k] = owned_info(v, num_envs, device, masks)
+            continue
+        if not masks and k.startswith("_"):
+            continue
+        t = _per_env_tensor(v, num_envs)
+        if t is not None:
+            dtype = torch.bool if k in ("success", "fail") else None
+            out[k] = t.to(device=device, dtype=dtype, copy=True)
+    if "is_success" in out and "success" not in out:
+        out["success"] = out["is_success"].bool()
+    return out
+
+
+# --------------------------------------------------------------------------- the user's code
+
+
+@contextmanager
+def _quiet_hydra_utils():
+    # hydra.utils.get_object logs its own error before raising: the ConfigError says it better
+    logger = logging.getLogger("hydra.utils")
+
+    def mute(record: logging.LogRecord) -> bool:
+        return False
+
+    logger.addFilter(mute)
+    try:
+        yield
+    finally:
+        logger.removeFilter(mute)
+
+
+def _first_unimported(path: str) -> str:
+    parts = path.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        if name not in sys.modules:
+            return name
+    return path
+
+
+def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
+    """The module or attribute at the dotted ``path``, imported by ``hydra.utils.get_object``.
+
+    Failures are a :class:`~rlrec.config.ConfigError` naming the config key (``key=value``,
+    ``value`` defaulting to ``path``) and the module that cannot be imported or the attribute a
+    module lacks. An error that the imported code itself raises (other than an ImportError)
+    propagates unchanged.
+    """
+    where = f"{key}={path if value is None else value!r}"
+    try:
+        with _quiet_hydra_utils():
+            return hydra.utils.get_object(path)
+    except ValueError as e:  # an empty part: "a..b", ".a"
+        raise ConfigError(f"{where} is invalid: {' '.join(str(e).split())}") from e
+    except ImportError as e:
+        error = e
+    cause = error.__cause__
+    if cause is None:  # hydra's own refusal (an empty path)
+        raise ConfigError(f"{where} is invalid: {error}") from error
+    if not isinstance(cause, (ImportError, AttributeError)):
+        raise cause  # the imported module failed on its own: its traceback says why
+    missing = cause.name if isinstance(cause, ModuleNotFoundError) else None
+    if missing and (path == missing or path.startswith(missing + ".")):
+        parent, _, attr = missing.rpartition(".")
+        if parent in sys.modules:  # neither an attribute nor a submodule of an imported module
+            why = f"module {parent!r} has no attribute {attr!r}"
+        else:
+            why = f"cannot import module {missing!r} ({cause})"
+    elif isinstance(cause, AttributeError):  # of a class or other non-module object
+        why = str(cause)
+    else:  # the module was found, and importing it failed (e.g. a missing dependency)
+        why = f"cannot import module {_first_unimported(path)!r} ({cause})"
+    raise ConfigError(f"{where} cannot be imported: {why}") from error
+
+
+# --------------------------------------------------------------------------- gymnasium sub-envs
+
+RENDER_METHOD = "rlrec_render"
+
+
+class SubEnv(gym.Wrapper):
+    """A sub-env of a gymnasium vector env that knows its index, so that only named envs render.
+
+    :func:`render_sub_envs` calls ``rlrec_render(idx)`` on every sub-env (the public
+    ``VectorEnv.call``); each renders when its own index is in ``idx`` and returns None otherwise.
+    """
+
+    def __init__(self, env: gym.Env, index: int):
         super().__init__(env)
-        self._return = torch.zeros(env.num_envs, device=env.device)
-        self._length = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
+        self.index = index
 
-    def reset(self, seed=None, env_idx=None):
-        idx = as_env_index(env_idx, self.num_envs, self.device)
-        self._return[idx] = 0.0
-        self._length[idx] = 0
-        return self.env.reset(seed=seed, env_idx=env_idx)
+    def frame(self) -> np.ndarray:
+        """This env's current frame, ``uint8 [H, W, 3]``."""
+        return self.render()
 
-    def state_dict(self) -> dict:
-        return {"return": self._return.clone(), "length": self._length.clone()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._return.copy_(state["return"])
-        self._length.copy_(state["length"])
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._return += reward
-        self._length += 1
-        done = terminated | truncated
-        if bool(done.any()):
-            info = dict(info)
-            info["final_obs"] = obs.clone()
-            info["final_info"] = {k: v for k, v in info.items() if k not in ("final_obs",)}
-            info["_final"] = done.clone()
-            info["episode"] = {
-                "return": self._return.clone(),
-                "length": self._length.clone(),
-                "_mask": done.clone(),
-            }
-            idx = done.nonzero().flatten()
-            obs, reset_info = self.env.reset(env_idx=idx)
-            self._return[idx] = 0.0
-            self._length[idx] = 0
-        return obs, reward, terminated, truncated, info
+    def rlrec_render(self, idx: Tuple[int, ...]) -> Optional[np.ndarray]:
+        return self.frame() if self.index in idx else None
 
 
-def env_state(env: EnvAdapter) -> dict:
-    """``state_dict()`` of every layer of the stack that has one (recorder counters, AutoReset
-    accumulators, and the simulator state where the backend can save it)."""
-    return {f"{depth}:{type(layer).__name__}": layer.state_dict()
-            for depth, layer in enumerate(layers(env)) if hasattr(layer, "state_dict")}
-
-
-def load_env_state(env: EnvAdapter, states: dict) -> None:
-    """Restores what :func:`env_state` saved, layer by layer (layers that differ are skipped)."""
-    for depth, layer in enumerate(layers(env)):
-        key = f"{depth}:{type(layer).__name__}"
-        if key in states and hasattr(layer, "load_state_dict"):
-            layer.load_state_dict(states[key])
+def render_sub_envs(vec: gym.vector.VectorEnv, env_idx: Sequence[int]) -> torch.Tensor:
+    """uint8 ``[k, H, W, 3]`` frames of the sub-envs ``env_idx`` (in that order) of a vector env of
+    :class:`SubEnv` s, as a new CPU tensor; no other sub-env renders."""
+    idx = [int(i) for i in env_idx]
+    if isinstance(vec, gym.vector.SyncVectorEnv):  # in this process: ask the named envs only
+        frames = [getattr(vec.envs[i], RENDER_METHOD)((i,)) for i in idx]
+    else:  # every worker answers; the others return None without rendering
+        got = vec.call(RENDER_METHOD, tuple(sorted(set(idx))))
+        frames = [got[i] for i in idx]
+    return torch.from_numpy(np.stack(frames))  # np.stack: a new array, owned by the caller

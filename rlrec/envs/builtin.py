@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.envs.base import EnvAdapter, EnvIdx, as_env_index
+from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
 
 _BACKGROUND = (24, 26, 34)
 _GOAL = (60, 200, 90)
@@ -60,7 +60,7 @@ class PointReach(EnvAdapter):
         self.pos = torch.zeros(n, 2, device=dev)
         self.vel = torch.zeros(n, 2, device=dev)
         self.goal = torch.zeros(n, 2, device=dev)
-        self.t = torch.zeros(n, dtype=torch.long, device=dev)
+        self.clock = EpisodeClock(n, dev)
         # pixel-centre coordinates in world units: x to the right, y up
         xs = (torch.arange(self.width, device=dev) + 0.5) / self.width * 2 - 1
         ys = 1 - (torch.arange(self.height, device=dev) + 0.5) / self.height * 2
@@ -69,6 +69,11 @@ class PointReach(EnvAdapter):
             k: torch.tensor(c, dtype=torch.uint8, device=dev)
             for k, c in (("bg", _BACKGROUND), ("goal", _GOAL), ("agent", _AGENT), ("bar", _BAR))
         }
+
+    @property
+    def t(self) -> torch.Tensor:
+        """Steps since each env's reset (the time limit's clock; drawn as the bar)."""
+        return self.clock.elapsed
 
     # ------------------------------------------------------------------ dynamics
     def _obs(self) -> torch.Tensor:
@@ -91,7 +96,7 @@ class PointReach(EnvAdapter):
         self.pos[idx] = pos
         self.goal[idx] = goal
         self.vel[idx] = 0.0
-        self.t[idx] = 0
+        self.clock.reset(idx)
         return self._obs(), {"success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)}
 
     def step(self, action: torch.Tensor):
@@ -104,15 +109,11 @@ class PointReach(EnvAdapter):
         hit_wall = pos.abs() > 1.0
         self.pos = pos.clamp(-1.0, 1.0)
         self.vel = torch.where(hit_wall, torch.zeros_like(self.vel), self.vel)
-        self.t += 1
         dist = (self.goal - self.pos).norm(dim=1)
         success = dist < self.goal_radius
         reward = 5.0 * (dist_before - dist) + 10.0 * success.float() - 0.01
         terminated = success.clone()
-        if self.max_episode_steps is None:
-            truncated = torch.zeros_like(terminated)
-        else:
-            truncated = (self.t >= self.max_episode_steps) & ~terminated
+        truncated = self.clock.step(terminated, self.max_episode_steps)
         return self._obs(), reward, terminated, truncated, {"success": success}
 
     # ------------------------------------------------------------------ checkpointing

@@ -1,19 +1,18 @@
-"""One factory for both env stacks (collection and evaluation).
+"""The backend registry: ``make_adapter`` builds the bare adapter of a config's env group option.
 
-``make_adapter`` builds the bare backend adapter; ``make_env_stack`` adds the recorder and
-AutoReset on top: ``AutoReset(Recorder(adapter))``.
+The layers above the adapter (recorder, AutoReset) are composed by ``rlrec.stack``.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
-from rlrec.config import ConfigError, EnvConfig, RecorderConfig, SimConfig
-from rlrec.envs.base import AutoReset, EnvAdapter
+from rlrec.config import ConfigError, EnvConfig, SimConfig
+from rlrec.envs.base import EnvAdapter
 
 # env group option -> module with ``make(env_cfg, sim, num_envs, device, seed)`` and, where frames
 # need a capability the env may lack, ``check_renderable(env_cfg)``. Each module reports a missing
@@ -56,28 +55,3 @@ def make_adapter(env_cfg: EnvConfig, sim: SimConfig, num_envs: int, seed: Option
     """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs."""
     device = resolve_device(sim)
     return backend_module(env_cfg.name).make(env_cfg, sim, num_envs=num_envs, device=device, seed=seed)
-
-
-def make_env_stack(
-    env_cfg: EnvConfig,
-    sim: SimConfig,
-    num_envs: int,
-    seed: Optional[int],
-    recorder_cfg: Optional[RecorderConfig] = None,
-    video_dir: Optional[str] = None,
-    kind: str = "train",
-    on_clip: Optional[Callable] = None,
-) -> AutoReset:
-    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
-    When recording, an env that cannot render is refused before it is built."""
-    recording = recorder_cfg is not None and recorder_cfg.enabled and recorder_cfg.trigger.value != "none"
-    if recording:
-        check = getattr(backend_module(env_cfg.name), "check_renderable", None)
-        if check is not None:
-            check(env_cfg)
-    env = make_adapter(env_cfg, sim, num_envs, seed)
-    if recording:
-        from rlrec.record.recorder import Recorder
-
-        env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
-    return AutoReset(env)

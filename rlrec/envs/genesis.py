@@ -20,7 +20,6 @@ Genesis facts this module relies on (1.4.5, see docs/genesis.md):
 from __future__ import annotations
 
 import ctypes.util
-import importlib
 import os
 from typing import Any, Dict, Optional, Protocol, Tuple, runtime_checkable
 
@@ -29,7 +28,15 @@ import numpy as np
 import torch
 
 from rlrec.config import ConfigError
-from rlrec.envs.base import EnvAdapter, EnvIdx, Info, as_env_index
+from rlrec.envs.base import (
+    EnvAdapter,
+    EnvIdx,
+    EpisodeClock,
+    Info,
+    as_env_index,
+    import_object,
+    owned_info,
+)
 
 INSTALL_HINT = "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs EGL/OSMesa)"
 
@@ -122,19 +129,6 @@ def init_genesis(sim_name: str):
 # --------------------------------------------------------------------------- building the task
 
 
-def _load_target(target: str):
-    module_name, _, cls_name = target.rpartition(".")
-    if not module_name:
-        raise ConfigError(f"env._target_={target!r} is invalid: give a dotted path such as my_module.MyEnv")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"env._target_={target!r}: module {module_name!r} cannot be imported ({e})") from e
-    if not hasattr(module, cls_name):
-        raise ConfigError(f"env._target_={target!r}: module {module_name!r} has no attribute {cls_name!r}")
-    return getattr(module, cls_name)
-
-
 def _spaces(task, target: str) -> Tuple[gym.Space, gym.Space]:
     obs_space = getattr(task, "observation_space", None)
     act_space = getattr(task, "action_space", None)
@@ -150,7 +144,7 @@ def _spaces(task, target: str) -> Tuple[gym.Space, gym.Space]:
     return obs, gym.spaces.Box(-1.0, 1.0, (n_act,), np.float32)
 
 
-def _camera(task, camera_attr: Optional[str], target: str, gs):
+def _camera(task, camera_attr: Optional[str], target: str):
     """The task's camera named by ``env.camera_attr`` (None: rendering disabled)."""
     if camera_attr is None:
         return None
@@ -201,7 +195,7 @@ class GenesisAdapter(EnvAdapter):
         self._sim_device = gs_device
         self._gen = torch.Generator(device=gs_device)
         self._gen.manual_seed(0 if seed is None else int(seed))
-        self._t = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self.clock = EpisodeClock(num_envs, self.device)
         self._box = isinstance(self.single_action_space, gym.spaces.Box)
         if self._box:
             sp = self.single_action_space
@@ -223,24 +217,13 @@ class GenesisAdapter(EnvAdapter):
         x = torch.as_tensor(x).as_subclass(torch.Tensor)
         return x.to(device=self.device, dtype=dtype, copy=True)
 
-    def _info(self, info: Info) -> Info:
-        out: Info = {}
-        for k, v in (info or {}).items():
-            if isinstance(v, torch.Tensor):
-                out[k] = self._out(v)
-            elif isinstance(v, dict):
-                out[k] = self._info(v)
-            else:
-                out[k] = v
-        return out
-
     def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None) -> Tuple[torch.Tensor, Info]:
         if seed is not None:
             self._gen.manual_seed(int(seed))
         idx = as_env_index(env_idx, self.num_envs, self._sim_device)
         if idx.numel():
             self.task.reset_idx(idx, self._gen)
-            self._t[idx.to(self.device)] = 0
+            self.clock.reset(idx)
         obs = self._out(self.task.get_observations(), torch.float32)
         return obs, {}
 
@@ -249,13 +232,10 @@ class GenesisAdapter(EnvAdapter):
         if self._box:
             action = torch.clamp(action.float(), self._low, self._high)
         obs, reward, terminated, info = self.task.step(action)
-        self._t += 1
         terminated = self._out(terminated, torch.bool)
-        if self.max_episode_steps is None:
-            truncated = torch.zeros_like(terminated)
-        else:
-            truncated = (self._t >= self.max_episode_steps) & ~terminated
-        return self._out(obs, torch.float32), self._out(reward, torch.float32), terminated, truncated, self._info(info)
+        truncated = self.clock.step(terminated, self.max_episode_steps)
+        obs, reward = self._out(obs, torch.float32), self._out(reward, torch.float32)
+        return obs, reward, terminated, truncated, owned_info(info, self.num_envs, self.device)
 
     # ------------------------------------------------------------------ frames
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
@@ -297,8 +277,12 @@ def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] 
     """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
     target = env_cfg._target_
     import_genesis()
-    cls = _load_target(target)
-    gs = init_genesis(sim.name)
+    if "." not in target:
+        raise ConfigError(
+            f"env._target_={target!r} is invalid: give a dotted path such as my_module.MyEnv"
+        )
+    cls = import_object(target, "env._target_")
+    init_genesis(sim.name)
     kwargs = dict(env_cfg.kwargs or {})
     task = cls(num_envs=num_envs, render_width=env_cfg.render_width, render_height=env_cfg.render_height, **kwargs)
     missing = [m for m in ("build", "reset_idx", "get_observations", "step") if not callable(getattr(task, m, None))]
@@ -308,7 +292,7 @@ def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] 
             f"env._target_={target!r} does not follow the GenesisTask protocol (rlrec.envs.genesis): "
             f"missing {', '.join(missing)}"
         )
-    camera = _camera(task, env_cfg.camera_attr, target, gs)
+    camera = _camera(task, env_cfg.camera_attr, target)
     _spaces(task, target)  # fail before compiling
     task.build()
     limit = env_cfg.max_episode_steps

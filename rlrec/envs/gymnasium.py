@@ -9,7 +9,9 @@ Each sub-env is ``gym.make(env.id, render_mode="rgb_array", **env.kwargs)`` (wit
 ``TimeLimit``; ``env.max_episode_steps`` replaces its limit), wrapped in :class:`HoldOnDone`, which
 keeps a finished sub-env frozen on its terminal state until it is reset. That is the adapter
 contract ("step never resets; a finished env stays in its terminal state") and it never asks the
-vector env to step a finished env, which gymnasium's disabled-autoreset mode forbids.
+vector env to step a finished env, which gymnasium's disabled-autoreset mode forbids. It also
+knows its index, so ``render(env_idx)`` renders the named sub-envs only
+(:func:`rlrec.envs.base.render_sub_envs`, through the public ``VectorEnv.call`` when async).
 
 ``dt`` (seconds per env step, used for video fps): ``env.unwrapped.dt`` if the env has it
 (Pendulum: 0.05, MuJoCo: timestep * frame_skip), else ``env.unwrapped.tau`` (CartPole: 0.02),
@@ -19,7 +21,7 @@ else ``1 / metadata["render_fps"]``, else 1/30.
 from __future__ import annotations
 
 import difflib
-import importlib
+import functools
 import os
 from typing import Any, Dict, List, Optional
 
@@ -28,7 +30,15 @@ import numpy as np
 import torch
 
 from rlrec.config import ConfigError
-from rlrec.envs.base import EnvAdapter, EnvIdx, Info, as_env_index
+from rlrec.envs.base import (
+    EnvAdapter,
+    EnvIdx,
+    SubEnv,
+    as_env_index,
+    import_object,
+    owned_info,
+    render_sub_envs,
+)
 
 VECTORIZATIONS = ("sync", "async")
 _CONTEXTS = ("fork", "spawn", "forkserver")
@@ -36,8 +46,8 @@ _DONE_KEY = "rlrec_done"  # info key carrying a held sub-env's end: 1 terminated
 _DEFAULT_DT = 1.0 / 30.0
 
 
-class HoldOnDone(gym.Wrapper):
-    """Freezes a sub-env on its terminal state until ``reset``.
+class HoldOnDone(SubEnv):
+    """Sub-env ``index``, frozen on its terminal state until ``reset``.
 
     The done flags travel to the adapter in ``info["rlrec_done"]`` (1 terminated, 2 truncated)
     while the vector env itself is always told ``terminated=truncated=False``: so it never
@@ -45,8 +55,8 @@ class HoldOnDone(gym.Wrapper):
     no-op that repeats the terminal observation with reward 0 and the same flag.
     """
 
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
+    def __init__(self, env: gym.Env, index: int = 0):
+        super().__init__(env, index)
         self._held: Optional[tuple] = None  # (obs, done code) once finished
 
     def reset(self, **kwargs):
@@ -69,21 +79,13 @@ class HoldOnDone(gym.Wrapper):
 # --------------------------------------------------------------------------- config checks
 
 
-def _import_prefix(env_id: str) -> str:
-    """``"module:Env-v0"`` imports ``module`` (which registers the id) and returns ``Env-v0``."""
-    if ":" not in env_id:
-        return env_id
-    module, _, name = env_id.partition(":")
-    try:
-        importlib.import_module(module)
-    except ImportError as e:
-        raise ConfigError(f"env.id={env_id!r}: cannot import module {module!r} ({e})") from e
-    return name
-
-
 def resolve_spec(env_cfg) -> gym.envs.registration.EnvSpec:
-    """The registry entry of ``env.id``; a ConfigError with close matches when it does not exist."""
-    env_id = _import_prefix(str(env_cfg.id))
+    """The registry entry of ``env.id``; a ConfigError with close matches when it does not exist.
+    ``MODULE:ID`` imports ``MODULE`` (which registers ``ID``) first."""
+    env_id = str(env_cfg.id)
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        import_object(module, "env.id", env_cfg.id)
     if env_id in gym.registry:
         return gym.registry[env_id]
     known = list(gym.registry.keys())
@@ -160,19 +162,6 @@ def _dt_of(env: gym.Env) -> float:
     return _DEFAULT_DT
 
 
-def _to_tensor_info(info: Dict[str, Any], n: int, device: torch.device) -> Info:
-    """Numeric per-env arrays of a vector info dict as tensors on ``device`` (others dropped)."""
-    out: Info = {}
-    for k, v in info.items():
-        if isinstance(v, dict):
-            out[k] = _to_tensor_info(v, n, device)
-        elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n and v.dtype != object:
-            out[k] = torch.tensor(v, device=device)
-    if "is_success" in out and "success" not in out:  # the common gymnasium spelling
-        out["success"] = out["is_success"].bool()
-    return out
-
-
 class GymnasiumEnv(EnvAdapter):
     """A gymnasium vector env of ``num_envs`` copies of ``env_id``, batched as torch tensors.
 
@@ -209,14 +198,14 @@ class GymnasiumEnv(EnvAdapter):
                 # headless: pygame-drawn envs (classic control, Box2D) need no display for rgb_array
                 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
-        def make_one() -> gym.Env:
+        def make_one(index: int) -> gym.Env:
             env = gym.make(env_id, **make_kwargs)
             if not isinstance(env.observation_space, gym.spaces.Box):
                 env = gym.wrappers.FlattenObservation(env)
-            return HoldOnDone(env)
+            return HoldOnDone(env, index)
 
         # one env in this process: spaces, dt, time limit and clear errors before any workers start
-        probe = make_one()
+        probe = make_one(0)
         try:
             self.single_observation_space = probe.observation_space
             self.single_action_space = probe.action_space
@@ -239,12 +228,11 @@ class GymnasiumEnv(EnvAdapter):
         self.env_id = env_id
 
         mode = gym.vector.AutoresetMode.DISABLED
-        fns = [make_one] * self.num_envs
+        fns = [functools.partial(make_one, i) for i in range(self.num_envs)]
         if vectorization == "sync":
             self.vec = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
         else:
             self.vec = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode, context=async_context)
-        self._async = vectorization == "async"
         self._obs = torch.zeros(self.num_envs, *self.single_observation_space.shape, device=self.device)
 
     # ------------------------------------------------------------------ conversions
@@ -278,7 +266,7 @@ class GymnasiumEnv(EnvAdapter):
             mask[idx.numpy()] = True
             obs, info = self.vec.reset(seed=seeds, options={"reset_mask": mask})
         self._obs = self._obs_tensor(obs)
-        return self._obs.clone(), _to_tensor_info(info, self.num_envs, self.device)
+        return self._obs.clone(), owned_info(info, self.num_envs, self.device)
 
     def step(self, action: torch.Tensor):
         obs, reward, _, _, info = self.vec.step(self._np_action(action))
@@ -292,7 +280,8 @@ class GymnasiumEnv(EnvAdapter):
             terminated, truncated = code_t == 1, code_t == 2
         self._obs = self._obs_tensor(obs)
         rew = torch.tensor(reward, dtype=torch.float32, device=self.device)
-        return self._obs.clone(), rew, terminated, truncated, _to_tensor_info(info, self.num_envs, self.device)
+        info = owned_info(info, self.num_envs, self.device)
+        return self._obs.clone(), rew, terminated, truncated, info
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         if self.render_mode != "rgb_array":
@@ -301,27 +290,12 @@ class GymnasiumEnv(EnvAdapter):
                 "render frames (see rlrec.envs.gymnasium.check_renderable)"
             )
         idx = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
-        frames = np.stack(self._render_envs(idx))  # a new array: owned by the caller
-        out = torch.from_numpy(frames)
+        out = render_sub_envs(self.vec, idx)  # only the named sub-envs render
         if self._resize is not None and tuple(out.shape[1:3]) != tuple(self._resize):
             x = out.permute(0, 3, 1, 2).float()
             x = torch.nn.functional.interpolate(x, size=self._resize, mode="bilinear", antialias=True)
             out = x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
         return out
-
-    def _render_envs(self, idx: List[int]) -> List[np.ndarray]:
-        if not self._async:
-            return [self.vec.envs[i].render() for i in idx]
-        pipes = getattr(self.vec, "parent_pipes", None)
-        if pipes is None:  # a future gymnasium without the worker pipes: render all, select
-            frames = self.vec.call("render")
-            return [frames[i] for i in idx]
-        # ask only the named workers (the worker protocol behind AsyncVectorEnv.call)
-        for i in idx:
-            pipes[i].send(("_call", ("render", (), {})))
-        results = [pipes[i].recv() for i in idx]
-        self.vec._raise_if_errors([ok for _, ok in results])
-        return [frame for frame, _ in results]
 
     def close(self) -> None:
         if not self._closed:

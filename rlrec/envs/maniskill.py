@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import random
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -32,7 +31,17 @@ import numpy as np
 import torch
 
 from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig
-from rlrec.envs.base import EnvAdapter, EnvIdx, Info, as_env_index
+from rlrec.envs.base import (
+    EnvAdapter,
+    EnvIdx,
+    EpisodeClock,
+    Info,
+    SubEnv,
+    as_env_index,
+    import_object,
+    owned_info,
+    render_sub_envs,
+)
 
 OBS_MODES = ["state"]  # flat float observations; visual obs modes are not wired to the policy
 VECTORIZATIONS = ["sync", "async"]
@@ -57,11 +66,8 @@ def _import_maniskill():
 
 
 def _import_user_modules(imports: Sequence[str]) -> None:
-    for name in imports:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise ConfigError(f"env.imports: cannot import {name!r} ({e})") from e
+    for i, name in enumerate(imports):
+        import_object(name, f"env.imports[{i}]")
 
 
 def _spec(env_id: str):
@@ -165,15 +171,6 @@ def _check_config(cfg: ManiSkillEnvConfig, spec) -> None:
 # --------------------------------------------------------------------------- the adapter
 
 
-def _owned_info(info: Dict[str, Any], n: int) -> Info:
-    """Per-env tensor entries of a ManiSkill info, cloned; success/fail as bool."""
-    out: Info = {}
-    for k, v in info.items():
-        if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
-            out[k] = v.to(torch.bool).clone() if k in ("success", "fail") else v.clone()
-    return out
-
-
 class ManiSkillEnv(EnvAdapter):
     """Common part of both sims: time limit, seeding, info conventions. Subclasses drive the sim."""
 
@@ -181,7 +178,7 @@ class ManiSkillEnv(EnvAdapter):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
-        self._elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self.clock = EpisodeClock(num_envs, self.device)
         self._closed = False
 
     # subclasses: _reset_sim(seed, idx) -> (obs, info); _step_sim(action) -> (obs, reward, term, info);
@@ -195,17 +192,13 @@ class ManiSkillEnv(EnvAdapter):
         if not full and idx.numel() == 0:
             return self._last_obs.clone(), {}
         obs, info = self._reset_sim(seed, None if full else idx)
-        self._elapsed[idx] = 0
+        self.clock.reset(idx)
         self._last_obs = obs
         return obs.clone(), info
 
     def step(self, action: torch.Tensor):
         obs, reward, terminated, info = self._step_sim(action)
-        self._elapsed += 1
-        if self.max_episode_steps is not None:
-            truncated = (self._elapsed >= self.max_episode_steps) & ~terminated
-        else:
-            truncated = torch.zeros_like(terminated)
+        truncated = self.clock.step(terminated, self.max_episode_steps)
         self._last_obs = obs
         return obs.clone(), reward, terminated, truncated, info
 
@@ -229,12 +222,13 @@ class ManiSkillGPUEnv(ManiSkillEnv):
     def _reset_sim(self, seed, idx):
         options = {} if idx is None else {"env_idx": idx.to(self.env.device)}
         obs, info = self.env.reset(seed=seed, options=options)
-        return obs.to(self.device).clone(), _owned_info(info, self.num_envs)
+        return obs.to(self.device).clone(), owned_info(info, self.num_envs, self.device)
 
     def _step_sim(self, action):
         obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
         return (obs.to(self.device).clone(), reward.to(self.device, torch.float32).clone(),
-                terminated.to(self.device, torch.bool).clone(), _owned_info(info, self.num_envs))
+                terminated.to(self.device, torch.bool).clone(),
+                owned_info(info, self.num_envs, self.device))
 
     def _sync_gpu_state(self) -> None:
         # ManiSkill ends reset with apply -> kinematics update -> fetch and step with a fetch. If
@@ -259,12 +253,11 @@ class ManiSkillGPUEnv(ManiSkillEnv):
             self.env.close()
 
 
-class _CPUSubEnv(gym.Wrapper):
-    """One CPU ManiSkill env as a plain gymnasium env (numpy, unbatched), for gymnasium's vector envs."""
+class _CPUSubEnv(SubEnv):
+    """CPU ManiSkill env ``index`` as a plain gymnasium env (numpy, unbatched), for a vector env."""
 
     def __init__(self, env, index: int):
-        super().__init__(env)
-        self.index = index
+        super().__init__(env, index)
         self.observation_space = env.single_observation_space
         self.action_space = env.single_action_space
         self.dt = float(env.control_timestep)
@@ -287,10 +280,7 @@ class _CPUSubEnv(gym.Wrapper):
         obs, reward, terminated, _, info = self.env.step(np.asarray(action))
         return obs[0].numpy(), float(reward[0]), bool(terminated[0]), False, self._info(info)
 
-    def rlrec_render(self, idx: Tuple[int, ...]) -> Optional[np.ndarray]:
-        """This env's frame when its index is asked for, else None (the vector env calls every env)."""
-        if self.index not in idx:
-            return None
+    def frame(self) -> np.ndarray:
         return np.array(self.env.render_rgb_array()[0, ..., :3].cpu().numpy(), dtype=np.uint8, copy=True)
 
 
@@ -325,15 +315,6 @@ class ManiSkillCPUEnv(ManiSkillEnv):
         self._base_seed = random.randrange(2**31) if seed is None else seed
         self.reset(seed=self._base_seed)
 
-    def _info(self, info: Dict[str, Any]) -> Info:
-        out: Info = {}
-        for k, v in info.items():
-            if k.startswith("_") or not isinstance(v, np.ndarray) or v.dtype == object:
-                continue
-            t = torch.as_tensor(v).clone()
-            out[k] = t.to(torch.bool) if k in ("success", "fail") else t
-        return out
-
     def _reset_sim(self, seed, idx):
         # per-env seeds seed + i, as gymnasium's vector envs do for an int seed
         seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
@@ -343,17 +324,18 @@ class ManiSkillCPUEnv(ManiSkillEnv):
             mask[idx.cpu().numpy()] = True
             options = {"reset_mask": mask}
         obs, info = self.vec.reset(seed=seeds, options=options)
-        return torch.as_tensor(obs, dtype=torch.float32).clone(), self._info(info)
+        obs = torch.as_tensor(obs, dtype=torch.float32).clone()
+        return obs, owned_info(info, self.num_envs, self.device, masks=False)
 
     def _step_sim(self, action):
         act = action.detach().cpu().numpy().astype(self.single_action_space.dtype, copy=False)
         obs, reward, terminated, _, info = self.vec.step(act)
         return (torch.as_tensor(obs, dtype=torch.float32).clone(), torch.as_tensor(reward, dtype=torch.float32),
-                torch.as_tensor(terminated, dtype=torch.bool).clone(), self._info(info))
+                torch.as_tensor(terminated, dtype=torch.bool).clone(),
+                owned_info(info, self.num_envs, self.device, masks=False))
 
     def _render_sim(self, idx: List[int]) -> torch.Tensor:
-        got = self.vec.call("rlrec_render", tuple(sorted(set(idx))))
-        return torch.from_numpy(np.stack([got[i] for i in idx]))
+        return render_sub_envs(self.vec, idx)
 
     def close(self) -> None:
         if not self._closed:

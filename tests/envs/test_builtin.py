@@ -1,7 +1,7 @@
 import torch
 
-from rlrec.testing import EnvContract, sample_actions
 from rlrec.envs.builtin import PointReach
+from rlrec.testing import EnvContract, sample_actions
 
 
 class TestBuiltinContract(EnvContract):

@@ -11,7 +11,6 @@ import torch
 from rlrec.config import ConfigError, GenesisEnvConfig, SimConfig
 from rlrec.envs import genesis as ga
 from rlrec.envs.factory import make_adapter
-
 from rlrec.testing import EnvContract  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
 

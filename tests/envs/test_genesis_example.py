@@ -1,7 +1,6 @@
 """The user env class of docs/genesis.md, run as it is written there: plugged in by ``_target_``,
 it passes the adapter contract and records a clip through the whole env stack."""
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -12,12 +11,11 @@ import torch
 pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/setup_genesis.sh")
 pytestmark = pytest.mark.genesis
 
-from rlrec.testing import EnvContract  # noqa: E402
-from tests.envs.genesis_util import RENDER_ATOL  # noqa: E402
-
 from rlrec.config import GenesisEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import genesis as ga  # noqa: E402
-from rlrec.envs.factory import make_env_stack  # noqa: E402
+from rlrec.stack import make_env_stack  # noqa: E402
+from rlrec.testing import EnvContract  # noqa: E402
+from tests.envs.genesis_util import RENDER_ATOL  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "genesis.md"
 

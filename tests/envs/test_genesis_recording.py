@@ -27,7 +27,7 @@ from rlrec.testing import FrameSpy, decode  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
 
 from rlrec.config import RecorderConfig, Trigger  # noqa: E402
-from rlrec.envs.base import AutoReset  # noqa: E402
+from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 
 N = 2

@@ -9,13 +9,12 @@ import torch
 
 pytest.importorskip("pygame")  # gymnasium[classic-control] renders with pygame
 
-from rlrec.testing import EnvContract, frame_diff, sample_actions
-from rlrec.testing import FrameSpy, decode
 from rlrec.config import ConfigError, GymnasiumEnvConfig, SimConfig
 from rlrec.envs import gymnasium as gym_backend
-from rlrec.envs.base import AutoReset
+from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.gymnasium import GymnasiumEnv, check_renderable
+from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_actions
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -379,8 +378,8 @@ def test_cartpole_experiment_composes_with_and_without_env_override():
 
 
 def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
-    from helpers import FAST, make_config
     from rlrec.runner import Runner
+    from tests.helpers import FAST, make_config
 
     if "rlrec-test/NoFrames-v0" not in gym.registry:
         gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)

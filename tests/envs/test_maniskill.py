@@ -16,9 +16,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),
 ]
 
-from rlrec.testing import EnvContract, sample_actions  # noqa: E402
 from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
+from rlrec.testing import EnvContract, sample_actions  # noqa: E402
 
 SIZE = 64
 LIMIT = 8

@@ -23,7 +23,7 @@ from rlrec.testing import sample_actions  # noqa: E402
 from rlrec.testing import FrameSpy, decode  # noqa: E402
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.base import AutoReset  # noqa: E402
+from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 
 SIZE = 64

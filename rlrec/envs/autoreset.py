@@ -1,0 +1,61 @@
+"""Same-step autoreset: the layer above the recorder that starts the next episode of done envs.
+
+Because it sits above the recorder, the recorder sees each terminal state in ``step`` (before
+this layer resets the env) and each new episode's first state in ``reset(env_idx=...)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
+
+
+class AutoReset(EnvWrapper):
+    """Same-step autoreset above the recorder.
+
+    When envs finish in ``step``, their final observation and info are cloned into
+    ``info["final_obs"]`` / ``info["final_info"]`` (full-batch tensors; rows valid where
+    ``info["_final"]`` is True) and then only those envs are reset, so the returned ``obs`` is
+    already the first observation of the next episode. Episode returns and lengths of finished
+    envs are reported in ``info["episode"]``.
+    """
+
+    def __init__(self, env: EnvAdapter):
+        super().__init__(env)
+        self._return = torch.zeros(env.num_envs, device=env.device)
+        self._length = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
+
+    def reset(self, seed=None, env_idx=None):
+        idx = as_env_index(env_idx, self.num_envs, self.device)
+        self._return[idx] = 0.0
+        self._length[idx] = 0
+        return self.env.reset(seed=seed, env_idx=env_idx)
+
+    def state_dict(self) -> dict:
+        return {"return": self._return.clone(), "length": self._length.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._return.copy_(state["return"])
+        self._length.copy_(state["length"])
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._return += reward
+        self._length += 1
+        done = terminated | truncated
+        if bool(done.any()):
+            info = dict(info)
+            info["final_obs"] = obs.clone()
+            info["final_info"] = {k: v for k, v in info.items() if k not in ("final_obs",)}
+            info["_final"] = done.clone()
+            info["episode"] = {
+                "return": self._return.clone(),
+                "length": self._length.clone(),
+                "_mask": done.clone(),
+            }
+            idx = done.nonzero().flatten()
+            obs, _ = self.env.reset(env_idx=idx)
+            self._return[idx] = 0.0
+            self._length[idx] = 0
+        return obs, reward, terminated, truncated, info
