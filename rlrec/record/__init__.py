@@ -1,0 +1,44 @@
+"""rlrec's video recorder (docs/recorder.md).
+
+- :mod:`~rlrec.record.recorder`: :class:`Recorder`, the env layer between AutoReset and the adapter;
+- :mod:`~rlrec.record.schedule`: :class:`Schedule`, every decision of when a clip starts;
+- :mod:`~rlrec.record.timing`: which steps become frames, and the file's fps;
+- :mod:`~rlrec.record.frames`: a frame's layout (grid, even size) and its overlay;
+- :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
+- :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip.
+
+Importing it loads torch and numpy (and rlrec.config and rlrec.envs.base, the only rlrec modules
+it depends on); imageio-ffmpeg and Pillow are imported on first use.
+"""
+
+from rlrec.record.encoder import BATCH, ClipInfo, ClipJob, Encoder
+from rlrec.record.ffmpeg import FINISH_TIMEOUT_S, EncoderError, FFmpegProcess, quality_to_crf
+from rlrec.record.frames import FrameMeta, draw_overlay, grid_shape, pad_even, tile
+from rlrec.record.recorder import Recorder, RecorderError, ensure_video_dir
+from rlrec.record.schedule import Schedule, capped_cubic
+from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
+
+__all__ = [
+    "BATCH",
+    "ClipInfo",
+    "ClipJob",
+    "Encoder",
+    "EncoderError",
+    "FFmpegProcess",
+    "FINISH_TIMEOUT_S",
+    "FrameMeta",
+    "Recorder",
+    "RecorderError",
+    "Schedule",
+    "capped_cubic",
+    "check_dt",
+    "clip_length",
+    "draw_overlay",
+    "ensure_video_dir",
+    "grid_shape",
+    "pad_even",
+    "quality_to_crf",
+    "real_fps",
+    "steps_per_frame",
+    "tile",
+]

@@ -3,42 +3,61 @@
 Sitting below AutoReset, it sees (docs/recorder.md has the full semantics):
 
 - every ``reset`` naming the recorded env: the start of a new episode. It ends any clip still
-  open (a full reset mid-episode ends the clip there), counts the episode, asks the trigger, and
-  if it fires renders the fresh reset state as the clip's first frame;
+  open (a full reset mid-episode ends the clip there), counts the episode, asks the schedule, and
+  if a clip starts renders the fresh reset state as the clip's first frame;
 - every ``step``: while a clip is open, a frame every ``steps_per_frame`` steps counted from the
   clip's start, and always the terminal frame of the recorded env (rendered before AutoReset
   resets it), which ends the clip.
 
 While no clip is open it renders nothing and its steps read nothing back from the device (the step
 trigger reads the recorded env's done flag once every ``every`` steps), so an armed idle recorder
-costs two counter increments per step. Frames go to an :class:`~rlrec.record.writer.Encoder`
-thread; finished clips are reported through ``on_clip`` from the training thread.
+costs two counter increments per step.
+
+The layers it delegates to: every decision of when a clip starts is the
+:class:`~rlrec.record.schedule.Schedule`'s; which steps become frames and the file's fps come from
+:mod:`rlrec.record.timing`; frames go to an :class:`~rlrec.record.encoder.Encoder` thread, and
+finished clips are reported through ``on_clip`` from the training thread.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from rlrec.config import RecorderConfig, Trigger, validate_recorder
+from rlrec.config import ConfigError, RecorderConfig, validate_recorder
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
-from rlrec.record.overlay import FrameMeta, draw_overlay
-from rlrec.record.triggers import check_dt, clip_length, episode_fires, steps_per_frame
-from rlrec.record.writer import ClipInfo, ClipJob, Encoder, ensure_video_dir
+from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
+from rlrec.record.frames import FrameMeta, draw_overlay
+from rlrec.record.schedule import Schedule
+from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Recorder", "RecorderError", "ClipInfo"]
+__all__ = ["Recorder", "RecorderError", "ensure_video_dir"]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
 
 class RecorderError(RuntimeError):
     """An encoder failure, raised in the training thread when ``on_error=raise``."""
+
+
+def ensure_video_dir(path: Optional[str], key: str) -> str:
+    """Creates ``path`` and checks that files can be created in it; ConfigError naming ``key``."""
+    if not path:
+        raise ConfigError(f"{key} is not set: the recorder needs a directory for its videos")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".rlrec-probe-"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={path!r} cannot be used as the video directory: {err}") from err
+    return path
 
 
 @dataclass
@@ -55,7 +74,11 @@ class Recorder(EnvWrapper):
 
     ``kind`` ("train" or "eval") goes into file names and :class:`ClipInfo`; ``on_clip`` is called
     with each clip once it is complete on disk, from the training thread (during a later
-    ``step``/``reset``/``flush``/``close``). Bad settings raise ConfigError here, before any work.
+    ``step``/``reset``/``flush``/``close``). Bad settings raise ConfigError here, before any work;
+    then the video directory is created.
+
+    ``tag``: any value the caller sets (e.g. the training step of the evaluation being recorded);
+    each clip keeps the tag current at its first frame, and its :class:`ClipInfo` carries it.
     """
 
     def __init__(
@@ -73,13 +96,14 @@ class Recorder(EnvWrapper):
         self.cfg = cfg
         self.kind = kind
         self.on_clip = on_clip
-        self.trigger = Trigger(cfg.trigger)
-        self._step_trigger = self.trigger is Trigger.step
+        self.tag: Any = None
+        self.schedule = Schedule(cfg.trigger, cfg.every, cfg.record_final_episode)
+        self._asks_steps = self.schedule.asks_steps
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._index = torch.tensor(self.env_idx, dtype=torch.long, device=env.device)
         self.steps_per_frame = steps_per_frame(cfg.fps, env.dt)
-        self.fps = 1.0 / (self.steps_per_frame * env.dt)  # the real fps, written into the file
+        self.fps = real_fps(self.steps_per_frame, env.dt)  # written into the file
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
         if cfg.dir:
             self.video_dir = ensure_video_dir(cfg.dir, f"{self.key}.dir")
@@ -90,12 +114,9 @@ class Recorder(EnvWrapper):
         self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
         self.steps = 0  # calls of step()
         self.clips_saved = 0
-        self._step_pending = False  # step trigger fired on a terminal step: start at the next reset
-        self._step_fired_at = -1  # step count at which the step trigger last fired
         # runtime state
         self._episode_steps = 0
         self._clip: Optional[_Clip] = None
-        self._record_next = False
         self.errors: List[str] = []
         self._closed = False
 
@@ -123,18 +144,19 @@ class Recorder(EnvWrapper):
         out = self.env.step(action)
         self.steps += 1
         self._episode_steps += 1
-        if self._clip is None and not self._step_trigger:  # the armed idle path: two increments
+        if self._clip is None and not self._asks_steps:  # the armed idle path: two increments
             if self._encoder.pending:
                 self.poll()
             return out
         if self._closed:
             return out
         obs, reward, terminated, truncated, info = out
+        first = self._first
         clip = self._clip
         if clip is not None:
             clip.steps += 1
             # the only device read-back per step, and only while recording
-            done = bool(terminated[self._first] | truncated[self._first])
+            done = bool(terminated[first] | truncated[first])
             if self.cfg.overlay:
                 clip.ret = clip.ret + reward[self._index].float()
             if done or clip.steps % self.steps_per_frame == 0:
@@ -143,21 +165,26 @@ class Recorder(EnvWrapper):
                 self._capture(reward, info)
             if done or (self.length is not None and clip.frames >= self.length):
                 self._end_clip(keep=True)
-        elif self.steps % int(self.cfg.every) == 0:  # type: ignore[arg-type]  # trigger=step
-            self._step_fired_at = self.steps
-            if bool(terminated[self._first] | truncated[self._first]):
-                self._step_pending = True  # a clip of the terminal frame alone is useless
-            else:
-                self._start_clip()
+        elif self.schedule.on_step(self.steps, lambda: bool(terminated[first] | truncated[first])):
+            self._start_clip()  # trigger=step, idle: the done flag is read when the trigger falls
         if self._encoder.pending:
             self.poll()
         return out
 
     # ------------------------------------------------------------------ runner API
     def record_next_episode(self) -> None:
-        """Records the next episode of the recorded env whatever the trigger says (e.g. the
-        runner arms it before the last iteration so the final episode has a clip)."""
-        self._record_next = True
+        """Records the next episode of the recorded env whatever the trigger says."""
+        self.schedule.record_next_episode()
+
+    def expect_end(self, steps_left: int) -> None:
+        """The caller will call :meth:`step` ``steps_left`` more times, then :meth:`close`.
+
+        With ``record_final_episode``, every episode of the recorded env that begins within the
+        last ``max_episode_steps`` steps (every episode from now on if the env has no limit) is
+        recorded, so the episode in progress at ``close()`` has a clip, which ``close()`` saves.
+        Call it before the final episode begins (e.g. once, before the training loop)."""
+        horizon = getattr(self.env, "max_episode_steps", None)
+        self.schedule.expect_end(self.steps, steps_left, horizon)
 
     def end_clip(self) -> None:
         """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
@@ -200,8 +227,7 @@ class Recorder(EnvWrapper):
             "episode": self.episode,
             "steps": self.steps,
             "clips_saved": self.clips_saved,
-            "step_pending": self._step_pending,
-            "step_fired_at": self._step_fired_at,
+            "schedule": self.schedule.state_dict(),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -209,18 +235,21 @@ class Recorder(EnvWrapper):
         open belongs to the schedule being replaced and is discarded."""
         missing = {"episode", "steps", "clips_saved"} - set(state)
         version = state.get("version", _STATE_VERSION)
-        if missing or version != _STATE_VERSION:
+        if missing or version not in (1, _STATE_VERSION):
             raise ValueError(
-                f"not a recorder state of version {_STATE_VERSION}: version {version!r}, "
+                f"not a recorder state of version {_STATE_VERSION} (or 1): version {version!r}, "
                 f"missing keys {sorted(missing)}"
             )
+        schedule = state.get("schedule")
+        if schedule is None:  # version 1 kept the schedule's keys at the top level; none: a fresh one
+            keys = ("step_pending", "step_fired_at")
+            schedule = {"version": Schedule.STATE_VERSION, **{k: state[k] for k in keys if k in state}}
+        self.schedule.load_state_dict(schedule)
         if self._clip is not None:
             self._end_clip(keep=False)
         self.episode = int(state["episode"])
         self.steps = int(state["steps"])
         self.clips_saved = int(state["clips_saved"])
-        self._step_pending = bool(state.get("step_pending", False))
-        self._step_fired_at = int(state.get("step_fired_at", -1))
 
     # ------------------------------------------------------------------ internals
     def _new_episode(self, full_reset: bool) -> None:
@@ -228,16 +257,7 @@ class Recorder(EnvWrapper):
             self._end_clip(keep=True)  # an episode boundary always ends the clip
         self.episode += 1
         self._episode_steps = 0
-        if self._step_trigger:
-            every = int(self.cfg.every)  # type: ignore[arg-type]
-            due = self.steps % every == 0 and self.steps != self._step_fired_at
-            fire = self._step_pending or due
-        else:
-            fire = episode_fires(self.trigger, self.cfg.every, self.episode, full_reset)
-        if fire or self._record_next:
-            if self._step_trigger:
-                self._step_fired_at = self.steps
-            self._step_pending = self._record_next = False
+        if self.schedule.on_reset(self.episode, self.steps, full_reset):
             self._start_clip()
 
     def _start_clip(self) -> None:
@@ -256,6 +276,7 @@ class Recorder(EnvWrapper):
             preset=self.cfg.preset,
             lossless=self.cfg.lossless,
             overlay=draw_overlay if self.cfg.overlay else None,
+            tag=self.tag,
         )
         self._encoder.open(job)
         self._capture(None, None)

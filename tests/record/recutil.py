@@ -12,7 +12,7 @@ import torch
 from rlrec.config import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
 from rlrec.testing import decode  # noqa: F401  (re-exported for the recorder tests)
-from rlrec.envs.base import AutoReset
+from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
 

@@ -10,7 +10,7 @@ import torch
 
 from tests.record.recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
 from rlrec.config import EvalEnvConfig
-from rlrec.envs.base import AutoReset
+from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
 

@@ -103,3 +103,80 @@ def test_load_state_dict_rejects_foreign_state(tmp_path):
     with pytest.raises(ValueError, match="recorder state"):
         rec.load_state_dict({"steps": 3})
     rec.close()
+
+
+def test_load_state_dict_names_the_version_found_and_reads_version_1(tmp_path):
+    _, rec, _, _ = make_stack(tmp_path, trigger="step", every=10)
+    with pytest.raises(ValueError, match="version 99"):
+        rec.load_state_dict({**rec.state_dict(), "version": 99})
+    with pytest.raises(ValueError, match="recorder schedule state of version 1: version 5"):
+        rec.load_state_dict({**rec.state_dict(), "schedule": {"version": 5}})
+    # version 1 (before the Schedule had a state of its own): its keys at the top level
+    old = {"version": 1, "episode": 4, "steps": 40, "clips_saved": 2, "step_pending": True, "step_fired_at": 40}
+    rec.load_state_dict(old)
+    state = rec.state_dict()
+    assert (state["episode"], state["steps"], state["clips_saved"]) == (4, 40, 2)
+    assert state["schedule"] == {"version": 1, "step_pending": True, "step_fired_at": 40}
+    rec.close()
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_expect_end_gives_the_final_episode_a_clip(tmp_path, final):
+    """Episodes of 7 steps, "rollouts" of 16: the last rollout (steps 80-96) starts episodes 12 (at
+    step 84) and 13 (at 91), and 13 is in progress at close. Arming once per rollout (as the runner
+    did) recorded episode 12 and missed 13. With the end announced once, up front, every episode
+    that begins within the last 7 steps is recorded: 13 only, besides the cubic 0, 1 and 8."""
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=7, trigger="cubic", record_final_episode=final)
+    stack.reset(seed=0)
+    total = 6 * 16
+    rec.expect_end(total)
+    run_episodes(stack, 1, total)
+    final_episode = rec.episode
+    assert final_episode == 13 and rec.recording == final
+    stack.close()
+    if not final:  # record_final_episode=false: expect_end changes nothing
+        assert [c.episode for c in clips] == [0, 1, 8]
+        return
+    assert [c.episode for c in clips] == [0, 1, 8, 13]
+    frames, _ = decode(clips[-1].path)
+    assert np.array_equal(frames, np.stack(spy.episodes[13]))  # from its reset frame to the end
+    assert len(frames) == total - 91 + 1
+
+
+def test_expect_end_without_a_time_limit_records_every_later_episode(tmp_path):
+    """No max_episode_steps: any episode may still run at the end, so each one that starts after
+    expect_end is recorded. Episodes end on success only (the policy heads for the goal)."""
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=None, trigger="cubic")
+    env = stack.unwrapped
+
+    def run(n):
+        for _ in range(n):
+            direction = env.goal - env.pos
+            act = direction / direction.norm(dim=1, keepdim=True).clamp(min=1e-6) - env.vel * 0.5
+            stack.step(act)
+
+    stack.reset(seed=0)
+    run(60)
+    announced_in = rec.episode
+    rec.expect_end(120)
+    run(120)
+    last = rec.episode
+    stack.close()
+    later = list(range(announced_in + 1, last + 1))
+    assert len(later) >= 3
+    assert [c.episode for c in clips if c.episode > announced_in] == later
+    assert clips[-1].episode == last
+    frames, _ = decode(clips[-1].path)
+    assert np.array_equal(frames, np.stack(spy.episodes[last]))
+
+
+def test_clips_carry_the_tag_current_at_their_start(tmp_path):
+    stack, rec, spy, clips = make_stack(tmp_path, max_steps=4, trigger="always")
+    assert rec.tag is None
+    stack.reset(seed=0)  # episode 0 starts with no tag
+    rec.tag = "a"
+    run_episodes(stack, 1, 4)  # episode 0 ends, episode 1 starts with "a"
+    rec.tag = ("b", 2)  # changed in the middle of episode 1: its clip keeps "a"
+    run_episodes(stack, 1, 4)  # episode 2 starts with ("b", 2)
+    stack.close()
+    assert [(c.episode, c.tag) for c in clips] == [(0, None), (1, "a"), (2, ("b", 2))]

@@ -1,33 +1,26 @@
 """Streaming clip encoder: a background thread feeding one ffmpeg process per clip.
 
-The training thread only copies frames into reusable CPU buffers and queues them; this
-thread tiles, overlays, pads and pipes them into ffmpeg (the binary that imageio-ffmpeg ships),
-so no whole clip is ever held in memory. A clip is written to a hidden temporary name in the
-video directory and ``os.replace``'d to its final name once ffmpeg exited cleanly, so whoever
-scans the directory never sees a partial file.
-
-We drive ffmpeg with our own ``subprocess.Popen`` instead of ``imageio_ffmpeg.write_frames``
-because the recorder must notice a failed encode: write_frames neither checks ffmpeg's exit
-status on close (a killed ffmpeg would leave a truncated file that looks finished) nor keeps
-ffmpeg's error output for the message.
+The training thread only copies frames into reusable CPU buffers and queues them; this thread
+tiles, overlays and pads them (:mod:`rlrec.record.frames`) and pipes them into an
+:class:`~rlrec.record.ffmpeg.FFmpegProcess`, so no whole clip is ever held in memory. A clip is
+written to a hidden temporary name in its directory and ``os.replace``'d to its final name once
+ffmpeg exited cleanly, so whoever scans the directory never sees a partial file.
 """
 
 from __future__ import annotations
 
 import collections
-import fcntl
-import math
 import os
-import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional
 
 import numpy as np
 
-from rlrec.config import ConfigError
+from rlrec.record.ffmpeg import FFmpegProcess
+from rlrec.record.frames import pad_even, tile
+
+__all__ = ["BATCH", "ClipInfo", "ClipJob", "Encoder"]
 
 
 @dataclass
@@ -40,166 +33,7 @@ class ClipInfo:
     step: int  # env step count (calls of step) of the recorder at the clip's first frame
     num_frames: int
     fps: float
-
-
-class EncoderError(RuntimeError):
-    """Encoding a clip failed (ffmpeg could not start, died, or the file could not be written)."""
-
-
-def ensure_video_dir(path: Optional[str], key: str) -> str:
-    """Creates ``path`` and checks that files can be created in it; ConfigError naming ``key``."""
-    if not path:
-        raise ConfigError(f"{key} is not set: the recorder needs a directory for its videos")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".rlrec-probe-"):
-            pass
-    except OSError as err:
-        raise ConfigError(f"{key}={path!r} cannot be used as the video directory: {err}") from err
-    return path
-
-
-# ----------------------------------------------------------------------------- frame layout
-
-
-def grid_shape(k: int) -> Tuple[int, int]:
-    """(rows, cols) of the most square grid holding ``k`` tiles, filled row by row."""
-    cols = math.ceil(math.sqrt(k))
-    return math.ceil(k / cols), cols
-
-
-def tile(frames: np.ndarray) -> np.ndarray:
-    """``[k, H, W, 3]`` -> one ``[rows*H, cols*W, 3]`` image; unused tiles stay black."""
-    k, h, w, c = frames.shape
-    if k == 1:
-        return frames[0]
-    rows, cols = grid_shape(k)
-    canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
-    canvas[:k] = frames
-    return canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
-
-
-def pad_even(image: np.ndarray) -> np.ndarray:
-    """H.264 in yuv420p needs even sizes: odd ones get one black row/column bottom/right
-    (padding, never scaling, so pixels stay where they were)."""
-    h, w = image.shape[:2]
-    if h % 2 == 0 and w % 2 == 0:
-        return image
-    return np.pad(image, ((0, h % 2), (0, w % 2), (0, 0)))
-
-
-# ----------------------------------------------------------------------------- ffmpeg process
-
-
-def quality_to_crf(quality: int) -> int:
-    """imageio's 1..10 quality scale mapped to x264's CRF like imageio-ffmpeg does (7 -> 15)."""
-    return int((1 - quality / 10.0) * 51)
-
-
-FINISH_TIMEOUT_S = 120.0
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_PIPE_SIZE = 1 << 20  # Linux's default limit for unprivileged users (/proc/sys/fs/pipe-max-size)
-_IOV_MAX = 1024
-
-
-class FFmpegProcess:
-    """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file."""
-
-    def __init__(
-        self, path: str, width: int, height: int, fps: float, quality: int, lossless: bool, preset: str
-    ):
-        import imageio_ffmpeg
-
-        rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
-        cmd = [
-            imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-nostdin", "-loglevel", "error",
-            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate),
-            "-i", "-", "-an",
-        ]  # fmt: skip
-        if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
-            cmd += ["-c:v", "libx264rgb", "-qp", "0", "-pix_fmt", "rgb24"]
-        else:
-            cmd += ["-c:v", "libx264", "-crf", str(quality_to_crf(quality)), "-pix_fmt", "yuv420p"]
-        cmd += ["-preset", preset, "-f", "mp4", path]
-        self._stderr = tempfile.TemporaryFile()
-        # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
-        # ffmpeg must survive it so that close() can still finish the clip.
-        try:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                bufsize=0,  # frames go straight to the pipe (writev), no Python-side buffer
-                stdout=subprocess.DEVNULL,
-                stderr=self._stderr,
-                start_new_session=True,
-            )
-        except BaseException:
-            self._stderr.close()
-            raise
-        self.pid = self.proc.pid
-        try:  # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread
-            fcntl.fcntl(self.proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_SIZE)  # type: ignore[union-attr]
-        except (AttributeError, OSError):  # not Linux, or above the user's pipe size limit
-            pass
-        try:  # where cores are scarce, the training thread goes first; the bounded queue
-            os.setpriority(os.PRIO_PROCESS, self.pid, 10)  # keeps ffmpeg from falling behind
-        except (AttributeError, OSError):
-            pass
-
-    def _error(self, what: str) -> EncoderError:
-        self.proc.poll()
-        self._stderr.seek(0)
-        lines = self._stderr.read()[-4000:].decode(errors="replace").strip().splitlines()
-        tail = "; ".join(line.strip() for line in lines[-3:] if line.strip())
-        code = self.proc.returncode
-        status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
-        return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
-
-    def write(self, images: List[np.ndarray]) -> None:
-        """Writes contiguous frames, all of them in one blocking ``writev`` where it can."""
-        views = [memoryview(image).cast("B") for image in images]
-        try:
-            fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
-            while views:
-                n = os.writev(fd, views[:_IOV_MAX])
-                while views and n >= len(views[0]):
-                    n -= len(views.pop(0))
-                if n:
-                    views[0] = views[0][n:]
-        except (BrokenPipeError, OSError, ValueError) as err:
-            raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
-
-    def finish(self) -> None:
-        """Ends the stream and waits for ffmpeg; raises EncoderError unless it exited with 0."""
-        try:
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError):
-            pass
-        try:
-            # a clip's tail takes ffmpeg well under a second; a hung ffmpeg must not block
-            # flush()/close() (and so training) forever
-            self.proc.wait(timeout=FINISH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        try:
-            if self.proc.returncode != 0:
-                raise self._error("ffmpeg did not finish the clip")
-        finally:
-            self._stderr.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError):
-            pass
-        self.proc.wait()
-        self._stderr.close()
-
-
-# ----------------------------------------------------------------------------- encoder thread
+    tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
 
 
 @dataclass
@@ -216,6 +50,7 @@ class ClipJob:
     lossless: bool
     preset: str
     overlay: Optional[Callable[[np.ndarray, Any], np.ndarray]] = None
+    tag: Any = None  # copied into ClipInfo.tag
 
 
 def _temporary_name(final: str, serial: int) -> str:
@@ -455,7 +290,7 @@ class Encoder:
             _remove(tmp)
             self._results.append(_failure(job, err))
             return
-        self._results.append(ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps))
+        self._results.append(ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag))
 
     def _discard(self) -> None:
         proc, tmp = self._proc, self._tmp

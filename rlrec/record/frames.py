@@ -1,15 +1,51 @@
-"""Optional text overlay (episode, step, reward, success) drawn on each tile by the encoder thread.
+"""What one video frame looks like: the recorded envs tiled into a grid, padded to even sizes, and
+the optional text overlay (episode, step, reward, success) on each tile.
 
-The training thread only hands over small tensors (rewards, success flags of the recorded envs);
-converting them and drawing happen off the training thread.
+All of it runs on the encoder thread: the training thread only hands over the rendered frames and
+small tensors (rewards, success flags of the recorded envs).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
+
+__all__ = ["FrameMeta", "draw_overlay", "grid_shape", "pad_even", "tile"]
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+def grid_shape(k: int) -> Tuple[int, int]:
+    """(rows, cols) of the most square grid holding ``k`` tiles, filled row by row."""
+    cols = math.ceil(math.sqrt(k))
+    return math.ceil(k / cols), cols
+
+
+def tile(frames: np.ndarray) -> np.ndarray:
+    """``[k, H, W, 3]`` -> one ``[rows*H, cols*W, 3]`` image; unused tiles stay black."""
+    k, h, w, c = frames.shape
+    if k == 1:
+        return frames[0]
+    rows, cols = grid_shape(k)
+    canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
+    canvas[:k] = frames
+    return canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
+
+
+def pad_even(image: np.ndarray) -> np.ndarray:
+    """H.264 in yuv420p needs even sizes: odd ones get one black row/column bottom/right
+    (padding, never scaling, so pixels stay where they were)."""
+    h, w = image.shape[:2]
+    if h % 2 == 0 and w % 2 == 0:
+        return image
+    return np.pad(image, ((0, h % 2), (0, w % 2), (0, 0)))
+
+
+# ----------------------------------------------------------------------------- overlay
 
 
 @dataclass

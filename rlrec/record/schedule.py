@@ -1,0 +1,154 @@
+"""When a clip starts: every trigger decision of a recorder, and the state those decisions keep.
+
+The recorder counts steps (calls of ``step``) and episodes of the recorded env and asks its
+:class:`Schedule` at two moments:
+
+- :meth:`Schedule.on_reset`, once at each new episode of the recorded env (its reset): does a clip
+  start with this episode's first frame? Asked once per episode, an episode trigger cannot fire
+  twice in one episode, even when a short clip ends long before the episode does.
+- :meth:`Schedule.on_step`, after each step while no clip is open, only for ``trigger=step``
+  (:attr:`Schedule.asks_steps`): does a clip start on the current state?
+
+Beyond the trigger, two requests start a clip at a reset: :meth:`Schedule.record_next_episode`
+(the next episode, once) and :meth:`Schedule.expect_end` (with ``record_final_episode``: every
+episode that may still be in progress when the run ends).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from rlrec.config import Trigger
+
+__all__ = ["Schedule", "capped_cubic"]
+
+
+def capped_cubic(episode: int) -> bool:
+    """True for episodes 0, 1, 8, 27, ..., 729, 1000, 2000, 3000, ... (Gymnasium's schedule)."""
+    if episode < 1000:
+        return round(episode ** (1.0 / 3)) ** 3 == episode
+    return episode % 1000 == 0
+
+
+class Schedule:
+    """The trigger decisions of one recorder.
+
+    ``trigger``: a :class:`~rlrec.config.Trigger` (or its name); ``every``: N for ``episode``
+    (every N episodes) and ``step`` (every N steps); ``record_final_episode``: whether
+    :meth:`expect_end` arms the final episodes. The settings are checked by
+    :func:`rlrec.config.validate_recorder`, not here.
+    """
+
+    STATE_VERSION = 1
+
+    def __init__(self, trigger: Any, every: Optional[int] = None, record_final_episode: bool = False):
+        self.trigger = Trigger(trigger)
+        self.every = None if every is None else int(every)
+        self.record_final_episode = bool(record_final_episode)
+        # checkpointed
+        self._step_pending = False  # the step trigger fell on a terminal step: start at the next reset
+        self._step_fired_at = -1  # step count at which the step trigger last fired
+        # this process only
+        self._record_next = False
+        self._end: Optional[int] = None  # step count at which the caller will close the recorder
+        self._horizon: Optional[int] = None  # longest episode; None: unknown
+        self._asked: Optional[int] = None  # the episode on_reset was last asked about
+
+    @property
+    def asks_steps(self) -> bool:
+        """Whether :meth:`on_step` must be asked after idle steps (``trigger=step``). False: an
+        idle recorder need not look at its steps at all."""
+        return self.trigger is Trigger.step
+
+    # ------------------------------------------------------------------ decisions
+    def on_reset(self, episode: int, steps: int, full_reset: bool) -> bool:
+        """Whether a clip starts with the first frame of ``episode`` of the recorded env, reset
+        after ``steps`` steps. ``full_reset``: it was ``reset(env_idx=None)`` (an AutoReset naming
+        every env is not one); ``trigger=eval`` records the first episode after each, i.e. one
+        clip per evaluation. Asked again about the same episode, it says False."""
+        if episode == self._asked:
+            return False
+        self._asked = episode
+        if self.trigger is Trigger.step:
+            due = steps % self.every == 0 and steps != self._step_fired_at  # type: ignore[operator]
+            fire = self._step_pending or due
+        else:
+            fire = self._episode_fires(episode, full_reset)
+        fire = fire or self._record_next or self._final(steps)
+        if fire:
+            if self.trigger is Trigger.step:
+                self._step_fired_at = steps
+            self._step_pending = self._record_next = False
+        return fire
+
+    def on_step(self, steps: int, terminal: Callable[[], bool]) -> bool:
+        """Whether a clip starts on the state after step ``steps`` (asked only while no clip is
+        open, and only where :attr:`asks_steps`). ``terminal()`` says whether that step ended the
+        recorded env's episode; it is called only when the step trigger falls (a device read-back
+        every ``every`` steps). On a terminal step the clip starts at the next reset instead: a
+        clip of the terminal frame alone is useless."""
+        if self.trigger is not Trigger.step or steps % self.every != 0:  # type: ignore[operator]
+            return False
+        self._step_fired_at = steps
+        if terminal():
+            self._step_pending = True
+            return False
+        return True
+
+    def _episode_fires(self, episode: int, full_reset: bool) -> bool:
+        trigger = self.trigger
+        if trigger is Trigger.cubic:
+            return capped_cubic(episode)
+        if trigger is Trigger.episode:
+            return episode % self.every == 0  # type: ignore[operator]
+        if trigger is Trigger.always:
+            return True
+        if trigger is Trigger.eval:
+            return full_reset
+        return False  # none
+
+    def _final(self, steps: int) -> bool:
+        """Whether an episode reset after ``steps`` steps may be in progress at the announced end."""
+        if self._end is None:
+            return False
+        return self._horizon is None or self._end - steps <= self._horizon
+
+    # ------------------------------------------------------------------ requests
+    def record_next_episode(self) -> None:
+        """The next episode starts a clip, whatever the trigger says (once)."""
+        self._record_next = True
+
+    def expect_end(self, steps: int, steps_left: int, horizon: Optional[int]) -> None:
+        """The recorder is at step ``steps`` and will be closed after ``steps_left`` more steps.
+
+        With ``record_final_episode``, every episode that begins within the last ``horizon`` steps
+        (the longest an episode can last; None: unknown, so every episode from now on) starts a
+        clip, so the episode in progress at the end has one. An idle recorder renders nothing, so
+        an episode already running when this is called cannot get a clip any more: announce the
+        end at least ``horizon`` steps before it. Not checkpointed: a resumed run announces its
+        own end. Without ``record_final_episode`` it does nothing.
+        """
+        if not self.record_final_episode:
+            return
+        if steps_left < 0:
+            raise ValueError(f"expect_end: steps_left={steps_left} must be >= 0")
+        self._end = int(steps) + int(steps_left)
+        self._horizon = None if horizon is None else int(horizon)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> Dict[str, Any]:
+        return {
+            "version": self.STATE_VERSION,
+            "step_pending": self._step_pending,
+            "step_fired_at": self._step_fired_at,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        version = state.get("version") if isinstance(state, dict) else None
+        if version != self.STATE_VERSION:
+            raise ValueError(
+                f"not a recorder schedule state of version {self.STATE_VERSION}: version {version!r}"
+            )
+        self._step_pending = bool(state.get("step_pending", False))
+        self._step_fired_at = int(state.get("step_fired_at", -1))
+        self._asked = None  # the episode counter is the caller's, and it was just replaced too

@@ -1,0 +1,157 @@
+"""The Schedule on its own (every trigger decision and its state), and the timing functions."""
+
+import pytest
+
+from rlrec.config import RecorderConfig, Trigger
+from rlrec.record.schedule import Schedule, capped_cubic
+from rlrec.record.timing import clip_length, real_fps, steps_per_frame
+
+
+def fired(schedule, episodes, steps_per_episode=1, full_reset=False):
+    """The episodes (each reset after ``episode * steps_per_episode`` steps) that start a clip."""
+    return [e for e in episodes if schedule.on_reset(e, e * steps_per_episode, full_reset)]
+
+
+def never_terminal():
+    return False
+
+
+def test_capped_cubic_schedule():
+    fired_episodes = [e for e in range(5001) if capped_cubic(e)]
+    assert fired_episodes == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000, 2000, 3000, 4000, 5000]
+
+
+def test_episode_triggers():
+    assert fired(Schedule(Trigger.episode, 4), range(12)) == [0, 4, 8]
+    assert fired(Schedule(Trigger.always), range(5)) == list(range(5))
+    assert fired(Schedule(Trigger.cubic), range(1001)) == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000]
+    assert Schedule(Trigger.eval).on_reset(7, 0, True) and not Schedule(Trigger.eval).on_reset(7, 0, False)
+    assert fired(Schedule(Trigger.none), range(5), full_reset=True) == []
+    # episodes alone never fire the step trigger: resets at steps 1, 4, 7, ... (never a multiple of 3)
+    step = Schedule(Trigger.step, 3)
+    assert [e for e in range(5) if step.on_reset(e, 3 * e + 1, True)] == []
+
+
+def test_trigger_names_are_accepted():
+    assert Schedule("cubic").trigger is Trigger.cubic
+    with pytest.raises(ValueError):
+        Schedule("sometimes")
+
+
+@pytest.mark.parametrize("trigger, every", [("always", None), ("cubic", None), ("episode", 2), ("eval", None)])
+def test_an_episode_trigger_fires_at_most_once_per_episode(trigger, every):
+    s = Schedule(trigger, every)
+    assert s.on_reset(0, 0, True)  # episode 0 is on every one of these schedules
+    assert not s.on_reset(0, 0, True)  # asked again about the same episode
+    s.record_next_episode()
+    assert not s.on_reset(0, 5, True)  # not even when armed: the request waits for episode 1
+    assert s.on_reset(1, 5, False)
+    assert not s.on_reset(1, 5, False)
+    # episode triggers never look at steps
+    assert not s.asks_steps and not s.on_step(100, never_terminal)
+
+
+def test_step_trigger_fires_on_multiples_of_every():
+    s = Schedule(Trigger.step, 10)
+    assert s.asks_steps
+    assert s.on_reset(0, 0, True)  # step 0: at the first reset
+    assert not s.on_reset(1, 4, False) and not s.on_reset(2, 8, False)
+    calls = []
+
+    def terminal():
+        calls.append(1)
+        return False
+
+    assert [t for t in range(1, 31) if s.on_step(t, terminal)] == [10, 20, 30]
+    assert len(calls) == 3  # the done flag is read only when the trigger falls
+    assert not s.on_reset(3, 30, False)  # already fired at step 30, on the step
+
+
+def test_step_trigger_on_a_terminal_step_is_pending_until_the_next_reset():
+    s = Schedule(Trigger.step, 10)
+    assert s.on_reset(0, 0, True)
+    assert not s.on_step(10, lambda: True)  # the terminal step: a clip of one frame is useless
+    assert s.state_dict()["step_pending"]
+    assert s.on_reset(1, 10, False)  # the reset right after it starts the clip
+    assert not s.state_dict()["step_pending"]
+    assert not s.on_reset(2, 14, False)  # and only that one
+    # a reset at a multiple of every that the trigger did not fire at starts a clip too
+    assert s.on_reset(3, 20, False)
+
+
+def test_record_next_episode_once():
+    s = Schedule(Trigger.cubic)
+    assert fired(s, range(2, 5)) == []
+    s.record_next_episode()
+    assert fired(s, range(5, 8)) == [5]
+
+
+def test_expect_end_records_every_episode_that_may_be_in_progress_at_the_end():
+    s = Schedule(Trigger.eval, record_final_episode=True)  # eval without full resets: never by trigger
+    s.expect_end(steps=0, steps_left=100, horizon=10)
+    # an episode reset after s steps lasts at most 10 steps: it may be running at step 100 if s >= 90
+    assert fired(s, range(11), steps_per_episode=10) == [9, 10]
+    # a new announcement replaces the old one
+    s.expect_end(steps=100, steps_left=50, horizon=10)
+    assert [e for e, t in [(11, 120), (12, 139), (13, 140), (14, 150)] if s.on_reset(e, t, False)] == [13, 14]
+
+
+def test_expect_end_without_a_time_limit_records_every_episode_from_now_on():
+    s = Schedule(Trigger.eval, record_final_episode=True)
+    assert fired(s, range(3), steps_per_episode=5) == []
+    s.expect_end(steps=15, steps_left=1000, horizon=None)
+    assert fired(s, range(3, 8), steps_per_episode=5) == [3, 4, 5, 6, 7]
+
+
+def test_expect_end_needs_record_final_episode():
+    s = Schedule(Trigger.eval, record_final_episode=False)
+    s.expect_end(steps=0, steps_left=10, horizon=10)
+    assert fired(s, range(5), steps_per_episode=2) == []
+    with pytest.raises(ValueError, match="steps_left"):
+        Schedule(Trigger.eval, record_final_episode=True).expect_end(0, -1, 10)
+
+
+def test_state_round_trip():
+    s = Schedule(Trigger.step, 10)
+    assert s.on_reset(0, 0, True)
+    assert not s.on_step(10, lambda: True)  # pending
+    state = s.state_dict()
+    assert state == {"version": Schedule.STATE_VERSION, "step_pending": True, "step_fired_at": 10}
+    resumed = Schedule(Trigger.step, 10)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
+    assert resumed.on_reset(1, 13, False)  # the pending clip starts at the resumed run's first reset
+    assert not Schedule(Trigger.step, 10).on_reset(1, 13, False)  # a fresh schedule: nothing due
+
+    assert s.on_reset(1, 10, False) and s.on_step(20, never_terminal)  # fired at step 20, on the step
+    resumed = Schedule(Trigger.step, 10)
+    resumed.load_state_dict(s.state_dict())
+    assert not resumed.on_reset(2, 20, False)  # not a second time at step 20
+    assert Schedule(Trigger.step, 10).on_reset(2, 20, False)
+
+
+def test_state_with_a_bad_version_is_refused():
+    s = Schedule(Trigger.cubic)
+    with pytest.raises(ValueError, match=r"recorder schedule state of version 1: version 7"):
+        s.load_state_dict({"version": 7, "step_pending": False, "step_fired_at": -1})
+    with pytest.raises(ValueError, match="version None"):
+        s.load_state_dict({"step_pending": True})
+
+
+def test_steps_per_frame_and_real_fps():
+    assert steps_per_frame(None, 0.05) == 1
+    assert steps_per_frame(30, 1 / 30) == 1
+    assert steps_per_frame(10, 0.01) == 10
+    assert steps_per_frame(30, 0.01) == 3  # real fps 33.3
+    assert real_fps(3, 0.01) == pytest.approx(100 / 3)
+    # dt * fps > 2: round(1 / (fps * dt)) is 0; Genesis Forge divided by it, rlrec takes every step
+    assert steps_per_frame(30, 0.1) == 1
+    assert real_fps(steps_per_frame(30, 0.1), 0.1) == pytest.approx(10.0)
+    assert steps_per_frame(1000, 0.05) == 1
+
+
+def test_clip_length():
+    assert clip_length(RecorderConfig(), 20.0) is None
+    assert clip_length(RecorderConfig(length_frames=7), 20.0) == 7
+    assert clip_length(RecorderConfig(length_sec=0.5), 20.0) == 10
+    assert clip_length(RecorderConfig(length_sec=0.01), 20.0) == 1
