@@ -14,7 +14,7 @@ import torch
 from rlrec.config import ConfigError
 
 FORMAT = "rlrec-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: env stack state keyed by role (rlrec.stack)
 
 
 def rng_state() -> Dict[str, Any]:

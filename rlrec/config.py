@@ -161,12 +161,7 @@ class GenesisEnvConfig(EnvConfig):
     _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
     camera_attr: Optional[str] = "camera"  # the env's attribute holding its camera (None: no camera)
     # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
-    # keyword arguments of the env class; FrankaReach's (see its docstring): collision hulls draw
-    # much faster on the CPU than the visual meshes, and the camera draws only the envs in
-    # rendered_envs_idx (it must cover recorder.env_idx and eval_env.recorder.env_idx; None: all)
-    kwargs: Any = field(
-        default_factory=lambda: {"goal_radius": 0.05, "vis_mode": "collision", "rendered_envs_idx": [0]}
-    )
+    kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
 
 
 # --------------------------------------------------------------------------- sim
@@ -355,7 +350,8 @@ def choice(obj: Any, attr: str, kind: type, key: str, allow_none: bool = False) 
         _choice(value, key, allowed)
 
 
-def _nearest_existing(path: Path) -> Path:
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists."""
     p = path
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -366,7 +362,7 @@ def check_dir(path: str, key: str) -> None:
     """ConfigError naming ``key`` unless ``path`` is, or can be created as, a writable directory.
     Looks only (permissions of the nearest existing ancestor): creates nothing."""
     target = Path(path).absolute()
-    base = _nearest_existing(target)
+    base = nearest_existing(target)
     if not base.is_dir():
         raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not a directory")
     if not os.access(base, os.W_OK | os.X_OK):

@@ -1,7 +1,7 @@
 """Preemption and requeue: what a run does when a scheduler stops it, and how it comes back.
 
-- SIGTERM / SIGINT (SLURM preemption, Ctrl-C): the runner's stop flag (rlrec.runner) drops the
-  unfinished rollout, closes the recorders (the clip in progress is saved), writes a checkpoint
+- SIGTERM / SIGINT (SLURM preemption, Ctrl-C): :class:`StopRequested`, the flag the runner checks
+  at every env step, makes the run drop the unfinished rollout, closes the recorders (the clip in progress is saved), writes a checkpoint
   and exits.
 - Under submitit (``hydra/launcher=submitit_slurm`` / ``submitit_local``) its preemption signal
   (USR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise, sent ``signal_delay_s`` before the time
@@ -22,7 +22,7 @@ import os
 import re
 import signal
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 # temporaries of rlrec.checkpoint.save and of the recorder's encoder: the pid is in the name
 _TEMPORARY = re.compile(r"^\..+\.(\d+)(-\d+\.part|\.tmp)$")
@@ -48,6 +48,35 @@ def stop_signals() -> List[int]:
     if usr is not None and usr not in sigs:
         sigs.append(usr)
     return sigs
+
+
+class StopRequested:
+    """The stop flag: installed for the run's life, the :func:`stop_signals` set it and the loop
+    checks it every env step; a second SIGINT interrupts at once (KeyboardInterrupt)."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._previous: Dict[int, object] = {}
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum, frame):
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def install(self) -> None:
+        for sig in stop_signals():
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (some launchers): the default handlers stay
+                pass
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
 
 def default_resume(cfg) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlrec.config import ConfigError
+from rlrec.config import ConfigError, nearest_existing
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
 # conf/hydra/launcher/slurm.yaml builds on submitit_slurm, so it needs the same extra.
@@ -58,7 +58,7 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
             )
 
 
-# also raised by rlrec.logging, should wandb still fail to import when the run starts
+# also raised by rlrec.logger, should wandb still fail to import when the run starts
 WANDB_MISSING = ("logger=wandb needs the 'wandb' extra, which is not installed: "
                  "pip install 'rlrec[wandb]' (or use logger=tensorboard)")
 
@@ -69,18 +69,10 @@ def check_logger_extra(config: DictConfig) -> None:
         raise ConfigError(WANDB_MISSING)
 
 
-def _nearest_existing(path: Path) -> Path:
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
 def check_writable(path: str, key: str) -> None:
     """ConfigError naming ``key`` unless ``path`` is (or can be created as) a writable directory.
     Probes with a temporary file in the nearest existing ancestor, so nothing is left behind."""
-    target = Path(path).absolute()
-    base = _nearest_existing(target)
+    base = nearest_existing(Path(path).absolute())
     if not base.is_dir():
         raise ConfigError(f"{key}={path} cannot be used as the output dir: {base} is not a directory")
     try:

@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.testing import FrameSpy  # noqa: E402
-from rlrec.envs.base import AutoReset  # noqa: E402
+from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.envs.factory import make_adapter  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 

@@ -20,11 +20,6 @@ def test_default_config_resolves_to_dataclasses():
     assert cfg.sim.device == "cpu" and cfg.algo.name == "ppo"
 
 
-def test_experiment_preset_applies():
-    cfg = make_config(["+experiment=smoke"])
-    assert cfg.total_steps == 8192 and cfg.env.num_envs == 16
-
-
 def test_unknown_group_option_lists_allowed():
     with pytest.raises(MissingConfigException) as e:
         compose_cfg(["env=nope"])

@@ -145,7 +145,7 @@ def test_two_runs_in_the_same_second_get_different_dirs(tmp_path):
     import subprocess
     import sys
 
-    from helpers import REPO
+    from tests.helpers import REPO
 
     args = [sys.executable, str(REPO / "train.py"), *FAST, "total_steps=128", "eval_env.enabled=false"]
     procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]

@@ -276,24 +276,3 @@ def test_final_figures_take_the_last_eval_line(tmp_path):
     assert sweep.final_figures(tmp_path) == {"step": 256, "eval/return": 2.0, "eval/length": 9.0}
     table = sweep.format_table([{"job": 0, "status": "COMPLETED", "eval/return": 2.0, "swept": "seed=1"}])
     assert "seed=1" in table and "return" in table
-
-
-# --------------------------------------------------------------------------- experiment presets
-
-
-@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")))
-def test_experiment_presets_compose_and_validate(name):
-    from helpers import make_config
-
-    cfg = make_config([f"+experiment={name}"])
-    batch = cfg.env.num_envs * cfg.algo.num_steps
-    assert cfg.total_steps >= batch and batch % cfg.algo.num_minibatches == 0
-
-
-def test_maniskill_gpu_preset_uses_maniskill_baseline_settings():
-    from helpers import make_config
-
-    cfg = make_config(["+experiment=maniskill_pushcube_gpu"])
-    assert (cfg.env.name, cfg.env.id, cfg.sim.name) == ("maniskill", "PushCube-v1", "gpu")
-    assert (cfg.env.num_envs, cfg.algo.num_steps, cfg.algo.update_epochs, cfg.algo.num_minibatches) == (2048, 20, 8, 32)
-    assert (cfg.algo.gamma, cfg.algo.gae_lambda, cfg.algo.norm_obs) == (0.8, 0.9, False)

@@ -8,7 +8,8 @@ import torch
 
 
 class RolloutStorage:
-    """``[num_steps, num_envs, ...]`` tensors filled in place by the runner, on the sim device."""
+    """``[num_steps, num_envs, ...]`` tensors on the sim device, filled in place one step at a
+    time by :meth:`add` (the algorithm's ``process_env_step``)."""
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: Tuple[int, ...],
                  action_shape: Tuple[int, ...], action_dtype: torch.dtype, device: torch.device):
@@ -22,6 +23,21 @@ class RolloutStorage:
         self.values = torch.zeros(t, n, device=device)
         self.advantages = torch.zeros(t, n, device=device)
         self.returns = torch.zeros(t, n, device=device)
+        self.step = 0  # the next row add() writes
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, logprobs: torch.Tensor, values: torch.Tensor,
+            rewards: torch.Tensor, dones: torch.Tensor) -> None:
+        """Writes one env step of every env into the next row."""
+        if self.step >= self.num_steps:
+            raise IndexError(f"rollout storage is full ({self.num_steps} steps): clear() it first")
+        t = self.step
+        self.obs[t], self.actions[t], self.logprobs[t] = obs, actions, logprobs
+        self.values[t], self.rewards[t], self.dones[t] = values, rewards, dones
+        self.step += 1
+
+    def clear(self) -> None:
+        """The next rollout starts at row 0 (after an update, or to drop an interrupted rollout)."""
+        self.step = 0
 
     def compute_gae(self, next_value: torch.Tensor, gamma: float, lam: float) -> None:
         """GAE(lambda). Truncation bootstrapping is already folded into ``rewards`` by the runner."""

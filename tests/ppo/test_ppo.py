@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlrec.config import PPOConfig
-from rlrec.envs.base import AutoReset
+from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.ppo import PPO, action_dtype
@@ -146,3 +146,34 @@ def test_truncated_episodes_are_bootstrapped_from_their_final_observation():
         term2 = torch.tensor([True, False, True, False])
         out2 = ppo.bootstrap_truncated(reward, term2, trunc, final)
         torch.testing.assert_close(out2[term2], reward[term2])
+
+
+def _collect(ppo, env, steps):
+    with torch.inference_mode():
+        obs, _ = env.reset(seed=0)
+        for _ in range(steps):
+            action = ppo.act(obs)
+            obs, reward, term, trunc, info = env.step(action)
+            ppo.process_env_step(reward, term, trunc, info)
+        ppo.compute_returns(obs)
+
+
+def test_ppo_stores_its_own_transitions_and_kl_stops_only_between_epochs():
+    """act -> env step -> process_env_step fills PPO's storage row by row; with target_kl the
+    epochs stop at an epoch boundary (one device sync per epoch), so the update count is a whole
+    number of epochs."""
+    torch.manual_seed(0)
+    env = AutoReset(PointReach(8, max_episode_steps=3))
+    cfg = PPOConfig(num_steps=6, num_minibatches=4, update_epochs=20, target_kl=1e-6, learning_rate=1e-2)
+    ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
+    storage = ppo.init_storage(env.num_envs)
+    _collect(ppo, env, 6)
+    assert storage.step == 6
+    assert bool(storage.dones[2].all()) and not bool(storage.dones[1].any())  # episodes of 3 steps
+    assert not torch.equal(storage.advantages, torch.zeros_like(storage.advantages))
+    updates = ppo.update()["loss/updates"]
+    assert updates < 20 * 4 and updates % 4 == 0
+    assert storage.step == 0  # cleared for the next rollout
+    _collect(ppo, env, 6)  # refills from row 0
+    with pytest.raises(IndexError, match="full"):
+        storage.add(*(torch.zeros(8, *s) for s in ((6,), (2,), (), (), (), ())))

@@ -6,7 +6,7 @@ import imageio_ffmpeg
 import numpy as np
 from PIL import Image
 
-from rlrec.logging import _tb_add_clip
+from rlrec.logger import _tb_add_clip
 
 
 class _Writer:

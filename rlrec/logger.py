@@ -1,4 +1,5 @@
-"""Where a run's numbers go: metrics.jsonl (always), TensorBoard, optional W&B, and the console."""
+"""Where a run's numbers go: metrics.jsonl (always), TensorBoard, optional W&B, and the console;
+and the statistics of the training episodes that finished since the last log line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
+
+import torch
 
 from rlrec.config import LoggerConfig
 
@@ -21,6 +24,36 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+class EpisodeStats:
+    """Return, length and success of the collection episodes that finished (from AutoReset's
+    ``info["episode"]``), kept on the device until :meth:`summary` reads them once per log."""
+
+    def __init__(self):
+        self._parts: Dict[str, List[torch.Tensor]] = {"return": [], "length": [], "success": []}
+
+    def add(self, info: Dict[str, Any]) -> None:
+        if "_final" not in info:
+            return
+        ep = info["episode"]
+        mask = ep["_mask"]
+        self._parts["return"].append(ep["return"][mask])
+        self._parts["length"].append(ep["length"][mask].float())
+        if "success" in info:
+            self._parts["success"].append(info["success"][mask].float())
+
+    def summary(self) -> Dict[str, float]:
+        """Means since the last call (``train/return``, ``train/length``, ``train/success``), then
+        forgets them; empty when no episode finished."""
+        out: Dict[str, float] = {}
+        for key, parts in self._parts.items():
+            if parts:
+                out[f"train/{key}"] = float(torch.cat(parts).mean())
+            parts.clear()
+        if "train/return" not in out:
+            out.pop("train/success", None)
+        return out
 
 
 class RunLogger:
@@ -38,6 +71,7 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        self.episodes = EpisodeStats()
         self._progress = None
         self._task = None
         self._latest: Dict[str, float] = {}
@@ -88,12 +122,6 @@ class RunLogger:
             import wandb
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
-
-    def print(self, text: str) -> None:
-        if self._progress is not None and self._progress.live.is_started:
-            self._progress.console.print(text)
-        else:
-            print(text, flush=True)
 
     def close(self) -> None:
         if self._progress is not None:

@@ -1,0 +1,85 @@
+"""The env stack, composed at the call site: ``AutoReset(Recorder(adapter))``.
+
+This module sits above ``rlrec.envs`` and ``rlrec.record`` and is the only one that knows both.
+It also owns what a checkpoint keeps of a stack, keyed by role:
+
+- ``adapter``: the simulator state, where the backend can save it (``state_dict`` on the adapter);
+  ``None`` where it cannot, and then a resumed run starts new episodes;
+- ``recorder``: the recorder's schedule and counters (``None`` when the stack records nothing);
+- ``autoreset``: the episode return/length accumulators.
+
+Each role is restored on its own, so a checkpoint saved with a recorder resumes with
+``recorder=none`` (and the other way round) with the simulator restored either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from rlrec.config import EnvConfig, RecorderConfig, SimConfig, Trigger
+from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.base import EnvAdapter
+from rlrec.envs.factory import backend_module, make_adapter
+from rlrec.record.recorder import Recorder
+
+ROLES = ("adapter", "recorder", "autoreset")
+
+
+def recording(cfg: Optional[RecorderConfig]) -> bool:
+    """Whether ``cfg`` asks for a recorder at all."""
+    return cfg is not None and cfg.enabled and Trigger(cfg.trigger) is not Trigger.none
+
+
+def make_env_stack(
+    env_cfg: EnvConfig,
+    sim: SimConfig,
+    num_envs: int,
+    seed: Optional[int],
+    recorder_cfg: Optional[RecorderConfig] = None,
+    video_dir: Optional[str] = None,
+    kind: str = "train",
+    on_clip: Optional[Callable] = None,
+) -> AutoReset:
+    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
+    When recording, an env that cannot render is refused before it is built."""
+    record = recording(recorder_cfg)
+    if record:
+        check = getattr(backend_module(env_cfg.name), "check_renderable", None)
+        if check is not None:
+            check(env_cfg)
+    env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed)
+    if record:
+        env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
+    return AutoReset(env)
+
+
+def recorder_of(stack: Optional[EnvAdapter]) -> Optional[Recorder]:
+    """The recorder layer of ``stack``, or None."""
+    return None if stack is None else stack.find(Recorder)
+
+
+def _roles(stack: AutoReset) -> Dict[str, Any]:
+    return {"adapter": stack.unwrapped, "recorder": recorder_of(stack), "autoreset": stack}
+
+
+def stack_state(stack: AutoReset) -> Dict[str, Optional[dict]]:
+    """What a checkpoint keeps of ``stack``: one entry per role, None where a role has no state."""
+    out: Dict[str, Optional[dict]] = {}
+    for role, layer in _roles(stack).items():
+        save = getattr(layer, "state_dict", None)
+        out[role] = save() if layer is not None and callable(save) else None
+    return out
+
+
+def load_stack_state(stack: AutoReset, state: Dict[str, Optional[dict]]) -> None:
+    """Restores each role that both the checkpoint and ``stack`` have."""
+    for role, layer in _roles(stack).items():
+        saved = state.get(role)
+        load = getattr(layer, "load_state_dict", None)
+        if saved is not None and layer is not None and callable(load):
+            load(saved)
+
+
+def simulator_saved(state: Optional[Dict[str, Optional[dict]]]) -> bool:
+    """Whether a checkpointed stack state holds the simulator (the adapter's entry alone decides)."""
+    return bool(state) and state.get("adapter") is not None
