@@ -19,7 +19,11 @@ VERSION = 2  # 2: env stack state keyed by role (rlrec.stack)
 
 def rng_state() -> Dict[str, Any]:
     """Every global RNG stream a run draws from."""
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -67,27 +71,36 @@ def load(path: str | Path, key: str = "checkpoint") -> Dict[str, Any]:
     """Loads an rlrec checkpoint; a clear :class:`ConfigError` naming ``key`` otherwise."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{key}={path} does not exist (expected an rlrec checkpoint file such as "
-                          "<run dir>/checkpoints/last.pt)")
+        raise ConfigError(
+            f"{key}={path} does not exist (expected an rlrec checkpoint file such as "
+            "<run dir>/checkpoints/last.pt)"
+        )
     try:
         data = torch.load(p, map_location="cpu", weights_only=False)
     except Exception as exc:
-        raise ConfigError(f"{key}={path} is not an rlrec checkpoint (could not be read: {exc})") from exc
+        raise ConfigError(
+            f"{key}={path} is not an rlrec checkpoint (could not be read: {exc})"
+        ) from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{key}={path} is not an rlrec checkpoint (no '{FORMAT}' tag)")
     if data.get("version") != VERSION:
-        raise ConfigError(f"{key}={path} has checkpoint version {data.get('version')}, "
-                          f"this rlrec reads version {VERSION}")
+        raise ConfigError(
+            f"{key}={path} has checkpoint version {data.get('version')}, "
+            f"this rlrec reads version {VERSION}"
+        )
     return data
 
 
-def check_compatible(data: Dict[str, Any], obs_shape, action_desc: str, key: str = "checkpoint") -> None:
+def check_compatible(
+    data: Dict[str, Any], obs_shape, action_desc: str, key: str = "checkpoint"
+) -> None:
     """Fails when the checkpoint was trained on an env with other observation/action spaces."""
     saved_obs, saved_act = tuple(data["obs_shape"]), data["action_space"]
     if saved_obs != tuple(obs_shape) or saved_act != action_desc:
         raise ConfigError(
-            f"{key} was trained on env {data.get('env_name')!r} with observations {saved_obs} and actions "
-            f"{saved_act}; this env has observations {tuple(obs_shape)} and actions {action_desc}"
+            f"{key} was trained on env {data.get('env_name')!r} with observations {saved_obs} "
+            f"and actions {saved_act}; this env has observations {tuple(obs_shape)} "
+            f"and actions {action_desc}"
         )
 
 
@@ -98,7 +111,9 @@ def _global_step(path: Path) -> Optional[int]:
     """The env steps a checkpoint holds, None if it cannot be read. Memory-mapped: only the
     records that are touched are read, not the whole file."""
     try:
-        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"])
+        return int(
+            torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"]
+        )
     except Exception:
         return None
 

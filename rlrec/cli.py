@@ -32,8 +32,13 @@ def _remove_if_empty(run_dir: Path) -> None:
     (and empty dirs), then its parents left empty (outputs/DATE)."""
     if not run_dir.is_dir():
         return
-    leftovers = [p for p in run_dir.rglob("*") if p.is_file()
-                 and p.relative_to(run_dir).parts[0] != ".hydra" and not p.name.endswith(".log")]
+    leftovers = [
+        p
+        for p in run_dir.rglob("*")
+        if p.is_file()
+        and p.relative_to(run_dir).parts[0] != ".hydra"
+        and not p.name.endswith(".log")
+    ]
     if not leftovers:
         shutil.rmtree(run_dir, ignore_errors=True)
         parent = run_dir.absolute().parent

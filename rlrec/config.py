@@ -37,10 +37,13 @@ class Choice(str, enum.Enum):
 
 
 Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
-Vectorization.__doc__ = "How an adapter runs CPU sub-envs: in this process, or one worker process each."
+Vectorization.__doc__ = (
+    "How an adapter runs CPU sub-envs: in this process, or one worker process each."
+)
 
-StartMethod = Choice("StartMethod", {"fork": "fork", "spawn": "spawn", "forkserver": "forkserver"},
-                     module=__name__)
+StartMethod = Choice(
+    "StartMethod", {"fork": "fork", "spawn": "spawn", "forkserver": "forkserver"}, module=__name__
+)
 StartMethod.__doc__ = "multiprocessing start method of async vector envs."
 
 
@@ -74,7 +77,9 @@ class WandbMode(Choice):
 
 
 OnError = Choice("OnError", {"warn": "warn", "raise": "raise"}, module=__name__)
-OnError.__doc__ = "What an encoder failure does: log once and train on (warn), or stop the run (raise)."
+OnError.__doc__ = (
+    "What an encoder failure does: log once and train on (warn), or stop the run (raise)."
+)
 
 
 class X264Preset(Choice):
@@ -131,7 +136,9 @@ class GymnasiumEnvConfig(EnvConfig):
     # max_episode_steps None: the id's own TimeLimit (CartPole-v1: 500, Pendulum-v1: 200)
     vectorization: Vectorization = Vectorization.sync  # sync: one process | async: a worker per env
     async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
-    resize_frames: bool = False  # false: frames at the env's own size; true: render_height x render_width
+    resize_frames: bool = (
+        False  # false: frames at the env's own size; true: render_height x render_width
+    )
     kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
 
 
@@ -148,7 +155,9 @@ class ManiSkillEnvConfig(EnvConfig):
     max_episode_steps: Optional[int] = 50  # None: the env's registered limit
     imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
     cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
-    async_context: StartMethod = StartMethod.spawn  # async start method: spawn | forkserver (fork hangs)
+    async_context: StartMethod = (
+        StartMethod.spawn
+    )  # async start method: spawn | forkserver (fork hangs)
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
 
 
@@ -159,7 +168,9 @@ class GenesisEnvConfig(EnvConfig):
     name: str = "genesis"
     num_envs: int = 16
     _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
-    camera_attr: Optional[str] = "camera"  # the env's attribute holding its camera (None: no camera)
+    camera_attr: Optional[str] = (
+        "camera"  # the env's attribute holding its camera (None: no camera)
+    )
     # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
     kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
 
@@ -198,12 +209,18 @@ class RecorderConfig:
     every: Optional[int] = None  # N for trigger=episode (episodes) or trigger=step (env steps)
     length_frames: Optional[int] = None  # clip length in frames, or
     length_sec: Optional[float] = None  # in seconds of sim time; both None: the whole episode
-    fps: Optional[float] = None  # None: 1 / env dt; a frame every max(1, round(1 / (fps * dt))) steps
+    fps: Optional[float] = (
+        None  # None: 1 / env dt; a frame every max(1, round(1 / (fps * dt))) steps
+    )
     env_idx: List[int] = field(default_factory=lambda: [0])  # several: tiled into a grid
     overlay: bool = False  # episode, step, reward, success drawn on the frames
-    filename: Optional[str] = None  # a fixed name replaced atomically by each clip; None: one file per clip
+    filename: Optional[str] = (
+        None  # a fixed name replaced atomically by each clip; None: one file per clip
+    )
     dir: Optional[str] = None  # None: the run's video dir (<run dir>/videos/train or /eval)
-    record_final_episode: bool = True  # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress
+    record_final_episode: bool = (
+        True  # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress
+    )
     queue_size: int = 64  # frame buffers in flight between the training thread and the encoder
     quality: int = 7  # 1..10 (imageio's scale; 7 = x264 crf 15)
     preset: X264Preset = X264Preset.ultrafast  # the encoder's CPU time against the file's size
@@ -293,7 +310,9 @@ class Config:
     resume: Optional[str] = None  # "auto": newest checkpoint of this run dir
     eval_only: bool = False
     checkpoint_every: int = 20  # iterations between periodic checkpoints
-    torch_threads: Optional[int] = 1  # None: torch's default (all cores); docs/architecture.md says why 1
+    torch_threads: Optional[int] = (
+        1  # None: torch's default (all cores); docs/architecture.md says why 1
+    )
 
 
 ENV_SCHEMAS = {
@@ -364,7 +383,9 @@ def check_dir(path: str, key: str) -> None:
     target = Path(path).absolute()
     base = nearest_existing(target)
     if not base.is_dir():
-        raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not a directory")
+        raise ConfigError(
+            f"{key}={path!r} cannot be used as a directory: {base} is not a directory"
+        )
     if not os.access(base, os.W_OK | os.X_OK):
         raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not writable")
 
@@ -455,7 +476,8 @@ def validate(cfg: Config) -> None:
 
 
 def to_dataclass(cfg: DictConfig) -> Config:
-    """Resolves a composed Hydra config into :class:`Config` (once, before the loop) and validates it."""
+    """Resolves a composed Hydra config into :class:`Config` (once, before the loop) and validates
+    it."""
     obj = OmegaConf.to_object(cfg)
     if isinstance(obj, dict):  # composed without the top-level schema (e.g. a bare compose())
         obj = Config(**{k: v for k, v in obj.items() if k != "hydra"})

@@ -30,7 +30,9 @@ class Evaluator:
         self.recorder = recorder_of(env)
 
     @torch.inference_mode()
-    def run(self, policy: Policy, tag: int, stop: Callable[[], bool] = lambda: False) -> Dict[str, float]:
+    def run(
+        self, policy: Policy, tag: int, stop: Callable[[], bool] = lambda: False
+    ) -> Dict[str, float]:
         """One evaluation. ``tag`` (the training step) goes onto its clip; ``stop()`` cuts it short
         (an evaluation cut short still gets its clip). Empty when no episode finished."""
         cfg, env = self.cfg, self.env

@@ -76,12 +76,24 @@ class RunLogger:
         self._task = None
         self._latest: Dict[str, float] = {}
         if cfg.progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(
-                TextColumn("[bold]rlrec"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
-                TextColumn("{task.fields[sps]} SPS"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-                transient=False, disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
+                TextColumn("[bold]rlrec"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("steps"),
+                TextColumn("{task.fields[sps]} SPS"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                transient=False,
+                disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
             )
             self._task = self._progress.add_task("train", total=total_steps, sps="-", info="")
             self._progress.start()
@@ -91,7 +103,11 @@ class RunLogger:
         """One line of metrics.jsonl, plus TensorBoard/W&B scalars for the numeric values."""
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
         self._metrics.write(json.dumps(line) + "\n")
-        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         if self._tb is not None:
             for k, v in numeric.items():
                 self._tb.add_scalar(k, v, step)
@@ -104,7 +120,9 @@ class RunLogger:
     def progress(self, step: int, sps: float) -> None:
         if self._progress is None:
             return
-        info = "  ".join(f"{k.split('/')[0]} {k.split('/')[1]} {v:.3g}" for k, v in self._latest.items())
+        info = "  ".join(
+            f"{k.split('/')[0]} {k.split('/')[1]} {v:.3g}" for k, v in self._latest.items()
+        )
         self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=info)
 
     def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
@@ -115,9 +133,12 @@ class RunLogger:
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
             if self._previews is None:
-                self._previews = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrec-tb-clip")
-            self._previews.submit(_tb_add_clip_or_warn, self._tb, f"video/{kind}", path, fps, step,
-                                  num_frames, rel)
+                self._previews = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="rlrec-tb-clip"
+                )
+            self._previews.submit(
+                _tb_add_clip_or_warn, self._tb, f"video/{kind}", path, fps, step, num_frames, rel
+            )
         if self._wandb is not None:
             import wandb
 
@@ -151,22 +172,29 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
     # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
     sweep = run_dir.parent.name if run_dir.name.isdigit() else None
     return wandb.init(
-        project=cfg.wandb_project, entity=cfg.wandb_entity, mode=cfg.wandb_mode, dir=str(run_dir),
-        config=config_dict, name=f"{sweep}/{run_dir.name}" if sweep else run_dir.name, group=sweep,
+        project=cfg.wandb_project,
+        entity=cfg.wandb_entity,
+        mode=cfg.wandb_mode,
+        dir=str(run_dir),
+        config=config_dict,
+        name=f"{sweep}/{run_dir.name}" if sweep else run_dir.name,
+        group=sweep,
         reinit="finish_previous",
     )
 
 
-def _tb_add_clip_or_warn(writer, tag: str, path: str, fps: float, step: int, num_frames: int,
-                         rel: str) -> None:
+def _tb_add_clip_or_warn(
+    writer, tag: str, path: str, fps: float, step: int, num_frames: int, rel: str
+) -> None:
     try:
         _tb_add_clip(writer, tag, path, fps, step, num_frames)
     except Exception as exc:  # a clip that cannot be previewed must not stop training
         print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
 
 
-def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, num_frames: int,
-                 max_frames: int = 150) -> None:
+def _tb_add_clip(
+    writer, tag: str, path: str, fps: float, step: int, num_frames: int, max_frames: int = 150
+) -> None:
     """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
     without needing moviepy). Long clips are subsampled to ``max_frames`` while they are
     decoded, so at most that many frames are ever held."""
@@ -178,12 +206,28 @@ def _tb_add_clip(writer, tag: str, path: str, fps: float, step: int, num_frames:
     decoded = imageio_ffmpeg.read_frames(path)
     w, h = next(decoded)["size"]
     stride = max(1, math.ceil(num_frames / max_frames))
-    images = [Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
-              for i, b in enumerate(decoded) if i % stride == 0]
+    images = [
+        Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
+        for i, b in enumerate(decoded)
+        if i % stride == 0
+    ]
     buf = io.BytesIO()
-    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:],
-                   duration=max(20, int(1000 * stride / fps)), loop=0)
-    summary = Summary(value=[Summary.Value(tag=tag, image=Summary.Image(
-        height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue()))])
+    images[0].save(
+        buf,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        duration=max(20, int(1000 * stride / fps)),
+        loop=0,
+    )
+    summary = Summary(
+        value=[
+            Summary.Value(
+                tag=tag,
+                image=Summary.Image(
+                    height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue()
+                ),
+            )
+        ]
+    )
     writer._get_file_writer().add_summary(summary, step)
-

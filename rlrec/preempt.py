@@ -1,8 +1,8 @@
 """Preemption and requeue: what a run does when a scheduler stops it, and how it comes back.
 
 - SIGTERM / SIGINT (SLURM preemption, Ctrl-C): :class:`StopRequested`, the flag the runner checks
-  at every env step, makes the run drop the unfinished rollout, closes the recorders (the clip in progress is saved), writes a checkpoint
-  and exits.
+  at every env step, makes the run drop the unfinished rollout, closes the recorders (the clip
+  in progress is saved), writes a checkpoint and exits.
 - Under submitit (``hydra/launcher=submitit_slurm`` / ``submitit_local``) its preemption signal
   (USR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise, sent ``signal_delay_s`` before the time
   limit) does the same, and then hands over to submitit's own handler, which requeues the job with

@@ -53,18 +53,22 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
         module, extra = PLUGINS[key][value]
         if not _installed(module):
             raise ConfigError(
-                f"{key}={value} needs the '{extra}' extra, which is not installed ({module} is missing): "
-                f"pip install 'rlrec[{extra}]' (or pip install -e '.[{extra}]' in a checkout)"
+                f"{key}={value} needs the '{extra}' extra, which is not installed "
+                f"({module} is missing): pip install 'rlrec[{extra}]' "
+                f"(or pip install -e '.[{extra}]' in a checkout)"
             )
 
 
 # also raised by rlrec.logger, should wandb still fail to import when the run starts
-WANDB_MISSING = ("logger=wandb needs the 'wandb' extra, which is not installed: "
-                 "pip install 'rlrec[wandb]' (or use logger=tensorboard)")
+WANDB_MISSING = (
+    "logger=wandb needs the 'wandb' extra, which is not installed: "
+    "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
+)
 
 
 def check_logger_extra(config: DictConfig) -> None:
-    """``logger=wandb`` without wandb: the logger would only find out after the run's first files."""
+    """``logger=wandb`` without wandb: the logger would only find out after the run's first
+    files."""
     if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
         raise ConfigError(WANDB_MISSING)
 
@@ -74,12 +78,16 @@ def check_writable(path: str, key: str) -> None:
     Probes with a temporary file in the nearest existing ancestor, so nothing is left behind."""
     base = nearest_existing(Path(path).absolute())
     if not base.is_dir():
-        raise ConfigError(f"{key}={path} cannot be used as the output dir: {base} is not a directory")
+        raise ConfigError(
+            f"{key}={path} cannot be used as the output dir: {base} is not a directory"
+        )
     try:
         with tempfile.NamedTemporaryFile(dir=base, prefix=".rlrec-probe-"):
             pass
     except OSError as err:
-        raise ConfigError(f"{key}={path} cannot be used as the output dir: {base} is not writable ({err})") from err
+        raise ConfigError(
+            f"{key}={path} cannot be used as the output dir: {base} is not writable ({err})"
+        ) from err
 
 
 def _fail(err: ConfigError) -> None:
@@ -108,7 +116,9 @@ class Preflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")
         try:
-            check_logger_extra(config)  # values set for the whole sweep (swept ones: each job checks)
+            check_logger_extra(
+                config
+            )  # values set for the whole sweep (swept ones: each job checks)
         except ConfigError as err:
             _fail(err)
 

@@ -74,26 +74,43 @@ class Runner:
         videos = self.run_dir / "videos"
         if not cfg.eval_only:
             self.train_env = make_env_stack(
-                cfg.env, cfg.sim, cfg.env.num_envs, cfg.seed, cfg.recorder,
-                video_dir=str(videos / "train"), kind="train", on_clip=self._on_clip,
+                cfg.env,
+                cfg.sim,
+                cfg.env.num_envs,
+                cfg.seed,
+                cfg.recorder,
+                video_dir=str(videos / "train"),
+                kind="train",
+                on_clip=self._on_clip,
             )
         if cfg.eval_env.enabled or cfg.eval_only:
             self.eval_env = make_env_stack(
-                cfg.env, cfg.sim, cfg.eval_env.num_envs, cfg.eval_env.seed, cfg.eval_env.recorder,
-                video_dir=str(videos / "eval"), kind="eval", on_clip=self._on_clip,
+                cfg.env,
+                cfg.sim,
+                cfg.eval_env.num_envs,
+                cfg.eval_env.seed,
+                cfg.eval_env.recorder,
+                video_dir=str(videos / "eval"),
+                kind="eval",
+                on_clip=self._on_clip,
             )
             self.evaluator = Evaluator(self.eval_env, cfg.eval_env)
         env = self.train_env or self.eval_env
         self.obs_shape = tuple(env.single_observation_space.shape)
         self.action_space = env.single_action_space
         if self.resume_data is not None:
-            ckpt.check_compatible(self.resume_data, self.obs_shape, repr(self.action_space),
-                                  key="checkpoint" if cfg.checkpoint else "resume")
+            ckpt.check_compatible(
+                self.resume_data,
+                self.obs_shape,
+                repr(self.action_space),
+                key="checkpoint" if cfg.checkpoint else "resume",
+            )
         self.ppo = PPO(cfg.algo, env.single_observation_space, self.action_space, self.device)
         self.batch_size = cfg.env.num_envs * cfg.algo.num_steps
         self.num_iterations = max(1, cfg.total_steps // self.batch_size)
-        self.logger = RunLogger(cfg.logger, self.run_dir, self.num_iterations * self.batch_size,
-                                to_container(cfg))
+        self.logger = RunLogger(
+            cfg.logger, self.run_dir, self.num_iterations * self.batch_size, to_container(cfg)
+        )
 
     def _on_clip(self, clip: ClipInfo) -> None:
         """A clip is on disk: log it at the step its caller tagged it with (an eval clip finishes
@@ -141,8 +158,12 @@ class Runner:
                 if env is not None and data.get(key):
                     load_stack_state(env, data[key])
         obs = data.get("next_obs")
-        if self.train_env is not None and simulator_saved(data.get("train_env")) and obs is not None \
-                and obs.shape[0] == self.cfg.env.num_envs:
+        if (
+            self.train_env is not None
+            and simulator_saved(data.get("train_env"))
+            and obs is not None
+            and obs.shape[0] == self.cfg.env.num_envs
+        ):
             return obs.to(self.device)
         return None
 
@@ -150,8 +171,11 @@ class Runner:
     def evaluate(self) -> Dict[str, float]:
         """One evaluation of the current policy; its clip is tagged with this step."""
         deterministic = self.cfg.eval_env.deterministic
-        return self.evaluator.run(lambda obs: self.ppo.act_inference(obs, deterministic),
-                                  tag=self.global_step, stop=lambda: bool(self.stop))
+        return self.evaluator.run(
+            lambda obs: self.ppo.act_inference(obs, deterministic),
+            tag=self.global_step,
+            stop=lambda: bool(self.stop),
+        )
 
     def _evaluate_and_log(self) -> None:
         t0 = time.perf_counter()
@@ -182,7 +206,9 @@ class Runner:
         self.ppo.init_storage(self.train_env.num_envs)
         next_obs = self._restore()
         rec = recorder_of(self.train_env)
-        if rec is not None:  # record_final_episode: the episode in progress at the end gets its clip
+        if (
+            rec is not None
+        ):  # record_final_episode: the episode in progress at the end gets its clip
             rec.expect_end((self.num_iterations - self.iteration) * cfg.algo.num_steps)
         if next_obs is None:
             with torch.inference_mode():
@@ -192,17 +218,28 @@ class Runner:
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
             next_obs = self.collect(next_obs)
-            if self.stop:  # the interrupted rollout is dropped; the checkpoint keeps the last update
+            if (
+                self.stop
+            ):  # the interrupted rollout is dropped; the checkpoint keeps the last update
                 break
             self.iteration += 1
             self.global_step += self.batch_size
             t1 = time.perf_counter()
             losses = self.ppo.update()
             t2 = time.perf_counter()
-            self._log_iteration(losses, lr, t1 - t0, t2 - t1, (self.global_step - start_step) / max(t2 - start, 1e-9))
+            self._log_iteration(
+                losses,
+                lr,
+                t1 - t0,
+                t2 - t1,
+                (self.global_step - start_step) / max(t2 - start, 1e-9),
+            )
             if self.evaluator is not None:
                 self.evaluator.poll()  # an eval clip finished encoding since the evaluation
-                if self.iteration % cfg.eval_env.every == 0 and self.iteration < self.num_iterations:
+                if (
+                    self.iteration % cfg.eval_env.every == 0
+                    and self.iteration < self.num_iterations
+                ):
                     self._evaluate_and_log()
             if self.iteration % cfg.checkpoint_every == 0:
                 self.save_checkpoint(next_obs, periodic=True)
@@ -211,11 +248,16 @@ class Runner:
         self.save_checkpoint(next_obs)
         return self.last_eval
 
-    def _log_iteration(self, losses: Dict[str, float], lr: float, collect_s: float, learn_s: float,
-                       sps: float) -> None:
+    def _log_iteration(
+        self, losses: Dict[str, float], lr: float, collect_s: float, learn_s: float, sps: float
+    ) -> None:
         metrics: Dict[str, float] = {
-            **losses, "train/lr": lr, "time/collect": collect_s, "time/learn": learn_s,
-            "sps/collect": self.batch_size / max(collect_s, 1e-9), "sps/total": sps,
+            **losses,
+            "train/lr": lr,
+            "time/collect": collect_s,
+            "time/learn": learn_s,
+            "sps/collect": self.batch_size / max(collect_s, 1e-9),
+            "sps/total": sps,
         }
         if self.iteration % self.cfg.logger.log_every == 0 or self.iteration == self.num_iterations:
             metrics.update(self.logger.episodes.summary())
@@ -241,8 +283,10 @@ class Runner:
 
     def _summary(self, seconds: float) -> None:
         ev = self.last_eval
-        parts = [f"rlrec: {'stopped by signal' if self.stop else 'done'} in {seconds:.1f}s",
-                 f"{self.global_step:,} env steps"]
+        parts = [
+            f"rlrec: {'stopped by signal' if self.stop else 'done'} in {seconds:.1f}s",
+            f"{self.global_step:,} env steps",
+        ]
         if ev:
             figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
             if "eval/success" in ev:

@@ -81,5 +81,6 @@ def load_stack_state(stack: AutoReset, state: Dict[str, Optional[dict]]) -> None
 
 
 def simulator_saved(state: Optional[Dict[str, Optional[dict]]]) -> bool:
-    """Whether a checkpointed stack state holds the simulator (the adapter's entry alone decides)."""
+    """Whether a checkpointed stack state holds the simulator (the adapter's entry alone
+    decides)."""
     return bool(state) and state.get("adapter") is not None

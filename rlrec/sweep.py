@@ -77,9 +77,12 @@ def job_row(config: DictConfig, job_return: Any) -> Dict[str, Any]:
     run_dir = Path(hydra.runtime.output_dir)
     overrides: List[str] = list(OmegaConf.to_container(hydra.overrides.task))  # type: ignore[arg-type]
     status = getattr(getattr(job_return, "status", None), "name", "UNKNOWN")
-    row: Dict[str, Any] = {"job": int(hydra.job.num), "status": status,
-                           "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
-                           "overrides": " ".join(overrides)}
+    row: Dict[str, Any] = {
+        "job": int(hydra.job.num),
+        "status": status,
+        "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
+        "overrides": " ".join(overrides),
+    }
     for item in overrides:  # one column per override key, so the CSV sorts and plots directly
         key, sep, value = item.partition("=")
         if sep:
@@ -148,7 +151,9 @@ def _fmt(value: Any) -> str:
 def format_table(rows: List[Dict[str, Any]]) -> str:
     """A plain-text table (job, status, step, eval figures, swept overrides) for the console."""
     cols = [c for c in _FIRST if c != "overrides" and any(c in r for r in rows)]
-    cells = [[c.replace("eval/", "") for c in cols]] + [[_fmt(r.get(c)) for c in cols] for r in rows]
+    cells = [[c.replace("eval/", "") for c in cols]] + [
+        [_fmt(r.get(c)) for c in cols] for r in rows
+    ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -156,7 +161,8 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 
 class SweepSummary(Callback):
-    """Hydra callback: ``<sweep dir>/summary.csv`` as jobs finish, a table at the end of the sweep."""
+    """Hydra callback: ``<sweep dir>/summary.csv`` as jobs finish, a table at the end of the
+    sweep."""
 
     def __init__(self, print_table: bool = True):
         self.print_table = print_table
@@ -180,8 +186,11 @@ class SweepSummary(Callback):
         write_summary(sweep_dir, row)
         figures = ", ".join(f"{k.split('/')[1]} {_fmt(row[k])}" for k in EVAL_KEYS[:3] if k in row)
         swept = f" ({row['swept']})" if row["swept"] else ""
-        print(f"rlrec sweep: job {row['job']} {row['status'].lower()}{swept}"
-              f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}", flush=True)
+        print(
+            f"rlrec sweep: job {row['job']} {row['status'].lower()}{swept}"
+            f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}",
+            flush=True,
+        )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -189,5 +198,8 @@ class SweepSummary(Callback):
             return
         rows = write_summary(sweep_dir)
         if self.print_table and rows:
-            print(f"rlrec sweep summary ({sweep_dir / SUMMARY_FILE}):\n{format_table(rows)}",
-                  file=sys.stdout, flush=True)
+            print(
+                f"rlrec sweep summary ({sweep_dir / SUMMARY_FILE}):\n{format_table(rows)}",
+                file=sys.stdout,
+                flush=True,
+            )

@@ -13,10 +13,10 @@
   Class attributes tune it for slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
   renderers that are not bit-exact (``render_atol``: the largest allowed mean absolute pixel
   difference between two renders of the same state).
-- :class:`FrameSpy`: a layer put right below the recorder, ``AutoReset(Recorder(FrameSpy(adapter)))``.
-  It keeps, for env ``watch``, every frame of every episode as the env showed it (the reset frame,
-  then one per step), and the render requests the recorder made, so a test can compare each clip
-  with the frames it must hold, frame for frame.
+- :class:`FrameSpy`: a layer put right below the recorder,
+  ``AutoReset(Recorder(FrameSpy(adapter)))``. It keeps, for env ``watch``, every frame of every
+  episode as the env showed it (the reset frame, then one per step), and the render requests the
+  recorder made, so a test can compare each clip with the frames it must hold, frame for frame.
 - :func:`decode`: every frame of an mp4, and the fps written in it.
 
 Needs pytest (the ``dev`` extra).

@@ -24,8 +24,9 @@ def bench(num_envs: int, device: str, iters: int, num_steps: int = 32) -> dict:
     env = AutoReset(PointReach(num_envs, device=device))
     algo = PPOConfig(num_steps=num_steps)
     ppo = PPO(algo, env.single_observation_space, env.single_action_space, torch.device(device))
-    storage = RolloutStorage(num_steps, num_envs, (6,), (2,), action_dtype(env.single_action_space),
-                             torch.device(device))
+    storage = RolloutStorage(
+        num_steps, num_envs, (6,), (2,), action_dtype(env.single_action_space), torch.device(device)
+    )
     with torch.inference_mode():
         obs, _ = env.reset(seed=0)
         actions = torch.rand(num_steps, num_envs, 2, device=device) * 2 - 1
@@ -62,15 +63,22 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--iters", type=int, default=5)
     args = parser.parse_args()
-    print(f"built-in env, device={args.device}, num_steps=32, torch threads={torch.get_num_threads()}")
-    print(f"{'num_envs':>9} {'env-only SPS':>14} {'rollout SPS':>13} {'rollout/env':>12} "
-          f"{'update s/iter':>14} {'update share':>13}")
+    print(
+        f"built-in env, device={args.device}, num_steps=32, torch threads={torch.get_num_threads()}"
+    )
+    print(
+        f"{'num_envs':>9} {'env-only SPS':>14} {'rollout SPS':>13} {'rollout/env':>12} "
+        f"{'update s/iter':>14} {'update share':>13}"
+    )
     for n in args.num_envs:
         r = bench(n, args.device, args.iters)
         collect_s = 32 * n / r["rollout_sps"]
         share = r["update_s"] / (r["update_s"] + collect_s)
-        print(f"{n:>9} {r['env_sps']:>14,.0f} {r['rollout_sps']:>13,.0f} {r['rollout_sps'] / r['env_sps']:>12.3f} "
-              f"{r['update_s']:>14.3f} {share:>13.1%}")
+        print(
+            f"{n:>9} {r['env_sps']:>14,.0f} {r['rollout_sps']:>13,.0f} "
+            f"{r['rollout_sps'] / r['env_sps']:>12.3f} "
+            f"{r['update_s']:>14.3f} {share:>13.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -63,7 +63,11 @@ def reset_peak_rss() -> bool:
 # ----------------------------------------------------------------------------- rlrec stacks
 def point_reach(args) -> PointReach:
     return PointReach(
-        args.num_envs, render_width=args.size, render_height=args.size, max_episode_steps=10**9, seed=0
+        args.num_envs,
+        render_width=args.size,
+        render_height=args.size,
+        max_episode_steps=10**9,
+        seed=0,
     )
 
 
@@ -134,7 +138,9 @@ def rlrec_stack(args, video_dir: str, mode: str):
         rec = Recorder(env, RecorderConfig(trigger=Trigger.cubic), video_dir)
         rec.load_state_dict({"episode": 1, "steps": 0, "clips_saved": 0})  # next reset: episode 2
     elif mode == "recording":
-        rec = Recorder(env, RecorderConfig(trigger=Trigger.always, filename=f"{mode}.mp4"), video_dir)
+        rec = Recorder(
+            env, RecorderConfig(trigger=Trigger.always, filename=f"{mode}.mp4"), video_dir
+        )
     stack = AutoReset(rec if rec is not None else env)
     stack.reset(seed=0)
     return stack, rec, env
@@ -142,11 +148,17 @@ def rlrec_stack(args, video_dir: str, mode: str):
 
 def bench_rlrec(args, video_dir: str) -> Dict[str, float]:
     """Per step, wall and CPU: the whole stack, and the adapter's step and render inside it."""
-    stacks = {m: rlrec_stack(args, video_dir, m) for m in ("none", "idle", "render_copy", "recording")}
+    stacks = {
+        m: rlrec_stack(args, video_dir, m) for m in ("none", "idle", "render_copy", "recording")
+    }
     action = torch.zeros(args.num_envs, 2)
     copy_src = stacks["none"][2].env.render([0])
-    steps = {"none": args.fast_steps, "idle": args.fast_steps, "render_copy": args.rec_steps,
-             "recording": args.rec_steps}
+    steps = {
+        "none": args.fast_steps,
+        "idle": args.fast_steps,
+        "render_copy": args.rec_steps,
+        "recording": args.rec_steps,
+    }
     samples: Dict[str, List[tuple]] = {m: [] for m in stacks}
     copies: List[tuple] = []
     for stack, _, _ in stacks.values():  # warm-up (the recording stack starts its ffmpeg here)
@@ -156,7 +168,7 @@ def bench_rlrec(args, video_dir: str) -> Dict[str, float]:
             for acc in timed.t.values():
                 acc[0] = acc[1] = 0.0
             n = steps[mode]
-            total = times_per_call(lambda: stack.step(action), n)
+            total = times_per_call(lambda stack=stack: stack.step(action), n)
             samples[mode].append(total + tuple(v / n for acc in timed.t.values() for v in acc))
         copies.append(times_per_call(lambda: copy_src.clone(), args.rec_steps))
     rec = stacks["recording"][1]
@@ -179,7 +191,9 @@ def bench_rlrec(args, video_dir: str) -> Dict[str, float]:
     for i, kind in enumerate(("wall", "cpu")):
         ratios = sorted(
             (rec[i] - none[i]) / (least[i] - none[i])
-            for none, least, rec in zip(samples["none"], samples["render_copy"], samples["recording"])
+            for none, least, rec in zip(
+                samples["none"], samples["render_copy"], samples["recording"]
+            )
         )
         q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         out[f"ratio:{kind}"], out[f"ratio:{kind}:q1"], out[f"ratio:{kind}:q3"] = q[1], q[0], q[2]
@@ -203,7 +217,9 @@ def idle_call_cost() -> float:
     action = torch.zeros(4, 2)
     ready = env.step(action)
     bare = Ready(env)
-    rec = Recorder(bare, RecorderConfig(trigger=Trigger.cubic), tempfile.mkdtemp(prefix="rlrec-bench-"))
+    rec = Recorder(
+        bare, RecorderConfig(trigger=Trigger.cubic), tempfile.mkdtemp(prefix="rlrec-bench-")
+    )
     rec.load_state_dict({"episode": 1, "steps": 0, "clips_saved": 0})
     rec.reset(seed=0)
     n = 20000
@@ -241,7 +257,12 @@ def rss_over_clip(args, video_dir: str) -> Dict[str, float]:
     peak = _status("self", "VmHWM") if exact else _status("self", "VmRSS")
     assert rec.clips_saved == 1 and not rec.errors, rec.errors
     stack.close()
-    return {"growth_mb": peak - base, "ffmpeg_mb": ffmpeg_peak, "seconds": seconds, "exact_peak": exact}
+    return {
+        "growth_mb": peak - base,
+        "ffmpeg_mb": ffmpeg_peak,
+        "seconds": seconds,
+        "exact_peak": exact,
+    }
 
 
 # ----------------------------------------------------------------------------- gymnasium
@@ -284,7 +305,9 @@ def gym_point_reach(args):
     return PointReachVec()
 
 
-def bench_gym_record_video(make_env, action_fn, steps: int, clip_frames: int, video_dir: str, **rv_kw):
+def bench_gym_record_video(
+    make_env, action_fn, steps: int, clip_frames: int, video_dir: str, **rv_kw
+):
     """steps/s without and with RecordVideo recording; RSS growth over a ``clip_frames`` clip."""
     import gymnasium as gym
     from gymnasium.wrappers.vector import RecordVideo
@@ -328,7 +351,8 @@ def run_part(part: str, args, work: str) -> Dict[str, float]:
     if part == "gym-pointreach":
         return bench_gym_record_video(
             lambda: gym_point_reach(args), lambda e: np.zeros((args.num_envs, 2), np.float32),
-            max(20, args.rec_steps), args.gym_frames, os.path.join(work, part), record_first_only=True,
+            max(20, args.rec_steps), args.gym_frames, os.path.join(work, part),
+            record_first_only=True,
         )  # fmt: skip
     import gymnasium as gym
 
@@ -364,7 +388,9 @@ def main() -> None:
     p.add_argument("--fast-steps", type=int, default=1000, help="steps per round without rendering")
     p.add_argument("--rec-steps", type=int, default=50, help="steps per round while recording")
     p.add_argument("--clip-frames", type=int, default=5000)
-    p.add_argument("--gym-frames", type=int, default=200, help="RecordVideo clip length (RSS scaled)")
+    p.add_argument(
+        "--gym-frames", type=int, default=200, help="RecordVideo clip length (RSS scaled)"
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-gym", action="store_true")
     p.add_argument("--quick", action="store_true", help="small counts: a smoke run")
@@ -372,7 +398,13 @@ def main() -> None:
     argv = sys.argv[1:]
     args = p.parse_args()
     if args.quick:
-        args.rounds, args.fast_steps, args.rec_steps, args.clip_frames, args.gym_frames = 3, 200, 10, 300, 30
+        args.rounds, args.fast_steps, args.rec_steps, args.clip_frames, args.gym_frames = (
+            3,
+            200,
+            10,
+            300,
+            30,
+        )
     torch.set_num_threads(args.threads)
     if args.part:
         import json
@@ -388,12 +420,17 @@ def main() -> None:
           f"median of {args.rounds} interleaved rounds, torch threads {args.threads}")  # fmt: skip
     t = in_subprocess("timing", argv)
     us = {k: v * 1e6 for k, v in t.items()}
-    modes = (("none", "no recorder"), ("idle", "armed, idle"), ("render_copy", "render+copy"),
-             ("recording", "recording"))
+    modes = (
+        ("none", "no recorder"),
+        ("idle", "armed, idle"),
+        ("render_copy", "render+copy"),
+        ("recording", "recording"),
+    )
     for mode, label in modes:
         print(f"  {label:12s} {1 / t[mode + ':wall']:8.1f} steps/s | per step "
-              f"{us[mode + ':wall']:7.1f} us wall, {us[mode + ':cpu']:7.1f} us CPU, of which adapter "
-              f"step {us[mode + ':step_cpu']:6.1f}, render {us[mode + ':render_cpu']:7.1f}, "
+              f"{us[mode + ':wall']:7.1f} us wall, {us[mode + ':cpu']:7.1f} us CPU, of which "
+              f"adapter step {us[mode + ':step_cpu']:6.1f}, "
+              f"render {us[mode + ':render_cpu']:7.1f}, "
               f"layers above {us[mode + ':layers_cpu']:6.1f}")  # fmt: skip
     idle_extra = t["idle:layers_cpu"] - t["none:layers_cpu"]
     print(f"  armed idle recorder: {us['idle_call']:.2f} us per step (isolated, best of 7) = "
@@ -408,24 +445,31 @@ def main() -> None:
         least = t[f"render_copy:{kind}"] - t[f"none:{kind}"]
         print(f"  recording adds {paid * 1e6:.1f} us {kind} per step; render + one copy add "
               f"{least * 1e6:.1f}: ratio {t[f'ratio:{kind}']:.3f} (median of rounds, quartiles "
-              f"{t[f'ratio:{kind}:q1']:.3f}..{t[f'ratio:{kind}:q3']:.3f}; target <= 1.10)")  # fmt: skip
+              f"{t[f'ratio:{kind}:q1']:.3f}..{t[f'ratio:{kind}:q3']:.3f}; "
+              "target <= 1.10)")  # fmt: skip
     # the same from inside the recording steps: render + a copy measured alone, against the rest
     paid = t["recording:cpu"] - t["none:step_cpu"] - t["none:layers_cpu"]
-    print(f"  (inside the recording steps: {paid * 1e6:.1f} us CPU beyond a plain step, of which "
-          f"render {t['recording:render_cpu'] * 1e6:.1f} + a copy timed alone {t['copy:cpu'] * 1e6:.1f};"
-          f" the rest is what rendering does to the next step's caches and the recorder itself)")  # fmt: skip
+    print(f"  (inside the recording steps: {paid * 1e6:.1f} us CPU beyond a plain step, of "
+          f"which render {t['recording:render_cpu'] * 1e6:.1f} + a copy timed alone "
+          f"{t['copy:cpu'] * 1e6:.1f}; the rest is what rendering does to the next step's caches "
+          "and the recorder itself)")  # fmt: skip
     print(f"  recording runs at {t['none:wall'] / t['recording:wall']:.3f}x the steps/s of no "
           f"recorder: one {args.size}x{args.size} render of this env costs "
-          f"{us['recording:render_wall']:.0f} us wall, {t['recording:render_wall'] / t['none:wall']:.1f}x "
+          f"{us['recording:render_wall']:.0f} us wall, "
+          f"{t['recording:render_wall'] / t['none:wall']:.1f}x "
           f"a whole step of {args.num_envs} envs")  # fmt: skip
     r = in_subprocess("rss", argv)
     how = "peak (VmHWM)" if r["exact_peak"] else "RSS after (no peak reset available)"
-    print(f"  {args.clip_frames}-frame clip: RSS growth {r['growth_mb']:.1f} MB {how} (target < 50 MB); "
+    print(f"  {args.clip_frames}-frame clip: RSS growth {r['growth_mb']:.1f} MB {how} "
+          "(target < 50 MB); "
           f"ffmpeg process RSS {r['ffmpeg_mb']:.1f} MB; {r['seconds']:.1f} s, "
           f"{args.clip_frames / r['seconds']:.0f} frames/s")  # fmt: skip
     if args.no_gym:
         return
-    print("Gymnasium vector RecordVideo (moviepy; renders every env, holds the clip, encodes on close)")
+    print(
+        "Gymnasium vector RecordVideo (moviepy; renders every env, holds the clip, encodes on "
+        "close)"
+    )
     for part, what in (
         ("gym-pointreach", f"same PointReach frames ({args.num_envs} envs), record_first_only"),
         ("gym-cartpole-tiled", "8 CartPole envs, all 8 tiled (its default)"),
@@ -440,7 +484,8 @@ def main() -> None:
 def _print_gym(what: str, g: Dict[str, float], clip_frames: int) -> None:
     scale = clip_frames / g["frames"]
     print(f"  {what}:")
-    print(f"    no wrapper {1 / g['t_plain']:8.1f} steps/s; recording {1 / g['t_record']:.1f} steps/s, "
+    print(f"    no wrapper {1 / g['t_plain']:8.1f} steps/s; recording "
+          f"{1 / g['t_record']:.1f} steps/s, "
           f"{1 / g['t_paid']:.1f} with its encode ({g['encode_s']:.2f} s at close): "
           f"{g['t_plain'] / g['t_paid']:.4f}x of no wrapper")  # fmt: skip
     # the held frames grow with the clip; the rest of the peak (renders, encoder) does not

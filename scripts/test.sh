@@ -7,4 +7,6 @@ bash scripts/setup.sh dev
 for extra in scripts/setup_*.sh; do
   [ -e "$extra" ] && bash "$extra"
 done
+python -m ruff check .            # lint (pyproject.toml [tool.ruff])
+python -m ruff format --check .   # the code is formatted as ruff formats it
 exec python -m pytest "$@"

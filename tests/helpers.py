@@ -40,10 +40,18 @@ def make_config(overrides: List[str] = ()) -> Config:
     return to_dataclass(compose_cfg(overrides))
 
 
-def run_train(args: List[str], cwd: Path, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+def run_train(
+    args: List[str], cwd: Path, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -16,8 +16,8 @@ from typing import List
 import pytest
 
 import rlrec.cli
-from tests.helpers import FAST, REPO, make_config
 from rlrec.runner import Runner
+from tests.helpers import FAST, REPO, make_config
 
 
 def _files(root: Path) -> List[str]:
@@ -52,7 +52,9 @@ def _assert_refused(args, key, tmp_path, monkeypatch, capsys, also=()):
 
 
 def test_unknown_config_group_option(tmp_path, monkeypatch, capsys):
-    _assert_refused(["env=nope"], "env/nope", tmp_path, monkeypatch, capsys, also=["builtin", "gymnasium"])
+    _assert_refused(
+        ["env=nope"], "env/nope", tmp_path, monkeypatch, capsys, also=["builtin", "gymnasium"]
+    )
 
 
 def test_unknown_key(tmp_path, monkeypatch, capsys):
@@ -64,44 +66,72 @@ def test_wrong_type(tmp_path, monkeypatch, capsys):
 
 
 def test_unknown_launcher(tmp_path, monkeypatch, capsys):
-    _assert_refused(["-m", "hydra/launcher=nope", "seed=1,2"], "hydra/launcher", tmp_path, monkeypatch, capsys,
-                    also=["nope", "basic"])
+    _assert_refused(
+        ["-m", "hydra/launcher=nope", "seed=1,2"],
+        "hydra/launcher",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["nope", "basic"],
+    )
 
 
 # --------------------------------------------------------------------------- values
 
 
-@pytest.mark.parametrize("override", [
-    "env.num_envs=0", "env.num_envs=-2", "eval_env.num_envs=0", "eval_env.episodes=0", "total_steps=0",
-    "total_steps=-5", "algo.num_steps=0", "algo.update_epochs=-1", "algo.num_minibatches=0",
-    "env.max_episode_steps=0", "env.render_width=0", "recorder.length_frames=0", "recorder.length_sec=-1.5",
-    "eval_env.recorder.length_frames=-3", "checkpoint_every=0", "eval_env.every=0", "recorder.fps=0",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "env.num_envs=0",
+        "env.num_envs=-2",
+        "eval_env.num_envs=0",
+        "eval_env.episodes=0",
+        "total_steps=0",
+        "total_steps=-5",
+        "algo.num_steps=0",
+        "algo.update_epochs=-1",
+        "algo.num_minibatches=0",
+        "env.max_episode_steps=0",
+        "env.render_width=0",
+        "recorder.length_frames=0",
+        "recorder.length_sec=-1.5",
+        "eval_env.recorder.length_frames=-3",
+        "checkpoint_every=0",
+        "eval_env.every=0",
+        "recorder.fps=0",
+    ],
+)
 def test_zero_or_negative_counts_and_lengths(override, tmp_path, monkeypatch, capsys):
     key = override.split("=")[0]
     out = _assert_refused([override], f"{override}", tmp_path, monkeypatch, capsys)
     assert "rlrec: config error" in out and key in out
 
 
-@pytest.mark.parametrize("args,key", [
-    (["env.num_envs=8", "recorder.env_idx=[8]"], "recorder.env_idx"),
-    (["env.num_envs=8", "recorder.env_idx=[0,12]"], "recorder.env_idx"),
-    (["eval_env.num_envs=2", "eval_env.recorder.env_idx=[2]"], "eval_env.recorder.env_idx"),
-    (["recorder.env_idx=[-1]"], "recorder.env_idx"),
-])
+@pytest.mark.parametrize(
+    "args,key",
+    [
+        (["env.num_envs=8", "recorder.env_idx=[8]"], "recorder.env_idx"),
+        (["env.num_envs=8", "recorder.env_idx=[0,12]"], "recorder.env_idx"),
+        (["eval_env.num_envs=2", "eval_env.recorder.env_idx=[2]"], "eval_env.recorder.env_idx"),
+        (["recorder.env_idx=[-1]"], "recorder.env_idx"),
+    ],
+)
 def test_env_idx_out_of_range(args, key, tmp_path, monkeypatch, capsys):
     out = _assert_refused(args, key, tmp_path, monkeypatch, capsys)
     assert "num_envs" in out
 
 
-@pytest.mark.parametrize("args,key", [
-    # an episode trigger and a step count: a recorder has exactly one trigger
-    (["recorder.trigger=cubic", "recorder.every=5"], "recorder.every"),
-    (["eval_env.recorder.every=3"], "eval_env.recorder.every"),
-    # two clip lengths
-    (["recorder.length_frames=10", "recorder.length_sec=2"], "recorder.length_frames"),
-    (["recorder.trigger=step"], "recorder.every"),  # step trigger without its count
-])
+@pytest.mark.parametrize(
+    "args,key",
+    [
+        # an episode trigger and a step count: a recorder has exactly one trigger
+        (["recorder.trigger=cubic", "recorder.every=5"], "recorder.every"),
+        (["eval_env.recorder.every=3"], "eval_env.recorder.every"),
+        # two clip lengths
+        (["recorder.length_frames=10", "recorder.length_sec=2"], "recorder.length_frames"),
+        (["recorder.trigger=step"], "recorder.every"),  # step trigger without its count
+    ],
+)
 def test_two_recorder_triggers(args, key, tmp_path, monkeypatch, capsys):
     _assert_refused(args, key, tmp_path, monkeypatch, capsys)
 
@@ -112,15 +142,22 @@ def test_two_recorder_triggers(args, key, tmp_path, monkeypatch, capsys):
 def test_unwritable_run_dir(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = _assert_refused([f"hydra.run.dir={blocker}/run"], "hydra.run.dir", tmp_path, monkeypatch, capsys)
+    out = _assert_refused(
+        [f"hydra.run.dir={blocker}/run"], "hydra.run.dir", tmp_path, monkeypatch, capsys
+    )
     assert "not a directory" in out
 
 
 def test_unwritable_sweep_dir(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = _assert_refused(["-m", "seed=1,2", f"hydra.sweep.dir={blocker}/sweep"], "hydra.sweep.dir",
-                          tmp_path, monkeypatch, capsys)
+    out = _assert_refused(
+        ["-m", "seed=1,2", f"hydra.sweep.dir={blocker}/sweep"],
+        "hydra.sweep.dir",
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
     assert "not a directory" in out
 
 
@@ -128,13 +165,25 @@ def test_unwritable_sweep_dir(tmp_path, monkeypatch, capsys):
 def test_read_only_run_dir(tmp_path, monkeypatch, capsys):
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)
-    _assert_refused([f"hydra.run.dir={ro}/run"], "hydra.run.dir", tmp_path, monkeypatch, capsys,
-                    also=["not writable"])
+    _assert_refused(
+        [f"hydra.run.dir={ro}/run"],
+        "hydra.run.dir",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["not writable"],
+    )
 
 
 def test_missing_checkpoint(tmp_path, monkeypatch, capsys):
-    _assert_refused([*FAST, f"checkpoint={tmp_path}/nope.pt"], "checkpoint=", tmp_path, monkeypatch, capsys,
-                    also=["does not exist"])
+    _assert_refused(
+        [*FAST, f"checkpoint={tmp_path}/nope.pt"],
+        "checkpoint=",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["does not exist"],
+    )
 
 
 def test_checkpoint_from_another_env(tmp_path, monkeypatch, capsys):
@@ -142,18 +191,36 @@ def test_checkpoint_from_another_env(tmp_path, monkeypatch, capsys):
     pytest.importorskip("gymnasium")
     src = tmp_path / "cartpole"
     src.mkdir()
-    cfg = make_config(["env=gymnasium", "env.id=CartPole-v1", "env.num_envs=2", "algo.num_steps=8",
-                       "algo.num_minibatches=1", "algo.update_epochs=1", "total_steps=16", "recorder=none",
-                       "eval_env.enabled=false", "logger=none", "logger.progress=false"])
+    cfg = make_config(
+        [
+            "env=gymnasium",
+            "env.id=CartPole-v1",
+            "env.num_envs=2",
+            "algo.num_steps=8",
+            "algo.num_minibatches=1",
+            "algo.update_epochs=1",
+            "total_steps=16",
+            "recorder=none",
+            "eval_env.enabled=false",
+            "logger=none",
+            "logger.progress=false",
+        ]
+    )
     Runner(cfg, src).run()
-    out = _assert_refused([*FAST, "env=builtin", f"checkpoint={src}/checkpoints/last.pt"], "checkpoint",
-                          tmp_path, monkeypatch, capsys, also=["'gymnasium'", "(4,)", "Discrete(2)"])
+    out = _assert_refused(
+        [*FAST, "env=builtin", f"checkpoint={src}/checkpoints/last.pt"],
+        "checkpoint",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["'gymnasium'", "(4,)", "Discrete(2)"],
+    )
     assert "rlrec: config error" in out
 
 
 # --------------------------------------------------------------------------- missing extras
 
-_BLOCKER = '''
+_BLOCKER = """
 import importlib.abc, os, sys
 _BLOCKED = tuple(os.environ["RLREC_TEST_BLOCK"].split(","))
 class _Block(importlib.abc.MetaPathFinder):
@@ -162,38 +229,72 @@ class _Block(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, _Block())
-'''
+"""
 
 
-def _run_without(modules: List[str], args: List[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def _run_without(
+    modules: List[str], args: List[str], tmp_path: Path
+) -> subprocess.CompletedProcess:
     """train.py in a subprocess in which ``modules`` cannot be imported (as if not installed)."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(_BLOCKER)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "RLREC_TEST_BLOCK": ",".join(modules)}
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        "RLREC_TEST_BLOCK": ",".join(modules),
+    }
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("modules,args,key,extra", [
-    (["mani_skill", "sapien"], ["env=maniskill"], "env=maniskill", "maniskill"),
-    (["hydra_plugins.hydra_joblib_launcher"], ["-m", "hydra/launcher=joblib", "seed=1,2"],
-     "hydra/launcher=joblib", "launchers"),
-    (["hydra_plugins.hydra_submitit_launcher"], ["-m", "hydra/launcher=submitit_slurm", "seed=1,2"],
-     "hydra/launcher=submitit_slurm", "launchers"),
-    (["hydra_plugins.hydra_optuna_sweeper"], ["-m", "hydra/sweeper=optuna"], "hydra/sweeper=optuna", "launchers"),
-    (["hydra_plugins.hydra_ray_launcher"], ["-m", "hydra/launcher=ray", "seed=1,2"], "hydra/launcher=ray", "ray"),
-    (["wandb"], ["logger=wandb"], "logger=wandb", "wandb"),
-])
+@pytest.mark.parametrize(
+    "modules,args,key,extra",
+    [
+        (["mani_skill", "sapien"], ["env=maniskill"], "env=maniskill", "maniskill"),
+        (
+            ["hydra_plugins.hydra_joblib_launcher"],
+            ["-m", "hydra/launcher=joblib", "seed=1,2"],
+            "hydra/launcher=joblib",
+            "launchers",
+        ),
+        (
+            ["hydra_plugins.hydra_submitit_launcher"],
+            ["-m", "hydra/launcher=submitit_slurm", "seed=1,2"],
+            "hydra/launcher=submitit_slurm",
+            "launchers",
+        ),
+        (
+            ["hydra_plugins.hydra_optuna_sweeper"],
+            ["-m", "hydra/sweeper=optuna"],
+            "hydra/sweeper=optuna",
+            "launchers",
+        ),
+        (
+            ["hydra_plugins.hydra_ray_launcher"],
+            ["-m", "hydra/launcher=ray", "seed=1,2"],
+            "hydra/launcher=ray",
+            "ray",
+        ),
+        (["wandb"], ["logger=wandb"], "logger=wandb", "wandb"),
+    ],
+)
 def test_missing_optional_extra_names_it(modules, args, key, extra, tmp_path):
     proc = _run_without(modules, [*FAST, *args], tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "rlrec: config error" in proc.stderr and key in proc.stderr
-    assert any(f in proc.stderr for f in (f"rlrec[{extra}]", f".[{extra}]", f"the {extra} extra")), proc.stderr
+    assert any(
+        f in proc.stderr for f in (f"rlrec[{extra}]", f".[{extra}]", f"the {extra} extra")
+    ), proc.stderr
     assert _files(tmp_path / "work") == []
 
 

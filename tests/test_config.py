@@ -106,9 +106,14 @@ def _leaves(node, prefix=""):
             yield f"{prefix}{key}", value
 
 
-@pytest.mark.parametrize("path", sorted(
-    p for p in (CONF / g for g in ("env", "sim", "eval_env", "recorder", "algo", "logger")) for p in p.glob("*.yaml")
-))
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        p
+        for p in (CONF / g for g in ("env", "sim", "eval_env", "recorder", "algo", "logger"))
+        for p in p.glob("*.yaml")
+    ),
+)
 def test_group_files_hold_no_default_twice(path):
     """The schema dataclasses hold every default once: a group file sets only the values its
     option changes, never one equal to the schema's own default."""
@@ -118,7 +123,9 @@ def test_group_files_hold_no_default_twice(path):
     for key, value in _leaves(data):
         default = OmegaConf.select(schema, key)
         default = OmegaConf.to_container(default) if OmegaConf.is_config(default) else default
-        assert value != default, f"{path.relative_to(CONF)}: {key}: {value!r} repeats the schema default"
+        assert value != default, (
+            f"{path.relative_to(CONF)}: {key}: {value!r} repeats the schema default"
+        )
 
 
 def _schema_of(path):

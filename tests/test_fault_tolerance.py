@@ -15,9 +15,8 @@ import imageio_ffmpeg
 import pytest
 import torch
 
-from tests.helpers import FAST, REPO, read_metrics, run_train
 from rlrec import checkpoint as ckpt
-
+from tests.helpers import FAST, REPO, read_metrics, run_train
 
 BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
 # every episode of env 0 is recorded, so a clip is being written at any moment
@@ -27,8 +26,14 @@ _CLIP = re.compile(r"^(train|eval)-ep(\d+)-step(\d+)(-\d+)?\.mp4$")
 
 def _start(args, cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -53,8 +58,11 @@ def _train_steps(run_dir: Path):
 
 
 def _temporaries(run_dir: Path):
-    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob(".*")
-                  if p.is_file() and (p.name.endswith(".part") or p.name.endswith(".tmp")))
+    return sorted(
+        str(p.relative_to(run_dir))
+        for p in run_dir.rglob(".*")
+        if p.is_file() and (p.name.endswith(".part") or p.name.endswith(".tmp"))
+    )
 
 
 def _clips(run_dir: Path, kind: str):
@@ -75,14 +83,25 @@ def _assert_checkpoints_load(run_dir: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     total = 24 * BATCH
-    common = [*FAST, *RECORD_ALL, f"total_steps={total}", "checkpoint_every=4", "algo.anneal_lr=true"]
+    common = [
+        *FAST,
+        *RECORD_ALL,
+        f"total_steps={total}",
+        "checkpoint_every=4",
+        "algo.anneal_lr=true",
+    ]
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "run"
     # the uninterrupted reference runs alongside the run that gets killed
     reference = _start([*common, f"hydra.run.dir={ref_dir}"], tmp_path)
     victim = _start([*common, f"hydra.run.dir={run_dir}"], tmp_path)
     # kill once two periodic checkpoints exist and the run is part-way into the next iterations
-    _wait_for(lambda: (run_dir / "checkpoints" / "iter_000008.pt").exists()
-              and len(_train_steps(run_dir)) >= 10, victim)
+    _wait_for(
+        lambda: (
+            (run_dir / "checkpoints" / "iter_000008.pt").exists()
+            and len(_train_steps(run_dir)) >= 10
+        ),
+        victim,
+    )
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL
@@ -93,7 +112,7 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     saved = ckpt.load(newest)
     resumed_from = saved["global_step"]
     assert 8 * BATCH <= resumed_from <= killed_at
-    saved_rec = saved["train_env"]["1:Recorder"]
+    saved_rec = saved["train_env"]["recorder"]
     clips_before = {p.name for p in _clips(run_dir, "train")}
     stale = _temporaries(run_dir)  # usually the clip being encoded when the kill came
 
@@ -119,7 +138,7 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     for k, v in ref["ppo"]["agent"].items():
         assert torch.equal(v, final["ppo"]["agent"][k]), k
     for k in ("episode", "steps"):  # clips_saved differs by the clip that was cut (below)
-        assert ref["train_env"]["1:Recorder"][k] == final["train_env"]["1:Recorder"][k], k
+        assert ref["train_env"]["recorder"][k] == final["train_env"]["recorder"][k], k
     ref_names = {p.name for p in _clips(ref_dir, "train")}
     ours = {re.sub(r"-\d+\.mp4$", ".mp4", p.name) for p in _clips(run_dir, "train")}
     # the one clip that may be missing: the episode that was being recorded at the checkpoint
@@ -138,7 +157,13 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
 def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, signame):
     run_dir = tmp_path / "run"
     # a run far too long to end by itself; no periodic checkpoints, so last.pt is the signal's
-    args = [*FAST, *RECORD_ALL, "total_steps=100000000", "checkpoint_every=100000", f"hydra.run.dir={run_dir}"]
+    args = [
+        *FAST,
+        *RECORD_ALL,
+        "total_steps=100000000",
+        "checkpoint_every=100000",
+        f"hydra.run.dir={run_dir}",
+    ]
     proc = _start(args, tmp_path)
     _wait_for(lambda: len(_train_steps(run_dir)) >= 4 and _clips(run_dir, "train"), proc)
     t0 = time.monotonic()
@@ -154,7 +179,7 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
     data = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert data["global_step"] == max(_train_steps(run_dir)) == data["iteration"] * BATCH
     # the final clip: the episode in progress when the signal came is on disk, complete
-    episode = data["train_env"]["1:Recorder"]["episode"]
+    episode = data["train_env"]["recorder"]["episode"]
     last = [p for p in _clips(run_dir, "train") if int(_CLIP.match(p.name).group(2)) == episode]
     assert len(last) == 1, [p.name for p in _clips(run_dir, "train")]
     frames, _ = imageio_ffmpeg.count_frames_and_secs(str(last[0]))
@@ -166,7 +191,7 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
 def test_resume_removes_only_other_processes_temporaries(tmp_path):
     from rlrec.preempt import remove_stale_temporaries
 
-    dead = 2 ** 22 + 12345  # above the default pid_max: no such process
+    dead = 2**22 + 12345  # above the default pid_max: no such process
     names = {
         f"checkpoints/.last.pt.{dead}.tmp": True,
         f"videos/train/.train-ep000003-step000000300.mp4.{dead}-2.part": True,
@@ -179,6 +204,8 @@ def test_resume_removes_only_other_processes_temporaries(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
     removed = remove_stale_temporaries(tmp_path)
-    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(n for n, gone in names.items() if gone)
+    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(
+        n for n, gone in names.items() if gone
+    )
     for name, gone in names.items():
         assert (tmp_path / name).exists() != gone, name

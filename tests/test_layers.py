@@ -80,7 +80,7 @@ def test_no_import_cycle():
         state[node] = 1
         for nxt in graph.get(node, ()):
             if state.get(nxt) == 1:
-                cycle.extend(path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt])
+                cycle.extend(path[path.index(nxt) :] + [node, nxt] if nxt in path else [node, nxt])
                 return True
             if state.get(nxt) is None and visit(nxt, path + [node]):
                 return True

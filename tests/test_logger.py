@@ -35,7 +35,7 @@ def test_long_clip_preview_is_subsampled_to_at_most_150_frames(tmp_path):
     _clip(path, 400)
     writer = _Writer()
     _tb_add_clip(writer, "video/eval", str(path), fps=30.0, step=7, num_frames=400)
-    (summary, step), = writer.summaries
+    ((summary, step),) = writer.summaries
     image = summary.value[0].image
     gif = Image.open(io.BytesIO(image.encoded_image_string))
     assert step == 7 and summary.value[0].tag == "video/eval"

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import FAST, make_config, read_metrics, run_train
 from rlrec import checkpoint as ckpt
 from rlrec.config import ConfigError
 from rlrec.runner import Runner
+from tests.helpers import FAST, make_config, read_metrics, run_train
 
 
 def _run(tmp_path: Path, name: str, overrides):
@@ -29,7 +29,13 @@ def test_train_writes_metrics_checkpoints_and_evals(tmp_path):
     assert all("eval/success" in e and "eval/length" in e for e in evals)
     assert result["eval/return"] == evals[-1]["eval/return"]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert names == ["iter_000002.pt", "iter_000004.pt", "iter_000006.pt", "iter_000008.pt", "last.pt"]
+    assert names == [
+        "iter_000002.pt",
+        "iter_000004.pt",
+        "iter_000006.pt",
+        "iter_000008.pt",
+        "last.pt",
+    ]
     data = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert data["global_step"] == 1024 and data["iteration"] == 8
     assert {"agent", "optimizer", "obs_norm"} <= set(data["ppo"]) and "rng" in data
@@ -42,7 +48,9 @@ def test_resume_is_bit_exact(tmp_path):
     half, half_dir = _run(tmp_path, "half", [*common, "total_steps=768"])
     half.run()
     resumed, resumed_dir = _run(
-        tmp_path, "resumed", [*common, "total_steps=1536", f"checkpoint={half_dir}/checkpoints/last.pt"]
+        tmp_path,
+        "resumed",
+        [*common, "total_steps=1536", f"checkpoint={half_dir}/checkpoints/last.pt"],
     )
     resumed.run()
     a = ckpt.load(tmp_path / "full" / "checkpoints" / "last.pt")
@@ -60,7 +68,15 @@ def test_resume_is_bit_exact(tmp_path):
 def test_resume_auto_continues_newest_checkpoint(tmp_path):
     runner, run_dir = _run(tmp_path, "r", ["total_steps=512"])
     runner.run()
-    cfg = make_config([*FAST, "recorder=none", "eval_env.recorder.enabled=false", "total_steps=1024", "resume=auto"])
+    cfg = make_config(
+        [
+            *FAST,
+            "recorder=none",
+            "eval_env.recorder.enabled=false",
+            "total_steps=1024",
+            "resume=auto",
+        ]
+    )
     Runner(cfg, run_dir).run()
     assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 1024
 
@@ -68,7 +84,9 @@ def test_resume_auto_continues_newest_checkpoint(tmp_path):
 def test_eval_only_evaluates_a_checkpoint(tmp_path):
     runner, run_dir = _run(tmp_path, "t", ["total_steps=512"])
     runner.run()
-    ev, ev_dir = _run(tmp_path, "e", ["eval_only=true", f"checkpoint={run_dir}/checkpoints/last.pt"])
+    ev, ev_dir = _run(
+        tmp_path, "e", ["eval_only=true", f"checkpoint={run_dir}/checkpoints/last.pt"]
+    )
     result = ev.run()
     assert set(result) >= {"eval/return", "eval/length", "eval/success"}
     assert ev.train_env is None
@@ -105,8 +123,16 @@ def test_eval_only_without_checkpoint_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_train_py_subprocess_output_layout(tmp_path):
-    proc = run_train([*FAST, "logger=tensorboard", "total_steps=512", "eval_env.every=1",
-                      f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path)
+    proc = run_train(
+        [
+            *FAST,
+            "logger=tensorboard",
+            "total_steps=512",
+            "eval_env.every=1",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        cwd=tmp_path,
+    )
     run_dir = tmp_path / "run"
     assert "eval return" in proc.stdout and str(run_dir) in proc.stdout
     for p in (".hydra/config.yaml", "metrics.jsonl", "checkpoints/last.pt"):
@@ -119,7 +145,9 @@ def test_train_py_subprocess_output_layout(tmp_path):
         paths = [m[f"video/{kind}"] for m in lines if f"video/{kind}" in m]
         assert paths, kind
         assert all((run_dir / p).is_file() and p.startswith(f"videos/{kind}/") for p in paths)
-        assert sorted(p.name for p in (run_dir / "videos" / kind).iterdir()) == sorted(Path(p).name for p in paths)
+        assert sorted(p.name for p in (run_dir / "videos" / kind).iterdir()) == sorted(
+            Path(p).name for p in paths
+        )
     # eval clips are encoded while training goes on, and logged at their evaluation's step
     eval_steps = [m["step"] for m in lines if "eval/return" in m]
     clip_steps = [m["step"] for m in lines if "video/eval" in m]
@@ -134,7 +162,9 @@ def test_train_py_subprocess_output_layout(tmp_path):
 
 @pytest.mark.slow
 def test_config_error_exits_cleanly_and_writes_nothing(tmp_path):
-    proc = run_train([*FAST, "eval_env.num_envs=0", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, check=False)
+    proc = run_train(
+        [*FAST, "eval_env.num_envs=0", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, check=False
+    )
     assert proc.returncode == 2
     assert "eval_env.num_envs=0" in proc.stderr
     assert not (tmp_path / "run").exists()
@@ -147,8 +177,17 @@ def test_two_runs_in_the_same_second_get_different_dirs(tmp_path):
 
     from tests.helpers import REPO
 
-    args = [sys.executable, str(REPO / "train.py"), *FAST, "total_steps=128", "eval_env.enabled=false"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    args = [
+        sys.executable,
+        str(REPO / "train.py"),
+        *FAST,
+        "total_steps=128",
+        "eval_env.enabled=false",
+    ]
+    procs = [
+        subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0
     dirs = list((tmp_path / "outputs").glob("*/*"))
@@ -161,8 +200,15 @@ def test_final_episode_clip_is_saved_at_the_end(tmp_path):
     run_dir = tmp_path / "fin"
     run_dir.mkdir()
     # cubic: clips for episodes 0 and 1 only, then the final episode (in progress at the end)
-    cfg = make_config([*FAST, "total_steps=4096", "eval_env.enabled=false", "env.max_episode_steps=40",
-                       "algo.learning_rate=1e-9"])
+    cfg = make_config(
+        [
+            *FAST,
+            "total_steps=4096",
+            "eval_env.enabled=false",
+            "env.max_episode_steps=40",
+            "algo.learning_rate=1e-9",
+        ]
+    )
     runner = Runner(cfg, run_dir)
     rec = runner.train_env.find(Recorder)
     runner.run()
@@ -180,8 +226,16 @@ def test_wandb_offline_logs_metrics_and_clips(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = tmp_path / "wb"
-    run_train([*FAST, "logger=wandb", "logger.wandb_mode=offline", "total_steps=512",
-               f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    run_train(
+        [
+            *FAST,
+            "logger=wandb",
+            "logger.wandb_mode=offline",
+            "total_steps=512",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     videos = list(runs[0].rglob("media/videos/**/*.mp4"))

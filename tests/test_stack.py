@@ -10,7 +10,6 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.record import Recorder
 from rlrec.runner import Runner
 from rlrec.stack import load_stack_state, make_env_stack, recorder_of, simulator_saved, stack_state
-from tests.helpers import FAST, make_config
 
 ENV = BuiltinEnvConfig(num_envs=3, max_episode_steps=7, render_width=16, render_height=16)
 
@@ -73,20 +72,24 @@ def test_simulator_restored_when_saved_without_a_recorder_and_loaded_with(tmp_pa
     _restore_across(tmp_path, save_with=False, load_with=True)
 
 
-def test_runner_resumes_the_simulator_across_recorder_settings(tmp_path):
+def test_runner_resumes_the_simulator_across_recorder_settings(tmp_path, fast_config):
     """A checkpoint written with a recorder, resumed with recorder=none (and the other way round):
     the built-in env's positions are those of the checkpoint, and the saved next observation is
     the one collection continues from, so the two agree."""
     for first, second in (([], ["recorder=none"]), (["recorder=none"], [])):
         run_dir = tmp_path / f"run{len(first)}"
         run_dir.mkdir()
-        common = [*FAST, "eval_env.enabled=false", "total_steps=256"]
-        Runner(make_config([*common, *first]), run_dir).run()
+        common = ["eval_env.enabled=false", "total_steps=256"]
+        Runner(fast_config([*common, *first]), run_dir).run()
         data = ckpt.load(run_dir / "checkpoints" / "last.pt")
         resumed_dir = tmp_path / f"resumed{len(first)}"
         resumed_dir.mkdir()
-        resumed = Runner(make_config([*common, *second, "total_steps=512",
-                                      f"checkpoint={run_dir}/checkpoints/last.pt"]), resumed_dir)
+        resumed = Runner(
+            fast_config(
+                [*common, *second, "total_steps=512", f"checkpoint={run_dir}/checkpoints/last.pt"]
+            ),
+            resumed_dir,
+        )
         try:
             obs = resumed._restore()
             env = resumed.train_env.unwrapped

@@ -19,9 +19,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.helpers import FAST, REPO, read_metrics, run_train
 from rlrec import checkpoint as ckpt
 from rlrec import sweep
+from tests.helpers import FAST, REPO, read_metrics, run_train
 
 TINY = [*FAST, "total_steps=256", "torch_threads=1"]
 
@@ -62,11 +62,16 @@ def _check_summary(sweep_dir: Path, seeds) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_two_job_sweep_on_a_parallel_launcher(tmp_path, launcher):
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher" if launcher == "joblib"
-                        else "hydra_plugins.hydra_submitit_launcher")
+    pytest.importorskip(
+        "hydra_plugins.hydra_joblib_launcher"
+        if launcher == "joblib"
+        else "hydra_plugins.hydra_submitit_launcher"
+    )
     sweep_dir = tmp_path / "sweep"
-    proc = run_train(["-m", f"hydra/launcher={launcher}", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep_dir}"],
-                     cwd=tmp_path)
+    proc = run_train(
+        ["-m", f"hydra/launcher={launcher}", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path,
+    )
     for job, seed in ((0, 1), (1, 2)):
         _check_job_dir(sweep_dir / str(job), seed)
     _check_summary(sweep_dir, [1, 2])
@@ -81,8 +86,10 @@ def _is_clip(metrics: dict) -> bool:
 
 def _final_state(run_dir: Path) -> dict:
     data = ckpt.load(run_dir / "checkpoints" / "last.pt")
-    return {**{f"agent.{k}": v for k, v in data["ppo"]["agent"].items()},
-            **{f"obs_norm.{k}": v for k, v in data["ppo"]["obs_norm"].items()}}
+    return {
+        **{f"agent.{k}": v for k, v in data["ppo"]["agent"].items()},
+        **{f"obs_norm.{k}": v for k, v in data["ppo"]["obs_norm"].items()},
+    }
 
 
 @pytest.mark.slow
@@ -90,10 +97,23 @@ def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = [*TINY, "logger=tensorboard", "recorder.trigger=episode", "recorder.every=1"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    separate = [subprocess.Popen([sys.executable, str(REPO / "train.py"), *args, f"seed={s}",
-                                  f"hydra.run.dir={tmp_path / f'alone{s}'}"], cwd=tmp_path, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                for s in (1, 2, 3)]
+    separate = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "train.py"),
+                *args,
+                f"seed={s}",
+                f"hydra.run.dir={tmp_path / f'alone{s}'}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for s in (1, 2, 3)
+    ]
     proc = run_train(["-m", "seed=1,2,3", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
     for p in separate:
         out, _ = p.communicate(timeout=300)
@@ -107,11 +127,16 @@ def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
         for k in a:
             assert torch.equal(a[k], b[k]), f"job {job}: {k} differs from the separate run"
         strip = ("time/", "sps/")  # wall-clock figures differ, nothing else may
-        ma = [{k: v for k, v in m.items() if not k.startswith(strip)} for m in read_metrics(in_sweep)]
+        ma = [
+            {k: v for k, v in m.items() if not k.startswith(strip)} for m in read_metrics(in_sweep)
+        ]
         mb = [{k: v for k, v in m.items() if not k.startswith(strip)} for m in read_metrics(alone)]
+
         # a clip's line is written once its encoder is done, while training goes on, so where it
         # falls among the other lines depends on timing; its step and path may not
-        clips = lambda ms: sorted((m["step"], json.dumps(m, sort_keys=True)) for m in ms if _is_clip(m))  # noqa: E731
+        def clips(ms):
+            return sorted((m["step"], json.dumps(m, sort_keys=True)) for m in ms if _is_clip(m))
+
         assert [m for m in ma if not _is_clip(m)] == [m for m in mb if not _is_clip(m)]
         assert clips(ma) == clips(mb) and clips(ma)
         for kind in ("train", "eval"):
@@ -126,8 +151,16 @@ def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
 def test_optuna_tunes_the_learning_rate(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     sweep_dir = tmp_path / "sweep"
-    run_train(["-m", "hydra/sweeper=lr_search", "hydra.sweeper.n_trials=2", *TINY,
-               f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    run_train(
+        [
+            "-m",
+            "hydra/sweeper=lr_search",
+            "hydra.sweeper.n_trials=2",
+            *TINY,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+    )
     rows = _rows(sweep_dir)
     assert len(rows) == 2 and all(r["status"] == "COMPLETED" for r in rows)
     lrs = [float(r["algo.learning_rate"]) for r in rows]
@@ -140,10 +173,20 @@ def test_optuna_tunes_the_learning_rate(tmp_path):
 
 @pytest.mark.slow
 def test_sweeps_started_in_the_same_second_do_not_collide(tmp_path):
-    args = [sys.executable, str(REPO / "train.py"), "-m", "seed=5", *FAST, "total_steps=128",
-            "eval_env.enabled=false", "recorder=none"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for _ in range(2)]
+    args = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        "seed=5",
+        *FAST,
+        "total_steps=128",
+        "eval_env.enabled=false",
+        "recorder=none",
+    ]
+    procs = [
+        subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
     for p in procs:
         assert p.wait(timeout=180) == 0, p.stdout.read()
     sweeps = sorted((tmp_path / "multirun").glob("*/*"))
@@ -162,7 +205,8 @@ def _task_pid(tag: str):
         except OSError:
             continue
         if f"RLREC_TEST_TAG={tag}".encode() in environ and any(
-                e.startswith(b"SUBMITIT_LOCAL_GLOBALID=") for e in environ):
+            e.startswith(b"SUBMITIT_LOCAL_GLOBALID=") for e in environ
+        ):
             return int(entry.name)
     return None
 
@@ -178,14 +222,33 @@ def test_submitit_preemption_checkpoints_requeues_and_resumes(tmp_path):
     tag = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RLREC_TEST_TAG": tag}
     launcher = subprocess.Popen(
-        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=submitit_local", "seed=7", *FAST,
-         "torch_threads=1", f"total_steps={total}", "checkpoint_every=1000", f"hydra.sweep.dir={sweep_dir}"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "-m",
+            "hydra/launcher=submitit_local",
+            "seed=7",
+            *FAST,
+            "torch_threads=1",
+            f"total_steps={total}",
+            "checkpoint_every=1000",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run_dir = sweep_dir / "0"
     deadline = time.monotonic() + 180
     pid = None
     while time.monotonic() < deadline and launcher.poll() is None:
-        lines = (run_dir / "metrics.jsonl").read_text().count("loss/policy") if (run_dir / "metrics.jsonl").exists() else 0
+        lines = (
+            (run_dir / "metrics.jsonl").read_text().count("loss/policy")
+            if (run_dir / "metrics.jsonl").exists()
+            else 0
+        )
         if lines >= 3:
             pid = _task_pid(tag)
             break
@@ -207,7 +270,7 @@ def test_submitit_preemption_checkpoints_requeues_and_resumes(tmp_path):
     steps = [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
     assert steps == list(range(128, total + 1, 128))
     assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == total
-    row, = _rows(sweep_dir)
+    (row,) = _rows(sweep_dir)
     assert row["status"] == "COMPLETED" and int(row["step"]) == total
 
 
@@ -215,19 +278,40 @@ def _ray_python():
     """The Python that has the ray extra: scripts/setup_launchers.sh keeps it in .venv-ray (its
     cloudpickle pin conflicts with joblib's), or this one if Ray was installed here."""
     for python in (REPO / ".venv-ray" / "bin" / "python", Path(sys.executable)):
-        if python.exists() and subprocess.run(
-                [str(python), "-c", "import hydra_plugins.hydra_ray_launcher, ray"], capture_output=True).returncode == 0:
+        if (
+            python.exists()
+            and subprocess.run(
+                [str(python), "-c", "import hydra_plugins.hydra_ray_launcher, ray"],
+                capture_output=True,
+            ).returncode
+            == 0
+        ):
             return str(python)
-    pytest.skip("the ray extra is not installed (bash scripts/setup_launchers.sh puts it in .venv-ray)")
+    pytest.skip(
+        "the ray extra is not installed (bash scripts/setup_launchers.sh puts it in .venv-ray)"
+    )
 
 
 @pytest.mark.slow
 def test_ray_launcher_two_job_sweep(tmp_path):
     python = _ray_python()
     sweep_dir = tmp_path / "sweep"
-    proc = subprocess.run([python, str(REPO / "train.py"), "-m", "hydra/launcher=ray",
-                           "+hydra.launcher.ray.init.num_cpus=2", "seed=1,2", *TINY, f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            python,
+            str(REPO / "train.py"),
+            "-m",
+            "hydra/launcher=ray",
+            "+hydra.launcher.ray.init.num_cpus=2",
+            "seed=1,2",
+            *TINY,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for job, seed in ((0, 1), (1, 2)):
         _check_job_dir(sweep_dir / str(job), seed)
@@ -240,7 +324,9 @@ def test_ray_launcher_two_job_sweep(tmp_path):
 def _write_rows(args):
     sweep_dir, first, count = args
     for job in range(first, first + count):
-        sweep.write_summary(Path(sweep_dir), {"job": job, "status": "COMPLETED", f"k{job % 3}": job})
+        sweep.write_summary(
+            Path(sweep_dir), {"job": job, "status": "COMPLETED", f"k{job % 3}": job}
+        )
 
 
 def test_summary_survives_concurrent_writers(tmp_path):
@@ -260,8 +346,16 @@ def test_failed_job_gets_a_row_with_its_error(tmp_path):
     from hydra.core.utils import JobReturn, JobStatus
 
     ret = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("boom"))
-    config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path / "3")}, "job": {"num": 3},
-                                         "sweep": {"dir": str(tmp_path)}, "overrides": {"task": ["seed=2"]}}})
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "runtime": {"output_dir": str(tmp_path / "3")},
+                "job": {"num": 3},
+                "sweep": {"dir": str(tmp_path)},
+                "overrides": {"task": ["seed=2"]},
+            }
+        }
+    )
     row = sweep.job_row(config, ret)
     assert row["status"] == "FAILED" and row["error"] == "ValueError: boom" and row["seed"] == "2"
 
@@ -274,5 +368,7 @@ def test_final_figures_take_the_last_eval_line(tmp_path):
         '{"step": 384, "loss/po'  # a line cut by a kill
     )
     assert sweep.final_figures(tmp_path) == {"step": 256, "eval/return": 2.0, "eval/length": 9.0}
-    table = sweep.format_table([{"job": 0, "status": "COMPLETED", "eval/return": 2.0, "swept": "seed=1"}])
+    table = sweep.format_table(
+        [{"job": 0, "status": "COMPLETED", "eval/return": 2.0, "swept": "seed=1"}]
+    )
     assert "seed=1" in table and "return" in table

@@ -68,7 +68,9 @@ class EnvAdapter(ABC):
     single_action_space: gym.Space
 
     @abstractmethod
-    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None) -> Tuple[torch.Tensor, Info]:
+    def reset(
+        self, seed: Optional[int] = None, env_idx: EnvIdx = None
+    ) -> Tuple[torch.Tensor, Info]:
         """Resets the named envs (all if None). ``seed`` reseeds the adapter's RNG first."""
 
     @abstractmethod
@@ -79,10 +81,13 @@ class EnvAdapter(ABC):
 
     @abstractmethod
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
-        """uint8 ``[k, H, W, 3]`` frames of the current state of ``env_idx``, owned by the caller."""
+        """uint8 ``[k, H, W, 3]`` frames of the current state of ``env_idx``, owned by the
+        caller."""
 
     def close(self) -> None:
         """Releases simulator resources. Idempotent."""
+        # a no-op hook, deliberately not abstract: adapters override it when they hold resources
+        return None
 
     @property
     def unwrapped(self) -> "EnvAdapter":

@@ -97,7 +97,9 @@ class PointReach(EnvAdapter):
         self.goal[idx] = goal
         self.vel[idx] = 0.0
         self.clock.reset(idx)
-        return self._obs(), {"success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)}
+        return self._obs(), {
+            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        }
 
     def step(self, action: torch.Tensor):
         action = action.to(self.device, torch.float32).clamp(-1.0, 1.0)
@@ -119,8 +121,13 @@ class PointReach(EnvAdapter):
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict:
         """The full simulator state, so a resumed run continues bit-exactly."""
-        return {"pos": self.pos.clone(), "vel": self.vel.clone(), "goal": self.goal.clone(),
-                "t": self.t.clone(), "rng": self._gen.get_state()}
+        return {
+            "pos": self.pos.clone(),
+            "vel": self.vel.clone(),
+            "goal": self.goal.clone(),
+            "t": self.t.clone(),
+            "rng": self._gen.get_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for k in ("pos", "vel", "goal", "t"):
@@ -153,7 +160,9 @@ class PointReach(EnvAdapter):
         return frame
 
 
-def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None) -> PointReach:
+def make(
+    env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None
+) -> PointReach:
     """Factory entry point for ``env=builtin``."""
     return PointReach(
         num_envs=num_envs,

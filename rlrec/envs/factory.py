@@ -30,16 +30,19 @@ def resolve_device(sim: SimConfig) -> torch.device:
     if sim.name == "gpu" or str(sim.device).startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(
-                f"sim={sim.name} (device={sim.device}) needs CUDA, but torch.cuda.is_available() is "
-                "False on this machine: use sim=cpu, or install a CUDA build of torch on a GPU machine"
+                f"sim={sim.name} (device={sim.device}) needs CUDA, but "
+                "torch.cuda.is_available() is False on this machine: use sim=cpu, or install a "
+                "CUDA build of torch on a GPU machine"
             )
         index = torch.device(sim.device).index
         if index is not None and index >= torch.cuda.device_count():
             # ids count the GPUs this job was given (CUDA_VISIBLE_DEVICES), not the machine's
             raise ConfigError(
-                f"sim.device={sim.device} is invalid: this job sees {torch.cuda.device_count()} GPU(s) "
-                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); device ids "
-                f"are relative to those, so use cuda:0..cuda:{torch.cuda.device_count() - 1}"
+                f"sim.device={sim.device} is invalid: this job sees "
+                f"{torch.cuda.device_count()} GPU(s) "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
+                "device ids are relative to those, so use "
+                f"cuda:0..cuda:{torch.cuda.device_count() - 1}"
             )
     return torch.device(sim.device)
 
@@ -51,7 +54,11 @@ def backend_module(name: str):
     return importlib.import_module(_BACKENDS[name])
 
 
-def make_adapter(env_cfg: EnvConfig, sim: SimConfig, num_envs: int, seed: Optional[int]) -> EnvAdapter:
+def make_adapter(
+    env_cfg: EnvConfig, sim: SimConfig, num_envs: int, seed: Optional[int]
+) -> EnvAdapter:
     """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs."""
     device = resolve_device(sim)
-    return backend_module(env_cfg.name).make(env_cfg, sim, num_envs=num_envs, device=device, seed=seed)
+    return backend_module(env_cfg.name).make(
+        env_cfg, sim, num_envs=num_envs, device=device, seed=seed
+    )

@@ -14,7 +14,8 @@ Genesis facts this module relies on (1.4.5, see docs/genesis.md):
   always renders with ``force_render=True``.
 - ``VisOptions(split_envs=True)`` makes a camera return one image per rendered env
   ``[len(rendered_envs_idx), H, W, 3]``; otherwise it returns one image of the env it is bound to.
-- Headless OpenGL needs ``PYOPENGL_PLATFORM`` (``egl`` or ``osmesa``) set before genesis is imported.
+- Headless OpenGL needs ``PYOPENGL_PLATFORM`` (``egl`` or ``osmesa``) set before genesis is
+  imported.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from rlrec.envs.base import (
     owned_info,
 )
 
-INSTALL_HINT = "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs EGL/OSMesa)"
+INSTALL_HINT = (
+    "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs EGL/OSMesa)"
+)
 
 
 @runtime_checkable
@@ -76,7 +79,9 @@ class GenesisTask(Protocol):
 
     def get_observations(self) -> torch.Tensor: ...
 
-    def step(self, actions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]: ...
+    def step(
+        self, actions: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]: ...
 
 
 # --------------------------------------------------------------------------- Genesis process state
@@ -100,7 +105,8 @@ def import_genesis():
         import genesis as gs
     except ImportError as e:
         raise ConfigError(
-            f"env=genesis needs the genesis extra (genesis-world), which cannot be imported ({e}): {INSTALL_HINT}"
+            f"env=genesis needs the genesis extra (genesis-world), which cannot be imported ({e}): "
+            f"{INSTALL_HINT}"
         ) from e
     return gs
 
@@ -117,9 +123,9 @@ def init_genesis(sim_name: str):
         is_cpu = gs.backend == gs.cpu
         if is_cpu != want_cpu:
             raise ConfigError(
-                f"sim={sim_name} asks for Genesis backend {'cpu' if want_cpu else 'gpu'}, but Genesis is "
-                f"already initialised with backend {gs.backend} in this process and gs.init may run only "
-                "once: run this config in a new process"
+                f"sim={sim_name} asks for Genesis backend {'cpu' if want_cpu else 'gpu'}, but "
+                f"Genesis is already initialised with backend {gs.backend} in this process and "
+                "gs.init may run only once: run this config in a new process"
             )
         return gs
     gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
@@ -158,11 +164,18 @@ def _camera(task, camera_attr: Optional[str], target: str):
     if cam is None:
         what = f"has no attribute {camera_attr!r}"
     else:
-        what = f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
-    found = f"its cameras: {', '.join(cams)}" if cams else f"it has no camera; attributes: {', '.join(names)}"
+        what = (
+            f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
+        )
+    found = (
+        f"its cameras: {', '.join(cams)}"
+        if cams
+        else f"it has no camera; attributes: {', '.join(names)}"
+    )
     raise ConfigError(
-        f"env.camera_attr={camera_attr!r} is invalid: {target} {what} ({found}). Set env.camera_attr to the "
-        "attribute holding the camera, or env.camera_attr=null to run without rendering"
+        f"env.camera_attr={camera_attr!r} is invalid: {target} {what} ({found}). "
+        "Set env.camera_attr to the attribute holding the camera, or env.camera_attr=null to run "
+        "without rendering"
     )
 
 
@@ -207,7 +220,11 @@ class GenesisAdapter(EnvAdapter):
         """env index -> row of the camera's output (None: the camera returns a single image)."""
         vis = self.task.scene.options.vis
         if vis.split_envs:
-            rendered = list(range(self.num_envs)) if vis.rendered_envs_idx is None else list(vis.rendered_envs_idx)
+            rendered = (
+                list(range(self.num_envs))
+                if vis.rendered_envs_idx is None
+                else list(vis.rendered_envs_idx)
+            )
             return {int(e): row for row, e in enumerate(rendered)}
         return {int(self.camera.env_idx or 0): None}
 
@@ -217,7 +234,9 @@ class GenesisAdapter(EnvAdapter):
         x = torch.as_tensor(x).as_subclass(torch.Tensor)
         return x.to(device=self.device, dtype=dtype, copy=True)
 
-    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None) -> Tuple[torch.Tensor, Info]:
+    def reset(
+        self, seed: Optional[int] = None, env_idx: EnvIdx = None
+    ) -> Tuple[torch.Tensor, Info]:
         if seed is not None:
             self._gen.manual_seed(int(seed))
         idx = as_env_index(env_idx, self.num_envs, self._sim_device)
@@ -241,19 +260,22 @@ class GenesisAdapter(EnvAdapter):
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         if self.camera is None:
             raise ConfigError(
-                "env.camera_attr=null: this Genesis env has no camera to render; set env.camera_attr, or "
-                "turn recording off (recorder.enabled=false, eval_env.recorder.enabled=false)"
+                "env.camera_attr=null: this Genesis env has no camera to render; set "
+                "env.camera_attr, or turn recording off (recorder.enabled=false, "
+                "eval_env.recorder.enabled=false)"
             )
         envs = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
         missing = [e for e in envs if e not in self._rows]
         if missing:
             raise ConfigError(
-                f"env {missing} cannot be rendered: camera {self._camera_attr!r} of {self._target} draws envs "
-                f"{sorted(self._rows)} only. Build the scene with gs.options.VisOptions(split_envs=True) and "
-                "rendered_envs_idx covering the recorded envs (recorder.env_idx, eval_env.recorder.env_idx); "
-                "for rlrec's own tasks set env.kwargs.rendered_envs_idx (null: every env)"
+                f"env {missing} cannot be rendered: camera {self._camera_attr!r} of "
+                f"{self._target} draws envs {sorted(self._rows)} only. Build the scene with "
+                "gs.options.VisOptions(split_envs=True) and rendered_envs_idx covering the "
+                "recorded envs (recorder.env_idx, eval_env.recorder.env_idx); for rlrec's own "
+                "tasks set env.kwargs.rendered_envs_idx (null: every env)"
             )
-        # force_render: after a reset or pose write without a step, Genesis would return its old image
+        # force_render: after a reset or pose write without a step, Genesis would return its old
+        # image
         rgb = self.camera.render(rgb=True, force_render=True)[0]
         rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
         rgb = rgb.as_subclass(torch.Tensor)
@@ -273,7 +295,9 @@ class GenesisAdapter(EnvAdapter):
             scene.destroy()
 
 
-def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None) -> GenesisAdapter:
+def make(
+    env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None
+) -> GenesisAdapter:
     """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
     target = env_cfg._target_
     import_genesis()
@@ -284,13 +308,22 @@ def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] 
     cls = import_object(target, "env._target_")
     init_genesis(sim.name)
     kwargs = dict(env_cfg.kwargs or {})
-    task = cls(num_envs=num_envs, render_width=env_cfg.render_width, render_height=env_cfg.render_height, **kwargs)
-    missing = [m for m in ("build", "reset_idx", "get_observations", "step") if not callable(getattr(task, m, None))]
+    task = cls(
+        num_envs=num_envs,
+        render_width=env_cfg.render_width,
+        render_height=env_cfg.render_height,
+        **kwargs,
+    )
+    missing = [
+        m
+        for m in ("build", "reset_idx", "get_observations", "step")
+        if not callable(getattr(task, m, None))
+    ]
     missing += [a for a in ("scene", "dt") if getattr(task, a, None) is None]
     if missing:
         raise ConfigError(
-            f"env._target_={target!r} does not follow the GenesisTask protocol (rlrec.envs.genesis): "
-            f"missing {', '.join(missing)}"
+            f"env._target_={target!r} does not follow the GenesisTask protocol "
+            f"(rlrec.envs.genesis): missing {', '.join(missing)}"
         )
     camera = _camera(task, env_cfg.camera_attr, target)
     _spaces(task, target)  # fail before compiling

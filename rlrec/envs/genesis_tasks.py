@@ -1,4 +1,5 @@
-"""Genesis tasks shipped with rlrec, written against the :class:`rlrec.envs.genesis.GenesisTask` protocol.
+"""Genesis tasks shipped with rlrec, written against the
+:class:`rlrec.envs.genesis.GenesisTask` protocol.
 
 ``FrankaReach``: the Franka Panda that ships with genesis-world moves its hand to a goal point.
 """
@@ -10,7 +11,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-# joint-space home pose of the 7 arm joints (hand in front of the base, above the table) and open fingers
+# joint-space home pose of the 7 arm joints (hand in front of the base, above the table) and
+# open fingers
 _HOME = (0.0, -0.3, 0.0, -2.2, 0.0, 2.0, 0.79, 0.04, 0.04)
 _KP = (4500.0, 4500.0, 3500.0, 3500.0, 2000.0, 2000.0, 2000.0, 100.0, 100.0)
 _KV = (450.0, 450.0, 350.0, 350.0, 200.0, 200.0, 200.0, 10.0, 10.0)
@@ -23,7 +25,8 @@ class FrankaReach:
     tracked by Genesis's PD controller; the gripper stays open.
     Observation (23): arm joint positions (7), joint velocities x0.1 (7), hand position (3),
     goal (3), goal minus hand (3), in the env's local frame.
-    Reward: ``10 * (previous distance - distance)`` (progress), ``+10`` on success, ``-0.05`` per step.
+    Reward: ``10 * (previous distance - distance)`` (progress), ``+10`` on success, ``-0.05`` per
+    step.
     The episode terminates with ``info["success"]`` when the hand is within ``goal_radius``;
     ``info["distance"]`` is the hand-goal distance (a tracking metric for eval).
 
@@ -73,7 +76,8 @@ class FrankaReach:
         )
         self.scene.add_entity(gs.morphs.Plane())
         # Genesis paints collision hulls with colours from numpy's global RNG: fix them, so every
-        # scene looks the same (frames comparable across scenes), and leave the caller's RNG as it was
+        # scene looks the same (frames comparable across scenes), and leave the caller's RNG as it
+        # was
         rng_state = np.random.get_state()
         np.random.seed(7)
         try:
@@ -136,7 +140,9 @@ class FrankaReach:
         hand = self._hand_pos()
         return torch.cat([q, 0.1 * dq, hand, self.goal, self.goal - hand], dim=1)
 
-    def step(self, actions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]:
+    def step(
+        self, actions: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]:
         q = self.robot.get_dofs_position()[:, :7]
         self.target[:, :7] = torch.clamp(q + self.action_scale * actions, self._q_low, self._q_high)
         self.robot.control_dofs_position(self.target)

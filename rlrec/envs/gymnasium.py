@@ -109,7 +109,8 @@ def _check_vectorization(env_cfg) -> None:
     context = getattr(env_cfg, "async_context", None)
     if context is not None and context not in _CONTEXTS:
         raise ConfigError(
-            f"env.async_context={context!r} is invalid: allowed values are {', '.join(_CONTEXTS)}, null"
+            f"env.async_context={context!r} is invalid: allowed values are "
+            f"{', '.join(_CONTEXTS)}, null"
         )
 
 
@@ -210,7 +211,9 @@ class GymnasiumEnv(EnvAdapter):
             self.single_observation_space = probe.observation_space
             self.single_action_space = probe.action_space
             self.dt = _dt_of(probe)
-            self.max_episode_steps = probe.spec.max_episode_steps if probe.spec else max_episode_steps
+            self.max_episode_steps = (
+                probe.spec.max_episode_steps if probe.spec else max_episode_steps
+            )
             self.render_mode = probe.render_mode
         finally:
             probe.close()
@@ -232,8 +235,12 @@ class GymnasiumEnv(EnvAdapter):
         if vectorization == "sync":
             self.vec = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
         else:
-            self.vec = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode, context=async_context)
-        self._obs = torch.zeros(self.num_envs, *self.single_observation_space.shape, device=self.device)
+            self.vec = gym.vector.AsyncVectorEnv(
+                fns, copy=False, autoreset_mode=mode, context=async_context
+            )
+        self._obs = torch.zeros(
+            self.num_envs, *self.single_observation_space.shape, device=self.device
+        )
 
     # ------------------------------------------------------------------ conversions
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
@@ -286,14 +293,16 @@ class GymnasiumEnv(EnvAdapter):
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         if self.render_mode != "rgb_array":
             raise ConfigError(
-                f"env.id={self.env_id!r} was built with render_mode={self.render_mode!r}: it cannot "
-                "render frames (see rlrec.envs.gymnasium.check_renderable)"
+                f"env.id={self.env_id!r} was built with render_mode={self.render_mode!r}: it "
+                "cannot render frames (see rlrec.envs.gymnasium.check_renderable)"
             )
         idx = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
         out = render_sub_envs(self.vec, idx)  # only the named sub-envs render
         if self._resize is not None and tuple(out.shape[1:3]) != tuple(self._resize):
             x = out.permute(0, 3, 1, 2).float()
-            x = torch.nn.functional.interpolate(x, size=self._resize, mode="bilinear", antialias=True)
+            x = torch.nn.functional.interpolate(
+                x, size=self._resize, mode="bilinear", antialias=True
+            )
             out = x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
         return out
 
@@ -303,8 +312,11 @@ class GymnasiumEnv(EnvAdapter):
             self.vec.close()
 
 
-def make(env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None) -> GymnasiumEnv:
-    """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is built."""
+def make(
+    env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None
+) -> GymnasiumEnv:
+    """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is
+    built."""
     _check_vectorization(env_cfg)
     spec = resolve_spec(env_cfg)
     modes = _render_modes(spec)

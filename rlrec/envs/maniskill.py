@@ -46,7 +46,10 @@ from rlrec.envs.base import (
 OBS_MODES = ["state"]  # flat float observations; visual obs modes are not wired to the policy
 VECTORIZATIONS = ["sync", "async"]
 ASYNC_CONTEXTS = ["spawn", "forkserver"]  # "fork" deadlocks SAPIEN's renderer in the child
-INSTALL_HINT = "pip install -e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs Vulkan)"
+INSTALL_HINT = (
+    "pip install -e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs "
+    "Vulkan)"
+)
 
 
 class AssetsMissing(ConfigError):
@@ -61,7 +64,9 @@ def _import_maniskill():
         import mani_skill.envs  # noqa: F401  registers the built-in tasks
         from mani_skill.utils.registration import REGISTERED_ENVS
     except ImportError as e:
-        raise ConfigError(f"env=maniskill needs the maniskill extra, which is not installed ({e}): {INSTALL_HINT}") from e
+        raise ConfigError(
+            f"env=maniskill needs the maniskill extra, which is not installed ({e}): {INSTALL_HINT}"
+        ) from e
     return REGISTERED_ENVS
 
 
@@ -73,17 +78,22 @@ def _import_user_modules(imports: Sequence[str]) -> None:
 def _spec(env_id: str):
     registry = _import_maniskill()
     if env_id not in registry:
-        near = sorted(k for k in registry if k.split("-")[0].lower() in env_id.lower() or env_id.lower() in k.lower())
+        near = sorted(
+            k
+            for k in registry
+            if k.split("-")[0].lower() in env_id.lower() or env_id.lower() in k.lower()
+        )
         hint = f" Did you mean: {', '.join(near[:5])}?" if near else ""
         raise ConfigError(
-            f"env.id={env_id!r} is not a registered ManiSkill env.{hint} Envs of your own are found "
-            "when their module is listed in env.imports."
+            f"env.id={env_id!r} is not a registered ManiSkill env.{hint} Envs of your own are "
+            "found when their module is listed in env.imports."
         )
     return registry[env_id]
 
 
 def missing_assets(spec) -> List[str]:
-    """Data-source ids an env spec needs that are not downloaded (ManiSkill's own check, minus the prompt)."""
+    """Data-source ids an env spec needs that are not downloaded (ManiSkill's own check, minus the
+    prompt)."""
     from mani_skill.utils import assets
 
     missing: List[str] = []
@@ -98,9 +108,10 @@ def missing_assets(spec) -> List[str]:
 
 def _assets_error(env_id: str, what: str) -> AssetsMissing:
     return AssetsMissing(
-        f"env.id={env_id!r} needs ManiSkill assets that are not downloaded ({what}). rlrec does not "
-        f"download assets: run `python -m mani_skill.utils.download_asset {env_id}` once, or choose an "
-        "env whose assets ship with mani_skill (e.g. PushCube-v1, PickCube-v1, StackCube-v1)."
+        f"env.id={env_id!r} needs ManiSkill assets that are not downloaded ({what}). rlrec does "
+        f"not download assets: run `python -m mani_skill.utils.download_asset {env_id}` once, or "
+        "choose an env whose assets ship with mani_skill (e.g. PushCube-v1, PickCube-v1, "
+        "StackCube-v1)."
     )
 
 
@@ -122,10 +133,14 @@ def _no_download_prompt(env_id: str):
 
 def _vulkan_hint(e: BaseException) -> Optional[str]:
     text = str(e).lower()
-    if any(w in text for w in ("vulkan", "vk::", "render device", "physical device", "descriptorbinding")):
+    if any(
+        w in text
+        for w in ("vulkan", "vk::", "render device", "physical device", "descriptorbinding")
+    ):
         return (
-            f"SAPIEN could not create a Vulkan render device ({e}). ManiSkill needs Vulkan even for state "
-            "observations: on Debian without a GPU run bash scripts/setup_maniskill.sh (Mesa >= 23 lavapipe)."
+            f"SAPIEN could not create a Vulkan render device ({e}). ManiSkill needs Vulkan even "
+            "for state observations: on Debian without a GPU run bash scripts/setup_maniskill.sh "
+            "(Mesa >= 23 lavapipe)."
         )
     return None
 
@@ -142,7 +157,9 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
             return spec.cls(**{**spec.default_kwargs, **kwargs})
     except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
         if "control" in str(e).lower() or "supported modes" in str(e).lower():
-            raise ConfigError(f"env.control_mode={kwargs.get('control_mode')!r} is invalid for {env_id}: {e}") from e
+            raise ConfigError(
+                f"env.control_mode={kwargs.get('control_mode')!r} is invalid for {env_id}: {e}"
+            ) from e
         raise
     except RuntimeError as e:
         hint = _vulkan_hint(e)
@@ -153,17 +170,24 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
 
 def _check_config(cfg: ManiSkillEnvConfig, spec) -> None:
     if cfg.obs_mode not in OBS_MODES:
-        raise ConfigError(f"env.obs_mode={cfg.obs_mode!r} is invalid: allowed values are {', '.join(OBS_MODES)}")
+        raise ConfigError(
+            f"env.obs_mode={cfg.obs_mode!r} is invalid: allowed values are {', '.join(OBS_MODES)}"
+        )
     rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
     if rewards and cfg.reward_mode not in rewards:
-        raise ConfigError(f"env.reward_mode={cfg.reward_mode!r} is invalid: allowed values are {', '.join(rewards)}")
+        raise ConfigError(
+            f"env.reward_mode={cfg.reward_mode!r} is invalid: allowed values are "
+            f"{', '.join(rewards)}"
+        )
     if cfg.cpu_vectorization not in VECTORIZATIONS:
         raise ConfigError(
-            f"env.cpu_vectorization={cfg.cpu_vectorization!r} is invalid: allowed values are {', '.join(VECTORIZATIONS)}"
+            f"env.cpu_vectorization={cfg.cpu_vectorization!r} is invalid: allowed values are "
+            f"{', '.join(VECTORIZATIONS)}"
         )
     if cfg.async_context not in ASYNC_CONTEXTS:
         raise ConfigError(
-            f"env.async_context={cfg.async_context!r} is invalid: allowed values are {', '.join(ASYNC_CONTEXTS)} "
+            f"env.async_context={cfg.async_context!r} is invalid: allowed values are "
+            f"{', '.join(ASYNC_CONTEXTS)} "
             "(fork hangs: SAPIEN's render device does not survive a fork)"
         )
 
@@ -181,13 +205,20 @@ class ManiSkillEnv(EnvAdapter):
         self.clock = EpisodeClock(num_envs, self.device)
         self._closed = False
 
-    # subclasses: _reset_sim(seed, idx) -> (obs, info); _step_sim(action) -> (obs, reward, term, info);
+    # subclasses: _reset_sim(seed, idx) -> (obs, info);
+    # _step_sim(action) -> (obs, reward, term, info);
     # _render_sim(idx list) -> uint8 [k, H, W, 3] on CPU, owned
 
-    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None) -> Tuple[torch.Tensor, Info]:
+    def reset(
+        self, seed: Optional[int] = None, env_idx: EnvIdx = None
+    ) -> Tuple[torch.Tensor, Info]:
         full = env_idx is None
         idx = as_env_index(env_idx, self.num_envs, self.device)
-        if not full and idx.numel() == self.num_envs and bool((idx.sort().values == torch.arange(self.num_envs, device=self.device)).all()):
+        if (
+            not full
+            and idx.numel() == self.num_envs
+            and bool((idx.sort().values == torch.arange(self.num_envs, device=self.device)).all())
+        ):
             full = True
         if not full and idx.numel() == 0:
             return self._last_obs.clone(), {}
@@ -210,10 +241,20 @@ class ManiSkillEnv(EnvAdapter):
 class ManiSkillGPUEnv(ManiSkillEnv):
     """One batched ``physx_cuda`` ManiSkill env."""
 
-    def __init__(self, env_id: str, kwargs: Dict[str, Any], num_envs: int, device: torch.device,
-                 max_episode_steps: Optional[int], imports: Sequence[str] = (), seed: Optional[int] = None):
+    def __init__(
+        self,
+        env_id: str,
+        kwargs: Dict[str, Any],
+        num_envs: int,
+        device: torch.device,
+        max_episode_steps: Optional[int],
+        imports: Sequence[str] = (),
+        seed: Optional[int] = None,
+    ):
         super().__init__(num_envs, device, max_episode_steps)
-        self.env = build_maniskill_env(env_id, {**kwargs, "num_envs": num_envs, "sim_backend": "physx_cuda"}, imports)
+        self.env = build_maniskill_env(
+            env_id, {**kwargs, "num_envs": num_envs, "sim_backend": "physx_cuda"}, imports
+        )
         self.dt = float(self.env.control_timestep)
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
@@ -226,14 +267,18 @@ class ManiSkillGPUEnv(ManiSkillEnv):
 
     def _step_sim(self, action):
         obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
-        return (obs.to(self.device).clone(), reward.to(self.device, torch.float32).clone(),
-                terminated.to(self.device, torch.bool).clone(),
-                owned_info(info, self.num_envs, self.device))
+        return (
+            obs.to(self.device).clone(),
+            reward.to(self.device, torch.float32).clone(),
+            terminated.to(self.device, torch.bool).clone(),
+            owned_info(info, self.num_envs, self.device),
+        )
 
     def _sync_gpu_state(self) -> None:
         # ManiSkill ends reset with apply -> kinematics update -> fetch and step with a fetch. If
-        # something wrote to the GPU buffers since (apply without fetch), finish that sequence so the
-        # render reads the state the sim now holds, not the last fetched one. Nothing is re-applied.
+        # something wrote to the GPU buffers since (apply without fetch), finish that sequence so
+        # the render reads the state the sim now holds, not the last fetched one. Nothing is
+        # re-applied.
         scene = self.env.scene
         if getattr(scene, "_needs_fetch", False):
             scene.px.gpu_update_articulation_kinematics()
@@ -264,7 +309,8 @@ class _CPUSubEnv(SubEnv):
 
     @staticmethod
     def _info(info: Dict[str, Any]) -> Dict[str, Any]:
-        # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give object arrays)
+        # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give
+        # object arrays)
         out = {}
         for k, v in info.items():
             if isinstance(v, torch.Tensor) and v.numel() == 1:
@@ -281,31 +327,51 @@ class _CPUSubEnv(SubEnv):
         return obs[0].numpy(), float(reward[0]), bool(terminated[0]), False, self._info(info)
 
     def frame(self) -> np.ndarray:
-        return np.array(self.env.render_rgb_array()[0, ..., :3].cpu().numpy(), dtype=np.uint8, copy=True)
+        return np.array(
+            self.env.render_rgb_array()[0, ..., :3].cpu().numpy(), dtype=np.uint8, copy=True
+        )
 
 
-def _make_cpu_sub_env(index: int, env_id: str, kwargs: Dict[str, Any], imports: Tuple[str, ...]) -> _CPUSubEnv:
+def _make_cpu_sub_env(
+    index: int, env_id: str, kwargs: Dict[str, Any], imports: Tuple[str, ...]
+) -> _CPUSubEnv:
     # module-level (picklable) so spawn/forkserver workers can build their env
-    env = build_maniskill_env(env_id, {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"}, imports)
+    env = build_maniskill_env(
+        env_id,
+        {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"},
+        imports,
+    )
     return _CPUSubEnv(env, index)
 
 
 class ManiSkillCPUEnv(ManiSkillEnv):
     """N single CPU ManiSkill envs in a gymnasium vector env with autoreset disabled."""
 
-    def __init__(self, env_id: str, kwargs: Dict[str, Any], num_envs: int, max_episode_steps: Optional[int],
-                 imports: Sequence[str] = (), seed: Optional[int] = None, vectorization: str = "sync",
-                 context: str = "spawn"):
+    def __init__(
+        self,
+        env_id: str,
+        kwargs: Dict[str, Any],
+        num_envs: int,
+        max_episode_steps: Optional[int],
+        imports: Sequence[str] = (),
+        seed: Optional[int] = None,
+        vectorization: str = "sync",
+        context: str = "spawn",
+    ):
         super().__init__(num_envs, torch.device("cpu"), max_episode_steps)
-        fns = [functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports)) for i in range(num_envs)]
+        fns = [
+            functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports))
+            for i in range(num_envs)
+        ]
         mode = gym.vector.AutoresetMode.DISABLED
         if vectorization == "async":
             try:
                 self.vec = gym.vector.AsyncVectorEnv(fns, context=context, autoreset_mode=mode)
             except (EOFError, ConnectionError) as e:  # a worker died building its env
                 raise RuntimeError(
-                    "a ManiSkill worker process failed while building its env (its traceback is printed "
-                    "above); env.cpu_vectorization=sync raises the same error in this process"
+                    "a ManiSkill worker process failed while building its env (its traceback is "
+                    "printed above); env.cpu_vectorization=sync raises the same error in this "
+                    "process"
                 ) from e
         else:
             self.vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
@@ -330,9 +396,12 @@ class ManiSkillCPUEnv(ManiSkillEnv):
     def _step_sim(self, action):
         act = action.detach().cpu().numpy().astype(self.single_action_space.dtype, copy=False)
         obs, reward, terminated, _, info = self.vec.step(act)
-        return (torch.as_tensor(obs, dtype=torch.float32).clone(), torch.as_tensor(reward, dtype=torch.float32),
-                torch.as_tensor(terminated, dtype=torch.bool).clone(),
-                owned_info(info, self.num_envs, self.device, masks=False))
+        return (
+            torch.as_tensor(obs, dtype=torch.float32).clone(),
+            torch.as_tensor(reward, dtype=torch.float32),
+            torch.as_tensor(terminated, dtype=torch.bool).clone(),
+            owned_info(info, self.num_envs, self.device, masks=False),
+        )
 
     def _render_sim(self, idx: List[int]) -> torch.Tensor:
         return render_sub_envs(self.vec, idx)
@@ -347,7 +416,8 @@ class ManiSkillCPUEnv(ManiSkillEnv):
 
 
 def env_kwargs(cfg: ManiSkillEnvConfig) -> Dict[str, Any]:
-    """Keyword arguments for the ManiSkill env class (sim backend and num_envs are added per sim)."""
+    """Keyword arguments for the ManiSkill env class (sim backend and num_envs are added per
+    sim)."""
     kw = dict(
         obs_mode=cfg.obs_mode,
         control_mode=cfg.control_mode,
@@ -359,9 +429,15 @@ def env_kwargs(cfg: ManiSkillEnvConfig) -> Dict[str, Any]:
     return kw
 
 
-def make(env_cfg: ManiSkillEnvConfig, sim: SimConfig, num_envs: int, device: torch.device,
-         seed: Optional[int] = None) -> ManiSkillEnv:
-    """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs otherwise."""
+def make(
+    env_cfg: ManiSkillEnvConfig,
+    sim: SimConfig,
+    num_envs: int,
+    device: torch.device,
+    seed: Optional[int] = None,
+) -> ManiSkillEnv:
+    """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs
+    otherwise."""
     imports = list(env_cfg.imports or [])
     _import_maniskill()
     _import_user_modules(imports)
@@ -370,13 +446,30 @@ def make(env_cfg: ManiSkillEnvConfig, sim: SimConfig, num_envs: int, device: tor
     missing = missing_assets(spec)
     if missing:
         raise _assets_error(env_cfg.id, ", ".join(missing))
-    limit = env_cfg.max_episode_steps if env_cfg.max_episode_steps is not None else spec.max_episode_steps
+    limit = (
+        env_cfg.max_episode_steps
+        if env_cfg.max_episode_steps is not None
+        else spec.max_episode_steps
+    )
     kw = env_kwargs(env_cfg)
     if sim.name == "gpu":
         if not torch.cuda.is_available():
-            raise ConfigError("sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu")
+            raise ConfigError(
+                "sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu"
+            )
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
     if torch.device(device).type != "cpu":
-        raise ConfigError(f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; use sim.device=cpu")
-    return ManiSkillCPUEnv(env_cfg.id, kw, num_envs, limit, imports, seed,
-                           vectorization=env_cfg.cpu_vectorization, context=env_cfg.async_context)
+        raise ConfigError(
+            f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; "
+            "use sim.device=cpu"
+        )
+    return ManiSkillCPUEnv(
+        env_cfg.id,
+        kw,
+        num_envs,
+        limit,
+        imports,
+        seed,
+        vectorization=env_cfg.cpu_vectorization,
+        context=env_cfg.async_context,
+    )

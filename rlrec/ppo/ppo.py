@@ -19,7 +19,9 @@ class PPO:
     knows nothing of envs. The runner's collection loop is ``act`` -> env step ->
     ``process_env_step``, then ``compute_returns`` and ``update``."""
 
-    def __init__(self, cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space, device: torch.device):
+    def __init__(
+        self, cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space, device: torch.device
+    ):
         self.cfg = cfg
         self.device = device
         self.obs_shape, self.action_space = tuple(obs_space.shape), action_space
@@ -30,8 +32,9 @@ class PPO:
         # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
         # tensor, the larger part of an update step for the small MLPs of PPO
         fused = device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5,
-                                          fused=fused or None)
+        self.optimizer = torch.optim.Adam(
+            self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=fused or None
+        )
         self.clip_coef = cfg.clip_coef
         self.storage: Optional[RolloutStorage] = None
         self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
@@ -39,8 +42,12 @@ class PPO:
     def init_storage(self, num_envs: int) -> RolloutStorage:
         """Preallocates the ``[num_steps, num_envs]`` rollout tensors on the device."""
         self.storage = RolloutStorage(
-            self.cfg.num_steps, num_envs, tuple(self.obs_shape), tuple(self.agent.action_shape),
-            action_dtype(self.action_space), self.device,
+            self.cfg.num_steps,
+            num_envs,
+            tuple(self.obs_shape),
+            tuple(self.agent.action_shape),
+            action_dtype(self.action_space),
+            self.device,
         )
         return self.storage
 
@@ -53,8 +60,9 @@ class PPO:
         self._transition = (nobs, action, logprob, value)
         return action
 
-    def process_env_step(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-                         info: dict) -> None:
+    def process_env_step(
+        self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, info: dict
+    ) -> None:
         """Stores the transition of the last :meth:`act`: the reward scaled, and an episode cut by
         the time limit bootstrapped from its real final observation (``info["final_obs"]``)."""
         reward = reward.float() * self.cfg.reward_scale
@@ -89,11 +97,16 @@ class PPO:
         self.clip_coef = self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0)
         return lr
 
-    def bootstrap_truncated(self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-                            final_obs: torch.Tensor) -> torch.Tensor:
-        """``reward + gamma * V(final_obs)`` where an episode was cut by the time limit (not where it
-        terminated): the return it would have had continues past the cut, so GAE can treat every
-        episode end as terminal."""
+    def bootstrap_truncated(
+        self,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        final_obs: torch.Tensor,
+    ) -> torch.Tensor:
+        """``reward + gamma * V(final_obs)`` where an episode was cut by the time limit (not where
+        it terminated): the return it would have had continues past the cut, so GAE can treat
+        every episode end as terminal."""
         cut = (truncated & ~terminated).float()
         return reward + self.cfg.gamma * self.agent.value(self.normalize(final_obs)) * cut
 
@@ -107,7 +120,9 @@ class PPO:
         assert storage is not None, "init_storage() first, or pass a storage"
         cfg, clip = self.cfg, self.clip_coef
         names = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/clipfrac")
-        totals = torch.zeros(len(names), device=self.device)  # summed on the device: no sync per step
+        totals = torch.zeros(
+            len(names), device=self.device
+        )  # summed on the device: no sync per step
         n_updates = 0
         for _epoch in range(cfg.update_epochs):
             for mb in storage.minibatches(cfg.num_minibatches):
@@ -120,12 +135,15 @@ class PPO:
                 adv = mb["advantages"]
                 if cfg.norm_adv and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(
-                    -adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)
-                ).mean()
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
                 if cfg.clip_vloss:
                     v_clipped = mb["values"] + (value - mb["values"]).clamp(-clip, clip)
-                    v_loss = 0.5 * torch.max((value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()
+                    v_loss = (
+                        0.5
+                        * torch.max(
+                            (value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2
+                        ).mean()
+                    )
                 else:
                     v_loss = 0.5 * ((value - mb["returns"]) ** 2).mean()
                 ent = entropy.mean()
@@ -142,7 +160,9 @@ class PPO:
         out = dict(zip(names, (totals / max(1, n_updates)).tolist()))
         y, pred = storage.returns.flatten(), storage.values.flatten()
         var_y = y.var()
-        out["loss/explained_variance"] = float("nan") if var_y == 0 else float(1 - (y - pred).var() / var_y)
+        out["loss/explained_variance"] = (
+            float("nan") if var_y == 0 else float(1 - (y - pred).var() / var_y)
+        )
         out["loss/updates"] = float(n_updates)
         if not self.agent.discrete:
             out["policy/std"] = float(self.agent.log_std.detach().exp().mean())
@@ -167,4 +187,3 @@ class PPO:
 def action_dtype(space: gym.Space) -> torch.dtype:
     """Storage dtype of actions from ``space``."""
     return torch.long if isinstance(space, gym.spaces.Discrete) else torch.float32
-

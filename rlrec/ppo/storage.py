@@ -11,8 +11,15 @@ class RolloutStorage:
     """``[num_steps, num_envs, ...]`` tensors on the sim device, filled in place one step at a
     time by :meth:`add` (the algorithm's ``process_env_step``)."""
 
-    def __init__(self, num_steps: int, num_envs: int, obs_shape: Tuple[int, ...],
-                 action_shape: Tuple[int, ...], action_dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_shape: Tuple[int, ...],
+        action_shape: Tuple[int, ...],
+        action_dtype: torch.dtype,
+        device: torch.device,
+    ):
         t, n = num_steps, num_envs
         self.num_steps, self.num_envs = t, n
         self.obs = torch.zeros(t, n, *obs_shape, device=device)
@@ -25,8 +32,15 @@ class RolloutStorage:
         self.returns = torch.zeros(t, n, device=device)
         self.step = 0  # the next row add() writes
 
-    def add(self, obs: torch.Tensor, actions: torch.Tensor, logprobs: torch.Tensor, values: torch.Tensor,
-            rewards: torch.Tensor, dones: torch.Tensor) -> None:
+    def add(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        logprobs: torch.Tensor,
+        values: torch.Tensor,
+        rewards: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> None:
         """Writes one env step of every env into the next row."""
         if self.step >= self.num_steps:
             raise IndexError(f"rollout storage is full ({self.num_steps} steps): clear() it first")
@@ -40,7 +54,8 @@ class RolloutStorage:
         self.step = 0
 
     def compute_gae(self, next_value: torch.Tensor, gamma: float, lam: float) -> None:
-        """GAE(lambda). Truncation bootstrapping is already folded into ``rewards`` by the runner."""
+        """GAE(lambda). Truncation bootstrapping is already folded into ``rewards`` by the
+        runner."""
         last = torch.zeros_like(next_value)
         for t in reversed(range(self.num_steps)):
             nxt = next_value if t == self.num_steps - 1 else self.values[t + 1]
@@ -50,7 +65,9 @@ class RolloutStorage:
             self.advantages[t] = last
         self.returns.copy_(self.advantages + self.values)
 
-    def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> Iterator[dict]:
+    def minibatches(
+        self, num_minibatches: int, generator: torch.Generator | None = None
+    ) -> Iterator[dict]:
         """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch."""
         size = self.num_steps * self.num_envs
         flat = {

@@ -290,7 +290,9 @@ class Encoder:
             _remove(tmp)
             self._results.append(_failure(job, err))
             return
-        self._results.append(ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag))
+        self._results.append(
+            ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
+        )
 
     def _discard(self) -> None:
         proc, tmp = self._proc, self._tmp

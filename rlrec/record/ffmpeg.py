@@ -39,7 +39,14 @@ class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file."""
 
     def __init__(
-        self, path: str, width: int, height: int, fps: float, quality: int, lossless: bool, preset: str
+        self,
+        path: str,
+        width: int,
+        height: int,
+        fps: float,
+        quality: int,
+        lossless: bool,
+        preset: str,
     ):
         import imageio_ffmpeg
 

@@ -33,7 +33,9 @@ def tile(frames: np.ndarray) -> np.ndarray:
     rows, cols = grid_shape(k)
     canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
     canvas[:k] = frames
-    return canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
+    return (
+        canvas.reshape(rows, cols, h, w, c).transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, c)
+    )
 
 
 def pad_even(image: np.ndarray) -> np.ndarray:
@@ -54,7 +56,9 @@ class FrameMeta:
 
     episode: int  # episode of the first recorded env
     episode_step: int  # steps since that env's reset
-    reward: Any = None  # [k] reward of the step that led to this frame (None on a clip's first frame)
+    reward: Any = (
+        None  # [k] reward of the step that led to this frame (None on a clip's first frame)
+    )
     ret: Any = None  # [k] return since the clip started
     success: Any = None  # [k] bool, or None when the env has no success signal
 
@@ -66,7 +70,8 @@ def _values(x: Any, k: int) -> list:
 
 
 def draw_overlay(frames: np.ndarray, meta: Optional[FrameMeta]) -> np.ndarray:
-    """Returns ``frames`` ``[k, H, W, 3]`` with the text of ``meta`` in each tile's top-left corner."""
+    """Returns ``frames`` ``[k, H, W, 3]`` with the text of ``meta`` in each tile's top-left
+    corner."""
     if meta is None:
         return frames
     from PIL import Image, ImageDraw

@@ -66,7 +66,9 @@ class _Clip:
 
     steps: int = 0  # env steps since the first frame
     frames: int = 0
-    ret: Optional[torch.Tensor] = None  # return of the recorded envs since the first frame (overlay)
+    ret: Optional[torch.Tensor] = (
+        None  # return of the recorded envs since the first frame (overlay)
+    )
 
 
 class Recorder(EnvWrapper):
@@ -241,9 +243,14 @@ class Recorder(EnvWrapper):
                 f"missing keys {sorted(missing)}"
             )
         schedule = state.get("schedule")
-        if schedule is None:  # version 1 kept the schedule's keys at the top level; none: a fresh one
+        if (
+            schedule is None
+        ):  # version 1 kept the schedule's keys at the top level; none: a fresh one
             keys = ("step_pending", "step_fired_at")
-            schedule = {"version": Schedule.STATE_VERSION, **{k: state[k] for k in keys if k in state}}
+            schedule = {
+                "version": Schedule.STATE_VERSION,
+                **{k: state[k] for k in keys if k in state},
+            }
         self.schedule.load_state_dict(schedule)
         if self._clip is not None:
             self._end_clip(keep=False)
@@ -288,7 +295,12 @@ class Recorder(EnvWrapper):
         assert clip is not None
         frames = self.env.render(self.env_idx)
         k = len(self.env_idx)
-        if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[0] != k or frames.shape[-1] != 3:
+        if (
+            frames.dtype != torch.uint8
+            or frames.dim() != 4
+            or frames.shape[0] != k
+            or frames.shape[-1] != 3
+        ):
             raise TypeError(
                 f"{type(self.unwrapped).__name__}.render({self.env_idx}) returned {frames.dtype} "
                 f"{tuple(frames.shape)}; the recorder needs uint8 [{k}, H, W, 3]"

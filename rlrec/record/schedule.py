@@ -41,12 +41,16 @@ class Schedule:
 
     STATE_VERSION = 1
 
-    def __init__(self, trigger: Any, every: Optional[int] = None, record_final_episode: bool = False):
+    def __init__(
+        self, trigger: Any, every: Optional[int] = None, record_final_episode: bool = False
+    ):
         self.trigger = Trigger(trigger)
         self.every = None if every is None else int(every)
         self.record_final_episode = bool(record_final_episode)
         # checkpointed
-        self._step_pending = False  # the step trigger fell on a terminal step: start at the next reset
+        self._step_pending = (
+            False  # the step trigger fell on a terminal step: start at the next reset
+        )
         self._step_fired_at = -1  # step count at which the step trigger last fired
         # this process only
         self._record_next = False
@@ -108,7 +112,8 @@ class Schedule:
         return False  # none
 
     def _final(self, steps: int) -> bool:
-        """Whether an episode reset after ``steps`` steps may be in progress at the announced end."""
+        """Whether an episode reset after ``steps`` steps may be in progress at the announced
+        end."""
         if self._end is None:
             return False
         return self._horizon is None or self._end - steps <= self._horizon
@@ -147,7 +152,8 @@ class Schedule:
         version = state.get("version") if isinstance(state, dict) else None
         if version != self.STATE_VERSION:
             raise ValueError(
-                f"not a recorder schedule state of version {self.STATE_VERSION}: version {version!r}"
+                f"not a recorder schedule state of version {self.STATE_VERSION}: "
+                f"version {version!r}"
             )
         self._step_pending = bool(state.get("step_pending", False))
         self._step_fired_at = int(state.get("step_fired_at", -1))

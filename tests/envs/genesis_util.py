@@ -21,14 +21,20 @@ RENDER_ATOL = 0.05
 
 def genesis_cfg(num_envs: int, limit: int, **kwargs) -> GenesisEnvConfig:
     return GenesisEnvConfig(
-        num_envs=num_envs, max_episode_steps=limit, render_width=SIZE, render_height=SIZE, kwargs=dict(kwargs)
+        num_envs=num_envs,
+        max_episode_steps=limit,
+        render_width=SIZE,
+        render_height=SIZE,
+        kwargs=dict(kwargs),
     )
 
 
 def make_genesis(num_envs: int = 3, limit: int = 6, seed: int = 0, **kwargs):
     from rlrec.envs import genesis
 
-    return genesis.make(genesis_cfg(num_envs, limit, **kwargs), SimConfig(), num_envs, torch.device("cpu"), seed)
+    return genesis.make(
+        genesis_cfg(num_envs, limit, **kwargs), SimConfig(), num_envs, torch.device("cpu"), seed
+    )
 
 
 def diff(a, b) -> float:

@@ -120,8 +120,9 @@ def test_state_dict_round_trip_resumes_bit_exactly():
     and loaded into a fresh stack: it continues exactly as the original."""
 
     def stack():
-        return AutoReset(PointReach(4, max_episode_steps=7, render_width=16, render_height=16,
-                                    seed=1))
+        return AutoReset(
+            PointReach(4, max_episode_steps=7, render_width=16, render_height=16, seed=1)
+        )
 
     def run(env, steps):
         gen = torch.Generator().manual_seed(5)

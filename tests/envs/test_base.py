@@ -16,7 +16,6 @@ from rlrec.config import ConfigError
 from rlrec.envs import EpisodeClock, owned_info
 from rlrec.envs.base import SubEnv, import_object, render_sub_envs
 
-
 # --------------------------------------------------------------------------- EpisodeClock
 
 
@@ -131,16 +130,24 @@ def test_import_object_returns_modules_and_attributes(user_code):
 @pytest.mark.parametrize(
     "path, message",
     [
-        ("no_such_module_xyz",
-         r"k='no_such_module_xyz' cannot be imported: cannot import module 'no_such_module_xyz'"),
-        ("no_such_module_xyz.Env",
-         r"xyz.Env' cannot be imported: cannot import module 'no_such_module_xyz' \("),
+        (
+            "no_such_module_xyz",
+            r"k='no_such_module_xyz' cannot be imported: cannot import module 'no_such_module_xyz'",
+        ),
+        (
+            "no_such_module_xyz.Env",
+            r"xyz.Env' cannot be imported: cannot import module 'no_such_module_xyz' \(",
+        ),
         ("rlrec_test_ok.Nope", r"module 'rlrec_test_ok' has no attribute 'Nope'"),
         ("rlrec.envs.no_such_sub.Env", r"module 'rlrec.envs' has no attribute 'no_such_sub'"),
-        ("rlrec_test_ok.Env.nope",
-         r"k='rlrec_test_ok.Env.nope' cannot be imported: .*'Env' has no attribute 'nope'"),
-        ("rlrec_test_dep.Env",
-         r"cannot import module 'rlrec_test_dep' \(No module named 'rlrec_test_no_such_depend"),
+        (
+            "rlrec_test_ok.Env.nope",
+            r"k='rlrec_test_ok.Env.nope' cannot be imported: .*'Env' has no attribute 'nope'",
+        ),
+        (
+            "rlrec_test_dep.Env",
+            r"cannot import module 'rlrec_test_dep' \(No module named 'rlrec_test_no_such_depend",
+        ),
         ("a..b", r"k='a..b' is invalid: .*invalid dotstring"),
         ("", r"k='' is invalid"),
     ],
@@ -232,4 +239,3 @@ def test_importing_rlrec_envs_imports_no_simulator_or_backend():
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-

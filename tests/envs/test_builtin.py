@@ -8,7 +8,9 @@ class TestBuiltinContract(EnvContract):
     num_envs = 4
 
     def make_env(self, num_envs, seed=None):
-        return PointReach(num_envs, render_width=48, render_height=32, max_episode_steps=40, seed=seed)
+        return PointReach(
+            num_envs, render_width=48, render_height=32, max_episode_steps=40, seed=seed
+        )
 
 
 def test_frame_is_pure_function_of_state():

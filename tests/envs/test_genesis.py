@@ -24,12 +24,16 @@ def needs_genesis(obj):
     return pytest.mark.genesis(_skip(obj))
 
 
-# --------------------------------------------------------------------------- errors, no Genesis needed
+# ------------------------------------------------------------------------ errors, no Genesis needed
 
 
 def test_missing_extra_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "genesis", None)  # import genesis -> ImportError
-    with pytest.raises(ConfigError, match=r"env=genesis needs the genesis extra.*pip install -e '\.\[genesis\]'.*setup_genesis\.sh"):
+    with pytest.raises(
+        ConfigError,
+        match=r"env=genesis needs the genesis extra.*"
+        r"pip install -e '\.\[genesis\]'.*setup_genesis\.sh",
+    ):
         make_adapter(GenesisEnvConfig(num_envs=2), SimConfig(), 2, seed=0)
 
 
@@ -56,18 +60,27 @@ def test_gl_platform_is_set_but_never_clobbered(monkeypatch):
 def test_misnamed_camera_attribute_names_the_key_and_the_cameras():
     cfg = genesis_cfg(2, 6)
     cfg.camera_attr = "cam"
-    with pytest.raises(ConfigError, match=r"env\.camera_attr='cam' is invalid: .*FrankaReach has no attribute 'cam' \(its cameras: camera\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"env\.camera_attr='cam' is invalid: .*FrankaReach has no attribute 'cam' "
+        r"\(its cameras: camera\)",
+    ):
         ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
     cfg.camera_attr = "robot"
-    with pytest.raises(ConfigError, match=r"env\.camera_attr='robot' is invalid: .*not a Genesis camera"):
+    with pytest.raises(
+        ConfigError, match=r"env\.camera_attr='robot' is invalid: .*not a Genesis camera"
+    ):
         ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
 
 
 @needs_genesis
 def test_bad_target_is_a_config_error():
-    for target, msg in (("nodots", "dotted path"), ("no_such_module.Env", "cannot be imported"),
-                        ("rlrec.envs.genesis_tasks.Nope", "has no attribute 'Nope'"),
-                        ("rlrec.envs.builtin.PointReach", "does not follow the GenesisTask protocol")):
+    for target, msg in (
+        ("nodots", "dotted path"),
+        ("no_such_module.Env", "cannot be imported"),
+        ("rlrec.envs.genesis_tasks.Nope", "has no attribute 'Nope'"),
+        ("rlrec.envs.builtin.PointReach", "does not follow the GenesisTask protocol"),
+    ):
         cfg = genesis_cfg(2, 6)
         cfg._target_ = target
         with pytest.raises((ConfigError, TypeError), match=msg):
@@ -122,7 +135,11 @@ def test_sequential_adapters_in_one_process():
         torch.testing.assert_close(obs_a, obs_b)
         assert diff(b.render([1]), frame_a) <= RENDER_ATOL
         obs, rew, term, trunc, info = b.step(torch.zeros(2, 7))
-        assert obs.shape == (2, 23) and info["success"].dtype == torch.bool and info["distance"].shape == (2,)
+        assert (
+            obs.shape == (2, 23)
+            and info["success"].dtype == torch.bool
+            and info["distance"].shape == (2,)
+        )
     finally:
         b.close()
 
@@ -142,7 +159,9 @@ def test_pose_write_without_step_is_rendered():
         task.goal_marker.set_pos(goal)  # a pose write, no scene.step
         raw = torch.as_tensor(task.camera.render(rgb=True)[0])
         after = env.render([0, 1])
-        assert diff(raw[0], before[0]) <= RENDER_ATOL, "Genesis no longer returns a stale image: revisit the note"
+        assert diff(raw[0], before[0]) <= RENDER_ATOL, (
+            "Genesis no longer returns a stale image: revisit the note"
+        )
         assert diff(after[0], before[0]) > RENDER_ATOL
         assert diff(after[1], before[1]) <= RENDER_ATOL
     finally:
@@ -155,7 +174,10 @@ def test_rendered_envs_idx_limits_what_can_be_rendered():
     try:
         env.reset(seed=0)
         assert env.render([2]).shape == (1, 64, 64, 3)
-        with pytest.raises(ConfigError, match=r"env \[0\] cannot be rendered.*draws envs \[2\] only.*recorder\.env_idx"):
+        with pytest.raises(
+            ConfigError,
+            match=r"env \[0\] cannot be rendered.*draws envs \[2\] only.*recorder\.env_idx",
+        ):
             env.render([0])
     finally:
         env.close()
@@ -185,12 +207,27 @@ def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
     process, so the second run builds its scenes after the first closed its own (gs.init once)."""
     from tests.helpers import read_metrics, run_train
 
-    args = ["-m", "env=genesis", "seed=1,2", "env.num_envs=4", "env.render_width=64", "env.render_height=64",
-            "eval_env.num_envs=2", "eval_env.every=1", "algo.num_steps=16", "algo.num_minibatches=2",
-            "total_steps=128", "logger=none", "logger.progress=false", f"hydra.sweep.dir={tmp_path}/sweep"]
+    args = [
+        "-m",
+        "env=genesis",
+        "seed=1,2",
+        "env.num_envs=4",
+        "env.render_width=64",
+        "env.render_height=64",
+        "eval_env.num_envs=2",
+        "eval_env.every=1",
+        "algo.num_steps=16",
+        "algo.num_minibatches=2",
+        "total_steps=128",
+        "logger=none",
+        "logger.progress=false",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+    ]
     run_train(args, cwd=tmp_path, timeout=600)
     for job in ("0", "1"):
         run = tmp_path / "sweep" / job
         evals = [m for m in read_metrics(run) if "eval/return" in m]
         assert evals and "eval/success" in evals[-1]
-        assert list((run / "videos" / "eval").glob("*.mp4")) and list((run / "videos" / "train").glob("*.mp4"))
+        assert list((run / "videos" / "eval").glob("*.mp4")) and list(
+            (run / "videos" / "train").glob("*.mp4")
+        )

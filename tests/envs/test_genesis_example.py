@@ -62,7 +62,9 @@ class TestDocExampleContract(EnvContract):
         # (net motion 2 mm, invisible at 48x48): push it one way instead, same checks otherwise.
         import rlrec.testing
 
-        monkeypatch.setattr(rlrec.testing, "sample_actions", lambda e, seed=0: torch.ones(e.num_envs, 2))
+        monkeypatch.setattr(
+            rlrec.testing, "sample_actions", lambda e, seed=0: torch.ones(e.num_envs, 2)
+        )
         super().test_render_is_owned_copy_of_current_state(env)
 
 
@@ -70,7 +72,9 @@ def test_example_records_through_the_env_stack(tmp_path):
     cfg = example_cfg(3, max_episode_steps=5)
     rec = RecorderConfig(trigger=Trigger.eval, record_final_episode=False)
     clips = []
-    env = make_env_stack(cfg, SimConfig(), 3, 0, rec, video_dir=str(tmp_path), kind="eval", on_clip=clips.append)
+    env = make_env_stack(
+        cfg, SimConfig(), 3, 0, rec, video_dir=str(tmp_path), kind="eval", on_clip=clips.append
+    )
     try:
         obs, _ = env.reset(seed=1)
         assert obs.shape == (3, 6)

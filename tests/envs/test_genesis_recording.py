@@ -13,7 +13,6 @@ clip, the final episode was never saved on close, every step was rendered even w
 """
 
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -23,12 +22,11 @@ pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/set
 pytestmark = pytest.mark.genesis
 
 
-from rlrec.testing import FrameSpy, decode  # noqa: E402
-from tests.envs.genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
-
 from rlrec.config import RecorderConfig, Trigger  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.testing import FrameSpy, decode  # noqa: E402
+from tests.envs.genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
 
 N = 2
 DT = 0.02  # FrankaReach's env step: 50 frames per second of sim time
@@ -77,7 +75,9 @@ def wiggle(i):
 # --------------------------------------------------------------------------- evaluation clips
 
 
-def test_each_evaluation_starts_on_its_own_fresh_reset_frame_and_ends_on_the_terminal_frame(make_stack, adapters):
+def test_each_evaluation_starts_on_its_own_fresh_reset_frame_and_ends_on_the_terminal_frame(
+    make_stack, adapters
+):
     limit = 4
     stack, rec, spy, clips = make_stack(limit, trigger=Trigger.eval, record_final_episode=False)
     seeds = [1000, 1001, 1002]
@@ -97,11 +97,17 @@ def test_each_evaluation_starts_on_its_own_fresh_reset_frame_and_ends_on_the_ter
         frames, fps = decode(clip.path)
         ref.reset(seed=seed)
         fresh = ref.render([0])[0].numpy()
-        assert diff(frames[0], fresh) <= RENDER_ATOL, f"eval {k}: first frame is not the fresh reset state"
-        assert diff(frames[0], stale[k]) > RENDER_ATOL, f"eval {k}: first frame is the pre-reset state"
+        assert diff(frames[0], fresh) <= RENDER_ATOL, (
+            f"eval {k}: first frame is not the fresh reset state"
+        )
+        assert diff(frames[0], stale[k]) > RENDER_ATOL, (
+            f"eval {k}: first frame is the pre-reset state"
+        )
         if k:
             previous, _ = decode(clips[k - 1].path)
-            assert diff(frames[0], previous[-1]) > RENDER_ATOL, f"eval {k}: starts on the previous clip's last frame"
+            assert diff(frames[0], previous[-1]) > RENDER_ATOL, (
+                f"eval {k}: starts on the previous clip's last frame"
+            )
         # the whole episode, frame for frame, ending on the terminal state before autoreset
         episode = spy.episodes[2 * k]
         after = spy.episodes[2 * k + 1][0]  # first frame of the autoreset episode
@@ -112,22 +118,30 @@ def test_each_evaluation_starts_on_its_own_fresh_reset_frame_and_ends_on_the_ter
 
 
 def test_partial_reset_of_another_env_leaves_the_recorded_env_and_its_clip(make_stack):
-    stack, rec, spy, clips = make_stack(20, trigger=Trigger.always, env_idx=[0], record_final_episode=False)
+    stack, rec, spy, clips = make_stack(
+        20, trigger=Trigger.always, env_idx=[0], record_final_episode=False
+    )
     stack.reset(seed=5)
     for i in range(3):
         stack.step(wiggle(i))
     before = stack.unwrapped.render([0, 1])
     stack.reset(env_idx=[1])  # e.g. AutoReset of env 1 alone
     after = stack.unwrapped.render([0, 1])
-    assert diff(after[0], before[0]) <= RENDER_ATOL, "a partial reset of env 1 changed env 0's image"
+    assert diff(after[0], before[0]) <= RENDER_ATOL, (
+        "a partial reset of env 1 changed env 0's image"
+    )
     assert diff(after[1], before[1]) > RENDER_ATOL, "env 1's image does not show its reset"
-    assert rec.recording and rec.episode == 0, "a reset of another env ended or restarted env 0's clip"
+    assert rec.recording and rec.episode == 0, (
+        "a reset of another env ended or restarted env 0's clip"
+    )
     for i in range(2):
         stack.step(wiggle(10 + i))
     rec.end_clip()
     rec.flush()
     frames, _ = decode(clips[0].path)
-    assert len(frames) == 6 and all(diff(a, b) <= RENDER_ATOL for a, b in zip(frames, spy.episodes[0]))
+    assert len(frames) == 6 and all(
+        diff(a, b) <= RENDER_ATOL for a, b in zip(frames, spy.episodes[0])
+    )
 
 
 # --------------------------------------------------------------------------- triggers
@@ -138,7 +152,7 @@ def test_capped_cubic_trigger_counts_episodes_of_the_recorded_env(make_stack):
     limit = 2
     stack, rec, spy, clips = make_stack(limit, trigger=Trigger.cubic, env_idx=[1], kind="train")
     stack.reset(seed=0)
-    for i in range(9 * limit + 1):  # env 1 starts its episodes 1..9
+    for _ in range(9 * limit + 1):  # env 1 starts its episodes 1..9
         stack.step(zeros())
         stack.reset(env_idx=[0])  # many extra episodes of env 0, which must not count
     rec.flush()
@@ -151,7 +165,9 @@ def test_capped_cubic_trigger_counts_episodes_of_the_recorded_env(make_stack):
 
 
 def test_step_trigger(make_stack):
-    stack, rec, spy, clips = make_stack(10, trigger=Trigger.step, every=4, length_frames=3, kind="train")
+    stack, rec, spy, clips = make_stack(
+        10, trigger=Trigger.step, every=4, length_frames=3, kind="train"
+    )
     stack.reset(seed=1)
     for i in range(18):
         stack.step(wiggle(i))
@@ -171,7 +187,7 @@ def test_step_trigger(make_stack):
 def test_episode_trigger_fires_once_per_episode_with_short_clips(make_stack):
     stack, rec, spy, clips = make_stack(8, trigger=Trigger.always, length_frames=2)
     stack.reset(seed=2)
-    for i in range(15):  # episodes 0 and 1 (steps 1-8, 9-15)
+    for _ in range(15):  # episodes 0 and 1 (steps 1-8, 9-15)
         stack.step(zeros())
     rec.flush()
     assert [c.episode for c in clips] == [0, 1] and all(c.num_frames == 2 for c in clips)
@@ -187,21 +203,31 @@ def test_length_in_seconds_uses_the_sim_dt(make_stack):
         stack.step(wiggle(i))
     rec.flush()
     frames, fps = decode(clips[0].path)
-    assert fps == pytest.approx(50.0) and clips[0].num_frames == len(frames) == 6  # 0.12 s at 50 fps
+    assert (
+        fps == pytest.approx(50.0) and clips[0].num_frames == len(frames) == 6
+    )  # 0.12 s at 50 fps
 
 
 @pytest.mark.parametrize("asked, steps_per_frame, real", [(30.0, 2, 25.0), (200.0, 1, 50.0)])
-def test_fps_snaps_to_the_dt_grid_and_the_file_says_the_real_fps(make_stack, asked, steps_per_frame, real):
+def test_fps_snaps_to_the_dt_grid_and_the_file_says_the_real_fps(
+    make_stack, asked, steps_per_frame, real
+):
     limit = 6
-    stack, rec, spy, clips = make_stack(limit, trigger=Trigger.eval, fps=asked, record_final_episode=False)
+    stack, rec, spy, clips = make_stack(
+        limit, trigger=Trigger.eval, fps=asked, record_final_episode=False
+    )
     stack.reset(seed=4)
     for i in range(limit):
         stack.step(wiggle(i))
     rec.flush()
     frames, fps = decode(clips[0].path)
     assert clips[0].fps == pytest.approx(real) and fps == pytest.approx(real)
-    expected = spy.episodes[0][::steps_per_frame]  # every steps_per_frame-th state from the reset ...
-    assert len(frames) == len(expected) == limit // steps_per_frame + 1  # ... and the terminal state
+    expected = spy.episodes[0][
+        ::steps_per_frame
+    ]  # every steps_per_frame-th state from the reset ...
+    assert (
+        len(frames) == len(expected) == limit // steps_per_frame + 1
+    )  # ... and the terminal state
     assert all(diff(a, b) <= RENDER_ATOL for a, b in zip(frames, expected))
 
 
@@ -210,7 +236,9 @@ def test_fps_snaps_to_the_dt_grid_and_the_file_says_the_real_fps(make_stack, ask
 
 def test_fixed_filename_is_replaced_atomically(make_stack, tmp_path):
     limit = 3
-    stack, rec, spy, clips = make_stack(limit, trigger=Trigger.always, filename="latest.mp4", record_final_episode=False)
+    stack, rec, spy, clips = make_stack(
+        limit, trigger=Trigger.always, filename="latest.mp4", record_final_episode=False
+    )
     stack.reset(seed=6)
     for i in range(limit):  # episode 0 ends; the autoreset starts episode 1's clip
         stack.step(wiggle(i))
@@ -246,4 +274,6 @@ def test_final_episode_is_saved_on_close(adapters, tmp_path):
     stack.close()  # idempotent
     assert len(clips) == 1 and os.path.exists(clips[0].path)
     frames, _ = decode(clips[0].path)
-    assert len(frames) == 4 and all(diff(a, b) <= RENDER_ATOL for a, b in zip(frames, spy.episodes[0]))
+    assert len(frames) == 4 and all(
+        diff(a, b) <= RENDER_ATOL for a, b in zip(frames, spy.episodes[0])
+    )

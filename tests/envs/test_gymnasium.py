@@ -41,7 +41,9 @@ class TestCartPoleAsyncContract(EnvContract):
     seed = 0  # see TestCartPoleContract
 
     def make_env(self, num_envs, seed=None):
-        return GymnasiumEnv("CartPole-v1", num_envs, vectorization="async", seed=seed, max_episode_steps=40)
+        return GymnasiumEnv(
+            "CartPole-v1", num_envs, vectorization="async", seed=seed, max_episode_steps=40
+        )
 
 
 # --------------------------------------------------------------------------- behaviour
@@ -183,7 +185,9 @@ def test_unknown_vectorization_and_context():
     with pytest.raises(ConfigError, match=r"env.vectorization='threads'.*sync, async"):
         make_adapter(_cfg(vectorization="threads"), SimConfig(), num_envs=2, seed=0)
     with pytest.raises(ConfigError, match=r"env.async_context='fast'"):
-        make_adapter(_cfg(vectorization="async", async_context="fast"), SimConfig(), num_envs=2, seed=0)
+        make_adapter(
+            _cfg(vectorization="async", async_context="fast"), SimConfig(), num_envs=2, seed=0
+        )
 
 
 class _NoFrames(gym.Env):
@@ -232,7 +236,12 @@ def test_hydra_config_builds_the_adapter():
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(
             config_name="config",
-            overrides=["env=gymnasium", "env.id=Pendulum-v1", "env.num_envs=2", "+env.kwargs.g=9.81"],
+            overrides=[
+                "env=gymnasium",
+                "env.id=Pendulum-v1",
+                "env.num_envs=2",
+                "+env.kwargs.g=9.81",
+            ],
         )
     c = to_dataclass(cfg)
     assert isinstance(c.env, GymnasiumEnvConfig) and c.env.vectorization == "sync"
@@ -243,7 +252,7 @@ def test_hydra_config_builds_the_adapter():
     env.close()
 
 
-# --------------------------------------------------------------------------- recording (real recorder)
+# ------------------------------------------------------------------------ recording (real recorder)
 
 EVAL_LIMIT = 25  # CartPole steps per eval episode at most
 SIZE = (48, 72)  # frames resized (H, W): small clips; resizing is deterministic
@@ -266,7 +275,9 @@ def evals(tmp_path_factory):
     adapter = GymnasiumEnv("CartPole-v1", 2, max_episode_steps=EVAL_LIMIT, resize=SIZE, seed=7)
     spy = FrameSpy(adapter)
     clips = []
-    cfg = RecorderConfig(trigger=Trigger.eval, env_idx=[0], lossless=True, record_final_episode=False)
+    cfg = RecorderConfig(
+        trigger=Trigger.eval, env_idx=[0], lossless=True, record_final_episode=False
+    )
     rec = Recorder(spy, cfg, str(tmp), kind="eval", on_clip=clips.append)
     env = AutoReset(rec)
     train = AutoReset(GymnasiumEnv("CartPole-v1", 2, seed=3))  # a separate collection stack
@@ -297,7 +308,9 @@ def evals(tmp_path_factory):
         fresh.reset(seed=seed)
         refs.append(fresh.render([0])[0].numpy().copy())
         fresh.close()
-    out = dict(clips=list(clips), spy=spy, stale=stale, refs=refs, ends=ends, other_resets=other_resets)
+    out = dict(
+        clips=list(clips), spy=spy, stale=stale, refs=refs, ends=ends, other_resets=other_resets
+    )
     env.close()
     train.close()
     return out
@@ -310,10 +323,16 @@ def test_each_eval_clip_starts_on_its_fresh_reset_state(evals):
     for k, clip in enumerate(clips):
         frames = decode(clip.path)[0]
         assert frames.shape[1:] == (*SIZE, 3)
-        assert np.array_equal(frames[0], evals["refs"][k]), f"eval {k}: first frame is not the reset state"
+        assert np.array_equal(frames[0], evals["refs"][k]), (
+            f"eval {k}: first frame is not the reset state"
+        )
         if k:
-            assert not np.array_equal(frames[0], evals["stale"][k]), f"eval {k}: starts on the pre-reset state"
-            assert not np.array_equal(frames[0], previous_last), f"eval {k}: starts on the last eval's end"
+            assert not np.array_equal(frames[0], evals["stale"][k]), (
+                f"eval {k}: starts on the pre-reset state"
+            )
+            assert not np.array_equal(frames[0], previous_last), (
+                f"eval {k}: starts on the last eval's end"
+            )
         previous_last = frames[-1]
     assert not np.array_equal(evals["refs"][0], evals["refs"][2])  # the new seed is a new start
 
@@ -323,8 +342,11 @@ def test_eval_clips_end_on_the_terminal_state_before_autoreset(evals):
     recorded = []
     for clip in evals["clips"]:
         frames = decode(clip.path)[0]
-        match = [j for j, ep in enumerate(episodes)
-                 if len(ep) == len(frames) and all(np.array_equal(a, b) for a, b in zip(frames, ep))]
+        match = [
+            j
+            for j, ep in enumerate(episodes)
+            if len(ep) == len(frames) and all(np.array_equal(a, b) for a, b in zip(frames, ep))
+        ]
         assert match, f"{clip.path}: frames differ from the states env 0 went through"
         j = match[0]
         recorded.append(j)
@@ -355,7 +377,7 @@ def test_only_asked_envs_render():
             calls = []
             for i, sub in enumerate(env.vec.envs):
                 original = sub.render
-                sub.render = lambda _i=i, _o=original: (calls.append(_i), _o())[1]
+                sub.render = lambda _i=i, _o=original, _c=calls: (_c.append(_i), _o())[1]
             env.render([2, 0])
             assert calls == [2, 0]
         frames = env.render([2, 0])
@@ -370,11 +392,18 @@ def test_cartpole_experiment_composes_with_and_without_env_override():
     from rlrec.config import register_configs, to_dataclass
 
     register_configs()
-    for overrides in (["+experiment=cartpole"], ["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"]):
+    for overrides in (
+        ["+experiment=cartpole"],
+        ["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"],
+    ):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             c = to_dataclass(compose(config_name="config", overrides=overrides))
         assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
-        assert c.algo.num_minibatches >= 1 and c.recorder.enabled is False and c.eval_env.recorder.enabled
+        assert (
+            c.algo.num_minibatches >= 1
+            and c.recorder.enabled is False
+            and c.eval_env.recorder.enabled
+        )
 
 
 def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
@@ -383,7 +412,12 @@ def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_pa
 
     if "rlrec-test/NoFrames-v0" not in gym.registry:
         gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
-    env = ["env=gymnasium", "env.id=rlrec-test/NoFrames-v0", "env.num_envs=4", "algo.num_minibatches=2"]
+    env = [
+        "env=gymnasium",
+        "env.id=rlrec-test/NoFrames-v0",
+        "env.num_envs=4",
+        "algo.num_minibatches=2",
+    ]
     with pytest.raises(ConfigError, match="cannot be recorded"):
         Runner(make_config([*FAST, *env]), tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,9 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh")
+pytest.importorskip(
+    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
+)
 pytestmark = [
     pytest.mark.maniskill,
     # raised inside ManiSkill (np.isnan on a torch tensor), not here
@@ -32,7 +34,9 @@ def make_cfg(**over):
 
 def make_env(num_envs=2, seed=None, sim="cpu", **over):
     sim_cfg = SimConfig(name=sim, device="cuda" if sim == "gpu" else "cpu")
-    return ms.make(make_cfg(**over), sim_cfg, num_envs=num_envs, device=torch.device(sim_cfg.device), seed=seed)
+    return ms.make(
+        make_cfg(**over), sim_cfg, num_envs=num_envs, device=torch.device(sim_cfg.device), seed=seed
+    )
 
 
 class TestManiSkillCPUContract(EnvContract):
@@ -50,9 +54,12 @@ class TestManiSkillCPUContract(EnvContract):
         env.close()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="sim=gpu needs CUDA (scripts/gpu_check.py runs this)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="sim=gpu needs CUDA (scripts/gpu_check.py runs this)"
+)
 class TestManiSkillGPUContract(TestManiSkillCPUContract):
-    """The same contract on the batched physx_cuda env (GPU renders: compared with a small tolerance)."""
+    """The same contract on the batched physx_cuda env (GPU renders: compared with a small
+    tolerance)."""
 
     num_envs = 4
     render_atol = 0.5

@@ -12,19 +12,24 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh")
+pytest.importorskip(
+    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
+)
 pytestmark = [
     pytest.mark.maniskill,
     pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
 ]
 
 
-from rlrec.testing import sample_actions  # noqa: E402
-from rlrec.testing import FrameSpy, decode  # noqa: E402
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.testing import (  # noqa: E402
+    FrameSpy,
+    decode,
+    sample_actions,  # noqa: E402
+)
 
 SIZE = 64
 EVAL_LIMIT = 6  # steps per eval episode
@@ -50,7 +55,9 @@ def run(tmp_path_factory):
     """Three evaluations with collection steps in between; returns everything the tests check."""
     tmp = tmp_path_factory.mktemp("ms_rec")
     eval_env, eval_rec, eval_spy, eval_clips = stack(tmp, "eval", Trigger.eval, EVAL_LIMIT, 7, True)
-    train_env, train_rec, train_spy, train_clips = stack(tmp, "train", Trigger.cubic, TRAIN_LIMIT, 3, False)
+    train_env, train_rec, train_spy, train_clips = stack(
+        tmp, "train", Trigger.cubic, TRAIN_LIMIT, 3, False
+    )
     stale = []  # env 0's frame right before each evaluation's full reset
     train_env.reset(seed=3)
     for k in range(3):
@@ -64,7 +71,8 @@ def run(tmp_path_factory):
             finished |= term | trunc
             if finished.all():
                 break
-        # a few steps of env 0's next (autoreset) episode, as when eval envs finish at different times
+        # a few steps of env 0's next (autoreset) episode, as when eval envs finish at different
+        # times
         for i in range(2):
             eval_env.step(sample_actions(eval_env, seed=999 + i))
         eval_rec.flush()
@@ -75,8 +83,15 @@ def run(tmp_path_factory):
     fresh.reset(seed=EVAL_SEED)
     reference = fresh.render([0])[0].numpy().copy()
     fresh.close()
-    out = dict(eval_clips=list(eval_clips), eval_spy=eval_spy, stale=stale, reference=reference,
-               train_clips=list(train_clips), train_spy=train_spy, train_episodes=train_rec.episode)
+    out = dict(
+        eval_clips=list(eval_clips),
+        eval_spy=eval_spy,
+        stale=stale,
+        reference=reference,
+        train_clips=list(train_clips),
+        train_spy=train_spy,
+        train_episodes=train_rec.episode,
+    )
     eval_env.close()
     train_env.close()
     return out
@@ -88,11 +103,17 @@ def test_every_eval_clip_starts_on_the_fresh_reset_state(run):
     previous_last = None
     for k, clip in enumerate(clips):
         frames = decode(clip.path)[0]
-        assert np.array_equal(frames[0], run["reference"]), f"eval {k}: first frame is not the seeded reset state"
+        assert np.array_equal(frames[0], run["reference"]), (
+            f"eval {k}: first frame is not the seeded reset state"
+        )
         if k:
             # the failure seen in the field: the clip led by the previous episode's last frame
-            assert not np.array_equal(frames[0], previous_last), f"eval {k}: starts on the previous episode's last frame"
-            assert not np.array_equal(frames[0], run["stale"][k]), f"eval {k}: starts on the pre-reset state"
+            assert not np.array_equal(frames[0], previous_last), (
+                f"eval {k}: starts on the previous episode's last frame"
+            )
+            assert not np.array_equal(frames[0], run["stale"][k]), (
+                f"eval {k}: starts on the pre-reset state"
+            )
         previous_last = frames[-1]
 
 
@@ -110,7 +131,9 @@ def test_eval_clips_are_whole_episodes_ending_on_the_terminal_state(run):
         ended, after = spy_episodes[2 * k], spy_episodes[2 * k + 1]
         frames = decode(run["eval_clips"][k].path)[0]
         assert np.array_equal(frames[-1], ended[-1]), "the clip does not end on the terminal state"
-        assert not np.array_equal(frames[-1], after[0]), "the terminal frame was taken after the autoreset"
+        assert not np.array_equal(frames[-1], after[0]), (
+            "the terminal frame was taken after the autoreset"
+        )
 
 
 def test_recorder_renders_only_the_recorded_env(run):
@@ -131,7 +154,8 @@ def test_cubic_schedule_on_a_real_maniskill_env(run):
 
 
 def test_partial_reset_renders_only_the_reset_env():
-    """The CPU adapter renders only the envs asked for, and a partial reset leaves the others' frames."""
+    """The CPU adapter renders only the envs asked for, and a partial reset leaves the others'
+    frames."""
     env = make_adapter(EVAL_LIMIT, 0)
     try:
         calls = []

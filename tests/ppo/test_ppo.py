@@ -35,7 +35,9 @@ def test_gae_matches_reference():
     s.dones.copy_((torch.rand(T, N, generator=g) < 0.3).float())
     nv = torch.randn(N, generator=g)
     s.compute_gae(nv, 0.97, 0.9)
-    ref = _reference_gae(s.rewards.numpy(), s.values.numpy(), s.dones.numpy(), nv.numpy(), 0.97, 0.9)
+    ref = _reference_gae(
+        s.rewards.numpy(), s.values.numpy(), s.dones.numpy(), nv.numpy(), 0.97, 0.9
+    )
     np.testing.assert_allclose(s.advantages.numpy(), ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(s.returns, s.advantages + s.values)
 
@@ -49,7 +51,10 @@ def test_minibatches_cover_the_batch_once():
 
 def test_obs_normalizer_matches_running_statistics():
     norm = ObsNormalizer((3,))
-    data = [torch.randn(50, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -1.0, 0.0]) for _ in range(4)]
+    data = [
+        torch.randn(50, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -1.0, 0.0])
+        for _ in range(4)
+    ]
     for x in data:
         norm.update(x)
     allx = torch.cat(data)
@@ -89,9 +94,13 @@ def test_gaussian_deterministic_action_is_the_mean():
 def test_update_improves_the_clipped_objective_and_anneals():
     torch.manual_seed(0)
     env = AutoReset(PointReach(16))
-    cfg = PPOConfig(num_steps=8, num_minibatches=2, update_epochs=4, target_kl=None, anneal_clip=True)
+    cfg = PPOConfig(
+        num_steps=8, num_minibatches=2, update_epochs=4, target_kl=None, anneal_clip=True
+    )
     ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
-    s = RolloutStorage(8, 16, (6,), (2,), action_dtype(env.single_action_space), torch.device("cpu"))
+    s = RolloutStorage(
+        8, 16, (6,), (2,), action_dtype(env.single_action_space), torch.device("cpu")
+    )
     obs, _ = env.reset(seed=0)
     with torch.inference_mode():
         for t in range(8):
@@ -117,7 +126,9 @@ def test_update_improves_the_clipped_objective_and_anneals():
 def test_target_kl_stops_early():
     torch.manual_seed(0)
     env = AutoReset(PointReach(8))
-    cfg = PPOConfig(num_steps=4, num_minibatches=1, update_epochs=50, target_kl=1e-6, learning_rate=1e-2)
+    cfg = PPOConfig(
+        num_steps=4, num_minibatches=1, update_epochs=50, target_kl=1e-6, learning_rate=1e-2
+    )
     ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
     s = RolloutStorage(4, 8, (6,), (2,), torch.float32, torch.device("cpu"))
     obs, _ = env.reset(seed=0)
@@ -133,7 +144,12 @@ def test_target_kl_stops_early():
 
 def test_truncated_episodes_are_bootstrapped_from_their_final_observation():
     env = AutoReset(PointReach(4, max_episode_steps=1))
-    ppo = PPO(PPOConfig(gamma=0.9), env.single_observation_space, env.single_action_space, torch.device("cpu"))
+    ppo = PPO(
+        PPOConfig(gamma=0.9),
+        env.single_observation_space,
+        env.single_action_space,
+        torch.device("cpu"),
+    )
     env.reset(seed=0)
     with torch.inference_mode():
         _, reward, term, trunc, info = env.step(torch.zeros(4, 2))
@@ -164,7 +180,9 @@ def test_ppo_stores_its_own_transitions_and_kl_stops_only_between_epochs():
     number of epochs."""
     torch.manual_seed(0)
     env = AutoReset(PointReach(8, max_episode_steps=3))
-    cfg = PPOConfig(num_steps=6, num_minibatches=4, update_epochs=20, target_kl=1e-6, learning_rate=1e-2)
+    cfg = PPOConfig(
+        num_steps=6, num_minibatches=4, update_epochs=20, target_kl=1e-6, learning_rate=1e-2
+    )
     ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
     storage = ppo.init_storage(env.num_envs)
     _collect(ppo, env, 6)

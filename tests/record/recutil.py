@@ -10,11 +10,11 @@ import numpy as np
 import torch
 
 from rlrec.config import RecorderConfig, Trigger
-from rlrec.testing import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
-from rlrec.testing import decode  # noqa: F401  (re-exported for the recorder tests)
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
+from rlrec.testing import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
+from rlrec.testing import decode  # noqa: F401  (re-exported for the recorder tests)
 
 
 def rec_cfg(**kw) -> RecorderConfig:
@@ -31,7 +31,12 @@ def make_stack(
 ):  # fmt: skip
     """``AutoReset(Recorder(Spy(PointReach)))`` plus the list ``on_clip`` fills."""
     env = PointReach(
-        num_envs, max_episode_steps=max_steps, render_width=size, render_height=size, seed=seed, dt=dt
+        num_envs,
+        max_episode_steps=max_steps,
+        render_width=size,
+        render_height=size,
+        seed=seed,
+        dt=dt,
     )
     spy = Spy(env, watch=watch, keep_frames=keep_frames)
     clips: list = []
@@ -62,7 +67,16 @@ def decode_many(paths: List[str], size: Tuple[int, int], workdir) -> List[np.nda
     outs = []
     for i in range(len(paths)):
         out = os.path.join(str(workdir), f"decoded-{i}.rgb")
-        cmd += ["-map", f"{i}:v:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24"]
+        cmd += [
+            "-map",
+            f"{i}:v:0",
+            "-fps_mode",
+            "passthrough",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "rgb24",
+        ]
         cmd += ["-threads", "1", out]
         outs.append(out)
     subprocess.run(cmd, check=True)

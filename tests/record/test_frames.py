@@ -13,7 +13,8 @@ def tiles(k, h=4, w=6):
 
 
 @pytest.mark.parametrize(
-    "k, shape", [(1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (5, (2, 3)), (7, (3, 3)), (10, (3, 4))]
+    "k, shape",
+    [(1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (5, (2, 3)), (7, (3, 3)), (10, (3, 4))],
 )
 def test_grid_shape_is_the_most_square_grid(k, shape):
     assert grid_shape(k) == shape
@@ -49,8 +50,8 @@ def test_pad_even_pads_bottom_and_right_never_scales():
 def test_overlay_writes_only_in_each_tiles_corner():
     frames = np.full((2, 96, 128, 3), 128, np.uint8)
     assert draw_overlay(frames, None) is frames  # no meta: untouched
-    meta = FrameMeta(episode=3, episode_step=7, reward=torch.tensor([0.5, -1.0]), ret=torch.tensor([1.0, 2.0]),
-                     success=torch.tensor([True, False]))  # fmt: skip
+    meta = FrameMeta(episode=3, episode_step=7, reward=torch.tensor([0.5, -1.0]),
+                     ret=torch.tensor([1.0, 2.0]), success=torch.tensor([True, False]))  # fmt: skip
     out = draw_overlay(frames, meta)
     assert out.shape == frames.shape and (frames == 128).all()  # a new array; the input is kept
     for i in range(2):

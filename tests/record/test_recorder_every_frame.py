@@ -4,9 +4,9 @@ and 50 fps. (moviepy-based recorders drop the last frame of about half of these 
 import numpy as np
 import pytest
 
-from tests.record.recutil import decode, decode_many, rec_cfg, zeros
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
+from tests.record.recutil import decode, decode_many, rec_cfg, zeros
 
 LENGTHS = list(range(1, 65)) + [65, 100, 127, 128, 129, 256, 333, 599, 600]
 

@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from tests.record.recutil import decode, listing, make_stack, zeros
 from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder, RecorderError
+from tests.record.recutil import decode, listing, make_stack, zeros
 
 
 def recorder_errors(caplog):
@@ -36,7 +36,9 @@ def test_unwritable_directory_training_goes_on_reported_once(tmp_path, caplog):
     assert len(clips) == 1 and len(rec.errors) == 3
     assert len(recorder_errors(caplog)) == 1  # reported once
     message = recorder_errors(caplog)[0]
-    assert "encoding clip" in message and "on_error=raise" in message and "Not a directory" in message
+    assert (
+        "encoding clip" in message and "on_error=raise" in message and "Not a directory" in message
+    )
     frames, _ = decode(str(kept / os.path.basename(clips[0].path)))  # the earlier clip is intact
     assert np.array_equal(frames, np.stack(spy.episodes[0]))
     stack.close()
@@ -85,7 +87,9 @@ def test_on_error_raise_is_fatal(tmp_path):
 
 @pytest.mark.parametrize("final", [True, False])
 def test_close_saves_or_drops_the_episode_in_progress_and_is_idempotent(tmp_path, final):
-    stack, rec, spy, clips = make_stack(tmp_path, max_steps=50, trigger="always", record_final_episode=final)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, max_steps=50, trigger="always", record_final_episode=final
+    )
     stack.reset(seed=0)
     for _ in range(7):
         stack.step(zeros(stack))
@@ -121,7 +125,9 @@ def test_record_next_episode_and_end_clip(tmp_path):
 
 
 def test_fixed_filename_is_replaced_atomically(tmp_path):
-    stack, rec, spy, clips = make_stack(tmp_path, max_steps=3, trigger="always", filename="latest.mp4")
+    stack, rec, spy, clips = make_stack(
+        tmp_path, max_steps=3, trigger="always", filename="latest.mp4"
+    )
     stack.reset(seed=0)
     for _ in range(9):
         stack.step(zeros(stack))
@@ -196,6 +202,8 @@ def test_hydra_rejects_unknown_trigger():
     with initialize_config_dir(config_dir=os.path.abspath(conf), version_base="1.3"):
         with pytest.raises(Exception, match="recorder.trigger"):
             compose(config_name="config", overrides=["recorder.trigger=sometimes"])
-        cfg = compose(config_name="config", overrides=["recorder.trigger=step", "recorder.every=100"])
+        cfg = compose(
+            config_name="config", overrides=["recorder.trigger=step", "recorder.every=100"]
+        )
         assert cfg.recorder.trigger == Trigger.step
         assert cfg.eval_env.recorder.trigger == Trigger.eval

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.record.recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
+from tests.record.recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
 
 
 def assert_clip_is_episode_prefix(clip, spy):
@@ -113,7 +113,9 @@ def test_lengths_and_cadence(tmp_path, cfg, dt, expect_fps, picks):
 
 @pytest.mark.parametrize("num_envs", [1, 8])
 @pytest.mark.parametrize("length_frames", [8, None])
-def test_maniskill_scenario_every_eval_clip_starts_on_its_own_reset(tmp_path, num_envs, length_frames):
+def test_maniskill_scenario_every_eval_clip_starts_on_its_own_reset(
+    tmp_path, num_envs, length_frames
+):
     """Eval env, five evaluations with the same eval seed, a clip length that does not divide the
     episode length (13 steps, 14 frames), evaluation 2 cut short after 3 steps."""
     cfg = EvalEnvConfig().recorder
@@ -185,7 +187,9 @@ def test_odd_frame_sizes_are_padded_not_scaled(tmp_path):
 
 
 def test_overlay_draws_text_only_in_the_corner(tmp_path):
-    stack, rec, spy, clips = make_stack(tmp_path, size=96, max_steps=5, trigger="always", overlay=True)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, size=96, max_steps=5, trigger="always", overlay=True
+    )
     stack.reset(seed=5)
     for _ in range(5):
         stack.step(zeros(stack))
@@ -201,7 +205,9 @@ def test_default_encoding_keeps_frames_within_tolerance(tmp_path):
     """The default (yuv420p, crf 15, playable everywhere) is lossy: 4:2:0 chroma smears the
     colour edges of the discs. Tolerance: mean absolute error <= 3 per channel (measured ~1.2-1.7),
     far below the difference between a reset frame and a terminal frame."""
-    stack, rec, spy, clips = make_stack(tmp_path, size=64, max_steps=20, trigger="always", lossless=False)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, size=64, max_steps=20, trigger="always", lossless=False
+    )
     stack.reset(seed=6)
     for _ in range(20):
         stack.step(zeros(stack))

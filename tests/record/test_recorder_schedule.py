@@ -13,13 +13,17 @@ def run_episodes(stack, n, steps_per_episode):
 
 def test_cubic_schedule_records_exactly_episodes_0_1_8_27(tmp_path):
     # one-step episodes keep 1001 episodes cheap; frames are 16x16
-    stack, rec, spy, clips = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False
+    )
     stack.reset(seed=0)
     run_episodes(stack, 1001, 1)  # episodes 0..1000 finish; episode 1001 is in progress
     rec.flush()
     assert [c.episode for c in clips] == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000]
     assert all(c.num_frames == 2 for c in clips)  # reset frame + terminal frame
-    assert listing(tmp_path) == sorted(f"train-ep{e:06d}-step{e:09d}.mp4" for e in [c.episode for c in clips])
+    assert listing(tmp_path) == sorted(
+        f"train-ep{e:06d}-step{e:09d}.mp4" for e in [c.episode for c in clips]
+    )
     # an idle recorder renders nothing: every render went into a clip
     assert spy.render_calls == sum(c.num_frames for c in clips)
     stack.close()
@@ -28,7 +32,9 @@ def test_cubic_schedule_records_exactly_episodes_0_1_8_27(tmp_path):
 @pytest.mark.parametrize("trigger, every", [("always", None), ("cubic", None), ("episode", 2)])
 def test_episode_trigger_never_fires_twice_in_one_episode(tmp_path, trigger, every):
     # clips of 3 frames end mid-episode (episodes have 10 steps): no second clip in that episode
-    stack, rec, spy, clips = make_stack(tmp_path, max_steps=10, trigger=trigger, every=every, length_frames=3)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, max_steps=10, trigger=trigger, every=every, length_frames=3
+    )
     stack.reset(seed=0)
     run_episodes(stack, 9, 10)  # episodes 0..8; the last step's autoreset starts episode 9
     rec.flush()
@@ -59,17 +65,23 @@ def test_step_trigger(tmp_path):
 
 
 def test_eval_trigger_idle_between_evaluations(tmp_path):
-    stack, rec, spy, clips = make_stack(tmp_path, num_envs=4, max_steps=5, trigger="eval", kind="eval")
-    for evaluation in range(3):
+    stack, rec, spy, clips = make_stack(
+        tmp_path, num_envs=4, max_steps=5, trigger="eval", kind="eval"
+    )
+    for _evaluation in range(3):
         stack.reset(seed=7)
-        run_episodes(stack, 3, 5)  # env 0 plays 3 episodes and starts a 4th; only the 1st is recorded
+        run_episodes(
+            stack, 3, 5
+        )  # env 0 plays 3 episodes and starts a 4th; only the 1st is recorded
     stack.close()
     assert [c.episode for c in clips] == [0, 4, 8] and all(c.num_frames == 6 for c in clips)
     assert spy.render_calls == 18
 
 
 def test_state_dict_resume_continues_the_schedule(tmp_path):
-    stack, rec, spy, clips = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False
+    )
     stack.reset(seed=0)
     run_episodes(stack, 10, 1)  # episodes 0..9 finished, 10 in progress
     rec.flush()
@@ -78,7 +90,9 @@ def test_state_dict_resume_continues_the_schedule(tmp_path):
     stack.close()
 
     # a resumed run: new env stack, state loaded before the first reset
-    stack2, rec2, _, clips2 = make_stack(tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False)
+    stack2, rec2, _, clips2 = make_stack(
+        tmp_path, size=16, max_steps=1, trigger="cubic", keep_frames=False
+    )
     rec2.load_state_dict(state)
     stack2.reset(seed=1)  # episode 11
     run_episodes(stack2, 60, 1)  # episodes 11..70 finish
@@ -112,7 +126,14 @@ def test_load_state_dict_names_the_version_found_and_reads_version_1(tmp_path):
     with pytest.raises(ValueError, match="recorder schedule state of version 1: version 5"):
         rec.load_state_dict({**rec.state_dict(), "schedule": {"version": 5}})
     # version 1 (before the Schedule had a state of its own): its keys at the top level
-    old = {"version": 1, "episode": 4, "steps": 40, "clips_saved": 2, "step_pending": True, "step_fired_at": 40}
+    old = {
+        "version": 1,
+        "episode": 4,
+        "steps": 40,
+        "clips_saved": 2,
+        "step_pending": True,
+        "step_fired_at": 40,
+    }
     rec.load_state_dict(old)
     state = rec.state_dict()
     assert (state["episode"], state["steps"], state["clips_saved"]) == (4, 40, 2)
@@ -126,7 +147,9 @@ def test_expect_end_gives_the_final_episode_a_clip(tmp_path, final):
     step 84) and 13 (at 91), and 13 is in progress at close. Arming once per rollout (as the runner
     did) recorded episode 12 and missed 13. With the end announced once, up front, every episode
     that begins within the last 7 steps is recorded: 13 only, besides the cubic 0, 1 and 8."""
-    stack, rec, spy, clips = make_stack(tmp_path, max_steps=7, trigger="cubic", record_final_episode=final)
+    stack, rec, spy, clips = make_stack(
+        tmp_path, max_steps=7, trigger="cubic", record_final_episode=final
+    )
     stack.reset(seed=0)
     total = 6 * 16
     rec.expect_end(total)

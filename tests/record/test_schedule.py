@@ -18,16 +18,47 @@ def never_terminal():
 
 def test_capped_cubic_schedule():
     fired_episodes = [e for e in range(5001) if capped_cubic(e)]
-    assert fired_episodes == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000, 2000, 3000, 4000, 5000]
+    assert fired_episodes == [
+        0,
+        1,
+        8,
+        27,
+        64,
+        125,
+        216,
+        343,
+        512,
+        729,
+        1000,
+        2000,
+        3000,
+        4000,
+        5000,
+    ]
 
 
 def test_episode_triggers():
     assert fired(Schedule(Trigger.episode, 4), range(12)) == [0, 4, 8]
     assert fired(Schedule(Trigger.always), range(5)) == list(range(5))
-    assert fired(Schedule(Trigger.cubic), range(1001)) == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000]
-    assert Schedule(Trigger.eval).on_reset(7, 0, True) and not Schedule(Trigger.eval).on_reset(7, 0, False)
+    assert fired(Schedule(Trigger.cubic), range(1001)) == [
+        0,
+        1,
+        8,
+        27,
+        64,
+        125,
+        216,
+        343,
+        512,
+        729,
+        1000,
+    ]
+    assert Schedule(Trigger.eval).on_reset(7, 0, True) and not Schedule(Trigger.eval).on_reset(
+        7, 0, False
+    )
     assert fired(Schedule(Trigger.none), range(5), full_reset=True) == []
-    # episodes alone never fire the step trigger: resets at steps 1, 4, 7, ... (never a multiple of 3)
+    # episodes alone never fire the step trigger: resets at steps 1, 4, 7, ... (never a multiple
+    # of 3)
     step = Schedule(Trigger.step, 3)
     assert [e for e in range(5) if step.on_reset(e, 3 * e + 1, True)] == []
 
@@ -38,7 +69,9 @@ def test_trigger_names_are_accepted():
         Schedule("sometimes")
 
 
-@pytest.mark.parametrize("trigger, every", [("always", None), ("cubic", None), ("episode", 2), ("eval", None)])
+@pytest.mark.parametrize(
+    "trigger, every", [("always", None), ("cubic", None), ("episode", 2), ("eval", None)]
+)
 def test_an_episode_trigger_fires_at_most_once_per_episode(trigger, every):
     s = Schedule(trigger, every)
     assert s.on_reset(0, 0, True)  # episode 0 is on every one of these schedules
@@ -87,13 +120,18 @@ def test_record_next_episode_once():
 
 
 def test_expect_end_records_every_episode_that_may_be_in_progress_at_the_end():
-    s = Schedule(Trigger.eval, record_final_episode=True)  # eval without full resets: never by trigger
+    s = Schedule(
+        Trigger.eval, record_final_episode=True
+    )  # eval without full resets: never by trigger
     s.expect_end(steps=0, steps_left=100, horizon=10)
-    # an episode reset after s steps lasts at most 10 steps: it may be running at step 100 if s >= 90
+    # an episode reset after s steps lasts at most 10 steps: it may be running at step 100 if
+    # s >= 90
     assert fired(s, range(11), steps_per_episode=10) == [9, 10]
     # a new announcement replaces the old one
     s.expect_end(steps=100, steps_left=50, horizon=10)
-    assert [e for e, t in [(11, 120), (12, 139), (13, 140), (14, 150)] if s.on_reset(e, t, False)] == [13, 14]
+    assert [
+        e for e, t in [(11, 120), (12, 139), (13, 140), (14, 150)] if s.on_reset(e, t, False)
+    ] == [13, 14]
 
 
 def test_expect_end_without_a_time_limit_records_every_episode_from_now_on():
@@ -120,10 +158,14 @@ def test_state_round_trip():
     resumed = Schedule(Trigger.step, 10)
     resumed.load_state_dict(state)
     assert resumed.state_dict() == state
-    assert resumed.on_reset(1, 13, False)  # the pending clip starts at the resumed run's first reset
+    assert resumed.on_reset(
+        1, 13, False
+    )  # the pending clip starts at the resumed run's first reset
     assert not Schedule(Trigger.step, 10).on_reset(1, 13, False)  # a fresh schedule: nothing due
 
-    assert s.on_reset(1, 10, False) and s.on_step(20, never_terminal)  # fired at step 20, on the step
+    assert s.on_reset(1, 10, False) and s.on_step(
+        20, never_terminal
+    )  # fired at step 20, on the step
     resumed = Schedule(Trigger.step, 10)
     resumed.load_state_dict(s.state_dict())
     assert not resumed.on_reset(2, 20, False)  # not a second time at step 20
