@@ -209,14 +209,12 @@ class RecorderConfig:
     every: Optional[int] = None  # N for trigger=episode (episodes) or trigger=step (env steps)
     length_frames: Optional[int] = None  # clip length in frames, or
     length_sec: Optional[float] = None  # in seconds of sim time; both None: the whole episode
-    fps: Optional[float] = (
-        None  # None: 1 / env dt; a frame every max(1, round(1 / (fps * dt))) steps
-    )
+    # None: 1 / env dt; a frame every max(1, round(1 / (fps * dt))) steps
+    fps: Optional[float] = None
     env_idx: List[int] = field(default_factory=lambda: [0])  # several: tiled into a grid
     overlay: bool = False  # episode, step, reward, success drawn on the frames
-    filename: Optional[str] = (
-        None  # a fixed name replaced atomically by each clip; None: one file per clip
-    )
+    # a fixed name replaced atomically by each clip; None: one file per clip
+    filename: Optional[str] = None
     dir: Optional[str] = None  # None: the run's video dir (<run dir>/videos/train or /eval)
     record_final_episode: bool = (
         True  # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress

@@ -206,9 +206,8 @@ class Runner:
         self.ppo.init_storage(self.train_env.num_envs)
         next_obs = self._restore()
         rec = recorder_of(self.train_env)
-        if (
-            rec is not None
-        ):  # record_final_episode: the episode in progress at the end gets its clip
+        # record_final_episode: the episode in progress at the end gets its clip
+        if rec is not None:
             rec.expect_end((self.num_iterations - self.iteration) * cfg.algo.num_steps)
         if next_obs is None:
             with torch.inference_mode():
@@ -218,9 +217,8 @@ class Runner:
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
             next_obs = self.collect(next_obs)
-            if (
-                self.stop
-            ):  # the interrupted rollout is dropped; the checkpoint keeps the last update
+            # the interrupted rollout is dropped; the checkpoint keeps the last update
+            if self.stop:
                 break
             self.iteration += 1
             self.global_step += self.batch_size

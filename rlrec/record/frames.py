@@ -56,9 +56,8 @@ class FrameMeta:
 
     episode: int  # episode of the first recorded env
     episode_step: int  # steps since that env's reset
-    reward: Any = (
-        None  # [k] reward of the step that led to this frame (None on a clip's first frame)
-    )
+    # [k] reward of the step that led to this frame (None on a clip's first frame)
+    reward: Any = None
     ret: Any = None  # [k] return since the clip started
     success: Any = None  # [k] bool, or None when the env has no success signal
 

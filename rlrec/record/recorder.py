@@ -66,9 +66,8 @@ class _Clip:
 
     steps: int = 0  # env steps since the first frame
     frames: int = 0
-    ret: Optional[torch.Tensor] = (
-        None  # return of the recorded envs since the first frame (overlay)
-    )
+    # return of the recorded envs since the first frame (overlay)
+    ret: Optional[torch.Tensor] = None
 
 
 class Recorder(EnvWrapper):
@@ -243,9 +242,8 @@ class Recorder(EnvWrapper):
                 f"missing keys {sorted(missing)}"
             )
         schedule = state.get("schedule")
-        if (
-            schedule is None
-        ):  # version 1 kept the schedule's keys at the top level; none: a fresh one
+        # version 1 kept the schedule's keys at the top level; none: a fresh one
+        if schedule is None:
             keys = ("step_pending", "step_fired_at")
             schedule = {
                 "version": Schedule.STATE_VERSION,
