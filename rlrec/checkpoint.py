@@ -1,12 +1,42 @@
-"""Checkpoint files: written atomically, recognised by a format tag, checked against the env."""
+"""Checkpoint files: written atomically, recognised by a format tag, sealed by a digest, loaded
+without running code, checked against the env.
+
+- **No code runs on load.** Every load is ``torch.load(..., weights_only=True)``: a checkpoint
+  holds tensors, dicts, lists, tuples, str, int, float, bool and None only (the RNG states as
+  tensors, the config as plain data), and :func:`save` refuses anything else before it
+  writes. A file that would need the full unpickler (a pickle whose globals run code, such as a
+  ``__reduce__`` payload) is refused with a :class:`ConfigError` that says so; it is never
+  unpickled by anything but the weights-only unpickler, and a file that is not a torch zip archive
+  is not unpickled at all (its opcodes are only scanned, which runs nothing).
+- **Damage is detected.** Each file carries the sha256 :func:`digest` of its contents (every
+  tensor's dtype, shape and bytes, and every other value), verified on every load.
+  ``resume=auto`` (:func:`find_resume`) falls back from a damaged or unreadable file to the newest
+  good one, with a warning naming the bad file, and stops with a :class:`ConfigError` naming every
+  file when none can be used (a restart at step 0 would append duplicate steps to metrics.jsonl).
+- **A failed write loses nothing.** :func:`save` writes a temporary beside the target and renames
+  it into place; on a full disk (any ``OSError``) the temporary is removed, the files written
+  before are untouched, and :class:`CheckpointWriteError` says which file could not be written and
+  how to resume.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
+import io
 import os
+import pickletools
 import random
 import re
+import shlex
+import struct
+import sys
+import warnings
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -14,15 +44,47 @@ import torch
 from rlrec.config import ConfigError
 
 FORMAT = "rlrec-checkpoint"
-VERSION = 2  # 2: env stack state keyed by role (rlrec.stack)
+# 3: loads with weights_only=True (the numpy/Python RNG states as tensors), sha256 digest
+# 2: env stack state keyed by role (rlrec.stack)
+VERSION = 3
+
+PLAIN_TYPES = "tensors, dicts, lists, tuples, str, int, float, bool and None"
 
 
+class UnsafeCheckpoint(ConfigError):
+    """A file that would run code if it were unpickled: refused, never retried elsewhere."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (e.g. a full disk); the message says which file, that
+    the checkpoints written before are intact, and how to resume."""
+
+    def __init__(self, message: str, path: Path, cause: OSError):
+        super().__init__(message)
+        self.path = path
+        self.cause = cause
+
+
+# ---------------------------------------------------------------------- RNG streams
 def rng_state() -> Dict[str, Any]:
-    """Every global RNG stream a run draws from."""
-    state = {
+    """Every global RNG stream a run draws from, as tensors and plain data (loads with
+    ``weights_only=True``)."""
+    name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    version, internal, gauss_next = random.getstate()
+    state: Dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": str(name),
+            "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(gauss),
+        },
+        "python": {
+            "version": int(version),
+            "state": torch.tensor(internal, dtype=torch.int64),  # 625 ints below 2**32
+            "gauss_next": gauss_next,
+        },
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -31,27 +93,134 @@ def rng_state() -> Dict[str, Any]:
 
 def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    npy = state["numpy"]
+    np.random.set_state(
+        (
+            npy["bit_generator"],
+            npy["key"].numpy().astype(np.uint32),
+            int(npy["pos"]),
+            int(npy["has_gauss"]),
+            float(npy["cached_gaussian"]),
+        )
+    )
+    py = state["python"]
+    random.setstate((int(py["version"]), tuple(py["state"].tolist()), py["gauss_next"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(path: Path, payload: Dict[str, Any]) -> None:
-    """Writes to ``.<name>.<pid>.tmp`` beside ``path`` and renames it into place, so a kill at
-    any moment leaves the previous file at ``path`` valid."""
+# ---------------------------------------------------------------------- digest
+def digest(data: Mapping) -> str:
+    """sha256 of everything in ``data`` but its ``digest`` entry: each tensor's dtype, shape and
+    bytes, each other value with its type, in order. Raises :class:`TypeError` naming the entry
+    for a value that ``torch.load(weights_only=True)`` could not load back as plain data."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in data.items() if k != "digest"}, "")
+    return h.hexdigest()
+
+
+def _feed(h, obj: Any, where: str) -> None:
+    if obj is None:
+        h.update(b"N")
+    elif isinstance(obj, bool):
+        h.update(b"B1" if obj else b"B0")
+    elif isinstance(obj, int):
+        text = str(obj).encode()
+        h.update(b"I%d:" % len(text) + text)
+    elif isinstance(obj, float):
+        h.update(b"F" + struct.pack("<d", obj))
+    elif isinstance(obj, str):
+        text = obj.encode("utf-8", "surrogatepass")
+        h.update(b"S%d:" % len(text) + text)
+    elif isinstance(obj, bytes):
+        h.update(b"Y%d:" % len(obj) + obj)
+    elif isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided or obj.is_quantized:
+            raise TypeError(_not_plain(where, obj, "a non-strided tensor"))
+        t = obj.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
+        h.update(f"T{t.dtype}{tuple(obj.shape)}:".encode())
+        if t.numel():
+            h.update(t.view(torch.uint8).numpy())
+    elif isinstance(obj, Mapping):
+        h.update(b"D%d:" % len(obj))
+        for k, v in obj.items():
+            _feed(h, k, f"{where}[key]")
+            _feed(h, v, f"{where}.{k}" if where else str(k))
+    elif isinstance(obj, (list, tuple)):  # torch.Size is a tuple
+        h.update(b"L%d:" % len(obj))
+        for i, v in enumerate(obj):
+            _feed(h, v, f"{where}[{i}]")
+    elif isinstance(obj, (torch.dtype, torch.device)):
+        text = str(obj).encode()
+        h.update(b"X%d:" % len(text) + text)
+    else:
+        raise TypeError(_not_plain(where, obj))
+
+
+def _not_plain(where: str, obj: Any, what: Optional[str] = None) -> str:
+    kind = what or f"a {type(obj).__module__}.{type(obj).__qualname__}"
+    return (
+        f"checkpoint entry {where or '<top level>'} is {kind}: a checkpoint holds {PLAIN_TYPES} "
+        "only, so that it loads with torch.load(weights_only=True) without running code"
+    )
+
+
+# ---------------------------------------------------------------------- writing
+def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) -> None:
+    """Writes ``payload`` (plus the format tag, version and digest) to ``.<name>.<pid>.tmp``
+    beside ``path`` and renames it into place, so a kill at any moment leaves the previous file at
+    ``path`` valid. A value that would not load as plain data is refused before anything is
+    written. An ``OSError`` (a full disk) removes the temporary and raises
+    :class:`CheckpointWriteError`; ``run_dir`` goes into its resume command."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"format": FORMAT, "version": VERSION, **payload}
+    data["digest"] = digest(data)
+    buf = io.BytesIO()  # serialised in memory: the file is written by plain os-level writes
+    torch.save(data, buf)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save({"format": FORMAT, "version": VERSION, **payload}, tmp)
-        with open(tmp, "rb") as f:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)  # the rename itself survives a power cut, not only the data
-    except BaseException:  # e.g. a full disk: do not leave the half-written temporary behind
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:  # e.g. a full disk: do not leave the half-written temporary
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CheckpointWriteError(_write_failure(path, exc, run_dir), path, exc) from None
         raise
+
+
+def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno == errno.ENOSPC:
+        cause += " (the disk is full)"
+    elif exc.errno == getattr(errno, "EDQUOT", None):
+        cause += " (the disk quota is used up)"
+    try:
+        periodic, last = _candidates(path.parent)
+        kept = ([last.name] if last.is_file() else []) + [p.name for p in periodic]
+    except OSError:
+        kept = []
+    if not kept:
+        return (
+            f"could not write checkpoint {path}: {cause}. No earlier checkpoint exists in "
+            f"{path.parent}, so there is nothing to resume: free some space and start the run "
+            "again"
+        )
+    more = f" and {len(kept) - 2} older" if len(kept) > 2 else ""
+    target = "hydra.run.dir=<run dir>"
+    if run_dir is not None:
+        target = shlex.quote(f"hydra.run.dir={run_dir}")
+    return (
+        f"could not write checkpoint {path}: {cause}. The checkpoints written before are intact "
+        f"({', '.join(kept[:2])}{more} in {path.parent}): nothing was replaced. To continue, "
+        f"free some space and run: python train.py resume=auto {target} "
+        "(with the run's other overrides)"
+    )
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -67,30 +236,242 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+# ---------------------------------------------------------------------- reading
 def load(path: str | Path, key: str = "checkpoint") -> Dict[str, Any]:
-    """Loads an rlrec checkpoint; a clear :class:`ConfigError` naming ``key`` otherwise."""
+    """Loads and verifies an rlrec checkpoint; a clear :class:`ConfigError` naming
+    ``key=path`` otherwise (missing, not an rlrec checkpoint, needs code to load, other
+    version, damaged)."""
     p = Path(path)
+    label = f"{key}={path}"
     if not p.is_file():
         raise ConfigError(
-            f"{key}={path} does not exist (expected an rlrec checkpoint file such as "
+            f"{label} does not exist (expected an rlrec checkpoint file such as "
             "<run dir>/checkpoints/last.pt)"
         )
+    return _read(p, label)
+
+
+def _read(p: Path, label: str, mmap: bool = False) -> Dict[str, Any]:
+    """The verified contents of ``p``; :class:`UnsafeCheckpoint` for a file that would run code,
+    :class:`ConfigError` for any other reason it cannot be used."""
     try:
-        data = torch.load(p, map_location="cpu", weights_only=False)
+        is_zip = zipfile.is_zipfile(p)
+    except OSError as exc:
+        raise ConfigError(f"{label} could not be read: {exc}") from None
+    if not is_zip:  # torch.save writes zip archives: anything else is never unpickled
+        code = _pickle_globals(p)
+        if code:
+            raise UnsafeCheckpoint(_unsafe(label, code))
+        raise ConfigError(
+            f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
+            "empty, truncated or another kind of file)"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
+            data = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:
+        fmt, version = _peek_header(p)
+        if fmt == FORMAT and version != VERSION:
+            raise ConfigError(_other_version(label, version)) from None
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        if found:
+            raise UnsafeCheckpoint(_unsafe(label, [found.group(1)])) from None
         raise ConfigError(
-            f"{key}={path} is not an rlrec checkpoint (could not be read: {exc})"
-        ) from exc
+            f"{label} is not an rlrec checkpoint, or is damaged (could not be read: "
+            f"{_first_sentence(exc)})"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"{key}={path} is not an rlrec checkpoint (no '{FORMAT}' tag)")
+        raise ConfigError(f"{label} is not an rlrec checkpoint (no '{FORMAT}' tag)")
     if data.get("version") != VERSION:
+        raise ConfigError(_other_version(label, data.get("version")))
+    saved = data.get("digest")
+    try:
+        actual = digest(data)
+    except TypeError as exc:
+        actual = f"<none: {exc}>"
+    if not isinstance(saved, str) or saved != actual:
         raise ConfigError(
-            f"{key}={path} has checkpoint version {data.get('version')}, "
-            f"this rlrec reads version {VERSION}"
+            f"{label} is damaged: its contents do not match the sha256 digest saved with it "
+            f"(saved {str(saved)[:16]}, now {actual[:16]}); it was not used"
         )
     return data
 
 
+def _other_version(label: str, version: Any) -> str:
+    return f"{label} has checkpoint version {version}, this rlrec reads version {VERSION}"
+
+
+def _unsafe(label: str, code: List[str]) -> str:
+    return (
+        f"{label} is refused: loading it would run code ({', '.join(code[:3])}), and rlrec "
+        f"loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} only; "
+        "it was not loaded"
+    )
+
+
+def _first_sentence(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text.split(". ")[0][:300]
+
+
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
+_INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
+
+
+def _ops(raw: bytes, limit: int):
+    """The first ``limit`` opcodes of the pickle ``raw``: parsed only, nothing is executed."""
+    out = []
+    try:
+        for op, arg, _ in pickletools.genops(raw):
+            out.append((op.name, arg))
+            if len(out) >= limit:
+                break
+    except Exception:  # truncated or not a pickle: what was parsed so far
+        pass
+    return out
+
+
+def _pickle_globals(p: Path, limit: int = 1 << 16) -> List[str]:
+    """The globals a non-zip file would import if it were unpickled (scanned, not run)."""
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(1 << 22)
+    except OSError:
+        return []
+    names, strings = [], []
+    for name, arg in _ops(raw, limit):
+        if name in ("GLOBAL", "INST"):
+            names.append(str(arg).replace(" ", "."))
+        elif name == "STACK_GLOBAL":
+            names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
+        elif name in _STRINGS:
+            strings.append(str(arg))
+    # what torch's own legacy (non-zip) format imports is not code of the file's choosing
+    return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))]
+
+
+def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
+    """The format tag and version at the head of a torch zip archive's pickle, read by scanning
+    its opcodes (nothing is unpickled); (None, None) when they are not there."""
+    try:
+        with zipfile.ZipFile(p) as z:
+            name = next(n for n in z.namelist() if n.endswith("data.pkl"))
+            with z.open(name) as f:
+                raw = f.read(4096)
+    except Exception:
+        return None, None
+    fmt, version, pending = None, None, None
+    for name, arg in _ops(raw, 64):
+        if name in _STRINGS:
+            if pending == "format":
+                fmt, pending = str(arg), None
+            else:
+                pending = arg if arg in ("format", "version") else None
+        elif name in _INTS:
+            if pending == "version":
+                return fmt, int(arg)
+            pending = None
+        elif name not in ("BINPUT", "LONG_BINPUT", "MEMOIZE", "MARK", "EMPTY_DICT", "PROTO"):
+            pending = None
+    return fmt, version
+
+
+# ---------------------------------------------------------------------- resume=auto
+_PERIODIC = re.compile(r"^iter_(\d+)\.pt$")
+
+
+def _candidates(directory: Path) -> Tuple[List[Path], Path]:
+    periodic = sorted(
+        (int(m.group(1)), p) for p in directory.glob("iter_*.pt") if (m := _PERIODIC.match(p.name))
+    )
+    return [p for _, p in reversed(periodic)], directory / "last.pt"
+
+
+def _scan(
+    directory: Path, mmap: bool
+) -> Tuple[Optional[Tuple[Path, Dict[str, Any]]], List[Tuple[Path, str]]]:
+    """The usable checkpoint with the most env steps (``last.pt`` wins ties) and the files found
+    unusable on the way, each with its reason. Reads ``last.pt`` and the periodic checkpoints from
+    the highest iteration down to the first good one (iterations only grow within a run), not all
+    of them. :class:`UnsafeCheckpoint` propagates."""
+    periodic, last = _candidates(directory)
+    bad: List[Tuple[Path, str]] = []
+
+    def usable(p: Path) -> Optional[Tuple[Dict[str, Any], int]]:
+        try:
+            data = _read(p, str(p), mmap=mmap)
+            return data, _global_step(data, p)
+        except UnsafeCheckpoint:
+            raise
+        except ConfigError as exc:
+            bad.append((p, str(exc)))
+            return None
+
+    best: Optional[Tuple[Path, Dict[str, Any]]] = None
+    best_step = -1
+    for p in periodic:
+        found = usable(p)
+        if found is not None:
+            best, best_step = (p, found[0]), found[1]
+            break
+    found = usable(last) if last.is_file() else None
+    if found is not None and found[1] >= best_step:
+        best = (last, found[0])
+    return best, bad
+
+
+def _global_step(data: Dict[str, Any], p: Path) -> int:
+    step = data.get("global_step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ConfigError(f"{p} holds no env step count (global_step={step!r})")
+    return step
+
+
+def newest(checkpoint_dir: Path) -> Optional[Path]:
+    """The checkpoint of ``checkpoint_dir`` that ``resume=auto`` continues from: the good one
+    with the most env steps (``last.pt`` wins ties); unreadable, damaged and refused files are
+    skipped. Memory-mapped, and it opens ``last.pt`` and the newest periodic checkpoints only."""
+    try:
+        best, _ = _scan(Path(checkpoint_dir), mmap=True)
+    except UnsafeCheckpoint:
+        return None
+    return None if best is None else best[0]
+
+
+def find_resume(checkpoint_dir: Path, key: str = "resume") -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """``resume=auto``: the newest good checkpoint of ``checkpoint_dir`` and its verified
+    contents, or None when the directory holds no checkpoint at all (a new run).
+
+    A damaged or unreadable file is skipped with a warning that names it; when every checkpoint
+    there is unusable a :class:`ConfigError` names them all (a restart at step 0 would append
+    duplicate steps to the run's metrics.jsonl). A file that would run code stops the run with
+    :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by guesswork."""
+    directory = Path(checkpoint_dir)
+    try:
+        best, bad = _scan(directory, mmap=False)
+    except UnsafeCheckpoint as exc:
+        raise UnsafeCheckpoint(f"{key}=auto: {exc}") from None
+    if best is None:
+        if not bad:
+            return None
+        listing = "\n".join(f"  {reason}" for _, reason in bad)
+        raise ConfigError(
+            f"{key}=auto: no checkpoint in {directory} can be used, so the run does not start "
+            f"over at step 0 (which would append duplicate steps to metrics.jsonl):\n{listing}\n"
+            f"Move them out of {directory} to start this run dir afresh, or give "
+            "checkpoint=PATH"
+        )
+    for _, reason in bad:
+        print(
+            f"rlrec: warning: {key}=auto: {reason}; skipped it, resuming from {best[0]}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return best
+
+
+# ---------------------------------------------------------------------- compatibility
 def check_compatible(
     data: Dict[str, Any], obs_shape, action_desc: str, key: str = "checkpoint"
 ) -> None:
@@ -102,42 +483,3 @@ def check_compatible(
             f"and actions {saved_act}; this env has observations {tuple(obs_shape)} "
             f"and actions {action_desc}"
         )
-
-
-_PERIODIC = re.compile(r"^iter_(\d+)\.pt$")
-
-
-def _global_step(path: Path) -> Optional[int]:
-    """The env steps a checkpoint holds, None if it cannot be read. Memory-mapped: only the
-    records that are touched are read, not the whole file."""
-    try:
-        return int(
-            torch.load(path, map_location="cpu", weights_only=False, mmap=True)["global_step"]
-        )
-    except Exception:
-        return None
-
-
-def newest(checkpoint_dir: Path) -> Optional[Path]:
-    """The checkpoint of ``checkpoint_dir`` with the most env steps (``last.pt`` wins ties).
-
-    Reads ``last.pt`` and the periodic checkpoints from the highest iteration down to the first
-    readable one (iterations only grow within a run), so a run with many periodic checkpoints
-    opens two files, not all of them. Unreadable files (a kill mid-write) are skipped."""
-    directory = Path(checkpoint_dir)
-    periodic = sorted(
-        (int(m.group(1)), p) for p in directory.glob("iter_*.pt") if (m := _PERIODIC.match(p.name))
-    )
-    best: Optional[Path] = None
-    best_step = -1
-    for _, p in reversed(periodic):
-        step = _global_step(p)
-        if step is not None:
-            best, best_step = p, step
-            break
-    last = directory / "last.pt"
-    if last.is_file():
-        step = _global_step(last)
-        if step is not None and step >= best_step:
-            best = last
-    return best
