@@ -1,8 +1,9 @@
 """Preemption and requeue: what a run does when a scheduler stops it, and how it comes back.
 
 - SIGTERM / SIGINT (SLURM preemption, Ctrl-C): :class:`StopRequested`, the flag the runner checks
-  at every env step, makes the run drop the unfinished rollout, closes the recorders (the clip
-  in progress is saved), writes a checkpoint and exits.
+  at every env step, makes the run drop the unfinished rollout (or evaluation), close the
+  recorders (the clip in progress is saved), write the checkpoint of the state as of that
+  rollout's (evaluation's) start, and exit; ``resume=auto`` then continues bit-exactly.
 - Under submitit (``hydra/launcher=submitit_slurm`` / ``submitit_local``) its preemption signal
   (USR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise, sent ``signal_delay_s`` before the time
   limit) does the same, and then hands over to submitit's own handler, which requeues the job with
@@ -22,7 +23,9 @@ import os
 import re
 import signal
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
+
+from rlrec import rundir
 
 # temporaries of rlrec.checkpoint.save and of the recorder's encoder: the pid is in the name
 _TEMPORARY = re.compile(r"^\..+\.(\d+)(-\d+\.part|\.tmp)$")
@@ -52,19 +55,32 @@ def stop_signals() -> List[int]:
 
 class StopRequested:
     """The stop flag: installed for the run's life, the :func:`stop_signals` set it and the loop
-    checks it every env step; a second SIGINT interrupts at once (KeyboardInterrupt)."""
+    checks it every env step; a second SIGINT interrupts at once (KeyboardInterrupt).
+
+    ``signum`` is the first stop signal: a later one (SLURM's SIGTERM after submitit's USR2, say)
+    does not replace it, so the run is still requeued."""
 
     def __init__(self):
         self.signum: Optional[int] = None
+        self._sigints = 0
         self._previous: Dict[int, object] = {}
 
     def __bool__(self) -> bool:
         return self.signum is not None
 
+    @property
+    def exit_status(self) -> int:
+        """0 without a stop signal, else 128 + its number (SIGTERM 143, SIGINT 130): what a shell
+        reports for a process that the signal ended, and what PyTorch Lightning exits with."""
+        return 0 if self.signum is None else 128 + int(self.signum)
+
     def _handle(self, signum, frame):
-        if self.signum == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = signum
+        if signum == signal.SIGINT:
+            self._sigints += 1
+            if self._sigints > 1:
+                raise KeyboardInterrupt
+        if self.signum is None:
+            self.signum = signum
 
     def install(self) -> None:
         for sig in stop_signals():
@@ -95,25 +111,56 @@ def requeue_if_preempted(signum: Optional[int]) -> None:
         handler(signum, None)
 
 
-def remove_stale_temporaries(run_dir: Path) -> List[Path]:
-    """Deletes temporary checkpoint/clip files that other processes left in ``run_dir``'s
-    ``checkpoints/`` and ``videos/`` (never this process's own): a resuming run owns the dir."""
+def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:
+    """Whether a temporary named with ``pid`` was left by a process that is gone.
+
+    - ``holder``, the process whose run-dir lock this run took over, is gone whatever host it ran
+      on (the kernel released its lock); its files go everywhere, recorder dirs included;
+    - other pids are checked only in the run dir (the lock says only its run writes there) and only
+      where they mean something, on the host of the run dir's last holder: no such process here;
+    - in a recorder dir outside the run dir, which other runs (of other hosts, maybe) may share,
+      only the holder's files go.
+    """
+    if pid == os.getpid():
+        return False
+    here = rundir.this_host()
+    if holder is not None and pid == holder.pid:
+        return holder.host != here or not rundir.pid_alive(pid)
+    if not in_run_dir or (holder is not None and holder.host != here):
+        return False
+    return not rundir.pid_alive(pid)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return path == root or root in path.parents
+
+
+def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -> List[Path]:
+    """Deletes the temporary checkpoint/clip files that processes now gone left in ``run_dir``'s
+    ``checkpoints/`` and ``videos/``, and the clip temporaries (``.<clip>.<pid>-<n>.part``) they
+    left in ``recorder_dirs`` (``recorder.dir`` outside the run dir): never a file of this process
+    or of a live one (see :func:`_stale`)."""
     removed = []
     run_dir = Path(run_dir)
+    holder = rundir.taken_over_from(run_dir)
+    candidates = []
     for sub in ("checkpoints", "videos"):
         base = run_dir / sub
-        if not base.is_dir():
+        if base.is_dir():
+            candidates += [(p, True) for p in base.rglob(".*")]
+    for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
+        base = Path(d)
+        if base.is_dir():
+            inside = _inside(base, run_dir)
+            candidates += [(p, inside) for p in base.glob(".*.part")]
+    for p, in_run_dir in dict.fromkeys(candidates):
+        m = _TEMPORARY.match(p.name)
+        if not m or not p.is_file() or not _stale(int(m.group(1)), in_run_dir, holder):
             continue
-        for p in base.rglob(".*"):
-            m = _TEMPORARY.match(p.name)
-            if not m or not p.is_file():
-                continue
-            pid = int(m.group(1))
-            if pid == os.getpid():
-                continue
-            try:
-                p.unlink()
-                removed.append(p)
-            except FileNotFoundError:
-                pass
+        try:
+            p.unlink()
+            removed.append(p)
+        except FileNotFoundError:
+            pass
     return removed

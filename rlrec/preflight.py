@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from rlrec import rundir
 from rlrec.config import ConfigError, nearest_existing
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
@@ -106,12 +107,19 @@ def check_argv(argv: Optional[Iterable[str]] = None) -> None:
 class Preflight(Callback):
     """Hydra callback: before Hydra creates the run (or sweep) dir, fails on a dir that cannot be
     written and, for a single run, on config values rlrec.config.validate rejects, so that such
-    errors leave nothing behind. (Errors only the runner can see, such as a checkpoint that does
-    not fit the env, come later; the runner then removes the run dir it did not use.)"""
+    errors leave nothing behind; then claims (locks) the run dir. (Errors only the runner can see,
+    such as a checkpoint that does not fit the env, come later; the run then removes what it
+    created, and only that: rlrec/rundir.py.)"""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.run.dir")
         self._validate(config)
+        # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
+        # was there (a later config error removes only what this run created: rlrec/rundir.py)
+        try:
+            rundir.claim(Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir")
+        except ConfigError as err:
+            _fail(err)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")

@@ -8,24 +8,49 @@ of the last job that finished. The launching process prints the table once the s
 
 The figures come from the job's own ``metrics.jsonl`` (its last eval line), so a job that ran in
 another process or on another node is summarised from what it left on disk.
+
+A job's status is COMPLETED, FAILED (it raised, or its config was refused: the task function
+tells :func:`set_outcome`, returns no result and the sweep goes on) or STOPPED (a signal stopped
+it after its checkpoint, or it was not started because the sweep was stopping). The launching
+process's exit status says how the sweep went (:func:`exit_status`: 1 when a job failed, 128 +
+the signal when it was stopped).
+
+Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each running job
+checkpoints and stops (``rlrec.preempt.StopRequested``), no job starts after the signal, and the
+launching process ends once the running jobs have written their rows (at most :data:`GRACE_S`
+later; a second signal stops at once). With the basic launcher the jobs run in the launching
+process, which ends after the stopped job's row (:class:`SweepStopped`); with joblib (or another
+launcher of processes) it records the stop in ``<sweep dir>/.rlrec_summary/stop.json`` (jobs that
+start later do not run) and leaves the launcher once no job of ``.rlrec_summary/running/`` is
+alive. ``resume=auto`` with the same sweep dir then completes the stopped and unstarted jobs.
 """
 
 from __future__ import annotations
 
+import _thread
 import csv
 import fcntl
 import io
 import json
 import os
+import signal
 import sys
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlrec import preempt, rundir
+
 SUMMARY_FILE = "summary.csv"
 ROWS_DIR = ".rlrec_summary"
+COMPLETED, FAILED, STOPPED = "COMPLETED", "FAILED", "STOPPED"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # stop the sweep (submitit's USR2 requeues a job)
+GRACE_S = 60.0  # after a stop, how long the launching process waits for running jobs to stop
 # figures of the last eval line copied into the summary, in this order
 EVAL_KEYS = ("eval/return", "eval/success", "eval/length", "eval/episodes")
 _FIRST = ("job", "status", "step", *EVAL_KEYS, "swept", "overrides")
@@ -71,12 +96,35 @@ def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
     return [o for o in overrides if o.partition("=")[0] not in fixed]
 
 
-def job_row(config: DictConfig, job_return: Any) -> Dict[str, Any]:
-    """The summary row of one finished job."""
+# --------------------------------------------------------------------------- a job's outcome
+
+_OUTCOME: Dict[str, str] = {}
+
+
+def set_outcome(status: str, error: str) -> None:
+    """Told by the task function of a job that returns without a result: FAILED (its config was
+    refused) or STOPPED (by a signal, or not started); :meth:`SweepSummary.on_job_end`, which
+    Hydra calls next in the same process, puts it into the job's row."""
+    _OUTCOME.clear()
+    _OUTCOME.update(status=status, error=error)
+
+
+def _take_outcome() -> Dict[str, str]:
+    outcome = dict(_OUTCOME)
+    _OUTCOME.clear()
+    return outcome
+
+
+def job_row(
+    config: DictConfig, job_return: Any, outcome: Optional[Dict[str, str]] = None
+) -> Dict[str, Any]:
+    """The summary row of one finished job (``outcome``: what :func:`set_outcome` said)."""
     hydra = config.hydra
     run_dir = Path(hydra.runtime.output_dir)
     overrides: List[str] = list(OmegaConf.to_container(hydra.overrides.task))  # type: ignore[arg-type]
     status = getattr(getattr(job_return, "status", None), "name", "UNKNOWN")
+    if outcome:
+        status = outcome["status"]
     row: Dict[str, Any] = {
         "job": int(hydra.job.num),
         "status": status,
@@ -88,7 +136,9 @@ def job_row(config: DictConfig, job_return: Any) -> Dict[str, Any]:
         if sep:
             row[key.lstrip("+~")] = value
     row.update(final_figures(run_dir))
-    if status == "FAILED":
+    if outcome:
+        row["error"] = outcome["error"]
+    elif status == FAILED:
         # JobReturn.return_value re-raises a failed job's exception: read the stored one
         err = job_return._return_value
         row["error"] = f"{type(err).__name__}: {err}"
@@ -160,12 +210,239 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- stopping a sweep
+
+
+class SweepStopped(BaseException):
+    """Raised in the launching process to end a stopped sweep: a BaseException, so that Hydra's
+    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.cli``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+class _Stop:
+    """This process's view of a stop: the first stop signal, and how it handles them."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self.previous: Dict[int, Any] = {}
+        self.launcher_pid: Optional[int] = None  # set in the process that launches the sweep
+        self.sweep_dir: Optional[Path] = None
+        self.attempt: Optional[str] = None
+        self.watch = False  # jobs run in other processes: leave the launcher once none runs
+        self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
+        self.watcher: Optional[threading.Thread] = None
+
+    @property
+    def launcher(self) -> bool:
+        return self.launcher_pid == os.getpid()
+
+
+_STOP = _Stop()
+_RESULT: Dict[str, Any] = {}  # how the sweep launched by this process ended (exit_status)
+_RUNNING: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
+
+
+def _say(text: str) -> None:
+    # os.write: a signal handler may run while the main thread is inside print()
+    os.write(2, (text + "\n").encode())
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _handle(signum: int, frame: Any) -> None:
+    st = _STOP
+    if st.done.is_set():
+        return
+    if st.signum is not None:  # a second signal, or the watcher: stop now
+        if st.launcher:
+            raise SweepStopped(st.signum)
+        raise KeyboardInterrupt
+    st.signum = signum
+    if not st.launcher:
+        return
+    _say(
+        f"rlrec sweep: {_signal_name(signum)}: stopping the sweep; running jobs checkpoint and "
+        "stop, no new job starts (a second Ctrl-C stops at once)"
+    )
+    if st.sweep_dir is not None:
+        try:
+            _write_atomic(
+                st.sweep_dir / ROWS_DIR / "stop.json",
+                json.dumps({"attempt": st.attempt, "signal": signum}),
+            )
+        except OSError:
+            pass
+    if st.watch and st.watcher is None:
+        st.watcher = threading.Thread(target=_watch, name="rlrec-sweep-stop", daemon=True)
+        st.watcher.start()
+
+
+def _install(signals=STOP_SIGNALS) -> None:
+    if _STOP.previous or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in signals:
+        _STOP.previous[sig] = signal.signal(sig, _handle)
+
+
+def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
+    """Jobs of this attempt whose process still runs them (entries of dead processes are
+    ignored)."""
+    jobs = []
+    for p in (sweep_dir / ROWS_DIR / "running").glob("*.json"):
+        try:
+            entry = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if entry.get("attempt") != attempt:
+            continue
+        pid, host = int(entry.get("pid", 0)), entry.get("host")
+        if host != rundir.this_host() or rundir.pid_alive(pid):
+            jobs.append(int(entry.get("job", -1)))
+    return jobs
+
+
+def _watch() -> None:
+    """In the launching process of process-per-job launchers: once no job runs any more (each
+    wrote its row), or after GRACE_S, interrupt the main thread, which raises SweepStopped."""
+    st = _STOP
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline:
+        if st.done.wait(0.1):
+            return
+        if st.sweep_dir is None or not _running_jobs(st.sweep_dir, st.attempt):
+            break
+    else:
+        _say(f"rlrec sweep: jobs still running {GRACE_S:.0f} s after the stop: ending them")
+    if not st.done.is_set():
+        _thread.interrupt_main(signal.SIGINT)
+
+
+def begin_job(sweep_dir: Path) -> None:
+    """At the start of a job's task function: a stop signal that reaches this process between
+    jobs or while the job is being built is recorded, not fatal (a joblib worker that died of it
+    would take the other workers with it). submitit handles the signals of its own jobs."""
+    _OUTCOME.clear()
+    if not preempt.under_submitit():
+        _install()
+
+
+def stop_signal(sweep_dir: Path) -> Optional[int]:
+    """The signal that stopped the sweep (this process got it, or the launching process recorded
+    it for this attempt), else None: a job that has not started training yet must not start."""
+    if _STOP.signum is not None:
+        return _STOP.signum
+    rows = Path(sweep_dir) / ROWS_DIR
+    try:
+        attempt = json.loads((rows / "attempt.json").read_text())["id"]
+        stop = json.loads((rows / "stop.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return int(stop["signal"]) if stop.get("attempt") == attempt else None
+
+
+def note_stopped(signum: int) -> None:
+    """The job running in this process stopped on ``signum``: no later job of it starts."""
+    if _STOP.signum is None:
+        _STOP.signum = int(signum)
+
+
+def job_running(sweep_dir: Path, job: int) -> None:
+    """Registers the job as running (for the launcher's watcher) until its row is written."""
+    rows = Path(sweep_dir) / ROWS_DIR
+    try:
+        attempt = json.loads((rows / "attempt.json").read_text())["id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        attempt = None
+    entry = rows / "running" / f"{int(job):06d}.json"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(
+        entry,
+        json.dumps(
+            {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
+        ),
+    )
+    _RUNNING.append(entry)
+
+
+def _job_ended() -> None:
+    while _RUNNING:
+        _RUNNING.pop().unlink(missing_ok=True)
+
+
+def exit_status() -> int:
+    """The exit status of the sweep this process launched: 128 + the signal that stopped it, 1
+    when a job failed, else 0 (also when this process launched no sweep)."""
+    if _RESULT.get("signum") is not None:
+        return 128 + int(_RESULT["signum"])
+    return 1 if _RESULT.get("failed") else 0
+
+
+def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
+    failed = [r for r in rows if r.get("status") == FAILED]
+    stopped = [r for r in rows if r.get("status") == STOPPED]
+    _RESULT.update(failed=len(failed), stopped=len(stopped), signum=_STOP.signum)
+    if failed:
+        jobs = ", ".join(str(r.get("job")) for r in failed)
+        _say(
+            f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the error "
+            f"column of {sweep_dir / SUMMARY_FILE}"
+        )
+    if _STOP.signum is not None or stopped:
+        _say(
+            f"rlrec sweep: stopped by {_signal_name(_STOP.signum or signal.SIGINT)}; run the same "
+            f"command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped and "
+            "unstarted jobs"
+        )
+
+
+def report_stopped() -> None:
+    """In ``rlrec.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
+    status."""
+    _STOP.done.set()
+    sweep_dir = _STOP.sweep_dir
+    rows: List[Dict[str, Any]] = []
+    if sweep_dir is not None and (sweep_dir / ROWS_DIR).is_dir():
+        rows = write_summary(sweep_dir)
+        if rows:
+            print(
+                f"rlrec sweep summary ({sweep_dir / SUMMARY_FILE}):\n{format_table(rows)}",
+                flush=True,
+            )
+        _result(sweep_dir, rows)
+    _RESULT["signum"] = _STOP.signum or signal.SIGINT
+
+
+def finish() -> None:
+    """Restores this process's signal handlers and forgets the sweep (``rlrec.cli.main`` may run
+    again in the same process, as the tests do)."""
+    global _STOP
+    _STOP.done.set()
+    if _STOP.watcher is not None:
+        _STOP.watcher.join(timeout=1.0)
+    if threading.current_thread() is threading.main_thread():
+        for sig, handler in _STOP.previous.items():
+            signal.signal(sig, handler)
+    _STOP = _Stop()
+    _RESULT.clear()
+    _OUTCOME.clear()
+    _job_ended()
+
+
 class SweepSummary(Callback):
     """Hydra callback: ``<sweep dir>/summary.csv`` as jobs finish, a table at the end of the
-    sweep."""
+    sweep; in the launching process, the stop signals (see the module doc)."""
 
     def __init__(self, print_table: bool = True):
         self.print_table = print_table
+        self._launcher_pid: Optional[int] = None
 
     @staticmethod
     def _multirun(config: DictConfig) -> bool:
@@ -173,17 +450,29 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # the launching process knows which keys are swept; jobs (maybe elsewhere) read it back
-        rows_dir = Path(str(config.hydra.sweep.dir)) / ROWS_DIR
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        rows_dir = sweep_dir / ROWS_DIR
         rows_dir.mkdir(parents=True, exist_ok=True)
         task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
         _write_atomic(rows_dir / "fixed.json", json.dumps(fixed_keys(task)))
+        # this attempt of the sweep: a stop recorded by an earlier one (then resumed) is not ours
+        attempt = uuid.uuid4().hex
+        _write_atomic(rows_dir / "attempt.json", json.dumps({"id": attempt}))
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
+        _STOP.launcher_pid = self._launcher_pid = os.getpid()
+        _STOP.sweep_dir, _STOP.attempt = sweep_dir, attempt
+        _STOP.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
+        _install()
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if not self._multirun(config):
             return
-        row = job_row(config, job_return)
+        row = job_row(config, job_return, _take_outcome())
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        write_summary(sweep_dir, row)
+        try:
+            write_summary(sweep_dir, row)
+        finally:
+            _job_ended()
         figures = ", ".join(f"{k.split('/')[1]} {_fmt(row[k])}" for k in EVAL_KEYS[:3] if k in row)
         swept = f" ({row['swept']})" if row["swept"] else ""
         print(
@@ -191,8 +480,12 @@ class SweepSummary(Callback):
             f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}",
             flush=True,
         )
+        if _STOP.signum is not None and _STOP.launcher and self._launcher_pid == os.getpid():
+            # the jobs run in this process (basic launcher): end the sweep here, start no more
+            raise SweepStopped(_STOP.signum)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        _STOP.done.set()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not (sweep_dir / ROWS_DIR).is_dir():
             return
@@ -203,3 +496,4 @@ class SweepSummary(Callback):
                 file=sys.stdout,
                 flush=True,
             )
+        _result(sweep_dir, rows)

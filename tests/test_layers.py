@@ -15,7 +15,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rlrec"
 # lowest first; a module may import only modules of a lower layer (or of its own package)
 LAYERS = [
     ["rlrec.config"],
-    ["rlrec.envs", "rlrec.ppo", "rlrec.preflight", "rlrec.checkpoint", "rlrec.preempt"],
+    ["rlrec.rundir"],  # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced
+    [
+        "rlrec.envs",
+        "rlrec.ppo",
+        "rlrec.preflight",
+        "rlrec.checkpoint",
+        "rlrec.preempt",
+        "rlrec.budget",
+    ],
     ["rlrec.record", "rlrec.logger", "rlrec.testing"],
     ["rlrec.stack"],
     ["rlrec.evaluation"],

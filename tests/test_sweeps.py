@@ -318,6 +318,144 @@ def test_ray_launcher_two_job_sweep(tmp_path):
     _check_summary(sweep_dir, [1, 2])
 
 
+# ------------------------------------------------------------------------- failed and stopped jobs
+
+
+def _statuses(sweep_dir: Path):
+    return [(int(r["job"]), r["status"]) for r in _rows(sweep_dir)]
+
+
+@pytest.mark.slow
+def test_an_invalid_job_fails_alone_on_the_basic_launcher(tmp_path):
+    """The invalid job first: it gets a FAILED row with its error, the next one runs to the end,
+    and the sweep exits 1 once it is over (before: SystemExit(2) at job 0, nothing ran)."""
+    sweep_dir = tmp_path / "sweep"
+    proc = run_train(
+        ["-m", "algo.learning_rate=-1,3e-4", *TINY, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert _statuses(sweep_dir) == [(0, "FAILED"), (1, "COMPLETED")]
+    failed = _rows(sweep_dir)[0]
+    assert failed["error"].startswith("ConfigError: algo.learning_rate=-1"), failed["error"]
+    _check_job_dir(sweep_dir / "1", seed=1)
+    assert "rlrec sweep summary" in proc.stdout  # the table, at the end
+    assert "1 of 2 jobs failed (job 0)" in proc.stderr
+
+
+@pytest.mark.slow
+def test_an_invalid_job_fails_alone_on_joblib(tmp_path):
+    """Two workers, the invalid job between two valid ones: both valid jobs run to the end with
+    their checkpoints (before: the sweep died with the valid job running beside it)."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    sweep_dir = tmp_path / "sweep"
+    proc = run_train(
+        [
+            "-m",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "algo.learning_rate=3e-4,-1,5e-4",
+            *TINY,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert _statuses(sweep_dir) == [(0, "COMPLETED"), (1, "FAILED"), (2, "COMPLETED")]
+    assert "algo.learning_rate=-1" in _rows(sweep_dir)[1]["error"]
+    for job in (0, 2):
+        _check_job_dir(sweep_dir / str(job), seed=1)
+
+
+STOP_TOTAL = 24 * 128  # 24 iterations of FAST
+
+
+def _interrupt(args, sweep_dir: Path, cwd: Path):
+    """Starts the sweep in a process group of its own and, once job 0 has made 3 iterations,
+    sends SIGINT to the group, as Ctrl-C in a terminal does; returns (exit status, output)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    metrics = sweep_dir / "0" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics.exists() and metrics.read_text().count("loss/policy") >= 3):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the sweep never got going:\n{proc.communicate()[0]}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
+def _check_resumed(sweep_dir: Path, jobs: int) -> None:
+    """resume=auto completed every job; the stopped ones continued from their checkpoints (each
+    iteration logged once, none lost, none replayed)."""
+    assert _statuses(sweep_dir) == [(j, "COMPLETED") for j in range(jobs)]
+    for job in range(jobs):
+        run_dir = sweep_dir / str(job)
+        steps = [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
+        assert steps == list(range(128, STOP_TOTAL + 1, 128)), f"job {job}: {steps}"
+        assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == STOP_TOTAL
+
+
+def _stop_args(sweep_dir: Path):
+    return [
+        *FAST,
+        "torch_threads=1",
+        f"total_steps={STOP_TOTAL}",
+        "checkpoint_every=1000",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_basic_launcher_sweep_and_resume_completes_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    code, out = _interrupt(["-m", "seed=1,2", *_stop_args(sweep_dir)], sweep_dir, tmp_path)
+    assert code == 128 + signal.SIGINT, out
+    (row,) = _rows(sweep_dir)  # job 1 never started
+    assert row["status"] == "STOPPED" and "stopped by SIGINT" in row["error"], row
+    assert 3 * 128 <= int(row["step"]) < STOP_TOTAL
+    assert not (sweep_dir / "1").exists()
+    assert ckpt.load(sweep_dir / "0" / "checkpoints" / "last.pt")["global_step"] >= 3 * 128
+    assert "resume=auto" in out
+    run_train(["-m", "seed=1,2", *_stop_args(sweep_dir), "resume=auto"], cwd=tmp_path)
+    _check_resumed(sweep_dir, 2)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_joblib_sweep_and_resume_completes_it(tmp_path):
+    """Two workers, three jobs: Ctrl-C stops both running jobs after their checkpoints and the
+    third never starts (before: the running jobs returned normally as COMPLETED, the launcher
+    started the third, or the launcher died at once and took the workers' checkpoints with it).
+    The sweep is resumed on the basic launcher (the jobs, their dirs and numbers are the same)."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3"]
+    code, out = _interrupt([*args, *_stop_args(sweep_dir)], sweep_dir, tmp_path)
+    assert code == 128 + signal.SIGINT, out
+    rows = _rows(sweep_dir)
+    assert [int(r["job"]) for r in rows][:2] == [0, 1], out
+    assert all(r["status"] == "STOPPED" for r in rows), rows
+    assert 3 * 128 <= int(rows[0]["step"]) < STOP_TOTAL
+    assert ckpt.load(sweep_dir / "0" / "checkpoints" / "last.pt")["global_step"] >= 3 * 128
+    if len(rows) == 2:  # the third job was not even handed to a worker
+        assert not (sweep_dir / "2").exists()
+    else:
+        assert rows[2]["error"].startswith("not started"), rows[2]
+    run_train(["-m", "seed=1,2,3", *_stop_args(sweep_dir), "resume=auto"], cwd=tmp_path)
+    _check_resumed(sweep_dir, 3)
+
+
 # --------------------------------------------------------------------------- the summary itself
 
 

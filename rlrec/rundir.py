@@ -1,0 +1,311 @@
+"""The run dir: one run at a time in it, and what a run created there.
+
+- **The lock.** A run holds an exclusive ``fcntl.flock`` on ``<run dir>/.rlrec.lock`` for its
+  whole life; the file names the holder (pid, host, since when). A second run in the same dir fails
+  before any work with a message that names the holder. The kernel drops a flock when its holder
+  dies, so the lock a killed run left is taken over by the next run, which remembers whom it took
+  it from (:func:`taken_over_from`): ``rlrec.preempt.remove_stale_temporaries`` removes that
+  process's temporaries and no live process's.
+- **What a run created.** For a single run, :class:`rlrec.preflight.Preflight` claims the run dir
+  (:func:`claim`) before Hydra creates it: the claim records which of its ancestors and entries
+  existed, creates the dir and takes the lock before Hydra writes ``.hydra/`` or its log. A run
+  that then fails on its config (:meth:`Claim.discard`) removes only what it created: Hydra's own
+  files, empty dirs, the run dir and its parents if it made them; never a file that was there
+  before (``hydra.run.dir=.`` or a dir holding the user's own ``notes.log`` stays as it was). A
+  sweep job claims its dir when it starts (Hydra has created it by then): it holds the lock but
+  removes nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Optional
+
+from rlrec.config import ConfigError
+
+LOCK_FILE = ".rlrec.lock"
+HYDRA_DIR = ".hydra"  # Hydra's output_subdir (config.yaml, hydra.yaml, overrides.yaml)
+
+
+class RunDirBusy(ConfigError):
+    """Another live run holds the run dir's lock."""
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process ``pid`` exists on this host (a zombie counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds (or held) a run dir's lock."""
+
+    pid: int
+    host: str
+    since: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on host {self.host}, since {self.since}"
+
+    def gone(self) -> bool:
+        """True when the holder is known to have exited (same host, no such process)."""
+        return self.host == this_host() and not pid_alive(self.pid)
+
+    @classmethod
+    def me(cls) -> "Holder":
+        return cls(os.getpid(), this_host(), time.strftime("%Y-%m-%d %H:%M:%S %z"))
+
+    @classmethod
+    def parse(cls, text: str) -> Optional["Holder"]:
+        try:
+            data = json.loads(text)
+            return cls(int(data["pid"]), str(data["host"]), str(data["since"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _read_holder(path: Path) -> Optional[Holder]:
+    """The holder named in a lock file; retried briefly (the holder may be writing it)."""
+    for _ in range(10):  # bounded: at most ~0.2 s
+        try:
+            holder = Holder.parse(path.read_text())
+        except OSError:
+            holder = None
+        if holder is not None:
+            return holder
+        time.sleep(0.02)
+    return None
+
+
+class RunDirLock:
+    """An exclusive flock on ``<run dir>/.rlrec.lock``, which names its holder."""
+
+    def __init__(self, run_dir: Path, key: str):
+        self.path = Path(run_dir) / LOCK_FILE
+        self.key = key
+        self.run_dir = Path(run_dir)
+        self._fd: Optional[int] = None
+        self.previous: Optional[Holder] = None  # the dead holder this lock was taken over from
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Takes the lock, or raises :class:`RunDirBusy` naming the holder. A lock whose holder
+        died is free (the kernel released it): its file's holder becomes :attr:`previous`."""
+        for _ in range(20):  # another run may unlink the file between our open and our flock
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunDirBusy(self._busy_message()) from None
+            except OSError as err:
+                os.close(fd)
+                if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    print(
+                        f"rlrec: warning: cannot lock {self.path} ({err}): a second run in "
+                        f"{self.run_dir} would not be detected",
+                        file=sys.stderr,
+                    )
+                    return
+                raise
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # locked a file its holder unlinked on release: try the new one
+                os.close(fd)
+                continue
+            self._fd = fd
+            break
+        else:
+            raise RunDirBusy(f"{self.key}={self.run_dir}: cannot take the lock {self.path}")
+        with os.fdopen(os.dup(self._fd), "r+") as f:
+            previous = Holder.parse(f.read())
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(Holder.me().__dict__) + "\n")
+        if previous is not None and previous.pid != os.getpid():
+            self.previous = previous
+            print(
+                f"rlrec: took over the lock of {self.run_dir} from {previous.describe()}, "
+                "which is no longer running",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _busy_message(self) -> str:
+        holder = _read_holder(self.path)
+        who = holder.describe() if holder is not None else "a process that did not say who it is"
+        msg = (
+            f"{self.key}={self.run_dir} is in use by another rlrec run ({who}; lock file "
+            f"{self.path}): wait for it to end, or choose another {self.key}"
+        )
+        if holder is not None and holder.gone():
+            msg += (
+                f" (pid {holder.pid} has exited, but a process it started, such as a simulator "
+                "worker, still holds the lock: end it first)"
+            )
+        return msg
+
+    def release(self) -> None:
+        """Removes the lock file and drops the lock (unlinked first, so a run waiting on this
+        file notices and locks a new one). Idempotent."""
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+@dataclass
+class Claim:
+    """A run's hold on its run dir: the lock and what existed there before the run."""
+
+    run_dir: Path
+    lock: RunDirLock
+    # what the run may remove again on a config error; None: not known (a sweep job)
+    created_dirs: List[Path] = field(default_factory=list)  # the run dir and ancestors it made
+    before: Optional[FrozenSet[str]] = None  # names in the run dir before the run
+
+    @property
+    def previous(self) -> Optional[Holder]:
+        return self.lock.previous
+
+    def release(self) -> None:
+        self.lock.release()
+        if _CLAIMS.get(_key(self.run_dir)) is self:
+            del _CLAIMS[_key(self.run_dir)]
+
+    def discard(self) -> List[Path]:
+        """After a config error: releases the claim and removes what this run created (nothing
+        that existed before the claim); returns the removed paths."""
+        self.release()
+        if self.before is None:
+            return []
+        return _remove_created(self.run_dir, self.before, self.created_dirs)
+
+
+_CLAIMS: Dict[str, Claim] = {}  # this process's claims, by run dir
+_TAKEN_OVER: Dict[str, Holder] = {}  # run dir -> the dead holder its lock was taken over from
+
+
+def _key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _missing_dirs(path: Path) -> List[Path]:
+    """``path`` and those of its ancestors that do not exist, top-most first."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return missing[::-1]
+
+
+def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
+    """Takes ``run_dir`` for this run: creates it (noting what it creates and, with ``record``,
+    which entries were there before) and takes its lock; :class:`RunDirBusy` (a ConfigError naming
+    ``key`` and the holder) while another run holds it, having created nothing."""
+    run_dir = Path(os.path.abspath(run_dir))
+    old = _CLAIMS.get(_key(run_dir))
+    if old is not None:  # an earlier job of this process that ended without releasing
+        old.release()
+    created: List[Path] = []
+    before: Optional[FrozenSet[str]] = None
+    if record:
+        before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
+    for d in _missing_dirs(run_dir):
+        try:
+            d.mkdir()
+            created.append(d)
+        except FileExistsError:  # made meanwhile by someone else: not ours
+            pass
+    lock = RunDirLock(run_dir, key)
+    try:
+        lock.acquire()
+    except BaseException:
+        for d in reversed(created):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+    result = Claim(run_dir, lock, created, before)
+    _CLAIMS[_key(run_dir)] = result
+    if lock.previous is not None:
+        _TAKEN_OVER[_key(run_dir)] = lock.previous
+    else:
+        _TAKEN_OVER.pop(_key(run_dir), None)
+    return result
+
+
+def claim_of(run_dir: Path) -> Optional[Claim]:
+    """This process's claim on ``run_dir`` (made by Preflight for a single run), if any."""
+    return _CLAIMS.get(_key(run_dir))
+
+
+def taken_over_from(run_dir: Path) -> Optional[Holder]:
+    """The holder whose lock on ``run_dir`` this process took over (it had died), if any."""
+    return _TAKEN_OVER.get(_key(run_dir))
+
+
+def _only_hydra_files(path: Path) -> bool:
+    """A created entry the run may remove: Hydra's output subdir, its ``*.log``, or dirs that
+    hold no files."""
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        if path.name == HYDRA_DIR:
+            return True
+        return all(p.is_dir() and not p.is_symlink() for p in path.rglob("*"))
+    return path.is_file() and path.name.endswith(".log")
+
+
+def _remove_created(run_dir: Path, before: FrozenSet[str], created_dirs: List[Path]) -> List[Path]:
+    if not run_dir.is_dir():
+        return []
+    new = [run_dir / name for name in sorted(set(os.listdir(run_dir)) - before)]
+    if not all(_only_hydra_files(p) for p in new):
+        return []  # the run wrote something of its own: keep everything
+    removed = []
+    for p in new:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+        removed.append(p)
+    for d in reversed(created_dirs):  # the run dir, then the parents this run made
+        try:
+            d.rmdir()  # only when empty
+        except OSError:
+            break
+        removed.append(d)
+    return removed
