@@ -34,7 +34,8 @@ class Evaluator:
         self, policy: Policy, tag: int, stop: Callable[[], bool] = lambda: False
     ) -> Dict[str, float]:
         """One evaluation. ``tag`` (the training step) goes onto its clip; ``stop()`` cuts it short
-        (an evaluation cut short still gets its clip). Empty when no episode finished."""
+        (an evaluation cut short still gets its clip; its figures are of fewer episodes, so the
+        runner logs none and a resumed run redoes it). Empty when no episode finished."""
         cfg, env = self.cfg, self.env
         n = env.num_envs
         target = cfg.episodes or n

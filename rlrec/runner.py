@@ -8,24 +8,42 @@ keeps episode statistics (``rlrec.logger``), the recorders decide their clips (`
 
 from __future__ import annotations
 
+import copy
 import random
+import signal
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
+from rlrec import budget, preempt
 from rlrec import checkpoint as ckpt
-from rlrec import preempt
 from rlrec.config import Config, ConfigError, to_container
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.factory import resolve_device
 from rlrec.evaluation import Evaluator
 from rlrec.logger import RunLogger
 from rlrec.ppo.ppo import PPO
-from rlrec.record import ClipInfo
+from rlrec.record import ClipInfo, RecorderError
 from rlrec.stack import load_stack_state, make_env_stack, recorder_of, simulator_saved, stack_state
+
+# entries of Runner.state() built afresh on each call: a snapshot need not copy them
+_FRESH = frozenset(
+    {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
+)
+
+
+def _owned(value: Any) -> Any:
+    """A copy of ``value`` that shares no tensor and no container with it."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_owned(v) for v in value)
+    return copy.deepcopy(value)
 
 
 class Runner:
@@ -49,6 +67,8 @@ class Runner:
         self.logger: Optional[RunLogger] = None
         self.last_eval: Dict[str, float] = {}
         self.stop = preempt.StopRequested()
+        self._obs: Optional[torch.Tensor] = None  # the train env's next observation
+        self._resume_point: Optional[dict] = None  # see _train_loop
         self._closed = False
         try:
             self._build()
@@ -62,15 +82,25 @@ class Runner:
         if cfg.checkpoint is not None:
             return ckpt.load(cfg.checkpoint)
         if cfg.resume == "auto":
-            preempt.remove_stale_temporaries(self.run_dir)  # what a killed run left half-written
-            path = ckpt.newest(self.run_dir / "checkpoints")
-            return ckpt.load(path, key="resume") if path is not None else None
+            # what a killed run left half-written, here and in recorder dirs outside the run dir
+            recorder_dirs = [r.dir for r in (cfg.recorder, cfg.eval_env.recorder) if r.dir]
+            preempt.remove_stale_temporaries(self.run_dir, recorder_dirs)
+            # the newest good checkpoint (a damaged one is skipped with a warning naming it)
+            found = ckpt.find_resume(self.run_dir / "checkpoints", key="resume")
+            if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
+                raise ConfigError(
+                    f"eval_only=true resume=auto found no checkpoint to evaluate in "
+                    f"{self.run_dir / 'checkpoints'}: give checkpoint=PATH, or "
+                    "hydra.run.dir=<the run dir that holds checkpoints/>"
+                )
+            return None if found is None else found[1]
         if cfg.eval_only:
             raise ConfigError("eval_only=true needs checkpoint=PATH (the checkpoint to evaluate)")
         return None
 
     def _build(self) -> None:
         cfg = self.cfg
+        budget.check(cfg, self.device)  # sizes that cannot fit are refused before anything is built
         videos = self.run_dir / "videos"
         if not cfg.eval_only:
             self.train_env = make_env_stack(
@@ -135,12 +165,16 @@ class Runner:
             "config": to_container(self.cfg),
         }
 
-    def save_checkpoint(self, next_obs: Optional[torch.Tensor], periodic: bool = False) -> Path:
-        state = self.state(next_obs)
+    def save_checkpoint(
+        self, next_obs: Optional[torch.Tensor], periodic: bool = False, state: Optional[dict] = None
+    ) -> Path:
+        """Writes ``state`` (default: the state as of now) to last.pt (and iter_NNNNNN.pt)."""
+        state = self.state(next_obs) if state is None else state
         directory = self.run_dir / "checkpoints"
-        ckpt.save(directory / "last.pt", state)
+        # a full disk: CheckpointWriteError names the file and the resume command
+        ckpt.save(directory / "last.pt", state, run_dir=self.run_dir)
         if periodic:
-            ckpt.save(directory / f"iter_{self.iteration:06d}.pt", state)
+            ckpt.save(directory / f"iter_{self.iteration:06d}.pt", state, run_dir=self.run_dir)
         return directory / "last.pt"
 
     def _restore(self) -> Optional[torch.Tensor]:
@@ -177,13 +211,19 @@ class Runner:
             stop=lambda: bool(self.stop),
         )
 
-    def _evaluate_and_log(self) -> None:
+    def _evaluate_and_log(self) -> bool:
+        """Evaluates and logs the eval line; False (nothing logged) when a stop cut it short."""
+        if self.stop:
+            return False
         t0 = time.perf_counter()
         metrics = self.evaluate()
+        if self.stop:  # figures of fewer episodes than asked: not an eval line
+            return False
         if metrics:
             metrics["time/eval"] = time.perf_counter() - t0
             self.last_eval = metrics
             self.logger.log(self.global_step, metrics)
+        return True
 
     # ------------------------------------------------------------------ training
     @torch.inference_mode()
@@ -205,6 +245,8 @@ class Runner:
         cfg = self.cfg
         self.ppo.init_storage(self.train_env.num_envs)
         next_obs = self._restore()
+        # a stop cut the evaluation of the checkpoint's step short: it is redone first
+        eval_due = bool(self.resume_data is not None and self.resume_data.get("eval_due"))
         rec = recorder_of(self.train_env)
         # record_final_episode: the episode in progress at the end gets its clip
         if rec is not None:
@@ -212,18 +254,40 @@ class Runner:
         if next_obs is None:
             with torch.inference_mode():
                 next_obs, _ = self.train_env.reset(seed=cfg.seed)
+        self._obs = next_obs
+        try:
+            self._train_loop(eval_due)
+        except RecorderError:
+            # recorder.on_error=raise: the checkpoint of the last completed update, then the error
+            self.save_checkpoint(self._obs, state=self._resume_point)
+            raise
+        # stopped: the state as of the start of the interrupted rollout or evaluation; else now
+        self.save_checkpoint(self._obs, state=self._resume_point)
+        return self.last_eval
+
+    def _train_loop(self, eval_due: bool) -> None:
+        """Iterations until the total or a stop. ``self._resume_point`` is the state as of the
+        start of the rollout or evaluation in progress (None between them: the state as of now),
+        so a stop or a recorder error checkpoints a state that an uninterrupted run also went
+        through, and ``resume=auto`` continues bit-exactly."""
+        cfg = self.cfg
+        if eval_due and self.evaluator is not None and self.iteration < self.num_iterations:
+            if not self._evaluation():
+                return
+            self._periodic_checkpoint()
         start, start_step = time.perf_counter(), self.global_step
         while self.iteration < self.num_iterations and not self.stop:
+            self._resume_point = self._snapshot()
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
-            next_obs = self.collect(next_obs)
-            # the interrupted rollout is dropped; the checkpoint keeps the last update
+            self._obs = self.collect(self._obs)
             if self.stop:
-                break
+                return  # the interrupted rollout is dropped: its start is checkpointed
             self.iteration += 1
             self.global_step += self.batch_size
             t1 = time.perf_counter()
             losses = self.ppo.update()
+            self._resume_point = None
             t2 = time.perf_counter()
             self._log_iteration(
                 losses,
@@ -233,18 +297,46 @@ class Runner:
                 (self.global_step - start_step) / max(t2 - start, 1e-9),
             )
             if self.evaluator is not None:
-                self.evaluator.poll()  # an eval clip finished encoding since the evaluation
                 if (
                     self.iteration % cfg.eval_env.every == 0
                     and self.iteration < self.num_iterations
                 ):
-                    self._evaluate_and_log()
-            if self.iteration % cfg.checkpoint_every == 0:
-                self.save_checkpoint(next_obs, periodic=True)
+                    if not self._evaluation():
+                        return
+                else:
+                    self.evaluator.poll()  # an eval clip finished encoding since the evaluation
+            self._periodic_checkpoint()
         if self.evaluator is not None and not self.stop:
-            self._evaluate_and_log()
-        self.save_checkpoint(next_obs)
-        return self.last_eval
+            self._evaluation()  # the final one
+
+    def _periodic_checkpoint(self) -> None:
+        if self.iteration % self.cfg.checkpoint_every == 0:
+            self.save_checkpoint(self._obs, periodic=True)
+
+    def _snapshot(self, eval_due: bool = False) -> dict:
+        """The checkpoint of this moment, kept while a rollout or an evaluation runs, in a form
+        that they cannot change: what they change (normaliser, env stacks, next observation, and
+        whatever else the state holds) is copied; the model and the optimizer, which only
+        ``ppo.update()`` changes (after which the snapshot is dropped), are shared, and the
+        entries that ``state()`` builds afresh (RNG states, config, counters) are taken as they
+        are. Under 1 ms at the default sizes (see docs/sweeps.md)."""
+        state = self.state(self._obs)
+        out = {k: v if k in _FRESH else _owned(v) for k, v in state.items() if k != "ppo"}
+        out["ppo"] = {
+            k: v if k in ("agent", "optimizer") else _owned(v) for k, v in state["ppo"].items()
+        }
+        out["eval_due"] = eval_due  # a resumed run evaluates first
+        return out
+
+    def _evaluation(self) -> bool:
+        """One evaluation and its eval line; False when a stop cut it short: then nothing is
+        logged and the checkpoint is the state before it, marked ``eval_due``."""
+        self._resume_point = self._snapshot(eval_due=True)
+        self.evaluator.poll()  # an eval clip finished encoding since the last evaluation
+        if not self._evaluate_and_log():
+            return False
+        self._resume_point = None
+        return True
 
     def _log_iteration(
         self, losses: Dict[str, float], lr: float, collect_s: float, learn_s: float, sps: float
@@ -291,21 +383,37 @@ class Runner:
                 figures += f", success {ev['eval/success']:.3f}"
             parts.append(figures)
         parts.append(f"run dir {self.run_dir}")
+        if self.stop:
+            parts.append(f"signal {signal.Signals(self.stop.signum).name}")
+            if not self.cfg.eval_only:
+                parts.append(
+                    f"to continue: the same command + resume=auto hydra.run.dir={self.run_dir}"
+                )
         print(" | ".join(parts), flush=True)
 
     def close(self) -> None:
-        """Closes recorders (saving the episode in progress), envs and loggers. Idempotent."""
+        """Closes recorders (saving the episode in progress), envs and loggers, every one of them
+        even when one fails (e.g. a RecorderError of a last clip); then raises the first error.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
+        errors: List[BaseException] = []
         for env in (self.train_env, self.eval_env):
             if env is None:
                 continue
-            try:
-                rec = recorder_of(env)
-                if rec is not None:
-                    rec.close()  # record_final_episode: the clip in progress is saved here
-            finally:
-                env.close()
+            rec = recorder_of(env)
+            for close in (rec.close if rec is not None else None, env.close):
+                if close is None:
+                    continue
+                try:
+                    close()  # record_final_episode: the recorder saves the clip in progress
+                except BaseException as exc:  # the rest are still closed
+                    errors.append(exc)
         if self.logger is not None:
-            self.logger.close()
+            try:
+                self.logger.close()
+            except BaseException as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import imageio_ffmpeg
+import numpy as np
 import pytest
 import torch
 
@@ -171,7 +172,7 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
     out, _ = proc.communicate(timeout=30)
     elapsed = time.monotonic() - t0
     assert elapsed < 10.0, f"took {elapsed:.1f}s to stop"
-    assert proc.returncode == 0, out
+    assert proc.returncode == 128 + getattr(signal, signame), out  # 143 on SIGTERM, as Lightning
     assert "stopped by signal" in out
 
     # a checkpoint of that moment: the last completed update (the unfinished rollout is dropped)
@@ -209,3 +210,286 @@ def test_resume_removes_only_other_processes_temporaries(tmp_path):
     )
     for name, gone in names.items():
         assert (tmp_path / name).exists() != gone, name
+
+
+# ---------------------------------------------------------------------- stop, then resume=auto
+# train.py's main with one action at an exact moment of the run, so that each test stops the run
+# where it means to: a real signal sent to the process (the handler, the stop flag and the
+# checkpoint are the real ones), or the recorder's directory replaced by a file (block:DIR).
+#   driver.py ACTION rollout CALL  overrides...   before the CALL-th collection step of the run
+#   driver.py ACTION eval N:STEP   overrides...   before step STEP of the N-th evaluation
+_DRIVER = """
+import os
+import signal
+import sys
+
+from rlrec.evaluation import Evaluator
+from rlrec.ppo.ppo import PPO
+
+action, where, at = sys.argv[1:4]
+sys.argv = [sys.argv[0], *sys.argv[4:]]
+count = {"act": 0, "evals": 0, "eval_step": 0}
+
+
+def fire():
+    if action.startswith("block:"):
+        path = action[len("block:"):]
+        os.rename(path, path + ".moved")
+        with open(path, "w") as f:
+            f.write("not a directory")
+    else:
+        os.kill(os.getpid(), getattr(signal, action))
+
+
+def on_act():
+    count["act"] += 1
+    if where == "rollout" and count["act"] == int(at):
+        fire()
+
+
+def on_eval():
+    count["evals"] += 1
+    count["eval_step"] = 0
+
+
+def on_act_inference():
+    count["eval_step"] += 1
+    if where == "eval" and "%d:%d" % (count["evals"], count["eval_step"]) == at:
+        fire()
+
+
+def wrap(cls, name, before):
+    original = getattr(cls, name)
+
+    def hooked(self, *args, **kwargs):
+        before()
+        return original(self, *args, **kwargs)
+
+    setattr(cls, name, hooked)
+
+
+wrap(PPO, "act", on_act)
+wrap(Evaluator, "run", on_eval)
+wrap(PPO, "act_inference", on_act_inference)
+from rlrec.cli import main  # noqa: E402
+
+main()
+"""
+
+NUM_STEPS = 16  # FAST: algo.num_steps
+TOTAL = 8 * BATCH  # evaluations after iterations 2, 4, 6 and the final one
+RESUMABLE = [*FAST, f"total_steps={TOTAL}", "checkpoint_every=4"]
+_VOLATILE = ("time/", "sps/", "video/")  # wall-clock figures, and clip paths (a redone clip: -1)
+
+
+def _drive(tmp_path: Path, action: str, where: str, at: str, args) -> subprocess.CompletedProcess:
+    driver = tmp_path / "driver.py"
+    driver.write_text(_DRIVER)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, str(driver), action, where, at, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The run every stopped-and-resumed run must equal, bit for bit."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    run_train([*RESUMABLE, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
+    return run_dir
+
+
+def _differences(a, b, where: str = "") -> list:
+    """Where two checkpoint entries differ (tensors bit for bit)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        same = (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and torch.equal(a, b)
+        )
+        return [] if same else [where]
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return [] if type(a) is type(b) and np.array_equal(a, b) else [where]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{where} keys {sorted(set(a) ^ set(b))}"]
+        return [d for k in a for d in _differences(a[k], b[k], f"{where}.{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{where} length"]
+        return [
+            d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")
+        ]
+    return [] if type(a) is type(b) and a == b else [f"{where}: {a!r} != {b!r}"]
+
+
+def _lines(run_dir: Path):
+    """metrics.jsonl without the figures that differ between two equal runs."""
+    out = []
+    for m in read_metrics(run_dir):
+        kept = {k: v for k, v in m.items() if not k.startswith(_VOLATILE)}
+        if len(kept) > 1:  # more than the step
+            out.append(kept)
+    return out
+
+
+def _assert_same_run(reference: Path, run_dir: Path) -> None:
+    ref = ckpt.load(reference / "checkpoints" / "last.pt")
+    ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert ours["global_step"] == ref["global_step"] == TOTAL
+    diffs = []
+    # parameters, optimizer, observation normaliser; every RNG stream; the next observation
+    for key in ("ppo", "rng", "next_obs", "iteration"):
+        diffs += _differences(ref[key], ours[key], key)
+    # both env stacks: simulator and episode accumulators, and the recorder's counters and
+    # schedule (clips_saved may differ by the clip that was cut, as after a SIGKILL)
+    for stack in ("train_env", "eval_env"):
+        for role in ("adapter", "autoreset", "recorder"):
+            a, b = ref[stack][role], ours[stack][role]
+            if role == "recorder":
+                a, b = ({k: v for k, v in s.items() if k != "clips_saved"} for s in (a, b))
+            diffs += _differences(a, b, f"{stack}.{role}")
+    assert not diffs, diffs
+    # every train and eval line, once, with the same values, in the same order
+    assert _lines(run_dir) == _lines(reference)
+    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
+    assert evals == [2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signame, where, at, saved_step, eval_due",
+    [
+        # mid-rollout: the 5th step of iteration 4's rollout
+        ("SIGTERM", "rollout", str(3 * NUM_STEPS + 5), 3 * BATCH, False),
+        # the first step of the rollout that follows an evaluation
+        ("SIGINT", "rollout", str(2 * NUM_STEPS + 1), 2 * BATCH, False),
+        # mid-evaluation: the first one, after iteration 2
+        ("SIGTERM", "eval", "1:10", 2 * BATCH, True),
+        # mid-evaluation: the final one
+        ("SIGINT", "eval", "4:10", TOTAL, True),
+    ],
+    ids=[
+        "SIGTERM-mid-rollout",
+        "SIGINT-rollout-after-eval",
+        "SIGTERM-mid-eval",
+        "SIGINT-final-eval",
+    ],
+)
+def test_stop_then_resume_equals_the_uninterrupted_run(
+    tmp_path, uninterrupted, signame, where, at, saved_step, eval_due
+):
+    run_dir = tmp_path / "run"
+    args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
+    stopped = _drive(tmp_path, signame, where, at, args)
+    out = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 128 + getattr(signal, signame), out
+    assert "stopped by signal" in out
+    # the checkpoint is the state as of the start of the interrupted rollout or evaluation
+    saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert saved["global_step"] == saved_step == max(_train_steps(run_dir))
+    assert bool(saved.get("eval_due")) is eval_due
+    # every evaluation before it has its line; a cut one has none (fewer episodes than asked)
+    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
+    done = [s for s in (2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL) if s <= saved_step]
+    assert evals == (done[:-1] if eval_due else done)
+
+    resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
+    assert "done" in resumed.stdout
+    _assert_same_run(uninterrupted, run_dir)
+    assert _temporaries(run_dir) == []
+    _assert_checkpoints_load(run_dir)
+
+
+@pytest.mark.slow
+def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(tmp_path, uninterrupted):
+    """recorder.on_error=raise: the recorder's directory turns into a file mid-rollout; the
+    RecorderError ends the run, after the checkpoint of the last completed update is written."""
+    run_dir, clips = tmp_path / "run", tmp_path / "clips"
+    args = [
+        *RESUMABLE,
+        f"hydra.run.dir={run_dir}",
+        f"recorder.dir={clips}",
+        "recorder.on_error=raise",
+        "recorder.trigger=step",  # a short clip every 10 steps: the next one fails soon
+        "recorder.every=10",
+        "recorder.length_frames=3",
+        "checkpoint_every=100",  # no periodic checkpoint: last.pt is the error's
+    ]
+    failed = _drive(tmp_path, f"block:{clips}", "rollout", str(3 * NUM_STEPS + 5), args)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out
+    assert "RecorderError" in out and "on_error=raise" in out
+    saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert saved["global_step"] == max(_train_steps(run_dir)) == saved["iteration"] * BATCH
+    assert 3 * BATCH <= saved["global_step"] < TOTAL and saved["eval_due"] is False
+
+    # ...and it is a state the run went through: fixed, the run resumes to the uninterrupted end
+    clips.unlink()
+    (tmp_path / "clips.moved").rename(clips)
+    run_train([*args, "resume=auto"], cwd=tmp_path)
+    ref = ckpt.load(uninterrupted / "checkpoints" / "last.pt")
+    ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    diffs = []
+    for key in ("global_step", "ppo", "rng", "next_obs"):
+        diffs += _differences(ref[key], ours[key], key)
+    for stack in ("train_env", "eval_env"):
+        for role in ("adapter", "autoreset"):
+            diffs += _differences(ref[stack][role], ours[stack][role], f"{stack}.{role}")
+    assert not diffs, diffs
+    assert _lines(run_dir) == _lines(uninterrupted)  # no train or eval line lost or repeated
+
+
+def test_stop_flag_keeps_the_first_signal_and_names_the_exit_status():
+    from rlrec.preempt import StopRequested
+
+    stop = StopRequested()
+    assert not stop and stop.exit_status == 0
+    stop.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop and stop.signum == signal.SIGTERM
+        # a later signal (SLURM's SIGTERM after submitit's USR2, say) keeps the first one
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.signum == signal.SIGTERM and stop.exit_status == 128 + signal.SIGTERM == 143
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C interrupts at once
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        stop.uninstall()
+    assert signal.getsignal(signal.SIGTERM) != stop._handle
+
+
+def test_a_recorder_error_at_close_still_closes_everything_else(tmp_path, fast_config):
+    """The last clip fails as the run closes (on_error=raise): the error propagates, after the
+    eval stack and the logger are closed too (metrics.jsonl complete, no encoder left running)."""
+    from rlrec.record import RecorderError
+    from rlrec.runner import Runner
+    from rlrec.stack import recorder_of
+
+    clips = tmp_path / "clips"
+    cfg = fast_config(
+        [f"recorder.dir={clips}", "recorder.on_error=raise", "recorder.trigger=always"]
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    runner = Runner(cfg, run_dir)
+    train_rec, eval_rec = recorder_of(runner.train_env), recorder_of(runner.eval_env)
+    with torch.inference_mode():
+        runner.train_env.reset(seed=0)
+        for _ in range(3):  # a clip of episode 0 is being recorded
+            runner.train_env.step(torch.zeros(8, 2))
+    assert train_rec.recording
+    clips.rename(tmp_path / "moved")
+    clips.write_text("not a directory")  # the clip in progress can no longer be put in place
+    with pytest.raises(RecorderError, match="on_error=raise"):
+        runner.close()
+    assert train_rec._closed and eval_rec._closed
+    assert runner.logger._metrics.closed
+    runner.close()  # idempotent: closed once
