@@ -4,9 +4,11 @@ and the statistics of the training episodes that finished since the last log lin
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
+import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +20,34 @@ from rlrec.config import LoggerConfig
 
 # keys shown in the progress bar, in order
 _PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
+_PREVIEWS = itertools.count(1)
+
+
+def _private_link(path: str) -> str:
+    """A name of its own for the clip at ``path`` now: a hidden hard link (or copy, where the
+    filesystem has no links) beside it, ``.NAME.preview.PID-N.part``, that no later clip
+    replaces (``recorder.filename`` replaces ``path`` with every clip). ``path`` itself if
+    neither can be made. The caller removes it."""
+    head, tail = os.path.split(path)
+    private = os.path.join(head, f".{tail}.preview.{os.getpid()}-{next(_PREVIEWS)}.part")
+    try:
+        os.link(path, private)
+        return private
+    except OSError:
+        pass
+    try:
+        shutil.copyfile(path, private)
+        return private
+    except OSError:
+        _remove(private)
+        return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _jsonable(v: Any) -> Any:
@@ -128,7 +158,9 @@ class RunLogger:
     def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
         """Records a saved clip: its path in metrics.jsonl, the video in TensorBoard and W&B.
         The TensorBoard preview (decode + GIF) is made on a background thread: the training
-        thread never waits for it."""
+        thread never waits for it. It decodes a private link to the clip made here, while
+        ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
+        there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
         rel = os.path.relpath(path, self.run_dir)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
@@ -136,8 +168,17 @@ class RunLogger:
                 self._previews = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="rlrec-tb-clip"
                 )
+            source = _private_link(path)
             self._previews.submit(
-                _tb_add_clip_or_warn, self._tb, f"video/{kind}", path, fps, step, num_frames, rel
+                _tb_add_clip_or_warn,
+                self._tb,
+                f"video/{kind}",
+                source,
+                fps,
+                step,
+                num_frames,
+                rel,
+                source != path,
             )
         if self._wandb is not None:
             import wandb
@@ -184,12 +225,22 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
 
 
 def _tb_add_clip_or_warn(
-    writer, tag: str, path: str, fps: float, step: int, num_frames: int, rel: str
+    writer,
+    tag: str,
+    path: str,
+    fps: float,
+    step: int,
+    num_frames: int,
+    rel: str,
+    remove: bool = False,
 ) -> None:
     try:
         _tb_add_clip(writer, tag, path, fps, step, num_frames)
     except Exception as exc:  # a clip that cannot be previewed must not stop training
         print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
+    finally:
+        if remove:  # the private link made for this preview
+            _remove(path)
 
 
 def _tb_add_clip(

@@ -1,6 +1,7 @@
 """RunLogger's TensorBoard clip previews."""
 
 import io
+import os
 
 import imageio_ffmpeg
 import numpy as np
@@ -50,3 +51,42 @@ def test_short_clip_preview_keeps_every_frame(tmp_path):
     _tb_add_clip(writer, "video/train", str(path), fps=30.0, step=0, num_frames=20)
     gif = Image.open(io.BytesIO(writer.summaries[0][0].value[0].image.encoded_image_string))
     assert gif.n_frames == 20
+
+
+def _solid_clip(path, n, value, size=16):
+    writer = imageio_ffmpeg.write_frames(str(path), (size, size), fps=30, macro_block_size=1)
+    writer.send(None)
+    for _ in range(n):
+        writer.send(np.full((size, size, 3), value, np.uint8))
+    writer.close()
+
+
+def test_each_preview_shows_its_own_clip_under_a_fixed_name(tmp_path):
+    """recorder.filename=latest.mp4: each clip replaces the file (atomically, as the encoder
+    does) before the preview thread got to the previous one; every preview shows its own clip."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlrec.config import LoggerConfig
+    from rlrec.logger import RunLogger
+
+    logger = RunLogger(LoggerConfig(name="tensorboard", progress=False), tmp_path, 10, {})
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    _clip(videos / "long.mp4", 400)  # keeps the preview thread busy while the others queue
+    logger.log_clip(0, "eval", str(videos / "long.mp4"), 30.0, 400)
+    latest = videos / "latest.mp4"
+    for step, value in ((1, 40), (2, 200), (3, 120)):
+        _solid_clip(tmp_path / "next.mp4", 3, value)
+        os.replace(tmp_path / "next.mp4", latest)  # the next clip of that name
+        logger.log_clip(step, "train", str(latest), 30.0, 3)
+    logger.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0})
+    acc.Reload()
+    shown = {}
+    for event in acc.Images("video/train"):
+        gif = Image.open(io.BytesIO(event.encoded_image_string))
+        shown[event.step] = round(float(np.asarray(gif.convert("RGB")).mean()))
+    assert shown.keys() == {1, 2, 3}
+    for step, value in ((1, 40), (2, 200), (3, 120)):
+        assert abs(shown[step] - value) <= 3, shown
+    assert sorted(os.listdir(videos)) == ["latest.mp4", "long.mp4"]  # no private link left

@@ -242,3 +242,75 @@ def test_wandb_offline_logs_metrics_and_clips(tmp_path, monkeypatch):
     logged = [m for m in read_metrics(run_dir) if "video/train" in m or "video/eval" in m]
     assert len(videos) == len(logged) > 0
     assert list(runs[0].glob("run-*.wandb"))
+
+
+def _assert_final_clip_covers_the_last_step(run_dir: Path, rec) -> None:
+    """The last train clip in metrics.jsonl is of the episode of env 0 in progress at the end,
+    and its last frame is the run's final env step."""
+    from rlrec.testing import decode
+
+    clips = [m["video/train"] for m in read_metrics(run_dir) if "video/train" in m]
+    assert clips, "no train clip"
+    name = Path(clips[-1]).name  # train-ep000042-step000000504.mp4
+    episode = int(name.split("-ep")[1].split("-")[0])
+    first_step = int(name.split("-step")[1].split(".")[0])
+    frames, _ = decode(str(run_dir / clips[-1]))
+    assert rec.steps_per_frame == 1
+    assert episode == rec.episode, (clips[-1], rec.episode)
+    assert first_step + len(frames) - 1 == rec.steps, (clips[-1], len(frames), rec.steps)
+
+
+def test_final_episode_has_a_clip_on_the_main_job_shape(tmp_path):
+    """`python train.py` defaults, small: episodes (at most 12 steps, often fewer: a wide goal)
+    shorter than algo.num_steps (32), the default cubic trigger, evaluations on."""
+    from rlrec.record.recorder import Recorder
+
+    run_dir = tmp_path / "main"
+    run_dir.mkdir()
+    cfg = make_config(
+        [
+            "env.num_envs=8",
+            "env.render_width=32",
+            "env.render_height=32",
+            "env.max_episode_steps=12",
+            "env.goal_radius=0.5",
+            "eval_env.num_envs=2",
+            "total_steps=2048",
+            "logger=none",
+            "logger.progress=false",
+        ]
+    )
+    assert cfg.algo.num_steps == 32 and cfg.recorder.record_final_episode
+    runner = Runner(cfg, run_dir)
+    rec = runner.train_env.find(Recorder)
+    runner.run()
+    assert rec.steps == 2048 // 8 and rec.episode > 2048 // 8 // 12
+    _assert_final_clip_covers_the_last_step(run_dir, rec)
+
+
+def test_final_episode_has_a_clip_on_cartpole(tmp_path):
+    """`env=gymnasium +experiment=cartpole`, shortened, with the train recorder on: episodes of
+    a barely trained policy, far shorter than the 100-step limit set here."""
+    pytest.importorskip("gymnasium")
+    from rlrec.record.recorder import Recorder
+
+    run_dir = tmp_path / "cartpole"
+    run_dir.mkdir()
+    cfg = make_config(
+        [
+            "env=gymnasium",
+            "+experiment=cartpole",
+            "recorder.enabled=true",
+            "env.max_episode_steps=100",
+            "seed=3",  # at 8b71342 (one arming per iteration) its final episode had no clip
+            "total_steps=2048",
+            "eval_env.enabled=false",
+            "logger=none",
+            "logger.progress=false",
+        ]
+    )
+    runner = Runner(cfg, run_dir)
+    rec = runner.train_env.find(Recorder)
+    runner.run()
+    assert rec.steps == 2048 // 8 and rec.episode >= 3
+    _assert_final_clip_covers_the_last_step(run_dir, rec)

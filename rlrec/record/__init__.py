@@ -12,7 +12,13 @@ it depends on); imageio-ffmpeg and Pillow are imported on first use.
 """
 
 from rlrec.record.encoder import BATCH, ClipInfo, ClipJob, Encoder
-from rlrec.record.ffmpeg import FINISH_TIMEOUT_S, EncoderError, FFmpegProcess, quality_to_crf
+from rlrec.record.ffmpeg import (
+    FINISH_TIMEOUT_S,
+    STALL_TIMEOUT_S,
+    EncoderError,
+    FFmpegProcess,
+    quality_to_crf,
+)
 from rlrec.record.frames import FrameMeta, draw_overlay, grid_shape, pad_even, tile
 from rlrec.record.recorder import Recorder, RecorderError, ensure_video_dir
 from rlrec.record.schedule import Schedule, capped_cubic
@@ -29,6 +35,7 @@ __all__ = [
     "FrameMeta",
     "Recorder",
     "RecorderError",
+    "STALL_TIMEOUT_S",
     "Schedule",
     "capped_cubic",
     "check_dt",

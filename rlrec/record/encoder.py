@@ -3,21 +3,33 @@
 The training thread only copies frames into reusable CPU buffers and queues them; this thread
 tiles, overlays and pads them (:mod:`rlrec.record.frames`) and pipes them into an
 :class:`~rlrec.record.ffmpeg.FFmpegProcess`, so no whole clip is ever held in memory. A clip is
-written to a hidden temporary name in its directory and ``os.replace``'d to its final name once
-ffmpeg exited cleanly, so whoever scans the directory never sees a partial file.
+written to a hidden temporary name in its directory and moved to its final name once ffmpeg
+exited cleanly, so whoever scans the directory never sees a partial file:
+
+- a clip of its own name (``fixed_name=False``) claims the name atomically with ``os.link``, which
+  fails if the name exists, and tries ``stem-1.ext``, ``stem-2.ext``, ... until one is free, so two
+  encoders (two runs sharing a directory) never overwrite each other's clips;
+- a fixed name (``fixed_name=True``) is replaced (``os.replace``) in the training thread when
+  :meth:`Encoder.results` (or :meth:`Encoder.place`) hands the clip over, so whoever is handed a
+  clip finds that clip, not a later one, under its name until it asks for the next result.
+
+No wait of the training thread on this thread is unbounded: see :class:`Encoder`.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
+import itertools
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Deque, List, Optional
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, List, Optional, Set
 
 import numpy as np
 
-from rlrec.record.ffmpeg import FFmpegProcess
+from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess
 from rlrec.record.frames import pad_even, tile
 
 __all__ = ["BATCH", "ClipInfo", "ClipJob", "Encoder"]
@@ -34,6 +46,8 @@ class ClipInfo:
     num_frames: int
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
+    # a fixed-name clip not yet moved to ``path`` (its temporary file): Encoder.place moves it
+    _pending: Optional[str] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -53,20 +67,51 @@ class ClipJob:
     tag: Any = None  # copied into ClipInfo.tag
 
 
-def _temporary_name(final: str, serial: int) -> str:
+_TEMPORARIES = itertools.count(1)  # one count per process: two encoders may share a directory
+
+
+def _temporary_name(final: str) -> str:
     head, tail = os.path.split(final)
-    return os.path.join(head, f".{tail}.{os.getpid()}-{serial}.part")
+    return os.path.join(head, f".{tail}.{os.getpid()}-{next(_TEMPORARIES)}.part")
 
 
-def _free_name(path: str) -> str:
-    """``path`` or, if taken (a resumed run writing into the same directory), ``stem-1.ext``..."""
-    if not os.path.exists(path):
-        return path
+# a filesystem without hard links (FAT, some network and FUSE mounts) answers os.link with these
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
+
+
+def _claim(tmp: str, path: str) -> str:
+    """Moves the finished file ``tmp`` to ``path`` or, if taken (a resumed run, or another run,
+    writing into the same directory), to the first free ``stem-1.ext``, ``stem-2.ext``, ...
+
+    Each name is claimed atomically: ``os.link`` fails if the name exists, so of two processes
+    racing for one name exactly one gets it and the other tries the next. Where the filesystem
+    has no hard links, the name is claimed by creating it with ``O_CREAT | O_EXCL`` and then
+    replaced by the clip (a reader may see it empty for that moment)."""
     stem, ext = os.path.splitext(path)
-    n = 1
-    while os.path.exists(f"{stem}-{n}{ext}"):
+    links = True
+    n = 0
+    while True:
+        candidate = path if n == 0 else f"{stem}-{n}{ext}"
         n += 1
-    return f"{stem}-{n}{ext}"
+        if links:
+            try:
+                os.link(tmp, candidate)
+            except FileExistsError:
+                continue
+            except OSError as err:
+                if err.errno not in _NO_LINKS:
+                    raise
+                links = False
+            else:
+                _remove(tmp)
+                return candidate
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        os.replace(tmp, candidate)
+        return candidate
 
 
 BATCH = 8  # frames handed to the encoder thread per wake-up
@@ -78,9 +123,9 @@ class Encoder:
     Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
     ``close()``, ``results()``. ``frame`` copies the frames into one of at most ``queue_size``
     reusable CPU buffers (the one copy the training thread pays) and queues it; when all buffers
-    are in flight it waits for one (back-pressure): frames are never dropped. Results (ClipInfo or
-    error message) are collected here and handed to the training thread by ``results()``, so
-    callbacks and warnings never run on this thread.
+    are in flight it waits for one (back-pressure): frames are never dropped while the encoder
+    makes progress. Results (ClipInfo or error message) are collected here and handed to the
+    training thread by ``results()``, so callbacks and warnings never run on this thread.
 
     Two things keep the training thread's cost at its one copy. The buffers are reused, because
     a fresh frame-sized allocation per frame is a fresh mmap whose page faults (and the unmap
@@ -88,14 +133,31 @@ class Encoder:
     is woken once per ``BATCH`` frames (or by a control message), not per frame, and writes the
     batch with one system call: every wake-up of a second Python thread is a GIL hand-over that
     the training thread pays for in its next few torch calls.
+
+    ``stall_timeout`` (seconds) bounds every wait. This thread gives ffmpeg that long without
+    progress (taking frame data or using CPU time) for each write and for finishing a clip; then
+    ffmpeg is killed, its temporary file removed, and the clip reported failed, once. The
+    training thread's waits (a free buffer, :meth:`flush`, :meth:`close`) give up after twice
+    that without progress of this thread, whatever it is stuck in: the clip it was on is then
+    dropped (the rest of its frames are not queued), its ffmpeg killed, and it is reported
+    failed, once. A hung ffmpeg therefore costs training about ``stall_timeout`` seconds, once.
     """
 
-    def __init__(self, queue_size: int, name: str = "rlrec-encoder"):
+    def __init__(
+        self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
+    ):
         self._capacity = queue_size
         self._batch = max(1, min(BATCH, queue_size // 2))
         self._name = name
+        self.stall_timeout = float(stall_timeout)
+        self._patience = 2 * self.stall_timeout  # the training thread's waits (see above)
+        self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
         self._thread: Optional[threading.Thread] = None
         self._cv = threading.Condition()
+        # training thread only
+        self._opened = 0  # serial of the clip last opened (1, 2, ...)
+        self._open_job: Optional[ClipJob] = None
+        self._dropping = 0  # serial of a clip given up on: its frames are not queued
         # shared with the encoder thread, under _cv
         self._items: Deque[Optional[tuple]] = collections.deque()
         self._queued_frames = 0  # frame items in _items
@@ -105,9 +167,12 @@ class Encoder:
         self._buffers = 0  # buffers that exist (free + in flight)
         self._layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self._results: Deque[Any] = collections.deque()
-        self._serial = 0
+        self._reported: Set[int] = set()  # serials of clips whose failure was reported
+        self._aborted: Set[int] = set()  # serials of clips the training thread gave up on
+        self._alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written
         self._job: Optional[ClipJob] = None
+        self._job_serial = 0
         self._proc: Optional[FFmpegProcess] = None
         self._tmp: Optional[str] = None
         self._frames = 0
@@ -129,32 +194,72 @@ class Encoder:
                 self._urgent = True
                 self._cv.notify_all()
 
+    def _idle(self, since: float) -> float:
+        """Seconds without progress of the encoder thread (or of its ffmpeg), from ``since`` at
+        the earliest."""
+        proc = self._proc
+        last = max(self._alive_at, since, proc.progress.at if proc is not None else since)
+        return time.monotonic() - last
+
     def _buffer(self, frames: Any) -> Any:
-        """A free CPU buffer shaped like ``frames``; waits for one while all are in flight."""
+        """A free CPU buffer shaped like ``frames``; waits for one while all are in flight, and
+        returns None after ``2 * stall_timeout`` seconds without progress of the encoder."""
         import torch
 
         pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
         layout = (tuple(frames.shape), pinned)
+        start = time.monotonic()
         with self._cv:
             if layout != self._layout:  # a new frame size: buffers of the old one are dropped
                 self._layout, self._free, self._buffers = layout, [], 0
             while not self._free and self._buffers >= self._capacity:
                 self._urgent = True
                 self._cv.notify_all()
-                self._cv.wait()
+                self._cv.wait(self._slice)
                 if layout != self._layout:  # pragma: no cover - only one training thread
                     raise RuntimeError("frame size changed while waiting for a buffer")
+                if not self._free and self._idle(start) > self._patience:
+                    return None
             if self._free:
                 return self._free.pop()
             self._buffers += 1
         return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
 
+    def _give_up(self, serial: int, waited: str) -> None:
+        """The training thread gives up on clip ``serial``: its remaining frames are dropped,
+        its ffmpeg killed, and it is reported failed (once); the encoder thread discards it."""
+        if serial <= 0:
+            return
+        if serial == self._opened:
+            self._dropping = serial
+        err = EncoderError(
+            f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "
+            f"stall_timeout_sec={self.stall_timeout:g}): clip dropped"
+        )
+        with self._cv:
+            self._aborted.add(serial)
+            job = self._open_job if serial == self._opened else self._job
+            self._report(serial, _failure(job, err))
+        proc = self._proc
+        if proc is not None and self._job_serial == serial:
+            try:
+                proc.proc.kill()  # unblocks the encoder thread; it reaps the process
+            except OSError:
+                pass
+
     def open(self, job: ClipJob) -> None:
-        self._put(("open", job), wake=False)
+        self._opened += 1
+        self._open_job = job
+        self._put(("open", job, self._opened), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
+        if self._dropping == self._opened:  # a clip given up on: the rest of it is not sent
+            return
         buffer = self._buffer(frames)
+        if buffer is None:
+            self._give_up(self._opened, "the training thread's wait for a free frame buffer")
+            return
         buffer.copy_(frames)
         self._put(("frame", buffer, meta), wake=False)
 
@@ -167,18 +272,43 @@ class Encoder:
                 del self._free[2 * self._batch :]
 
     def flush(self) -> None:
-        """Returns once everything queued so far is processed (finished clips are on disk)."""
+        """Returns once everything queued so far is processed (finished clips are on disk), or
+        after ``2 * stall_timeout`` seconds without progress of the encoder (its clip in progress
+        is then dropped)."""
         if self._thread is None:
             return
+        start = time.monotonic()
         with self._cv:
             self._urgent = True
             self._cv.notify_all()
-            self._cv.wait_for(lambda: self._unfinished == 0)
+            while self._unfinished:
+                self._cv.wait(self._slice)
+                if self._unfinished and self._idle(start) > self._patience:
+                    break
+            else:
+                return
+        self._give_up(self._job_serial or self._opened, "flush()")
 
     def close(self) -> None:
-        if self._thread is not None:
+        """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
+        thread still stuck after its clip was given up on is left behind (a daemon thread) and
+        its temporary file removed."""
+        thread = self._thread
+        if thread is not None:
             self._put(None, wake=True)
-            self._thread.join()
+            given_up: Set[int] = set()
+            start = time.monotonic()
+            while thread.is_alive():
+                thread.join(self._slice)
+                if not thread.is_alive() or self._idle(start) <= self._patience:
+                    continue
+                serial = self._job_serial or self._opened
+                if serial in given_up:  # killed its ffmpeg already: leave the thread behind
+                    _remove(self._tmp)
+                    break
+                given_up.add(serial)
+                self._give_up(serial, "close()")
+                start = time.monotonic()
             self._thread = None
         self._free, self._buffers = [], 0
 
@@ -187,11 +317,33 @@ class Encoder:
         """Whether results wait for ``results()`` (cheap: checked on every step)."""
         return bool(self._results)
 
-    def results(self) -> List[Any]:
+    def results(self, place: bool = True) -> List[Any]:
+        """The finished clips (ClipInfo) and failure messages (str) since the last call, in
+        order. ``place``: fixed-name clips are moved to their name here, in order; with False the
+        caller moves each with :meth:`place` right before handing it on, so that the file under
+        its name is that clip while it is being handed on."""
         out = []
         while self._results:
-            out.append(self._results.popleft())
+            result = self._results.popleft()
+            out.append(self.place(result) if place else result)
         return out
+
+    def place(self, result: Any) -> Any:
+        """Moves a fixed-name clip to its name, replacing the file there; returns the ClipInfo,
+        or a failure message if it could not be moved. Anything else is returned as it is."""
+        if not isinstance(result, ClipInfo) or result._pending is None:
+            return result
+        tmp, result._pending = result._pending, None
+        try:
+            os.replace(tmp, result.path)
+        except OSError as err:
+            _remove(tmp)
+            return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"
+        return result
+
+    def requeue(self, results: List[Any]) -> None:
+        """Puts results taken with ``results(place=False)`` back, first, for the next call."""
+        self._results.extendleft(reversed(results))
 
     # -------------------------------------------------------------- encoder thread
     def _run(self) -> None:
@@ -202,6 +354,9 @@ class Encoder:
                 self._items.clear()
                 self._queued_frames = 0
                 self._urgent = False
+            if not items:  # woken for nothing: that is no progress
+                continue
+            self._alive_at = time.monotonic()
             stop = False
             buffers: List[Any] = []
             try:
@@ -209,9 +364,11 @@ class Encoder:
             finally:
                 # never let this thread die or keep buffers: the training thread would wait forever
                 with self._cv:
-                    if self._layout is not None and buffers and buffers[0].shape == self._layout[0]:
-                        self._free.extend(buffers)
+                    # a batch may hold buffers of an old frame size and of the new one
+                    shape = self._layout[0] if self._layout is not None else None
+                    self._free.extend(b for b in buffers if tuple(b.shape) == shape)
                     self._unfinished -= len(items)
+                    self._alive_at = time.monotonic()
                     self._cv.notify_all()
             if stop:
                 return
@@ -220,6 +377,7 @@ class Encoder:
         """Runs the queued items in order, consecutive frames as one write; True on close."""
         images: List[np.ndarray] = []
         for item in items:
+            self._alive_at = time.monotonic()
             if item is not None and item[0] == "frame":
                 buffers.append(item[1])
                 image = self._prepare(item[1], item[2])
@@ -238,23 +396,33 @@ class Encoder:
         self._write(images)
         return False
 
+    def _skipping(self) -> bool:
+        """Whether the frames of the current clip go nowhere (none, failed, or given up on)."""
+        if self._job_serial in self._aborted:
+            if not self._failed:
+                self._discard()  # reported by the training thread already
+                self._failed = True
+            return True
+        return self._job is None or self._failed
+
     def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
         """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
-        job = self._job
-        if job is None or self._failed:
+        if self._skipping():
             return None
+        job = self._job
+        assert job is not None
         try:
             array = frames.numpy()
             if job.overlay is not None:
                 array = job.overlay(array, meta)
             image = pad_even(tile(array))
             if self._proc is None:  # the size is known with the first frame
-                self._serial += 1
-                self._tmp = _temporary_name(job.path, self._serial)
+                self._tmp = _temporary_name(job.path)
                 h, w = image.shape[:2]
                 self._proc = FFmpegProcess(
-                    self._tmp, w, h, job.fps, job.quality, job.lossless, job.preset
-                )
+                    self._tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
+                    stall_timeout=self.stall_timeout,
+                )  # fmt: skip
                 self.current_pid = self._proc.pid
             return np.ascontiguousarray(image)
         except Exception as err:
@@ -262,7 +430,7 @@ class Encoder:
             return None
 
     def _write(self, images: List[np.ndarray]) -> None:
-        if not images or self._proc is None or self._failed:
+        if not images or self._proc is None or self._skipping():
             return
         try:
             self._proc.write(images)
@@ -270,29 +438,39 @@ class Encoder:
         except Exception as err:
             self._fail(err)
 
-    def _on_open(self, job: ClipJob) -> None:
+    def _on_open(self, job: ClipJob, serial: int) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
-        self._job, self._frames, self._failed = job, 0, False
+        self._job, self._job_serial, self._frames, self._failed = job, serial, 0, False
 
     def _on_end(self, keep: bool) -> None:
-        if not keep:
+        if not keep or self._skipping():
             self._discard()
             return
         job, proc, tmp, frames = self._job, self._proc, self._tmp, self._frames
-        self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
-        if job is None or proc is None or self._failed:
+        serial = self._job_serial
+        if job is None or proc is None:
+            self._discard()
             return
         try:
-            proc.finish()
-            path = job.path if job.fixed_name else _free_name(job.path)
-            os.replace(tmp, path)  # type: ignore[arg-type]
+            proc.finish()  # bounded: stall_timeout without progress (the training thread can
+            # kill ffmpeg meanwhile: self._proc stays set until it is done)
+            if serial in self._aborted:
+                raise EncoderError("given up on by the training thread")
+            if job.fixed_name:  # moved to its name when handed to the training thread
+                info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
+                info._pending = tmp
+            else:
+                path = _claim(tmp, job.path)  # type: ignore[arg-type]
+                info = ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
         except Exception as err:
             _remove(tmp)
-            self._results.append(_failure(job, err))
+            with self._cv:
+                self._report(serial, _failure(job, err))
             return
-        self._results.append(
-            ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
-        )
+        finally:
+            self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
+        with self._cv:
+            self._results.append(info)
 
     def _discard(self) -> None:
         proc, tmp = self._proc, self._tmp
@@ -305,10 +483,19 @@ class Encoder:
             _remove(tmp)
 
     def _fail(self, err: Exception) -> None:
-        job = self._job
+        job, serial = self._job, self._job_serial
         self._discard()
         self._failed = True  # the rest of this clip's frames are skipped until the next open
-        self._results.append(_failure(job, err))
+        with self._cv:
+            self._report(serial, _failure(job, err))
+
+    def _report(self, serial: int, message: str) -> None:
+        """Appends a clip's failure to the results, once per clip (call under ``_cv``)."""
+        if serial in self._reported:
+            return
+        if serial > 0:
+            self._reported.add(serial)
+        self._results.append(message)
 
 
 def _failure(job: Optional[ClipJob], err: Exception) -> str:

@@ -4,20 +4,37 @@ We drive ffmpeg with our own ``subprocess.Popen`` (the binary that imageio-ffmpe
 ``imageio_ffmpeg.write_frames`` because the recorder must notice a failed encode: write_frames
 neither checks ffmpeg's exit status on close (a killed ffmpeg would leave a truncated file that
 looks finished) nor keeps ffmpeg's error output for the message.
+
+Every wait on ffmpeg is bounded by ``stall_timeout`` seconds *without progress*: writes go through
+a non-blocking pipe, and ffmpeg progresses while it takes frame data or uses CPU time (Linux's
+``/proc/PID/stat``; elsewhere only taking data counts). A stopped or hung ffmpeg (SIGSTOP, a
+deadlock) is killed after that long with an :class:`EncoderError`; a slow but working one is not.
+
+The output path reaches ffmpeg as ``file:`` and an absolute path, so no directory or file name
+can be read by ffmpeg as an option (``-vids``) or as another protocol (``pipe:1``).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import select
 import subprocess
 import tempfile
+import time
 from fractions import Fraction
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
-__all__ = ["EncoderError", "FFmpegProcess", "FINISH_TIMEOUT_S", "quality_to_crf"]
+__all__ = [
+    "EncoderError",
+    "FFmpegProcess",
+    "FINISH_TIMEOUT_S",
+    "STALL_TIMEOUT_S",
+    "ffmpeg_output_path",
+    "quality_to_crf",
+]
 
 
 class EncoderError(RuntimeError):
@@ -29,14 +46,55 @@ def quality_to_crf(quality: int) -> int:
     return int((1 - quality / 10.0) * 51)
 
 
-FINISH_TIMEOUT_S = 120.0  # a hung ffmpeg must not block flush()/close() (and so training) forever
+# the longest ffmpeg may take to finish a clip's tail once its input ended, even while it progresses
+FINISH_TIMEOUT_S = 120.0
+STALL_TIMEOUT_S = 10.0  # RecorderConfig.stall_timeout_sec's default, for the Encoder on its own
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_SIZE = 1 << 20  # Linux's default limit for unprivileged users (/proc/sys/fs/pipe-max-size)
 _IOV_MAX = 1024  # buffers per writev
 
 
+def ffmpeg_output_path(path: str) -> str:
+    """``path`` as ffmpeg can only read it: a local file (``file:`` and the absolute path)."""
+    return "file:" + os.path.abspath(path)
+
+
+def _cpu_ticks(pid: int) -> Optional[int]:
+    """User + system CPU time of process ``pid`` (all its threads) in clock ticks; None where
+    ``/proc`` cannot tell (not Linux, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Progress:
+    """When a process last progressed: took input (:meth:`mark`) or used CPU time."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.at = time.monotonic()
+        self._ticks = _cpu_ticks(pid)
+
+    def mark(self) -> None:
+        self.at = time.monotonic()
+
+    def idle(self) -> float:
+        """Seconds since the last progress (CPU time used since the last call counts as now)."""
+        ticks = _cpu_ticks(self.pid)
+        if ticks is not None and ticks != self._ticks:
+            self._ticks = ticks
+            self.mark()
+        return time.monotonic() - self.at
+
+
 class FFmpegProcess:
-    """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file."""
+    """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file.
+
+    ``stall_timeout``: seconds without progress after which a write or :meth:`finish` gives up
+    (ffmpeg is killed, EncoderError)."""
 
     def __init__(
         self,
@@ -47,8 +105,13 @@ class FFmpegProcess:
         quality: int,
         lossless: bool,
         preset: str,
+        stall_timeout: float = STALL_TIMEOUT_S,
     ):
         import imageio_ffmpeg
+
+        self.stall_timeout = float(stall_timeout)
+        # the slice of a bounded wait: short enough to notice a stall soon after stall_timeout
+        self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
 
         rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
         cmd = [
@@ -60,7 +123,8 @@ class FFmpegProcess:
             cmd += ["-c:v", "libx264rgb", "-qp", "0", "-pix_fmt", "rgb24"]
         else:
             cmd += ["-c:v", "libx264", "-crf", str(quality_to_crf(quality)), "-pix_fmt", "yuv420p"]
-        cmd += ["-preset", str(getattr(preset, "value", preset)), "-f", "mp4", path]
+        preset = str(getattr(preset, "value", preset))
+        cmd += ["-preset", preset, "-f", "mp4", ffmpeg_output_path(path)]
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.
@@ -77,10 +141,15 @@ class FFmpegProcess:
             self._stderr.close()
             raise
         self.pid = self.proc.pid
+        self.progress = _Progress(self.pid)
+        fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
         try:  # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread
-            fcntl.fcntl(self.proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_SIZE)  # type: ignore[union-attr]
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
         except (AttributeError, OSError):  # not Linux, or above the user's pipe size limit
             pass
+        os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT)
         try:  # where cores are scarce, the training thread goes first; the bounded queue
             os.setpriority(os.PRIO_PROCESS, self.pid, 10)  # keeps ffmpeg from falling behind
         except (AttributeError, OSError):
@@ -95,17 +164,36 @@ class FFmpegProcess:
         status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
 
+    def _stalled(self, what: str) -> EncoderError:
+        self._kill()
+        return self._error(
+            f"ffmpeg made no progress for {self.stall_timeout:g} s {what} (stopped or hung; "
+            f"stall_timeout_sec={self.stall_timeout:g}): killed"
+        )
+
     def write(self, images: List[np.ndarray]) -> None:
-        """Writes contiguous frames, all of them in one blocking ``writev`` where it can."""
+        """Writes contiguous frames, as few ``writev`` calls as the pipe allows. Waits while the
+        pipe is full, at most ``stall_timeout`` seconds without progress of ffmpeg."""
         views = [memoryview(image).cast("B") for image in images]
         try:
             fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
             while views:
-                n = os.writev(fd, views[:_IOV_MAX])
+                try:
+                    n = os.writev(fd, views[:_IOV_MAX])
+                except BlockingIOError:
+                    n = 0
+                if n == 0:  # the pipe is full: wait until ffmpeg takes some of it
+                    if not self._poll.poll(self._slice * 1000):
+                        if self.progress.idle() > self.stall_timeout:
+                            raise self._stalled("taking frames")
+                    continue
+                self.progress.mark()
                 while views and n >= len(views[0]):
                     n -= len(views.pop(0))
                 if n:
                     views[0] = views[0][n:]
+        except EncoderError:
+            raise
         except (BrokenPipeError, OSError, ValueError) as err:
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 
@@ -116,23 +204,40 @@ class FFmpegProcess:
         except (BrokenPipeError, OSError):
             pass
         try:
-            # a clip's tail takes ffmpeg well under a second
-            self.proc.wait(timeout=FINISH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        try:
+            # a clip's tail takes ffmpeg well under a second; a slow preset on big frames longer,
+            # and it is waited for as long as ffmpeg works on it (up to FINISH_TIMEOUT_S)
+            start = time.monotonic()
+            self.progress.mark()
+            while True:
+                try:
+                    self.proc.wait(timeout=self._slice)
+                    break
+                except subprocess.TimeoutExpired:
+                    if self.progress.idle() > self.stall_timeout:
+                        raise self._stalled("finishing the clip") from None
+                    if time.monotonic() - start > FINISH_TIMEOUT_S:
+                        self._kill()
+                        raise self._error(
+                            f"ffmpeg did not finish the clip within {FINISH_TIMEOUT_S:g} s: killed"
+                        ) from None
             if self.proc.returncode != 0:
                 raise self._error("ffmpeg did not finish the clip")
         finally:
             self._stderr.close()
 
+    def _kill(self) -> None:
+        """SIGKILL (which also ends a stopped process) and a bounded wait for its exit."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(timeout=max(1.0, self.stall_timeout))
+        except (OSError, subprocess.TimeoutExpired):  # gone already, or stuck in the kernel
+            pass
+
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+        self._kill()
         try:
             self.proc.stdin.close()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             pass
-        self.proc.wait()
         self._stderr.close()

@@ -107,10 +107,17 @@ class Recorder(EnvWrapper):
         self.fps = real_fps(self.steps_per_frame, env.dt)  # written into the file
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
         if cfg.dir:
-            self.video_dir = ensure_video_dir(cfg.dir, f"{self.key}.dir")
+            video_dir = ensure_video_dir(cfg.dir, f"{self.key}.dir")
         else:
-            self.video_dir = ensure_video_dir(video_dir, f"{self.key}.dir (or the run's video dir)")
-        self._encoder = Encoder(cfg.queue_size, name=f"rlrec-encoder-{kind}")
+            video_dir = ensure_video_dir(video_dir, f"{self.key}.dir (or the run's video dir)")
+        # absolute: a relative dir means the working directory at start-up, whatever happens later
+        self.video_dir = os.path.abspath(video_dir)
+        # validate_recorder refused names that are not one plain file; .mp4 is added when missing
+        name = cfg.filename
+        self.filename = name if name is None or name.lower().endswith(".mp4") else name + ".mp4"
+        self._encoder = Encoder(
+            cfg.queue_size, name=f"rlrec-encoder-{kind}", stall_timeout=cfg.stall_timeout_sec
+        )
         # counters (checkpointed)
         self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
         self.steps = 0  # calls of step()
@@ -269,10 +276,10 @@ class Recorder(EnvWrapper):
         self._clip = _Clip()
         if self.cfg.overlay:
             self._clip.ret = torch.zeros(len(self.env_idx), device=self.device)
-        name = self.cfg.filename or f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
+        name = self.filename or f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
         job = ClipJob(
             path=os.path.join(self.video_dir, name),
-            fixed_name=self.cfg.filename is not None,
+            fixed_name=self.filename is not None,
             kind=self.kind,
             episode=self.episode,
             step=self.steps,
@@ -326,15 +333,26 @@ class Recorder(EnvWrapper):
 
     def poll(self) -> None:
         """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
-        on every step and reset; call it to report clips of an env that is not being stepped."""
-        for result in self._encoder.results():
-            if isinstance(result, ClipInfo):
-                self.clips_saved += 1
-                log.info("saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames)
-                if self.on_clip is not None:
-                    self.on_clip(result)
-            else:
-                self._report(result)
+        on every step and reset; call it to report clips of an env that is not being stepped.
+
+        A fixed-name clip is moved to its name right before its ``on_clip``, so the file there is
+        that clip while ``on_clip`` runs (a consumer that reads it later links or copies it)."""
+        results = self._encoder.results(place=False)
+        for i, result in enumerate(results):
+            try:
+                result = self._encoder.place(result)
+                if isinstance(result, ClipInfo):
+                    self.clips_saved += 1
+                    log.info(
+                        "saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames
+                    )
+                    if self.on_clip is not None:
+                        self.on_clip(result)
+                else:
+                    self._report(result)
+            except BaseException:  # on_error=raise, or on_clip failed: the rest wait for later
+                self._encoder.requeue(results[i + 1 :])
+                raise
 
     def _report(self, message: str) -> None:
         self.errors.append(message)

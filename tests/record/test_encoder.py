@@ -1,5 +1,11 @@
 """The Encoder on its own, no env: clips in, files (or error messages) out."""
 
+import contextlib
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -132,3 +138,162 @@ def test_close_with_a_clip_open_discards_it(tmp_path):
         enc.frame(f)
     enc.close()  # never ended: dropped with its temporary file
     assert enc.results() == [] and listing(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- a hung ffmpeg
+
+
+def _is_stopped_ffmpeg(pid) -> bool:
+    """Whether ``pid`` is still an ffmpeg process, stopped (SIGSTOP) or alive."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"ffmpeg" in f.read()
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def stopped(pid, resume_after=8.0):
+    """SIGSTOPs ``pid``; SIGCONTs it after ``resume_after`` s if it is still there (so that code
+    which waits on it for good ends the test late instead of hanging it), and at the end."""
+
+    def resume():
+        if _is_stopped_ffmpeg(pid):
+            os.kill(pid, signal.SIGCONT)
+
+    os.kill(pid, signal.SIGSTOP)
+    guard = threading.Timer(resume_after, resume)
+    guard.start()
+    try:
+        yield
+    finally:
+        guard.cancel()
+        resume()
+
+
+def test_ffmpeg_stopped_while_finishing_bounds_flush(tmp_path):
+    enc = Encoder(queue_size=4, stall_timeout=0.3)
+    enc.open(job(tmp_path / "a.mp4"))
+    for f in frames(3):
+        enc.frame(f)
+    enc.flush()  # the frames are in ffmpeg's pipe
+    pid = enc.current_pid
+    with stopped(pid):
+        t0 = time.perf_counter()
+        enc.end(True)
+        enc.flush()  # ffmpeg never finishes: given up on after 0.3 s without progress
+        waited = time.perf_counter() - t0
+        (error,) = enc.results()
+    assert waited < 2.0, waited
+    assert isinstance(error, str) and "no progress for 0.3 s" in error and "killed" in error
+    assert not _is_stopped_ffmpeg(pid)  # killed (and reaped)
+    assert listing(tmp_path) == []  # no clip under its name, no temporary file
+    sent = frames(2, seed=5)
+    (info,) = encode(enc, job(tmp_path / "b.mp4"), sent)  # the next clip works
+    assert np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    enc.close()
+
+
+def test_encoder_stuck_elsewhere_the_training_thread_gives_up_once(tmp_path):
+    """The encoder thread stuck outside ffmpeg (here: in the overlay): frame(), flush() and
+    close() still return after 2 * stall_timeout without progress; one failure is reported."""
+    release = threading.Event()
+
+    def stuck_overlay(array, meta):
+        release.wait(8.0)  # bounded: old code that waits for good then ends the test late
+        return array
+
+    enc = Encoder(queue_size=2, stall_timeout=0.2)
+    enc.open(job(tmp_path / "a.mp4", overlay=stuck_overlay))
+    t0 = time.perf_counter()
+    for f in frames(20, size=8):
+        enc.frame(f)
+    enc.end(True)
+    enc.flush()
+    waited = time.perf_counter() - t0
+    assert waited < 2.5, waited  # one give-up (0.4 s) for the frames, one for flush
+    release.set()
+    sent = frames(3, seed=6)
+    enc.open(job(tmp_path / "b.mp4"))
+    for f in sent:
+        enc.frame(f)
+    enc.end(True)
+    enc.close()
+    error, info = enc.results()
+    assert isinstance(error, str) and "a.mp4" in error and "without progress" in error
+    assert isinstance(info, ClipInfo) and np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    assert listing(tmp_path) == ["b.mp4"]
+
+
+# --------------------------------------------------------------------------- paths and names
+
+
+@pytest.mark.parametrize("directory", ["-vids", "pipe:1", "file:x"])
+def test_ffmpeg_reads_the_clip_path_as_a_file(tmp_path, monkeypatch, enc, directory):
+    """A relative directory that looks like an ffmpeg option or protocol is still a directory."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs(directory)
+    sent = frames(2, seed=7)
+    (info,) = encode(enc, job(os.path.join(directory, "a.mp4")), sent)
+    assert isinstance(info, ClipInfo), info
+    assert listing(tmp_path / directory) == ["a.mp4"]
+    assert np.array_equal(decode(str(tmp_path / directory / "a.mp4"))[0], sent[:, 0].numpy())
+
+
+def test_two_encoders_racing_for_the_same_names_lose_no_clip(tmp_path, monkeypatch):
+    """Two encoders (as two runs sharing a video dir) end clips of the same names at the same
+    moment. The check for a free name is made to coincide in both (a barrier), which is when
+    check-then-rename gives both the same name; claiming names atomically loses nothing."""
+    barrier = threading.Barrier(2, timeout=2.0)
+    exists = os.path.exists
+
+    def coinciding_exists(path):
+        if str(path).startswith(str(tmp_path)) and str(path).endswith(".mp4"):
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                barrier.reset()
+        return exists(path)
+
+    monkeypatch.setattr(os.path, "exists", coinciding_exists)
+    encoders = [Encoder(queue_size=4, name=f"race-{i}") for i in range(2)]
+    sent = {}
+    for n in range(4):  # four rounds: both encoders end a clip named a.mp4 in each
+        for i, e in enumerate(encoders):
+            clip = frames(1 + n + 4 * i, size=8, seed=10 * n + i)
+            sent[(i, n)] = clip
+            e.open(job(tmp_path / "a.mp4", episode=n, step=i))
+            for f in clip:
+                e.frame(f)
+            e.end(True)
+        for e in encoders:
+            e.flush()
+    for e in encoders:
+        e.close()
+    infos = [r for e in encoders for r in e.results()]
+    assert all(isinstance(r, ClipInfo) for r in infos), infos
+    paths = [r.path for r in infos]
+    assert len(set(paths)) == 8, paths
+    assert listing(tmp_path) == sorted(["a.mp4"] + [f"a-{k}.mp4" for k in range(1, 8)])
+    for r in infos:  # each file holds the clip it was reported for
+        expected = sent[(r.step, r.episode)][:, 0].numpy()
+        assert np.array_equal(decode(r.path)[0], expected), r
+
+
+def test_clips_of_changing_frame_sizes_back_to_back_lose_no_buffer(tmp_path):
+    """A batch of the encoder thread can hold buffers of the old frame size and of the new one;
+    the new ones must come back (else the training thread runs out of buffers)."""
+    enc = Encoder(queue_size=2, stall_timeout=0.5)
+    sent = []
+    for n in range(8):
+        clip = frames(3, size=8 if n % 2 else 16, seed=n)
+        sent.append(clip)
+        enc.open(job(tmp_path / f"c{n}.mp4"))
+        for f in clip:
+            enc.frame(f)
+        enc.end(True)
+    enc.close()
+    infos = enc.results()
+    assert [type(r) for r in infos] == [ClipInfo] * 8, infos
+    for info, clip in zip(infos, sent):
+        assert np.array_equal(decode(info.path)[0], clip[:, 0].numpy())

@@ -6,11 +6,13 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder, RecorderError
-from tests.record.recutil import decode, listing, make_stack, zeros
+from tests.record.recutil import decode, listing, make_stack, random_actions, zeros
 
 
 def recorder_errors(caplog):
@@ -71,6 +73,45 @@ def test_killed_ffmpeg_drops_that_clip_only(tmp_path, caplog):
         assert np.array_equal(frames, np.stack(spy.episodes[clip.episode]))
     stack.close()
     assert not [n for n in listing(tmp_path) if n.endswith(".part")]  # no temporary file left
+
+
+def test_stopped_ffmpeg_does_not_stall_training(tmp_path, caplog):
+    """ffmpeg stopped (SIGSTOP) mid-clip: training goes on at about full speed after at most
+    recorder.stall_timeout_sec; that clip is dropped (ffmpeg killed, no file, no temporary) and
+    reported once; the next clip is whole."""
+    from tests.record.test_encoder import _is_stopped_ffmpeg, stopped
+
+    # 128x128 frames (48 KiB): ffmpeg's 1 MiB pipe and the 4 buffers fill in about 25 frames
+    stack, rec, spy, clips = make_stack(
+        tmp_path, size=128, max_steps=80, trigger="always", queue_size=4, stall_timeout_sec=0.3
+    )
+    stack.reset(seed=0)
+    for _ in range(5):
+        stack.step(zeros(stack))
+    t0 = time.perf_counter()
+    for _ in range(15):
+        stack.step(zeros(stack))
+    per_step = (time.perf_counter() - t0) / 15  # while recording, ffmpeg running
+    pid = wait_for_ffmpeg(rec)
+    with stopped(pid, resume_after=10.0):
+        t0 = time.perf_counter()
+        for _ in range(60):  # the rest of episode 0 (2.8 MiB of frames) into the stopped ffmpeg
+            stack.step(zeros(stack))
+        stalled = time.perf_counter() - t0
+        rec.flush()
+    # one wait of about 0.3 s, else full speed (old code: stuck until the guard resumed ffmpeg)
+    assert stalled < 60 * per_step * 2 + 0.3 * 2 + 1.0, (stalled, per_step)
+    assert not _is_stopped_ffmpeg(pid)  # killed
+    assert len(rec.errors) == 1 and len(recorder_errors(caplog)) == 1
+    assert "no progress for 0.3 s" in rec.errors[0] and "stall_timeout_sec" in rec.errors[0]
+    assert clips == [] and listing(tmp_path) == []  # nothing under the final name, no temporary
+    for _ in range(80):  # episode 1: recorded whole
+        stack.step(zeros(stack))
+    rec.flush()
+    assert [c.episode for c in clips] == [1] and len(rec.errors) == 1
+    frames, _ = decode(clips[0].path)
+    assert np.array_equal(frames, np.stack(spy.episodes[1]))
+    stack.close()
 
 
 def test_on_error_raise_is_fatal(tmp_path):
@@ -138,6 +179,24 @@ def test_fixed_filename_is_replaced_atomically(tmp_path):
     assert np.array_equal(frames, np.stack(spy.episodes[-1]))  # the last clip
 
 
+def test_fixed_filename_holds_each_clip_while_it_is_reported(tmp_path):
+    """on_clip finds its own clip under the fixed name, though later clips are encoded meanwhile
+    (what the TensorBoard preview relies on: it links the file while on_clip runs)."""
+    stack, rec, spy, clips = make_stack(
+        tmp_path, max_steps=2, trigger="always", filename="latest.mp4"
+    )
+    seen = []
+    rec.on_clip = lambda clip: seen.append((clip.episode, decode(clip.path)[0]))  # slow: 50 ms
+    stack.reset(seed=0)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(2 * 12):
+        stack.step(random_actions(stack, gen))
+    stack.close()
+    assert [episode for episode, _ in seen] == list(range(13))
+    for episode, frames in seen:
+        assert np.array_equal(frames, np.stack(spy.episodes[episode])), episode
+
+
 def make_rec(tmp_path, num_envs=4, **kw):
     env = PointReach(num_envs, render_width=16, render_height=16)
     return Recorder(env, RecorderConfig(**kw), str(tmp_path))
@@ -163,6 +222,19 @@ def make_rec(tmp_path, num_envs=4, **kw):
         (dict(preset="warp"), "recorder.preset"),
         (dict(on_error="ignore"), "recorder.on_error"),
         (dict(filename="a/b.mp4"), "recorder.filename"),
+        # names that are not one plain file, or that ffmpeg would read as an option
+        (dict(filename=".."), "recorder.filename"),
+        (dict(filename="."), "recorder.filename"),
+        (dict(filename=".hidden.mp4"), "recorder.filename"),
+        (dict(filename="-y.mp4"), "recorder.filename"),
+        (dict(filename=" latest.mp4"), "recorder.filename"),
+        (dict(filename="x" * 200), "recorder.filename"),  # no room for its temporary name
+        # a protocol prefix: refused, not made a directory of that name
+        (dict(dir="pipe:1"), "recorder.dir"),
+        (dict(dir="file:videos"), "recorder.dir"),
+        (dict(dir="s3://bucket/videos"), "recorder.dir"),
+        (dict(stall_timeout_sec=0.0), "recorder.stall_timeout_sec"),
+        (dict(stall_timeout_sec=float("nan")), "recorder.stall_timeout_sec"),
     ],
 )
 def test_bad_input_names_the_key_before_any_work(tmp_path, kw, key):
@@ -176,6 +248,26 @@ def test_bad_input_messages_list_allowed_values(tmp_path):
         validate_recorder(RecorderConfig(trigger="sometimes"), "eval_env.recorder", 8)
     with pytest.raises(ConfigError, match=r"eval_env\.recorder\.env_idx=\[8\].*\[0, 7\]"):
         validate_recorder(RecorderConfig(env_idx=[8]), "eval_env.recorder", 8)
+
+
+def test_odd_but_plain_dir_and_a_name_without_mp4(tmp_path, monkeypatch):
+    """``-vids`` is a directory (relative to the working directory at start-up), not an ffmpeg
+    option; a filename without ``.mp4`` gets it."""
+    monkeypatch.chdir(tmp_path)
+    env = PointReach(1, max_episode_steps=3, render_width=16, render_height=16)
+    clips = []
+    cfg = RecorderConfig(
+        trigger=Trigger.always, dir="-vids", filename="latest", record_final_episode=False
+    )
+    rec = Recorder(env, cfg, None, on_clip=clips.append)
+    stack = AutoReset(rec)
+    monkeypatch.chdir(tmp_path / "-vids")  # a later change of directory changes nothing
+    stack.reset(seed=0)
+    for _ in range(3):
+        stack.step(torch.zeros(1, 2))
+    stack.close()
+    assert [c.path for c in clips] == [str(tmp_path / "-vids" / "latest.mp4")]
+    assert listing(tmp_path / "-vids") == ["latest.mp4"] and len(decode(clips[0].path)[0]) == 4
 
 
 def test_video_dir_that_cannot_be_created(tmp_path):
