@@ -12,10 +12,12 @@ returned by :func:`to_dataclass`.
 from __future__ import annotations
 
 import enum
+import math
 import os
+import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -220,6 +222,8 @@ class RecorderConfig:
         True  # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress
     )
     queue_size: int = 64  # frame buffers in flight between the training thread and the encoder
+    # seconds a hung ffmpeg may stall training: then its clip is dropped and training goes on
+    stall_timeout_sec: float = 10.0
     quality: int = 7  # 1..10 (imageio's scale; 7 = x264 crf 15)
     preset: X264Preset = X264Preset.ultrafast  # the encoder's CPU time against the file's size
     lossless: bool = False  # exact RGB (libx264rgb, qp 0): pixel-exact, fewer players
@@ -272,6 +276,8 @@ class PPOConfig:
     hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
     init_log_std: float = 0.0
     activation: Activation = Activation.tanh
+    # torch.compile of the policy step and of the update step (CUDA graphs on CUDA); docs/gpu.md
+    compile: bool = False
 
 
 # --------------------------------------------------------------------------- logger
@@ -338,6 +344,166 @@ def register_configs() -> None:
 # --------------------------------------------------------------------------- validation
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a float field allows: always a finite number, within ``low``/``high`` where
+    given (``*_open``: the bound itself excluded). NaN and infinity mean nothing in any field."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"a finite number in {left}{self.low:g}, {self.high:g}{right}"
+        if self.low is not None:
+            return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"a finite number {'<' if self.high_open else '<='} {self.high:g}"
+        return "a finite number"
+
+
+POSITIVE = Range(low=0.0, low_open=True)
+NON_NEGATIVE = Range(low=0.0)
+UNIT = Range(low=0.0, high=1.0)
+
+# The range of every float field of every schema (tests/test_config.py fails on a float field
+# missing here). One generic check (check_floats) applies them, with one message format.
+FLOAT_RANGES: Dict[type, Dict[str, Range]] = {
+    BuiltinEnvConfig: {"goal_radius": POSITIVE, "dt": POSITIVE},
+    RecorderConfig: {"length_sec": POSITIVE, "fps": POSITIVE, "stall_timeout_sec": POSITIVE},
+    PPOConfig: {
+        "learning_rate": POSITIVE,
+        "gamma": UNIT,
+        "gae_lambda": UNIT,
+        "clip_coef": POSITIVE,
+        "ent_coef": NON_NEGATIVE,
+        "vf_coef": NON_NEGATIVE,
+        "max_grad_norm": POSITIVE,
+        "target_kl": POSITIVE,
+        "reward_scale": POSITIVE,
+        # the initial std is exp(init_log_std): beyond +-20 it is 0 or overflows in float32 math
+        "init_log_std": Range(low=-20.0, high=20.0),
+    },
+}
+
+
+def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
+    """``(name, nullable)`` of each field of dataclass ``cls`` typed ``float`` or
+    ``Optional[float]``."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        hint, nullable = hints[f.name], False
+        if typing.get_origin(hint) is typing.Union:
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            nullable = len(args) < len(typing.get_args(hint))
+            hint = args[0] if len(args) == 1 else None
+        if hint is float:
+            yield f.name, nullable
+
+
+def float_range(cls: type, name: str) -> Range:
+    """The range of float field ``name`` of ``cls`` (a subclass inherits its bases' ranges)."""
+    for klass in cls.__mro__:
+        if name in FLOAT_RANGES.get(klass, {}):
+            return FLOAT_RANGES[klass][name]
+    return Range()
+
+
+def check_floats(obj: Any, prefix: str = "") -> None:
+    """Every float field of dataclass ``obj`` and of the dataclasses it holds is a finite number
+    in its range (``FLOAT_RANGES``); ConfigError naming the key and the range otherwise."""
+    if not is_dataclass(obj):
+        return
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            check_floats(value, f"{prefix}{f.name}.")
+    for name, nullable in float_fields(type(obj)):
+        value = getattr(obj, name)
+        if value is None and nullable:
+            continue
+        allowed = float_range(type(obj), name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or value not in allowed:
+            rule = f"{allowed} or null" if nullable else str(allowed)
+            raise ConfigError(f"{prefix}{name}={value!r} is invalid: must be {rule}")
+
+
+SEED_MAX = 2**32 - 1  # NumPy's seeds are 32-bit
+
+
+def check_seed(value: Any, key: str, num_envs: int, count_key: str) -> None:
+    """Env i of a stack is seeded ``seed + i``: every one of them must be a seed NumPy takes."""
+    high = SEED_MAX - (num_envs - 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise ConfigError(
+            f"{key}={value!r} is invalid: must be an integer in [0, {high}] (env i is seeded "
+            f"{key} + i for each of the {count_key}={num_envs} envs, and seeds are 32-bit)"
+        )
+
+
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def check_device(value: Any, key: str = "sim.device") -> None:
+    """``cpu``, ``cuda`` or ``cuda:N``, parsed by ``torch.device`` (torch is imported here only:
+    the checks above it stay fast)."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if (
+        device is None
+        or device.type not in DEVICE_TYPES
+        or (device.type == "cpu" and device.index is not None)
+    ):
+        raise ConfigError(
+            f"{key}={value!r} is invalid: allowed values are cpu, cuda, cuda:N (N: a GPU index)"
+        )
+
+
+def check_keys(cfg: DictConfig) -> None:
+    """Every key of a composed config is declared by its schema. Hydra's ``+key=value`` adds a
+    key even to a struct config (it merges with ``force_add``), and ``OmegaConf.to_object`` keeps
+    such a key as a stray attribute, so a mistyped ``+evn=gymnasium`` would be ignored. Free-form
+    fields (``env.kwargs``) are not schemas and take any key."""
+
+    def walk(node: DictConfig, prefix: str) -> None:
+        schema = OmegaConf.get_type(node)
+        if not is_dataclass(schema):
+            return
+        allowed = [f.name for f in fields(schema)]
+        for key in node.keys():
+            if key in allowed or (not prefix and key == "hydra"):
+                continue
+            where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
+            extra = " (+experiment=NAME adds a preset)" if not prefix else ""
+            raise ConfigError(
+                f"{prefix}{key} is not a config key: allowed keys at {where} are "
+                f"{', '.join(allowed)}{extra}"
+            )
+        for key in allowed:
+            child = node._get_node(key)
+            if isinstance(child, DictConfig):
+                walk(child, f"{prefix}{key}.")
+
+    walk(cfg, "")
+
+
 def _positive(value: Any, key: str, *, allow_none: bool = False, strict: bool = True) -> None:
     if value is None and allow_none:
         return
@@ -392,8 +558,7 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
     """Checks one recorder's settings against the env it will wrap."""
     _positive(rec.every, f"{key}.every", allow_none=True)
     _positive(rec.length_frames, f"{key}.length_frames", allow_none=True)
-    _positive(rec.length_sec, f"{key}.length_sec", allow_none=True)
-    _positive(rec.fps, f"{key}.fps", allow_none=True)
+    check_floats(rec, f"{key}.")  # length_sec, fps
     _positive(rec.queue_size, f"{key}.queue_size")
     if not 1 <= rec.quality <= 10:
         raise ConfigError(f"{key}.quality={rec.quality!r} is invalid: must be in 1..10")
@@ -422,8 +587,31 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
             )
     if len(set(rec.env_idx)) != len(rec.env_idx):
         raise ConfigError(f"{key}.env_idx={list(rec.env_idx)} repeats an index")
-    if rec.filename is not None and ("/" in rec.filename or not rec.filename.strip()):
-        raise ConfigError(f"{key}.filename={rec.filename!r} must be a plain file name")
+    name = rec.filename
+    if name is not None:
+        # ffmpeg is handed file: and an absolute path, so this is about what the name means: one
+        # visible file in the video dir (".mp4" is appended when missing), with room for the
+        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
+        rule = (
+            "must be a plain file name (no '/', not starting with '.', '-' or a space, at most "
+            "200 bytes), e.g. latest.mp4; .mp4 is appended when missing"
+        )
+        bad = not isinstance(name, str) or not name.strip() or name != name.strip()
+        bad = bad or "/" in name or "\0" in name or name.startswith((".", "-"))
+        if bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200:
+            raise ConfigError(f"{key}.filename={name!r} is invalid: {rule}")
+    if rec.dir:
+        # a URL-like prefix (pipe:, file:, s3://...) is refused rather than taken as a directory
+        # of that name: ffmpeg would read it as a protocol, and a user probably meant one
+        import re
+
+        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", rec.dir)  # ffmpeg's idea of a protocol
+        if scheme:
+            raise ConfigError(
+                f"{key}.dir={rec.dir!r} is invalid: {scheme.group()} reads as a protocol (URL), "
+                f"and the recorder writes local files only; give a directory path "
+                f"(./{rec.dir} for a directory of that name)"
+            )
     if rec.enabled and trigger is not Trigger.none and rec.dir:
         check_dir(rec.dir, f"{key}.dir")
 
@@ -432,6 +620,7 @@ def validate(cfg: Config) -> None:
     """Value checks that types cannot express. Raises :class:`ConfigError` naming the key."""
     env = cfg.env
     _choice(env.name, "env.name", list(ENV_SCHEMAS))
+    check_floats(cfg)  # every float of every schema: finite and in its range
     _positive(env.num_envs, "env.num_envs")
     _positive(env.max_episode_steps, "env.max_episode_steps", allow_none=True)
     _positive(env.render_width, "env.render_width")
@@ -444,20 +633,15 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"resume={cfg.resume!r} is invalid: allowed values are auto, null")
     if cfg.checkpoint is not None and cfg.resume is not None:
         raise ConfigError("checkpoint and resume are both set: give one of them")
+    check_seed(cfg.seed, "seed", env.num_envs, "env.num_envs")
     ev = cfg.eval_env
     _positive(ev.num_envs, "eval_env.num_envs")
+    check_seed(ev.seed, "eval_env.seed", ev.num_envs, "eval_env.num_envs")
     _positive(ev.every, "eval_env.every")
     _positive(ev.episodes, "eval_env.episodes", allow_none=True)
     a = cfg.algo
-    for k in ("num_steps", "num_minibatches", "update_epochs", "learning_rate"):
+    for k in ("num_steps", "num_minibatches", "update_epochs"):
         _positive(getattr(a, k), f"algo.{k}")
-    for k in ("gamma", "gae_lambda"):
-        v = getattr(a, k)
-        if not 0.0 <= v <= 1.0:
-            raise ConfigError(f"algo.{k}={v!r} is invalid: must be in [0, 1]")
-    _positive(a.clip_coef, "algo.clip_coef")
-    _positive(a.max_grad_norm, "algo.max_grad_norm")
-    _positive(a.target_kl, "algo.target_kl", allow_none=True)
     if (env.num_envs * a.num_steps) % a.num_minibatches:
         raise ConfigError(
             f"algo.num_minibatches={a.num_minibatches} must divide env.num_envs * algo.num_steps "
@@ -471,11 +655,13 @@ def validate(cfg: Config) -> None:
     _positive(cfg.logger.log_every, "logger.log_every")
     validate_recorder(cfg.recorder, "recorder", env.num_envs)
     validate_recorder(ev.recorder, "eval_env.recorder", ev.num_envs)
+    check_device(cfg.sim.device)  # last: it imports torch
 
 
 def to_dataclass(cfg: DictConfig) -> Config:
     """Resolves a composed Hydra config into :class:`Config` (once, before the loop) and validates
     it."""
+    check_keys(cfg)  # before to_object, which would keep a stray key as an attribute
     obj = OmegaConf.to_object(cfg)
     if isinstance(obj, dict):  # composed without the top-level schema (e.g. a bare compose())
         obj = Config(**{k: v for k, v in obj.items() if k != "hydra"})

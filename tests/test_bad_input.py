@@ -7,6 +7,7 @@ tests/test_runner.py (bad checkpoint paths); here they run end to end.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import List
 import pytest
 
 import rlrec.cli
+from rlrec import budget
 from rlrec.runner import Runner
 from tests.helpers import FAST, REPO, make_config
 
@@ -134,6 +136,158 @@ def test_env_idx_out_of_range(args, key, tmp_path, monkeypatch, capsys):
 )
 def test_two_recorder_triggers(args, key, tmp_path, monkeypatch, capsys):
     _assert_refused(args, key, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize(
+    "override,also",
+    [
+        # a protocol ffmpeg would write to (pipe:1 is its stdout): refused, not a dir of that name
+        ("recorder.dir=pipe:1", "protocol"),
+        ("eval_env.recorder.dir=file:videos", "protocol"),
+        # names that are not one plain file: every clip would fail
+        ("recorder.filename=..", "plain file name"),
+        ("recorder.filename=.", "plain file name"),
+        ("eval_env.recorder.filename=-latest.mp4", "plain file name"),
+        ("recorder.filename=" + "x" * 200, "plain file name"),  # no room for its temporary
+        ("recorder.stall_timeout_sec=0", "> 0"),
+        ("recorder.stall_timeout_sec=nan", "finite"),
+        ("eval_env.recorder.stall_timeout_sec=-1", "> 0"),
+    ],
+)
+def test_clip_paths_and_encoder_timeout(override, also, tmp_path, monkeypatch, capsys):
+    key = override.split("=")[0]
+    _assert_refused([override], key, tmp_path, monkeypatch, capsys, also=[also])
+
+
+# every float field where NaN or infinity has no meaning, and ranges a type cannot express
+@pytest.mark.parametrize(
+    "override",
+    [
+        "algo.learning_rate=nan",
+        "algo.learning_rate=inf",
+        "algo.clip_coef=nan",
+        "algo.target_kl=nan",
+        "algo.target_kl=inf",
+        "algo.ent_coef=nan",
+        "algo.ent_coef=-0.01",
+        "algo.vf_coef=-1",
+        "algo.vf_coef=inf",
+        "algo.max_grad_norm=inf",
+        "algo.max_grad_norm=nan",
+        "algo.reward_scale=nan",
+        "algo.reward_scale=-inf",
+        "algo.init_log_std=nan",
+        "algo.init_log_std=-inf",
+        "algo.gamma=nan",
+        "recorder.fps=nan",
+        "recorder.fps=inf",
+        "recorder.length_sec=inf",
+        "recorder.length_sec=nan",
+        "eval_env.recorder.fps=nan",
+        "env.goal_radius=nan",
+        "env.goal_radius=inf",
+        "env.dt=inf",
+        "env.dt=nan",
+    ],
+)
+def test_non_finite_and_out_of_range_floats(override, tmp_path, monkeypatch, capsys):
+    key = override.split("=")[0]
+    out = _assert_refused([*FAST, "total_steps=256", override], key, tmp_path, monkeypatch, capsys)
+    assert "rlrec: config error" in out and "is invalid: must be a finite number" in out, out
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["seed=-1", "seed=4294967296", "eval_env.seed=-1", "eval_env.seed=4294967296"],
+)
+def test_seeds_the_rngs_cannot_take(override, tmp_path, monkeypatch, capsys):
+    key = override.split("=")[0]
+    out = _assert_refused(
+        [*FAST, "total_steps=256", override], f"{key}=", tmp_path, monkeypatch, capsys
+    )
+    assert "must be an integer in [0, " in out, out
+
+
+# --------------------------------------------------------------------------- keys never checked
+
+
+@pytest.mark.parametrize("device", ["nonsense", "meta", "cpu:1"])
+def test_sim_device_is_cpu_or_cuda(device, tmp_path, monkeypatch, capsys):
+    _assert_refused(
+        [*FAST, "total_steps=256", f"sim.device={device}"],
+        f"sim.device='{device}'",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["cpu, cuda, cuda:N"],
+    )
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("+evn=gymnasium", "evn"),
+        ("+env.nmu_envs=4", "env.nmu_envs"),
+        ("++algo.lr=0.1", "algo.lr"),
+        ("+eval_env.recorder.fsp=5", "eval_env.recorder.fsp"),
+    ],
+)
+def test_mistyped_key_added_with_plus(override, key, tmp_path, monkeypatch, capsys):
+    """Hydra's + adds a key even to a struct config: a key no schema declares is refused."""
+    out = _assert_refused(
+        [*FAST, "total_steps=256", override],
+        f"{key} is not a config key",
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    if key == "evn":
+        assert "env, sim, eval_env" in out and "+experiment=NAME" in out, out
+
+
+def test_eval_only_resume_auto_without_a_checkpoint(tmp_path, monkeypatch, capsys):
+    """It used to evaluate an untrained policy and exit 0."""
+    _assert_refused(
+        [*FAST, "eval_only=true", "resume=auto"],
+        "resume=auto",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["no checkpoint", "checkpoint=PATH"],
+    )
+
+
+def test_unknown_gymnasium_kwarg(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gymnasium")
+    _assert_refused(
+        [*FAST, "total_steps=256", "env=gymnasium", "env.id=CartPole-v1", "+env.kwargs.gravity=3"],
+        "env.kwargs.gravity",
+        tmp_path,
+        monkeypatch,
+        capsys,
+        also=["CartPole-v1", "sutton_barto_reward, render_mode"],
+    )
+
+
+# --------------------------------------------------------------------------- sizes that cannot fit
+
+
+@pytest.mark.parametrize(
+    "args,key",
+    [
+        (["env.num_envs=100000000"], "env.num_envs=100000000"),
+        (["env.render_width=30000", "env.render_height=30000"], "env.render_width=30000"),
+        (["algo.hidden_sizes=[100000,100000]"], "algo.hidden_sizes=[100000, 100000]"),
+        (["algo.num_steps=100000000"], "algo.num_steps=100000000"),
+    ],
+)
+def test_sizes_that_cannot_fit(args, key, tmp_path, monkeypatch, capsys):
+    """Each asks for hundreds of GB: refused from the estimate, before any allocation."""
+    need = sum(n.bytes for n in budget.estimate(make_config(args)))
+    have, _ = budget.host_memory()
+    if have is not None and have >= need:
+        pytest.skip(f"this machine has {budget.gb(have)}: {args} ({budget.gb(need)}) fits")
+    _assert_refused(args, key, tmp_path, monkeypatch, capsys, also=["of host memory", "GB"])
 
 
 # --------------------------------------------------------------------------- files
@@ -296,6 +450,25 @@ def test_missing_optional_extra_names_it(modules, args, key, extra, tmp_path):
         f in proc.stderr for f in (f"rlrec[{extra}]", f".[{extra}]", f"the {extra} extra")
     ), proc.stderr
     assert _files(tmp_path / "work") == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("Box2D") is not None, reason="box2d is installed here")
+def test_gymnasium_env_whose_extra_is_missing(tmp_path, monkeypatch, capsys):
+    """LunarLander-v3 without box2d: gymnasium's DependencyNotInstalled, as one config error line
+    naming the key and what to install, for the recording and the non-recording path."""
+    pytest.importorskip("gymnasium")
+    base = [*FAST, "total_steps=256", "env=gymnasium", "env.id=LunarLander-v3"]
+    for extra in ([], ["recorder=none", "eval_env.recorder.enabled=false"]):
+        out = _assert_refused(
+            [*base, *extra],
+            "env.id='LunarLander-v3'",
+            tmp_path,
+            monkeypatch,
+            capsys,
+            also=["gymnasium[box2d]"],
+        )
+        errors = [line for line in out.splitlines() if line.strip()]
+        assert errors == [errors[0]] and errors[0].startswith("rlrec: config error"), out
 
 
 def test_gpu_ids_are_relative_to_the_gpus_the_job_was_given(monkeypatch):

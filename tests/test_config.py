@@ -143,3 +143,196 @@ def test_schema_defaults_per_env_backend():
     assert make_config(["env=maniskill"]).env.num_envs == 8
     assert make_config(["env=genesis"]).env.num_envs == 16
     assert make_config([]).env.num_envs == 64
+
+
+# --------------------------------------------------------------------------- float fields, seeds
+
+
+def _schemas():
+    from rlrec import config
+
+    return [
+        config.Config,
+        config.SimConfig,
+        config.RecorderConfig,
+        config.EvalEnvConfig,
+        config.PPOConfig,
+        config.LoggerConfig,
+        *config.ENV_SCHEMAS.values(),
+    ]
+
+
+def test_every_float_field_has_its_range():
+    """One generic check covers every float field; a new float field needs its range in
+    FLOAT_RANGES (so the list cannot drift from the schemas)."""
+    from rlrec.config import FLOAT_RANGES, float_fields
+
+    missing = [
+        f"{cls.__name__}.{name}"
+        for cls in _schemas()
+        for name, _ in float_fields(cls)
+        if not any(name in FLOAT_RANGES.get(k, {}) for k in cls.__mro__)
+    ]
+    assert not missing, f"float fields without a range in rlrec.config.FLOAT_RANGES: {missing}"
+    assert len([1 for cls in _schemas() for _ in float_fields(cls)]) >= 14
+
+
+def _float_keys(obj, prefix=""):
+    from dataclasses import fields, is_dataclass
+
+    from rlrec.config import float_fields
+
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            yield from _float_keys(value, f"{prefix}{f.name}.")
+    for name, _ in float_fields(type(obj)):
+        yield f"{prefix}{name}"
+
+
+FLOAT_KEYS = sorted(_float_keys(make_config()))
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_every_float_field_refuses_non_finite_values(key, value):
+    with pytest.raises(ConfigError) as e:
+        make_config([f"{key}={value}"])
+    assert f"{key}={value}" in str(e.value) and "finite number" in str(e.value)
+
+
+def test_float_checks_cover_dataclasses_built_in_code():
+    from rlrec.config import RecorderConfig, validate_recorder
+
+    cfg = make_config()
+    cfg.algo.learning_rate = float("nan")
+    with pytest.raises(ConfigError, match=r"algo\.learning_rate=nan"):
+        validate(cfg)
+    with pytest.raises(ConfigError, match=r"rec\.fps=inf"):
+        validate_recorder(RecorderConfig(fps=float("inf")), "rec", 1)
+
+
+@pytest.mark.parametrize(
+    "override,key,message",
+    [
+        ("algo.vf_coef=-0.5", "algo.vf_coef", "a finite number >= 0"),
+        ("algo.ent_coef=-1e-3", "algo.ent_coef", "a finite number >= 0"),
+        ("algo.reward_scale=0", "algo.reward_scale", "a finite number > 0"),
+        ("algo.init_log_std=25", "algo.init_log_std", "a finite number in [-20, 20]"),
+        ("algo.gae_lambda=1.01", "algo.gae_lambda", "a finite number in [0, 1]"),
+        ("env.goal_radius=0", "env.goal_radius", "a finite number > 0"),
+        ("recorder.fps=-2", "recorder.fps", "a finite number > 0 or null"),
+    ],
+)
+def test_float_ranges_name_the_key_and_the_range(override, key, message):
+    with pytest.raises(ConfigError) as e:
+        make_config([override])
+    assert str(e.value).startswith(f"{key}=") and message in str(e.value)
+
+
+def test_range_bounds():
+    """A closed bound is allowed, a value just past it is not."""
+    cfg = make_config(
+        ["algo.vf_coef=0", "algo.ent_coef=0", "algo.init_log_std=-20", "algo.target_kl=null"]
+    )
+    assert cfg.algo.vf_coef == 0 and cfg.algo.target_kl is None
+    for override in ("algo.vf_coef=-1e-9", "algo.ent_coef=-1e-9", "algo.init_log_std=-20.5"):
+        with pytest.raises(ConfigError, match=override.split("=")[0]):
+            make_config([override])
+
+
+def test_seed_range_counts_every_env_of_the_stack():
+    """Env i is seeded seed + i: the last env's seed must still be 32-bit."""
+    top = 2**32 - 64  # 64 envs: seeds top .. 2**32 - 1
+    assert make_config([f"seed={top}", "env.num_envs=64"]).seed == top
+    assert make_config(["seed=0"]).seed == 0
+    with pytest.raises(ConfigError, match=r"seed=4294967233 is invalid: .*\[0, 4294967232\]"):
+        make_config([f"seed={top + 1}", "env.num_envs=64"])
+    with pytest.raises(ConfigError, match=r"eval_env\.seed=-3"):
+        make_config(["eval_env.seed=-3"])
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def test_sim_device_is_cpu_or_cuda():
+    """Parsed with torch.device; cpu, cuda and cuda:N pass (whether that GPU exists is
+    resolve_device's question, when the run starts), any other device is refused."""
+    for device in ("cpu", "cuda", "cuda:0", "cuda:3"):
+        assert make_config([f"sim.device={device}"]).sim.device == device
+    for device in ("nonsense", "meta", "cpu:1", "mps", "cuda:-1", "CUDA"):
+        with pytest.raises(ConfigError) as e:
+            make_config([f"sim.device={device}"])
+        assert str(e.value).startswith("sim.device=") and "cpu, cuda, cuda:N" in str(e.value)
+
+
+def test_plus_adds_presets_and_free_form_kwargs_but_no_unknown_key():
+    """+experiment=NAME (a defaults entry) and +env.kwargs.KEY (a free-form dict) still work."""
+    assert make_config(["+experiment=smoke"]).total_steps == 8192
+    cfg = make_config(["env=gymnasium", "env.id=Pendulum-v1", "+env.kwargs.g=9.81"])
+    assert cfg.env.kwargs == {"g": 9.81}
+    with pytest.raises(ConfigError, match=r"^evn is not a config key"):
+        make_config(["+evn=gymnasium"])
+    with pytest.raises(ConfigError, match=r"^env\.foo is not a config key.*BuiltinEnvConfig"):
+        make_config(["+env.foo=1"])
+
+
+# --------------------------------------------------------------------------- memory estimate
+
+
+def test_rollout_and_model_estimates():
+    from rlrec import budget
+
+    cfg = make_config(["env.num_envs=10", "algo.num_steps=20", "algo.num_minibatches=2"])
+    cfg.algo.hidden_sizes = [3, 5]
+    needs = {n.what: n for n in budget.estimate(cfg)}
+    assert needs["the rollout storage"].bytes == 10 * 20 * 8 * 4
+    # actor and critic [1, 3, 5, 1]: (1*3+3) + (3*5+5) + (5*1+1) = 32 parameters each, 4 copies
+    assert needs["the model with its gradients and Adam state"].bytes == 2 * 32 * 4 * 4
+    assert needs["the activations of one update minibatch"].bytes == 100 * 8 * 2 * 4
+    queue = needs["the frame buffers of the recorder queue"]
+    assert queue.bytes == 64 * 128 * 128 * 3 and queue.where == "host"
+    assert "recorder.queue_size=64" in queue.keys
+
+
+def test_estimate_knows_what_lives_on_the_gpu():
+    from rlrec import budget
+
+    cfg = make_config(["env.num_envs=100000000"])
+    with_gpu = {n.what: n.where for n in budget.estimate(cfg, on_gpu=True)}
+    assert with_gpu["the rollout storage"] == "device"
+    assert with_gpu["the frame buffers of the recorder queue"] == "host"  # pinned host buffers
+    assert {n.where for n in budget.estimate(cfg)} == {"host"}
+
+
+def test_host_memory_is_the_machine_s():
+    from rlrec import budget
+
+    have, source = budget.host_memory()
+    total = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    assert have is not None and 0 < have <= total and source
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["+experiment=smoke"],
+        ["+experiment=cartpole"],
+        ["+experiment=genesis_franka_reach"],
+        ["+experiment=maniskill_pushcube_gpu"],
+        ["+experiment=maniskill_pushcube_gpu", "env.num_envs=4096", "env.render_width=512"],
+    ],
+)
+def test_ordinary_configs_fit(overrides):
+    """The presets (2048 ManiSkill envs included) need a few MB by the estimate: accepted."""
+    from rlrec import budget
+
+    cfg = make_config(overrides)
+    for on_gpu in (False, True):
+        assert sum(n.bytes for n in budget.estimate(cfg, on_gpu)) < 1e9
+    budget.check(cfg)  # the host check of this machine

@@ -20,8 +20,10 @@ else ``1 / metadata["render_fps"]``, else 1/30.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
+import inspect
 import os
 from typing import Any, Dict, List, Optional
 
@@ -114,11 +116,76 @@ def _check_vectorization(env_cfg) -> None:
         )
 
 
-def _render_modes(spec) -> Optional[List[str]]:
-    """The env class's declared render modes, without building it (None: not declared)."""
+@contextlib.contextmanager
+def construction_errors(env_id: Any):
+    """Turns the env's own "a dependency is missing" error (gymnasium's DependencyNotInstalled,
+    an ImportError of its entry point) into one ConfigError line naming ``env.id`` and, in
+    gymnasium's words, what to install."""
+    try:
+        yield
+    except gym.error.DependencyNotInstalled as err:
+        text = " ".join(str(err).split())
+        raise ConfigError(
+            f"env.id={env_id!r} cannot be built, a dependency of the env is missing: {text}"
+        ) from None
+    except ImportError as err:
+        text = " ".join(str(err).split())
+        missing = f" (install the package that provides {err.name})" if err.name else ""
+        raise ConfigError(
+            f"env.id={env_id!r} cannot be built, importing the env failed: {text}{missing}"
+        ) from None
+
+
+def _creator(spec, env_id: Any):
+    """The class or function that builds ``spec``'s env (importing its module)."""
     creator = spec.entry_point
     if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
+        with construction_errors(env_id):
+            creator = gym.envs.registration.load_env_creator(creator)
+    return creator
+
+
+# gym.make's own keyword arguments (besides the env's): max_episode_steps, disable_env_checker
+_MAKE_KWARGS = tuple(
+    name
+    for name, p in inspect.signature(gym.make).parameters.items()
+    if name != "id" and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+)
+
+
+def check_kwargs(env_cfg, spec=None) -> None:
+    """ConfigError naming the key and the env's keyword arguments when ``env.kwargs`` has a key
+    the env's class (or function) does not take; nothing is built. An env that takes
+    ``**kwargs`` accepts any key."""
+    kwargs = dict(env_cfg.kwargs or {})
+    if not kwargs:
+        return
+    spec = spec if spec is not None else resolve_spec(env_cfg)
+    creator = _creator(spec, env_cfg.id)
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: the env itself will say
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    own = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    unknown = [k for k in kwargs if k not in own and k not in _MAKE_KWARGS]
+    if unknown:
+        name = getattr(creator, "__qualname__", str(spec.entry_point))
+        raise ConfigError(
+            f"env.kwargs.{unknown[0]} is not a keyword argument of env.id={env_cfg.id!r} "
+            f"({name}): its keyword arguments are {', '.join(own) or 'none'} "
+            f"(and gym.make's {', '.join(_MAKE_KWARGS)})"
+        )
+
+
+def _render_modes(spec, env_id: Any = None) -> Optional[List[str]]:
+    """The env class's declared render modes, without building it (None: not declared)."""
+    creator = _creator(spec, spec.id if env_id is None else env_id)
     meta = getattr(creator, "metadata", None)
     if isinstance(meta, dict):
         return list(meta.get("render_modes") or [])
@@ -129,10 +196,12 @@ def check_renderable(env_cfg) -> None:
     """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
     _check_vectorization(env_cfg)
     spec = resolve_spec(env_cfg)
-    modes = _render_modes(spec)
+    check_kwargs(env_cfg, spec)
+    modes = _render_modes(spec, env_cfg.id)
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
-        probe = gym.make(spec.id, render_mode="rgb_array", disable_env_checker=True, **kwargs)
+        with construction_errors(env_cfg.id):
+            probe = gym.make(spec.id, render_mode="rgb_array", disable_env_checker=True, **kwargs)
         try:
             ok = probe.render_mode == "rgb_array"
             modes = [probe.render_mode] if probe.render_mode else []
@@ -206,7 +275,8 @@ class GymnasiumEnv(EnvAdapter):
             return HoldOnDone(env, index)
 
         # one env in this process: spaces, dt, time limit and clear errors before any workers start
-        probe = make_one(0)
+        with construction_errors(env_id):
+            probe = make_one(0)
         try:
             self.single_observation_space = probe.observation_space
             self.single_action_space = probe.action_space
@@ -319,7 +389,8 @@ def make(
     built."""
     _check_vectorization(env_cfg)
     spec = resolve_spec(env_cfg)
-    modes = _render_modes(spec)
+    check_kwargs(env_cfg, spec)  # before any env is built
+    modes = _render_modes(spec, env_cfg.id)
     render = modes is None or "rgb_array" in modes
     resize = (env_cfg.render_height, env_cfg.render_width) if env_cfg.resize_frames else None
     return GymnasiumEnv(

@@ -1,0 +1,214 @@
+"""The memory a run needs, estimated from its config before anything is built, against the memory
+the machine has: a size that cannot fit (``env.num_envs=100000000``) is refused naming its keys,
+instead of dying in the allocator with a traceback after the run dir is made.
+
+The estimate is a lower bound of the large allocations only, so that nothing that could fit is
+refused: observations and actions count as one float each (their real sizes are known only once
+the env is built), frames only where their size comes from ``env.render_width`` and
+``env.render_height``. It counts
+
+- the rollout storage: ``num_steps x num_envs`` rows of observation, action, log-prob, reward,
+  done, value, advantage and return (``rlrec.ppo.storage``), on the sim device;
+- the model: actor and critic MLPs with their gradients and Adam's two moments (4 copies of the
+  parameters), on the sim device;
+- the activations of one update minibatch (``num_steps x num_envs / num_minibatches`` rows through
+  every hidden layer of both MLPs) and of one action step (``num_envs`` rows), on the sim device;
+- per recorder: the frame buffers of its encoder queue (``queue_size`` frames of the recorded
+  envs, in host memory) and one render of them (on the sim device).
+
+Host memory is ``MemTotal`` of ``/proc/meminfo`` (or ``os.sysconf``), lowered to the cgroup limit
+of a container or batch job; GPU memory is the device's total (``torch.cuda.mem_get_info``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from rlrec.config import Config, ConfigError, RecorderConfig, Trigger
+
+FLOAT = 4  # bytes of a float32
+ROLLOUT_FLOATS = 8  # obs (>= 1), action (>= 1), logprob, reward, done, value, advantage, return
+PARAM_COPIES = 4  # weights, gradients, Adam's exp_avg and exp_avg_sq
+# backends whose frames are env.render_height x env.render_width (gymnasium: with resize_frames)
+SIZED_FRAMES = ("builtin", "maniskill", "genesis")
+
+
+@dataclass
+class Need:
+    """One large allocation: what it is, the keys (with their values) that size it, its bytes and
+    where it lives (``host`` or ``device``)."""
+
+    what: str
+    keys: str
+    bytes: int
+    where: str
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def _recording(rec: Optional[RecorderConfig]) -> bool:
+    return rec is not None and bool(rec.enabled) and Trigger(rec.trigger) is not Trigger.none
+
+
+def _frame_bytes(cfg: Config) -> Optional[int]:
+    """Bytes of one rendered frame of one env, or None when the env chooses its frame size."""
+    env = cfg.env
+    if env.name in SIZED_FRAMES or (env.name == "gymnasium" and getattr(env, "resize_frames", 0)):
+        return int(env.render_width) * int(env.render_height) * 3
+    return None
+
+
+def _mlp_params(sizes: List[int]) -> int:
+    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
+    """The large allocations of a run of ``cfg`` (a lower bound of each), largest first."""
+    a, env = cfg.algo, cfg.env
+    device = "device" if on_gpu else "host"
+    hidden = [int(h) for h in a.hidden_sizes]
+    hidden_keys = f"algo.hidden_sizes={hidden}"
+    needs: List[Need] = []
+    training = not cfg.eval_only
+    params = 2 * _mlp_params([1, *hidden, 1])  # actor and critic, one input and one output each
+    copies = PARAM_COPIES if training else 1  # evaluation: no gradients, no Adam state
+    what = "the model with its gradients and Adam state" if training else "the model"
+    needs.append(Need(what, hidden_keys, params * copies * FLOAT, device))
+    if training:
+        rows = int(env.num_envs) * int(a.num_steps)
+        needs.append(
+            Need(
+                "the rollout storage",
+                f"env.num_envs={env.num_envs} x algo.num_steps={a.num_steps} x "
+                f"{ROLLOUT_FLOATS} floats",
+                rows * ROLLOUT_FLOATS * FLOAT,
+                device,
+            )
+        )
+        minibatch = rows // max(1, int(a.num_minibatches))
+        needs.append(
+            Need(
+                "the activations of one update minibatch",
+                f"env.num_envs={env.num_envs} x algo.num_steps={a.num_steps} / "
+                f"algo.num_minibatches={a.num_minibatches} rows x {hidden_keys} x 2 MLPs",
+                minibatch * sum(hidden) * 2 * FLOAT,
+                device,
+            )
+        )
+    steps = [("eval_env.num_envs", int(cfg.eval_env.num_envs))]
+    if training:
+        steps.insert(0, ("env.num_envs", int(env.num_envs)))
+    key, step_envs = max(steps, key=lambda s: s[1])
+    needs.append(
+        Need(
+            "the activations of one action step",
+            f"{key}={step_envs} rows x {hidden_keys} x 2 MLPs",
+            step_envs * sum(hidden) * 2 * FLOAT,
+            device,
+        )
+    )
+    frame = _frame_bytes(cfg)
+    if frame is not None:
+        size = f"env.render_width={env.render_width} x env.render_height={env.render_height}"
+        recorders = [(cfg.eval_env.recorder, "eval_env.recorder")]
+        if training:
+            recorders.insert(0, (cfg.recorder, "recorder"))
+        if not (cfg.eval_env.enabled or cfg.eval_only):
+            recorders = [r for r in recorders if r[1] == "recorder"]
+        for rec, key in recorders:
+            if not _recording(rec):
+                continue
+            frames = frame * len(rec.env_idx)
+            needs.append(
+                Need(
+                    f"the frame buffers of the {key} queue",
+                    f"{key}.queue_size={rec.queue_size} x {len(rec.env_idx)} env(s) "
+                    f"({key}.env_idx) x {size} x 3 bytes",
+                    int(rec.queue_size) * frames,
+                    "host",
+                )
+            )
+            needs.append(Need(f"one render of the {key}", size, frames, device))
+    return sorted(needs, key=lambda n: n.bytes, reverse=True)
+
+
+# --------------------------------------------------------------------------- what the machine has
+
+
+def _cgroup_limit() -> Optional[int]:
+    """The memory limit of this process's cgroup (v2 ``memory.max`` or v1
+    ``memory.limit_in_bytes``), or None when there is none."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**62:  # "max" or a huge number: no limit
+            return int(text)
+    return None
+
+
+def host_memory() -> Tuple[Optional[int], str]:
+    """Bytes of host memory this process can have, and where that figure comes from."""
+    total, source = None, ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                total, source = int(line.split()[1]) * 1024, "MemTotal in /proc/meminfo"
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if total is None:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            source = "os.sysconf"
+        except (ValueError, OSError, AttributeError):
+            return None, "unknown"
+    limit = _cgroup_limit()
+    if limit is not None and limit < total:
+        return limit, "the cgroup memory limit"
+    return total, source
+
+
+def device_memory(device) -> Tuple[Optional[int], str]:
+    """Total bytes of the CUDA device ``device``, or None when it cannot be asked."""
+    import torch
+
+    try:
+        _, total = torch.cuda.mem_get_info(device)
+    except (RuntimeError, AssertionError, ValueError):
+        return None, "unknown"
+    return int(total), f"the total memory of {device}"
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def check(cfg: Config, device=None) -> None:
+    """ConfigError naming the keys of the largest allocations when the run's estimate exceeds the
+    host memory or (sim on a CUDA device) the GPU memory. Allocates nothing."""
+    on_gpu = device is not None and getattr(device, "type", str(device)).startswith("cuda")
+    needs = estimate(cfg, on_gpu)
+    places = [("host", "host memory", host_memory)]
+    if on_gpu:
+        places.append(("device", f"GPU memory ({device})", lambda: device_memory(device)))
+    for where, label, have in places:
+        mine = [n for n in needs if n.where == where]
+        total = sum(n.bytes for n in mine)
+        available, source = have()
+        if available is None or total <= available:
+            continue
+        big = [n for n in mine if n.bytes >= 0.05 * total] or mine[:1]
+        parts = "; ".join(f"{n.what}: {n.keys} = {gb(n.bytes)}" for n in big)
+        raise ConfigError(
+            f"this run needs at least {gb(total)} of {label} but the machine has "
+            f"{gb(available)} ({source}): {parts}. Lower the keys named."
+        )
+
+
+__all__ = ["Need", "check", "device_memory", "estimate", "host_memory"]
