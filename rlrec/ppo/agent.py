@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import List, Tuple
 
 import gymnasium as gym
@@ -11,6 +12,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
 class ObsNormalizer(nn.Module):
@@ -111,6 +113,35 @@ class ActorCritic(nn.Module):
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """``(action, log_prob, value)`` for a batch of (normalised) observations."""
         action, log_prob = self._sample(obs, deterministic)
+        return action, log_prob, self.value(obs)
+
+    def noise_shape(self, batch: int) -> Tuple[int, ...]:
+        """The shape of the noise :meth:`act_with_noise` takes for a batch of ``batch`` obs."""
+        if self.discrete:
+            return (batch, self.actor[-1].out_features)
+        return (batch, self.log_std.shape[0])
+
+    def act_with_noise(self, obs: torch.Tensor, noise: torch.Tensor):
+        """:meth:`act` with the randomness passed in, so the whole step is one graph for
+        ``torch.compile`` (no random op inside it) and the caller's generator draws it.
+
+        Gaussian head: ``noise`` is standard normal and the action ``mean + std * noise``, which is
+        what ``Normal(mean, std).sample()`` computes from the same draw (``torch.randn``), so a
+        compiled rollout takes the same actions as an eager one. Categorical head: ``noise`` is
+        uniform in [0, 1) and the action the Gumbel-max sample ``argmax(logp + Gumbel(noise))``
+        (the categorical distribution, but not the numbers ``torch.multinomial`` draws)."""
+        if self.discrete:
+            logp = self._log_softmax(obs)
+            tiny = torch.finfo(logp.dtype).tiny
+            gumbel = -torch.log(-torch.log(noise.clamp(tiny, 1.0 - 1e-7)))
+            action = (logp + gumbel).argmax(-1)
+            log_prob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        else:
+            mean = self.actor(obs.flatten(1))
+            std = self.log_std.exp().expand_as(mean)
+            action = mean + std * noise
+            # Normal(mean, std).log_prob(action), written out with the same operations
+            log_prob = (-((action - mean) ** 2) / (2 * std**2) - std.log() - _LOG_SQRT_2PI).sum(-1)
         return action, log_prob, self.value(obs)
 
     def action(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:

@@ -13,6 +13,12 @@ from rlrec.config import PPOConfig
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.storage import RolloutStorage
 
+# torch.compile's mode for ``algo.compile``, by device type. CUDA: CUDA graphs (LeanRL and
+# ManiSkill's ppo_fast.py replay the policy step and the update step as CUDA graphs). Elsewhere
+# torch.compile's default: CUDA graphs do not apply, and max-autotune's kernel search costs
+# minutes of compile time for the small MLPs of PPO. docs/gpu.md has the measured figures.
+COMPILE_MODES: Dict[str, Optional[str]] = {"cuda": "reduce-overhead"}
+
 
 class PPO:
     """Owns the model, the optional observation normaliser, the optimizer and the rollout storage;
@@ -29,15 +35,43 @@ class PPO:
             obs_space, action_space, list(cfg.hidden_sizes), cfg.activation, cfg.init_log_std
         ).to(device)
         self.obs_norm = ObsNormalizer(tuple(obs_space.shape)).to(device) if cfg.norm_obs else None
-        # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
-        # tensor, the larger part of an update step for the small MLPs of PPO
-        fused = device.type in ("cpu", "cuda")
+        self.compiled = bool(cfg.compile)
+        if self.compiled:
+            # the learning rate and the clip range are tensors, changed in place by set_schedule,
+            # so annealing them never recompiles (the compiled graphs read them, as LeanRL does)
+            self._opt_flags = {"foreach": False, "fused": None, "capturable": device.type == "cuda"}
+            lr: "float | torch.Tensor" = torch.tensor(cfg.learning_rate, device=device)
+            self._clip = torch.tensor(cfg.clip_coef, device=device)
+        else:
+            # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
+            # tensor, the larger part of an update step for the small MLPs of PPO
+            fused = device.type in ("cpu", "cuda")
+            self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
+            lr = cfg.learning_rate
         self.optimizer = torch.optim.Adam(
-            self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=fused or None
+            self.agent.parameters(), lr=lr, eps=1e-5, **self._opt_flags
         )
         self.clip_coef = cfg.clip_coef
         self.storage: Optional[RolloutStorage] = None
         self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
+        self._policy_step = self._policy_step_eager
+        self._loss = self._loss_eager
+        self._optimizer_step = self._optimizer_step_eager
+        self._cudagraphs = False
+        if self.compiled:
+            self._compile()
+
+    def _compile(self) -> None:
+        """``algo.compile``, the pattern of LeanRL and ManiSkill's ``ppo_fast.py``: the rollout's
+        policy step and the minibatch loss (with its backward pass) are each one compiled graph
+        (``fullgraph``: a graph break is an error), and the optimizer step (gradient clip and
+        Adam) is compiled too (torch's optimizers break the graph around their step on purpose).
+        On CUDA they run as CUDA graphs (``mode="reduce-overhead"``): one launch per graph."""
+        mode = COMPILE_MODES.get(self.device.type)
+        self._cudagraphs = mode == "reduce-overhead"
+        self._policy_step = torch.compile(self._policy_step_eager, fullgraph=True, mode=mode)
+        self._loss = torch.compile(self._loss_eager, fullgraph=True, mode=mode)
+        self._optimizer_step = torch.compile(self._optimizer_step_eager, mode=mode)
 
     def init_storage(self, num_envs: int) -> RolloutStorage:
         """Preallocates the ``[num_steps, num_envs]`` rollout tensors on the device."""
@@ -55,10 +89,30 @@ class PPO:
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Collection: normalises ``obs`` (updating the statistics), samples an action and keeps
         what the transition needs until :meth:`process_env_step`."""
-        nobs = self.normalize(obs, update=True)
-        action, logprob, value = self.agent.act(nobs)
+        if not self.compiled:
+            nobs = self.normalize(obs, update=True)
+            action, logprob, value = self.agent.act(nobs)
+        else:
+            obs = obs.float()
+            if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
+                self.obs_norm.update(obs)
+            # drawn here, by the default generator (the same draw as Normal.sample's)
+            noise_fn = torch.rand if self.agent.discrete else torch.randn
+            noise = noise_fn(self.agent.noise_shape(obs.shape[0]), device=obs.device)
+            if self._cudagraphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            out = self._policy_step(obs, noise)
+            # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
+            nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
         self._transition = (nobs, action, logprob, value)
         return action
+
+    def _policy_step_eager(self, obs: torch.Tensor, noise: torch.Tensor):
+        """The rollout's policy step as one function of tensors (compiled by ``algo.compile``):
+        normalised observation, action, its log-probability and the value."""
+        nobs = obs if self.obs_norm is None else self.obs_norm(obs)
+        action, logprob, value = self.agent.act_with_noise(nobs, noise)
+        return nobs, action, logprob, value
 
     def process_env_step(
         self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, info: dict
@@ -93,8 +147,13 @@ class PPO:
         over training; returns the learning rate."""
         lr = self.cfg.learning_rate * (frac_remaining if self.cfg.anneal_lr else 1.0)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
         self.clip_coef = self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0)
+        if self.compiled:
+            self._clip.fill_(self.clip_coef)
         return lr
 
     def bootstrap_truncated(
@@ -118,7 +177,8 @@ class PPO:
         synchronised at most once per epoch, never per minibatch."""
         storage = self.storage if storage is None else storage
         assert storage is not None, "init_storage() first, or pass a storage"
-        cfg, clip = self.cfg, self.clip_coef
+        cfg = self.cfg
+        clip = self._clip if self.compiled else self.clip_coef
         names = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/clipfrac")
         totals = torch.zeros(
             len(names), device=self.device
@@ -126,35 +186,20 @@ class PPO:
         n_updates = 0
         for _epoch in range(cfg.update_epochs):
             for mb in storage.minibatches(cfg.num_minibatches):
-                logprob, entropy, value = self.agent.evaluate(mb["obs"], mb["actions"])
-                logratio = logprob - mb["logprobs"]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
-                adv = mb["advantages"]
-                if cfg.norm_adv and adv.numel() > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-                if cfg.clip_vloss:
-                    v_clipped = mb["values"] + (value - mb["values"]).clamp(-clip, clip)
-                    v_loss = (
-                        0.5
-                        * torch.max(
-                            (value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2
-                        ).mean()
-                    )
-                else:
-                    v_loss = 0.5 * ((value - mb["returns"]) ** 2).mean()
-                ent = entropy.mean()
-                loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.agent.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+                if self._cudagraphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                stats = self._train_step_eager(
+                    mb["obs"],
+                    mb["actions"],
+                    mb["logprobs"],
+                    mb["values"],
+                    mb["advantages"],
+                    mb["returns"],
+                    clip,
+                )
+                totals += stats  # read before the next step (a CUDA graph's output is reused)
+                approx_kl = stats[3].clone()
                 n_updates += 1
-                with torch.no_grad():
-                    totals += torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac])
             if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
                 break
         out = dict(zip(names, (totals / max(1, n_updates)).tolist()))
@@ -169,17 +214,90 @@ class PPO:
         storage.clear()
         return out
 
+    def _train_step_eager(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        old_values: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        clip: "float | torch.Tensor",
+    ) -> torch.Tensor:
+        """One minibatch: the clipped PPO loss, its backward pass, the gradient clip and the Adam
+        step. Returns ``[policy, value, entropy, approx_kl, clipfrac]`` as one tensor, so nothing
+        is read back to the host here. With ``algo.compile`` the loss (with its backward) and the
+        optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
+        them (Dynamo does not trace either)."""
+        loss, stats = self._loss(obs, actions, old_logprobs, old_values, advantages, returns, clip)
+        # under CUDA graphs the gradients stay allocated (zeroed, not dropped), so the optimizer
+        # graph reads them at fixed addresses
+        self.optimizer.zero_grad(set_to_none=not self._cudagraphs)
+        loss.backward()
+        self._optimizer_step()
+        return stats
+
+    def _loss_eager(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        old_values: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        clip: "float | torch.Tensor",
+    ):
+        """``(loss, [policy, value, entropy, approx_kl, clipfrac])`` of one minibatch."""
+        cfg = self.cfg
+        logprob, entropy, value = self.agent.evaluate(obs, actions)
+        logratio = logprob - old_logprobs
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
+        adv = advantages
+        if cfg.norm_adv and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+        if cfg.clip_vloss:
+            v_clipped = old_values + (value - old_values).clamp(-clip, clip)
+            v_loss = 0.5 * torch.max((value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((value - returns) ** 2).mean()
+        ent = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
+
+    def _optimizer_step_eager(self) -> None:
+        """The gradient clip and the Adam step."""
+        nn.utils.clip_grad_norm_(self.agent.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
+        """The same in both modes (``algo.compile`` or not): a float learning rate, so a
+        checkpoint resumes compiled or eager."""
+        optimizer = self.optimizer.state_dict()
+        for group in optimizer["param_groups"]:
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"] = float(group["lr"])
         return {
             "agent": self.agent.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "obs_norm": None if self.obs_norm is None else self.obs_norm.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        optimizer = dict(state["optimizer"])
+        # this run's Adam implementation (fused, or the compiled one), not the saver's
+        optimizer["param_groups"] = [
+            {**g, **self._opt_flags, "lr": float(g["lr"])} for g in optimizer["param_groups"]
+        ]
+        self.optimizer.load_state_dict(optimizer)
+        if self.compiled:
+            for group in self.optimizer.param_groups:
+                group["lr"] = torch.tensor(group["lr"], device=self.device)
         if self.obs_norm is not None and state.get("obs_norm") is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
 

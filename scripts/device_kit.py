@@ -1,0 +1,834 @@
+#!/usr/bin/env python
+"""The device kit: what ``env=maniskill sim=gpu`` needs on the GPU machine, built here and carried
+there in calls of at most 64 MiB each (the working tree and the carried paths together).
+
+The GPU machine has Python 3.12 with torch, numpy, scipy and the rest of its image, but none of
+ManiSkill's own stack, and it fetches nothing. The kit downloads pinned cp312 manylinux wheels
+here, slims the big ones to the assets PushCube-v1 and PickCube-v1 load (the panda, the table, the
+floor texture), splits imageio-ffmpeg's 170 MB ffmpeg binary out of its wheel xz-compressed, and
+packs everything into bundles that each fit one call. There every wheel is installed with
+``--no-deps`` into ``build/device_kit/site`` (kept between calls while the machine is warm).
+
+Here (any Python with pip; ``check`` needs a Python 3.12, found on PATH or under pyenv)::
+
+    python scripts/device_kit.py build   # downloads (cached), slims, packs; prints the calls
+    python scripts/device_kit.py plan    # prints the calls again, with the bundle sizes
+    python scripts/device_kit.py check   # installs the bundles into a clean Python 3.12 venv as
+                                         # the device will, imports rlrec, mani_skill and sapien,
+                                         # builds PushCube-v1 and PickCube-v1 on the CPU sim
+                                         # (Vulkan permitting) and runs gpu_check --sim cpu --quick
+
+There, as the printed calls say (this file runs there on the standard library alone)::
+
+    python3 scripts/device_kit.py install N
+    python3 scripts/device_kit.py run -- python3 scripts/gpu_check.py --parts ... --out $OUT
+
+Why each wheel is bundled (the device image has every other import these need) is in ``NEEDS``;
+docs/gpu.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import glob
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+KIT = REPO / "build" / "device_kit"  # ignored by git (.gitignore), so it travels only by carry
+CACHE = KIT / "cache"
+SITE = KIT / "site"  # where the device installs the bundles
+SENTINEL = ".rlrec-device-kit"  # in every directory the kit made (and so may replace)
+MIB = 1024 * 1024
+CALL_LIMIT = 64 * MIB  # one call: the working tree plus its carried paths
+MARGIN = 2 * MIB  # head room for the working tree growing between build and call
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+DEVICE_PYTHON = "3.12"
+PIP_QUIET = ["--disable-pip-version-check", "--no-input", "-q"]
+
+# What the device lacks, pinned, each with the import that needs it (found by installing into a
+# clean Python 3.12 with the device image's packages and importing until nothing was missing).
+NEEDS: Dict[str, str] = {
+    "mani_skill==3.0.1": "env=maniskill (slimmed: the assets PushCube/PickCube load)",
+    "sapien==3.0.3": "mani_skill's simulator and renderer (cp312 wheel, slimmed)",
+    "gymnasium==1.4.0": "rlrec's spaces and vector envs; mani_skill",
+    "hydra-core==1.3.8": "train.py, rlrec.cli",
+    "omegaconf==2.3.1": "hydra-core",
+    "antlr4-python3-runtime==4.9.3": "hydra-core and omegaconf's grammars (sdist: wheel built)",
+    "imageio-ffmpeg==0.8.1": "rlrec's encoder runs its ffmpeg (binary carried xz-compressed)",
+    "dacite==1.9.2": "mani_skill.utils (sim and scene configs)",
+    "transforms3d==0.4.2": "sapien, mani_skill",
+    "trimesh==5.2.0": "mani_skill.utils.building (meshes)",
+    "defusedxml==0.7.1": "mani_skill.utils.building._mjcf_loader",
+    "pytorch-kinematics==0.7.6": "mani_skill.agents.controllers.utils.kinematics",
+    "arm-pytorch-utilities==0.5.0": "pytorch_kinematics",
+    "pytorch-seed==0.2.0": "pytorch_kinematics",
+    "ipython==8.12.3": "mani_skill.utils.visualization.jupyter_utils (imported by sapien_env)",
+    "traitlets==5.15.0": "IPython",
+    "decorator==5.2.1": "IPython",
+    "pickleshare==0.7.5": "IPython 8.12",
+    "backcall==0.2.0": "IPython 8.12",
+    "prompt-toolkit==3.0.53": "IPython",
+    "wcwidth==0.7.0": "prompt-toolkit",
+    "pexpect==4.8.0": "IPython",
+    "ptyprocess==0.7.0": "pexpect",
+    "stack-data==0.6.3": "IPython",
+    "executing==2.2.1": "stack-data",
+    "asttokens==3.0.1": "stack-data",
+    "pure-eval==0.2.3": "stack-data",
+}
+SDIST_ONLY = {"antlr4-python3-runtime"}  # no wheel on the registry: a pure-Python wheel built here
+
+# The device image's Python packages (the tool library's list of them, 2026-11): nothing here
+# may be bundled, and the check venv holds nothing else.
+DEVICE_HAS = set(
+    """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs
+    botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy
+    coverage cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython
+    diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools formulaic
+    frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize
+    hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib
+    jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities linear-operator
+    lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes
+    mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx
+    ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc
+    nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand
+    nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13
+    nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
+    opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging
+    pandas pathspec patsy peft pillow pip pluggy portalocker prometheus-client propcache protobuf
+    psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pyre-extensions pytest
+    pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
+    pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core
+    scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools
+    shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+    tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz
+    torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers
+    treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
+    werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
+)
+# The check venv: the device image's versions where they are known, the imports' other needs.
+CHECK_BASE = [
+    "torch==2.11.0",
+    "numpy==2.5.2",
+    "scipy",
+    "h5py",
+    "pyyaml",
+    "tqdm",
+    "tabulate",
+    "opencv-python-headless",
+    "tensorboard",
+    "rich",
+    "pillow",
+    "pytest",
+    "pytest-timeout",
+    "requests",
+    "lxml",
+    "networkx",
+    "huggingface-hub==1.33.0",  # the device's (2.x pulls httpx2, which the image lacks)
+    "imageio",
+    "packaging",
+    "matplotlib",
+    "python-dateutil==2.9.0.post0",  # 4.x pulls tzdata, which the image lacks
+    "psutil",
+    "cloudpickle",
+    "absl-py",
+    "pygments",
+    "typing-extensions",
+    "setuptools",
+]
+
+# Slimming: files dropped from a wheel (fnmatch patterns over the archive path; "*" spans "/").
+ASSET_EXTS = (".glb", ".gltf", ".obj", ".stl", ".dae", ".ply", ".png", ".jpg", ".jpeg", ".hdr")
+ASSET_EXTS += (".exr", ".ktx", ".mtl", ".npy", ".npz", ".pkl", ".mp4", ".bin", ".usd", ".usda")
+SLIM: Dict[str, dict] = {
+    # mani_skill: every mesh, texture and map is dropped except those the checked tasks load
+    "mani_skill": {
+        "drop_ext": ASSET_EXTS,
+        "keep": [
+            "mani_skill/assets/robots/panda/franka_description/meshes/*",
+            "mani_skill/utils/scene_builder/table/assets/table.glb",
+            "mani_skill/utils/building/assets/grid_texture*.png",
+        ],
+    },
+    # sapien: C++ headers, macOS libraries and the stereo-depth sensor's IR patterns
+    "sapien": {
+        "drop": ["sapien/include/*", "sapien/vulkan_library/*.dylib", "sapien/sensor/assets/*"]
+    },
+    # imageio-ffmpeg: the ffmpeg binary travels beside the wheel, xz-compressed
+    "imageio_ffmpeg": {"split": "imageio_ffmpeg/binaries/ffmpeg-*"},
+}
+
+
+class KitError(RuntimeError):
+    """A kit step that cannot go on; the message says what to do."""
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _name(requirement: str) -> str:
+    return requirement.split("==")[0].strip().lower().replace("_", "-")
+
+
+def _wheel_name(path: Path) -> str:
+    return path.name.split("-")[0].lower().replace("_", "-")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _abs(path: Path) -> str:
+    """An absolute path, as handed to a subprocess: it cannot be read as an option or a URL."""
+    out = str(Path(path).resolve())
+    assert out.startswith("/"), out
+    return out
+
+
+def _rel(path: Path) -> str:
+    """``path`` relative to the repo where it is inside it (as ``carry`` names it)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+def _remove_owned(path: Path) -> None:
+    """Removes a directory the kit made (it holds the sentinel); refuses any other."""
+    if path.exists():
+        if not (path.is_dir() and (path / SENTINEL).is_file()):
+            raise KitError(
+                f"{path} exists and was not made by the device kit (no {SENTINEL} in it): "
+                "the kit deletes only what it made; move it away"
+            )
+        shutil.rmtree(path)
+
+
+def _make_owned_dir(path: Path) -> Path:
+    """An empty directory the kit owns: one it made before is replaced, anything else refused."""
+    _remove_owned(path)
+    path.mkdir(parents=True)
+    (path / SENTINEL).write_text("made by scripts/device_kit.py\n")
+    return path
+
+
+def _run(cmd: Sequence[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """A subprocess with a bounded wait; its output is shown when it fails."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        raise KitError(f"{cmd[0]} ... took over {timeout:.0f}s: {' '.join(cmd)[:300]}") from e
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise KitError(f"failed ({proc.returncode}): {' '.join(cmd)[:300]}\n{tail}")
+    return proc
+
+
+def working_tree_bytes(repo: Path = REPO) -> int:
+    """What travels with every call besides the carried paths: tracked files, untracked files
+    git does not ignore, and shared/ where the checkout has one."""
+    proc = _run(
+        ["git", "-C", _abs(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        60,
+    )
+    total = 0
+    for rel in filter(None, proc.stdout.split("\0")):
+        p = repo / rel
+        if p.is_file() and not p.is_symlink():
+            total += p.stat().st_size
+    shared = repo / "shared"
+    if shared.is_dir():
+        total += sum(p.stat().st_size for p in shared.rglob("*") if p.is_file())
+    return total
+
+
+# --------------------------------------------------------------------------- build: download
+
+
+def download(cache: Path, timeout: float = 1200) -> List[Path]:
+    """The pinned wheels in ``cache`` (downloaded once): cp312 manylinux x86_64 binaries, and a
+    wheel built here for each sdist-only pin."""
+    cache.mkdir(parents=True, exist_ok=True)
+    pins = list(NEEDS)
+    missing = [r for r in pins if not _find_wheel(cache, r)]
+    binaries = [r for r in missing if _name(r) not in SDIST_ONLY]
+    if binaries:
+        cmd = [sys.executable, "-m", "pip", "download", *PIP_QUIET, "--no-deps"]
+        cmd += ["--only-binary=:all:", "--python-version", DEVICE_PYTHON, "--implementation", "cp"]
+        for plat in PLATFORMS:
+            cmd += ["--platform", plat]
+        _run([*cmd, "-d", _abs(cache), *binaries], timeout)
+    for r in missing:
+        if _name(r) in SDIST_ONLY:
+            cmd = [sys.executable, "-m", "pip", "wheel", *PIP_QUIET, "--no-deps"]
+            _run([*cmd, "-w", _abs(cache), r], timeout)
+    wheels = []
+    for r in pins:
+        w = _find_wheel(cache, r)
+        if w is None:
+            raise KitError(f"no wheel for {r} in {cache} after downloading it")
+        wheels.append(w)
+    return wheels
+
+
+def _find_wheel(cache: Path, requirement: str) -> Optional[Path]:
+    name, version = _name(requirement), requirement.split("==")[1]
+    for w in sorted(cache.glob("*.whl")):
+        parts = w.name.split("-")
+        if _wheel_name(w) == name and parts[1] == version:
+            return w
+    return None
+
+
+# --------------------------------------------------------------------------- build: slim
+
+
+def slim_wheel(
+    src: Path, dst_dir: Path, rules: dict, cache: Optional[Path] = None
+) -> Tuple[Path, dict]:
+    """A copy of wheel ``src`` in ``dst_dir`` without the files ``rules`` drop (its RECORD
+    rewritten to match), and what was dropped or split out. ``rules``: ``drop`` (patterns),
+    ``drop_ext`` (suffixes) with ``keep`` (patterns kept anyway), ``split`` (one pattern: that
+    file leaves the wheel and is written beside it xz-compressed, as ``<name>.xz``, cached in
+    ``cache``, by default the download cache)."""
+    drop, drop_ext, keep = rules.get("drop", []), rules.get("drop_ext", ()), rules.get("keep", [])
+    split = rules.get("split")
+    dst = dst_dir / src.name
+    dropped, kept_bytes, split_out = [], 0, None
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED, 9) as zout:
+        record_name = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
+        removed = set()
+        for info in zin.infolist():
+            path = info.filename
+            if path == record_name or path.endswith("/"):
+                continue
+            if split and fnmatch.fnmatch(path, split):
+                split_out = _split_xz(zin, info, dst_dir, CACHE if cache is None else cache)
+                removed.add(path)
+                continue
+            if any(fnmatch.fnmatch(path, p) for p in drop) or (
+                path.lower().endswith(drop_ext) and not any(fnmatch.fnmatch(path, p) for p in keep)
+            ):
+                dropped.append((path, info.file_size))
+                removed.add(path)
+                continue
+            zout.writestr(info, zin.read(info), zipfile.ZIP_DEFLATED, 9)
+            kept_bytes += info.file_size
+        record = [
+            line
+            for line in zin.read(record_name).decode().splitlines()
+            if line and line.split(",")[0] not in removed
+        ]
+        zout.writestr(record_name, "\n".join(record) + "\n")
+    report = {
+        "dropped_files": len(dropped),
+        "dropped_bytes": sum(s for _, s in dropped),
+        "kept_bytes_unpacked": kept_bytes,
+        "split": split_out,
+    }
+    return dst, report
+
+
+def _split_xz(zin: zipfile.ZipFile, info: zipfile.ZipInfo, dst_dir: Path, cache: Path) -> dict:
+    """Writes the archive member as ``<basename>.xz`` (xz -9) in ``dst_dir``, once: the
+    compressed copy is cached beside the downloads, since xz -9 of 170 MB takes minutes."""
+    base = Path(info.filename).name
+    cache.mkdir(parents=True, exist_ok=True)
+    cached = cache / f"{base}.xz"
+    meta = _meta(cached)
+    fresh = cached.is_file() and meta.is_file()
+    if not fresh or json.loads(meta.read_text()).get("size") != info.file_size:
+        tmp = cached.with_suffix(".xz.partial")
+        with zin.open(info) as src, lzma.open(tmp, "wb", preset=9) as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.replace(tmp, cached)
+        meta.write_text(json.dumps({"size": info.file_size}))
+    if cached.parent.resolve() != dst_dir.resolve():
+        shutil.copyfile(cached, dst_dir / cached.name)
+    return {
+        "file": cached.name,
+        "member": info.filename,
+        "unpacked_bytes": info.file_size,
+        "mode": (info.external_attr >> 16) & 0o777 or 0o755,
+    }
+
+
+def _meta(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+# --------------------------------------------------------------------------- build: pack
+
+
+def pack(items: Dict[str, int], limit: int, together: Sequence[Sequence[str]] = ()) -> List[list]:
+    """First-fit decreasing of ``{name: bytes}`` into bundles of at most ``limit`` bytes; the
+    names of each group in ``together`` go into one bundle. Raises when an item cannot fit."""
+    units: List[Tuple[int, List[str]]] = []
+    grouped = set()
+    for group in together:
+        names = [n for n in group if n in items]
+        grouped.update(names)
+        if names:
+            units.append((sum(items[n] for n in names), names))
+    units += [(size, [n]) for n, size in items.items() if n not in grouped]
+    bundles: List[Tuple[int, list]] = []
+    for size, names in sorted(units, key=lambda u: -u[0]):
+        if size > limit:
+            raise KitError(
+                f"{', '.join(names)} ({_mib(size)}) cannot fit one call ({_mib(limit)} left "
+                "beside the working tree): slim it further"
+            )
+        for i, (used, members) in enumerate(bundles):
+            if used + size <= limit:
+                bundles[i] = (used + size, members + names)
+                break
+        else:
+            bundles.append((size, list(names)))
+    return [sorted(members) for _, members in bundles]
+
+
+def build(kit: Path = KIT, margin: int = MARGIN) -> dict:
+    """Downloads, slims and packs; writes ``kit/bundle-N/`` (each with its MANIFEST.json) and
+    ``kit/kit.json``; returns the kit description."""
+    t0 = time.perf_counter()
+    wheels = download(CACHE)
+    stage = _make_owned_dir(kit / "stage")
+    slimmed: Dict[str, dict] = {}  # wheel file -> what slimming dropped
+    unpack: Dict[str, dict] = {}  # xz file -> where install unpacks it
+    files: Dict[str, Path] = {}
+    for w in wheels:
+        rules = SLIM.get(_wheel_name(w).replace("-", "_"))
+        if rules is None:
+            files[w.name] = Path(shutil.copy2(w, stage / w.name))
+            continue
+        out, report = slim_wheel(w, stage, rules)
+        slimmed[out.name] = {"from_bytes": w.stat().st_size, **report}
+        files[out.name] = out
+        if report["split"]:
+            split = report["split"]
+            files[split["file"]] = stage / split["file"]
+            unpack[split["file"]] = split
+    tree = working_tree_bytes()
+    limit = CALL_LIMIT - tree - margin
+    # the ffmpeg binary is unpacked into imageio_ffmpeg's folder: both travel in one call
+    ffmpeg = [n for n in files if n.startswith("imageio_ffmpeg")] + list(unpack)
+    groups = pack({n: p.stat().st_size for n, p in files.items()}, limit, together=[ffmpeg])
+    for old in sorted(kit.glob("bundle-*")):
+        _remove_owned(old)  # refuses a directory the kit did not make
+    bundles = []
+    for i, names in enumerate(groups, 1):
+        d = _make_owned_dir(kit / f"bundle-{i}")
+        entries = []
+        for n in names:
+            shutil.move(str(files[n]), d / n)
+            entry = {"file": n, "bytes": (d / n).stat().st_size, "sha256": _sha256(d / n)}
+            if n in slimmed:
+                entry["slimmed"] = slimmed[n]
+            if n in unpack:
+                entry["unpack_to"] = unpack[n]["member"]
+                entry["mode"] = unpack[n]["mode"]
+            entries.append(entry)
+        manifest = {
+            "bundle": i,
+            "of": len(groups),
+            "files": entries,
+            "bytes": sum(e["bytes"] for e in entries),
+        }
+        (d / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        bundles.append(manifest)
+    shutil.rmtree(stage)
+    desc = {
+        "bundles": [
+            {"bundle": b["bundle"], "bytes": b["bytes"], "files": len(b["files"])} for b in bundles
+        ],
+        "working_tree_bytes": tree,
+        "call_limit_bytes": CALL_LIMIT,
+        "pins": NEEDS,
+        "built_in_s": round(time.perf_counter() - t0, 1),
+    }
+    (kit / "kit.json").write_text(json.dumps(desc, indent=1) + "\n")
+    return desc
+
+
+# --------------------------------------------------------------------------- the calls
+
+
+def plan_calls(n_bundles: int, kit_rel: str = "build/device_kit") -> List[dict]:
+    """The ``run`` calls, in order: each bundle's install (the last one also runs the first
+    checks), then the remaining checks. Each command is short and bounded by its own budget."""
+    run = "python3 scripts/device_kit.py run --"
+    check = "python3 scripts/gpu_check.py --sim gpu --out $OUT"
+    calls = [
+        {
+            "carry": [f"{kit_rel}/bundle-{i}"],
+            "timeout_s": 120,
+            "command": f"python3 scripts/device_kit.py install {i}",
+        }
+        for i in range(1, n_bundles)
+    ]
+    calls.append(
+        {
+            "carry": [f"{kit_rel}/bundle-{n_bundles}"],
+            "timeout_s": 420,
+            "command": f"python3 scripts/device_kit.py install {n_bundles} && {run} {check} "
+            "--parts smoke regression contract throughput recorder --budget 330",
+        }
+    )
+    calls.append(
+        {
+            "carry": [],
+            "timeout_s": 540,
+            "command": f"{run} {check} --parts pushcube compile pickcube --budget 500",
+        }
+    )
+    return calls
+
+
+def print_plan(kit: Path = KIT) -> None:
+    desc_path = kit / "kit.json"
+    if not desc_path.is_file():
+        raise KitError(f"no kit built in {kit}: run python scripts/device_kit.py build first")
+    desc = json.loads(desc_path.read_text())
+    tree = working_tree_bytes()
+    print(f"working tree: {_mib(tree)} (travels with every call; limit {_mib(CALL_LIMIT)})")
+    for b in desc["bundles"]:
+        total = tree + b["bytes"]
+        print(
+            f"bundle-{b['bundle']}: {_mib(b['bytes'])} in {b['files']} files; with the tree "
+            f"{_mib(total)} {'OK' if total <= CALL_LIMIT else 'OVER THE LIMIT: rebuild'}"
+        )
+    print("\nthe device calls, back to back (a warm machine goes back 30 s after a call):")
+    for i, call in enumerate(plan_calls(len(desc["bundles"])), 1):
+        print(f"\n{i}. run(timeout_s={call['timeout_s']}, carry={json.dumps(call['carry'])})")
+        print(f"   {call['command']}")
+    print(
+        "\nEach call's $OUT brings back gpu_check.log and gpu_check.json; docs/gpu.md says what "
+        "each part measures."
+    )
+
+
+# --------------------------------------------------------------------------- device side
+
+
+def install(n: int, kit: Path = KIT, site: Path = SITE, python: str = sys.executable) -> float:
+    """Installs bundle ``n`` into ``site`` with ``--no-deps`` (after checking every file against
+    its manifest), and unpacks the xz-compressed files into place. Returns the seconds taken."""
+    t0 = time.perf_counter()
+    bundle = kit / f"bundle-{n}"
+    manifest_path = bundle / "MANIFEST.json"
+    if not manifest_path.is_file():
+        raise KitError(
+            f"{manifest_path} is missing: this call must carry {_rel(bundle)} "
+            "(the kit's plan names each call's carry)"
+        )
+    manifest = json.loads(manifest_path.read_text())
+    marker = site / f".installed-bundle-{n}"
+    digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
+    of = int(manifest.get("of", n))
+    if marker.is_file() and marker.read_text().split()[:1] == [digest]:
+        print(f"bundle-{n} already installed in {site}")
+        return 0.0
+    for entry in manifest["files"]:
+        path = bundle / entry["file"]
+        if not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise KitError(f"{path} is missing or truncated: carry {bundle} again")
+        if _sha256(path) != entry["sha256"]:
+            raise KitError(f"{path} does not match its manifest (sha256): carry {bundle} again")
+    site.mkdir(parents=True, exist_ok=True)
+    wheels = [_abs(bundle / e["file"]) for e in manifest["files"] if e["file"].endswith(".whl")]
+    if wheels:
+        cmd = [python, "-m", "pip", "install", *PIP_QUIET, "--no-index", "--no-deps"]
+        cmd += ["--no-compile", "--no-cache-dir", "--upgrade", "--target", _abs(site)]
+        _run([*cmd, *wheels], 600)
+    for entry in manifest["files"]:
+        if "unpack_to" in entry:
+            dst = site / entry["unpack_to"]
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(dst.name + ".partial")
+            with lzma.open(bundle / entry["file"], "rb") as src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            os.chmod(tmp, entry.get("mode", 0o755))
+            os.replace(tmp, dst)
+    marker.write_text(f"{digest} {of}\n")
+    took = time.perf_counter() - t0
+    print(
+        f"bundle-{n}: {len(manifest['files'])} files ({_mib(manifest['bytes'])}) installed into "
+        f"{site} in {took:.1f}s"
+    )
+    return took
+
+
+def device_env(site: Path = SITE, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment a command runs in there: the installed bundles and the repo on the path,
+    unbuffered output, and the NVIDIA Vulkan driver's manifest where the image keeps it (its
+    loader does not look there by itself)."""
+    env = dict(os.environ if base is None else base)
+    path = [_abs(site), _abs(REPO)] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
+    env["PYTHONPATH"] = ":".join(path)
+    env["PYTHONUNBUFFERED"] = "1"
+    icd = "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json"
+    if os.path.isfile(icd) and not (env.get("VK_ICD_FILENAMES") or env.get("VK_DRIVER_FILES")):
+        env["VK_ICD_FILENAMES"] = icd
+    egl = "/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json"
+    if os.path.isfile(egl) and not env.get("__EGL_VENDOR_LIBRARY_FILENAMES"):
+        env["__EGL_VENDOR_LIBRARY_FILENAMES"] = egl
+    return env
+
+
+def installed_bundles(site: Path = SITE) -> Tuple[List[int], List[int]]:
+    """``(installed, missing)`` bundle numbers, from the markers ``install`` leaves in ``site``
+    (each marker also names how many bundles the kit has)."""
+    done, total = [], 0
+    for marker in site.glob(".installed-bundle-*"):
+        done.append(int(marker.name.rsplit("-", 1)[1]))
+        fields = marker.read_text().split()
+        total = max(total, int(fields[1]) if len(fields) > 1 else 0)
+    return sorted(done), [i for i in range(1, total + 1) if i not in done]
+
+
+def run_command(cmd: Sequence[str], timeout: float, site: Path = SITE) -> int:
+    """Runs ``cmd`` in :func:`device_env` after checking that every bundle is installed."""
+    if not cmd:
+        raise KitError("run needs a command after --, e.g. run -- python3 scripts/gpu_check.py")
+    done, missing = installed_bundles(site)
+    if not done or missing:
+        need = ", ".join(f"install {i}" for i in (missing or [1]))
+        raise KitError(f"bundles missing in {site} ({need} first, carrying its bundle)")
+    try:
+        return subprocess.run(list(cmd), env=device_env(site), cwd=REPO, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        print(f"device_kit run: the command ran over {timeout:.0f}s and was stopped", flush=True)
+        return 124
+
+
+# --------------------------------------------------------------------------- check (here)
+
+
+def find_python312(explicit: Optional[str] = None) -> str:
+    """A Python 3.12 interpreter: ``--python``, ``python3.12`` on PATH, or one under pyenv."""
+    candidates = [explicit] if explicit else []
+    if not explicit:
+        candidates += [shutil.which("python3.12") or ""]
+        root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+        candidates += sorted(
+            glob.glob(os.path.join(root, "versions", "3.12*", "bin", "python3.12"))
+        )
+    for c in filter(None, candidates):
+        try:
+            out = subprocess.run(
+                [c, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip() == DEVICE_PYTHON:
+            return c
+    raise KitError(
+        "check needs a Python 3.12 (the device's): pass --python PATH (e.g. pyenv install 3.12)"
+    )
+
+
+def _venv_dists(python: str) -> List[str]:
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps(sorted({d.metadata['Name'].lower().replace('_', '-') "
+        "for d in m.distributions()})))"
+    )
+    # run elsewhere than the repo: its rlrec.egg-info would count as installed
+    return json.loads(_run([python, "-c", code], 120, cwd=tempfile.gettempdir()).stdout)
+
+
+def base_venv(python312: str, check_dir: Path) -> str:
+    """A clean Python 3.12 venv with a part of the device image (torch 2.11, numpy 2.5, ...),
+    from the registry with their dependencies; made once and reused while CHECK_BASE is the
+    same. Returns its python."""
+    venv = check_dir / "venv"
+    stamp = venv / "rlrec-base.json"
+    want = json.dumps(CHECK_BASE)
+    py = str(venv / "bin" / "python")
+    if stamp.is_file() and stamp.read_text() == want and os.path.exists(py):
+        return py
+    _remove_owned(venv)
+    _run([python312, "-m", "venv", _abs(venv)], 300)
+    (venv / SENTINEL).write_text("made by scripts/device_kit.py check\n")
+    print(f"check: installing the device image's packages into {venv} (minutes, once)", flush=True)
+    _run([py, "-m", "pip", "install", *PIP_QUIET, *CHECK_BASE], 1800)
+    stamp.write_text(want)
+    return py
+
+
+SMOKE = r"""
+import json, os, sys, time
+site, repo = sys.argv[1], sys.argv[2]
+out = {}
+t = time.perf_counter()
+import torch, rlrec, sapien, mani_skill, mani_skill.envs, gymnasium, hydra, imageio_ffmpeg
+import rlrec.cli, rlrec.runner
+out["import_s"] = round(time.perf_counter() - t, 1)
+out["versions"] = {m.__name__: getattr(m, "__version__", "?") for m in (torch, sapien, mani_skill,
+                   gymnasium, hydra)}
+roots = [os.path.realpath(p) for p in (site, repo, sys.prefix, sys.base_prefix)]
+# modules with a real file (torch.ops and torch.classes carry a bare name) outside the roots
+outside = sorted({m.__name__.split(".")[0] for m in list(sys.modules.values())
+                  if os.path.isabs(getattr(m, "__file__", None) or "")
+                  and not any(os.path.realpath(m.__file__).startswith(r) for r in roots)})
+out["modules_from_elsewhere"] = outside
+ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
+out["ffmpeg"] = ffmpeg
+import subprocess
+proc = subprocess.run([ffmpeg, "-version"], capture_output=True, timeout=60)
+out["ffmpeg_ok"] = proc.returncode == 0
+from rlrec.config import ManiSkillEnvConfig, SimConfig
+from rlrec.envs.factory import make_adapter
+out["envs"] = {}
+for env_id in ("PushCube-v1", "PickCube-v1"):
+    try:
+        t = time.perf_counter()
+        env = make_adapter(ManiSkillEnvConfig(id=env_id, render_width=64, render_height=64),
+                           SimConfig(name="cpu", device="cpu"), 2, 0)
+        env.reset(seed=0)
+        env.step(torch.zeros(2, *env.single_action_space.shape))
+        frame = env.render([0, 1])
+        env.close()
+        out["envs"][env_id] = {"ok": tuple(frame.shape) == (2, 64, 64, 3) and int(frame.max()) > 0,
+                               "s": round(time.perf_counter() - t, 1)}
+    except Exception as e:
+        out["envs"][env_id] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+print("SMOKE " + json.dumps(out))
+"""
+
+
+def check(kit: Path = KIT, python: Optional[str] = None, gpu_check: bool = True) -> dict:
+    """Installs the bundles into a clean Python 3.12 here exactly as ``install`` does there, and
+    smoke-tests that environment; writes ``kit/check/result.json``."""
+    if not (kit / "kit.json").is_file():
+        raise KitError(f"no kit built in {kit}: run python scripts/device_kit.py build first")
+    desc = json.loads((kit / "kit.json").read_text())
+    check_dir = kit / "check"
+    check_dir.mkdir(parents=True, exist_ok=True)
+    result: dict = {"bundles": desc["bundles"], "working_tree_bytes": working_tree_bytes()}
+    py = base_venv(find_python312(python), check_dir)
+    dists = _venv_dists(py)
+    result["venv_not_on_device"] = sorted(d for d in dists if d not in DEVICE_HAS)
+    result["bundled_but_on_device"] = sorted(_name(r) for r in NEEDS if _name(r) in DEVICE_HAS)
+    site = _make_owned_dir(check_dir / "site")
+    result["install_s"] = {}
+    for b in desc["bundles"]:
+        result["install_s"][b["bundle"]] = round(install(b["bundle"], kit, site, py), 1)
+    proc = subprocess.run(
+        [py, "-c", SMOKE, _abs(site), _abs(REPO)],
+        env=device_env(site, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("SMOKE ")), None)
+    if line is None:
+        raise KitError(
+            f"the smoke test failed in the check venv:\n{(proc.stdout + proc.stderr)[-4000:]}"
+        )
+    result["smoke"] = json.loads(line[6:])
+    if gpu_check:
+        out = _make_owned_dir(check_dir / "gpu_check")
+        t = time.perf_counter()
+        cmd = [py, _abs(REPO / "scripts" / "gpu_check.py"), "--sim", "cpu", "--quick"]
+        gc = subprocess.run(
+            [*cmd, "--out", _abs(out)],
+            env=device_env(site, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        tail = (gc.stdout + gc.stderr).strip().splitlines()
+        result["gpu_check_cpu_quick"] = {
+            "rc": gc.returncode,
+            "s": round(time.perf_counter() - t, 1),
+            "last_line": tail[-1] if tail else "",
+        }
+    smoke = result["smoke"]
+    result["ok"] = bool(
+        not result["venv_not_on_device"]
+        and not result["bundled_but_on_device"]
+        and not smoke["modules_from_elsewhere"]
+        and smoke["ffmpeg_ok"]
+        and all(e["ok"] for e in smoke["envs"].values())
+        and (not gpu_check or result["gpu_check_cpu_quick"]["rc"] == 0)
+    )
+    (check_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+# --------------------------------------------------------------------------- cli
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build", help="download, slim and pack the bundles here; print the calls")
+    sub.add_parser("plan", help="print the device calls and the bundle sizes")
+    c = sub.add_parser("check", help="install the bundles into a clean Python 3.12 venv here")
+    c.add_argument("--python", help="the Python 3.12 to make the venv with")
+    c.add_argument("--no-gpu-check", action="store_true", help="skip gpu_check --sim cpu --quick")
+    i = sub.add_parser("install", help="(device) install bundle N into build/device_kit/site")
+    i.add_argument("n", type=int)
+    r = sub.add_parser("run", help="(device) run a command with the installed bundles")
+    r.add_argument("--timeout", type=float, default=590.0, help="seconds, 1..3600")
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            desc = build()
+            print(f"built {len(desc['bundles'])} bundles in {desc['built_in_s']:.0f}s under {KIT}")
+            print_plan()
+        elif args.cmd == "plan":
+            print_plan()
+        elif args.cmd == "check":
+            res = check(python=args.python, gpu_check=not args.no_gpu_check)
+            print(json.dumps(res, indent=1))
+            print(f"device kit check: {'PASS' if res['ok'] else 'FAIL'}")
+            return 0 if res["ok"] else 1
+        elif args.cmd == "install":
+            if args.n < 1:
+                raise KitError(f"install N: N={args.n} is invalid: bundles are numbered from 1")
+            install(args.n)
+        elif args.cmd == "run":
+            import math
+
+            if not (math.isfinite(args.timeout) and 1 <= args.timeout <= 3600):
+                raise KitError(
+                    f"--timeout={args.timeout} is invalid: a number of seconds in [1, 3600]"
+                )
+            cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+            return run_command(cmd, args.timeout)
+    except KitError as e:
+        print(f"device_kit {args.cmd}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
