@@ -17,35 +17,12 @@ import pytest
 import torch
 
 from rlrec import checkpoint as ckpt
-from tests.helpers import FAST, REPO, read_metrics, run_train
+from tests.helpers import FAST, REPO, read_metrics, run_train, start_train, wait_for
 
 BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
 # every episode of env 0 is recorded, so a clip is being written at any moment
 RECORD_ALL = ["recorder.trigger=always", "torch_threads=1"]
 _CLIP = re.compile(r"^(train|eval)-ep(\d+)-step(\d+)(-\d+)?\.mp4$")
-
-
-def _start(args, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"train.py ended early ({proc.returncode}):\n{proc.stdout.read()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("timed out waiting for the run")
-        time.sleep(0.05)
 
 
 def _train_steps(run_dir: Path):
@@ -93,10 +70,10 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     ]
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "run"
     # the uninterrupted reference runs alongside the run that gets killed
-    reference = _start([*common, f"hydra.run.dir={ref_dir}"], tmp_path)
-    victim = _start([*common, f"hydra.run.dir={run_dir}"], tmp_path)
+    reference = start_train([*common, f"hydra.run.dir={ref_dir}"], tmp_path)
+    victim = start_train([*common, f"hydra.run.dir={run_dir}"], tmp_path)
     # kill once two periodic checkpoints exist and the run is part-way into the next iterations
-    _wait_for(
+    wait_for(
         lambda: (
             (run_dir / "checkpoints" / "iter_000008.pt").exists()
             and len(_train_steps(run_dir)) >= 10
@@ -165,8 +142,8 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
         "checkpoint_every=100000",
         f"hydra.run.dir={run_dir}",
     ]
-    proc = _start(args, tmp_path)
-    _wait_for(lambda: len(_train_steps(run_dir)) >= 4 and _clips(run_dir, "train"), proc)
+    proc = start_train(args, tmp_path)
+    wait_for(lambda: len(_train_steps(run_dir)) >= 4 and _clips(run_dir, "train"), proc)
     t0 = time.monotonic()
     proc.send_signal(getattr(signal, signame))
     out, _ = proc.communicate(timeout=30)

@@ -9,14 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rlrec import rundir
 from rlrec.preempt import remove_stale_temporaries
-from tests.helpers import FAST, REPO
+from tests.helpers import FAST, REPO, start_train, wait_for
 
 DEAD = 2**22 + 12345  # above the default pid_max: no such process
 BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
@@ -29,28 +28,6 @@ rundir.claim(sys.argv[1], "hydra.run.dir")
 print("locked", flush=True)
 time.sleep(600)
 """
-
-
-def _start(args, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"train.py ended early ({proc.returncode}):\n{proc.stdout.read()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("timed out waiting for the run")
-        time.sleep(0.05)
 
 
 def _iterations(run_dir: Path) -> int:
@@ -198,12 +175,12 @@ def test_a_second_run_in_a_live_run_dir_is_refused_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "run"
     total = 40 * BATCH
     args = [*FAST, "torch_threads=1", f"total_steps={total}", f"hydra.run.dir={run_dir}"]
-    first = _start(args, tmp_path)
+    first = start_train(args, tmp_path)
     try:
-        _wait_for(lambda: _iterations(run_dir) >= 2, first)
+        wait_for(lambda: _iterations(run_dir) >= 2, first)
         os.kill(first.pid, signal.SIGSTOP)  # holds its lock, writes nothing while we look
         before = _state(tmp_path)
-        second = _start([*args, "resume=auto", "seed=5"], tmp_path)
+        second = start_train([*args, "resume=auto", "seed=5"], tmp_path)
         out, _ = second.communicate(timeout=120)
         assert second.returncode == 2, out
         assert f"hydra.run.dir={run_dir} is in use by another rlrec run" in out, out
@@ -239,9 +216,9 @@ def test_a_killed_runs_lock_is_taken_over_and_its_clip_outside_the_run_dir_remov
         f"total_steps={20 * BATCH}",
         f"hydra.run.dir={run_dir}",
     ]
-    first = _start(args, tmp_path)
+    first = start_train(args, tmp_path)
     parts = lambda: list(shared.glob(f".*.{first.pid}-*.part"))  # noqa: E731
-    _wait_for(lambda: _iterations(run_dir) >= 2 and parts(), first)
+    wait_for(lambda: _iterations(run_dir) >= 2 and parts(), first)
     first.kill()
     first.wait(timeout=30)
     assert parts(), "the kill should have left a clip in progress"
@@ -250,7 +227,7 @@ def test_a_killed_runs_lock_is_taken_over_and_its_clip_outside_the_run_dir_remov
     try:
         other = shared / f".train-ep000007-step000000700.mp4.{live.pid}-0.part"
         other.write_bytes(b"another run's clip in progress")
-        second = _start([*args, "resume=auto"], tmp_path)
+        second = start_train([*args, "resume=auto"], tmp_path)
         out, _ = second.communicate(timeout=300)
         assert second.returncode == 0, out
         assert f"took over the lock of {run_dir} from pid {first.pid}" in out, out
