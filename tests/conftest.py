@@ -13,6 +13,9 @@ from rlrec.config import Config
 from tests.helpers import FAST, make_config
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# torch.compile's C++ builder imports setuptools, whose distutils override asserts when the
+# standard library's distutils was imported first (by another package, earlier in the suite)
+os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 
 @pytest.fixture

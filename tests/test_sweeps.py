@@ -369,12 +369,18 @@ def test_an_invalid_job_fails_alone_on_joblib(tmp_path):
         _check_job_dir(sweep_dir / str(job), seed=1)
 
 
-STOP_TOTAL = 24 * 128  # 24 iterations of FAST
+STOP_TOTAL = 48 * 128  # 48 iterations of FAST: job 0 is still running when job 1 got going
 
 
-def _interrupt(args, sweep_dir: Path, cwd: Path):
-    """Starts the sweep in a process group of its own and, once job 0 has made 3 iterations,
-    sends SIGINT to the group, as Ctrl-C in a terminal does; returns (exit status, output)."""
+def _iterations(run_dir: Path) -> int:
+    metrics = run_dir / "metrics.jsonl"
+    return metrics.read_text().count("loss/policy") if metrics.exists() else 0
+
+
+def _interrupt(args, sweep_dir: Path, cwd: Path, also_running=()):
+    """Starts the sweep in a process group of its own and, once job 0 has made 3 iterations (and
+    each job of ``also_running`` one), sends SIGINT to the group, as Ctrl-C in a terminal does;
+    returns (exit status, output)."""
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "train.py"), *args],
         cwd=cwd,
@@ -384,9 +390,14 @@ def _interrupt(args, sweep_dir: Path, cwd: Path):
         text=True,
         start_new_session=True,
     )
-    metrics = sweep_dir / "0" / "metrics.jsonl"
     deadline = time.monotonic() + 180
-    while not (metrics.exists() and metrics.read_text().count("loss/policy") >= 3):
+
+    def going() -> bool:
+        return _iterations(sweep_dir / "0") >= 3 and all(
+            _iterations(sweep_dir / str(j)) >= 1 for j in also_running
+        )
+
+    while not going():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"the sweep never got going:\n{proc.communicate()[0]}")
@@ -441,7 +452,9 @@ def test_ctrl_c_stops_a_joblib_sweep_and_resume_completes_it(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     sweep_dir = tmp_path / "sweep"
     args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3"]
-    code, out = _interrupt([*args, *_stop_args(sweep_dir)], sweep_dir, tmp_path)
+    # both workers' jobs are running when Ctrl-C comes (a worker still starting up is not what
+    # this test is about: loky may start the second worker seconds after the first)
+    code, out = _interrupt([*args, *_stop_args(sweep_dir)], sweep_dir, tmp_path, also_running=[1])
     assert code == 128 + signal.SIGINT, out
     rows = _rows(sweep_dir)
     assert [int(r["job"]) for r in rows][:2] == [0, 1], out
