@@ -62,8 +62,9 @@ def read_metrics(run_dir: Path) -> List[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-def start_train(args: List[str], cwd: Path) -> subprocess.Popen:
-    """``train.py`` in a subprocess, stdout and stderr together, text."""
+def start_train(args: List[str], cwd: Path, new_session: bool = False) -> subprocess.Popen:
+    """``train.py`` in a subprocess, stdout and stderr together, text; ``new_session``: in a
+    process group of its own (so a test can signal the whole group, as Ctrl-C does)."""
     return subprocess.Popen(
         [sys.executable, str(REPO / "train.py"), *args],
         cwd=cwd,
@@ -71,6 +72,7 @@ def start_train(args: List[str], cwd: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=new_session,
     )
 
 

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from rlrec import checkpoint as ckpt
 from rlrec import sweep
-from tests.helpers import FAST, REPO, read_metrics, run_train
+from tests.helpers import FAST, REPO, read_metrics, run_train, start_train
 
 TINY = [*FAST, "total_steps=256", "torch_threads=1"]
 
@@ -381,15 +381,7 @@ def _interrupt(args, sweep_dir: Path, cwd: Path, also_running=()):
     """Starts the sweep in a process group of its own and, once job 0 has made 3 iterations (and
     each job of ``also_running`` one), sends SIGINT to the group, as Ctrl-C in a terminal does;
     returns (exit status, output)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_train(args, cwd, new_session=True)
     deadline = time.monotonic() + 180
 
     def going() -> bool:
