@@ -256,7 +256,8 @@ main()
 NUM_STEPS = 16  # FAST: algo.num_steps
 TOTAL = 8 * BATCH  # evaluations after iterations 2, 4, 6 and the final one
 RESUMABLE = [*FAST, f"total_steps={TOTAL}", "checkpoint_every=4"]
-_VOLATILE = ("time/", "sps/", "video/")  # wall-clock figures, and clip paths (a redone clip: -1)
+# wall-clock figures, and clip paths (a redone clip: -1)
+_VOLATILE = ("time/", "sps/", "video/", "eval/clip")
 
 
 def _drive(tmp_path: Path, action: str, where: str, at: str, args) -> subprocess.CompletedProcess:
@@ -308,13 +309,17 @@ def _differences(a, b, where: str = "") -> list:
 
 
 def _lines(run_dir: Path):
-    """metrics.jsonl without the figures that differ between two equal runs."""
+    """metrics.jsonl without the figures that differ between two equal runs, by step (an eval
+    line is written once its clip is encoded, so its place among the lines varies); every eval
+    line names its clip."""
     out = []
     for m in read_metrics(run_dir):
+        if "eval/return" in m:
+            assert m["eval/clip"], m
         kept = {k: v for k, v in m.items() if not k.startswith(_VOLATILE)}
         if len(kept) > 1:  # more than the step
             out.append(kept)
-    return out
+    return sorted(out, key=lambda m: (m["step"], sorted(m)))
 
 
 def _assert_same_run(reference: Path, run_dir: Path) -> None:

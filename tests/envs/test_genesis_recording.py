@@ -256,7 +256,7 @@ def test_fixed_filename_is_replaced_atomically(make_stack, tmp_path):
     assert len(second) == limit + 1 and diff(second[0], first[0]) > RENDER_ATOL
     assert all(diff(a, b) <= RENDER_ATOL for a, b in zip(second, spy.episodes[1]))
     stack.close()  # drops episode 2's clip (record_final_episode=False) and its temporary file
-    assert sorted(os.listdir(tmp_path / "videos")) == ["latest.mp4"]
+    assert sorted(os.listdir(tmp_path / "videos")) == ["latest.json", "latest.mp4"]
     assert np.array_equal(decode(path)[0], second)
 
 
