@@ -10,6 +10,7 @@ clips that were already on disk stay, complete.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ import torch
 
 from rlrec.record import encoder as encoder_module
 from rlrec.record.encoder import ClipJob, Encoder
+from rlrec.record.sidecar import sha256_file, sidecar_path
 from rlrec.testing import decode
 from tests.record.recutil import make_stack, zeros
 
@@ -80,6 +82,17 @@ def hidden(directory) -> list:
 
 def mp4s(directory) -> list:
     return sorted(n for n in os.listdir(directory) if n.endswith(".mp4"))
+
+
+def assert_finished_clip(path, frames: int) -> None:
+    """``path`` is a whole clip: decodable, ``frames`` long, with its sidecar naming that file."""
+    assert len(decode(str(path))[0]) == frames
+    sidecar = json.loads(Path(sidecar_path(str(path))).read_text())
+    assert sidecar["sha256"] == sha256_file(str(path)) and sidecar["frames"] == frames
+
+
+def jsons(directory) -> list:
+    return sorted(n for n in os.listdir(directory) if n.endswith(".json"))
 
 
 # --------------------------------------------------------------------------- interpreter exit
@@ -148,8 +161,8 @@ def test_uncaught_exception_mid_clip_leaves_nothing_behind(tmp_path, mode, filen
     # clip, in progress at the exception, is dropped: no file of it under any name
     names = mp4s(videos)
     assert names == ([filename] if filename else ["train-ep000000-step000000000.mp4"])
-    frames, _ = decode(str(videos / names[0]))
-    assert len(frames) == LIMIT + 1
+    assert jsons(videos) == [names[0][: -len(".mp4")] + ".json"]
+    assert_finished_clip(videos / names[0], LIMIT + 1)
 
 
 # --------------------------------------------------------------------------- garbage collection
@@ -205,7 +218,8 @@ def test_a_recorder_dropped_mid_clip_leaves_no_thread_no_ffmpeg_no_temporary(tmp
     assert not is_running_ffmpeg(pid)
     assert hidden(tmp_path) == []
     assert mp4s(tmp_path) == [os.path.basename(first)]  # the clip in progress was dropped
-    assert len(decode(first)[0]) == LIMIT + 1
+    assert jsons(tmp_path) == [os.path.basename(sidecar_path(first))]
+    assert_finished_clip(first, LIMIT + 1)
 
 
 def test_a_closed_recorder_is_collected_with_nothing_left(tmp_path):
