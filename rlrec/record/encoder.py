@@ -21,9 +21,11 @@ from __future__ import annotations
 import collections
 import errno
 import itertools
+import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, List, Optional, Set
 
@@ -33,7 +35,9 @@ from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess, qu
 from rlrec.record.frames import pad_even, tile
 from rlrec.record.sidecar import sha256_file, write_sidecar
 
-__all__ = ["BATCH", "ClipInfo", "ClipJob", "Encoder"]
+__all__ = ["ABANDON_TIMEOUT_S", "BATCH", "ClipInfo", "ClipJob", "Encoder"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,32 +122,17 @@ def _claim(tmp: str, path: str) -> str:
 
 
 BATCH = 8  # frames handed to the encoder thread per wake-up
+# the longest an encoder dropped without close() (collected, or at interpreter exit) waits for its
+# thread to kill ffmpeg and end; ffmpeg is then killed from the calling thread
+ABANDON_TIMEOUT_S = 5.0
 
 
-class Encoder:
-    """Background encoding of a sequence of clips, one at a time, from a bounded set of buffers.
+class _Worker:
+    """The state an :class:`Encoder` shares with its thread, and that thread's code.
 
-    Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
-    ``close()``, ``results()``. ``frame`` copies the frames into one of at most ``queue_size``
-    reusable CPU buffers (the one copy the training thread pays) and queues it; when all buffers
-    are in flight it waits for one (back-pressure): frames are never dropped while the encoder
-    makes progress. Results (ClipInfo or error message) are collected here and handed to the
-    training thread by ``results()``, so callbacks and warnings never run on this thread.
-
-    Two things keep the training thread's cost at its one copy. The buffers are reused, because
-    a fresh frame-sized allocation per frame is a fresh mmap whose page faults (and the unmap
-    when the encoder frees it) cost the training thread more than the copy. And the encoder thread
-    is woken once per ``BATCH`` frames (or by a control message), not per frame, and writes the
-    batch with one system call: every wake-up of a second Python thread is a GIL hand-over that
-    the training thread pays for in its next few torch calls.
-
-    ``stall_timeout`` (seconds) bounds every wait. This thread gives ffmpeg that long without
-    progress (taking frame data or using CPU time) for each write and for finishing a clip; then
-    ffmpeg is killed, its temporary file removed, and the clip reported failed, once. The
-    training thread's waits (a free buffer, :meth:`flush`, :meth:`close`) give up after twice
-    that without progress of this thread, whatever it is stuck in: the clip it was on is then
-    dropped (the rest of its frames are not queued), its ffmpeg killed, and it is reported
-    failed, once. A hung ffmpeg therefore costs training about ``stall_timeout`` seconds, once.
+    The thread runs :meth:`_run` of this object, never of the :class:`Encoder` that owns it, so the
+    thread keeps no reference to its owner: an owner dropped without ``close()`` is collected, and
+    its finalizer calls :meth:`abandon`.
     """
 
     def __init__(
@@ -160,6 +149,7 @@ class Encoder:
         # training thread only
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
         self._open_job: Optional[ClipJob] = None
+        self._clip_open = False  # between open() and end()
         self._dropping = 0  # serial of a clip given up on: its frames are not queued
         # shared with the encoder thread, under _cv
         self._items: Deque[Optional[tuple]] = collections.deque()
@@ -182,6 +172,7 @@ class Encoder:
         self._size = (0, 0)  # width, height of the current clip's file
         self._failed = False
         self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
+        self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
     # -------------------------------------------------------------- training thread
     def _put(self, item: Optional[tuple], wake: bool) -> None:
@@ -254,6 +245,7 @@ class Encoder:
     def open(self, job: ClipJob) -> None:
         self._opened += 1
         self._open_job = job
+        self._clip_open = True
         self._put(("open", job, self._opened), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
@@ -271,6 +263,7 @@ class Encoder:
         """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
         ``summary``: what the clip shows (plain data), written into its sidecar with the file's
         own figures; None: no sidecar."""
+        self._clip_open = False
         self._put(("end", keep, summary), wake=True)
         with self._cv:  # between clips, keep only the buffers a clip's start needs
             if len(self._free) > 2 * self._batch:
@@ -357,6 +350,60 @@ class Encoder:
         """Puts results taken with ``results(place=False)`` back, first, for the next call."""
         self._results.extendleft(reversed(results))
 
+    def abandon(self) -> None:
+        """The owner was collected, or the interpreter exits, without :meth:`close`: the clip in
+        progress and every clip not yet on disk are dropped (ffmpeg killed and reaped, temporary
+        files removed) and the thread ends. Clips already under their final name stay. Bounded,
+        and safe from any thread (a garbage collection runs finalizers wherever it happens)."""
+        thread = self._thread
+        with self._cv:
+            if self._abandoned:
+                return
+            self._abandoned = True
+            busy = self._clip_open or self._job is not None or bool(self._items)
+            self._urgent = True
+            self._cv.notify_all()
+        if thread is None:
+            return
+        if busy:
+            log.warning(
+                "%s: the recorder was not closed (garbage-collected, or the interpreter exits): "
+                "the clip in progress is dropped; close() saves it",
+                self._name,
+            )
+        proc = self._proc
+        if proc is not None:  # unblocks a write or a finish the thread may be waiting in
+            try:
+                proc.proc.kill()
+            except OSError:
+                pass
+        if thread is threading.current_thread():  # collected on this thread: it ends by itself
+            return
+        thread.join(ABANDON_TIMEOUT_S)
+        if thread.is_alive():  # stuck outside ffmpeg (an overlay, say): clean up from here
+            proc = self._proc
+            if proc is not None:
+                proc._kill()
+            _remove(self._tmp)
+            self._drop_pending()
+
+    def _drop_everything(self) -> None:
+        """The encoder thread's part of :meth:`abandon`."""
+        self._discard()
+        self._drop_pending()
+        with self._cv:
+            self._items.clear()
+            self._queued_frames = 0
+            self._unfinished = 0
+            self._cv.notify_all()
+
+    def _drop_pending(self) -> None:
+        """Removes the temporary files of finished fixed-name clips nobody will place now."""
+        for result in list(self._results):
+            if isinstance(result, ClipInfo) and result._pending is not None:
+                _remove(result._pending)
+                result._pending, result._sidecar_data = None, None
+
     # -------------------------------------------------------------- encoder thread
     def _run(self) -> None:
         while True:
@@ -366,6 +413,9 @@ class Encoder:
                 self._items.clear()
                 self._queued_frames = 0
                 self._urgent = False
+            if self._abandoned:
+                self._drop_everything()
+                return
             if not items:  # woken for nothing: that is no progress
                 continue
             self._alive_at = time.monotonic()
@@ -382,6 +432,9 @@ class Encoder:
                     self._unfinished -= len(items)
                     self._alive_at = time.monotonic()
                     self._cv.notify_all()
+            if self._abandoned:
+                self._drop_everything()
+                return
             if stop:
                 return
 
@@ -390,6 +443,8 @@ class Encoder:
         images: List[np.ndarray] = []
         for item in items:
             self._alive_at = time.monotonic()
+            if self._abandoned:  # the rest goes nowhere (see abandon)
+                return True
             if item is not None and item[0] == "frame":
                 buffers.append(item[1])
                 image = self._prepare(item[1], item[2])
@@ -531,6 +586,102 @@ class Encoder:
         if serial > 0:
             self._reported.add(serial)
         self._results.append(message)
+
+
+class Encoder:
+    """Background encoding of a sequence of clips, one at a time, from a bounded set of buffers.
+
+    Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
+    ``close()``, ``results()``. ``frame`` copies the frames into one of at most ``queue_size``
+    reusable CPU buffers (the one copy the training thread pays) and queues it; when all buffers
+    are in flight it waits for one (back-pressure): frames are never dropped while the encoder
+    makes progress. Results (ClipInfo or error message) are collected here and handed to the
+    training thread by ``results()``, so callbacks and warnings never run on this thread.
+
+    Two things keep the training thread's cost at its one copy. The buffers are reused, because
+    a fresh frame-sized allocation per frame is a fresh mmap whose page faults (and the unmap
+    when the encoder frees it) cost the training thread more than the copy. And the encoder thread
+    is woken once per ``BATCH`` frames (or by a control message), not per frame, and writes the
+    batch with one system call: every wake-up of a second Python thread is a GIL hand-over that
+    the training thread pays for in its next few torch calls.
+
+    ``stall_timeout`` (seconds) bounds every wait. This thread gives ffmpeg that long without
+    progress (taking frame data or using CPU time) for each write and for finishing a clip; then
+    ffmpeg is killed, its temporary file removed, and the clip reported failed, once. The
+    training thread's waits (a free buffer, :meth:`flush`, :meth:`close`) give up after twice
+    that without progress of this thread, whatever it is stuck in: the clip it was on is then
+    dropped (the rest of its frames are not queued), its ffmpeg killed, and it is reported
+    failed, once. A hung ffmpeg therefore costs training about ``stall_timeout`` seconds, once.
+
+    An encoder dropped without :meth:`close` (garbage-collected, or still open when the
+    interpreter exits) drops the clip in progress and every clip not yet on disk: a
+    ``weakref.finalize`` kills ffmpeg, removes the temporary files and ends the thread (daemon),
+    within :data:`ABANDON_TIMEOUT_S`. Clips already under their final name stay; no partial file
+    is ever left under a final name.
+    """
+
+    def __init__(
+        self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
+    ):
+        self._worker = _Worker(queue_size, name=name, stall_timeout=stall_timeout)
+        # runs once: when this object is collected, or at interpreter exit (atexit) if it is
+        # still alive then; a no-op after close(). It holds the worker, never this object.
+        self._finalizer = weakref.finalize(self, self._worker.abandon)
+
+    @property
+    def stall_timeout(self) -> float:
+        return self._worker.stall_timeout
+
+    @property
+    def current_pid(self) -> Optional[int]:
+        """pid of the running ffmpeg, None between clips."""
+        return self._worker.current_pid
+
+    @property
+    def pending(self) -> bool:
+        """Whether results wait for ``results()`` (cheap: checked on every step)."""
+        return bool(self._worker._results)
+
+    def open(self, job: ClipJob) -> None:
+        self._worker.open(job)
+
+    def frame(self, frames: Any, meta: Any = None) -> None:
+        """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
+        self._worker.frame(frames, meta)
+
+    def end(self, keep: bool, summary: Optional[dict] = None) -> None:
+        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
+        ``summary``: what the clip shows (plain data), written into its sidecar with the file's
+        own figures; None: no sidecar."""
+        self._worker.end(keep, summary)
+
+    def flush(self) -> None:
+        """Returns once everything queued so far is processed (finished clips are on disk), or
+        after ``2 * stall_timeout`` seconds without progress of the encoder (its clip in progress
+        is then dropped)."""
+        self._worker.flush()
+
+    def close(self) -> None:
+        """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
+        thread still stuck after its clip was given up on is left behind (a daemon thread) and
+        its temporary file removed."""
+        self._worker.close()
+
+    def results(self, place: bool = True) -> List[Any]:
+        """The finished clips (ClipInfo) and failure messages (str) since the last call, in
+        order. ``place``: fixed-name clips are moved to their name here, in order; with False the
+        caller moves each with :meth:`place` right before handing it on, so that the file under
+        its name is that clip while it is being handed on."""
+        return self._worker.results(place)
+
+    def place(self, result: Any) -> Any:
+        """Moves a fixed-name clip to its name, replacing the file there; returns the ClipInfo,
+        or a failure message if it could not be moved. Anything else is returned as it is."""
+        return self._worker.place(result)
+
+    def requeue(self, results: List[Any]) -> None:
+        """Puts results taken with ``results(place=False)`` back, first, for the next call."""
+        self._worker.requeue(results)
 
 
 def _failure(job: Optional[ClipJob], err: Exception) -> str:

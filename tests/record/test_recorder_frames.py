@@ -244,7 +244,7 @@ def test_queued_frames_survive_a_renderer_that_reuses_its_buffer(tmp_path, queue
     stack.reset(seed=0)
     for _ in range(40):
         stack.step(zeros(stack))
-        assert rec._encoder._buffers <= queue_size
+        assert rec._encoder._worker._buffers <= queue_size
     stack.close()
     frames, _ = decode(clips[0].path)
     assert np.array_equal(frames, np.stack(spy.episodes[0]))
