@@ -102,8 +102,8 @@ def _indices(value: Any, name: str) -> List[int]:
 class RecordVectorVideo(VectorWrapper):
     """Records clips of a Gymnasium vector env's sub-envs (``render_mode="rgb_array"``).
 
-    The positional arguments are those of ``gymnasium.wrappers.vector.RecordVideo``, with the
-    same meaning, so moving over is a change of import:
+    The positional arguments are those of ``gymnasium.wrappers.vector.RecordVideo``, in its
+    order, so moving over is a change of import (where a meaning differs, it is said here):
 
     - ``video_folder``: where clips go (created);
     - ``video_aspect_ratio``: only ``(1, 1)``: the recorded envs are tiled into the most square
@@ -111,8 +111,9 @@ class RecordVectorVideo(VectorWrapper):
     - ``record_first_only``: record env 0 only. Without it and without ``env_idx``, every sub-env
       is recorded, tiled (Gymnasium's default; each frame renders every sub-env);
     - ``episode_trigger`` / ``step_trigger``: callables as Gymnasium's (at most one); neither:
-      the capped cubic schedule. Episodes are counted on the first recorded env, steps are calls
-      of ``step``;
+      the capped cubic schedule. ``episode_trigger(e)`` is asked at each reset of the first
+      recorded env; ``step_trigger(s)`` with the number of steps taken (0 at the first reset),
+      and the clip starts on the state after step ``s`` (Gymnasium's step ids are one less);
     - ``video_length``: frames per clip; 0 (default): whole episodes, terminal frame included in
       every autoreset mode. A clip never runs across an episode boundary;
     - ``name_prefix``: files are ``{name_prefix}-episode-{N}.mp4`` / ``-step-{N}.mp4``;
@@ -302,8 +303,8 @@ class RecordVectorVideo(VectorWrapper):
             name_prefix=name_prefix,
         )
         self._zeros = bytes(n)  # term.tobytes() of a bool [num_envs] array with no done env
-        self._autoreset = np.zeros(n, dtype=bool)  # NEXT_STEP: reset by the next step
-        self._autoreset_any = False
+        self._watch = np.asarray(envs, dtype=np.intp)
+        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
         self._closed = False
 
     # ------------------------------------------------------------------ sub-env facts
@@ -362,6 +363,15 @@ class RecordVectorVideo(VectorWrapper):
         if self._user_on_clip is not None:
             self._user_on_clip(info)
 
+    def _done_watched(self, terminated: np.ndarray, truncated: np.ndarray) -> List[int]:
+        """The recorded envs that this step ended (only they need engine events: the engine
+        reports on the recorded envs alone)."""
+        if len(self._watch) == 1:
+            i = self._first
+            return [i] if terminated[i] or truncated[i] else []
+        hit = np.logical_or(terminated[self._watch], truncated[self._watch])
+        return self._watch[hit].tolist()
+
     # ------------------------------------------------------------------ the vector env API
     def reset(self, *, seed=None, options: Optional[Dict[str, Any]] = None):
         mask = None
@@ -370,20 +380,20 @@ class RecordVectorVideo(VectorWrapper):
         out = self.env.reset(seed=seed, options=options)
         if self._closed:
             return out
-        if mask is None:
-            env_idx = None
-            self._autoreset[:] = False
-        else:
-            env_idx = np.flatnonzero(mask).tolist()
-            self._autoreset[mask] = False
-        self._autoreset_any = bool(self._autoreset.any())
         if isinstance(seed, (int, np.integer)):
-            first_seed = int(seed) + self._first
+            first_seed = int(seed) + self._first  # the seed the vector env gave that sub-env
         elif seed is not None:
             first_seed = seed[self._first]
         else:
             first_seed = None
-        self.engine.on_reset(env_idx=env_idx, seed=first_seed)
+        if mask is None:
+            self._pending = []
+            self.engine.on_reset(env_idx=None, seed=first_seed)
+        else:
+            self._pending = [i for i in self._pending if not mask[i]]  # reset here instead
+            hit = self._watch[mask[self._watch]].tolist()
+            if hit:
+                self.engine.on_reset(env_idx=hit, seed=first_seed)
         if self._hooks or self._async_hooks:
             self._sync_arming()
         return out
@@ -395,41 +405,39 @@ class RecordVectorVideo(VectorWrapper):
         _, reward, terminated, truncated, info = out
         engine = self.engine
         mode = self._mode
+        if not isinstance(terminated, np.ndarray) or not isinstance(truncated, np.ndarray):
+            terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         zeros = self._zeros
-        if terminated.tobytes() == zeros and truncated.tobytes() == zeros:
-            done = None
-        else:  # some env is done, or the arrays are not bool [num_envs]
-            terminated = np.asarray(terminated, dtype=bool)
-            truncated = np.asarray(truncated, dtype=bool)
-            done = terminated | truncated
-            if not done.any():
-                done = None
+        # no env done (a bool [num_envs] array of zero bytes): the idle path, no numpy op
+        done = not (terminated.tobytes() == zeros and truncated.tobytes() == zeros)
         if mode is AutoresetMode.NEXT_STEP:
             stepped = True
-            if self._autoreset_any:  # this step reset the envs done at the last one
-                reset = self._autoreset
-                engine.on_reset(env_idx=np.flatnonzero(reset).tolist())
-                stepped = not reset[self._first]
-            if done is None:
-                if self._autoreset_any:
-                    self._autoreset = np.zeros(self.num_envs, dtype=bool)
-                    self._autoreset_any = False
+            if self._pending:  # this step reset the recorded envs done at the last one
+                reset, self._pending = self._pending, []
+                engine.on_reset(env_idx=reset)
+                stepped = self._first not in reset
+            if done:
+                self._pending = self._done_watched(terminated, truncated)
+            if stepped:
+                engine.on_step(reward, terminated, truncated, info)
             else:
-                self._autoreset = done
-                self._autoreset_any = True
-            engine.on_step(reward, terminated, truncated, info, stepped=stepped)
+                engine.on_step(reward, terminated, truncated, info, stepped=False)
         elif mode is AutoresetMode.SAME_STEP:
-            if done is None:
+            if not done:
                 engine.on_step(reward, terminated, truncated, info)
             else:
                 # the done envs are already reset: their terminal frames come from the hooks,
-                # and their step info from final_info
+                # and their step info (read while a clip is open) from final_info
+                if engine.recording:
+                    info = _final_info(info, np.logical_or(terminated, truncated))
                 self._terminal = True
                 try:
-                    engine.on_step(reward, terminated, truncated, _final_info(info, done))
+                    engine.on_step(reward, terminated, truncated, info)
                 finally:
                     self._terminal = False
-                engine.on_reset(env_idx=np.flatnonzero(done).tolist())
+                reset = self._done_watched(terminated, truncated)
+                if reset:
+                    engine.on_reset(env_idx=reset)
             self._sync_arming()
         else:  # DISABLED: the caller resets done envs with reset(options={"reset_mask": ...})
             engine.on_step(reward, terminated, truncated, info)

@@ -105,6 +105,10 @@ def test_every_episode_matches_independent_renders(
         # at close) ends on the last step
         assert_frames(frames, ref.episode_frames(first, e), f"{mode.name} episode {e}")
         assert fps == pytest.approx(rec.engine.fps) == pytest.approx(want_fps)
+        meta = sidecar(tmp_path / f"rl-video-episode-{e}.mp4")
+        assert meta["episodes"] == [e] and meta["frames"] == len(frames)
+        assert meta["seed"] == (seed + first if e == 0 else None)  # later ones: autoresets
+        assert meta["envs"][0]["end"] == ("cut" if ref.ends[first][e] is None else "terminated")
 
 
 # ----------------------------------------------------------------------------- a grid
