@@ -140,6 +140,19 @@ def test_grid_tiles_match_independent_renders(tmp_path, mode):
         assert meta["env_idx"] == watch
 
 
+def test_default_records_every_env_tiled(tmp_path):
+    # Gymnasium's default: every sub-env, tiled (2 envs: side by side)
+    seed = 6
+    rec, actions = run(tmp_path, "CartPole-v1", 2, AutoresetMode.NEXT_STEP, 40, seed,
+                       episode_trigger=lambda e: e == 0)  # fmt: skip
+    ref = reference("CartPole-v1", 2, AutoresetMode.NEXT_STEP, actions, seed, [0, 1])
+    frames, _ = decode(str(tmp_path / "rl-video-episode-0.mp4"))
+    k = len(ref.episode_frames(0, 0))
+    want = np.concatenate([ref.timeline(0, 0, k), ref.timeline(1, 0, k)], axis=2)
+    assert_frames(frames, want, "default grid")
+    assert sidecar(tmp_path / "rl-video-episode-0.mp4")["env_idx"] == [0, 1]
+
+
 # ----------------------------------------------------------------------------- final episode
 def test_final_episode_saved_on_close_or_dropped(tmp_path):
     seed, steps = 1, 40
