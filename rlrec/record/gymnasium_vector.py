@@ -278,16 +278,6 @@ class RecordVectorVideo(VectorWrapper):
         self._hook_of: Dict[int, RenderHook] = {}
         self._async_hooks = async_hooks
         self._armed = False
-        if self._sync and mode is AutoresetMode.SAME_STEP:
-            for i in envs:
-                hook = _find_hook(base.envs[i])
-                if hook is None:
-                    hook = base.envs[i] = RenderHook(base.envs[i])
-                hook.rlrec_index = i
-                self._hooks.append(hook)
-                self._hook_of[i] = hook
-        elif async_hooks:
-            base.set_attr("rlrec_index", list(range(n)))
         self.engine = ClipEngine(
             cfg,
             num_envs=n,
@@ -302,6 +292,17 @@ class RecordVectorVideo(VectorWrapper):
             step_trigger=step_trigger,
             name_prefix=name_prefix,
         )
+        # the sub-env hooks, once the engine has checked every setting
+        if self._sync and mode is AutoresetMode.SAME_STEP:
+            for i in envs:
+                hook = _find_hook(base.envs[i])
+                if hook is None:
+                    hook = base.envs[i] = RenderHook(base.envs[i])
+                hook.rlrec_index = i
+                self._hooks.append(hook)
+                self._hook_of[i] = hook
+        elif async_hooks:
+            base.set_attr("rlrec_index", list(range(n)))
         self._zeros = bytes(n)  # term.tobytes() of a bool [num_envs] array with no done env
         self._watch = np.asarray(envs, dtype=np.intp)
         self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets

@@ -351,3 +351,16 @@ def test_env_must_render_rgb_array(tmp_path):
             RecordVectorVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(tmp_path))
     finally:
         vec.close()
+
+
+def test_bad_arguments_leave_same_step_sub_envs_unhooked(tmp_path):
+    vec = make_vec("CartPole-v1", 2, AutoresetMode.SAME_STEP)
+    try:
+        with pytest.raises(ConfigError, match="quality"):
+            RecordVectorVideo(vec, str(tmp_path / "v"), quality=0)
+        assert not any(isinstance(e, RenderHook) for e in vec.envs)
+        rec = RecordVectorVideo(vec, str(tmp_path / "v"), env_idx=1)
+        assert isinstance(vec.envs[1], RenderHook) and not isinstance(vec.envs[0], RenderHook)
+        rec.close()
+    finally:
+        vec.close()
