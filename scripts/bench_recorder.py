@@ -2,6 +2,7 @@
 
     python scripts/bench_recorder.py                 # 64 envs, 256x256 frames, 5,000-frame clip
     python scripts/bench_recorder.py --quick         # smaller counts, for a smoke run
+    python scripts/bench_recorder.py --gym-wrapper-only   # RecordVectorVideo vs RecordVideo
 
 On the built-in env (PointReach, zero actions so no episode ends): steps/s with no recorder, with
 a recorder armed but idle (cubic trigger between scheduled episodes), with a layer that only
@@ -11,6 +12,9 @@ growth of this process over one 5,000-frame clip (and the peak RSS of the ffmpeg
 Then Gymnasium's vector RecordVideo for comparison: on the same PointReach frames through a
 minimal gymnasium VectorEnv shim, and on 8 CartPole envs. It holds every frame in memory until
 the clip ends, so its RSS growth is measured over a shorter clip and scaled to 5,000 frames.
+Last, rlrec's drop-in RecordVectorVideo against Gymnasium's vector RecordVideo on the same 8
+CartPole envs recording env 0: its armed idle cost per step, both recorders' throughput while
+recording every step (encoding included), and the RSS growth over a 5,000-frame clip.
 
 Timings are medians over interleaved rounds (the configurations take turns), so load from other
 processes hits all of them alike. Torch runs single-threaded (``--threads``): the env's tensors
@@ -339,8 +343,215 @@ def bench_gym_record_video(
             "held_mb": held, "peak_mb": peak, "frames": clip_frames}  # fmt: skip
 
 
+# ----------------------------------------------------------------------------- RecordVectorVideo
+GYM_ENVS = 8  # CartPole envs of the RecordVectorVideo cases
+
+
+def cartpole_vec(max_episode_steps: int = 10**6):
+    """8 CartPole envs (SyncVectorEnv, NEXT_STEP) whose episodes last: with ``balance`` as the
+    policy no episode ends, so a clip of one episode can be as long as the measurement needs."""
+    import gymnasium as gym
+
+    return gym.make_vec("CartPole-v1", GYM_ENVS, vectorization_mode="sync",
+                        render_mode="rgb_array", max_episode_steps=max_episode_steps)  # fmt: skip
+
+
+def balance(obs: np.ndarray) -> np.ndarray:
+    """A linear controller that keeps every pole up (actions from the last observations)."""
+    x, x_dot, theta, theta_dot = obs.T
+    return ((theta * 10 + theta_dot * 2 + x * 0.1 + x_dot * 0.5) > 0).astype(np.int64)
+
+
+class Driven:
+    """Steps a vector env (or a wrapper of one) with :func:`balance`, or with a fixed list of
+    random actions (``random_steps``: episodes then end and reset, as in training)."""
+
+    def __init__(self, env, random_steps: int = 0):
+        self.env = env
+        self.obs, _ = env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        self.actions = list(rng.integers(0, 2, size=(random_steps, GYM_ENVS)))
+        self.t = 0
+
+    def step(self):
+        if self.actions:
+            action = self.actions[self.t % len(self.actions)]
+            self.t += 1
+        else:
+            action = balance(self.obs)
+        self.obs = self.env.step(action)[0]
+
+
+def gym_wrapper_idle(args) -> Dict[str, float]:
+    """What an armed, idle RecordVectorVideo adds to a step of 8 CartPole envs: isolated (best
+    of 7 timeit runs over a vector env whose step returns a ready result, no episode ending), and
+    in a run with random actions, so episodes end and reset (median of interleaved rounds of a
+    plain and a wrapped env driven with the same actions)."""
+    import timeit
+
+    from rlrec.record import RecordVectorVideo
+
+    work = tempfile.mkdtemp(prefix="rlrec-bench-")
+    never = lambda e: False  # noqa: E731
+    try:
+        ready_env = cartpole_vec()
+        obs, _ = ready_env.reset(seed=0)
+        ready = ready_env.step(balance(obs))
+        ready_env.step = lambda actions: ready  # the vector env's step, answered at once
+        rec = RecordVectorVideo(ready_env, work, env_idx=0, episode_trigger=never)
+        rec.reset(seed=0)
+        action = balance(obs)
+        n = 20000
+        t_bare = min(timeit.repeat(lambda: ready_env.step(action), number=n, repeat=7)) / n
+        t_rec = min(timeit.repeat(lambda: rec.step(action), number=n, repeat=7)) / n
+        rec.close()
+        import gymnasium as gym
+
+        steps = args.fast_steps // 4
+        runs = {
+            "plain": Driven(cartpole_vec(500), random_steps=steps),
+            # any wrapper at all: a VectorWrapper that passes everything through
+            "bare": Driven(gym.vector.VectorWrapper(cartpole_vec(500)), random_steps=steps),
+            "idle": Driven(
+                RecordVectorVideo(cartpole_vec(500), work, env_idx=0, episode_trigger=never),
+                random_steps=steps,
+            ),
+        }
+        rows: Dict[str, List[float]] = {name: [] for name in runs}
+        for _ in range(args.rounds):
+            for name, d in runs.items():
+                rows[name].append(time_per_call(d.step, steps))
+        for d in runs.values():
+            d.env.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = {name: statistics.median(r) for name, r in rows.items()}
+    # paired within each round: what each wrapper adds to the plain env's step
+    for name in ("bare", "idle"):
+        out[f"{name}:extra"] = statistics.median(w - p for p, w in zip(rows["plain"], rows[name]))
+    return out | {"idle_call": t_rec - t_bare}
+
+
+def gym_wrapper_throughput(args) -> Dict[str, float]:
+    """Steps/s of 8 CartPole envs recording env 0 every step: no wrapper, RecordVectorVideo and
+    Gymnasium's vector RecordVideo (record_first_only), in interleaved rounds on identical envs;
+    each recorder's encoding is counted (RecordVideo encodes on close, RecordVectorVideo's
+    encoder thread is flushed at the end)."""
+    import gymnasium as gym
+    from gymnasium.wrappers.vector import RecordVideo
+
+    from rlrec.record import RecordVectorVideo
+
+    gym.logger.min_level = 40
+    work = tempfile.mkdtemp(prefix="rlrec-bench-")
+    try:
+        always = lambda e: True  # noqa: E731
+        ours = RecordVectorVideo(cartpole_vec(), os.path.join(work, "rlrec"), env_idx=0,
+                                 episode_trigger=always)  # fmt: skip
+        theirs = RecordVideo(cartpole_vec(), os.path.join(work, "gym"), record_first_only=True,
+                             episode_trigger=always)  # fmt: skip
+        runs = {"plain": Driven(cartpole_vec()), "ours": Driven(ours), "theirs": Driven(theirs)}
+        spent = {k: 0.0 for k in runs}
+        steps = {"plain": 0, "ours": 0, "theirs": 0}
+        rounds = max(2, args.rounds // 5)
+        per_round = max(5, args.gym_frames // rounds)
+        for _ in range(rounds):
+            for name, d in runs.items():
+                n = per_round * (4 if name == "plain" else 1)
+                spent[name] += time_per_call(d.step, n) * n
+                steps[name] += n
+        sub = runs["plain"].env
+        one = time_per_call(lambda: sub.envs[0].render(), 10)
+        every = time_per_call(sub.render, 3)
+        t0 = time.perf_counter()
+        ours.flush()  # every frame encoded
+        spent["ours"] += time.perf_counter() - t0
+        assert ours.recording and not ours.engine.errors, ours.engine.errors
+        t0 = time.perf_counter()
+        theirs.close()  # encodes its clip now (moviepy)
+        spent["theirs"] += time.perf_counter() - t0
+        ours.close()
+        runs["plain"].env.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = {f"{k}:sps": steps[k] / spent[k] for k in runs}
+    return out | {"frames": steps["ours"], "render_one": one, "render_all": every}
+
+
+def gym_wrapper_rss(args) -> Dict[str, float]:
+    """Peak RSS growth of this process while RecordVectorVideo records one ``args.clip_frames``-
+    frame clip of env 0 of 8 CartPole envs (one long episode)."""
+    from rlrec.record import RecordVectorVideo
+
+    work = tempfile.mkdtemp(prefix="rlrec-bench-")
+    try:
+        rec = RecordVectorVideo(cartpole_vec(), work, env_idx=0, episode_trigger=lambda e: True,
+                                video_length=args.clip_frames)  # fmt: skip
+        d = Driven(rec)
+        for _ in range(20):  # ffmpeg started, queue and allocator warm
+            d.step()
+        rec.flush()
+        base = _status("self", "VmRSS")
+        exact = reset_peak_rss()
+        t0 = time.perf_counter()
+        while rec.recording:
+            d.step()
+        rec.flush()
+        seconds = time.perf_counter() - t0
+        peak = _status("self", "VmHWM") if exact else _status("self", "VmRSS")
+        assert len(rec.clips) == 1 and rec.clips[0].num_frames == args.clip_frames, rec.clips
+        rec.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"growth_mb": peak - base, "seconds": seconds, "exact_peak": exact}
+
+
+def print_gym_wrapper(argv: List[str], args) -> None:
+    print(f"RecordVectorVideo vs gymnasium.wrappers.vector.RecordVideo: {GYM_ENVS} CartPole-v1 "
+          "envs (SyncVectorEnv, NEXT_STEP), recording env 0, 600x400 frames")  # fmt: skip
+    i = in_subprocess("gym-wrapper-idle", argv)
+    extra, bare = (i[f"{k}:extra"] / i["plain"] * 100 for k in ("idle", "bare"))
+    print(f"  armed, idle: {i['idle_call'] * 1e6:.2f} us per step (isolated, best of 7) = "
+          f"{i['idle_call'] / i['plain'] * 100:.2f}% of a {i['plain'] * 1e6:.0f} us step "
+          "(target < 1%)")  # fmt: skip
+    print(f"  in a run with random actions (episodes end and reset): plain "
+          f"{i['plain'] * 1e6:.0f} us per step; RecordVectorVideo idle adds {extra:+.1f}%, a "
+          f"pass-through VectorWrapper {bare:+.1f}% (medians of {args.rounds} interleaved "
+          "rounds, paired)")  # fmt: skip
+    t = in_subprocess("gym-wrapper-throughput", argv)
+    print(f"  recording every step ({int(t['frames'])} frames each, encoding included): "
+          f"no wrapper {t['plain:sps']:.0f} steps/s, RecordVectorVideo {t['ours:sps']:.1f}, "
+          f"RecordVideo {t['theirs:sps']:.2f}: {t['ours:sps'] / t['theirs:sps']:.1f}x "
+          "RecordVideo's throughput (target >= 10x)")  # fmt: skip
+    print(f"    (a render of env 0 costs {t['render_one'] * 1e3:.1f} ms, vec.render() of all "
+          f"{GYM_ENVS}, which RecordVideo calls even with record_first_only, "
+          f"{t['render_all'] * 1e3:.1f} ms)")  # fmt: skip
+    r = in_subprocess("gym-wrapper-rss", argv)
+    how = "peak (VmHWM)" if r["exact_peak"] else "RSS after"
+    print(f"  RecordVectorVideo, {args.clip_frames}-frame clip: RSS growth "
+          f"{r['growth_mb']:.1f} MB {how}, {r['seconds']:.1f} s")  # fmt: skip
+    try:
+        g = in_subprocess("gym-cartpole-first", argv)
+        scale = args.clip_frames / g["frames"]
+        scaled = g["held_mb"] * scale + max(0.0, g["peak_mb"] - g["held_mb"])
+        print(f"  RecordVideo (record_first_only), {args.clip_frames}-frame clip: RSS growth "
+              f"~{scaled:.0f} MB (measured {g['peak_mb']:.1f} MB peak over {g['frames']} "
+              "frames, scaled: it holds every frame until the clip ends)")  # fmt: skip
+    except Exception as err:
+        print(f"  RecordVideo RSS: skipped ({err})")
+
+
 # ----------------------------------------------------------------------------- main
-PARTS = ("timing", "rss", "gym-pointreach", "gym-cartpole-tiled", "gym-cartpole-first")
+PARTS = (
+    "timing",
+    "rss",
+    "gym-pointreach",
+    "gym-cartpole-tiled",
+    "gym-cartpole-first",
+    "gym-wrapper-idle",
+    "gym-wrapper-throughput",
+    "gym-wrapper-rss",
+)
 
 
 def run_part(part: str, args, work: str) -> Dict[str, float]:
@@ -348,6 +559,12 @@ def run_part(part: str, args, work: str) -> Dict[str, float]:
         return bench_rlrec(args, work)
     if part == "rss":
         return rss_over_clip(args, work)
+    if part == "gym-wrapper-idle":
+        return gym_wrapper_idle(args)
+    if part == "gym-wrapper-throughput":
+        return gym_wrapper_throughput(args)
+    if part == "gym-wrapper-rss":
+        return gym_wrapper_rss(args)
     if part == "gym-pointreach":
         return bench_gym_record_video(
             lambda: gym_point_reach(args), lambda e: np.zeros((args.num_envs, 2), np.float32),
@@ -393,6 +610,11 @@ def main() -> None:
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-gym", action="store_true")
+    p.add_argument(
+        "--gym-wrapper-only",
+        action="store_true",
+        help="only RecordVectorVideo against Gymnasium's vector RecordVideo (8 CartPole envs)",
+    )
     p.add_argument("--quick", action="store_true", help="small counts: a smoke run")
     p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # internal: one measurement
     argv = sys.argv[1:]
@@ -416,6 +638,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         return
 
+    if args.gym_wrapper_only:
+        print_gym_wrapper(argv, args)
+        return
     print(f"rlrec recorder, built-in env: {args.num_envs} envs, {args.size}x{args.size} frames, "
           f"median of {args.rounds} interleaved rounds, torch threads {args.threads}")  # fmt: skip
     t = in_subprocess("timing", argv)
@@ -479,6 +704,7 @@ def main() -> None:
             _print_gym(what, in_subprocess(part, argv), args.clip_frames)
         except Exception as err:  # e.g. classic-control (pygame) missing: it does not apply
             print(f"  {what}: skipped ({err})")
+    print_gym_wrapper(argv, args)
 
 
 def _print_gym(what: str, g: Dict[str, float], clip_frames: int) -> None:

@@ -9,7 +9,9 @@
 - :mod:`~rlrec.record.frames`: a frame's layout (grid, even size) and its overlay;
 - :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
 - :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip;
-- :mod:`~rlrec.record.sidecar`: ``NAME.json`` beside each ``NAME.mp4``, what the clip shows.
+- :mod:`~rlrec.record.sidecar`: ``NAME.json`` beside each ``NAME.mp4``, what the clip shows;
+- :mod:`~rlrec.record.gymnasium_vector`: :class:`RecordVectorVideo`, a drop-in for Gymnasium's
+  vector ``RecordVideo``, and its sub-env hook :class:`RenderHook` (imported on first use).
 
 Importing it loads torch and numpy (and rlrec.config and rlrec.envs.base, the only rlrec modules
 it depends on); imageio-ffmpeg and Pillow are imported on first use.
@@ -40,8 +42,10 @@ __all__ = [
     "FFmpegProcess",
     "FINISH_TIMEOUT_S",
     "FrameMeta",
+    "RecordVectorVideo",
     "Recorder",
     "RecorderError",
+    "RenderHook",
     "SIDECAR_VERSION",
     "STALL_TIMEOUT_S",
     "Schedule",
@@ -60,3 +64,18 @@ __all__ = [
     "tile",
     "write_sidecar",
 ]
+
+_LAZY = {"RecordVectorVideo": "gymnasium_vector", "RenderHook": "gymnasium_vector"}
+
+
+def __getattr__(name: str):
+    """The framework wrappers are imported on first use: ``import rlrec.record`` loads no
+    framework's vector module."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -185,7 +185,9 @@ class ClipEngine:
         self.clips_saved = 0
         # runtime state
         self.clips_started = 0  # in this process (a caller compares it before and after)
-        self._episodes = torch.full((self.num_envs,), -1, dtype=torch.long, device=self.device)
+        # each env's episode index, on the CPU (numpy): a reset named by a list costs no torch op
+        # (a cold one costs far more than a step of a small env), read when a clip starts
+        self._episodes = np.full(self.num_envs, -1, dtype=np.int64)
         self._seed: Any = None  # the seed of the reset that began the recorded env's episode
         self._episode_steps = 0
         self._clip: Optional[_Clip] = None
@@ -210,11 +212,11 @@ class ClipEngine:
         ):  # a list of indices: the hit test needs no tensor, no device round trip
             hit = any(int(i) == self._first for i in env_idx)
             if env_idx:
-                self._episodes[torch.as_tensor(list(env_idx), device=self.device)] += 1
+                self._episodes[list(env_idx)] += 1
         else:
             idx = as_env_index(_tensor(env_idx, self.device), self.num_envs, self.device)
-            self._episodes[idx] += 1
             hit = bool((idx == self._first).any())  # on the sim's device: one read-back
+            self._episodes[idx.cpu().numpy()] += 1
         if hit:
             self._seed = seed
             self._new_episode(full)
@@ -402,7 +404,7 @@ class ClipEngine:
     def _start_clip(self) -> None:
         self.clips_started += 1
         clip = self._clip = _Clip(len(self.env_idx), self.device, self.steps, self._seed)
-        clip.episodes = self._episodes[self._index].tolist()
+        clip.episodes = self._episodes[self.env_idx].tolist()
         job = ClipJob(
             path=os.path.join(self.video_dir, self._file_name()),
             fixed_name=self.filename is not None,

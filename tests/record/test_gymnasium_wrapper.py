@@ -1,0 +1,366 @@
+"""RecordVectorVideo on real Gymnasium vector envs, in each autoreset mode: every clip, decoded
+(lossless), equals the frames an independent vector env rendered (tests/record/gymref.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+from rlrec.config import ConfigError
+from rlrec.record import RecordVectorVideo, RenderHook
+from rlrec.testing import decode
+from tests.record.gymref import (
+    CountRenders,
+    actions_for,
+    drive,
+    make_vec,
+    reference,
+    render_counts,
+)
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+MUJOCO = ("InvertedPendulum-v5", {"width": 64, "height": 48})
+CARTPOLE = ("CartPole-v1", {})
+
+
+def run(
+    tmp_path,
+    env_id,
+    n,
+    mode,
+    steps,
+    seed=0,
+    vectorization="sync",
+    env_kw=None,
+    wrappers=None,
+    **rec_kw,
+):
+    """Records a seeded run; returns the wrapper (closed) and the actions it was driven with."""
+    env_kw = env_kw or {}
+    if vectorization == "async" and mode is AutoresetMode.SAME_STEP:
+        wrappers = [*(wrappers or []), RenderHook]
+    vec = make_vec(env_id, n, mode, vectorization, wrappers=wrappers, **env_kw)
+    actions = actions_for(vec, steps, seed)
+    rec_kw.setdefault("lossless", True)
+    rec = RecordVectorVideo(vec, str(tmp_path), **rec_kw)
+    drive(rec, mode, actions, seed)
+    rec.close()
+    return rec, actions
+
+
+def assert_frames(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape, f"{what}: {got.shape} frames, expected {want.shape}"
+    for j, (a, b) in enumerate(zip(got, want)):
+        if not np.array_equal(a, b):
+            bad = np.argwhere((a != b).any(-1))
+            raise AssertionError(f"{what}: frame {j} of {len(want)} differs at {len(bad)} pixels")
+
+
+def sidecar(path) -> dict:
+    with open(os.path.splitext(str(path))[0] + ".json") as f:
+        return json.load(f)
+
+
+# ----------------------------------------------------------------------------- every mode
+CASES = [
+    pytest.param(*CARTPOLE, "sync", 3, 1, 90, id="cartpole-sync"),
+    pytest.param(*CARTPOLE, "async", 2, 0, 90, id="cartpole-async"),
+    pytest.param(*MUJOCO, "sync", 2, 0, 60, id="mujoco-sync"),
+]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+@pytest.mark.parametrize("env_id,env_kw,vectorization,n,first,steps", CASES)
+def test_every_episode_matches_independent_renders(
+    tmp_path, mode, env_id, env_kw, vectorization, n, first, steps
+):
+    seed = 7
+    want_fps = 50 if env_id.startswith("CartPole") else 25  # render_fps 50; MuJoCo: 1 / dt
+    rec, actions = run(
+        tmp_path,
+        env_id,
+        n,
+        mode,
+        steps,
+        seed,
+        vectorization,
+        env_kw,
+        env_idx=first,
+        episode_trigger=lambda e: True,
+    )
+    ref = reference(env_id, n, mode, actions, seed, [first], **env_kw)
+    episodes = len(ref.starts[first])
+    assert episodes >= 3, "the run is too short to cross episode boundaries"
+    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
+    assert names == sorted(f"rl-video-episode-{e}.mp4" for e in range(episodes))
+    assert not rec.engine.errors
+    for e in range(episodes):
+        frames, fps = decode(str(tmp_path / f"rl-video-episode-{e}.mp4"))
+        # a fresh reset frame first, the terminal frame last; the final episode (still running
+        # at close) ends on the last step
+        assert_frames(frames, ref.episode_frames(first, e), f"{mode.name} episode {e}")
+        assert fps == pytest.approx(rec.engine.fps) == pytest.approx(want_fps)
+        meta = sidecar(tmp_path / f"rl-video-episode-{e}.mp4")
+        assert meta["episodes"] == [e] and meta["frames"] == len(frames)
+        assert meta["seed"] == (seed + first if e == 0 else None)  # later ones: autoresets
+        assert meta["envs"][0]["end"] == ("cut" if ref.ends[first][e] is None else "terminated")
+
+
+# ----------------------------------------------------------------------------- a grid
+@pytest.mark.parametrize(
+    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name
+)
+def test_grid_tiles_match_independent_renders(tmp_path, mode):
+    seed, n, watch = 3, 3, [0, 2]
+    rec, actions = run(
+        tmp_path,
+        "CartPole-v1",
+        n=n,
+        mode=mode,
+        steps=60,
+        seed=seed,
+        env_idx=watch,
+        episode_trigger=lambda e: e in (1, 2),
+    )
+    ref = reference(CARTPOLE[0], n, mode, actions, seed, watch)
+    for e in (1, 2):
+        path = tmp_path / f"rl-video-episode-{e}.mp4"
+        frames, _ = decode(str(path))
+        start = ref.starts[0][e]
+        k = len(ref.episode_frames(0, e))
+        # env 0 left, env 2 right (a 1x2 grid), each at the same moment as the other
+        want = np.concatenate([ref.timeline(0, start, k), ref.timeline(2, start, k)], axis=2)
+        assert_frames(frames, want, f"{mode.name} grid episode {e}")
+        meta = sidecar(path)
+        assert meta["env_idx"] == watch
+
+
+def test_default_records_every_env_tiled(tmp_path):
+    # Gymnasium's default: every sub-env, tiled (2 envs: side by side)
+    seed = 6
+    rec, actions = run(tmp_path, "CartPole-v1", 2, AutoresetMode.NEXT_STEP, 40, seed,
+                       episode_trigger=lambda e: e == 0)  # fmt: skip
+    ref = reference("CartPole-v1", 2, AutoresetMode.NEXT_STEP, actions, seed, [0, 1])
+    frames, _ = decode(str(tmp_path / "rl-video-episode-0.mp4"))
+    k = len(ref.episode_frames(0, 0))
+    want = np.concatenate([ref.timeline(0, 0, k), ref.timeline(1, 0, k)], axis=2)
+    assert_frames(frames, want, "default grid")
+    assert sidecar(tmp_path / "rl-video-episode-0.mp4")["env_idx"] == [0, 1]
+
+
+# ----------------------------------------------------------------------------- final episode
+def test_final_episode_saved_on_close_or_dropped(tmp_path):
+    seed, steps = 1, 40
+    rec, actions = run(
+        tmp_path / "kept",
+        "CartPole-v1",
+        n=2,
+        mode=AutoresetMode.NEXT_STEP,
+        steps=steps,
+        seed=seed,
+        env_idx=0,
+        episode_trigger=lambda e: True,
+    )
+    ref = reference(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP, actions, seed, [0])
+    last = len(ref.starts[0]) - 1
+    assert ref.ends[0][last] is None, "the last episode must still run at close"
+    frames, _ = decode(str(tmp_path / "kept" / f"rl-video-episode-{last}.mp4"))
+    assert_frames(frames, ref.episode_frames(0, last), "final episode")
+    assert len(frames) == steps - ref.starts[0][last] + 1
+    run(
+        tmp_path / "dropped",
+        "CartPole-v1",
+        n=2,
+        mode=AutoresetMode.NEXT_STEP,
+        steps=steps,
+        seed=seed,
+        env_idx=0,
+        episode_trigger=lambda e: True,
+        record_final_episode=False,
+    )
+    names = {p.name for p in (tmp_path / "dropped").glob("*.mp4")}
+    assert names == {f"rl-video-episode-{e}.mp4" for e in range(last)}
+
+
+# ----------------------------------------------------------------------------- triggers
+def test_episode_trigger_selects_episodes(tmp_path):
+    asked = []
+
+    def trigger(e):
+        asked.append(e)
+        return e % 2 == 1
+
+    rec, actions = run(
+        tmp_path,
+        "CartPole-v1",
+        n=2,
+        mode=AutoresetMode.SAME_STEP,
+        steps=80,
+        seed=2,
+        env_idx=0,
+        episode_trigger=trigger,
+    )
+    ref = reference(CARTPOLE[0], 2, AutoresetMode.SAME_STEP, actions, 2, [0])
+    episodes = len(ref.starts[0])
+    assert asked == list(range(episodes))  # once per episode of the recorded env
+    odd = [e for e in range(episodes) if e % 2 == 1]
+    assert {p.name for p in tmp_path.glob("*.mp4")} == {f"rl-video-episode-{e}.mp4" for e in odd}
+    for e in odd:
+        frames, _ = decode(str(tmp_path / f"rl-video-episode-{e}.mp4"))
+        assert_frames(frames, ref.episode_frames(0, e), f"episode {e}")
+
+
+def test_step_trigger_and_video_length(tmp_path):
+    seed, length = 4, 6
+    rec, actions = run(
+        tmp_path,
+        "CartPole-v1",
+        n=2,
+        mode=AutoresetMode.DISABLED,
+        steps=60,
+        seed=seed,
+        env_idx=0,
+        step_trigger=lambda s: s in (10, 40),
+        video_length=length,
+    )
+    ref = reference(CARTPOLE[0], 2, AutoresetMode.DISABLED, actions, seed, [0])
+    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
+    assert names == ["rl-video-step-10.mp4", "rl-video-step-40.mp4"]
+    for step in (10, 40):
+        frames, _ = decode(str(tmp_path / f"rl-video-step-{step}.mp4"))
+        # step_trigger(s) is asked with the number of steps taken: the clip starts on the state
+        # after step s (if step s ended the episode, on the reset that followed it)
+        e = max(e for e, start in enumerate(ref.starts[0]) if start <= step)
+        end = ref.ends[0][e]
+        k = length if end is None else min(length, end - step + 1)  # never across an episode end
+        assert_frames(frames, ref.timeline(0, step, k), f"step {step}")
+
+
+# ----------------------------------------------------------------------------- sidecar
+@pytest.mark.parametrize(
+    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name
+)
+def test_sidecar_matches_episode_statistics(tmp_path, mode):
+    vec = make_vec(CARTPOLE[0], 2, mode)
+    actions = actions_for(vec, 90, seed=5)
+    rec = RecordVectorVideo(
+        vec, str(tmp_path), env_idx=0, lossless=True, episode_trigger=lambda e: e == 1
+    )
+    stats = RecordEpisodeStatistics(rec)
+    episodes = []
+
+    def keep(t, out):
+        info = out[4]
+        if "episode" in info and info["_episode"][0]:
+            episodes.append((float(info["episode"]["r"][0]), int(info["episode"]["l"][0])))
+
+    drive(stats, mode, actions, seed=5, on_step=keep)
+    stats.close()
+    assert len(episodes) >= 2
+    path = tmp_path / "rl-video-episode-1.mp4"
+    meta = sidecar(path)
+    frames, fps = decode(str(path))
+    ret, length = episodes[1]
+    env = meta["envs"][0] if "envs" in meta else meta
+    assert env["return"] == pytest.approx(ret)
+    assert env["length"] == length
+    assert env["end"] in ("terminated", "truncated")
+    assert meta["frames"] == len(frames) == length + 1
+    assert meta["fps"] == pytest.approx(fps)
+
+
+# ----------------------------------------------------------------------------- rendering
+@pytest.mark.parametrize(
+    "vectorization,mode",
+    [
+        ("sync", AutoresetMode.SAME_STEP),
+        ("async", AutoresetMode.SAME_STEP),
+        ("sync", AutoresetMode.NEXT_STEP),
+    ],
+)
+def test_only_recorded_envs_render(tmp_path, vectorization, mode):
+    wrappers = [CountRenders] + ([RenderHook] if vectorization == "async" else [])
+    vec = make_vec(CARTPOLE[0], 3, mode, vectorization, wrappers=wrappers)
+    actions = actions_for(vec, 40, seed=0)
+    clips = []
+    rec = RecordVectorVideo(
+        vec, str(tmp_path), env_idx=1, episode_trigger=lambda e: e == 1, on_clip=clips.append
+    )
+    drive(rec, mode, actions, seed=0)
+    rec.flush()
+    counts = render_counts(vec)
+    rec.close()
+    assert counts[0] == counts[2] == 0
+    assert len(clips) == 1 and counts[1] == clips[0].num_frames > 1
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_async_same_step_without_hooks_is_refused(tmp_path):
+    vec = make_vec(CARTPOLE[0], 2, AutoresetMode.SAME_STEP, "async")
+    try:
+        with pytest.raises(ValueError, match="RenderHook"):
+            RecordVectorVideo(vec, str(tmp_path / "v"))
+        assert not (tmp_path / "v").exists()
+    finally:
+        vec.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"video_aspect_ratio": (16, 9)}, "video_aspect_ratio"),
+        ({"episode_trigger": lambda e: True, "step_trigger": lambda s: True}, "step_trigger"),
+        ({"episode_trigger": 3}, "episode_trigger"),
+        ({"video_length": -1}, "video_length"),
+        ({"video_length": 1.5}, "video_length"),
+        ({"video_length": 10, "length_sec": 1.0}, "length_sec"),
+        ({"name_prefix": "a/b"}, "name_prefix"),
+        ({"env_idx": 5}, "env_idx"),
+        ({"env_idx": [0, 0]}, "env_idx"),
+        ({"env_idx": "0"}, "env_idx"),
+        ({"record_first_only": True, "env_idx": 1}, "record_first_only"),
+        ({"quality": 11}, "quality"),
+        ({"fps": -1}, "fps"),
+        ({"preset": "warp"}, "preset"),
+        ({"dt": 0}, "dt"),
+    ],
+)
+def test_bad_arguments_fail_before_any_work(tmp_path, kwargs, match):
+    vec = make_vec(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP)
+    try:
+        with pytest.raises((ConfigError, ValueError, TypeError), match=match):
+            RecordVectorVideo(vec, str(tmp_path / "v"), **kwargs)
+        assert not (tmp_path / "v").exists()
+    finally:
+        vec.close()
+
+
+def test_env_must_render_rgb_array(tmp_path):
+    import gymnasium as gym
+
+    vec = gym.make_vec("CartPole-v1", 2)
+    try:
+        with pytest.raises(ValueError, match="rgb_array"):
+            RecordVectorVideo(vec, str(tmp_path / "v"))
+        with pytest.raises(TypeError, match="VectorEnv"):
+            RecordVectorVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(tmp_path))
+    finally:
+        vec.close()
+
+
+def test_bad_arguments_leave_same_step_sub_envs_unhooked(tmp_path):
+    vec = make_vec("CartPole-v1", 2, AutoresetMode.SAME_STEP)
+    try:
+        with pytest.raises(ConfigError, match="quality"):
+            RecordVectorVideo(vec, str(tmp_path / "v"), quality=0)
+        assert not any(isinstance(e, RenderHook) for e in vec.envs)
+        rec = RecordVectorVideo(vec, str(tmp_path / "v"), env_idx=1)
+        assert isinstance(vec.envs[1], RenderHook) and not isinstance(vec.envs[0], RenderHook)
+        rec.close()
+    finally:
+        vec.close()
