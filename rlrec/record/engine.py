@@ -82,6 +82,7 @@ class _Clip:
         self.steps = 0  # env steps since the first frame
         self.frames = 0
         self.first_step = first_step
+        self.last_step = first_step  # the step count at the last frame taken
         self.seed = seed
         self.ret = torch.zeros(k, device=device)
         self.length = torch.zeros(k, dtype=torch.long, device=device)
@@ -464,6 +465,7 @@ class ClipEngine:
         # that broke the owned-copy contract.
         self._encoder.frame(frames, meta)
         clip.frames += 1
+        clip.last_step = clip.first_step + clip.steps
 
     def _summary(self, clip: _Clip) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data; one device read)."""
@@ -496,7 +498,7 @@ class ClipEngine:
             "episodes": list(clip.episodes),
             "seed": seed,
             "first_step": clip.first_step,
-            "last_step": clip.first_step + clip.steps,
+            "last_step": clip.last_step,
             "envs": envs,
         }
 

@@ -47,7 +47,8 @@ def write_sidecar(video: str, data: Dict[str, Any]) -> str:
     returns its path."""
     path = sidecar_path(video)
     head, tail = os.path.split(path)
-    tmp = os.path.join(head, f".{tail}.{os.getpid()}.part")
+    # the clip temporaries' pattern (.NAME.PID-N.part), so a resumed run removes one left by a kill
+    tmp = os.path.join(head, f".{tail}.{os.getpid()}-0.part")
     body = {"version": SIDECAR_VERSION, "video": os.path.basename(video), **data}
     try:
         with open(tmp, "w") as f:

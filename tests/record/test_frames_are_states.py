@@ -208,12 +208,6 @@ def test_a_stale_frame_is_caught(tmp_path):
     assert stale and bad == stale
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sidecar's last_step is the clip's last env step, not its last frame's, when a "
-    "reset cuts the clip between two frames (steps_per_frame > 1); rlrec.record.sidecar "
-    "documents the last frame's",
-)
 def test_the_sidecar_names_the_step_of_the_last_frame(tmp_path):
     env_idx = [0, 2]
     clips, log, spf = run(tmp_path, num_envs=3, env_idx=env_idx, fps=20 / 3)
