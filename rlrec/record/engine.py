@@ -216,8 +216,9 @@ class ClipEngine:
                 self._episodes[list(env_idx)] += 1
         else:
             idx = as_env_index(_tensor(env_idx, self.device), self.num_envs, self.device)
-            hit = bool((idx == self._first).any())  # on the sim's device: one read-back
-            self._episodes[idx.cpu().numpy()] += 1
+            idx = idx.cpu().numpy()  # from the sim's device: the one read-back of a reset
+            self._episodes[idx] += 1
+            hit = bool((idx == self._first).any())
         if hit:
             self._seed = seed
             self._new_episode(full)
