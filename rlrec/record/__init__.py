@@ -10,6 +10,8 @@
 - :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
 - :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip;
 - :mod:`~rlrec.record.sidecar`: ``NAME.json`` beside each ``NAME.mp4``, what the clip shows.
+- :mod:`~rlrec.record.genesis_forge`: :class:`VideoWrapper`, a drop-in for Genesis Forge's
+  ``VideoWrapper`` (imported on first use: it imports genesis_forge and genesis).
 
 Importing it loads torch and numpy (and rlrec.config and rlrec.envs.base, the only rlrec modules
 it depends on); imageio-ffmpeg and Pillow are imported on first use.
@@ -45,6 +47,7 @@ __all__ = [
     "SIDECAR_VERSION",
     "STALL_TIMEOUT_S",
     "Schedule",
+    "VideoWrapper",
     "capped_cubic",
     "check_dt",
     "clip_length",
@@ -60,3 +63,12 @@ __all__ = [
     "tile",
     "write_sidecar",
 ]
+
+
+def __getattr__(name: str):
+    # the framework drop-ins import their framework, so they load only when asked for
+    if name == "VideoWrapper":
+        from rlrec.record.genesis_forge import VideoWrapper
+
+        return VideoWrapper
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
