@@ -150,6 +150,7 @@ class VideoWrapper(Wrapper):
         self._cam = None
         self._rows: dict = {}
         self._base_reset: Optional[Callable] = None
+        self._own_reset: Optional[Callable] = None
         self._in_step = False
         self._stepped_resets: List[Any] = []  # envs reset inside the current step
         self._terminal: Optional[torch.Tensor] = None  # frames of the state before those resets
@@ -189,7 +190,9 @@ class VideoWrapper(Wrapper):
         self._cam, self._rows = cam, rows
         self._recorded = self._recorded.to(getattr(base, "device", "cpu"))
         if self._base_reset is None:
-            self._base_reset = base.reset  # the bound method (or a hook put there before us)
+            # the bound method, or a hook someone set on the instance before us (put back later)
+            self._own_reset = vars(base).get("reset")
+            self._base_reset = base.reset
             base.reset = self._reset_hook
 
     def step(self, actions: torch.Tensor):
@@ -223,8 +226,11 @@ class VideoWrapper(Wrapper):
             self.engine.close()
         finally:
             base = self.unwrapped
-            if self._base_reset is not None and base.__dict__.get("reset") == self._reset_hook:
-                del base.reset  # the class's own reset again
+            if self._base_reset is not None and vars(base).get("reset") == self._reset_hook:
+                if self._own_reset is None:
+                    del base.reset  # the class's own reset again
+                else:
+                    base.reset = self._own_reset
             self._base_reset = None
             super().close()
 

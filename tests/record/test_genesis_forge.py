@@ -71,6 +71,7 @@ def run(wrapper, steps: int) -> None:
     for _ in range(steps):
         wrapper.step(wrapper.unwrapped.act())
     wrapper.close()
+    assert "reset" not in vars(wrapper.unwrapped)  # rlrec's hook is gone, the class's reset back
 
 
 def rlrec_wrapper(env, out, **kw):
