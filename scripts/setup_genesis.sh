@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what env=genesis needs: headless OpenGL libraries (EGL, with OSMesa as a fallback) from
-# Debian, and rlrec's `genesis` extra (genesis-world) under the CPU torch constraint.
+# Debian, and rlrec's `genesis` and `genesis-forge` extras (genesis-world; Genesis Forge 0.5.3, which
+# the tests of rlrec.record.VideoWrapper compare with) under the CPU torch constraint.
 # Idempotent and fast once installed: each step is skipped when its result is already there.
 #
 # First use compiles Genesis's kernels (about 100 s on 2 CPU cores); the compiled kernels are cached
@@ -27,6 +28,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-if ! "$PY" -c "import importlib.metadata as m; m.version('genesis-world')" 2>/dev/null; then
-  "$PY" -m pip install -q -c scripts/constraints.txt -e ".[genesis]"
+# find_spec, not import: importing genesis_forge costs seconds (genesis, skrl, rsl_rl)
+if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('genesis', 'genesis_forge', 'rsl_rl')))" 2>/dev/null; then
+  "$PY" -m pip install -q -c scripts/constraints.txt -e ".[genesis,genesis-forge]"
 fi

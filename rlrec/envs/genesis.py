@@ -132,6 +132,36 @@ def init_genesis(sim_name: str):
     return gs
 
 
+# --------------------------------------------------------------------------- cameras
+
+
+def camera_rows(scene, camera, num_envs: int) -> Dict[int, Optional[int]]:
+    """env index -> row of ``camera.render()``'s output for the envs it draws (None: the camera
+    returns a single image, of the env it is bound to)."""
+    vis = scene.options.vis
+    if vis.split_envs:
+        rendered = (
+            list(range(num_envs)) if vis.rendered_envs_idx is None else list(vis.rendered_envs_idx)
+        )
+        return {int(e): row for row, e in enumerate(rendered)}
+    return {int(camera.env_idx or 0): None}
+
+
+def render_camera(camera, rows: Dict[int, Optional[int]], envs, device) -> torch.Tensor:
+    """The camera's image of the current state of ``envs`` (all in ``rows``, see
+    :func:`camera_rows`), an owned ``uint8 [len(envs), H, W, 3]`` tensor on ``device``."""
+    # force_render: after a reset or pose write without a step, Genesis would return its old
+    # image
+    rgb = camera.render(rgb=True, force_render=True)[0]
+    rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
+    rgb = rgb.as_subclass(torch.Tensor)
+    if rgb.ndim == 3:  # a single image of the camera's env
+        frames = rgb[None].expand(len(envs), *rgb.shape)
+    else:
+        frames = rgb[[rows[e] for e in envs]]
+    return frames[..., :3].to(device=device, dtype=torch.uint8, copy=True).contiguous()
+
+
 # --------------------------------------------------------------------------- building the task
 
 
@@ -217,16 +247,7 @@ class GenesisAdapter(EnvAdapter):
         self._rows = self._render_rows() if camera is not None else {}
 
     def _render_rows(self) -> Dict[int, Optional[int]]:
-        """env index -> row of the camera's output (None: the camera returns a single image)."""
-        vis = self.task.scene.options.vis
-        if vis.split_envs:
-            rendered = (
-                list(range(self.num_envs))
-                if vis.rendered_envs_idx is None
-                else list(vis.rendered_envs_idx)
-            )
-            return {int(e): row for row, e in enumerate(rendered)}
-        return {int(self.camera.env_idx or 0): None}
+        return camera_rows(self.task.scene, self.camera, self.num_envs)
 
     # ------------------------------------------------------------------ episodes
     def _out(self, x: torch.Tensor, dtype=None) -> torch.Tensor:
@@ -274,16 +295,7 @@ class GenesisAdapter(EnvAdapter):
                 "recorded envs (recorder.env_idx, eval_env.recorder.env_idx); for rlrec's own "
                 "tasks set env.kwargs.rendered_envs_idx (null: every env)"
             )
-        # force_render: after a reset or pose write without a step, Genesis would return its old
-        # image
-        rgb = self.camera.render(rgb=True, force_render=True)[0]
-        rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
-        rgb = rgb.as_subclass(torch.Tensor)
-        if rgb.ndim == 3:  # a single image of the camera's env
-            frames = rgb[None].expand(len(envs), *rgb.shape)
-        else:
-            frames = rgb[[self._rows[e] for e in envs]]
-        return frames[..., :3].to(device=self.device, dtype=torch.uint8, copy=True).contiguous()
+        return render_camera(self.camera, self._rows, envs, self.device)
 
     def close(self) -> None:
         if self._closed:

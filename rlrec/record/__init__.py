@@ -11,7 +11,9 @@
 - :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip;
 - :mod:`~rlrec.record.sidecar`: ``NAME.json`` beside each ``NAME.mp4``, what the clip shows;
 - :mod:`~rlrec.record.gymnasium_vector`: :class:`RecordVectorVideo`, a drop-in for Gymnasium's
-  vector ``RecordVideo``, and its sub-env hook :class:`RenderHook` (imported on first use).
+  vector ``RecordVideo``, and its sub-env hook :class:`RenderHook` (imported on first use);
+- :mod:`~rlrec.record.genesis_forge`: :class:`VideoWrapper`, a drop-in for Genesis Forge's
+  ``VideoWrapper`` (imported on first use: it imports genesis_forge and genesis).
 
 Importing it loads torch and numpy (and rlrec.config and rlrec.envs.base, the only rlrec modules
 it depends on); imageio-ffmpeg and Pillow are imported on first use.
@@ -49,6 +51,7 @@ __all__ = [
     "SIDECAR_VERSION",
     "STALL_TIMEOUT_S",
     "Schedule",
+    "VideoWrapper",
     "capped_cubic",
     "check_dt",
     "clip_length",
@@ -65,7 +68,11 @@ __all__ = [
     "write_sidecar",
 ]
 
-_LAZY = {"RecordVectorVideo": "gymnasium_vector", "RenderHook": "gymnasium_vector"}
+_LAZY = {
+    "RecordVectorVideo": "gymnasium_vector",
+    "RenderHook": "gymnasium_vector",
+    "VideoWrapper": "genesis_forge",
+}
 
 
 def __getattr__(name: str):

@@ -91,6 +91,8 @@ class _Clip:
         self.truncated = torch.zeros(k, dtype=torch.bool, device=device)
         self.success: Optional[torch.Tensor] = None  # None: the env reports no success
         self.episodes: List[int] = []
+        # provisional (keep_last_episode): dropped when its episode ends, kept only by close()
+        self.provisional = False
 
 
 class ClipEngine:
@@ -105,6 +107,11 @@ class ClipEngine:
     replace ``cfg.trigger``; ``name_prefix``: Gymnasium-style file names,
     ``{name_prefix}-episode-{episode}.mp4`` (``-step-{step}`` with a step trigger). Bad settings
     raise ConfigError here, before any work; then the video directory is created.
+
+    ``keep_last_episode`` (with ``record_final_episode``), for callers that cannot announce the end
+    with :meth:`expect_end`: every episode that no trigger selects is recorded provisionally (a
+    render per frame and its encoding), dropped when the episode ends, and kept only if
+    :meth:`close` finds it in progress; a provisional clip never holds back a trigger.
 
     ``tag``: any value the caller sets (e.g. the training step of the evaluation being recorded);
     each clip keeps the tag current at its first frame, and its :class:`ClipInfo` carries it.
@@ -126,6 +133,7 @@ class ClipEngine:
         episode_trigger: Optional[Callable[[int], bool]] = None,
         step_trigger: Optional[Callable[[int], bool]] = None,
         name_prefix: Optional[str] = None,
+        keep_last_episode: bool = False,
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
         if episode_trigger is not None and step_trigger is not None:
@@ -154,6 +162,9 @@ class ClipEngine:
         self.tag: Any = None
         self.max_episode_steps = max_episode_steps
         self.name_prefix = name_prefix
+        # record_final_episode for a caller that cannot announce the end (no expect_end): every
+        # episode no trigger selects gets a provisional clip, so close() has one to keep
+        self.keep_last_episode = bool(keep_last_episode) and bool(cfg.record_final_episode)
         self.schedule = Schedule(
             cfg.trigger,
             cfg.every,
@@ -245,6 +256,7 @@ class ClipEngine:
             return
         first = self._first
         clip = self._clip
+        idle = clip is None or clip.provisional  # a provisional clip does not hold triggers back
         if clip is not None:
             if stepped:
                 terminated = _tensor(terminated, self.device)
@@ -265,19 +277,29 @@ class ClipEngine:
                 clip.live = live & ~(term | trunc)
                 # the only device read-back per step, and only while recording
                 done = bool(term[0] | trunc[0])
-                if done or clip.steps % self.steps_per_frame == 0:
+                full = self.length is not None and clip.frames >= self.length
+                if not full and (done or clip.steps % self.steps_per_frame == 0):
                     # the terminal frame is always taken: it is rendered here, before anything
                     # resets the env and replaces it
                     self._capture(reward, info)
-                if done or (self.length is not None and clip.frames >= self.length):
-                    self._end_clip(keep=True)
-        elif stepped and self.schedule.on_step(
-            self.steps,
-            lambda: (
-                bool(_tensor(terminated, self.device)[first])
-                or bool(_tensor(truncated, self.device)[first])
-            ),
+                    full = self.length is not None and clip.frames >= self.length
+                # a full provisional clip stays open, taking no more frames, until its episode
+                # ends (dropped) or close() keeps it
+                if done or (full and not clip.provisional):
+                    self._end_clip(keep=not clip.provisional)
+        if (
+            idle
+            and stepped
+            and self.schedule.on_step(
+                self.steps,
+                lambda: (
+                    bool(_tensor(terminated, self.device)[first])
+                    or bool(_tensor(truncated, self.device)[first])
+                ),
+            )
         ):
+            if self._clip is not None:
+                self._end_clip(keep=False)  # a provisional clip gives way to the triggered one
             self._start_clip()  # a step trigger, idle: the done flag is read when it falls
         if self._encoder.pending:
             self.poll()
@@ -293,8 +315,10 @@ class ClipEngine:
         With ``record_final_episode``, every episode of the recorded env that begins within the
         last ``max_episode_steps`` steps (every episode from now on if the env has no limit) is
         recorded, so the episode in progress at ``close()`` has a clip, which ``close()`` saves.
-        Call it before the final episode begins (e.g. once, before the training loop)."""
+        Call it before the final episode begins (e.g. once, before the training loop). It turns
+        ``keep_last_episode`` off: the schedule now knows which episodes to record."""
         self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
+        self.keep_last_episode = False
 
     def end_clip(self) -> None:
         """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
@@ -387,12 +411,14 @@ class ClipEngine:
 
     # ------------------------------------------------------------------ internals
     def _new_episode(self, full_reset: bool) -> None:
-        if self._clip is not None:
-            self._end_clip(keep=True)  # an episode boundary always ends the clip
+        if self._clip is not None:  # an episode boundary always ends the clip
+            self._end_clip(keep=not self._clip.provisional)
         self.episode += 1
         self._episode_steps = 0
         if self.schedule.on_reset(self.episode, self.steps, full_reset):
             self._start_clip()
+        elif self.keep_last_episode:
+            self._start_clip(provisional=True)
 
     def _file_name(self) -> str:
         if self.filename is not None:
@@ -403,9 +429,10 @@ class ClipEngine:
             return f"{self.name_prefix}-episode-{self.episode}.mp4"
         return f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
 
-    def _start_clip(self) -> None:
-        self.clips_started += 1
+    def _start_clip(self, provisional: bool = False) -> None:
+        self.clips_started += not provisional
         clip = self._clip = _Clip(len(self.env_idx), self.device, self.steps, self._seed)
+        clip.provisional = provisional
         clip.episodes = self._episodes[self.env_idx].tolist()
         job = ClipJob(
             path=os.path.join(self.video_dir, self._file_name()),
@@ -422,7 +449,7 @@ class ClipEngine:
         )
         self._encoder.open(job)
         self._capture(None, None)
-        if self.length is not None and clip.frames >= self.length:
+        if self.length is not None and clip.frames >= self.length and not provisional:
             self._end_clip(keep=True)  # a one-frame clip
 
     def _capture(self, reward: Optional[torch.Tensor], info: Optional[dict]) -> None:

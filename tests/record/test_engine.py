@@ -190,3 +190,71 @@ def test_render_returning_the_wrong_thing_is_a_clear_error(tmp_path):
     with pytest.raises(TypeError, match=r"render\(\[0\]\) returned torch.uint8 \(1, 8, 8\)"):
         engine.on_reset(None)
     engine.close()
+
+
+def _drive(engine, env, steps):
+    """Same-step autoreset, as AutoReset (or a Genesis Forge env) does it."""
+    env.reset(seed=0)
+    engine.on_reset(None, seed=0)
+    for _ in range(steps):
+        out = env.step(torch.zeros(env.num_envs, 2))
+        engine.on_step(*out[1:])
+        done = out[2] | out[3]
+        if done.any():
+            env.reset(env_idx=done.nonzero().flatten())
+            engine.on_reset(done.nonzero().flatten())
+
+
+def test_keep_last_episode_saves_the_untriggered_episode_in_progress_at_close(tmp_path):
+    env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(
+        tmp_path, env, episode_trigger=lambda ep: ep == 0, keep_last_episode=True
+    )
+    _drive(engine, env, 11)  # episodes 0, 1 (untriggered, dropped), 2 (in progress: 3 steps)
+    engine.close()
+    assert [c.episode for c in clips] == [0, 2]
+    assert np.array_equal(decode(clips[0].path)[0], np.stack(env.episodes[0]))
+    assert np.array_equal(decode(clips[1].path)[0], np.stack(env.episodes[2]))
+    # the dropped provisional clip left nothing behind
+    assert sorted(listing(tmp_path)) == sorted(
+        [os.path.basename(c.path) for c in clips] + [os.path.basename(c.sidecar) for c in clips]
+    )
+    assert engine.clips_started == 1  # provisional clips are not counted as started
+
+
+def test_keep_last_episode_with_a_length_keeps_the_first_frames_of_the_last_episode(tmp_path):
+    env = Spy(PointReach(1, max_episode_steps=6, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(
+        tmp_path, env, episode_trigger=lambda ep: False, length_frames=2, keep_last_episode=True
+    )
+    _drive(engine, env, 10)  # episode 1 in progress (4 steps)
+    engine.close()
+    assert [(c.episode, c.num_frames) for c in clips] == [(1, 2)]
+    assert np.array_equal(decode(clips[0].path)[0], np.stack(env.episodes[1][:2]))
+
+
+def test_a_provisional_clip_never_holds_back_a_step_trigger(tmp_path):
+    env = Spy(PointReach(1, max_episode_steps=5, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(
+        tmp_path, env, step_trigger=lambda s: s == 2, keep_last_episode=True, name_prefix="v"
+    )
+    _drive(engine, env, 5)  # the step trigger at step 2, mid-episode 0, which ends at step 5
+    engine.close()
+    # episode 0 from step 2 to its terminal frame; episode 1 in progress at close (its reset frame)
+    assert [os.path.basename(c.path) for c in clips] == ["v-step-2.mp4", "v-step-5.mp4"]
+    assert np.array_equal(decode(clips[0].path)[0], np.stack(env.episodes[0][2:6]))
+    assert np.array_equal(decode(clips[1].path)[0], np.stack(env.episodes[1]))
+
+
+def test_expect_end_turns_keep_last_episode_off(tmp_path):
+    env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(
+        tmp_path, env, episode_trigger=lambda ep: ep == 0, keep_last_episode=True
+    )
+    engine.expect_end(11)
+    _drive(engine, env, 11)
+    engine.close()
+    assert not engine.keep_last_episode
+    # the schedule's arming: only episode 2 (begun within the last 4 steps) besides episode 0
+    assert [c.episode for c in clips] == [0, 2]
+    assert env.render_calls == 5 + 4  # episode 1 was never rendered

@@ -1,0 +1,316 @@
+"""A drop-in for Genesis Forge's ``genesis_forge.wrappers.VideoWrapper``, recording with rlrec's
+:class:`~rlrec.record.engine.ClipEngine`.
+
+``VideoWrapper(env, ...)`` takes the arguments of both Genesis Forge revisions (0.5.3, and the
+older one with ``record_final_episode``) and is used the same way: ``env = VideoWrapper(env, ...);
+env.build(); env.reset(); ... env.step(actions) ...; env.close()``. It is a Genesis Forge
+``Wrapper``, so the framework's RL wrappers (RslRlWrapper, SkrlEnvWapper) wrap it as before.
+
+A ``GenesisEnv`` resets its finished envs *inside* ``step`` (``ManagedEnvironment.step`` calls
+``self.reset(done_envs)`` before it returns), so a wrapper that only looks at what ``step``
+returns never sees a terminal state, and sees a fresh reset state only as "some later step".
+This wrapper therefore replaces the base env's ``reset`` (on the instance, at ``build()``; put
+back at ``close()``) with a hook: a reset during ``step`` that names a recorded env renders their
+terminal state first, while a clip is open (the one render the engine then takes for that step);
+the engine is told of the step and then of the resets once ``step`` returns, and renders the fresh
+state as the next clip's first frame. A reset outside ``step`` (``env.reset()``) is told right
+away. Every render is forced (``force_render=True``): Genesis redraws only after
+``scene.step()`` otherwise, and would hand back the pre-reset image after a reset.
+
+Triggers, clip lengths, fps, file names, encoding and sidecars are the engine's
+(docs/recorder.md). Differences from Genesis Forge: the episode trigger is asked once per episode,
+at its reset (never again after a short clip); a clip never spans two episodes; the file's fps is
+``1 / (steps_per_frame * dt)`` with ``steps_per_frame = max(1, round(1 / (fps * dt)))``;
+``record_final_episode`` (default True) keeps a clip of the episode in progress on ``close()``
+(see :meth:`VideoWrapper.expect_end` for its cost); files are named
+``train-ep{episode:06d}-step{step:09d}.mp4`` (or ``filename``), never overwriting one another.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import torch
+from genesis_forge.wrappers.wrapper import Wrapper
+
+from rlrec.config import ConfigError, RecorderConfig
+from rlrec.envs.genesis import camera_rows, render_camera
+from rlrec.record.encoder import ClipInfo
+from rlrec.record.engine import ClipEngine
+
+__all__ = ["VideoWrapper"]
+
+KEY = "VideoWrapper"
+# RecorderConfig fields a caller may set beyond Genesis Forge's own arguments
+OPTIONS = (
+    "length_frames",
+    "overlay",
+    "quality",
+    "preset",
+    "lossless",
+    "queue_size",
+    "stall_timeout_sec",
+    "on_error",
+)
+
+
+def _seconds(value: Any, name: str) -> Optional[float]:
+    """A positive, finite number of seconds (or frames per second), or None."""
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{KEY}: {name}={value!r} is invalid: must be a positive number or None")
+    return float(value)
+
+
+def _env_idx(env_idx: Any) -> List[int]:
+    items = list(env_idx) if isinstance(env_idx, (list, tuple)) else [env_idx]
+    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise ConfigError(
+            f"{KEY}: env_idx={env_idx!r} is invalid: an env index (int) or a list of them"
+        )
+    return items
+
+
+class VideoWrapper(Wrapper):
+    """Records clips of ``env_idx`` from the camera at ``env.unwrapped.<camera_attr>``.
+
+    Genesis Forge's arguments: ``camera_attr``; ``video_length_sec`` (seconds of sim time; None:
+    whole episodes); ``episode_trigger`` / ``step_trigger`` (callables, at most one; neither: the
+    capped cubic schedule 0, 1, 8, 27, ..., 1000, 2000, ...); ``out_dir``; ``fps``; ``env_idx``
+    (an int, or a list tiled into a grid); ``filename`` (one file replaced atomically by each
+    clip); ``record_final_episode``; ``logging`` (print each saved clip's path). ``options``:
+    other :class:`~rlrec.config.RecorderConfig` keys (``lossless``, ``quality``, ``preset``,
+    ``overlay``, ``length_frames``, ``queue_size``, ``stall_timeout_sec``, ``on_error``).
+    ``on_clip``: called with each finished clip's :class:`~rlrec.record.encoder.ClipInfo`.
+    Bad arguments raise :class:`~rlrec.config.ConfigError` here, before anything is built.
+    """
+
+    def __init__(
+        self,
+        env,
+        camera_attr: str = "camera",
+        video_length_sec: Optional[float] = 8,
+        episode_trigger: Optional[Callable[[int], bool]] = None,
+        step_trigger: Optional[Callable[[int], bool]] = None,
+        out_dir: str = "./videos",
+        fps: float = 60,
+        env_idx: Union[int, Sequence[int]] = 0,
+        filename: Optional[str] = None,
+        record_final_episode: bool = True,
+        logging: bool = True,
+        *,
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        **options: Any,
+    ):
+        super().__init__(env)
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"{KEY}: unknown argument(s) {', '.join(unknown)}: allowed are Genesis Forge's "
+                f"(camera_attr, video_length_sec, episode_trigger, step_trigger, out_dir, fps, "
+                f"env_idx, filename, record_final_episode, logging), on_clip and "
+                f"{', '.join(OPTIONS)}"
+            )
+        if not isinstance(camera_attr, str) or not camera_attr:
+            raise ConfigError(f"{KEY}: camera_attr={camera_attr!r} must be an attribute name")
+        if options.get("length_frames") is not None:
+            video_length_sec = None  # length_frames replaces the default 8 s
+        cfg = RecorderConfig(
+            length_sec=_seconds(video_length_sec, "video_length_sec"),
+            fps=_seconds(fps, "fps"),
+            env_idx=_env_idx(env_idx),
+            filename=filename,
+            record_final_episode=bool(record_final_episode),
+            **options,
+        )
+        self._camera_attr = camera_attr
+        self._logging = bool(logging)
+        self._user_on_clip = on_clip
+        self.clips: List[ClipInfo] = []
+        base = self.unwrapped
+        horizon = getattr(base, "max_episode_length_steps", None)
+        self.engine = ClipEngine(
+            cfg,
+            num_envs=int(self.num_envs),
+            dt=float(self.dt),
+            device=torch.device(getattr(base, "device", "cpu")),
+            render=self._render,
+            video_dir=out_dir,
+            kind="train",
+            key=KEY,
+            on_clip=self._on_clip,
+            max_episode_steps=None if horizon is None else int(horizon),
+            episode_trigger=episode_trigger,
+            step_trigger=step_trigger,
+            keep_last_episode=bool(record_final_episode),
+        )
+        self._cam = None
+        self._rows: dict = {}
+        self._base_reset: Optional[Callable] = None
+        self._own_reset: Optional[Callable] = None
+        self._in_step = False
+        self._stepped_resets: List[Any] = []  # envs reset inside the current step
+        self._terminal: Optional[torch.Tensor] = None  # frames of the state before those resets
+        self._recorded = torch.tensor(self.engine.env_idx, dtype=torch.long)
+
+    # ------------------------------------------------------------------ Genesis Forge API
+    @property
+    def video_length_steps(self) -> Optional[int]:
+        """Env steps per clip (None: whole episodes)."""
+        n = self.engine.length
+        return None if n is None else n * self.engine.steps_per_frame
+
+    def build(self) -> None:
+        """Builds the env, finds the camera and hooks the base env's ``reset``."""
+        super().build()
+        base = self.unwrapped
+        cam = getattr(base, self._camera_attr, None)
+        from genesis.vis.camera import Camera
+
+        if not isinstance(cam, Camera):
+            cams = sorted(n for n, v in vars(base).items() if isinstance(v, Camera))
+            raise ConfigError(
+                f"{KEY}: camera_attr={self._camera_attr!r} is invalid: "
+                f"{type(base).__name__}.{self._camera_attr} is "
+                f"{'missing' if cam is None else type(cam).__name__}, not a Genesis camera; "
+                f"its cameras: {', '.join(cams) or 'none'}"
+            )
+        rows = camera_rows(base.scene, cam, int(self.num_envs))
+        missing = [e for e in self.engine.env_idx if e not in rows]
+        if missing:
+            raise ConfigError(
+                f"{KEY}: env_idx={self.engine.env_idx} is invalid: camera "
+                f"{self._camera_attr!r} draws envs {sorted(rows)} only (env {missing} not). Build "
+                "the scene with gs.options.VisOptions(split_envs=True) and rendered_envs_idx "
+                "covering the recorded envs"
+            )
+        self._cam, self._rows = cam, rows
+        self._recorded = self._recorded.to(getattr(base, "device", "cpu"))
+        if self._base_reset is None:
+            # the bound method, or a hook someone set on the instance before us (put back later)
+            self._own_reset = vars(base).get("reset")
+            self._base_reset = base.reset
+            base.reset = self._reset_hook
+
+    def step(self, actions: torch.Tensor):
+        self._in_step = True
+        try:
+            obs, rewards, terminated, truncated, extras = self.env.step(actions)
+        finally:
+            self._in_step = False
+        resets, self._stepped_resets = self._stepped_resets, []
+        try:
+            term, trunc = terminated, truncated
+            n = int(self.num_envs)
+            if resets or term is None or trunc is None:
+                term, trunc = self._done_flags(term, trunc, resets)
+            self.engine.on_step(
+                rewards if rewards is not None else torch.zeros(n),
+                term,
+                trunc,
+                info=extras if isinstance(extras, dict) else None,
+            )
+        finally:
+            self._terminal = None
+        for envs in resets:
+            self.engine.on_reset(envs)  # renders the fresh state if a clip starts
+        return obs, rewards, terminated, truncated, extras
+
+    def close(self):
+        """Saves the clip in progress (``record_final_episode``), waits for the encoder (bounded),
+        puts the base env's ``reset`` back and closes the env."""
+        try:
+            self.engine.close()
+        finally:
+            base = self.unwrapped
+            if self._base_reset is not None and vars(base).get("reset") == self._reset_hook:
+                if self._own_reset is None:
+                    del base.reset  # the class's own reset again
+                else:
+                    base.reset = self._own_reset
+            self._base_reset = None
+            super().close()
+
+    def finish_recording(self) -> None:
+        """Ends and saves the clip in progress now."""
+        self.engine.end_clip()
+
+    # ------------------------------------------------------------------ rlrec extras
+    def record_next_episode(self) -> None:
+        """Records the next episode of ``env_idx[0]`` whatever the trigger says."""
+        self.engine.record_next_episode()
+
+    def expect_end(self, steps_left: int) -> None:
+        """The run will step ``steps_left`` more times, then close.
+
+        Without it, ``record_final_episode`` cannot know which episode is the last, so every
+        episode that no trigger selects is recorded provisionally (a render every
+        ``steps_per_frame`` steps, and encoding) and dropped when it ends; ``close()`` keeps the
+        one in progress. After ``expect_end`` only the episodes that may still run at the end are
+        recorded, and an untriggered episode costs nothing."""
+        self.engine.expect_end(steps_left)
+
+    def flush(self) -> None:
+        """Waits (bounded) until every ended clip is on disk and reported."""
+        self.engine.flush()
+
+    @property
+    def errors(self) -> List[str]:
+        return self.engine.errors
+
+    # ------------------------------------------------------------------ internals
+    def _on_clip(self, info: ClipInfo) -> None:
+        self.clips.append(info)
+        if self._logging:
+            print(f"Saving recording to {info.path}")
+        if self._user_on_clip is not None:
+            self._user_on_clip(info)
+
+    def _render(self, env_idx: List[int]) -> torch.Tensor:
+        if self._terminal is not None:  # this step's terminal state, rendered before its reset
+            return self._terminal
+        if self._cam is None:
+            raise ConfigError(f"{KEY}: call build() before reset() or step()")
+        return render_camera(self._cam, self._rows, env_idx, self.engine.device)
+
+    def _reset_hook(self, env_ids=None, *args, **kwargs):
+        if not self._in_step:
+            out = self._base_reset(env_ids, *args, **kwargs)
+            self.engine.on_reset(env_ids)  # None: a full reset
+            return out
+        envs = (
+            torch.arange(int(self.num_envs))
+            if env_ids is None
+            else torch.as_tensor(env_ids).reshape(-1)
+        )
+        if self._terminal is None and self.engine.recording and self._cam is not None:
+            # a device read only while a clip is open
+            if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):
+                self._terminal = render_camera(
+                    self._cam, self._rows, self.engine.env_idx, self.engine.device
+                )
+        self._stepped_resets.append(envs)
+        return self._base_reset(env_ids, *args, **kwargs)
+
+    def _done_flags(self, terminated, truncated, resets):
+        """The step's flags, with every env reset inside the step marked done (truncated where
+        the env did not say terminated): the engine must end the clip where the env reset."""
+        n = int(self.num_envs)
+        dev = self.engine.device
+        term = (
+            torch.zeros(n, dtype=torch.bool, device=dev)
+            if terminated is None
+            else torch.as_tensor(terminated).to(dev).bool()
+        )
+        trunc = (
+            torch.zeros(n, dtype=torch.bool, device=dev)
+            if truncated is None
+            else torch.as_tensor(truncated).to(dev).bool()
+        )
+        reset = torch.zeros(n, dtype=torch.bool, device=dev)
+        for envs in resets:
+            reset[envs.to(dev).long()] = True
+        return term, trunc | (reset & ~term)
