@@ -12,12 +12,13 @@ happens, not only through later observations). The runs include partial resets (
 reset of env 1 staggers the episodes, so AutoReset then resets envs one at a time), a full seeded
 reset mid-run, and renders right after resets (every clip's first frame).
 
-Sizes are small (2 or 3 envs, 32x32 frames; 64x64 for Genesis's camera). The built-in env runs
-1,000 steps. The other backends render far slower than they step on a CPU, so they run fewer
-steps, still with a two-env render at every one of them and several episodes and partial resets:
-CartPole 200 (pygame draws 600x400 and the adapter scales it down: about 20 ms per env), Genesis
-100 (about 35 ms per 64x64 render of each env on llvmpipe), ManiSkill 60 (about 75 ms per 32x32
-render of each env on lavapipe), each measured on a 2-core machine.
+Sizes are small (2 or 3 envs, 32x32 frames; 64x64 for Genesis's camera). Every backend runs 1,000
+steps. The built-in env renders both envs at every step; the others render far slower than they
+step on a CPU (measured on a 2-core machine: CartPole about 20 ms per env, pygame draws 600x400
+and the adapter scales it down; Genesis about 35 ms per 64x64 render on llvmpipe; ManiSkill about
+75 ms per 32x32 render on lavapipe), so their recorder takes a frame every few steps (a lower
+``fps``), besides every reset frame and every terminal frame: renders still fall between steps
+all through the run, after resets and before autoresets.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def run(
     video_dir,
     sim_state: Optional[Callable] = None,
     steps: int = STEPS,
+    fps: Optional[float] = None,
+    steps_per_frame: int = 1,
 ) -> Dict[str, object]:
     """Steps a fresh stack ``steps`` times; returns every step's outputs (on the CPU), the sim
     state after each step where ``sim_state(adapter)`` reads one, and the recorder's clips."""
@@ -73,12 +76,15 @@ def run(
     rec_cfg = None
     if record:
         rec_cfg = RecorderConfig(
-            trigger=Trigger.always, env_idx=[0, 1], record_final_episode=True, queue_size=8
-        )
+            trigger=Trigger.always, env_idx=[0, 1], record_final_episode=True, queue_size=8,
+            fps=fps,
+        )  # fmt: skip
     stack = make_env_stack(
         env_cfg, SimConfig(), num_envs, SEED, rec_cfg, str(video_dir), on_clip=clips.append
     )
     adapter = stack.unwrapped
+    if record:
+        assert stack.env.steps_per_frame == steps_per_frame
     gen = torch.Generator().manual_seed(SEED)
     out: Dict[str, list] = {"obs": [], "reward": [], "terminated": [], "truncated": []}
     out.update(final_obs=[], final=[], state=[])
@@ -105,6 +111,7 @@ def run(
     finally:
         stack.close()
     out["clips"] = clips
+    out["dt"] = adapter.dt
     return out
 
 
@@ -127,12 +134,16 @@ def assert_same_trajectory(on: dict, off: dict) -> None:
             assert same(x, y), f"{key} differs at step {t} with the recorder on:\n{x}\nvs off:\n{y}"
 
 
-def check(env_cfg, num_envs: int, tmp_path, sim_state=None, steps: int = STEPS) -> dict:
-    on = run(env_cfg, num_envs, True, tmp_path / "on", sim_state, steps)
+def check(
+    env_cfg, num_envs: int, tmp_path, sim_state=None, steps: int = STEPS, steps_per_frame: int = 1
+) -> dict:
     off = run(env_cfg, num_envs, False, tmp_path / "off", sim_state, steps)
-    # the recorder really rendered: a clip of every episode of env 0 (a frame per step each)
+    fps = None if steps_per_frame == 1 else 1.0 / (steps_per_frame * off["dt"])
+    on = run(env_cfg, num_envs, True, tmp_path / "on", sim_state, steps, fps, steps_per_frame)
+    # the recorder really rendered: a clip of every episode of env 0, a frame every
+    # steps_per_frame steps (and its reset and terminal frames)
     frames = sum(c.num_frames for c in on["clips"])
-    assert frames >= steps, f"the recorder rendered only {frames} frames in {steps} steps"
+    assert frames >= steps // steps_per_frame, f"only {frames} frames in {steps} steps"
     assert len(on["clips"]) >= 3
     # episodes ended at different steps in different envs: AutoReset reset envs one at a time
     partial = sum(bool(f.any() and not f.all()) for f in on["final"])
@@ -164,7 +175,7 @@ def test_gymnasium_cartpole(tmp_path):
         id="CartPole-v1", max_episode_steps=60, render_width=32, render_height=32,
         resize_frames=True,
     )  # fmt: skip
-    check(cfg, 2, tmp_path, sim_state=_gym_state, steps=200)
+    check(cfg, 2, tmp_path, sim_state=_gym_state, steps_per_frame=4)
 
 
 # --------------------------------------------------------------------------- ManiSkill (CPU sim)
@@ -181,9 +192,9 @@ def _maniskill_state(env) -> torch.Tensor:
 def test_maniskill_cpu_pushcube(tmp_path):
     pytest.importorskip("mani_skill", reason="needs the maniskill extra")
     cfg = ManiSkillEnvConfig(
-        id="PushCube-v1", max_episode_steps=12, render_width=32, render_height=32
+        id="PushCube-v1", max_episode_steps=50, render_width=32, render_height=32
     )
-    check(cfg, 2, tmp_path, sim_state=_maniskill_state, steps=60)
+    check(cfg, 2, tmp_path, sim_state=_maniskill_state, steps_per_frame=10)
 
 
 # --------------------------------------------------------------------------- Genesis (CPU)
@@ -202,5 +213,5 @@ def test_genesis_cpu_franka_reach(tmp_path):
     pytest.importorskip("genesis", reason="needs the genesis extra")
     from tests.envs.genesis_util import genesis_cfg
 
-    cfg = genesis_cfg(2, 20)
-    check(cfg, 2, tmp_path, sim_state=_genesis_state, steps=100)
+    cfg = genesis_cfg(2, 50)
+    check(cfg, 2, tmp_path, sim_state=_genesis_state, steps_per_frame=10)
