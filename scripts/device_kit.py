@@ -489,9 +489,9 @@ def plan_calls(n_bundles: int, kit_rel: str = "build/device_kit") -> List[dict]:
     calls.append(
         {
             "carry": [f"{kit_rel}/bundle-{n_bundles}"],
-            "timeout_s": 420,
+            "timeout_s": 540,
             "command": f"python3 scripts/device_kit.py install {n_bundles} && {run} {check} "
-            "--parts smoke regression contract throughput recorder --budget 330",
+            "--parts smoke regression contract maniskill_own_loop throughput recorder --budget 420",
         }
     )
     calls.append(

@@ -208,6 +208,7 @@ def test_the_printed_calls_fit_the_device_tool():
         "smoke",
         "regression",
         "contract",
+        "maniskill_own_loop",
         "throughput",
         "recorder",
         "pushcube",

@@ -5,7 +5,9 @@
 - :mod:`~rlrec.record.timing`: which steps become frames, and the file's fps;
 - :mod:`~rlrec.record.frames`: a frame's layout (grid, even size) and its overlay;
 - :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
-- :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip.
+- :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip;
+- :mod:`~rlrec.record.maniskill`: :class:`RecordClips`, the recorder placed where ManiSkill's
+  ``RecordEpisode`` goes (imported on first use of the name: it imports mani_skill).
 
 Importing it loads torch and numpy (and rlrec.config and rlrec.envs.base, the only rlrec modules
 it depends on); imageio-ffmpeg and Pillow are imported on first use.
@@ -33,6 +35,7 @@ __all__ = [
     "FFmpegProcess",
     "FINISH_TIMEOUT_S",
     "FrameMeta",
+    "RecordClips",
     "Recorder",
     "RecorderError",
     "STALL_TIMEOUT_S",
@@ -49,3 +52,12 @@ __all__ = [
     "steps_per_frame",
     "tile",
 ]
+
+
+def __getattr__(name: str):
+    # framework wrappers are imported on first use, so `import rlrec.record` never loads them
+    if name == "RecordClips":
+        from rlrec.record.maniskill import RecordClips
+
+        return RecordClips
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
