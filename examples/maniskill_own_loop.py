@@ -127,8 +127,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     envs = make_envs(args, args.num_envs, record=False)
     eval_envs = make_envs(args, args.num_eval_envs, record=True)
-    obs, _ = envs.reset(seed=args.seed)
-    eval_envs.reset(seed=args.eval_seed)
+    obs, _ = envs.reset(seed=args.seed)  # the eval envs are reset by each evaluation
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     act_dim = int(np.prod(envs.single_action_space.shape))
     policy = TinyPolicy(obs_dim, act_dim, args.seed, device)

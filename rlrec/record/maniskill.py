@@ -204,7 +204,7 @@ class RecordClips(gym.Wrapper):
 
         cfg = None
         if save_video:
-            fields: Dict[str, Any] = dict(trigger=Trigger.always, **recorder)
+            fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
             if isinstance(fields["trigger"], str):
                 try:
                     fields["trigger"] = Trigger(fields["trigger"])
