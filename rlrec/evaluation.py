@@ -28,6 +28,7 @@ class Evaluator:
         self.env = env
         self.cfg = cfg
         self.recorder = recorder_of(env)
+        self.recorded = False  # whether the last evaluation started a clip
 
     @torch.inference_mode()
     def run(
@@ -39,8 +40,10 @@ class Evaluator:
         cfg, env = self.cfg, self.env
         n = env.num_envs
         target = cfg.episodes or n
+        started = 0
         if self.recorder is not None:
             self.recorder.tag = tag
+            started = self.recorder.clips_started
         obs, _ = env.reset(seed=cfg.seed)
         first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
         success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
@@ -70,6 +73,7 @@ class Evaluator:
         if self.recorder is not None:
             # the clip is encoded while training goes on and reported through on_clip once on disk
             self.recorder.end_clip()
+            self.recorded = self.recorder.clips_started > started
         if count == 0:
             return {}
         out = {
@@ -80,6 +84,11 @@ class Evaluator:
         if has_success:
             out["eval/success"] = float(torch.cat(successes).mean())
         return out
+
+    def flush(self) -> None:
+        """Waits (bounded) until the eval clips are on disk, and reports them."""
+        if self.recorder is not None:
+            self.recorder.flush()
 
     def poll(self) -> None:
         """Reports eval clips that finished encoding since the evaluation (the env is not stepped

@@ -12,7 +12,7 @@ import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -97,6 +97,9 @@ class RunLogger:
         # W&B first: a missing extra fails here, before any file of the run is written
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        # lines waiting for their clips, by (clip kind, step): see log()
+        self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}
+        self._last_clip: Dict[str, Tuple[int, str]] = {}  # kind -> (step, path) of its last clip
         if cfg.name in ("tensorboard", "wandb"):
             from torch.utils.tensorboard import SummaryWriter
 
@@ -129,10 +132,22 @@ class RunLogger:
             self._progress.start()
 
     # ------------------------------------------------------------------ metrics
-    def log(self, step: int, metrics: Dict[str, Any]) -> None:
-        """One line of metrics.jsonl, plus TensorBoard/W&B scalars for the numeric values."""
+    def log(self, step: int, metrics: Dict[str, Any], clip: Optional[str] = None) -> None:
+        """One line of metrics.jsonl, plus TensorBoard/W&B scalars for the numeric values.
+
+        ``clip``: the kind of a clip recorded for this line (``"eval"``): the line names it, as
+        ``"{clip}/clip"`` (its path in the run dir), so it is written to metrics.jsonl once that
+        clip is on disk (:meth:`log_clip`); the scalars go to TensorBoard/W&B now. A line whose
+        clip never comes (an encoder failure) is written naming none by :meth:`write_awaiting`,
+        which the runner calls before a checkpoint, and :meth:`close`."""
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
-        self._metrics.write(json.dumps(line) + "\n")
+        if clip is None:
+            self._metrics.write(json.dumps(line) + "\n")
+        elif self._last_clip.get(clip, (None,))[0] == int(step):  # the clip came first
+            line[f"{clip}/clip"] = self._last_clip[clip][1]
+            self._metrics.write(json.dumps(line) + "\n")
+        else:
+            self._awaiting[(clip, int(step))] = line
         numeric = {
             k: float(v)
             for k, v in metrics.items()
@@ -162,6 +177,11 @@ class RunLogger:
         ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
         there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
         rel = os.path.relpath(path, self.run_dir)
+        self._last_clip[kind] = (int(step), rel)
+        line = self._awaiting.pop((kind, int(step)), None)
+        if line is not None:
+            line[f"{kind}/clip"] = rel
+            self._metrics.write(json.dumps(line) + "\n")
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
             if self._previews is None:
@@ -185,7 +205,21 @@ class RunLogger:
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
 
+    @property
+    def awaiting(self) -> bool:
+        """Whether lines wait for their clips."""
+        return bool(self._awaiting)
+
+    def write_awaiting(self) -> None:
+        """Writes the lines still waiting for their clips, naming none (``null``)."""
+        for (kind, _), line in sorted(self._awaiting.items(), key=lambda kv: kv[0][1]):
+            line[f"{kind}/clip"] = None
+            self._metrics.write(json.dumps(line) + "\n")
+        self._awaiting.clear()
+
     def close(self) -> None:
+        if self._metrics is not None and not self._metrics.closed:
+            self.write_awaiting()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

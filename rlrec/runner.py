@@ -170,6 +170,12 @@ class Runner:
     ) -> Path:
         """Writes ``state`` (default: the state as of now) to last.pt (and iter_NNNNNN.pt)."""
         state = self.state(next_obs) if state is None else state
+        if self.logger is not None and self.logger.awaiting:
+            # no checkpoint before the eval lines of the steps it covers (a resumed run would
+            # not redo those evaluations): their clips are waited for (bounded), then written
+            if self.evaluator is not None:
+                self.evaluator.flush()
+            self.logger.write_awaiting()
         directory = self.run_dir / "checkpoints"
         # a full disk: CheckpointWriteError names the file and the resume command
         ckpt.save(directory / "last.pt", state, run_dir=self.run_dir)
@@ -222,7 +228,9 @@ class Runner:
         if metrics:
             metrics["time/eval"] = time.perf_counter() - t0
             self.last_eval = metrics
-            self.logger.log(self.global_step, metrics)
+            # the eval line names its clip: it goes to metrics.jsonl once the clip is on disk
+            clip = "eval" if self.evaluator.recorded else None
+            self.logger.log(self.global_step, metrics, clip=clip)
         return True
 
     # ------------------------------------------------------------------ training

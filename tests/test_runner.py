@@ -1,5 +1,6 @@
 """The runner end to end on the built-in env: outputs, resume, evaluation, bad checkpoints."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -145,13 +146,19 @@ def test_train_py_subprocess_output_layout(tmp_path):
         paths = [m[f"video/{kind}"] for m in lines if f"video/{kind}" in m]
         assert paths, kind
         assert all((run_dir / p).is_file() and p.startswith(f"videos/{kind}/") for p in paths)
+        # each clip and its sidecar, nothing else
         assert sorted(p.name for p in (run_dir / "videos" / kind).iterdir()) == sorted(
-            Path(p).name for p in paths
+            Path(p).with_suffix(ext).name for p in paths for ext in (".json", ".mp4")
         )
-    # eval clips are encoded while training goes on, and logged at their evaluation's step
-    eval_steps = [m["step"] for m in lines if "eval/return" in m]
-    clip_steps = [m["step"] for m in lines if "video/eval" in m]
-    assert len(eval_steps) == 4 and clip_steps == eval_steps
+    # eval clips are encoded while training goes on, and logged at their evaluation's step;
+    # each eval line names its clip, and that clip's sidecar is of that evaluation
+    evals = [m for m in lines if "eval/return" in m]
+    clip_lines = {m["step"]: m["video/eval"] for m in lines if "video/eval" in m}
+    assert len(evals) == 4 and sorted(clip_lines) == [m["step"] for m in evals]
+    for m in evals:
+        assert m["eval/clip"] == clip_lines[m["step"]]
+        side = json.loads((run_dir / m["eval/clip"]).with_suffix(".json").read_text())
+        assert side["tag"] == m["step"] and side["kind"] == "eval" and side["seed"] == 1_000_000
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})

@@ -1,11 +1,15 @@
 """rlrec's video recorder (docs/recorder.md).
 
-- :mod:`~rlrec.record.recorder`: :class:`Recorder`, the env layer between AutoReset and the adapter;
+- :mod:`~rlrec.record.engine`: :class:`ClipEngine`, every clip of one recorder, driven by two
+  events (``on_reset``, ``on_step``) from whatever wraps the env;
+- :mod:`~rlrec.record.recorder`: :class:`Recorder`, the engine as an env layer between AutoReset and
+  the adapter in rlrec's own stack;
 - :mod:`~rlrec.record.schedule`: :class:`Schedule`, every decision of when a clip starts;
 - :mod:`~rlrec.record.timing`: which steps become frames, and the file's fps;
 - :mod:`~rlrec.record.frames`: a frame's layout (grid, even size) and its overlay;
 - :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
 - :mod:`~rlrec.record.ffmpeg`: :class:`FFmpegProcess`, one ffmpeg process per clip;
+- :mod:`~rlrec.record.sidecar`: ``NAME.json`` beside each ``NAME.mp4``, what the clip shows;
 - :mod:`~rlrec.record.maniskill`: :class:`RecordClips`, the recorder placed where ManiSkill's
   ``RecordEpisode`` goes (imported on first use of the name: it imports mani_skill).
 
@@ -14,6 +18,7 @@ it depends on); imageio-ffmpeg and Pillow are imported on first use.
 """
 
 from rlrec.record.encoder import BATCH, ClipInfo, ClipJob, Encoder
+from rlrec.record.engine import ClipEngine, RecorderError, ensure_video_dir
 from rlrec.record.ffmpeg import (
     FINISH_TIMEOUT_S,
     STALL_TIMEOUT_S,
@@ -22,12 +27,14 @@ from rlrec.record.ffmpeg import (
     quality_to_crf,
 )
 from rlrec.record.frames import FrameMeta, draw_overlay, grid_shape, pad_even, tile
-from rlrec.record.recorder import Recorder, RecorderError, ensure_video_dir
+from rlrec.record.recorder import Recorder
 from rlrec.record.schedule import Schedule, capped_cubic
+from rlrec.record.sidecar import SIDECAR_VERSION, sha256_file, sidecar_path, write_sidecar
 from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 __all__ = [
     "BATCH",
+    "ClipEngine",
     "ClipInfo",
     "ClipJob",
     "Encoder",
@@ -38,6 +45,7 @@ __all__ = [
     "RecordClips",
     "Recorder",
     "RecorderError",
+    "SIDECAR_VERSION",
     "STALL_TIMEOUT_S",
     "Schedule",
     "capped_cubic",
@@ -49,8 +57,11 @@ __all__ = [
     "pad_even",
     "quality_to_crf",
     "real_fps",
+    "sha256_file",
+    "sidecar_path",
     "steps_per_frame",
     "tile",
+    "write_sidecar",
 ]
 
 

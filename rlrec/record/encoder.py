@@ -29,8 +29,9 @@ from typing import Any, Callable, Deque, List, Optional, Set
 
 import numpy as np
 
-from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess
+from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess, quality_to_crf
 from rlrec.record.frames import pad_even, tile
+from rlrec.record.sidecar import sha256_file, write_sidecar
 
 __all__ = ["BATCH", "ClipInfo", "ClipJob", "Encoder"]
 
@@ -46,8 +47,10 @@ class ClipInfo:
     num_frames: int
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
+    sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
     # a fixed-name clip not yet moved to ``path`` (its temporary file): Encoder.place moves it
     _pending: Optional[str] = field(default=None, repr=False, compare=False)
+    _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -176,6 +179,7 @@ class Encoder:
         self._proc: Optional[FFmpegProcess] = None
         self._tmp: Optional[str] = None
         self._frames = 0
+        self._size = (0, 0)  # width, height of the current clip's file
         self._failed = False
         self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
 
@@ -263,9 +267,11 @@ class Encoder:
         buffer.copy_(frames)
         self._put(("frame", buffer, meta), wake=False)
 
-    def end(self, keep: bool) -> None:
-        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded."""
-        self._put(("end", keep), wake=True)
+    def end(self, keep: bool, summary: Optional[dict] = None) -> None:
+        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
+        ``summary``: what the clip shows (plain data), written into its sidecar with the file's
+        own figures; None: no sidecar."""
+        self._put(("end", keep, summary), wake=True)
         with self._cv:  # between clips, keep only the buffers a clip's start needs
             if len(self._free) > 2 * self._batch:
                 self._buffers -= len(self._free) - 2 * self._batch
@@ -339,6 +345,12 @@ class Encoder:
         except OSError as err:
             _remove(tmp)
             return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"
+        data, result._sidecar_data = result._sidecar_data, None
+        if data is not None:  # after the mp4 is complete under its name
+            try:
+                result.sidecar = write_sidecar(result.path, data)
+            except OSError as err:
+                return f"writing the sidecar of clip {result.path!r} failed: {err}"
         return result
 
     def requeue(self, results: List[Any]) -> None:
@@ -419,6 +431,7 @@ class Encoder:
             if self._proc is None:  # the size is known with the first frame
                 self._tmp = _temporary_name(job.path)
                 h, w = image.shape[:2]
+                self._size = (w, h)
                 self._proc = FFmpegProcess(
                     self._tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
                     stall_timeout=self.stall_timeout,
@@ -442,7 +455,7 @@ class Encoder:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
         self._job, self._job_serial, self._frames, self._failed = job, serial, 0, False
 
-    def _on_end(self, keep: bool) -> None:
+    def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
         if not keep or self._skipping():
             self._discard()
             return
@@ -456,12 +469,15 @@ class Encoder:
             # kill ffmpeg meanwhile: self._proc stays set until it is done)
             if serial in self._aborted:
                 raise EncoderError("given up on by the training thread")
+            data = None if summary is None else self._sidecar(job, tmp, frames, summary)
             if job.fixed_name:  # moved to its name when handed to the training thread
                 info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
-                info._pending = tmp
+                info._pending, info._sidecar_data = tmp, data
             else:
                 path = _claim(tmp, job.path)  # type: ignore[arg-type]
                 info = ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
+                if data is not None:  # the mp4 is complete under its name: now its sidecar
+                    info.sidecar = write_sidecar(path, data)
         except Exception as err:
             _remove(tmp)
             with self._cv:
@@ -471,6 +487,25 @@ class Encoder:
             self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
         with self._cv:
             self._results.append(info)
+
+    def _sidecar(self, job: ClipJob, tmp: Optional[str], frames: int, summary: dict) -> dict:
+        """The sidecar of the finished file ``tmp``: the clip's summary and the file's figures."""
+        w, h = self._size
+        if job.lossless:
+            encoder = {"codec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
+        else:
+            encoder = {"codec": "libx264", "crf": quality_to_crf(job.quality), "pix_fmt": "yuv420p"}
+        encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
+        return {
+            "sha256": sha256_file(tmp),  # type: ignore[arg-type]
+            "frames": frames,
+            "fps": job.fps,
+            "width": w,
+            "height": h,
+            "encoder": encoder,
+            "tag": job.tag,
+            **summary,
+        }
 
     def _discard(self) -> None:
         proc, tmp = self._proc, self._tmp

@@ -37,14 +37,31 @@ class Schedule:
     (every N episodes) and ``step`` (every N steps); ``record_final_episode``: whether
     :meth:`expect_end` arms the final episodes. The settings are checked by
     :func:`rlrec.config.validate_recorder`, not here.
+
+    ``episode_fn`` / ``step_fn``: a callable trigger (Gymnasium's ``episode_trigger`` /
+    ``step_trigger``), at most one, replacing ``trigger``: ``episode_fn(episode)`` is asked once at
+    each new episode, ``step_fn(steps)`` in place of ``steps % every == 0``.
     """
 
     STATE_VERSION = 1
 
     def __init__(
-        self, trigger: Any, every: Optional[int] = None, record_final_episode: bool = False
+        self,
+        trigger: Any,
+        every: Optional[int] = None,
+        record_final_episode: bool = False,
+        episode_fn: Optional[Callable[[int], bool]] = None,
+        step_fn: Optional[Callable[[int], bool]] = None,
     ):
+        if episode_fn is not None and step_fn is not None:
+            raise ValueError("Schedule: give at most one of episode_fn and step_fn")
+        self.episode_fn = episode_fn
+        self.step_fn = step_fn
         self.trigger = Trigger(trigger)
+        if episode_fn is not None:
+            self.trigger = Trigger.episode
+        elif step_fn is not None:
+            self.trigger = Trigger.step
         self.every = None if every is None else int(every)
         self.record_final_episode = bool(record_final_episode)
         # checkpointed
@@ -74,7 +91,7 @@ class Schedule:
             return False
         self._asked = episode
         if self.trigger is Trigger.step:
-            due = steps % self.every == 0 and steps != self._step_fired_at  # type: ignore[operator]
+            due = self._step_due(steps) and steps != self._step_fired_at
             fire = self._step_pending or due
         else:
             fire = self._episode_fires(episode, full_reset)
@@ -91,7 +108,7 @@ class Schedule:
         recorded env's episode; it is called only when the step trigger falls (a device read-back
         every ``every`` steps). On a terminal step the clip starts at the next reset instead: a
         clip of the terminal frame alone is useless."""
-        if self.trigger is not Trigger.step or steps % self.every != 0:  # type: ignore[operator]
+        if self.trigger is not Trigger.step or not self._step_due(steps):
             return False
         self._step_fired_at = steps
         if terminal():
@@ -99,7 +116,14 @@ class Schedule:
             return False
         return True
 
+    def _step_due(self, steps: int) -> bool:
+        if self.step_fn is not None:
+            return bool(self.step_fn(steps))
+        return steps % self.every == 0  # type: ignore[operator]
+
     def _episode_fires(self, episode: int, full_reset: bool) -> bool:
+        if self.episode_fn is not None:
+            return bool(self.episode_fn(episode))
         trigger = self.trigger
         if trigger is Trigger.cubic:
             return capped_cubic(episode)

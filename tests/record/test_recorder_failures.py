@@ -16,7 +16,7 @@ from tests.record.recutil import decode, listing, make_stack, random_actions, ze
 
 
 def recorder_errors(caplog):
-    records = [r for r in caplog.records if r.name == "rlrec.record.recorder"]
+    records = [r for r in caplog.records if r.name == "rlrec.record.engine"]
     return [r.getMessage() for r in records if r.levelname == "ERROR"]
 
 
@@ -139,7 +139,8 @@ def test_close_saves_or_drops_the_episode_in_progress_and_is_idempotent(tmp_path
     stack.close()
     rec.close()
     assert names_while_recording == []  # the clip in progress is only a hidden temporary file
-    assert [n for n in listing(tmp_path) if not n.endswith(".mp4")] == []
+    # each clip has its sidecar, nothing else is left
+    assert [n for n in listing(tmp_path) if not n.endswith((".mp4", ".json"))] == []
     if final:
         (clip,) = clips
         frames, _ = decode(clip.path)
@@ -173,7 +174,7 @@ def test_fixed_filename_is_replaced_atomically(tmp_path):
     for _ in range(9):
         stack.step(zeros(stack))
     stack.close()
-    assert listing(tmp_path) == ["latest.mp4"]
+    assert listing(tmp_path) == ["latest.json", "latest.mp4"]
     assert len(clips) == 4 and {c.path for c in clips} == {str(tmp_path / "latest.mp4")}
     frames, _ = decode(str(tmp_path / "latest.mp4"))
     assert np.array_equal(frames, np.stack(spy.episodes[-1]))  # the last clip
@@ -267,7 +268,8 @@ def test_odd_but_plain_dir_and_a_name_without_mp4(tmp_path, monkeypatch):
         stack.step(torch.zeros(1, 2))
     stack.close()
     assert [c.path for c in clips] == [str(tmp_path / "-vids" / "latest.mp4")]
-    assert listing(tmp_path / "-vids") == ["latest.mp4"] and len(decode(clips[0].path)[0]) == 4
+    assert listing(tmp_path / "-vids") == ["latest.json", "latest.mp4"]
+    assert len(decode(clips[0].path)[0]) == 4
 
 
 def test_video_dir_that_cannot_be_created(tmp_path):

@@ -22,7 +22,9 @@ def test_cubic_schedule_records_exactly_episodes_0_1_8_27(tmp_path):
     assert [c.episode for c in clips] == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000]
     assert all(c.num_frames == 2 for c in clips)  # reset frame + terminal frame
     assert listing(tmp_path) == sorted(
-        f"train-ep{e:06d}-step{e:09d}.mp4" for e in [c.episode for c in clips]
+        f"train-ep{e:06d}-step{e:09d}.{ext}"
+        for e in [c.episode for c in clips]
+        for ext in ("mp4", "json")  # each clip and its sidecar
     )
     # an idle recorder renders nothing: every render went into a clip
     assert spy.render_calls == sum(c.num_frames for c in clips)
@@ -109,7 +111,7 @@ def test_state_dict_resume_continues_the_schedule(tmp_path):
     stack3.step(zeros(stack3))
     stack3.close()
     assert clips3[0].path.endswith("train-ep000008-step000000008-1.mp4")
-    assert len(listing(tmp_path)) == 6
+    assert len(listing(tmp_path)) == 12  # 6 clips and their sidecars
 
 
 def test_load_state_dict_rejects_foreign_state(tmp_path):

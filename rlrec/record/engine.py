@@ -1,0 +1,516 @@
+"""The recorder engine: every clip of one recorder, driven by two events from what wraps the env.
+
+:class:`ClipEngine` knows no framework. It is told, by its wrapper, of
+
+- :meth:`ClipEngine.on_reset`, right after the env reset some (or all) of its envs: the start of a
+  new episode of the recorded env. It ends any clip still open (a full reset mid-episode ends the
+  clip there), counts the episode, asks the schedule, and if a clip starts renders the fresh reset
+  state as the clip's first frame;
+- :meth:`ClipEngine.on_step`, right after each step, before anything resets the envs that finished:
+  while a clip is open, a frame every ``steps_per_frame`` steps counted from the clip's start, and
+  always the terminal frame of the recorded env, which ends the clip.
+
+and it renders through one callable, ``render(env_idx) -> uint8 [k, H, W, 3]`` of the current
+state. rlrec's own :class:`~rlrec.record.recorder.Recorder` (below AutoReset in rlrec's env stack)
+and the drop-in wrappers for other frameworks' loops are thin callers of these two events.
+
+While no clip is open it renders nothing and reads nothing back from the device (the step trigger
+reads the recorded env's done flag once every ``every`` steps), so an armed idle engine costs a call
+and two counter increments per step.
+
+The layers it delegates to: every decision of when a clip starts is the
+:class:`~rlrec.record.schedule.Schedule`'s; which steps become frames and the file's fps come from
+:mod:`rlrec.record.timing`; frames go to an :class:`~rlrec.record.encoder.Encoder` thread, which
+writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through
+``on_clip`` from the caller's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.envs.base import as_env_index
+from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
+from rlrec.record.frames import FrameMeta, draw_overlay
+from rlrec.record.schedule import Schedule
+from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClipEngine", "RecorderError", "ensure_video_dir"]
+
+_STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
+
+Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
+
+
+class RecorderError(RuntimeError):
+    """An encoder failure, raised in the caller's thread when ``on_error=raise``."""
+
+
+def ensure_video_dir(path: Optional[str], key: str) -> str:
+    """Creates ``path`` and checks that files can be created in it; ConfigError naming ``key``."""
+    if not path:
+        raise ConfigError(f"{key} is not set: the recorder needs a directory for its videos")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".rlrec-probe-"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={path!r} cannot be used as the video directory: {err}") from err
+    return path
+
+
+def _tensor(value: Any, device: torch.device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.as_tensor(np.asarray(value), device=device)
+
+
+class _Clip:
+    """The clip being recorded: bookkeeping and the statistics its sidecar reports, per recorded
+    env, of the episode each env was in at the clip's first frame."""
+
+    def __init__(self, k: int, device: torch.device, first_step: int, seed: Any):
+        self.steps = 0  # env steps since the first frame
+        self.frames = 0
+        self.first_step = first_step
+        self.seed = seed
+        self.ret = torch.zeros(k, device=device)
+        self.length = torch.zeros(k, dtype=torch.long, device=device)
+        self.live = torch.ones(k, dtype=torch.bool, device=device)  # that episode still runs
+        self.terminated = torch.zeros(k, dtype=torch.bool, device=device)
+        self.truncated = torch.zeros(k, dtype=torch.bool, device=device)
+        self.success: Optional[torch.Tensor] = None  # None: the env reports no success
+        self.episodes: List[int] = []
+
+
+class ClipEngine:
+    """Records clips of ``cfg.env_idx`` of a batch of ``num_envs`` envs into ``video_dir``
+    (``cfg.dir`` overrides it). See the module docstring for the two events that drive it.
+
+    ``kind`` ("train", "eval", ...) goes into file names and :class:`ClipInfo`; ``key`` names the
+    settings in error messages; ``on_clip`` is called with each clip once it (and its sidecar) is
+    complete on disk, from the caller's thread (during a later event, ``poll``, ``flush`` or
+    ``close``). ``max_episode_steps``: the env's time limit, for ``record_final_episode``.
+    ``episode_trigger`` / ``step_trigger``: callables (Gymnasium's ``RecordVideo`` style) that
+    replace ``cfg.trigger``; ``name_prefix``: Gymnasium-style file names,
+    ``{name_prefix}-episode-{episode}.mp4`` (``-step-{step}`` with a step trigger). Bad settings
+    raise ConfigError here, before any work; then the video directory is created.
+
+    ``tag``: any value the caller sets (e.g. the training step of the evaluation being recorded);
+    each clip keeps the tag current at its first frame, and its :class:`ClipInfo` carries it.
+    """
+
+    def __init__(
+        self,
+        cfg: RecorderConfig,
+        *,
+        num_envs: int,
+        dt: float,
+        device: Any,
+        render: Render,
+        video_dir: Optional[str],
+        kind: str = "train",
+        key: Optional[str] = None,
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        max_episode_steps: Optional[int] = None,
+        episode_trigger: Optional[Callable[[int], bool]] = None,
+        step_trigger: Optional[Callable[[int], bool]] = None,
+        name_prefix: Optional[str] = None,
+    ):
+        self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
+        if episode_trigger is not None and step_trigger is not None:
+            raise ConfigError(
+                f"{self.key}: episode_trigger and step_trigger are both given: pass at most one"
+            )
+        for name, fn in (("episode_trigger", episode_trigger), ("step_trigger", step_trigger)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{self.key}: {name}={fn!r} is not callable")
+        if name_prefix is not None:
+            bad = not isinstance(name_prefix, str) or not name_prefix.strip()
+            if bad or "/" in name_prefix or name_prefix.startswith((".", "-")):
+                raise ConfigError(
+                    f"{self.key}: name_prefix={name_prefix!r} is invalid: a plain file-name "
+                    "prefix (no '/', not starting with '.' or '-')"
+                )
+        validate_recorder(cfg, self.key, num_envs)
+        check_dt(dt, self.key)
+        self.cfg = cfg
+        self.num_envs = int(num_envs)
+        self.dt = float(dt)
+        self.device = torch.device(device)
+        self._render = render
+        self.kind = kind
+        self.on_clip = on_clip
+        self.tag: Any = None
+        self.max_episode_steps = max_episode_steps
+        self.name_prefix = name_prefix
+        self.schedule = Schedule(
+            cfg.trigger,
+            cfg.every,
+            cfg.record_final_episode,
+            episode_fn=episode_trigger,
+            step_fn=step_trigger,
+        )
+        self._asks_steps = self.schedule.asks_steps
+        self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
+        self._first = self.env_idx[0]  # episodes are counted on the first recorded env
+        self._index = torch.tensor(self.env_idx, dtype=torch.long, device=self.device)
+        self.steps_per_frame = steps_per_frame(cfg.fps, self.dt)
+        self.fps = real_fps(self.steps_per_frame, self.dt)  # written into the file
+        self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
+        if cfg.dir:
+            video_dir = ensure_video_dir(cfg.dir, f"{self.key}.dir")
+        else:
+            video_dir = ensure_video_dir(video_dir, f"{self.key}.dir (or the run's video dir)")
+        # absolute: a relative dir means the working directory at start-up, whatever happens later
+        self.video_dir = os.path.abspath(video_dir)
+        # validate_recorder refused names that are not one plain file; .mp4 is added when missing
+        name = cfg.filename
+        self.filename = name if name is None or name.lower().endswith(".mp4") else name + ".mp4"
+        self._encoder = Encoder(
+            cfg.queue_size, name=f"rlrec-encoder-{kind}", stall_timeout=cfg.stall_timeout_sec
+        )
+        # counters (checkpointed)
+        self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
+        self.steps = 0  # steps seen
+        self.clips_saved = 0
+        # runtime state
+        self.clips_started = 0  # in this process (a caller compares it before and after)
+        self._episodes = torch.full((self.num_envs,), -1, dtype=torch.long, device=self.device)
+        self._seed: Any = None  # the seed of the reset that began the recorded env's episode
+        self._episode_steps = 0
+        self._clip: Optional[_Clip] = None
+        self.errors: List[str] = []
+        self.closed = False
+
+    # ------------------------------------------------------------------ events
+    def on_reset(self, env_idx: Any = None, seed: Any = None) -> None:
+        """The env just reset ``env_idx`` (None: a full reset of every env; a list of ints, an
+        int tensor or a bool mask ``[num_envs]``) with ``seed`` (kept for the sidecar)."""
+        if self.closed:
+            return
+        # A full reset is reset(env_idx=None), as the runner does to start an evaluation.
+        # AutoReset always names the envs it resets, even when all of them finished on the same
+        # step (or num_envs == 1), and such a reset must not count as a new evaluation.
+        full = env_idx is None
+        if full:
+            hit = True
+            self._episodes += 1
+        elif isinstance(env_idx, (list, tuple, range)) and not (
+            env_idx and isinstance(env_idx[0], (bool, np.bool_))
+        ):  # a list of indices: the hit test needs no tensor, no device round trip
+            hit = any(int(i) == self._first for i in env_idx)
+            if env_idx:
+                self._episodes[torch.as_tensor(list(env_idx), device=self.device)] += 1
+        else:
+            idx = as_env_index(_tensor(env_idx, self.device), self.num_envs, self.device)
+            self._episodes[idx] += 1
+            hit = bool((idx == self._first).any())  # on the sim's device: one read-back
+        if hit:
+            self._seed = seed
+            self._new_episode(full)
+        self.poll()
+
+    def on_step(
+        self,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        info: Optional[dict] = None,
+        stepped: bool = True,
+    ) -> None:
+        """The env just stepped (before anything resets the envs that finished). ``stepped``:
+        False when this call reset the recorded env instead of stepping it (an autoreset inside
+        the env's step, announced with :meth:`on_reset` first): counted, but not a frame."""
+        self.steps += 1
+        self._episode_steps += 1
+        if self._clip is None and not self._asks_steps:  # the armed idle path: two increments
+            if self._encoder.pending:
+                self.poll()
+            return
+        if self.closed:
+            return
+        first = self._first
+        clip = self._clip
+        if clip is not None:
+            if stepped:
+                terminated = _tensor(terminated, self.device)
+                truncated = _tensor(truncated, self.device)
+                reward = _tensor(reward, self.device)
+                clip.steps += 1
+                idx = self._index
+                term, trunc = terminated[idx].bool(), truncated[idx].bool()
+                live = clip.live
+                clip.ret += torch.where(live, reward[idx].float(), 0.0)
+                clip.length += live.long()
+                clip.terminated |= live & term
+                clip.truncated |= live & trunc & ~term
+                success = info.get("success") if info else None
+                if success is not None:
+                    s = _tensor(success, self.device)[idx].bool() & live
+                    clip.success = s if clip.success is None else clip.success | s
+                clip.live = live & ~(term | trunc)
+                # the only device read-back per step, and only while recording
+                done = bool(term[0] | trunc[0])
+                if done or clip.steps % self.steps_per_frame == 0:
+                    # the terminal frame is always taken: it is rendered here, before anything
+                    # resets the env and replaces it
+                    self._capture(reward, info)
+                if done or (self.length is not None and clip.frames >= self.length):
+                    self._end_clip(keep=True)
+        elif stepped and self.schedule.on_step(
+            self.steps,
+            lambda: (
+                bool(_tensor(terminated, self.device)[first])
+                or bool(_tensor(truncated, self.device)[first])
+            ),
+        ):
+            self._start_clip()  # a step trigger, idle: the done flag is read when it falls
+        if self._encoder.pending:
+            self.poll()
+
+    # ------------------------------------------------------------------ caller API
+    def record_next_episode(self) -> None:
+        """Records the next episode of the recorded env whatever the trigger says."""
+        self.schedule.record_next_episode()
+
+    def expect_end(self, steps_left: int) -> None:
+        """The caller will report ``steps_left`` more steps, then call :meth:`close`.
+
+        With ``record_final_episode``, every episode of the recorded env that begins within the
+        last ``max_episode_steps`` steps (every episode from now on if the env has no limit) is
+        recorded, so the episode in progress at ``close()`` has a clip, which ``close()`` saves.
+        Call it before the final episode begins (e.g. once, before the training loop)."""
+        self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
+
+    def end_clip(self) -> None:
+        """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
+        if self._clip is not None:
+            self._end_clip(keep=True)
+        self.poll()
+
+    def flush(self) -> None:
+        """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
+        self._encoder.flush()
+        self.poll()
+
+    def close(self) -> None:
+        """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
+        encoder (bounded), reports the last clips. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._clip is not None:
+            self._end_clip(keep=self.cfg.record_final_episode)
+        self._encoder.close()
+        self.poll()
+
+    @property
+    def pending(self) -> bool:
+        """Whether finished clips (or encoder errors) wait for :meth:`poll`."""
+        return self._encoder.pending
+
+    @property
+    def recording(self) -> bool:
+        return self._clip is not None
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Counters and schedule, for checkpoints."""
+        return {
+            "version": _STATE_VERSION,
+            "episode": self.episode,
+            "steps": self.steps,
+            "clips_saved": self.clips_saved,
+            "schedule": self.schedule.state_dict(),
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
+        open belongs to the schedule being replaced and is discarded."""
+        missing = {"episode", "steps", "clips_saved"} - set(state)
+        version = state.get("version", _STATE_VERSION)
+        if missing or version not in (1, _STATE_VERSION):
+            raise ValueError(
+                f"not a recorder state of version {_STATE_VERSION} (or 1): version {version!r}, "
+                f"missing keys {sorted(missing)}"
+            )
+        schedule = state.get("schedule")
+        # version 1 kept the schedule's keys at the top level; none: a fresh one
+        if schedule is None:
+            keys = ("step_pending", "step_fired_at")
+            schedule = {
+                "version": Schedule.STATE_VERSION,
+                **{k: state[k] for k in keys if k in state},
+            }
+        self.schedule.load_state_dict(schedule)
+        if self._clip is not None:
+            self._end_clip(keep=False)
+        self.episode = int(state["episode"])
+        self.steps = int(state["steps"])
+        self.clips_saved = int(state["clips_saved"])
+
+    def poll(self) -> None:
+        """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
+        on every event; call it to report clips of an env that is not being stepped.
+
+        A fixed-name clip is moved to its name right before its ``on_clip``, so the file there is
+        that clip while ``on_clip`` runs (a consumer that reads it later links or copies it)."""
+        results = self._encoder.results(place=False)
+        for i, result in enumerate(results):
+            try:
+                result = self._encoder.place(result)
+                if isinstance(result, ClipInfo):
+                    self.clips_saved += 1
+                    log.info(
+                        "saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames
+                    )
+                    if self.on_clip is not None:
+                        self.on_clip(result)
+                else:
+                    self._report(result)
+            except BaseException:  # on_error=raise, or on_clip failed: the rest wait for later
+                self._encoder.requeue(results[i + 1 :])
+                raise
+
+    # ------------------------------------------------------------------ internals
+    def _new_episode(self, full_reset: bool) -> None:
+        if self._clip is not None:
+            self._end_clip(keep=True)  # an episode boundary always ends the clip
+        self.episode += 1
+        self._episode_steps = 0
+        if self.schedule.on_reset(self.episode, self.steps, full_reset):
+            self._start_clip()
+
+    def _file_name(self) -> str:
+        if self.filename is not None:
+            return self.filename
+        if self.name_prefix is not None:
+            if self.schedule.trigger is Trigger.step or self.schedule.step_fn is not None:
+                return f"{self.name_prefix}-step-{self.steps}.mp4"
+            return f"{self.name_prefix}-episode-{self.episode}.mp4"
+        return f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
+
+    def _start_clip(self) -> None:
+        self.clips_started += 1
+        clip = self._clip = _Clip(len(self.env_idx), self.device, self.steps, self._seed)
+        clip.episodes = self._episodes[self._index].tolist()
+        job = ClipJob(
+            path=os.path.join(self.video_dir, self._file_name()),
+            fixed_name=self.filename is not None,
+            kind=self.kind,
+            episode=self.episode,
+            step=self.steps,
+            fps=self.fps,
+            quality=self.cfg.quality,
+            preset=self.cfg.preset,
+            lossless=self.cfg.lossless,
+            overlay=draw_overlay if self.cfg.overlay else None,
+            tag=self.tag,
+        )
+        self._encoder.open(job)
+        self._capture(None, None)
+        if self.length is not None and clip.frames >= self.length:
+            self._end_clip(keep=True)  # a one-frame clip
+
+    def _capture(self, reward: Optional[torch.Tensor], info: Optional[dict]) -> None:
+        clip = self._clip
+        assert clip is not None
+        frames = self._render(self.env_idx)
+        if isinstance(frames, np.ndarray):
+            frames = torch.from_numpy(frames)
+        k = len(self.env_idx)
+        if (
+            not isinstance(frames, torch.Tensor)
+            or frames.dtype != torch.uint8
+            or frames.dim() != 4
+            or frames.shape[0] != k
+            or frames.shape[-1] != 3
+        ):
+            what = (
+                f"{frames.dtype} {tuple(frames.shape)}"
+                if isinstance(frames, torch.Tensor)
+                else type(frames).__name__
+            )
+            raise TypeError(
+                f"{self.key}: render({self.env_idx}) returned {what}; the recorder needs "
+                f"uint8 [{k}, H, W, 3]"
+            )
+        meta = None
+        if self.cfg.overlay:
+            success = info.get("success") if info else None
+            meta = FrameMeta(
+                episode=self.episode,
+                episode_step=self._episode_steps,
+                reward=None if reward is None else reward[self._index].float().cpu(),
+                ret=None if reward is None else clip.ret.cpu(),
+                success=None
+                if success is None
+                else _tensor(success, self.device)[self._index].cpu(),
+            )
+        # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
+        # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
+        # for the encoder can never be changed by a later step or render, even from a render
+        # that broke the owned-copy contract.
+        self._encoder.frame(frames, meta)
+        clip.frames += 1
+
+    def _summary(self, clip: _Clip) -> Dict[str, Any]:
+        """What the clip's sidecar says of its episodes (plain data; one device read)."""
+        end = [
+            "terminated" if t else "truncated" if u else "cut"
+            for t, u in zip(clip.terminated.tolist(), clip.truncated.tolist())
+        ]
+        success = None if clip.success is None else clip.success.tolist()
+        envs = [
+            {
+                "env": env,
+                "episode": episode,
+                "return": ret,
+                "length": length,
+                "success": None if success is None else bool(success[i]),
+                "end": end[i],
+            }
+            for i, (env, episode, ret, length) in enumerate(
+                zip(self.env_idx, clip.episodes, clip.ret.tolist(), clip.length.tolist())
+            )
+        ]
+        seed = clip.seed
+        if isinstance(seed, (np.integer, torch.Tensor)):
+            seed = seed.tolist()
+        elif seed is not None and not isinstance(seed, (int, list)):
+            seed = repr(seed)
+        return {
+            "kind": self.kind,
+            "env_idx": list(self.env_idx),
+            "episodes": list(clip.episodes),
+            "seed": seed,
+            "first_step": clip.first_step,
+            "last_step": clip.first_step + clip.steps,
+            "envs": envs,
+        }
+
+    def _end_clip(self, keep: bool) -> None:
+        clip, self._clip = self._clip, None
+        summary = self._summary(clip) if keep and clip is not None else None
+        self._encoder.end(keep, summary)
+
+    def _report(self, message: str) -> None:
+        self.errors.append(message)
+        if self.cfg.on_error == "raise":
+            raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
+        if len(self.errors) == 1:  # once; later failures are only appended to .errors
+            text = (
+                f"{self.key}: {message}. Recording goes on without this clip; earlier clips are "
+                f"intact; later encoder errors are collected in .errors. Set "
+                f"{self.key}.on_error=raise to make this fatal."
+            )
+            log.error(text)

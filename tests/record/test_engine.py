@@ -1,0 +1,192 @@
+"""ClipEngine driven by its two events, and the sidecar beside every clip, on the built-in env."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from rlrec.config import ConfigError
+from rlrec.envs.builtin import PointReach
+from rlrec.record import ClipEngine, sidecar_path
+from tests.record.recutil import Spy, decode, listing, make_stack, random_actions, rec_cfg
+
+
+def _run(stack, steps, seed=0, gen_seed=0):
+    """Steps ``stack`` with seeded random actions; per step the rewards, dones and successes."""
+    gen = torch.Generator().manual_seed(gen_seed)
+    stack.reset(seed=seed)
+    log = []
+    for _ in range(steps):
+        _, reward, terminated, truncated, info = stack.step(random_actions(stack, gen))
+        log.append((reward.clone(), terminated.clone(), truncated.clone(), info["success"].clone()))
+    return log
+
+
+def _episodes_of(log, env):
+    """Per episode of ``env``: (return, length, end, success), from the step log."""
+    out, ret, length, success = [], 0.0, 0, False
+    for reward, term, trunc, succ in log:
+        ret += float(reward[env])
+        length += 1
+        success |= bool(succ[env])
+        if term[env] or trunc[env]:
+            out.append((ret, length, "terminated" if term[env] else "truncated", success))
+            ret, length, success = 0.0, 0, False
+    return out
+
+
+def test_every_clip_has_a_sidecar_saying_what_it_shows(tmp_path):
+    stack, rec, _, clips = make_stack(
+        tmp_path, num_envs=2, max_steps=12, trigger="always", env_idx=[0, 1], size=16
+    )
+    log = _run(stack, 40, seed=5)
+    stack.close()
+    eps0, eps1 = _episodes_of(log, 0), _episodes_of(log, 1)
+    assert len(clips) >= 3
+    assert sorted(listing(tmp_path)) == sorted(
+        [os.path.basename(c.path) for c in clips] + [os.path.basename(c.sidecar) for c in clips]
+    )
+    for n, clip in enumerate(clips):
+        assert clip.sidecar == sidecar_path(clip.path)
+        with open(clip.sidecar) as f:
+            side = json.load(f)
+        with open(clip.path, "rb") as f:
+            assert side["sha256"] == hashlib.sha256(f.read()).hexdigest()
+        frames, _ = decode(clip.path)
+        assert side["frames"] == clip.num_frames == len(frames)
+        assert (side["height"], side["width"]) == frames.shape[1:3] == (16, 32)  # a 1x2 grid
+        assert side["fps"] == pytest.approx(clip.fps)
+        assert side["encoder"]["codec"] == "libx264rgb" and side["encoder"]["lossless"]
+        assert side["env_idx"] == [0, 1] and side["kind"] == "train"
+        assert side["episodes"][0] == clip.episode == n  # trigger=always: one clip per episode
+        assert side["seed"] == (5 if n == 0 else None)  # later episodes began at autoresets
+        e0 = side["envs"][0]
+        if n == len(eps0):  # the episode in progress at close, saved by record_final_episode
+            assert n == len(clips) - 1 and e0["end"] == "cut"
+            assert side["last_step"] == 40 == side["first_step"] + e0["length"]
+            continue
+        # the clip follows env 0's episode from its reset to its terminal frame
+        ret, length, end, success = eps0[n]
+        assert (e0["env"], e0["length"], e0["end"], e0["success"]) == (0, length, end, success)
+        assert e0["return"] == pytest.approx(ret, abs=1e-4)
+        assert side["last_step"] - side["first_step"] == length == clip.num_frames - 1
+        # env 1's episode of the clip's start: ended inside the clip, or cut by its end
+        e1 = side["envs"][1]
+        assert e1["episode"] == side["episodes"][1]
+        if e1["end"] != "cut":
+            done_at = sum(e[1] for e in eps1[: e1["episode"] + 1])
+            assert side["first_step"] < done_at <= side["last_step"]
+
+
+def test_a_clip_cut_by_its_length_says_cut(tmp_path):
+    stack, rec, _, clips = make_stack(tmp_path, max_steps=30, trigger="always", length_frames=4)
+    _run(stack, 10)
+    stack.close()
+    with open(clips[0].sidecar) as f:
+        side = json.load(f)
+    assert side["frames"] == 4 and side["envs"][0]["end"] == "cut"
+    assert side["envs"][0]["length"] == 3 and side["last_step"] == 3
+
+
+def _engine(tmp_path, env, **kw):
+    clips: list = []
+    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in ("trigger", "every", "length_frames")}
+    engine = ClipEngine(
+        rec_cfg(**cfg_kw),
+        num_envs=env.num_envs,
+        dt=env.dt,
+        device=env.device,
+        render=env.render,
+        video_dir=str(tmp_path),
+        on_clip=clips.append,
+        max_episode_steps=env.max_episode_steps,
+        **kw,
+    )
+    return engine, clips
+
+
+def test_callable_episode_trigger_is_asked_once_per_episode_and_names_like_gymnasium(tmp_path):
+    env = PointReach(1, max_episode_steps=3, render_width=16, render_height=16, seed=0)
+    asked = []
+    engine, clips = _engine(
+        tmp_path,
+        env,
+        episode_trigger=lambda ep: asked.append(ep) or ep % 2 == 0,
+        name_prefix="rl-video",
+        length_frames=2,  # short clips end long before their episodes: no re-firing
+    )
+    env.reset(seed=0)
+    engine.on_reset(None, seed=0)
+    for _ in range(12):
+        out = env.step(torch.zeros(1, 2))
+        engine.on_step(*out[1:])
+        done = out[2] | out[3]
+        if done.any():
+            env.reset(env_idx=done.nonzero().flatten())
+            engine.on_reset(done.nonzero().flatten())
+    engine.close()
+    assert asked == [0, 1, 2, 3, 4]
+    assert [os.path.basename(c.path) for c in clips] == [
+        "rl-video-episode-0.mp4",
+        "rl-video-episode-2.mp4",
+        "rl-video-episode-4.mp4",
+    ]
+
+
+def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
+    """Driven the way an autoreset-on-the-next-step vector env is: the step after the terminal
+    one resets the env; it is counted but is not a frame (the reset frame is taken at on_reset)."""
+    env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(tmp_path, env, step_trigger=lambda s: s == 2, name_prefix="v")
+    env.reset(seed=0)
+    engine.on_reset(None, seed=0)
+    pending_reset = False
+    for _ in range(10):
+        if pending_reset:  # this "step" resets the env instead of stepping it
+            env.reset(env_idx=[0])
+            engine.on_reset([0])
+            engine.on_step(np.zeros(1), np.zeros(1, bool), np.zeros(1, bool), stepped=False)
+            pending_reset = False
+            continue
+        out = env.step(torch.zeros(1, 2))
+        engine.on_step(out[1].numpy(), out[2].numpy(), out[3].numpy(), {})
+        pending_reset = bool(out[2][0] | out[3][0])
+    engine.close()
+    # step 2 starts a clip mid-episode 0 (its frames: after steps 2, 3, 4 = terminal)
+    assert [os.path.basename(c.path) for c in clips] == ["v-step-2.mp4"]
+    frames, _ = decode(clips[0].path)
+    assert np.array_equal(frames, np.stack(env.episodes[0][2:]))
+    assert engine.steps == 10
+
+
+def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
+    env = PointReach(1, render_width=16, render_height=16)
+    with pytest.raises(ConfigError, match="episode_trigger and step_trigger"):
+        _engine(tmp_path, env, episode_trigger=bool, step_trigger=bool)
+    with pytest.raises(ConfigError, match="step_trigger=3 is not callable"):
+        _engine(tmp_path, env, step_trigger=3)
+    with pytest.raises(ConfigError, match="name_prefix='../x'"):
+        _engine(tmp_path, env, name_prefix="../x")
+    with pytest.raises(ConfigError, match=r"env_idx=\[3\]"):
+        ClipEngine(
+            rec_cfg(env_idx=[3]), num_envs=1, dt=0.1, device="cpu", render=env.render,
+            video_dir=str(tmp_path),
+        )  # fmt: skip
+    assert listing(tmp_path) == []  # nothing written before the arguments were checked
+
+
+def test_render_returning_the_wrong_thing_is_a_clear_error(tmp_path):
+    engine, _ = _engine(
+        tmp_path,
+        PointReach(1, render_width=16, render_height=16),
+        trigger="always",
+    )
+    engine._render = lambda idx: np.zeros((1, 8, 8), np.uint8)
+    with pytest.raises(TypeError, match=r"render\(\[0\]\) returned torch.uint8 \(1, 8, 8\)"):
+        engine.on_reset(None)
+    engine.close()
