@@ -61,8 +61,9 @@ def make(sim="cpu", num_envs=1, limit=LIMIT):
 
 
 class Probe(gym.Wrapper):
-    """Below RecordClips: renders every env after each reset and step, and can end an episode
-    of env 0 by termination at a given step (as a task's fail condition would)."""
+    """Below RecordClips: renders every env after each reset and step, and ends an episode of
+    env 0 by termination at the given steps (counted over the whole run), as a task's fail
+    condition would."""
 
     def __init__(self, env, terminate_at=()):
         super().__init__(env)
@@ -76,9 +77,6 @@ class Probe(gym.Wrapper):
 
     def reset(self, **kw):
         out = self.env.reset(**kw)
-        opts = kw.get("options") or {}
-        if "env_idx" not in opts or 0 in torch.as_tensor(opts["env_idx"]).tolist():
-            self.t = 0
         self._shot("reset")
         return out
 
@@ -99,6 +97,15 @@ def sidecar(clip_path):
 def actions(env, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.rand((env.num_envs, *env.single_action_space.shape), generator=g) * 2 - 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_env():
+    """One env alive for the whole module: SAPIEN's render device lives while any env does, and
+    bringing it up again on lavapipe costs about 30 s, each time the last env is freed."""
+    env = make()
+    yield env
+    env.close()
 
 
 # --------------------------------------------------------------------------- the example
@@ -175,6 +182,37 @@ def test_partial_resets_in_step_terminal_frames_sidecar_and_final_clip(tmp_path)
     assert [x["frames"] for x in s] == [4, LIMIT + 1, 3]
 
 
+def test_the_autoreset_after_an_evaluation_leaves_no_one_frame_clip(tmp_path):
+    """ManiSkillVectorEnv resets the finished env inside the last step of an evaluation, which
+    starts a clip (trigger always); the next evaluation's full reset ends it on that reset frame
+    alone, and it is dropped (as RecordEpisode drops one-frame videos). The next clip starts on
+    the full reset's frame."""
+    probe = Probe(make())
+    clips = []
+    rec = RecordClips(probe, tmp_path, save_trajectory=False, lossless=True, on_clip=clips.append)
+    env = ManiSkillVectorEnv(rec, 1, auto_reset=True, ignore_terminations=True)
+    env.reset(seed=21)
+    for i in range(LIMIT):  # truncates; the vector wrapper resets env 0 inside this last step
+        env.step(actions(env, i))
+    env.reset(seed=22)
+    for i in range(2):
+        env.step(actions(env, 100 + i))
+    env.close()
+    events = [e for e, _ in probe.frames]
+    assert events == ["reset"] + ["step"] * LIMIT + ["reset", "reset"] + ["step"] * 2
+    shots = [f[0] for _, f in probe.frames]
+    want = [shots[: 1 + LIMIT], shots[2 + LIMIT :]]  # shots[1 + LIMIT]: the autoreset's frame
+    assert len(clips) == 2
+    for clip, expect, seed in zip(clips, want, (21, 22)):
+        frames = decode(clip.path)[0]
+        assert len(frames) == len(expect)
+        assert all(np.array_equal(a, b) for a, b in zip(frames, expect))
+        assert sidecar(clip.path)["seed"] == seed
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        Path(p).name for c in clips for p in (c.path, c.sidecar)
+    )
+
+
 def test_ignore_terminations_records_to_truncation_and_a_mismatch_is_logged(tmp_path, caplog):
     probe = Probe(make(), terminate_at={2})
     clips = []
@@ -238,13 +276,6 @@ def test_import_rlrec_record_does_not_import_mani_skill():
     assert out.stdout.split() == ["RecordClips", "True"]
 
 
-@pytest.fixture(scope="module")
-def one_env():
-    env = make()
-    yield env
-    env.close()
-
-
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -277,7 +308,7 @@ def test_a_non_maniskill_env_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU sim needs CUDA")
-def test_gpu_batch_partial_resets_and_two_recorded_envs(tmp_path):
+def test_gpu_batch_partial_resets_of_another_env_and_of_the_recorded_env(tmp_path):
     """physx_cuda, 4 envs: a partial reset of env 2 alone (env 0's clip goes on), then of env 0
     by the vector wrapper inside step; every clip's frames are the probe's renders of env 0 (GPU:
     within a small tolerance)."""
