@@ -17,6 +17,10 @@ a part that cannot start with its minimum left is skipped, and says so):
   episode's last frame nor on the pre-reset state, and end on the true terminal state (frames kept
   by a spy below the recorder). The collection recorder must follow the cubic schedule.
 - ``contract``: the env-contract test suite (partial resets included) on the sim, through pytest.
+- ``maniskill_own_loop``: examples/maniskill_own_loop.py, a user's own loop with
+  ``ManiSkillVectorEnv(RecordClips(gym.make(...)))`` as its eval env: three evaluations, each
+  after a full seeded reset; frame 0 of every eval clip (lossless) must equal the render of a
+  second env reset with the seed in the clip's sidecar, and never the previous clip's last frame.
 - ``throughput``: steps/s of the raw batched ManiSkill env against rlrec's adapter on it
   (PickCube-v1, 4,096 envs); goal: the adapter at least 0.95x of raw.
 - ``recorder``: the recorder's idle cost per step (goal: under 1% of a step), and the training
@@ -68,27 +72,31 @@ PARTS = [
     "smoke",
     "regression",
     "contract",
+    "maniskill_own_loop",
     "throughput",
     "recorder",
     "pushcube",
     "compile",
     "pickcube",
 ]
-# seconds: what each part may take on the GPU, and the least it needs to start
+# seconds: what each part may take on the GPU, and the least it needs to start. They sum to
+# under the device kit's --budget (scripts/device_kit.py: 15 minutes of device time in all).
 BUDGET = {
-    "smoke": 60,
-    "regression": 120,
-    "contract": 150,
-    "throughput": 90,
-    "recorder": 120,
-    "pushcube": 150,
-    "compile": 180,
-    "pickcube": 200,
+    "smoke": 25,
+    "regression": 55,
+    "contract": 55,
+    "maniskill_own_loop": 60,
+    "throughput": 35,
+    "recorder": 35,
+    "pushcube": 80,
+    "compile": 80,
+    "pickcube": 100,
 }
 MIN_START = {
     "smoke": 10,
     "regression": 40,
     "contract": 45,
+    "maniskill_own_loop": 40,
     "throughput": 30,
     "recorder": 30,
     "pushcube": 60,
@@ -468,6 +476,136 @@ def contract(args, rep: Report, tmp: Path, budget: float) -> None:
     )
     if rc != 0:
         print(text[-4000:], flush=True)
+
+
+# --------------------------------------------------------------------------- maniskill_own_loop
+
+OWN_LOOP_STEPS = 10  # steps per eval episode of the example
+
+
+def own_loop_command(out_dir: Path, sim: str, eval_envs: int, train_envs: int, size: int):
+    """examples/maniskill_own_loop.py, small: three evaluations, lossless clips."""
+    return [
+        sys.executable,
+        str(REPO / "examples" / "maniskill_own_loop.py"),
+        "--sim",
+        sim,
+        "--num-envs",
+        str(train_envs),
+        "--num-eval-envs",
+        str(eval_envs),
+        "--evaluations",
+        "3",
+        "--steps",
+        "4",
+        "--episode-steps",
+        str(OWN_LOOP_STEPS),
+        "--render-size",
+        str(size),
+        "--output-dir",
+        str(out_dir),
+        "--lossless",
+    ]
+
+
+def own_loop_clips(eval_dir: Path) -> Dict[str, List[dict]]:
+    """Each clip's sidecar (plus ``path``), by directory (one recorder each), in step order."""
+    by_dir: Dict[str, List[dict]] = {}
+    for side in sorted(eval_dir.rglob("*.json")):
+        mp4 = side.with_suffix(".mp4")
+        if mp4.is_file():
+            meta = json.loads(side.read_text())
+            by_dir.setdefault(str(side.parent), []).append({**meta, "path": str(mp4)})
+    for clips in by_dir.values():
+        clips.sort(key=lambda m: m["first_step"])
+    return by_dir
+
+
+def own_loop_first_frames(eval_dir: Path, sim: str, size: int, batch: int) -> List[dict]:
+    """For every eval clip: frame 0 against a second env's render right after a reset with the
+    sidecar's seed (a batch of ``batch`` envs on the GPU sim: the eval env's own shape), and
+    against the previous clip's last frame of the same recorder."""
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401
+
+    from rlrec.envs.maniskill import render_rows
+
+    kw = dict(
+        num_envs=batch if sim == "gpu" else 1,
+        obs_mode="state",
+        control_mode="pd_joint_delta_pos",
+        render_mode="rgb_array",
+        sim_backend="physx_cuda" if sim == "gpu" else "physx_cpu",
+        human_render_camera_configs=dict(width=size, height=size),
+        max_episode_steps=OWN_LOOP_STEPS,
+    )
+    if sim == "cpu":
+        kw["render_backend"] = "cpu"
+    ref = gym.make("PushCube-v1", **kw)
+    rows = []
+    try:
+        for clips in own_loop_clips(eval_dir).values():
+            previous_last = None
+            for meta in clips:
+                frames = decode(meta["path"])
+                first = int(meta["env_idx"][0])
+                ref.reset(seed=meta["seed"])
+                reference = render_rows(ref.unwrapped, [first])[0].numpy()
+                rows.append(
+                    {
+                        "path": meta["path"],
+                        "seed": meta["seed"],
+                        "frames": len(frames),
+                        "to_reset": diff(frames[0], reference),
+                        "to_previous_last": None
+                        if previous_last is None
+                        else diff(frames[0], previous_last),
+                    }
+                )
+                previous_last = frames[-1]
+    finally:
+        ref.close()
+    return rows
+
+
+def maniskill_own_loop(args, rep: Report, tmp: Path, budget: float) -> None:
+    if args.sim == "gpu" and not torch.cuda.is_available():
+        rep.info("maniskill_own_loop", "skipped: no CUDA")
+        return
+    tol = 0.0 if args.sim == "cpu" else args.gpu_tol
+    n_eval = 2 if args.quick else 8
+    cmd = own_loop_command(tmp / "out", args.sim, n_eval, 1 if args.quick else 64, args.size)
+    t = time.perf_counter()
+    try:
+        # the rest of the budget: the reference env and the frame comparisons
+        limit = budget - 15
+        out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=limit)
+        rc, text = out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired:
+        rc, text = 124, f"timed out after {limit:.0f}s"
+    rep.figure("example_s", time.perf_counter() - t)
+    if not rep.check(rc == 0, "examples/maniskill_own_loop.py runs", f"exit status {rc}"):
+        print(text[-4000:], flush=True)
+        return
+    rows = own_loop_first_frames(tmp / "out" / "eval", args.sim, args.size, n_eval)
+    recorders = 1 if args.sim == "gpu" else n_eval
+    rep.figure("first_frame_diff", [r["to_reset"] for r in rows])
+    rep.check(
+        len(rows) == 3 * recorders and all(r["frames"] == OWN_LOOP_STEPS + 1 for r in rows),
+        "one whole-episode clip per evaluation and recorded env",
+        f"{len(rows)} clips of {[r['frames'] for r in rows]} frames",
+    )
+    rep.check(
+        bool(rows) and all(r["seed"] is not None and r["to_reset"] <= tol for r in rows),
+        "frame 0 of every eval clip is the render of a fresh env reset with its seed",
+        f"mean abs diff {[round(r['to_reset'], 3) for r in rows]} (tol {tol})",
+    )
+    prev = [r["to_previous_last"] for r in rows if r["to_previous_last"] is not None]
+    rep.check(
+        len(prev) == 2 * recorders and all(d > max(tol, 1.0) for d in prev),
+        "no eval clip starts on the previous clip's last frame",
+        f"diff to the previous last frame {[round(d, 2) for d in prev]}",
+    )
 
 
 # --------------------------------------------------------------------------- throughput
@@ -919,12 +1057,13 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.grid = 16  # the eval clip of the recorder part: a 4x4 grid
     if args.budget is None:
-        args.budget = 1500.0 if args.quick else 580.0
+        args.budget = 1500.0 if args.quick else 540.0
     if args.quick:
         args.eval_envs, args.train_envs, args.size = 2, 2, 64
         args.throughput_envs, args.recorder_train_envs, args.grid = 2, 4, 4
+        quick = {"contract": 120, "maniskill_own_loop": 150, "compile": 300}
         for part in BUDGET:
-            BUDGET[part] = {"contract": 120, "compile": 300}.get(part, 90)
+            BUDGET[part] = quick.get(part, 90)
     return args
 
 
@@ -964,13 +1103,20 @@ def main(argv=None) -> int:
         "smoke": smoke,
         "regression": regression,
         "contract": contract,
+        "maniskill_own_loop": maniskill_own_loop,
         "throughput": throughput,
         "recorder": recorder,
         "pushcube": pushcube,
         "compile": compile_part,
         "pickcube": pickcube,
     }
-    timed = {"contract", "pushcube", "compile", "pickcube"}  # they take their budget as an argument
+    timed = {
+        "contract",
+        "maniskill_own_loop",
+        "pushcube",
+        "compile",
+        "pickcube",
+    }  # they take their budget as an argument
     with tempfile.TemporaryDirectory(prefix="rlrec_gpu_check_") as tmp:
         args.tmp = tmp
         for name in parts:

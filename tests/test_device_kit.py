@@ -204,16 +204,11 @@ def test_the_kit_never_deletes_a_directory_it_did_not_make(tmp_path):
 
 
 def test_the_printed_calls_fit_the_device_tool():
-    gpu_check_parts = [
-        "smoke",
-        "regression",
-        "contract",
-        "throughput",
-        "recorder",
-        "pushcube",
-        "compile",
-        "pickcube",
-    ]
+    """The device lends 15 minutes in all, a machine start included: the calls' limits sum to at
+    most 11 minutes, each at most 600 s; every gpu_check part runs once, and the parts' own
+    budgets fit in their call's --budget, which ends well inside the call's limit."""
+    gpu_check = _load("gpu_check")
+    assert list(kit.CHECK_PARTS) == gpu_check.PARTS
     calls = kit.plan_calls(2)
     named = []
     for call in calls:
@@ -224,10 +219,13 @@ def test_the_printed_calls_fit_the_device_tool():
             named += parts
             budget = float(call["command"].split("--budget ")[1].split()[0])
             assert budget <= call["timeout_s"] - 30, "the command ends well inside its limit"
+            assert sum(gpu_check.BUDGET[p] for p in parts) <= budget, "no part is left out"
+            assert all(gpu_check.MIN_START[p] <= gpu_check.BUDGET[p] for p in parts)
         for path in call["carry"]:
             ignored = subprocess.run(
                 ["git", "-C", str(REPO), "check-ignore", "-q", path], timeout=30
             )
             assert ignored.returncode == 0, f"{path} must be ignored by git to travel by carry"
-    assert sorted(named) == sorted(gpu_check_parts), "every gpu_check part runs exactly once"
+    assert sum(c["timeout_s"] for c in calls) <= kit.DEVICE_COMMAND_S <= 11 * 60
+    assert sorted(named) == sorted(gpu_check.PARTS), "every gpu_check part runs exactly once"
     assert [c["command"].split()[2:4] for c in calls[:2]] == [["install", "1"], ["install", "2"]]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -192,6 +192,47 @@ def _check_config(cfg: ManiSkillEnvConfig, spec) -> None:
         )
 
 
+# --------------------------------------------------------------------------- rendering
+
+
+def sync_gpu_state(base_env) -> None:
+    """Finish pending GPU writes of a ManiSkill ``BaseEnv`` so a render shows the state it holds.
+
+    ManiSkill ends reset with apply -> kinematics update -> fetch and step with a fetch. If
+    something wrote to the GPU buffers since (apply without fetch), finish that sequence so the
+    render reads the state the sim now holds, not the last fetched one. Nothing is re-applied.
+    A no-op on the CPU sim.
+    """
+    if not getattr(base_env, "gpu_sim_enabled", False):
+        return
+    scene = base_env.scene
+    if getattr(scene, "_needs_fetch", False):
+        scene.px.gpu_update_articulation_kinematics()
+        scene._gpu_fetch_all()
+
+
+def owned_rows(frames, idx: List[int]) -> torch.Tensor:
+    """Rows ``idx`` of a batched ``[N, H, W, C]`` frame tensor as uint8 RGB on the CPU, in storage
+    of their own: ``index_select`` allocates and ``.to("cpu")`` copies again, so the result never
+    aliases the camera buffer that the next render overwrites."""
+    frames = torch.as_tensor(frames)
+    if frames.ndim == 3:  # one env, unbatched
+        frames = frames.unsqueeze(0)
+    rows = torch.as_tensor(idx, dtype=torch.long, device=frames.device)
+    return frames.index_select(0, rows)[..., :3].to("cpu", torch.uint8).contiguous()
+
+
+def render_rows(
+    base_env, idx: List[int], render: Optional[Callable[[], Any]] = None
+) -> torch.Tensor:
+    """Envs ``idx`` of a ManiSkill ``BaseEnv`` (CPU or GPU sim) as ``uint8 [k, H, W, 3]``, an owned
+    CPU copy of the current state (pending GPU writes finished first). ``render`` gives the batched
+    image (default: the human render camera, ``render_rgb_array``). ManiSkill renders every
+    sub-scene at once; only the rows asked for are copied."""
+    sync_gpu_state(base_env)
+    return owned_rows((render or base_env.render_rgb_array)(), idx)
+
+
 # --------------------------------------------------------------------------- the adapter
 
 
@@ -274,23 +315,8 @@ class ManiSkillGPUEnv(ManiSkillEnv):
             owned_info(info, self.num_envs, self.device),
         )
 
-    def _sync_gpu_state(self) -> None:
-        # ManiSkill ends reset with apply -> kinematics update -> fetch and step with a fetch. If
-        # something wrote to the GPU buffers since (apply without fetch), finish that sequence so
-        # the render reads the state the sim now holds, not the last fetched one. Nothing is
-        # re-applied.
-        scene = self.env.scene
-        if getattr(scene, "_needs_fetch", False):
-            scene.px.gpu_update_articulation_kinematics()
-            scene._gpu_fetch_all()
-
     def _render_sim(self, idx: List[int]) -> torch.Tensor:
-        self._sync_gpu_state()
-        frames = self.env.render_rgb_array()  # [N, H, W, 3] uint8, a view of SAPIEN's camera buffer
-        rows = torch.as_tensor(idx, dtype=torch.long, device=frames.device)
-        # index_select allocates new storage and .cpu() copies again: the result never aliases the
-        # buffer that the next render overwrites
-        return frames.index_select(0, rows)[..., :3].to("cpu", torch.uint8).contiguous()
+        return render_rows(self.env, idx)
 
     def close(self) -> None:
         if not self._closed:

@@ -13,7 +13,9 @@
 - :mod:`~rlrec.record.gymnasium_vector`: :class:`RecordVectorVideo`, a drop-in for Gymnasium's
   vector ``RecordVideo``, and its sub-env hook :class:`RenderHook` (imported on first use);
 - :mod:`~rlrec.record.genesis_forge`: :class:`VideoWrapper`, a drop-in for Genesis Forge's
-  ``VideoWrapper`` (imported on first use: it imports genesis_forge and genesis).
+  ``VideoWrapper`` (imported on first use: it imports genesis_forge and genesis);
+- :mod:`~rlrec.record.maniskill`: :class:`RecordClips`, the recorder placed where ManiSkill's
+  ``RecordEpisode`` goes (imported on first use of the name: it imports mani_skill).
 
 Importing it loads torch and numpy (and rlrec.config and rlrec.envs.base, the only rlrec modules
 it depends on); imageio-ffmpeg and Pillow are imported on first use.
@@ -44,6 +46,7 @@ __all__ = [
     "FFmpegProcess",
     "FINISH_TIMEOUT_S",
     "FrameMeta",
+    "RecordClips",
     "RecordVectorVideo",
     "Recorder",
     "RecorderError",
@@ -72,6 +75,7 @@ _LAZY = {
     "RecordVectorVideo": "gymnasium_vector",
     "RenderHook": "gymnasium_vector",
     "VideoWrapper": "genesis_forge",
+    "RecordClips": "maniskill",
 }
 
 

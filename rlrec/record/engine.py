@@ -4,7 +4,8 @@
 
 - :meth:`ClipEngine.on_reset`, right after the env reset some (or all) of its envs: the start of a
   new episode of the recorded env. It ends any clip still open (a full reset mid-episode ends the
-  clip there), counts the episode, asks the schedule, and if a clip starts renders the fresh reset
+  clip there; a clip that a partial reset began and that saw no step, that reset's frame only, is
+  dropped), counts the episode, asks the schedule, and if a clip starts renders the fresh reset
   state as the clip's first frame;
 - :meth:`ClipEngine.on_step`, right after each step, before anything resets the envs that finished:
   while a clip is open, a frame every ``steps_per_frame`` steps counted from the clip's start, and
@@ -93,6 +94,7 @@ class _Clip:
         self.episodes: List[int] = []
         # provisional (keep_last_episode): dropped when its episode ends, kept only by close()
         self.provisional = False
+        self.full_reset = False  # it began at a full reset (not an autoreset or a step trigger)
 
 
 class ClipEngine:
@@ -411,12 +413,18 @@ class ClipEngine:
 
     # ------------------------------------------------------------------ internals
     def _new_episode(self, full_reset: bool) -> None:
-        if self._clip is not None:  # an episode boundary always ends the clip
-            self._end_clip(keep=not self._clip.provisional)
+        if self._clip is not None:
+            # an episode boundary always ends the clip. Dropped: a provisional clip
+            # (keep_last_episode), and one that a partial reset (an autoreset) began and that saw
+            # no step, only that reset's frame (an autoreset right before the caller's full reset)
+            clip = self._clip
+            self._end_clip(keep=not clip.provisional and (clip.steps > 0 or clip.full_reset))
         self.episode += 1
         self._episode_steps = 0
         if self.schedule.on_reset(self.episode, self.steps, full_reset):
             self._start_clip()
+            if self._clip is not None:
+                self._clip.full_reset = full_reset
         elif self.keep_last_episode:
             self._start_clip(provisional=True)
 

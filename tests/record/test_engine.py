@@ -95,7 +95,8 @@ def test_a_clip_cut_by_its_length_says_cut(tmp_path):
 
 def _engine(tmp_path, env, **kw):
     clips: list = []
-    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in ("trigger", "every", "length_frames")}
+    names = ("trigger", "every", "length_frames", "record_final_episode")
+    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in names}
     engine = ClipEngine(
         rec_cfg(**cfg_kw),
         num_envs=env.num_envs,
@@ -258,3 +259,53 @@ def test_expect_end_turns_keep_last_episode_off(tmp_path):
     # the schedule's arming: only episode 2 (begun within the last 4 steps) besides episode 0
     assert [c.episode for c in clips] == [0, 2]
     assert env.render_calls == 5 + 4  # episode 1 was never rendered
+
+
+def test_an_autoreset_clip_that_a_reset_ends_before_any_step_is_dropped(tmp_path):
+    """A vector env that autoresets inside step starts the recorded env's next episode right after
+    the last step of an evaluation; the caller's full reset then ends that clip on its reset frame
+    alone. Such a clip is dropped. Kept: a one-frame clip that a full reset began (ended by the
+    next full reset), one asked for (length_frames=1), and the one-frame clip in progress at
+    close (record_final_episode)."""
+    env = Spy(PointReach(1, max_episode_steps=3, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(tmp_path / "a", env, trigger="always")
+
+    def episode(steps):
+        for _ in range(steps):
+            out = env.step(torch.zeros(1, 2))
+            engine.on_step(out[1], out[2], out[3], out[4])
+            if bool(out[2][0] | out[3][0]):  # the autoreset inside the vector env's step
+                env.reset(env_idx=[0])
+                engine.on_reset([0])
+
+    for k in range(2):  # two evaluations, each a full reset and one whole episode
+        env.reset(seed=k)
+        engine.on_reset(None, seed=k)
+        episode(3)
+    engine.close()  # the second autoreset's clip is in progress: record_final_episode keeps it
+    assert engine.clips_started == 4
+    assert [c.num_frames for c in clips] == [4, 4, 1]  # the first autoreset's clip: dropped
+    for k, clip in enumerate(clips[:2]):
+        frames, _ = decode(clip.path)
+        assert np.array_equal(frames, np.stack(env.episodes[2 * k]))  # reset frame + 3 steps
+        with open(clip.sidecar) as f:
+            side = json.load(f)
+        assert (side["seed"], side["envs"][0]["end"], side["frames"]) == (k, "truncated", 4)
+    assert sorted(listing(tmp_path / "a")) == sorted(
+        os.path.basename(p) for c in clips for p in (c.path, c.sidecar)
+    )
+
+    # length None: a full reset's one-frame clip cut by the next full reset; 1: one-frame clips
+    for length in (None, 1):
+        engine, clips = _engine(
+            tmp_path / f"len{length}",
+            env,
+            trigger="always",
+            length_frames=length,
+            record_final_episode=False,
+        )
+        for seed in (7, 8, 9):
+            env.reset(seed=seed)
+            engine.on_reset(None, seed=seed)
+        engine.close()
+        assert [c.num_frames for c in clips] == [1, 1] if length is None else [1, 1, 1]

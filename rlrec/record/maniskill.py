@@ -1,0 +1,364 @@
+"""``RecordClips``: rlrec's recorder for ManiSkill3, where users put ManiSkill's ``RecordEpisode``.
+
+::
+
+    env = gym.make("PushCube-v1", num_envs=16, render_mode="rgb_array", ...)
+    env = RecordClips(env, output_dir="videos", save_trajectory=False, ignore_terminations=True)
+    env = ManiSkillVectorEnv(env, 16, ignore_terminations=True, record_metrics=True)
+
+It is a ``gymnasium.Wrapper`` around the ManiSkill ``BaseEnv`` (CPU or GPU sim), below the vector
+wrapper, so it sees every step before the vector wrapper resets the done envs and every reset
+(full, or partial through ``options={"env_idx": ...}``, which is how ``ManiSkillVectorEnv``
+auto-resets inside its ``step``). Every clip decision, frame, file and sidecar is rlrec's
+:class:`~rlrec.record.engine.ClipEngine`; this module only turns the wrapper's calls into the
+engine's events and renders the recorded envs (``rlrec.envs.maniskill.render_rows``: pending GPU
+writes finished, the rows of the recorded envs copied out of the camera buffer).
+
+``RecordEpisode``'s arguments keep their meaning; trajectories (``save_trajectory=True``, its
+default) are written by a ``RecordEpisode(save_video=False)`` inside this wrapper.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+import gymnasium as gym
+import torch
+
+from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.envs.maniskill import render_rows
+from rlrec.record.encoder import ClipInfo
+from rlrec.record.engine import ClipEngine
+
+__all__ = ["RecordClips"]
+
+log = logging.getLogger(__name__)
+
+KEY = "RecordClips"
+# rlrec recorder options RecordEpisode has no argument for (the others have RecordEpisode names)
+RECORDER_OPTIONS = (
+    "trigger",
+    "every",
+    "env_idx",
+    "filename",
+    "queue_size",
+    "stall_timeout_sec",
+    "quality",
+    "preset",
+    "lossless",
+    "on_error",
+)
+# rlrec names whose meaning a RecordEpisode argument already carries
+RENAMED = {
+    "dir": "output_dir",
+    "fps": "video_fps",
+    "length_frames": "max_steps_per_video",
+    "length_sec": "max_steps_per_video",
+    "overlay": "info_on_video",
+    "record_final_episode": "save_on_reset",
+}
+RENDER_MODES = ["rgb_array", "sensors", "all", None]
+OWN_ARGUMENTS = ("ignore_terminations", "name_prefix", "on_clip") + RECORDER_OPTIONS
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{KEY}: {name}={value!r} is invalid: allowed values are True, False")
+    return value
+
+
+class RecordClips(gym.Wrapper):
+    """Records clips of a ManiSkill env: each starts on the fresh reset frame of an episode of the
+    first recorded env and ends on its true terminal frame (or after ``max_steps_per_video``).
+
+    RecordEpisode's arguments, with the same meaning:
+
+    - ``output_dir``: where the clips (``NAME.mp4`` and its ``NAME.json`` sidecar) go.
+    - ``save_trajectory`` (True), ``trajectory_name``, ``record_reward``, ``record_env_state``,
+      ``clean_on_close``, ``source_type``, ``source_desc``: trajectories, written by ManiSkill's
+      own ``RecordEpisode(save_video=False)`` inside this wrapper.
+    - ``save_video``: False records no clips.
+    - ``info_on_video``: episode, step, reward/return and success drawn on the frames.
+    - ``save_on_reset``: a clip always ends (and is saved) at the recorded env's reset; this one
+      decides whether ``close()`` saves the clip in progress (``record_final_episode``).
+    - ``save_video_trigger``: ``f(step) -> bool``, asked with the wrapper's step count; a clip
+      starts when it says True (and no clip is open).
+    - ``max_steps_per_video``: a clip has at most this many steps (``N + 1`` frames, the reset
+      frame included); None: the whole episode. Clips never span two episodes.
+    - ``video_fps``: every step is a frame and the file plays at this fps (ManiSkill's default
+      30); None: real time, ``1 / control_timestep``.
+    - ``avoid_overwriting_video``: either value; rlrec never overwrites a file (a taken name gets
+      ``-1``, ``-2``, ...).
+    - ``render_substeps``: only False.
+
+    rlrec's own:
+
+    - ``ignore_terminations``: as the vector wrapper's (``ManiSkillVectorEnv`` / ``CPUGymWrapper``)
+      with the same name: True when it ignores terminations, so an episode ends at truncation
+      only. A recorded env stepped again after it terminated, without a reset, is logged once.
+    - ``name_prefix``: files ``{name_prefix}-episode-{N}.mp4`` (or ``-step-{N}`` with a step
+      trigger); default ``video-epNNNNNN-stepNNNNNNNNN.mp4``.
+    - ``on_clip``: called with each saved clip's :class:`~rlrec.record.encoder.ClipInfo`.
+    - ``trigger``, ``every``, ``env_idx`` (default ``[0]``; several are tiled into a grid),
+      ``filename``, ``quality``, ``preset``, ``lossless``, ``queue_size``, ``stall_timeout_sec``,
+      ``on_error``: as in ``RecorderConfig`` (docs/recorder.md). Default trigger: ``always``.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        output_dir: str,
+        save_trajectory: bool = True,
+        trajectory_name: Optional[str] = None,
+        save_video: bool = True,
+        info_on_video: bool = False,
+        save_on_reset: bool = True,
+        save_video_trigger: Optional[Callable[[int], bool]] = None,
+        max_steps_per_video: Optional[int] = None,
+        clean_on_close: bool = True,
+        record_reward: bool = True,
+        record_env_state: bool = True,
+        video_fps: Optional[float] = 30,
+        render_substeps: bool = False,
+        avoid_overwriting_video: bool = False,
+        source_type: Optional[str] = None,
+        source_desc: Optional[str] = None,
+        *,
+        ignore_terminations: bool = False,
+        name_prefix: Optional[str] = None,
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        **recorder: Any,
+    ):
+        from mani_skill.envs.sapien_env import BaseEnv
+
+        base = getattr(env, "unwrapped", None)
+        if not isinstance(base, BaseEnv):
+            raise ConfigError(
+                f"{KEY}: env must be a ManiSkill env (gym.make of a ManiSkill task, before any "
+                f"vector wrapper), got {type(env).__name__}"
+            )
+        for k in recorder:
+            if k in RENAMED:
+                raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
+            if k not in RECORDER_OPTIONS:
+                raise ConfigError(
+                    f"{KEY} got an unknown argument {k!r}: allowed are RecordEpisode's arguments "
+                    f"and {', '.join(OWN_ARGUMENTS)}"
+                )
+        if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+            raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
+        for name, value in (
+            ("save_trajectory", save_trajectory),
+            ("save_video", save_video),
+            ("info_on_video", info_on_video),
+            ("save_on_reset", save_on_reset),
+            ("clean_on_close", clean_on_close),
+            ("record_reward", record_reward),
+            ("record_env_state", record_env_state),
+            ("avoid_overwriting_video", avoid_overwriting_video),
+            ("ignore_terminations", ignore_terminations),
+        ):
+            _flag(name, value)
+        if render_substeps is not False:
+            raise ConfigError(
+                f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
+                "False (frames are taken once per env step)"
+            )
+        if max_steps_per_video is not None and (
+            isinstance(max_steps_per_video, bool)
+            or not isinstance(max_steps_per_video, int)
+            or max_steps_per_video < 1
+        ):
+            raise ConfigError(
+                f"{KEY}: max_steps_per_video={max_steps_per_video!r} is invalid: a positive int "
+                "or None (the whole episode)"
+            )
+        if video_fps is not None and (
+            isinstance(video_fps, bool)
+            or not isinstance(video_fps, (int, float))
+            or not math.isfinite(video_fps)
+            or video_fps <= 0
+        ):
+            raise ConfigError(
+                f"{KEY}: video_fps={video_fps!r} is invalid: a positive number or None (real "
+                "time, 1 / control_timestep)"
+            )
+        if save_video_trigger is not None and not callable(save_video_trigger):
+            raise ConfigError(
+                f"{KEY}: save_video_trigger={save_video_trigger!r} is invalid: a callable "
+                "f(step) -> bool or None"
+            )
+        if save_video_trigger is not None and "trigger" in recorder:
+            raise ConfigError(
+                f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
+                "give at most one trigger"
+            )
+        if base.render_mode not in RENDER_MODES:
+            raise ConfigError(
+                f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
+                "values are rgb_array, sensors, all (or None: the human render camera)"
+            )
+
+        cfg = None
+        if save_video:
+            fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
+            if isinstance(fields["trigger"], str):
+                try:
+                    fields["trigger"] = Trigger(fields["trigger"])
+                except ValueError:
+                    raise ConfigError(
+                        f"{KEY}: trigger={fields['trigger']!r} is invalid: allowed values are "
+                        f"{', '.join(t.value for t in Trigger)}"
+                    ) from None
+            if "env_idx" in fields:
+                fields["env_idx"] = list(fields["env_idx"])
+            cfg = RecorderConfig(
+                **fields,
+                overlay=info_on_video,
+                length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
+                record_final_episode=save_on_reset,
+            )
+            validate_recorder(cfg, KEY, base.num_envs)
+            if cfg.trigger is Trigger.none:
+                cfg = None
+
+        self.output_dir = os.fspath(output_dir)
+        self.ignore_terminations = ignore_terminations
+        self._closed = False
+        self._ended_unreset = False  # the first recorded env terminated and was not reset yet
+        self._warned = False
+        self._base = base
+        self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
+        self.engine: Optional[ClipEngine] = None
+        self._first = 0
+        if cfg is not None:
+            from mani_skill.utils import gym_utils
+
+            # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning):
+            # the engine times frames as if a step lasted 1 / video_fps seconds
+            dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
+            self.engine = ClipEngine(
+                cfg,
+                num_envs=base.num_envs,
+                dt=dt,
+                device=base.device,
+                render=self._render,
+                video_dir=self.output_dir,
+                kind="video",
+                key=KEY,
+                on_clip=on_clip,
+                max_episode_steps=gym_utils.find_max_episode_steps_value(env),
+                step_trigger=save_video_trigger,
+                name_prefix=name_prefix,
+            )
+            self._first = int(cfg.env_idx[0])
+        if save_trajectory:  # last: RecordEpisode creates its files when it is built
+            from mani_skill.utils.wrappers.record import RecordEpisode
+
+            env = RecordEpisode(
+                env,
+                output_dir=self.output_dir,
+                save_trajectory=True,
+                trajectory_name=trajectory_name,
+                save_video=False,
+                save_on_reset=save_on_reset,
+                clean_on_close=clean_on_close,
+                record_reward=record_reward,
+                record_env_state=record_env_state,
+                source_type=source_type,
+                source_desc=source_desc,
+            )
+        super().__init__(env)
+
+    # ------------------------------------------------------------------ the engine's events
+
+    def _render(self, env_idx: List[int]) -> torch.Tensor:
+        return render_rows(self._base, list(env_idx), self._render_fn)
+
+    def _episode_seed(self, seed) -> Optional[int]:
+        """The seed of the first recorded env's new episode: ManiSkill's own episode seed, which
+        it sets only on a seeded reset (or with ``enhanced_determinism``)."""
+        base = self._base
+        if seed is None and not getattr(base, "_enhanced_determinism", False):
+            return None
+        seeds = getattr(base, "_episode_seed", None)
+        if seeds is None or len(seeds) <= self._first:
+            return None
+        return int(seeds[self._first])
+
+    def reset(self, *, seed=None, options=None, **kwargs):
+        obs, info = self.env.reset(seed=seed, options=options, **kwargs)
+        if self.engine is not None:
+            env_idx = None if not options or "env_idx" not in options else options["env_idx"]
+            if env_idx is not None and not torch.is_tensor(env_idx):
+                env_idx = torch.as_tensor(env_idx).reshape(-1)
+            self.engine.on_reset(env_idx=env_idx, seed=self._episode_seed(seed))
+            if env_idx is None or bool((env_idx == self._first).any()):
+                self._ended_unreset = False
+        return obs, info
+
+    def step(self, action):
+        if self._ended_unreset and not self._warned:
+            self._warned = True
+            log.warning(
+                "%s: env %d is stepped after its episode terminated, without a reset: its clip "
+                "ended at the termination. If the vector wrapper ignores terminations "
+                "(ignore_terminations=True), pass ignore_terminations=True to RecordClips too.",
+                KEY,
+                self._first,
+            )
+        self._ended_unreset = False
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.engine is not None:
+            n = self._base.num_envs
+            term = torch.as_tensor(terminated).reshape(n)
+            trunc = torch.as_tensor(truncated).reshape(n)
+            if self.ignore_terminations:
+                term = torch.zeros_like(term)
+            was_recording = self.engine.recording
+            self.engine.on_step(torch.as_tensor(reward).reshape(n), term, trunc, info)
+            if was_recording and not self.ignore_terminations:
+                # a clip was open, so its frame was rendered and the flags read anyway
+                self._ended_unreset = bool(term[self._first]) and not bool(trunc[self._first])
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ RecordEpisode's methods
+
+    def flush_video(self, save: bool = True, **_ignored) -> None:
+        """Ends the clip in progress now and saves it (RecordEpisode's ``flush_video``)."""
+        if self.engine is not None and save:
+            self.engine.end_clip()
+
+    def flush_trajectory(self, *args, **kwargs):
+        """RecordEpisode's ``flush_trajectory`` (only with ``save_trajectory=True``)."""
+        from mani_skill.utils.wrappers.record import RecordEpisode
+
+        if not isinstance(self.env, RecordEpisode):
+            raise RuntimeError(f"{KEY}.flush_trajectory needs save_trajectory=True")
+        return self.env.flush_trajectory(*args, **kwargs)
+
+    # ------------------------------------------------------------------ rlrec's
+
+    def flush(self) -> None:
+        """Waits (bounded) until every ended clip is on disk and reported to ``on_clip``."""
+        if self.engine is not None:
+            self.engine.flush()
+
+    @property
+    def errors(self) -> List[str]:
+        return [] if self.engine is None else list(self.engine.errors)
+
+    def close(self) -> None:
+        """Saves the clip in progress if ``save_on_reset`` (ends every clip, bounded), then closes
+        the env. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.engine is not None:
+                self.engine.close()
+        finally:
+            self.env.close()
