@@ -110,7 +110,7 @@ def _leaves(node, prefix=""):
     "path",
     sorted(
         p
-        for p in (CONF / g for g in ("env", "sim", "eval_env", "recorder", "algo", "logger"))
+        for p in (CONF / g for g in ("env", "sim", "eval_env", "recorder", "algo", "logger", "distributed"))
         for p in p.glob("*.yaml")
     ),
 )
