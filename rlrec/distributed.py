@@ -203,6 +203,12 @@ def check(cfg: Any) -> None:
                 f"sim.device={cfg.sim.device} names one GPU for every rank: use sim.device=cuda "
                 "(rank with local rank k uses cuda:k)"
             )
+        if backend is Backend.nccl and visible and gpus_shared():
+            raise ConfigError(
+                f"distributed.backend=nccl with {local} ranks on {visible} GPU(s): NCCL cannot "
+                "put two ranks on one GPU; use distributed.backend=auto (gloo when GPUs are "
+                "shared) or one rank per GPU"
+            )
         if not per_task and visible < local and not cfg.distributed.share_gpus:
             raise ConfigError(
                 f"sim={cfg.sim.name} with {local} ranks on this node (LOCAL_WORLD_SIZE) but "
@@ -210,6 +216,13 @@ def check(cfg: Any) -> None:
                 f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): start at most {visible} "
                 "ranks per node (torchrun --nproc-per-node), or set distributed.share_gpus=true"
             )
+
+
+def gpus_shared() -> bool:
+    """Whether the ranks of this node are more than the GPUs each of them sees."""
+    if os.environ.get("SLURM_GPUS_PER_TASK"):
+        return False
+    return torch.cuda.device_count() < env_local_world_size()
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -231,8 +244,9 @@ def init(cfg: DistributedConfig, device: torch.device) -> None:
     if _group or not launched():
         return
     backend = Backend(cfg.backend)
-    if backend is Backend.auto:
-        backend = Backend.nccl if device.type == "cuda" else Backend.gloo
+    if backend is Backend.auto:  # NCCL cannot put two ranks on one GPU: shared GPUs use gloo
+        nccl = device.type == "cuda" and not gpus_shared()
+        backend = Backend.nccl if nccl else Backend.gloo
     timeout = timedelta(seconds=cfg.timeout_sec)
     base = store(cfg.timeout_sec)
     base.set_timeout(timeout)
