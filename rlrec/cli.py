@@ -43,14 +43,21 @@ def _build(cfg: DictConfig, run_dir: Path):
 
 
 def _lost_rank(exc: BaseException) -> None:
-    """A collective failed (another rank died, or did not answer within the timeout)."""
+    """A collective failed (another rank died, or did not answer within the timeout): the runner
+    has closed its recorders, envs and logger and released the run dir. The process ends here,
+    without leaving the process group: that would wait for the rank that is gone."""
+    import logging
+
     text = " ".join(str(exc).split())[:400]
     distributed.say(
         f"stopped: another rank of this run failed or did not answer within "
         f"distributed.timeout_sec ({type(exc).__name__}: {text}); resume=auto with the same run "
         "dir continues from the newest checkpoint"
     )
-    raise SystemExit(1) from None
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _refuse_torchrun_sweep() -> None:
@@ -79,6 +86,10 @@ def run(cfg: DictConfig) -> Optional[float]:
             return _sweep_job(
                 cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num)
             )
+        except BaseException as exc:
+            if distributed.lost_peer(exc):
+                _lost_rank(exc)
+            raise
         finally:
             distributed.shutdown()
     try:
@@ -153,7 +164,7 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
             print(f"rlrec: config error: {exc}", file=sys.stderr)
             sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}")
             return None
-        signum = sweep.stop_signal(sweep_dir)
+        signum = distributed.broadcast(sweep.stop_signal(sweep_dir))  # rank 0's decision
         if signum is not None:  # the stop came while the job was being built
             runner.close()
             return _not_started(signum)

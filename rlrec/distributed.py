@@ -388,12 +388,17 @@ def barrier() -> None:
         torch.distributed.barrier()
 
 
+_LOST = ("gloo", "nccl", "connection closed", "timed out", "timeout", "processgroup", "c10d")
+
+
 def lost_peer(exc: BaseException) -> bool:
-    """Whether ``exc`` is a collective that failed because another rank died or timed out."""
-    dist_error = getattr(torch.distributed, "DistError", RuntimeError)
-    return _group and isinstance(exc, (dist_error, RuntimeError)) and not isinstance(
-        exc, ConfigError
-    )
+    """Whether ``exc`` is a collective that failed because another rank died or did not answer
+    within the timeout (gloo raises a plain RuntimeError naming itself)."""
+    if not _group or isinstance(exc, ConfigError):
+        return False
+    if isinstance(exc, getattr(torch.distributed, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _LOST)
 
 
 def say(text: str) -> None:

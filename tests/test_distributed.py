@@ -236,8 +236,11 @@ def test_two_ranks_learn_as_fast_as_one_with_twice_the_envs(tmp_path):
 
 
 # ------------------------------------------------------------------ stop, kill, resume
-def test_a_killed_rank_ends_the_other_within_the_timeout(tmp_path):
-    timeout = 15
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_killed_rank_ends_the_other_within_the_timeout(tmp_path, sig):
+    """A rank that dies (its connections close) or hangs (stopped: the collective times out)
+    ends the other rank within distributed.timeout_sec, with a message."""
+    timeout = 10
     procs = start_ranks(
         [
             *FAST,
@@ -250,14 +253,15 @@ def test_a_killed_rank_ends_the_other_within_the_timeout(tmp_path):
         tmp_path / "logs",
     )
     _wait_lines(_metrics_path(tmp_path, "run"), 2, procs)
-    procs[1].kill()
+    procs[1].send_signal(sig)
     t0 = time.monotonic()
     try:
         rc = procs[0].wait(timeout=timeout + 20)
     finally:
+        procs[1].kill()  # a stopped process too
         wait_ranks(procs, 10)
     assert time.monotonic() - t0 < timeout + 20
-    assert rc != 0
+    assert rc == 1
     assert "another rank of this run failed" in _log(tmp_path / "logs", 0)
 
 
