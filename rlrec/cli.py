@@ -83,9 +83,7 @@ def run(cfg: DictConfig) -> Optional[float]:
             print(f"rlrec: config error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         try:
-            return _sweep_job(
-                cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num)
-            )
+            return _sweep_job(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
         except BaseException as exc:
             if distributed.lost_peer(exc):
                 _lost_rank(exc)

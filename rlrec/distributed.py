@@ -148,9 +148,10 @@ def wait_for(key: str, timeout_sec: float) -> str:
         s.wait([_KEY_PREFIX + key], timedelta(seconds=timeout_sec))
         value = s.get(_KEY_PREFIX + key).decode()
     except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
         raise ConfigError(
             f"rank {env_rank()}: rank 0 did not publish {key} within distributed.timeout_sec="
-            f"{timeout_sec:g}s ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            f"{timeout_sec:g}s ({type(exc).__name__}: {first})"
         ) from None
     if value.startswith(_ERROR):
         raise ConfigError(f"rank 0 refused the run: {value[len(_ERROR) :]}")
