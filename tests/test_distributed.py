@@ -359,6 +359,23 @@ def test_timeout_must_be_finite_and_positive(value):
         make_config([*FAST, f"distributed.timeout_sec={value}"])
 
 
+def test_a_refusal_on_rank_0_ends_every_rank(tmp_path):
+    """Rank 0 finds the run dir held by another run: it refuses, and rank 1 (which waits for rank
+    0's run dir before Hydra makes one) says so and exits too, both with 2."""
+    from rlrec import rundir
+
+    run = tmp_path / "run"
+    claim = rundir.claim(run, "hydra.run.dir")
+    try:
+        procs = start_ranks([*TWO, f"hydra.run.dir={run}"], tmp_path, tmp_path / "logs")
+        assert wait_ranks(procs, 120) == [2, 2]
+    finally:
+        claim.release()
+    assert "is in use by another rlrec run" in _log(tmp_path / "logs", 0)
+    assert "rank 0 refused the run" in _log(tmp_path / "logs", 1)
+    assert sorted(p.name for p in run.iterdir()) == []
+
+
 def test_sweep_under_torchrun_is_refused_before_any_work(tmp_path):
     env = {**os.environ, **_rank_env(0, 2, _free_port()), "TORCHELASTIC_RUN_ID": "x"}
     proc = subprocess.run(
@@ -380,3 +397,26 @@ def test_one_process_touches_no_process_group():
     assert distributed.agree_signal(None) is None
     t = torch.ones(3)
     assert distributed.all_reduce_(t) is t and torch.equal(t, torch.ones(3))
+
+
+def test_normaliser_merge_equals_one_normaliser_of_all_observations():
+    """Two ranks' pending moments merged (the all-reduce faked by a sum of both) give the
+    statistics of one normaliser that saw every observation."""
+    from rlrec.ppo.agent import ObsNormalizer
+
+    g = torch.Generator().manual_seed(0)
+    batches = [[torch.randn(8, 3, generator=g) * 3 + 1 for _ in range(4)] for _ in range(2)]
+    ranks = [ObsNormalizer((3,), pending=True) for _ in range(2)]
+    one = ObsNormalizer((3,))
+    for step in range(4):
+        for r in range(2):
+            ranks[r].update(batches[r][step])
+        one.update(torch.cat([batches[0][step], batches[1][step]]))
+    total = ranks[0]._pending + ranks[1]._pending
+    for r in ranks:
+        r.merge_pending(lambda t: t.copy_(total))
+    assert torch.equal(ranks[0].mean, ranks[1].mean) and torch.equal(ranks[0].var, ranks[1].var)
+    torch.testing.assert_close(ranks[0].mean, one.mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ranks[0].var, one.var, rtol=1e-5, atol=1e-6)
+    assert float(ranks[0].count) == pytest.approx(float(one.count))
+    assert float(ranks[0]._pending.abs().sum()) == 0.0  # the next rollout starts afresh
