@@ -120,7 +120,8 @@ class EnvConfig:
     """Fields every env backend understands."""
 
     name: str = MISSING
-    num_envs: int = 64  # envs per stack (the eval stack has its own: eval_env.num_envs)
+    # envs per stack (per rank on several ranks; the eval stack has its own: eval_env.num_envs)
+    num_envs: int = 64
     max_episode_steps: Optional[int] = None  # None: the backend's own time limit
     render_width: int = 128
     render_height: int = 128
