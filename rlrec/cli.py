@@ -14,7 +14,7 @@ from typing import Optional
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from rlrec import preempt, rundir, sweep
+from rlrec import distributed, preempt, rundir, sweep
 from rlrec.config import ConfigError, register_configs, to_dataclass
 from rlrec.preflight import check_argv
 
@@ -28,12 +28,45 @@ register_configs()
 
 
 def _build(cfg: DictConfig, run_dir: Path):
-    """Validates the config and builds the runner (ConfigError before any work)."""
+    """Validates the config and builds the runner (ConfigError before any work). Several ranks:
+    joins the process group first (docs/distributed.md)."""
+    from rlrec.envs.factory import resolve_device
     from rlrec.runner import Runner  # imported here: --help and config errors stay fast
 
     config = to_dataclass(cfg)
     preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
+    distributed.check(config)
+    if distributed.launched():
+        device = distributed.rank_device(resolve_device(config.sim))
+        distributed.init(config.distributed, device)
     return Runner(config, run_dir)
+
+
+def _lost_rank(exc: BaseException) -> None:
+    """A collective failed (another rank died, or did not answer within the timeout): the runner
+    has closed its recorders, envs and logger and released the run dir. The process ends here,
+    without leaving the process group: that would wait for the rank that is gone."""
+    import logging
+
+    text = " ".join(str(exc).split())[:400]
+    distributed.say(
+        f"stopped: another rank of this run failed or did not answer within "
+        f"distributed.timeout_sec ({type(exc).__name__}: {text}); resume=auto with the same run "
+        "dir continues from the newest checkpoint"
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _refuse_torchrun_sweep() -> None:
+    if distributed.launched() and not preempt.under_submitit():
+        raise ConfigError(
+            "-m (a sweep) under torchrun is refused: torchrun starts ranks of ONE run; sweep "
+            "with python train.py -m and hydra/launcher=slurm (tasks_per_node, nodes) for "
+            "jobs of several ranks, or run torchrun once per setting"
+        )
 
 
 def run(cfg: DictConfig) -> Optional[float]:
@@ -44,7 +77,30 @@ def run(cfg: DictConfig) -> Optional[float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if hydra_cfg.mode == RunMode.MULTIRUN:
-        return _sweep_job(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
+        try:
+            _refuse_torchrun_sweep()
+        except ConfigError as exc:
+            print(f"rlrec: config error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        try:
+            return _sweep_job(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
+        except BaseException as exc:
+            if distributed.lost_peer(exc):
+                _lost_rank(exc)
+            raise
+        finally:
+            distributed.shutdown()
+    try:
+        return _single_run(cfg, run_dir)
+    except BaseException as exc:
+        if distributed.lost_peer(exc):
+            _lost_rank(exc)
+        raise
+    finally:
+        distributed.shutdown()
+
+
+def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
     import torch
 
     from rlrec.checkpoint import CheckpointWriteError
@@ -54,7 +110,8 @@ def run(cfg: DictConfig) -> Optional[float]:
     claim = rundir.claim_of(run_dir)
     try:
         try:
-            if claim is None:  # run() called without Preflight: lock, knowing nothing more
+            # run() called without Preflight: lock, knowing nothing more (rank 0 alone locks)
+            if claim is None and distributed.env_rank() == 0:
                 claim = rundir.claim(run_dir, "hydra.run.dir", record=False)
             runner = _build(cfg, run_dir)
         except ConfigError as exc:
@@ -88,7 +145,9 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
     returns no result, and the launching process's exit status says so (rlrec.sweep)."""
     import torch
 
-    sweep.begin_job(sweep_dir)
+    main = distributed.env_rank() == 0  # a submitit job of several tasks: rank 0 keeps the books
+    if main:
+        sweep.begin_job(sweep_dir)
     signum = sweep.stop_signal(sweep_dir)
     if signum is not None:  # the sweep is stopping: start nothing
         return _not_started(signum)
@@ -96,17 +155,19 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
     claim = None
     try:
         try:
-            claim = rundir.claim(run_dir, "hydra.sweep.dir", record=False)
+            if main:
+                claim = rundir.claim(run_dir, "hydra.sweep.dir", record=False)
             runner = _build(cfg, run_dir)
         except ConfigError as exc:
             print(f"rlrec: config error: {exc}", file=sys.stderr)
             sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}")
             return None
-        signum = sweep.stop_signal(sweep_dir)
+        signum = distributed.broadcast(sweep.stop_signal(sweep_dir))  # rank 0's decision
         if signum is not None:  # the stop came while the job was being built
             runner.close()
             return _not_started(signum)
-        sweep.job_running(sweep_dir, job)
+        if main:
+            sweep.job_running(sweep_dir, job)
         result = runner.run()
     finally:
         torch.set_num_threads(threads)  # the next job starts with the process's default again
@@ -136,6 +197,18 @@ def main() -> None:
     extra), then hands over to Hydra. A sweep exits with 1 when a job failed and with 128 + the
     signal when it was stopped (rlrec.sweep.exit_status)."""
     check_argv()
+    if distributed.launched():
+        try:
+            if any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
+                _refuse_torchrun_sweep()
+        except ConfigError as exc:
+            print(f"rlrec: config error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        if distributed.env_rank() > 0:
+            # rank 0 alone writes Hydra's files (.hydra/, the job log) into the shared run dir
+            sys.argv += ["hydra.output_subdir=null"]
+            if not any(a.startswith(("hydra/job_logging", "+hydra/job_logging")) for a in sys.argv):
+                sys.argv += ["hydra/job_logging=stdout"]
     try:
         try:
             _hydra_main()

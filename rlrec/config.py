@@ -98,6 +98,14 @@ class X264Preset(Choice):
     veryslow = "veryslow"
 
 
+class Backend(Choice):
+    """torch.distributed backend: ``auto`` is NCCL when the policy is on CUDA, else gloo."""
+
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
+
+
 class ObsMode(Choice):
     """ManiSkill observation modes rlrec supports (a flat state vector)."""
 
@@ -112,7 +120,8 @@ class EnvConfig:
     """Fields every env backend understands."""
 
     name: str = MISSING
-    num_envs: int = 64  # envs per stack (the eval stack has its own: eval_env.num_envs)
+    # envs per stack (per rank on several ranks; the eval stack has its own: eval_env.num_envs)
+    num_envs: int = 64
     max_episode_steps: Optional[int] = None  # None: the backend's own time limit
     render_width: int = 128
     render_height: int = 128
@@ -295,6 +304,21 @@ class LoggerConfig:
     wandb_mode: WandbMode = WandbMode.offline  # offline works without a network
 
 
+# --------------------------------------------------------------------------- distributed
+
+
+@dataclass
+class DistributedConfig:
+    """Data-parallel training on several processes (``torchrun``, or SLURM through submitit;
+    docs/distributed.md). With one process these keys change nothing."""
+
+    backend: Backend = Backend.auto  # auto: nccl on CUDA, gloo on CPU
+    # seconds a collective (or the start-up rendezvous) waits for the other ranks before the run
+    # fails: longer than the slowest evaluation + checkpoint, which only rank 0 runs
+    timeout_sec: float = 600.0
+    share_gpus: bool = False  # sim=gpu: let several local ranks share a GPU (else refused)
+
+
 # --------------------------------------------------------------------------- top level
 
 
@@ -308,6 +332,7 @@ class Config:
     recorder: RecorderConfig = MISSING
     algo: PPOConfig = MISSING
     logger: LoggerConfig = MISSING
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 1
     total_steps: int = 200_000
     checkpoint: Optional[str] = None
@@ -339,6 +364,7 @@ def register_configs() -> None:
     cs.store(group="schema/recorder", name="recorder", node=RecorderConfig)
     cs.store(group="schema/algo", name="ppo", node=PPOConfig)
     cs.store(group="schema/logger", name="logger", node=LoggerConfig)
+    cs.store(group="schema/distributed", name="distributed", node=DistributedConfig)
 
 
 # --------------------------------------------------------------------------- validation
@@ -396,6 +422,7 @@ FLOAT_RANGES: Dict[type, Dict[str, Range]] = {
         # the initial std is exp(init_log_std): beyond +-20 it is 0 or overflows in float32 math
         "init_log_std": Range(low=-20.0, high=20.0),
     },
+    DistributedConfig: {"timeout_sec": POSITIVE},
 }
 
 
@@ -653,6 +680,7 @@ def validate(cfg: Config) -> None:
     choice(cfg.logger, "name", LoggerName, "logger.name")
     choice(cfg.logger, "wandb_mode", WandbMode, "logger.wandb_mode")
     _positive(cfg.logger.log_every, "logger.log_every")
+    choice(cfg.distributed, "backend", Backend, "distributed.backend")
     validate_recorder(cfg.recorder, "recorder", env.num_envs)
     validate_recorder(ev.recorder, "eval_env.recorder", ev.num_envs)
     check_device(cfg.sim.device)  # last: it imports torch

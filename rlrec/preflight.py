@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlrec import rundir
+from rlrec import distributed, rundir
 from rlrec.config import ConfigError, nearest_existing
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
@@ -112,6 +112,8 @@ class Preflight(Callback):
     created, and only that: rlrec/rundir.py.)"""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if distributed.launched():
+            return self._on_rank_start(config)
         self._check_dir(config, "hydra.run.dir")
         self._validate(config)
         # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
@@ -120,6 +122,32 @@ class Preflight(Callback):
             rundir.claim(Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir")
         except ConfigError as err:
             _fail(err)
+
+    def _on_rank_start(self, config: DictConfig) -> None:
+        """One rank of several (torchrun): rank 0 checks, claims the run dir and publishes it;
+        every other rank validates (writing nothing) and takes rank 0's run dir as its own, so
+        that ``${now:...}`` in hydra.run.dir names one dir for the run. A refusal on rank 0 is
+        every rank's."""
+        timeout = OmegaConf.select(config, "distributed.timeout_sec", default=None)
+        timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 600.0
+        if distributed.env_rank() > 0:
+            self._validate(config)
+            try:
+                run_dir = distributed.wait_for("run_dir", timeout)
+            except ConfigError as err:
+                _fail(err)
+            with read_write(config.hydra.run):
+                config.hydra.run.dir = run_dir
+            return
+        run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
+        try:
+            check_writable(run_dir, "hydra.run.dir")
+            self._validate(config, fail=False)
+            claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
+        except ConfigError as err:
+            distributed.publish_error("run_dir", str(err), timeout)
+            _fail(err)
+        distributed.publish("run_dir", str(claimed.run_dir), timeout)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")
@@ -138,7 +166,8 @@ class Preflight(Callback):
             _fail(err)
 
     @staticmethod
-    def _validate(config: DictConfig) -> None:
+    def _validate(config: DictConfig, fail: bool = True) -> None:
+        """``fail=False``: the ConfigError is raised, not reported."""
         from rlrec.config import to_dataclass
 
         task = copy.deepcopy(config)
@@ -146,8 +175,10 @@ class Preflight(Callback):
             del task["hydra"]
         try:
             check_logger_extra(task)
-            to_dataclass(task)
+            distributed.check(to_dataclass(task))
         except ConfigError as err:
+            if not fail:
+                raise
             _fail(err)
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             pass

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from rlrec import budget, preempt
+from rlrec import budget, distributed, preempt
 from rlrec import checkpoint as ckpt
 from rlrec.config import Config, ConfigError, to_container
 from rlrec.envs.autoreset import AutoReset
@@ -28,6 +28,10 @@ from rlrec.logger import RunLogger
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
 from rlrec.stack import load_stack_state, make_env_stack, recorder_of, simulator_saved, stack_state
+
+# what each rank of several has of its own (the rest is the same on every rank): gathered into
+# rank 0's checkpoints, under "ranks" for ranks 1..N-1
+_PER_RANK = ("rng", "train_env", "next_obs")
 
 # entries of Runner.state() built afresh on each call: a snapshot need not copy them
 _FRESH = frozenset(
@@ -52,13 +56,18 @@ class Runner:
     def __init__(self, cfg: Config, run_dir: Path):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.device = resolve_device(cfg.sim)
+        # several ranks (docs/distributed.md): rank r seeds its RNGs seed + r and its env i
+        # seed + r * num_envs + i, as env r * num_envs + i of one process with them all would be
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.main = self.rank == 0  # evaluates, records, logs and writes files
+        self.device = distributed.rank_device(resolve_device(cfg.sim))
+        self.env_seed = cfg.seed + self.rank * cfg.env.num_envs
         self.resume_data = self._find_checkpoint()  # fails before any work on a bad path
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed + self.rank)
+        np.random.seed(cfg.seed + self.rank)
+        torch.manual_seed(cfg.seed + self.rank)
         self.global_step = 0
         self.iteration = 0
         self.train_env: Optional[AutoReset] = None
@@ -78,15 +87,61 @@ class Runner:
 
     # ------------------------------------------------------------------ set-up
     def _find_checkpoint(self) -> Optional[dict]:
+        """The checkpoint to start from. Several ranks: rank 0 finds it and tells the others
+        which file (they read the same file); a refusal on rank 0 is raised on every rank."""
+        if self.world == 1:
+            return self._find_checkpoint_here()
+        found: Dict[str, Any] = {}
+        if self.main:
+            try:
+                data = self._find_checkpoint_here()
+                found = {"path": None if data is None else data.pop("_path")}
+            except ConfigError as exc:
+                found = {"error": str(exc)}
+            else:
+                self._found = data
+        found = distributed.broadcast(found)
+        if "error" in found:
+            raise ConfigError(found["error"])
+        data = self._found if self.main else (found["path"] and ckpt.load(found["path"]))
+        if data:
+            self._check_world(data, found["path"])
+        return data or None
+
+    def _check_world(self, data: dict, path: Any) -> None:
+        """A checkpoint keeps the envs and RNG streams of each rank that saved it: training
+        continues it with that many ranks only (evaluating it needs one process)."""
+        saved = int(data.get("world_size", 1))
+        if saved != self.world and not self.cfg.eval_only:
+            how = "python train.py" if saved == 1 else f"torchrun --nproc-per-node {saved}"
+            raise ConfigError(
+                f"{path} was saved by a run of {saved} rank(s) and this run has {self.world} "
+                f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
+                f"{saved} rank(s) only ({how} ...)"
+            )
+
+    def _find_checkpoint_here(self) -> Optional[dict]:
+        data = self._locate_checkpoint()
+        if data is not None and self.world == 1:
+            where = self.cfg.checkpoint or self.run_dir / "checkpoints"
+            self._check_world(data, where)
+        return data
+
+    def _locate_checkpoint(self) -> Optional[dict]:
         cfg = self.cfg
         if cfg.checkpoint is not None:
-            return ckpt.load(cfg.checkpoint)
+            data = ckpt.load(cfg.checkpoint)
+            if self.world > 1:
+                data["_path"] = str(cfg.checkpoint)
+            return data
         if cfg.resume == "auto":
             # what a killed run left half-written, here and in recorder dirs outside the run dir
             recorder_dirs = [r.dir for r in (cfg.recorder, cfg.eval_env.recorder) if r.dir]
             preempt.remove_stale_temporaries(self.run_dir, recorder_dirs)
             # the newest good checkpoint (a damaged one is skipped with a warning naming it)
             found = ckpt.find_resume(self.run_dir / "checkpoints", key="resume")
+            if found is not None and self.world > 1:
+                found[1]["_path"] = str(found[0])
             if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
                 raise ConfigError(
                     f"eval_only=true resume=auto found no checkpoint to evaluate in "
@@ -107,13 +162,13 @@ class Runner:
                 cfg.env,
                 cfg.sim,
                 cfg.env.num_envs,
-                cfg.seed,
-                cfg.recorder,
+                self.env_seed,
+                cfg.recorder if self.main else None,  # rank 0 alone records
                 video_dir=str(videos / "train"),
                 kind="train",
                 on_clip=self._on_clip,
             )
-        if cfg.eval_env.enabled or cfg.eval_only:
+        if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
             self.eval_env = make_env_stack(
                 cfg.env,
                 cfg.sim,
@@ -136,11 +191,21 @@ class Runner:
                 key="checkpoint" if cfg.checkpoint else "resume",
             )
         self.ppo = PPO(cfg.algo, env.single_observation_space, self.action_space, self.device)
-        self.batch_size = cfg.env.num_envs * cfg.algo.num_steps
+        # env steps per iteration over all ranks (env.num_envs is per rank)
+        self.batch_size = self.world * cfg.env.num_envs * cfg.algo.num_steps
         self.num_iterations = max(1, cfg.total_steps // self.batch_size)
+        if not self.main:
+            return  # rank 0 alone logs
         self.logger = RunLogger(
             cfg.logger, self.run_dir, self.num_iterations * self.batch_size, to_container(cfg)
         )
+        if self.world > 1:
+            print(
+                f"rlrec: {self.world} ranks ({distributed.backend_name()}) x env.num_envs="
+                f"{cfg.env.num_envs} x algo.num_steps={cfg.algo.num_steps}: a global batch of "
+                f"{self.batch_size} env steps per iteration, {self.num_iterations} iterations",
+                flush=True,
+            )
 
     def _on_clip(self, clip: ClipInfo) -> None:
         """A clip is on disk: log it at the step its caller tagged it with (an eval clip finishes
@@ -167,9 +232,16 @@ class Runner:
 
     def save_checkpoint(
         self, next_obs: Optional[torch.Tensor], periodic: bool = False, state: Optional[dict] = None
-    ) -> Path:
-        """Writes ``state`` (default: the state as of now) to last.pt (and iter_NNNNNN.pt)."""
+    ) -> Optional[Path]:
+        """Writes ``state`` (default: the state as of now) to last.pt (and iter_NNNNNN.pt).
+        Several ranks (every rank calls it): rank 0 writes, with each other rank's RNG streams,
+        train env and next observation gathered into ``ranks``; the others return None."""
         state = self.state(next_obs) if state is None else state
+        if self.world > 1:
+            parts = distributed.gather({k: state[k] for k in _PER_RANK})
+            if parts is None:
+                return None
+            state = {**state, "world_size": self.world, "ranks": parts[1:]}
         if self.logger is not None and self.logger.awaiting:
             # no checkpoint before the eval lines of the steps it covers (a resumed run would
             # not redo those evaluations): their clips are waited for (bounded), then written
@@ -189,6 +261,8 @@ class Runner:
         data = self.resume_data
         if data is None:
             return None
+        if self.rank > 0:  # this rank's own entries; the rest is the same on every rank
+            data = {**data, **data["ranks"][self.rank - 1], "eval_env": None}
         self.ppo.load_state_dict(data["ppo"])
         self.global_step = int(data["global_step"])
         self.iteration = int(data["iteration"])
@@ -214,16 +288,32 @@ class Runner:
         return self.evaluator.run(
             lambda obs: self.ppo.act_inference(obs, deterministic),
             tag=self.global_step,
-            stop=lambda: bool(self.stop),
+            stop=self._cut,
         )
+
+    def _cut(self) -> bool:
+        """Whether a stop signal cuts the evaluation (or rollout) in progress short. Several
+        ranks: an evaluation (rank 0's alone) runs to its end, and the stop is agreed at the end
+        of the next rollout (:meth:`_stop_agreed`)."""
+        return self.world == 1 and bool(self.stop)
+
+    def _stop_agreed(self) -> bool:
+        """One process: the stop flag. Several ranks: one all-reduce of it, so that a signal to any
+        rank stops every rank at the same iteration (each then exits with that signal)."""
+        if self.world == 1:
+            return bool(self.stop)
+        signum = distributed.agree_signal(self.stop.signum)
+        if signum is not None and self.stop.signum is None:
+            self.stop.signum = signum
+        return signum is not None
 
     def _evaluate_and_log(self) -> bool:
         """Evaluates and logs the eval line; False (nothing logged) when a stop cut it short."""
-        if self.stop:
+        if self._cut():
             return False
         t0 = time.perf_counter()
         metrics = self.evaluate()
-        if self.stop:  # figures of fewer episodes than asked: not an eval line
+        if self._cut():  # figures of fewer episodes than asked: not an eval line
             return False
         if metrics:
             metrics["time/eval"] = time.perf_counter() - t0
@@ -243,7 +333,8 @@ class Runner:
             action = ppo.act(obs)
             obs, reward, terminated, truncated, info = env.step(action)
             ppo.process_env_step(reward, terminated, truncated, info)
-            self.logger.episodes.add(info)
+            if self.logger is not None:  # rank 0 alone logs
+                self.logger.episodes.add(info)
             if self.stop:
                 return obs
         ppo.compute_returns(obs)
@@ -261,13 +352,15 @@ class Runner:
             rec.expect_end((self.num_iterations - self.iteration) * cfg.algo.num_steps)
         if next_obs is None:
             with torch.inference_mode():
-                next_obs, _ = self.train_env.reset(seed=cfg.seed)
+                next_obs, _ = self.train_env.reset(seed=self.env_seed)
         self._obs = next_obs
         try:
             self._train_loop(eval_due)
         except RecorderError:
             # recorder.on_error=raise: the checkpoint of the last completed update, then the error
-            self.save_checkpoint(self._obs, state=self._resume_point)
+            # (several ranks: the others are not there to gather; the periodic ones stand)
+            if self.world == 1:
+                self.save_checkpoint(self._obs, state=self._resume_point)
             raise
         # stopped: the state as of the start of the interrupted rollout or evaluation; else now
         self.save_checkpoint(self._obs, state=self._resume_point)
@@ -284,12 +377,12 @@ class Runner:
                 return
             self._periodic_checkpoint()
         start, start_step = time.perf_counter(), self.global_step
-        while self.iteration < self.num_iterations and not self.stop:
+        while self.iteration < self.num_iterations and not (self.world == 1 and self.stop):
             self._resume_point = self._snapshot()
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
             self._obs = self.collect(self._obs)
-            if self.stop:
+            if self._stop_agreed():
                 return  # the interrupted rollout is dropped: its start is checkpointed
             self.iteration += 1
             self.global_step += self.batch_size
@@ -314,6 +407,8 @@ class Runner:
                 else:
                     self.evaluator.poll()  # an eval clip finished encoding since the evaluation
             self._periodic_checkpoint()
+        if self.world > 1:
+            self._stop_agreed()  # a signal during the last update: every rank exits with it
         if self.evaluator is not None and not self.stop:
             self._evaluation()  # the final one
 
@@ -357,6 +452,8 @@ class Runner:
             "sps/collect": self.batch_size / max(collect_s, 1e-9),
             "sps/total": sps,
         }
+        if self.logger is None:  # rank 0 alone logs
+            return
         if self.iteration % self.cfg.logger.log_every == 0 or self.iteration == self.num_iterations:
             metrics.update(self.logger.episodes.summary())
             self.logger.log(self.global_step, metrics)
@@ -380,6 +477,8 @@ class Runner:
         return self.last_eval
 
     def _summary(self, seconds: float) -> None:
+        if not self.main:
+            return
         ev = self.last_eval
         parts = [
             f"rlrec: {'stopped by signal' if self.stop else 'done'} in {seconds:.1f}s",

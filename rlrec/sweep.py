@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rlrec import preempt, rundir
+from rlrec import distributed, preempt, rundir
 
 SUMMARY_FILE = "summary.csv"
 ROWS_DIR = ".rlrec_summary"
@@ -466,6 +466,9 @@ class SweepSummary(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if not self._multirun(config):
+            return
+        if distributed.env_rank() != 0:  # a job of several tasks: rank 0 writes its row
+            _take_outcome()
             return
         row = job_row(config, job_return, _take_outcome())
         sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -106,13 +106,12 @@ def _leaves(node, prefix=""):
             yield f"{prefix}{key}", value
 
 
+GROUPS = ("env", "sim", "eval_env", "recorder", "algo", "logger", "distributed")
+
+
 @pytest.mark.parametrize(
     "path",
-    sorted(
-        p
-        for p in (CONF / g for g in ("env", "sim", "eval_env", "recorder", "algo", "logger"))
-        for p in p.glob("*.yaml")
-    ),
+    sorted(p for p in (CONF / g for g in GROUPS) for p in p.glob("*.yaml")),
 )
 def test_group_files_hold_no_default_twice(path):
     """The schema dataclasses hold every default once: a group file sets only the values its

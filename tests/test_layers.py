@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rlrec"
 LAYERS = [
     ["rlrec.config"],
     ["rlrec.rundir"],  # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced
+    ["rlrec.distributed"],  # the process group: PPO all-reduces, Preflight agrees on the run dir
     [
         "rlrec.envs",
         "rlrec.ppo",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -16,19 +16,45 @@ _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
 class ObsNormalizer(nn.Module):
-    """Running mean/std of observations (batched Welford update), saved in checkpoints."""
+    """Running mean/std of observations (batched Welford update), saved in checkpoints.
 
-    def __init__(self, shape: Tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+    ``pending=True`` (a run of several ranks) also keeps the count, sum and sum of squares (float64)
+    of the observations seen since the last :meth:`merge_pending`, which merges those of every rank
+    into the statistics as of the last merge, so that every rank holds the same statistics."""
+
+    def __init__(
+        self, shape: Tuple[int, ...], clip: float = 10.0, eps: float = 1e-8, pending: bool = False
+    ):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
         self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
         self.clip, self.eps = clip, eps
+        self._pending: Optional[torch.Tensor] = None  # [count, sum..., sum of squares...]
+        self._base: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        if pending:
+            numel = int(np.prod(shape))
+            self._pending = torch.zeros(1 + 2 * numel, dtype=torch.float64)
+            self._rebase()
+
+    def _rebase(self) -> None:
+        """The statistics as of now are what the next merge starts from."""
+        self._base = (self.count.clone(), self.mean.double().clone(), self.var.double().clone())
+        assert self._pending is not None
+        self._pending = self._pending.to(self.mean.device).zero_()
 
     def update(self, x: torch.Tensor) -> None:
         batch_mean = x.mean(0)
         batch_var = x.var(0, unbiased=False)
         n = x.shape[0]
+        if self._pending is not None:
+            if self._pending.device != self.mean.device:  # the module moved since __init__
+                self._rebase()
+            xd = x.double().reshape(n, -1)
+            k = xd.shape[1]
+            self._pending[0] += n
+            self._pending[1 : 1 + k] += xd.sum(0)
+            self._pending[1 + k :] += (xd * xd).sum(0)
         total = self.count + n
         delta = batch_mean - self.mean
         self.mean += delta * (n / total).float()
@@ -39,6 +65,35 @@ class ObsNormalizer(nn.Module):
         )
         self.var.copy_(m2 / total.float())
         self.count.copy_(total)
+
+    def merge_pending(self, all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Merges every rank's observations since the last merge (``all_reduce`` sums the pending
+        moments over the ranks, in place: one all-reduce) into the statistics as of the last
+        merge (Chan's parallel update, in float64). A no-op without ``pending``."""
+        if self._pending is None or self._base is None:
+            return
+        if self._pending.device != self.mean.device:
+            self._rebase()
+        pending = all_reduce(self._pending)
+        n = pending[0]
+        if float(n) > 0:
+            k = self.mean.numel()
+            count0, mean0, var0 = self._base
+            batch_mean = pending[1 : 1 + k] / n
+            batch_var = (pending[1 + k :] / n - batch_mean**2).clamp_min(0.0)
+            total = count0 + n
+            delta = batch_mean - mean0.reshape(-1)
+            mean = mean0.reshape(-1) + delta * (n / total)
+            m2 = var0.reshape(-1) * count0 + batch_var * n + delta**2 * (count0 * n / total)
+            self.mean.copy_(mean.view_as(self.mean))
+            self.var.copy_((m2 / total).view_as(self.var))
+            self.count.copy_(total)
+        self._rebase()
+
+    def _load_from_state_dict(self, *args, **kwargs):  # type: ignore[override]
+        super()._load_from_state_dict(*args, **kwargs)
+        if self._pending is not None:
+            self._rebase()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)

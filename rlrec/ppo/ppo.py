@@ -9,6 +9,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rlrec import distributed
 from rlrec.config import PPOConfig
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.storage import RolloutStorage
@@ -34,7 +35,15 @@ class PPO:
         self.agent = ActorCritic(
             obs_space, action_space, list(cfg.hidden_sizes), cfg.activation, cfg.init_log_std
         ).to(device)
-        self.obs_norm = ObsNormalizer(tuple(obs_space.shape)).to(device) if cfg.norm_obs else None
+        # several ranks: one policy (rank 0's initial weights), gradients averaged every
+        # minibatch, normaliser statistics merged every update, the KL stop on the mean KL
+        self.world = distributed.world_size()
+        distributed.broadcast_module_(self.agent)
+        self.obs_norm = (
+            ObsNormalizer(tuple(obs_space.shape), pending=self.world > 1).to(device)
+            if cfg.norm_obs
+            else None
+        )
         self.compiled = bool(cfg.compile)
         if self.compiled:
             # the learning rate and the clip range are tensors, changed in place by set_schedule,
@@ -52,6 +61,7 @@ class PPO:
             self.agent.parameters(), lr=lr, eps=1e-5, **self._opt_flags
         )
         self.clip_coef = cfg.clip_coef
+        self._params = list(self.agent.parameters())
         self.storage: Optional[RolloutStorage] = None
         self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
         self._policy_step = self._policy_step_eager
@@ -184,6 +194,8 @@ class PPO:
             len(names), device=self.device
         )  # summed on the device: no sync per step
         n_updates = 0
+        if self.obs_norm is not None:  # every rank's observations of this rollout, merged
+            self.obs_norm.merge_pending(distributed.all_reduce_)
         for _epoch in range(cfg.update_epochs):
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
@@ -200,6 +212,8 @@ class PPO:
                 totals += stats  # read before the next step (a CUDA graph's output is reused)
                 approx_kl = stats[3].clone()
                 n_updates += 1
+            if self.world > 1 and cfg.target_kl is not None:  # the same decision on every rank
+                distributed.all_reduce_(approx_kl, "mean")
             if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
                 break
         out = dict(zip(names, (totals / max(1, n_updates)).tolist()))
@@ -234,6 +248,8 @@ class PPO:
         # graph reads them at fixed addresses
         self.optimizer.zero_grad(set_to_none=not self._cudagraphs)
         loss.backward()
+        if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
+            distributed.mean_grads_(self._params)
         self._optimizer_step()
         return stats
 

@@ -1,0 +1,407 @@
+"""Data-parallel runs: the process group and every collective rlrec uses, in one place.
+
+One run trains one policy on ``WORLD_SIZE`` processes (``torchrun``, or SLURM/submitit tasks):
+
+- **Start-up.** The rendezvous is ``env://`` (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``,
+  ``WORLD_SIZE``, ``LOCAL_RANK``), as torchrun exports it; in a submitit job with several tasks,
+  :func:`prepare_env` exports it from submitit's job environment first. The rendezvous store is
+  made once (:func:`store`) and serves twice: before Hydra creates the run dir, rank 0 publishes
+  the run dir it resolved and every other rank takes it (:func:`publish`, :func:`wait_for`), so a
+  ``${now:...}`` in ``hydra.run.dir`` names one dir for the whole run; then the process group
+  (:func:`init`) is built on the same store, gloo on CPU and NCCL on CUDA, with
+  ``distributed.timeout_sec`` as the timeout of every collective: no rank waits longer than that
+  for a rank that died or hangs.
+- **Training.** Gradients are averaged every minibatch (:func:`mean_grads_`, one all-reduce of the
+  flat gradient), the normaliser's statistics are merged once per update and the KL early stop is
+  decided on the mean KL (:func:`all_reduce_`), the stop flag once per rollout
+  (:func:`agree_signal`); rank 0 alone evaluates, records, logs and writes files
+  (:func:`is_main`), and gathers each rank's RNG and env state into its checkpoints
+  (:func:`gather`).
+
+With one process (no ``WORLD_SIZE`` above 1 in the environment) every helper is a no-op and
+nothing of ``torch.distributed`` is touched.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from datetime import timedelta
+from typing import Any, List, Optional
+
+import torch
+
+from rlrec.config import Backend, ConfigError, DistributedConfig
+
+_KEY_PREFIX = "rlrec/"
+_ERROR = "!error:"  # a published value that says the publishing rank failed, and why
+
+_store: Any = None  # the rendezvous store (made once per process)
+_group = False  # whether this module initialised the default process group
+_comm_device = torch.device("cpu")  # where collectives run (CUDA for NCCL)
+
+
+# ---------------------------------------------------------------------- the environment
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def under_torchrun() -> bool:
+    """True in a process that torchrun (torch.distributed.elastic) started."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def _submitit_tasks() -> int:
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return 1
+    return _env_int("SUBMITIT_LOCAL_NTASKS", _env_int("SLURM_NTASKS", 1))
+
+
+def prepare_env() -> None:
+    """In a submitit job of several tasks (``tasks_per_node``, ``nodes``), exports the ``env://``
+    variables from submitit's job environment (``TorchDistributedEnvironment``: the first host,
+    a port derived from the job id, RANK, WORLD_SIZE, LOCAL_RANK), unless they are set already.
+    CUDA_VISIBLE_DEVICES is left as SLURM set it."""
+    if _submitit_tasks() <= 1 or "RANK" in os.environ:
+        return
+    from submitit.helpers import TorchDistributedEnvironment
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+
+
+def env_world_size() -> int:
+    prepare_env()
+    return max(1, _env_int("WORLD_SIZE", 1))
+
+
+def env_rank() -> int:
+    prepare_env()
+    return _env_int("RANK", 0)
+
+
+def env_local_rank() -> int:
+    prepare_env()
+    return _env_int("LOCAL_RANK", 0)
+
+
+def env_local_world_size() -> int:
+    prepare_env()
+    return max(1, _env_int("LOCAL_WORLD_SIZE", env_world_size()))
+
+
+def launched() -> bool:
+    """True when this process is one rank of several (before or after :func:`init`)."""
+    return env_world_size() > 1
+
+
+# ---------------------------------------------------------------------- rank helpers
+def world_size() -> int:
+    return torch.distributed.get_world_size() if _group else 1
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if _group else 0
+
+
+def is_main() -> bool:
+    """Rank 0: the one rank that evaluates, records, logs and writes files."""
+    return rank() == 0
+
+
+# ---------------------------------------------------------------------- rendezvous
+def store(timeout_sec: float) -> Any:
+    """The ``env://`` rendezvous store of this run (made on first use; rank 0 hosts it, or
+    torchrun's agent does). The other ranks wait at most ``timeout_sec`` for it."""
+    global _store
+    if _store is None:
+        _store, _, _ = next(
+            torch.distributed.rendezvous(
+                "env://", env_rank(), env_world_size(), timeout=timedelta(seconds=timeout_sec)
+            )
+        )
+    return _store
+
+
+def publish(key: str, value: str, timeout_sec: float) -> None:
+    """Rank 0 publishes ``value`` under ``key`` for the other ranks (:func:`wait_for`)."""
+    store(timeout_sec).set(_KEY_PREFIX + key, value)
+
+
+def publish_error(key: str, message: str, timeout_sec: float) -> None:
+    """Rank 0 failed before ``key``: the other ranks waiting for it fail with ``message``."""
+    try:
+        publish(key, _ERROR + message, timeout_sec)
+    except Exception:  # no store (rank 0 could not even host it): the others time out
+        pass
+
+
+def wait_for(key: str, timeout_sec: float) -> str:
+    """What rank 0 published under ``key``, waiting at most ``timeout_sec``; ConfigError when rank
+    0 failed before it (its message) or did not publish it in time."""
+    s = store(timeout_sec)
+    try:
+        s.wait([_KEY_PREFIX + key], timedelta(seconds=timeout_sec))
+        value = s.get(_KEY_PREFIX + key).decode()
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise ConfigError(
+            f"rank {env_rank()}: rank 0 did not publish {key} within distributed.timeout_sec="
+            f"{timeout_sec:g}s ({type(exc).__name__}: {first})"
+        ) from None
+    if value.startswith(_ERROR):
+        raise ConfigError(f"rank 0 refused the run: {value[len(_ERROR) :]}")
+    return value
+
+
+# ---------------------------------------------------------------------- checks
+def check(cfg: Any) -> None:
+    """What a run of ``WORLD_SIZE`` ranks refuses before any work (ConfigError naming the keys):
+    evaluation alone on several ranks, a total below one global batch, env seeds past 32 bits,
+    NCCL without CUDA, and sim=gpu with fewer visible GPUs than ranks on this node."""
+    world = env_world_size()
+    if world <= 1:
+        return
+    from rlrec.config import SEED_MAX
+
+    if cfg.eval_only:
+        raise ConfigError(
+            f"eval_only=true runs on one process, this is rank {env_rank()} of WORLD_SIZE={world}:"
+            " start it with python train.py, not torchrun"
+        )
+    n, steps = cfg.env.num_envs, cfg.algo.num_steps
+    batch = world * n * steps
+    if cfg.total_steps < batch:
+        raise ConfigError(
+            f"total_steps={cfg.total_steps} is less than one global batch: WORLD_SIZE={world} x "
+            f"env.num_envs={n} (per rank) x algo.num_steps={steps} = {batch} env steps; raise "
+            "total_steps or lower env.num_envs"
+        )
+    high = SEED_MAX - (world * n - 1)
+    if cfg.seed > high:
+        raise ConfigError(
+            f"seed={cfg.seed} is invalid with WORLD_SIZE={world}: rank r seeds its env i with "
+            f"seed + r * env.num_envs + i, so seed must be in [0, {high}]"
+        )
+    cuda = str(cfg.sim.device).startswith("cuda") or cfg.sim.name == "gpu"
+    backend = Backend(cfg.distributed.backend)
+    if backend is Backend.nccl and not cuda:
+        raise ConfigError(
+            f"distributed.backend=nccl needs the policy on CUDA (sim.device={cfg.sim.device}): "
+            "use distributed.backend=auto or gloo on CPU"
+        )
+    if cuda:
+        visible = torch.cuda.device_count()
+        local = env_local_world_size()
+        per_task = bool(os.environ.get("SLURM_GPUS_PER_TASK"))  # SLURM gave each task its own
+        index = torch.device(cfg.sim.device).index
+        if index is not None:
+            raise ConfigError(
+                f"sim.device={cfg.sim.device} names one GPU for every rank: use sim.device=cuda "
+                "(rank with local rank k uses cuda:k)"
+            )
+        if backend is Backend.nccl and visible and gpus_shared():
+            raise ConfigError(
+                f"distributed.backend=nccl with {local} ranks on {visible} GPU(s): NCCL cannot "
+                "put two ranks on one GPU; use distributed.backend=auto (gloo when GPUs are "
+                "shared) or one rank per GPU"
+            )
+        if not per_task and visible < local and not cfg.distributed.share_gpus:
+            raise ConfigError(
+                f"sim={cfg.sim.name} with {local} ranks on this node (LOCAL_WORLD_SIZE) but "
+                f"{visible} visible GPU(s) (CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): start at most {visible} "
+                "ranks per node (torchrun --nproc-per-node), or set distributed.share_gpus=true"
+            )
+
+
+def gpus_shared() -> bool:
+    """Whether the ranks of this node are more than the GPUs each of them sees."""
+    if os.environ.get("SLURM_GPUS_PER_TASK"):
+        return False
+    return torch.cuda.device_count() < env_local_world_size()
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """This rank's device: ``cuda`` becomes ``cuda:<local rank>`` (modulo the visible GPUs when
+    they are shared); one GPU per SLURM task is that task's ``cuda:0``."""
+    if device.type != "cuda" or not launched() or device.index is not None:
+        return device
+    if os.environ.get("SLURM_GPUS_PER_TASK"):
+        return torch.device("cuda", 0)
+    return torch.device("cuda", env_local_rank() % max(1, torch.cuda.device_count()))
+
+
+# ---------------------------------------------------------------------- the process group
+def init(cfg: DistributedConfig, device: torch.device) -> None:
+    """Joins the process group of this run when ``WORLD_SIZE`` > 1 (a no-op otherwise):
+    ``distributed.backend`` (auto: NCCL on CUDA, gloo on CPU), ``distributed.timeout_sec`` for
+    every collective. Idempotent."""
+    global _group, _comm_device
+    if _group or not launched():
+        return
+    backend = Backend(cfg.backend)
+    if backend is Backend.auto:  # NCCL cannot put two ranks on one GPU: shared GPUs use gloo
+        nccl = device.type == "cuda" and not gpus_shared()
+        backend = Backend.nccl if nccl else Backend.gloo
+    timeout = timedelta(seconds=cfg.timeout_sec)
+    base = store(cfg.timeout_sec)
+    base.set_timeout(timeout)
+    kwargs = {}
+    if backend is Backend.nccl:
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+        _comm_device = device
+    torch.distributed.init_process_group(
+        backend.value,
+        store=torch.distributed.PrefixStore("default_pg", base),
+        rank=env_rank(),
+        world_size=env_world_size(),
+        timeout=timeout,
+        **kwargs,
+    )
+    _group = True
+
+
+def shutdown() -> None:
+    """Leaves the process group (idempotent)."""
+    global _group, _store
+    if _group:
+        try:
+            torch.distributed.destroy_process_group()
+        finally:
+            _group = False
+    _store = None
+
+
+def backend_name() -> str:
+    return torch.distributed.get_backend() if _group else "none"
+
+
+# ---------------------------------------------------------------------- collectives
+def all_reduce_(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """In place: the sum (``op="sum"``), mean or max of ``tensor`` over the ranks."""
+    if not _group:
+        return tensor
+    ops = {"sum": torch.distributed.ReduceOp.SUM, "mean": torch.distributed.ReduceOp.SUM}
+    ops["max"] = torch.distributed.ReduceOp.MAX
+    buf = tensor if tensor.device == _comm_device else tensor.to(_comm_device)
+    torch.distributed.all_reduce(buf, op=ops[op])
+    if op == "mean":
+        buf /= world_size()
+    if buf is not tensor:
+        tensor.copy_(buf)
+    return tensor
+
+
+def mean_grads_(params: List[torch.nn.Parameter]) -> None:
+    """Averages the gradients of ``params`` over the ranks: one all-reduce of the flat gradient
+    (as rsl_rl does), copied back in place (the gradients keep their storage)."""
+    if not _group:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce_(flat, "mean")
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
+        offset += n
+
+
+def broadcast_module_(module: torch.nn.Module) -> None:
+    """Every parameter and buffer of ``module`` as rank 0 has them (the same initial policy)."""
+    if not _group:
+        return
+    with torch.no_grad():
+        for t in [*module.parameters(), *module.buffers()]:
+            buf = t.data if t.device == _comm_device else t.data.to(_comm_device)
+            torch.distributed.broadcast(buf, src=0)
+            if buf is not t.data:
+                t.data.copy_(buf)
+
+
+def agree_signal(signum: Optional[int]) -> Optional[int]:
+    """The stop flag agreed by every rank: one all-reduce (max) of this rank's stop signal; any
+    rank's signal stops every rank. None when no rank was signalled."""
+    if not _group:
+        return signum
+    flag = torch.tensor([int(signum or 0)], dtype=torch.int64)
+    all_reduce_(flag, "max")
+    return int(flag.item()) or None
+
+
+def _to_bytes(obj: Any) -> torch.Tensor:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8)
+
+
+def _from_bytes(data: torch.Tensor) -> Any:
+    # plain data only (tensors, containers, numbers, strings): never the full unpickler
+    return torch.load(io.BytesIO(data.cpu().numpy().tobytes()), weights_only=True)
+
+
+def broadcast(obj: Any) -> Any:
+    """Rank 0's ``obj`` (plain data: tensors, containers, numbers, strings) on every rank."""
+    if not _group:
+        return obj
+    data = _to_bytes(obj) if is_main() else torch.empty(0, dtype=torch.uint8)
+    size = torch.tensor([data.numel()], dtype=torch.int64)
+    all_reduce_(size, "max")
+    buf = torch.zeros(int(size.item()), dtype=torch.uint8, device=_comm_device)
+    if is_main():
+        buf.copy_(data)
+    torch.distributed.broadcast(buf, src=0)
+    return _from_bytes(buf)
+
+
+def gather(obj: Any) -> Optional[List[Any]]:
+    """Every rank's ``obj`` (plain data), in rank order, on rank 0; None on the other ranks."""
+    if not _group:
+        return [obj]
+    data = _to_bytes(obj).to(_comm_device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
+    torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
+    longest = max(int(s.item()) for s in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8, device=_comm_device)
+    padded[: data.numel()] = data
+    parts = [torch.zeros_like(padded) for _ in range(world_size())]
+    torch.distributed.all_gather(parts, padded)
+    if not is_main():
+        return None
+    return [_from_bytes(p[: int(s.item())]) for p, s in zip(parts, sizes)]
+
+
+def barrier() -> None:
+    """Waits for every rank, at most ``distributed.timeout_sec`` (gloo names a missing rank)."""
+    if not _group:
+        return
+    if torch.distributed.get_backend() == "gloo":
+        torch.distributed.monitored_barrier(wait_all_ranks=True)
+    else:
+        torch.distributed.barrier()
+
+
+_LOST = ("gloo", "nccl", "connection closed", "timed out", "timeout", "processgroup", "c10d")
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective that failed because another rank died or did not answer
+    within the timeout (gloo raises a plain RuntimeError naming itself)."""
+    if not _group or isinstance(exc, ConfigError):
+        return False
+    if isinstance(exc, getattr(torch.distributed, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _LOST)
+
+
+def say(text: str) -> None:
+    """A line on stderr prefixed with this rank (other ranks' console output stays short)."""
+    print(f"rlrec[rank {rank()}]: {text}", file=sys.stderr, flush=True)
