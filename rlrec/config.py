@@ -403,12 +403,15 @@ class Range:
 POSITIVE = Range(low=0.0, low_open=True)
 NON_NEGATIVE = Range(low=0.0)
 UNIT = Range(low=0.0, high=1.0)
+# seconds, bounded where they become a clip length, a timeout or a timedelta: a day is far beyond
+# any use, and 1e308 would overflow those (int(inf), threading's and timedelta's limits)
+SECONDS = Range(low=0.0, low_open=True, high=86_400.0)
 
 # The range of every float field of every schema (tests/test_config.py fails on a float field
 # missing here). One generic check (check_floats) applies them, with one message format.
 FLOAT_RANGES: Dict[type, Dict[str, Range]] = {
     BuiltinEnvConfig: {"goal_radius": POSITIVE, "dt": POSITIVE},
-    RecorderConfig: {"length_sec": POSITIVE, "fps": POSITIVE, "stall_timeout_sec": POSITIVE},
+    RecorderConfig: {"length_sec": SECONDS, "fps": POSITIVE, "stall_timeout_sec": SECONDS},
     PPOConfig: {
         "learning_rate": POSITIVE,
         "gamma": UNIT,
@@ -422,7 +425,7 @@ FLOAT_RANGES: Dict[type, Dict[str, Range]] = {
         # the initial std is exp(init_log_std): beyond +-20 it is 0 or overflows in float32 math
         "init_log_std": Range(low=-20.0, high=20.0),
     },
-    DistributedConfig: {"timeout_sec": POSITIVE},
+    DistributedConfig: {"timeout_sec": SECONDS},
 }
 
 

@@ -8,9 +8,11 @@ import itertools
 import json
 import math
 import os
+import queue
 import shutil
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -93,7 +95,7 @@ class RunLogger:
     def __init__(self, cfg: LoggerConfig, run_dir: Path, total_steps: int, config_dict: dict):
         self.run_dir = Path(run_dir)
         self._tb = None
-        self._previews: Optional[ThreadPoolExecutor] = None  # TensorBoard clip previews
+        self._previews: Optional[_Previews] = None  # TensorBoard clip previews
         # W&B first: a missing extra fails here, before any file of the run is written
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
@@ -185,9 +187,7 @@ class RunLogger:
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
             if self._previews is None:
-                self._previews = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="rlrec-tb-clip"
-                )
+                self._previews = _Previews()
             source = _private_link(path)
             self._previews.submit(
                 _tb_add_clip_or_warn,
@@ -224,7 +224,7 @@ class RunLogger:
             self._progress.stop()
             self._progress = None
         if self._previews is not None:  # the previews of the last clips, before the writer closes
-            self._previews.shutdown(wait=True)
+            self._previews.close(PREVIEW_TIMEOUT_S)
             self._previews = None
         if self._tb is not None:
             self._tb.close()
@@ -256,6 +256,43 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
         group=sweep,
         reinit="finish_previous",
     )
+
+
+PREVIEW_TIMEOUT_S = 60.0  # how long close() waits for the TensorBoard previews still queued
+
+
+class _Previews:
+    """One daemon thread making TensorBoard clip previews in order, off the training thread.
+    :meth:`close` waits for the queued ones at most ``timeout`` seconds (a preview stuck on a dead
+    disk is left behind, a daemon thread, and said so), so closing a run never hangs on one."""
+
+    def __init__(self):
+        self._queue: "queue.Queue[Optional[tuple]]" = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="rlrec-tb-clip", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn, *args) -> None:
+        self._queue.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            fn(*args)  # catches and reports its own failures
+
+    def close(self, timeout: float) -> None:
+        self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            left = self._queue.qsize() - 1  # less the stop item
+            print(
+                f"rlrec: TensorBoard clip previews did not finish within {timeout:g} s; "
+                f"{left} not made (the clips themselves are on disk)",
+                file=sys.stderr,
+            )
 
 
 def _tb_add_clip_or_warn(

@@ -183,6 +183,9 @@ def test_clip_paths_and_encoder_timeout(override, also, tmp_path, monkeypatch, c
         "recorder.fps=inf",
         "recorder.length_sec=inf",
         "recorder.length_sec=nan",
+        "recorder.length_sec=1e308",  # finite, but its clip length would overflow
+        "recorder.stall_timeout_sec=1e308",  # beyond what a wait can take
+        "distributed.timeout_sec=1e308",
         "eval_env.recorder.fps=nan",
         "env.goal_radius=nan",
         "env.goal_radius=inf",

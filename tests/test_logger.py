@@ -90,3 +90,24 @@ def test_each_preview_shows_its_own_clip_under_a_fixed_name(tmp_path):
     for step, value in ((1, 40), (2, 200), (3, 120)):
         assert abs(shown[step] - value) <= 3, shown
     assert sorted(os.listdir(videos)) == ["latest.mp4", "long.mp4"]  # no private link left
+
+
+def test_closing_never_waits_unbounded_for_a_stuck_preview(capsys):
+    """A TensorBoard preview stuck (a dead disk, say) holds close() up at most its timeout; the
+    previews queued before it are made in order."""
+    import threading
+    import time
+
+    from rlrec.logger import _Previews
+
+    made, release = [], threading.Event()
+    previews = _Previews()
+    previews.submit(made.append, 1)
+    previews.submit(lambda: release.wait(30))  # stuck
+    previews.submit(made.append, 2)
+    t0 = time.monotonic()
+    previews.close(0.5)
+    took = time.monotonic() - t0
+    release.set()
+    assert made == [1] and 0.4 < took < 5
+    assert "did not finish within 0.5 s; 1 not made" in capsys.readouterr().err
