@@ -687,6 +687,11 @@ def validate(cfg: Config) -> None:
     validate_recorder(cfg.recorder, "recorder", env.num_envs)
     validate_recorder(ev.recorder, "eval_env.recorder", ev.num_envs)
     check_device(cfg.sim.device)  # last: it imports torch
+    if cfg.sim.name == SimName.gpu and str(cfg.sim.device).strip().startswith("cpu"):
+        raise ConfigError(
+            f"sim.name=gpu with sim.device={cfg.sim.device}: a GPU simulator keeps its tensors on "
+            "CUDA; use sim=gpu (sim.device=cuda or cuda:N), or sim=cpu"
+        )
 
 
 def to_dataclass(cfg: DictConfig) -> Config:
