@@ -29,6 +29,7 @@ writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips a
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 from typing import Any, Callable, Dict, List, Optional
@@ -45,7 +46,7 @@ from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClipEngine", "RecorderError", "ensure_video_dir"]
+__all__ = ["ClipEngine", "RecorderError", "ensure_video_dir", "env_index_list", "positive_number"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
@@ -67,6 +68,30 @@ def ensure_video_dir(path: Optional[str], key: str) -> str:
     except OSError as err:
         raise ConfigError(f"{key}={path!r} cannot be used as the video directory: {err}") from err
     return path
+
+
+def env_index_list(value: Any, key: str, name: str = "env_idx") -> List[int]:
+    """A wrapper's env-index argument, one int or a list of them, as a list; ConfigError naming
+    ``key`` and ``name`` otherwise (the range is checked with the rest of the settings)."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not items or not all(
+        isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items
+    ):
+        raise ConfigError(
+            f"{key}: {name}={value!r} is invalid: give one env index (an int) or a list of them"
+        )
+    return [int(i) for i in items]
+
+
+def positive_number(value: Any, key: str, name: str, rule: str) -> Optional[float]:
+    """A wrapper's numeric argument as a float: None stays None, else a finite number > 0, or a
+    ConfigError ``{key}: {name}=... is invalid: {rule}``."""
+    if value is None:
+        return None
+    number = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    if not number or not math.isfinite(value) or not value > 0:
+        raise ConfigError(f"{key}: {name}={value!r} is invalid: {rule}")
+    return float(value)
 
 
 def _tensor(value: Any, device: torch.device) -> torch.Tensor:

@@ -28,7 +28,6 @@ at its reset (never again after a short clip); a clip never spans two episodes; 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
@@ -37,7 +36,7 @@ from genesis_forge.wrappers.wrapper import Wrapper
 from rlrec.config import ConfigError, RecorderConfig
 from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
+from rlrec.record.engine import ClipEngine, env_index_list, positive_number
 
 __all__ = ["VideoWrapper"]
 
@@ -55,23 +54,7 @@ OPTIONS = (
 )
 
 
-def _seconds(value: Any, name: str) -> Optional[float]:
-    """A positive, finite number of seconds (or frames per second), or None."""
-    if value is None:
-        return None
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{KEY}: {name}={value!r} is invalid: must be a positive number or None")
-    return float(value)
-
-
-def _env_idx(env_idx: Any) -> List[int]:
-    items = list(env_idx) if isinstance(env_idx, (list, tuple)) else [env_idx]
-    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise ConfigError(
-            f"{KEY}: env_idx={env_idx!r} is invalid: an env index (int) or a list of them"
-        )
-    return items
+_POSITIVE = "must be a positive number or None"
 
 
 class VideoWrapper(Wrapper):
@@ -119,9 +102,9 @@ class VideoWrapper(Wrapper):
         if options.get("length_frames") is not None:
             video_length_sec = None  # length_frames replaces the default 8 s
         cfg = RecorderConfig(
-            length_sec=_seconds(video_length_sec, "video_length_sec"),
-            fps=_seconds(fps, "fps"),
-            env_idx=_env_idx(env_idx),
+            length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
+            fps=positive_number(fps, KEY, "fps", _POSITIVE),
+            env_idx=env_index_list(env_idx, KEY),
             filename=filename,
             record_final_episode=bool(record_final_episode),
             **options,

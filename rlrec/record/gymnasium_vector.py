@@ -21,7 +21,6 @@ answer ``None``); without hooks ``vec.render()``, which renders every sub-env.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -31,7 +30,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from rlrec.config import ConfigError, OnError, RecorderConfig, Trigger, X264Preset
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
+from rlrec.record.engine import ClipEngine, env_index_list, positive_number
 
 __all__ = ["RecordVectorVideo", "RenderHook"]
 
@@ -83,20 +82,6 @@ def _find_hook(env: gym.Env) -> Optional[RenderHook]:
         if not isinstance(env, gym.Wrapper):
             return None
         env = env.env
-
-
-def _indices(value: Any, name: str) -> List[int]:
-    values = [value] if isinstance(value, (int, np.integer)) else value
-    try:
-        out = [int(i) for i in values]
-        ok = all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in values)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise ConfigError(
-            f"{_KEY}: {name}={value!r} is invalid: give one env index (an int) or a list of them"
-        )
-    return out
 
 
 class RecordVectorVideo(VectorWrapper):
@@ -215,7 +200,7 @@ class RecordVectorVideo(VectorWrapper):
         if env_idx is None:
             envs = [0] if record_first_only else list(range(n))
         else:
-            envs = _indices(env_idx, "env_idx")
+            envs = env_index_list(env_idx, _KEY)
             if record_first_only and envs != [0]:
                 raise ConfigError(
                     f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
@@ -246,8 +231,7 @@ class RecordVectorVideo(VectorWrapper):
         if dt is None:
             render_fps = env.metadata.get("render_fps")
             dt = 1.0 / float(render_fps) if render_fps else 1.0 / _DEFAULT_FPS
-        if not isinstance(dt, (int, float)) or not math.isfinite(dt) or not dt > 0:
-            raise ConfigError(f"{_KEY}: dt={dt!r} is invalid: seconds of sim time per step, > 0")
+        dt = positive_number(dt, _KEY, "dt", "seconds of sim time per step, > 0")
         cfg = RecorderConfig(
             trigger=Trigger.cubic,  # replaced by the callable, when one is given
             length_frames=int(video_length) or None,

@@ -21,7 +21,6 @@ default) are written by a ``RecordEpisode(save_video=False)`` inside this wrappe
 from __future__ import annotations
 
 import logging
-import math
 import os
 from typing import Any, Callable, Dict, List, Optional
 
@@ -31,7 +30,7 @@ import torch
 from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
 from rlrec.envs.maniskill import render_rows
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
+from rlrec.record.engine import ClipEngine, positive_number
 
 __all__ = ["RecordClips"]
 
@@ -176,16 +175,12 @@ class RecordClips(gym.Wrapper):
                 f"{KEY}: max_steps_per_video={max_steps_per_video!r} is invalid: a positive int "
                 "or None (the whole episode)"
             )
-        if video_fps is not None and (
-            isinstance(video_fps, bool)
-            or not isinstance(video_fps, (int, float))
-            or not math.isfinite(video_fps)
-            or video_fps <= 0
-        ):
-            raise ConfigError(
-                f"{KEY}: video_fps={video_fps!r} is invalid: a positive number or None (real "
-                "time, 1 / control_timestep)"
-            )
+        positive_number(
+            video_fps,
+            KEY,
+            "video_fps",
+            "a positive number or None (real time, 1 / control_timestep)",
+        )
         if save_video_trigger is not None and not callable(save_video_trigger):
             raise ConfigError(
                 f"{KEY}: save_video_trigger={save_video_trigger!r} is invalid: a callable "
