@@ -267,7 +267,7 @@ class Runner:
         self.global_step = int(data["global_step"])
         self.iteration = int(data["iteration"])
         ckpt.set_rng_state(data["rng"])
-        with torch.inference_mode():
+        with self.rollout_mode():  # the train env's tensors, as its rollouts will update them
             for env, key in ((self.train_env, "train_env"), (self.eval_env, "eval_env")):
                 if env is not None and data.get(key):
                     load_stack_state(env, data[key])
@@ -324,20 +324,29 @@ class Runner:
         return True
 
     # ------------------------------------------------------------------ training
-    @torch.inference_mode()
+    def rollout_mode(self):
+        """The grad mode of the train env's rollouts (and of its reset and restore, whose tensors
+        the rollouts update in place): ``torch.inference_mode()``, or with ``algo.compile``
+        ``torch.no_grad()``. A compiled rollout captures the policy step's CUDA graph; a first
+        capture inside inference mode makes every later capture outside it (the update's) fail
+        with "Inplace update to inference tensor outside InferenceMode" on torch before 2.11
+        (fixed there in torch's CUDA graph capture, pytorch/pytorch#172706)."""
+        return torch.no_grad() if self.cfg.algo.compile else torch.inference_mode()
+
     def collect(self, obs: torch.Tensor) -> torch.Tensor:
         """One rollout of ``algo.num_steps`` steps into PPO's storage; returns the next
         observation. Stops early (the rollout then is incomplete) when a stop was requested."""
         env, ppo = self.train_env, self.ppo
-        for _ in range(self.cfg.algo.num_steps):
-            action = ppo.act(obs)
-            obs, reward, terminated, truncated, info = env.step(action)
-            ppo.process_env_step(reward, terminated, truncated, info)
-            if self.logger is not None:  # rank 0 alone logs
-                self.logger.episodes.add(info)
-            if self.stop:
-                return obs
-        ppo.compute_returns(obs)
+        with self.rollout_mode():
+            for _ in range(self.cfg.algo.num_steps):
+                action = ppo.act(obs)
+                obs, reward, terminated, truncated, info = env.step(action)
+                ppo.process_env_step(reward, terminated, truncated, info)
+                if self.logger is not None:  # rank 0 alone logs
+                    self.logger.episodes.add(info)
+                if self.stop:
+                    return obs
+            ppo.compute_returns(obs)
         return obs
 
     def train(self) -> Dict[str, float]:
@@ -351,7 +360,7 @@ class Runner:
         if rec is not None:
             rec.expect_end((self.num_iterations - self.iteration) * cfg.algo.num_steps)
         if next_obs is None:
-            with torch.inference_mode():
+            with self.rollout_mode():
                 next_obs, _ = self.train_env.reset(seed=self.env_seed)
         self._obs = next_obs
         try:
