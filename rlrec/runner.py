@@ -327,26 +327,28 @@ class Runner:
     def rollout_mode(self):
         """The grad mode of the train env's rollouts (and of its reset and restore, whose tensors
         the rollouts update in place): ``torch.inference_mode()``, or with ``algo.compile``
-        ``torch.no_grad()``. A compiled rollout captures the policy step's CUDA graph; a first
-        capture inside inference mode makes every later capture outside it (the update's) fail
-        with "Inplace update to inference tensor outside InferenceMode" on torch before 2.11
-        (fixed there in torch's CUDA graph capture, pytorch/pytorch#172706)."""
+        ``torch.no_grad()``. A compiled rollout captures the policy step's CUDA graph; on torch
+        before 2.11 a first capture inside inference mode makes every later capture outside it
+        (the update's) fail with "Inplace update to inference tensor outside InferenceMode"."""
         return torch.no_grad() if self.cfg.algo.compile else torch.inference_mode()
 
     def collect(self, obs: torch.Tensor) -> torch.Tensor:
         """One rollout of ``algo.num_steps`` steps into PPO's storage; returns the next
         observation. Stops early (the rollout then is incomplete) when a stop was requested."""
-        env, ppo = self.train_env, self.ppo
         with self.rollout_mode():
-            for _ in range(self.cfg.algo.num_steps):
-                action = ppo.act(obs)
-                obs, reward, terminated, truncated, info = env.step(action)
-                ppo.process_env_step(reward, terminated, truncated, info)
-                if self.logger is not None:  # rank 0 alone logs
-                    self.logger.episodes.add(info)
-                if self.stop:
-                    return obs
-            ppo.compute_returns(obs)
+            return self._collect(obs)
+
+    def _collect(self, obs: torch.Tensor) -> torch.Tensor:
+        env, ppo = self.train_env, self.ppo
+        for _ in range(self.cfg.algo.num_steps):
+            action = ppo.act(obs)
+            obs, reward, terminated, truncated, info = env.step(action)
+            ppo.process_env_step(reward, terminated, truncated, info)
+            if self.logger is not None:  # rank 0 alone logs
+                self.logger.episodes.add(info)
+            if self.stop:
+                return obs
+        ppo.compute_returns(obs)
         return obs
 
     def train(self) -> Dict[str, float]:
