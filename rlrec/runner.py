@@ -267,7 +267,7 @@ class Runner:
         self.global_step = int(data["global_step"])
         self.iteration = int(data["iteration"])
         ckpt.set_rng_state(data["rng"])
-        with torch.inference_mode():
+        with self.rollout_mode():  # the train env's tensors, as its rollouts will update them
             for env, key in ((self.train_env, "train_env"), (self.eval_env, "eval_env")):
                 if env is not None and data.get(key):
                     load_stack_state(env, data[key])
@@ -324,10 +324,21 @@ class Runner:
         return True
 
     # ------------------------------------------------------------------ training
-    @torch.inference_mode()
+    def rollout_mode(self):
+        """The grad mode of the train env's rollouts (and of its reset and restore, whose tensors
+        the rollouts update in place): ``torch.inference_mode()``, or with ``algo.compile``
+        ``torch.no_grad()``. A compiled rollout captures the policy step's CUDA graph; on torch
+        before 2.11 a first capture inside inference mode makes every later capture outside it
+        (the update's) fail with "Inplace update to inference tensor outside InferenceMode"."""
+        return torch.no_grad() if self.cfg.algo.compile else torch.inference_mode()
+
     def collect(self, obs: torch.Tensor) -> torch.Tensor:
         """One rollout of ``algo.num_steps`` steps into PPO's storage; returns the next
         observation. Stops early (the rollout then is incomplete) when a stop was requested."""
+        with self.rollout_mode():
+            return self._collect(obs)
+
+    def _collect(self, obs: torch.Tensor) -> torch.Tensor:
         env, ppo = self.train_env, self.ppo
         for _ in range(self.cfg.algo.num_steps):
             action = ppo.act(obs)
@@ -351,7 +362,7 @@ class Runner:
         if rec is not None:
             rec.expect_end((self.num_iterations - self.iteration) * cfg.algo.num_steps)
         if next_obs is None:
-            with torch.inference_mode():
+            with self.rollout_mode():
                 next_obs, _ = self.train_env.reset(seed=self.env_seed)
         self._obs = next_obs
         try:

@@ -30,26 +30,40 @@ class ObsNormalizer(nn.Module):
         self.register_buffer("var", torch.ones(shape))
         self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
         self.clip, self.eps = clip, eps
-        self._pending: Optional[torch.Tensor] = None  # [count, sum..., sum of squares...]
-        self._base: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        # ``pending``: non-persistent buffers (checkpoints hold mean, var and count alone), so
+        # ``.to(device)`` moves them with the statistics and they are never rebuilt: a tensor
+        # built inside the rollout's ``torch.inference_mode()`` could not be updated in place by
+        # the merge outside it ("Inplace update to inference tensor outside InferenceMode")
+        self._pending: Optional[torch.Tensor]  # [count, sum..., sum of squares...] since the merge
+        self._base_count: Optional[torch.Tensor]  # the statistics as of the last merge (float64)
+        self._base_mean: Optional[torch.Tensor]
+        self._base_var: Optional[torch.Tensor]
+        numel = int(np.prod(shape))
+        f64 = dict(dtype=torch.float64)
+        for name, value in (
+            ("_pending", torch.zeros(1 + 2 * numel, **f64)),
+            ("_base_count", torch.zeros((), **f64)),
+            ("_base_mean", torch.zeros(shape, **f64)),
+            ("_base_var", torch.zeros(shape, **f64)),
+        ):
+            self.register_buffer(name, value if pending else None, persistent=False)
         if pending:
-            numel = int(np.prod(shape))
-            self._pending = torch.zeros(1 + 2 * numel, dtype=torch.float64)
             self._rebase()
 
     def _rebase(self) -> None:
-        """The statistics as of now are what the next merge starts from."""
-        self._base = (self.count.clone(), self.mean.double().clone(), self.var.double().clone())
+        """The statistics as of now are what the next merge starts from (copied in place: the
+        buffers stay the tensors they are, whatever the grad mode of the caller)."""
         assert self._pending is not None
-        self._pending = self._pending.to(self.mean.device).zero_()
+        self._base_count.copy_(self.count)  # type: ignore[union-attr]
+        self._base_mean.copy_(self.mean)  # type: ignore[union-attr]
+        self._base_var.copy_(self.var)  # type: ignore[union-attr]
+        self._pending.zero_()
 
     def update(self, x: torch.Tensor) -> None:
         batch_mean = x.mean(0)
         batch_var = x.var(0, unbiased=False)
         n = x.shape[0]
         if self._pending is not None:
-            if self._pending.device != self.mean.device:  # the module moved since __init__
-                self._rebase()
             xd = x.double().reshape(n, -1)
             k = xd.shape[1]
             self._pending[0] += n
@@ -70,15 +84,14 @@ class ObsNormalizer(nn.Module):
         """Merges every rank's observations since the last merge (``all_reduce`` sums the pending
         moments over the ranks, in place: one all-reduce) into the statistics as of the last
         merge (Chan's parallel update, in float64). A no-op without ``pending``."""
-        if self._pending is None or self._base is None:
+        if self._pending is None:
             return
-        if self._pending.device != self.mean.device:
-            self._rebase()
         pending = all_reduce(self._pending)
         n = pending[0]
         if float(n) > 0:
             k = self.mean.numel()
-            count0, mean0, var0 = self._base
+            count0, mean0, var0 = self._base_count, self._base_mean, self._base_var
+            assert count0 is not None and mean0 is not None and var0 is not None
             batch_mean = pending[1 : 1 + k] / n
             batch_var = (pending[1 + k :] / n - batch_mean**2).clamp_min(0.0)
             total = count0 + n

@@ -15,7 +15,8 @@ from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.storage import RolloutStorage
 
 # torch.compile's mode for ``algo.compile``, by device type. CUDA: CUDA graphs (LeanRL and
-# ManiSkill's ppo_fast.py replay the policy step and the update step as CUDA graphs). Elsewhere
+# ManiSkill's ppo_fast.py replay the policy step and the update step as CUDA graphs, each as one
+# tensordict CudaGraphModule; rlrec uses torch.compile's own CUDA graphs). Elsewhere
 # torch.compile's default: CUDA graphs do not apply, and max-autotune's kernel search costs
 # minutes of compile time for the small MLPs of PPO. docs/gpu.md has the measured figures.
 COMPILE_MODES: Dict[str, Optional[str]] = {"cuda": "reduce-overhead"}
@@ -72,11 +73,12 @@ class PPO:
             self._compile()
 
     def _compile(self) -> None:
-        """``algo.compile``, the pattern of LeanRL and ManiSkill's ``ppo_fast.py``: the rollout's
-        policy step and the minibatch loss (with its backward pass) are each one compiled graph
-        (``fullgraph``: a graph break is an error), and the optimizer step (gradient clip and
-        Adam) is compiled too (torch's optimizers break the graph around their step on purpose).
-        On CUDA they run as CUDA graphs (``mode="reduce-overhead"``): one launch per graph."""
+        """``algo.compile``, after LeanRL and ManiSkill's ``ppo_fast.py`` (which capture the whole
+        minibatch update as one graph): the rollout's policy step and the minibatch loss (with its
+        backward pass) are each one compiled graph (``fullgraph``: a graph break is an error), and
+        the optimizer step (gradient clip and Adam) is compiled too (torch's optimizers break the
+        graph around their step on purpose). On CUDA they run as CUDA graphs
+        (``mode="reduce-overhead"``): one launch per graph."""
         mode = COMPILE_MODES.get(self.device.type)
         self._cudagraphs = mode == "reduce-overhead"
         self._policy_step = torch.compile(self._policy_step_eager, fullgraph=True, mode=mode)
@@ -243,10 +245,17 @@ class PPO:
         is read back to the host here. With ``algo.compile`` the loss (with its backward) and the
         optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
         them (Dynamo does not trace either)."""
+        # the gradients are dropped, never zeroed: under CUDA graphs the last minibatch's are the
+        # outputs of its backward graph's replay (AccumulateGrad keeps the tensor it is given when
+        # .grad is None), in the CUDA-graph pool, which the replays since have overwritten;
+        # zeroing them touches freed memory (torch/_inductor/cudagraph_trees.py
+        # format_dealloc_msg, 2.13 lines 2664-2673: "set .grad to None before each backward").
+        # The new ones are outputs recorded by the backward graph, so the optimizer graph reads
+        # them in place, without a copy, and may scale them (torch/_dynamo/variables/optimizer.py
+        # _is_static_for_cudagraphs, lines 68-85; torch/_inductor/cudagraph_utils.py
+        # check_for_mutation, lines 290-299)
+        self.optimizer.zero_grad(set_to_none=True)
         loss, stats = self._loss(obs, actions, old_logprobs, old_values, advantages, returns, clip)
-        # under CUDA graphs the gradients stay allocated (zeroed, not dropped), so the optimizer
-        # graph reads them at fixed addresses
-        self.optimizer.zero_grad(set_to_none=not self._cudagraphs)
         loss.backward()
         if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
             distributed.mean_grads_(self._params)

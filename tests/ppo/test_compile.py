@@ -1,17 +1,22 @@
 """``algo.compile``: the compiled PPO against the eager one, on the real inductor backend (the C++
 compiler is gcc), and the rollout's policy step as one graph."""
 
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from rlrec import runner as runner_module
 from rlrec.config import PPOConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.ppo.agent import ActorCritic
 from rlrec.ppo.ppo import PPO
-from tests.helpers import make_config
+from rlrec.runner import Runner
+from rlrec.stack import load_stack_state
+from tests.helpers import FAST, make_config
 
 CPU = torch.device("cpu")
 # small: the compile of three graphs is the cost of this module (seconds once inductor's cache
@@ -172,3 +177,125 @@ def test_checkpoints_load_across_modes():
     assert group["lr"] == pytest.approx(1e-4) and group["fused"] is True
     for a, b in zip(eager.agent.parameters(), compiled.agent.parameters()):
         assert torch.equal(a, b)
+
+
+class _StaleGradients(torch.overrides.TorchFunctionMode):
+    """CUDA graphs faked on the CPU: each step marked by ``cudagraph_mark_step_begin`` starts a
+    new replay, which overwrites the CUDA-graph pool where the last backward left its outputs,
+    the gradients AccumulateGrad took. Any op that reads or writes such a gradient's data
+    afterwards raises, as torch does (torch/_inductor/cudagraph_trees.py
+    dealloc_current_path_weakrefs)."""
+
+    def __init__(self, params):
+        super().__init__()
+        self.params, self.stale, self.steps = params, [], 0
+        self.before_backward = []  # the gradients as each backward pass begins
+
+    def mark_step_begin(self) -> None:
+        self.steps += 1
+        self.stale.extend(p.grad for p in self.params if p.grad is not None)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", None) == "backward":
+            self.before_backward.append([p.grad for p in self.params])
+        flat = torch.utils._pytree.tree_leaves((args, kwargs or {}))
+        # not a read of an attribute nor a flag: those touch no data
+        reads_data = getattr(func, "__name__", None) not in ("__get__", "requires_grad_")
+        if reads_data and any(
+            t is s for t in flat if isinstance(t, torch.Tensor) for s in self.stale
+        ):
+            raise RuntimeError(
+                f"{func}: accessing gradient tensor output of CUDAGraphs that has been "
+                "overwritten by a subsequent run"
+            )
+        return func(*args, **(kwargs or {}))
+
+
+def test_updates_under_cuda_graphs_never_touch_the_last_replays_gradients(monkeypatch):
+    """Under CUDA graphs every minibatch drops the last one's gradients (``.grad`` is None before
+    each backward) instead of zeroing them: they were the outputs of the last backward replay,
+    overwritten by the next replay. CUDA graphs are faked (``_cudagraphs`` on an eager PPO, the
+    step marker and the pool's overwrite by :class:`_StaleGradients`); four minibatches, as
+    ``test_compiled_rollouts_and_updates_match_eager_within_1e5`` on a GPU."""
+    torch.manual_seed(0)
+    env = AutoReset(PointReach(8, max_episode_steps=5))
+    ppo = PPO(PPOConfig(**SMALL), env.single_observation_space, env.single_action_space, CPU)
+    ppo._cudagraphs = True
+    storage = ppo.init_storage(env.num_envs)
+    with torch.no_grad():
+        obs, _ = env.reset(seed=0)
+        for _ in range(SMALL["num_steps"]):
+            action = ppo.act(obs)
+            obs, reward, term, trunc, info = env.step(action)
+            ppo.process_env_step(reward, term, trunc, info)
+        ppo.compute_returns(obs)
+    pool = _StaleGradients(ppo._params)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", pool.mark_step_begin)
+    before = [p.detach().clone() for p in ppo._params]
+    with pool:
+        losses = ppo.update(storage)
+    assert losses["loss/updates"] == 4 and pool.steps == 4
+    assert len(pool.before_backward) == 4
+    assert all(g is None for grads in pool.before_backward for g in grads)
+    assert all(not torch.equal(p, b) for p, b in zip(ppo._params, before))  # it did learn
+
+
+def _rollout_runner(tmp_path: Path, name: str, overrides):
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    cfg = make_config(
+        [
+            *FAST,
+            "recorder=none",
+            "eval_env.recorder.enabled=false",
+            "algo.compile=true",
+            "total_steps=256",
+            *overrides,
+        ]
+    )
+    return Runner(cfg, run_dir), run_dir
+
+
+def test_compiled_rollouts_run_under_no_grad_not_inference_mode(tmp_path, monkeypatch):
+    """``algo.compile``: the policy step (the rollout's CUDA graph) is never first captured inside
+    inference mode, which on torch before 2.11 breaks the update's capture after it; the train
+    env's reset and restore run in the rollout's mode (an env's tensors built inside inference
+    mode could not be updated in place by a rollout outside it). torch.compile is replaced by the
+    identity here: the modes are the runner's, whatever compiles. A run, then its resume."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    modes = {}  # what ran -> the (inference mode, grad mode) pairs it ran under
+
+    def spy(name, fn):
+        def wrapped(*args, **kwargs):
+            mode = (torch.is_inference_mode_enabled(), torch.is_grad_enabled())
+            modes.setdefault(name, set()).add(mode)
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(runner_module, "load_stack_state", spy("restore", load_stack_state))
+
+    def watch(runner):
+        runner.ppo._policy_step = spy("policy step", runner.ppo._policy_step)
+        env = runner.train_env
+        env.reset, env.step = spy("reset", env.reset), spy("step", env.step)
+        return runner
+
+    outside = {(False, False)}  # no_grad, not inference mode
+    runner, run_dir = _rollout_runner(tmp_path, "a", [])
+    assert runner.ppo.compiled
+    watch(runner).run()
+    assert modes == {"policy step": outside, "reset": outside, "step": outside}, modes
+    modes.clear()
+    resumed, _ = _rollout_runner(
+        tmp_path, "b", ["total_steps=512", f"checkpoint={run_dir}/checkpoints/last.pt"]
+    )
+    watch(resumed).run()
+    assert modes == {"policy step": outside, "step": outside, "restore": outside}, modes
+    assert resumed.global_step == 512
+    eager, _ = _rollout_runner(tmp_path, "c", ["algo.compile=false"])
+    try:
+        with eager.rollout_mode():  # eager rollouts keep inference mode
+            assert torch.is_inference_mode_enabled()
+    finally:
+        eager.close()

@@ -64,6 +64,67 @@ def test_obs_normalizer_matches_running_statistics():
     torch.testing.assert_close(z.mean(0), torch.zeros(3), atol=1e-3, rtol=0)
 
 
+def _normaliser_tensors(norm: ObsNormalizer) -> dict:
+    """Every tensor the normaliser holds: its buffers and tensor attributes (or tuples of them)."""
+    out = dict(norm.named_buffers())
+    for name, value in vars(norm).items():
+        values = value if isinstance(value, tuple) else (value,)
+        for i, v in enumerate(values):
+            if isinstance(v, torch.Tensor):
+                out[f"{name}[{i}]"] = v
+    return out
+
+
+def test_obs_normalizer_moves_every_tensor_with_to_and_checkpoints_only_its_statistics():
+    """Several ranks (``pending=True``): ``.to(device)`` takes the pending moments and the merge's
+    starting statistics along (``meta`` stands for the CUDA device), and a checkpoint holds the
+    statistics alone, so older checkpoints load and newer ones load into a single rank."""
+    norm = ObsNormalizer((3,), pending=True).to("meta")
+    tensors = _normaliser_tensors(norm)
+    assert len(tensors) >= 4  # mean, var, count and the pending moments at least
+    assert {k: t.device.type for k, t in tensors.items()} == {k: "meta" for k in tensors}
+    assert set(ObsNormalizer((3,), pending=True).state_dict()) == {"mean", "var", "count"}
+    old = ObsNormalizer((3,)).state_dict()  # a one-rank checkpoint's statistics
+    old["mean"].fill_(2.0)
+    old["count"].fill_(5.0)
+    several = ObsNormalizer((3,), pending=True)
+    several.load_state_dict(old)  # strict
+    assert float(several.mean[0]) == 2.0
+    ObsNormalizer((3,)).load_state_dict(several.state_dict())
+
+
+def test_obs_normalizer_merges_outside_inference_mode_after_updates_inside_it():
+    """The update of a run of several ranks: moments gathered during the rollout (inside
+    ``torch.inference_mode()``), merged by the update (outside it). The normaliser is materialised
+    on this device after being built elsewhere (``to_empty``: the CPU's stand-in for ``.to(cuda)``,
+    which needs two devices with data) and first touched inside inference mode. Nothing it holds
+    may be rebuilt there: an inference tensor cannot be updated in place by the merge ("Inplace
+    update to inference tensor outside InferenceMode")."""
+    with torch.device("meta"):
+        norm = ObsNormalizer((3,), pending=True)
+    norm.to_empty(device="cpu")
+    one = ObsNormalizer((3,))
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(16, 3, generator=g) * 2 + 1 for _ in range(3)]
+    with torch.inference_mode():
+        norm.load_state_dict(one.state_dict())
+        for x in batches:
+            norm.update(x)
+    for x in batches:
+        one.update(x)
+    norm.merge_pending(lambda t: t)  # one rank: the all-reduce is the identity
+    inference = [k for k, t in _normaliser_tensors(norm).items() if t.is_inference()]
+    assert not inference, f"inference tensors: {inference}"
+    torch.testing.assert_close(norm.mean, one.mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(norm.var, one.var, rtol=1e-5, atol=1e-6)
+    assert float(norm._pending.abs().sum()) == 0.0
+    with torch.inference_mode():  # the next rollout, and its merge
+        norm.update(batches[0])
+    one.update(batches[0])
+    norm.merge_pending(lambda t: t)
+    torch.testing.assert_close(norm.mean, one.mean, rtol=1e-5, atol=1e-6)
+
+
 def test_categorical_head_for_discrete_actions():
     agent = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), [16])
     obs = torch.randn(5, 4)
