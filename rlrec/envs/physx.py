@@ -118,7 +118,7 @@ def require_gpu_library() -> None:
         f"SAPIEN would download it from {download_url(version, plat)} (no timeout) while the env "
         f"is built. On a machine with internet run `{COMMAND}` (or `python -m rlrec.envs.physx`; "
         f"`{COMMAND} --dest DIR` fetches it for another machine: copy DIR's files to "
-        f"{library_dir(version)} there); see {DOCS}"
+        f"~/.sapien/physx/{version}/ there); see {DOCS}"
     )
 
 
