@@ -112,6 +112,20 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
         run.close()
 
 
+def test_no_adapter_is_built_on_a_bare_cuda(two_gpus, monkeypatch):
+    from rlrec.config import BuiltinEnvConfig
+    from rlrec.envs import builtin
+    from rlrec.envs.factory import make_adapter
+
+    asked = []
+    monkeypatch.setattr(builtin, "make", lambda cfg, sim, **kw: asked.append(kw["device"]))
+    as_rank(monkeypatch, 1)
+    make_adapter(BuiltinEnvConfig(), GPU_SIM, 2, seed=0)  # resolved: the rank's GPU
+    torch.cuda.set_device(1)
+    make_adapter(BuiltinEnvConfig(), GPU_SIM, 2, seed=0, device=torch.device("cuda"))
+    assert asked == [torch.device("cuda", 1)] * 2
+
+
 def test_maniskill_gets_the_rank_gpu_for_its_sim_and_renderer(two_gpus, monkeypatch):
     """ManiSkill's kwargs carry the index (a bare ``physx_cuda`` is SAPIEN's first CUDA device)."""
     from rlrec.envs.maniskill import gpu_backends, gpu_env_kwargs

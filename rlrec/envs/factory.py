@@ -82,8 +82,11 @@ def make_adapter(
     device: Optional[torch.device] = None,
 ) -> EnvAdapter:
     """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs on ``device`` (the runner
-    passes the one it resolved; None: :func:`resolve_device` of ``sim``)."""
+    passes the one it resolved; None: :func:`resolve_device` of ``sim``). A CUDA device without
+    an index is made explicit (torch's current device): no backend gets a bare ``cuda``."""
     device = resolve_device(sim) if device is None else torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     return backend_module(env_cfg.name).make(
         env_cfg, sim, num_envs=num_envs, device=device, seed=seed
     )
