@@ -74,6 +74,15 @@ def backend_module(name: str):
     return importlib.import_module(_BACKENDS[name])
 
 
+def check_ready(env_cfg: EnvConfig, sim: SimConfig) -> None:
+    """What the backend of ``env_cfg`` refuses for ``sim`` before anything is built (its optional
+    ``check_ready(env_cfg, sim)``; e.g. ManiSkill's GPU sim without SAPIEN's PhysX GPU library).
+    The entry point asks it once, before the process group and the runner; ``make`` again."""
+    check = getattr(backend_module(env_cfg.name), "check_ready", None)
+    if check is not None:
+        check(env_cfg, sim)
+
+
 def make_adapter(
     env_cfg: EnvConfig,
     sim: SimConfig,

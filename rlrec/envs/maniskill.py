@@ -484,6 +484,17 @@ def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) 
     }
 
 
+def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
+    """``sim=gpu`` refused before anything is imported or built: without CUDA, and without SAPIEN's
+    PhysX GPU library on disk (building a ``physx_cuda`` env would download it with no timeout:
+    rlrec/envs/physx.py). Imports sapien only, never mani_skill (seconds)."""
+    if sim.name != "gpu":
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError("sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu")
+    require_gpu_library()
+
+
 def make(
     env_cfg: ManiSkillEnvConfig,
     sim: SimConfig,
@@ -493,14 +504,7 @@ def make(
 ) -> ManiSkillEnv:
     """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs
     otherwise."""
-    if sim.name == "gpu":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu"
-            )
-        # before anything is imported or built: building a physx_cuda env would otherwise
-        # download SAPIEN's PhysX GPU library with no timeout (rlrec/envs/physx.py)
-        require_gpu_library()
+    check_ready(env_cfg, sim)
     imports = list(env_cfg.imports or [])
     _import_maniskill()
     _import_user_modules(imports)

@@ -98,6 +98,26 @@ def test_gpu_maniskill_is_refused_in_seconds_without_a_network_call(monkeypatch,
     assert "rlrec-fetch-physx" in message and "python -m rlrec.envs.physx" in message
 
 
+def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home, no_network):
+    """``train.py env=maniskill sim=gpu``: the entry point refuses right after resolving the
+    device, before it joins a process group or builds the runner (which loads checkpoints and
+    builds envs)."""
+    pytest.importorskip("sapien.physx")
+    from rlrec import cli, distributed, runner
+    from tests.helpers import compose_cfg
+
+    _fake_cuda(monkeypatch)
+    started = []
+    monkeypatch.setattr(runner, "Runner", lambda *a, **k: started.append("runner"))
+    monkeypatch.setattr(distributed, "init", lambda *a, **k: started.append("process group"))
+    cfg = compose_cfg(["env=maniskill", "sim=gpu"])
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"^sim=gpu env=maniskill needs SAPIEN's PhysX GPU"):
+        cli._build(cfg, home / "run")
+    assert time.monotonic() - start < 2.0
+    assert started == [] and no_network == [] and not (home / "run").exists()
+
+
 def test_the_library_in_place_passes_the_check(monkeypatch, home):
     monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
     monkeypatch.setattr(physx, "gpu_enabled", lambda: False)
