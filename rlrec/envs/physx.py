@@ -126,8 +126,8 @@ def require_gpu_library() -> None:
 
 
 def _download(url: str, timeout_sec: float) -> bytes:
-    """The body at ``url``, read within ``timeout_sec`` seconds in all (each read waits at most
-    60 s), at most :data:`MAX_ZIP_BYTES`."""
+    """The body at ``url``, at most :data:`MAX_ZIP_BYTES`: given up once ``timeout_sec`` seconds
+    have passed (checked between reads of 1 MiB, each of which waits at most 60 s)."""
     import urllib.request
 
     deadline = time.monotonic() + timeout_sec
@@ -244,15 +244,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{COMMAND}: {dest / library} is there already (remove it to fetch it again)")
         return 0
     url = download_url(version, plat)
+    source = str(Path(os.path.abspath(args.zip_file))) if args.zip_file else url
     try:
         if args.zip_file:
-            data = Path(os.path.abspath(args.zip_file)).read_bytes()
+            data = Path(source).read_bytes()
         else:
             print(f"{COMMAND}: downloading {url} (at most {args.timeout:g} s)", flush=True)
             data = _download(url, args.timeout)
+    except (OSError, ValueError) as e:  # URLError and TimeoutError are OSErrors
+        return fail(f"could not read {source}: {type(e).__name__}: {e}", 1)
+    try:
         path = unpack(data, dest, library)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
-        source = args.zip_file or url
         return fail(f"could not unpack {source} into {dest}: {type(e).__name__}: {e}", 1)
     print(f"{COMMAND}: {path} ({path.stat().st_size} bytes)")
     if dest != library_dir(version):
