@@ -30,16 +30,20 @@ register_configs()
 def _build(cfg: DictConfig, run_dir: Path):
     """Validates the config and builds the runner (ConfigError before any work). Several ranks:
     joins the process group first (docs/distributed.md)."""
-    from rlrec.envs.factory import resolve_device
+    from rlrec.envs.factory import check_ready, resolve_device, use_device
     from rlrec.runner import Runner  # imported here: --help and config errors stay fast
 
     config = to_dataclass(cfg)
     preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
     distributed.check(config)
+    # the rank's device, resolved once: the process group, the envs, the policy and the
+    # normaliser all use it (cuda:<local rank> with several ranks, current for CUDA)
+    device = resolve_device(config.sim)
+    check_ready(config.env, config.sim)  # e.g. ManiSkill's GPU sim needs a library on disk
+    use_device(device)
     if distributed.launched():
-        device = distributed.rank_device(resolve_device(config.sim))
         distributed.init(config.distributed, device)
-    return Runner(config, run_dir)
+    return Runner(config, run_dir, device)
 
 
 def _lost_rank(exc: BaseException) -> None:

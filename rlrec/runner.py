@@ -22,7 +22,7 @@ from rlrec import budget, distributed, preempt
 from rlrec import checkpoint as ckpt
 from rlrec.config import Config, ConfigError, to_container
 from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.factory import resolve_device
+from rlrec.envs.factory import resolve_device, use_device
 from rlrec.evaluation import Evaluator
 from rlrec.logger import RunLogger
 from rlrec.ppo.ppo import PPO
@@ -53,14 +53,19 @@ def _owned(value: Any) -> Any:
 class Runner:
     """Builds everything from a validated :class:`Config` and runs training or evaluation."""
 
-    def __init__(self, cfg: Config, run_dir: Path):
+    def __init__(self, cfg: Config, run_dir: Path, device: Optional[torch.device] = None):
+        """``device``: what ``rlrec.envs.factory.resolve_device(cfg.sim)`` gave (resolved here
+        when None); the envs, the policy and the normaliser all live on it."""
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         # several ranks (docs/distributed.md): rank r seeds its RNGs seed + r and its env i
         # seed + r * num_envs + i, as env r * num_envs + i of one process with them all would be
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.main = self.rank == 0  # evaluates, records, logs and writes files
-        self.device = distributed.rank_device(resolve_device(cfg.sim))
+        # one device for everything of this rank (cuda:<local rank> with several ranks), made
+        # torch's current device so that what follows the current device agrees with it
+        self.device = resolve_device(cfg.sim) if device is None else torch.device(device)
+        use_device(self.device)
         self.env_seed = cfg.seed + self.rank * cfg.env.num_envs
         self.resume_data = self._find_checkpoint()  # fails before any work on a bad path
         if cfg.torch_threads:
@@ -167,6 +172,7 @@ class Runner:
                 video_dir=str(videos / "train"),
                 kind="train",
                 on_clip=self._on_clip,
+                device=self.device,
             )
         if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
             self.eval_env = make_env_stack(
@@ -178,6 +184,7 @@ class Runner:
                 video_dir=str(videos / "eval"),
                 kind="eval",
                 on_clip=self._on_clip,
+                device=self.device,
             )
             self.evaluator = Evaluator(self.eval_env, cfg.eval_env)
         env = self.train_env or self.eval_env

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
+import torch
+
 from rlrec.config import EnvConfig, RecorderConfig, SimConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter
@@ -39,15 +41,17 @@ def make_env_stack(
     video_dir: Optional[str] = None,
     kind: str = "train",
     on_clip: Optional[Callable] = None,
+    device: Optional[torch.device] = None,
 ) -> AutoReset:
     """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
-    When recording, an env that cannot render is refused before it is built."""
+    When recording, an env that cannot render is refused before it is built. ``device``: the one
+    the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here)."""
     record = recording(recorder_cfg)
     if record:
         check = getattr(backend_module(env_cfg.name), "check_renderable", None)
         if check is not None:
             check(env_cfg)
-    env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed)
+    env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
     if record:
         env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
     return AutoReset(env)

@@ -16,7 +16,7 @@ from rlrec.envs.base import (
     layers,
     owned_info,
 )
-from rlrec.envs.factory import backend_module, make_adapter, resolve_device
+from rlrec.envs.factory import backend_module, make_adapter, resolve_device, use_device
 
 __all__ = [
     "AutoReset",
@@ -31,4 +31,5 @@ __all__ = [
     "make_adapter",
     "owned_info",
     "resolve_device",
+    "use_device",
 ]

@@ -11,6 +11,7 @@ from typing import Dict, Optional
 
 import torch
 
+from rlrec import distributed
 from rlrec.config import ConfigError, EnvConfig, SimConfig
 from rlrec.envs.base import EnvAdapter
 
@@ -26,7 +27,14 @@ _BACKENDS: Dict[str, str] = {
 
 
 def resolve_device(sim: SimConfig) -> torch.device:
-    """The torch device for ``sim``; fails early with what to do when CUDA is missing."""
+    """This process's torch device for ``sim``, resolved once by the runner and handed to every
+    adapter, the policy and the normaliser; fails early with what to do when CUDA is missing.
+
+    A CUDA device always carries its index: with several ranks, the rank's GPU
+    (:func:`rlrec.distributed.rank_device`: ``cuda`` becomes ``cuda:<local rank>``); otherwise the
+    index ``sim.device`` names, or torch's current device. A bare ``cuda`` would mean whichever
+    device is current where a tensor is made, and a simulator's own ``cuda`` alias need not be
+    torch's current device at all (SAPIEN's is the first CUDA device it enumerated)."""
     if sim.name == "gpu" or str(sim.device).startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(
@@ -44,7 +52,19 @@ def resolve_device(sim: SimConfig) -> torch.device:
                 "device ids are relative to those, so use "
                 f"cuda:0..cuda:{torch.cuda.device_count() - 1}"
             )
-    return torch.device(sim.device)
+    device = distributed.rank_device(torch.device(sim.device))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def use_device(device: torch.device) -> None:
+    """Makes ``device`` torch's current CUDA device (a no-op for any other device), so that what
+    follows the current device uses this rank's GPU and not cuda:0: Genesis's ``gs.init``
+    (``genesis/utils/misc.py`` ``get_device``: ``device_idx = torch.cuda.current_device()``),
+    CUDA tensors made without a device, CUDA graphs' memory pools."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 def backend_module(name: str):
@@ -54,11 +74,28 @@ def backend_module(name: str):
     return importlib.import_module(_BACKENDS[name])
 
 
+def check_ready(env_cfg: EnvConfig, sim: SimConfig) -> None:
+    """What the backend of ``env_cfg`` refuses for ``sim`` before anything is built (its optional
+    ``check_ready(env_cfg, sim)``; e.g. ManiSkill's GPU sim without SAPIEN's PhysX GPU library).
+    The entry point asks it once, before the process group and the runner; ``make`` again."""
+    check = getattr(backend_module(env_cfg.name), "check_ready", None)
+    if check is not None:
+        check(env_cfg, sim)
+
+
 def make_adapter(
-    env_cfg: EnvConfig, sim: SimConfig, num_envs: int, seed: Optional[int]
+    env_cfg: EnvConfig,
+    sim: SimConfig,
+    num_envs: int,
+    seed: Optional[int],
+    device: Optional[torch.device] = None,
 ) -> EnvAdapter:
-    """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs."""
-    device = resolve_device(sim)
+    """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs on ``device`` (the runner
+    passes the one it resolved; None: :func:`resolve_device` of ``sim``). A CUDA device without
+    an index is made explicit (torch's current device): no backend gets a bare ``cuda``."""
+    device = resolve_device(sim) if device is None else torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     return backend_module(env_cfg.name).make(
         env_cfg, sim, num_envs=num_envs, device=device, seed=seed
     )

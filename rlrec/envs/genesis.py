@@ -318,6 +318,8 @@ def make(
             f"env._target_={target!r} is invalid: give a dotted path such as my_module.MyEnv"
         )
     cls = import_object(target, "env._target_")
+    if torch.device(device).type == "cuda":  # gs.init takes torch's current CUDA device
+        torch.cuda.set_device(device)  # (genesis/utils/misc.py get_device, lines 211-213)
     init_genesis(sim.name)
     kwargs = dict(env_cfg.kwargs or {})
     task = cls(

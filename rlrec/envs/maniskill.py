@@ -42,6 +42,7 @@ from rlrec.envs.base import (
     owned_info,
     render_sub_envs,
 )
+from rlrec.envs.physx import require_gpu_library
 
 OBS_MODES = ["state"]  # flat float observations; visual obs modes are not wired to the policy
 VECTORIZATIONS = ["sync", "async"]
@@ -293,9 +294,7 @@ class ManiSkillGPUEnv(ManiSkillEnv):
         seed: Optional[int] = None,
     ):
         super().__init__(num_envs, device, max_episode_steps)
-        self.env = build_maniskill_env(
-            env_id, {**kwargs, "num_envs": num_envs, "sim_backend": "physx_cuda"}, imports
-        )
+        self.env = build_maniskill_env(env_id, gpu_env_kwargs(kwargs, num_envs, device), imports)
         self.dt = float(self.env.control_timestep)
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
@@ -455,6 +454,47 @@ def env_kwargs(cfg: ManiSkillEnvConfig) -> Dict[str, Any]:
     return kw
 
 
+def gpu_backends(device: torch.device) -> Dict[str, str]:
+    """ManiSkill's sim and render backends on the CUDA device ``device``, with its index
+    (``physx_cuda:1``, ``sapien_cuda:1``). ManiSkill 3.0.1 takes ``<backend>:<index>`` for both
+    (``mani_skill/envs/utils/system/backend.py`` lines 46-49 split it off, lines 61-64 build
+    ``torch.device``/``sapien.Device("cuda:<index>")`` for the sim, lines 79-81 the render device).
+    A bare ``physx_cuda``/``sapien_cuda`` would be ``sapien.Device("cuda")``, which SAPIEN resolves
+    to the first CUDA device it enumerated (SAPIEN ``src/device.cpp`` ``findDevice``), not to
+    torch's current device: rank k's sim would sit on another GPU than its policy."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ConfigError(
+            f"sim=gpu env=maniskill runs ManiSkill's GPU sim on a CUDA device, not {device}: "
+            "use sim.device=cuda"
+        )
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return {"sim_backend": f"physx_cuda:{index}", "render_backend": f"sapien_cuda:{index}"}
+
+
+def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) -> Dict[str, Any]:
+    """The keyword arguments of the batched GPU env on ``device``: the sim backend and num_envs
+    are rlrec's; ``render_backend`` defaults to the same GPU (``env.kwargs`` may set another)."""
+    backends = gpu_backends(device)
+    return {
+        "render_backend": backends["render_backend"],
+        **kwargs,
+        "num_envs": num_envs,
+        "sim_backend": backends["sim_backend"],
+    }
+
+
+def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
+    """``sim=gpu`` refused before anything is imported or built: without CUDA, and without SAPIEN's
+    PhysX GPU library on disk (building a ``physx_cuda`` env would download it with no timeout:
+    rlrec/envs/physx.py). Imports sapien only, never mani_skill (seconds)."""
+    if sim.name != "gpu":
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError("sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu")
+    require_gpu_library()
+
+
 def make(
     env_cfg: ManiSkillEnvConfig,
     sim: SimConfig,
@@ -464,6 +504,7 @@ def make(
 ) -> ManiSkillEnv:
     """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs
     otherwise."""
+    check_ready(env_cfg, sim)
     imports = list(env_cfg.imports or [])
     _import_maniskill()
     _import_user_modules(imports)
@@ -479,10 +520,6 @@ def make(
     )
     kw = env_kwargs(env_cfg)
     if sim.name == "gpu":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu"
-            )
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
     if torch.device(device).type != "cpu":
         raise ConfigError(

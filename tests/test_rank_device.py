@@ -1,0 +1,197 @@
+"""Several GPUs: each rank resolves its device once, with its index, makes it torch's current CUDA
+device, and hands that one device to its adapters, its policy and its normaliser; ManiSkill's sim
+and renderer get the same index (rlrec/envs/factory.py resolve_device, rlrec/runner.py).
+
+CUDA is faked (two GPUs, torch.cuda.* monkeypatched) and each rank is one torchrun launch's
+environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE); no process group is made.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import pytest
+import torch
+
+from rlrec.config import SimConfig
+from tests.helpers import FAST, make_config
+
+GPU_SIM = SimConfig(name="gpu", device="cuda")
+
+
+@pytest.fixture
+def two_gpus(monkeypatch) -> List[int]:
+    """torch sees two GPUs; returns the indices torch.cuda.set_device was called with."""
+    current = {"index": 0}
+    calls: List[int] = []
+
+    def set_device(device):
+        index = device if isinstance(device, int) else torch.device(device).index
+        assert index is not None, f"set_device({device!r}) without an index"
+        current["index"] = index
+        calls.append(index)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current["index"])
+    for name in ("SLURM_GPUS_PER_TASK", "SUBMITIT_EXECUTOR", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    return calls
+
+
+def as_rank(monkeypatch, rank: int, world: int = 2) -> None:
+    """This process's environment as torchrun gives it to rank ``rank`` of one node."""
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(world))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_rank_resolves_its_gpu_with_the_index(two_gpus, monkeypatch, rank):
+    from rlrec.envs.factory import resolve_device
+
+    as_rank(monkeypatch, rank)
+    assert resolve_device(GPU_SIM) == torch.device("cuda", rank)
+    assert resolve_device(SimConfig(name="cpu", device="cuda")) == torch.device("cuda", rank)
+
+
+def test_one_process_gets_the_current_gpu_with_its_index(two_gpus, monkeypatch):
+    from rlrec.envs.factory import resolve_device
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert resolve_device(GPU_SIM) == torch.device("cuda", 0)
+    torch.cuda.set_device(1)
+    assert resolve_device(GPU_SIM) == torch.device("cuda", 1)
+    assert resolve_device(SimConfig(name="gpu", device="cuda:1")) == torch.device("cuda", 1)
+    assert resolve_device(SimConfig()) == torch.device("cpu")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank):
+    """A Runner on rank ``rank`` (gloo, two GPUs) makes cuda:<rank> current and builds its train
+    and eval adapters, its policy and its normaliser for cuda:<rank>. The adapters are built on
+    the CPU and PPO on the ``meta`` device in their place (no real GPU here): what is checked is
+    the device each was asked for, and that PPO puts the policy and normaliser on the device it
+    is given."""
+    from rlrec import runner as runner_mod
+    from rlrec.envs import builtin
+    from rlrec.ppo.ppo import PPO
+
+    as_rank(monkeypatch, rank)
+    asked = {"adapter": [], "ppo": []}
+    real_make = builtin.make
+
+    def make(env_cfg, sim, num_envs, device, seed=None):
+        asked["adapter"].append(torch.device(device))
+        return real_make(env_cfg, sim, num_envs, torch.device("cpu"), seed)
+
+    built = []
+
+    def ppo(cfg, obs_space, action_space, device):
+        asked["ppo"].append(torch.device(device))
+        built.append(PPO(cfg, obs_space, action_space, torch.device("meta")))
+        return built[-1]
+
+    monkeypatch.setattr(builtin, "make", make)
+    monkeypatch.setattr(runner_mod, "PPO", ppo)
+    cfg = make_config([*FAST, "sim.device=cuda", "algo.norm_obs=true", "distributed.backend=gloo"])
+    run = runner_mod.Runner(cfg, tmp_path / "run")
+    try:
+        mine = torch.device("cuda", rank)
+        assert run.device == mine
+        assert two_gpus and two_gpus[-1] == rank  # the rank's GPU is torch's current device
+        assert asked["adapter"] == [mine, mine]  # train and eval env
+        assert asked["ppo"] == [mine]
+        agent = built[0].agent
+        tensors = [*agent.parameters(), *agent.buffers(), *built[0].obs_norm.buffers()]
+        assert {t.device.type for t in tensors} == {"meta"}
+    finally:
+        run.close()
+
+
+def test_no_adapter_is_built_on_a_bare_cuda(two_gpus, monkeypatch):
+    from rlrec.config import BuiltinEnvConfig
+    from rlrec.envs import builtin
+    from rlrec.envs.factory import make_adapter
+
+    asked = []
+    monkeypatch.setattr(builtin, "make", lambda cfg, sim, **kw: asked.append(kw["device"]))
+    as_rank(monkeypatch, 1)
+    make_adapter(BuiltinEnvConfig(), GPU_SIM, 2, seed=0)  # resolved: the rank's GPU
+    torch.cuda.set_device(1)
+    make_adapter(BuiltinEnvConfig(), GPU_SIM, 2, seed=0, device=torch.device("cuda"))
+    assert asked == [torch.device("cuda", 1)] * 2
+
+
+def test_maniskill_gets_the_rank_gpu_for_its_sim_and_renderer(two_gpus, monkeypatch):
+    """ManiSkill's kwargs carry the index (a bare ``physx_cuda`` is SAPIEN's first CUDA device)."""
+    from rlrec.envs.maniskill import gpu_backends, gpu_env_kwargs
+
+    assert gpu_backends(torch.device("cuda", 1)) == {
+        "sim_backend": "physx_cuda:1",
+        "render_backend": "sapien_cuda:1",
+    }
+    kw = gpu_env_kwargs({"obs_mode": "state"}, 4, torch.device("cuda", 1))
+    assert kw == {
+        "obs_mode": "state",
+        "num_envs": 4,
+        "sim_backend": "physx_cuda:1",
+        "render_backend": "sapien_cuda:1",
+    }
+    # env.kwargs may choose the renderer; the sim backend and num_envs are rlrec's
+    kw = gpu_env_kwargs({"render_backend": "none", "sim_backend": "x", "num_envs": 9}, 4, "cuda:1")
+    assert (kw["render_backend"], kw["sim_backend"], kw["num_envs"]) == ("none", "physx_cuda:1", 4)
+    torch.cuda.set_device(1)  # a bare "cuda" means torch's current device, made explicit
+    assert gpu_backends(torch.device("cuda"))["sim_backend"] == "physx_cuda:1"
+
+
+def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_path):
+    """Through the factory, as the runner builds it: rank 1's ManiSkill GPU env is built with
+    ``physx_cuda:1``/``sapien_cuda:1`` (the build itself is stopped: there is no GPU here)."""
+    pytest.importorskip("mani_skill")
+    from rlrec.config import ManiSkillEnvConfig
+    from rlrec.envs import maniskill
+    from rlrec.envs.factory import make_adapter
+
+    as_rank(monkeypatch, 1)
+    monkeypatch.setattr(maniskill, "require_gpu_library", lambda: None, raising=False)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def build(env_id, kwargs, imports=()):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(maniskill, "build_maniskill_env", build)
+    monkeypatch.setattr(maniskill, "EpisodeClock", lambda num_envs, device: None)  # CUDA tensors
+    with pytest.raises(Stop):
+        make_adapter(ManiSkillEnvConfig(), GPU_SIM, 2, seed=0)
+    assert seen["sim_backend"] == "physx_cuda:1" and seen["render_backend"] == "sapien_cuda:1"
+
+
+def test_genesis_is_initialised_on_the_rank_gpu(two_gpus, monkeypatch):
+    """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device):
+    the adapter makes the rank's GPU current before gs.init."""
+    from rlrec.config import GenesisEnvConfig
+    from rlrec.envs import genesis
+
+    class Stop(Exception):
+        pass
+
+    current_at_init = []
+
+    def init_genesis(sim_name):
+        current_at_init.append(torch.cuda.current_device())
+        raise Stop
+
+    monkeypatch.setattr(genesis, "import_genesis", lambda: None)
+    monkeypatch.setattr(genesis, "import_object", lambda target, key: object)
+    monkeypatch.setattr(genesis, "init_genesis", init_genesis)
+    with pytest.raises(Stop):
+        genesis.make(GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 1), seed=0)
+    assert current_at_init == [1]
