@@ -10,8 +10,9 @@ it cannot, said plainly.
 
 ``tools/device/device_kit.py plan`` prints the two calls for a GPU machine with no network (the
 packages it lacks travel as bundles). The parts, each bounded by its own budget (a subprocess
-timeout where it starts one) and by ``--budget`` for the whole run (a part that cannot start
-with its minimum left is skipped, and says so):
+timeout where it starts one; time an earlier part left unused is added to it) and by
+``--budget`` for the whole run (a part that cannot start with its minimum left is skipped, and
+says so):
 
 Call 1 (at most 120 s with the install; a failure leaves time for a fix and a second try):
 
@@ -699,7 +700,8 @@ def recorder_cost(args, rep: Report, tmp: Path, budget: float) -> None:
 
 def frames_are_states(args, rep: Report, tmp: Path, budget: float) -> None:
     """tests/record/test_frames_are_states.py's cases, with the recorded env and the re-rendering
-    env on the device: its own functions, three of them bound to the device."""
+    env on the device: its own functions, three of them bound to the device and its decoder
+    swapped for imageio-ffmpeg's reader."""
     import tests.record.test_frames_are_states as fs
 
     dev = torch.device(args.device)
@@ -718,8 +720,15 @@ def frames_are_states(args, rep: Report, tmp: Path, budget: float) -> None:
     def random_actions(env, gen):
         return (torch.rand(env.num_envs, 2, generator=gen) * 2 - 1).to(env.device)
 
-    saved = (fs.PointReach, fs.rerender, fs.random_actions)
-    fs.PointReach, fs.rerender, fs.random_actions = DevicePointReach, rerender, random_actions
+    def decode_many(paths, size, workdir):
+        # imageio-ffmpeg's own reader: the test's one-process decoder passes -fps_mode, which
+        # the kit's ffmpeg 4.2 lacks (it came in 5.1)
+        return [decode(p) for p in paths]
+
+    names = ("PointReach", "rerender", "random_actions", "decode_many")
+    saved = {n: getattr(fs, n) for n in names}
+    for n, f in zip(names, (DevicePointReach, rerender, random_actions, decode_many)):
+        setattr(fs, n, f)
     try:
         for case, kw in fs.CASES.items():
             case_dir = tmp / case.replace(" ", "_").replace(",", "")
@@ -736,7 +745,8 @@ def frames_are_states(args, rep: Report, tmp: Path, budget: float) -> None:
                 f"{len(clips)} clips, {frames} frames, mismatches {bad[:5]}",
             )
     finally:
-        fs.PointReach, fs.rerender, fs.random_actions = saved
+        for n, f in saved.items():
+            setattr(fs, n, f)
 
 
 def rank_worker(out_dir: Path, overrides: List[str]) -> None:
@@ -1043,6 +1053,7 @@ def main(argv=None) -> int:
         import physx_parts as pp
 
         funcs.update({n: pp.PARTS[n][0] for n in pp.PARTS})
+    bank = 0.0  # seconds earlier parts left unused: a later part may take them
     with tempfile.TemporaryDirectory(prefix="rlrec_gpu_check_") as tmp:
         args.tmp = tmp
         for name in parts:
@@ -1053,7 +1064,7 @@ def main(argv=None) -> int:
                 rep.start(name)
                 rep.end(name, "skipped", 0.0, f"{left:.0f}s left, needs {need:.0f}s")
                 continue
-            budget = min(limit[name], left - 2)
+            budget = min(limit[name] + bank, left - 2)
             print(
                 f"== {name} (at {time.perf_counter() - start:.0f}s, budget {budget:.0f}s): "
                 f"{table[name].what}",
@@ -1073,6 +1084,7 @@ def main(argv=None) -> int:
                 rep.check(False, name, f"{type(e).__name__}: {e}")
                 rep.end(name, "error", time.perf_counter() - t, f"{type(e).__name__}: {e}")
             took = time.perf_counter() - t
+            bank = max(0.0, budget - took)
             over = " (OVER its budget)" if took > limit[name] else ""
             print(f"   {name}: {took:.1f}s of {limit[name]:.0f}s{over}", flush=True)
     results = rep.results()
