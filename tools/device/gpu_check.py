@@ -377,6 +377,12 @@ def physx_refusal(args, rep: Report, tmp: Path, budget: float) -> None:
         f"train.py env=maniskill sim=gpu refuses within {within:.0f}s naming libPhysXGpu",
         f"exit {rc} after {took:.1f}s; says: {' | '.join(last)[:400]}",
     )
+    if "No module named 'mani_skill'" in out:
+        rep.info(
+            "why",
+            "rlrec imported mani_skill before checking for the PhysX library: the refusal must "
+            "come first (Call 1 carries sapien, not mani_skill)",
+        )
     rep.figure("names_full_path", str(lib) in out)
     rep.check(not lib.exists(), "nothing downloaded", f"{lib} absent")
     if rc == 0 or "libPhysXGpu" not in out:
@@ -464,8 +470,9 @@ def compiled_update_worker(device: str, out: Path) -> None:
         storage.values.copy_(torch.randn(*shape, generator=g, device=dev))
         storage.rewards.copy_(torch.randn(*shape, generator=g, device=dev))
         storage.dones.copy_((torch.rand(*shape, generator=g, device=dev) < 0.05).float())
-        storage.step = storage.num_steps
-        storage.compute_gae(torch.zeros(storage.num_envs, device=dev), cfg.gamma, cfg.gae_lambda)
+        storage.advantages.copy_(torch.randn(*shape, generator=g, device=dev))
+        storage.returns.copy_(storage.values + storage.advantages)
+        storage.step = storage.num_steps  # full, as after a rollout
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t = time.perf_counter()
@@ -756,19 +763,14 @@ def rank_worker(out_dir: Path, overrides: List[str]) -> None:
 
     import rlrec.cli
     from rlrec import distributed
-    from rlrec.config import to_dataclass
-    from rlrec.envs.factory import resolve_device
-    from rlrec.runner import Runner
 
     with initialize_config_dir(version_base="1.3", config_dir=rlrec.cli.CONFIG_DIR):
-        cfg = to_dataclass(compose("config", overrides=overrides))
-    distributed.check(cfg)
-    device = distributed.rank_device(resolve_device(cfg.sim))
-    distributed.init(cfg.distributed, device)
-    rank = distributed.rank()
-    run_dir = out_dir / f"run{rank}"
+        cfg = compose("config", overrides=overrides)
+    run_dir = out_dir / f"run{distributed.env_rank()}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    runner = Runner(cfg, run_dir)
+    # train.py's own build: validation, the rank's device, the process group, the runner
+    runner = rlrec.cli._build(cfg, run_dir)
+    rank = distributed.rank()
     ppo, after = runner.ppo, []
     update = ppo.update
 
