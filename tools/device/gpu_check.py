@@ -293,9 +293,9 @@ def tail(text: str, n: int = 3000) -> str:
 # a launcher that makes torch report one CUDA device, for rehearsing a refusal that comes before
 # any CUDA work (the CPU has none); train.py's own main runs after it
 FAKE_CUDA = (
-    "import sys, torch; torch.cuda.is_available = lambda: True; "
-    "torch.cuda.device_count = lambda: 1; sys.argv[0] = 'train.py'; "
-    "from rlrec.cli import main; main()"
+    "import sys, torch; c = torch.cuda; c.is_available = lambda: True; "
+    "c.device_count = lambda: 1; c.current_device = lambda: 0; c.set_device = lambda d: None; "
+    "sys.argv[0] = 'train.py'; from rlrec.cli import main; main()"
 )
 
 # --------------------------------------------------------------------------- Call 1
