@@ -627,7 +627,10 @@ def pushcube(args, rep: Report, tmp: Path, budget: float) -> None:
 
 
 def pickcube(args, rep: Report, tmp: Path, budget: float) -> None:
-    over = PICKCUBE if args.quick else [*PICKCUBE, "sim=gpu"]
+    settings = PICKCUBE
+    if (REPO / "conf" / "experiment" / "maniskill_pickcube_gpu.yaml").is_file():
+        settings = ["+experiment=maniskill_pickcube_gpu"]  # the preset, where rlrec has one
+    over = merge(settings, ["sim=cpu"]) if args.quick else [*settings, "sim=gpu"]
     _learn(args, rep, "pickcube", "PickCube-v1", over, budget, "ppo_fast's PR: about 1.3 min")
 
 
