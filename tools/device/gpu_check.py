@@ -91,10 +91,10 @@ class Part:
 
 
 PARTS: Dict[str, Part] = {
-    "basics": Part(1, 8, 4, 60, "imports, versions, nvidia-smi"),
+    "basics": Part(1, 6, 4, 60, "imports, versions, nvidia-smi"),
     "physx_refusal": Part(1, 20, 15, 60, "train.py env=maniskill sim=gpu refuses in seconds"),
-    "train_cuda": Part(1, 22, 15, 120, "train.py, built-in env on CUDA, recorder, clips decode"),
-    "compiled_update": Part(1, 45, 30, 300, "three compiled PPO.update() on synthetic storage"),
+    "train_cuda": Part(1, 20, 15, 120, "train.py, built-in env on CUDA, recorder, clips decode"),
+    "compiled_update": Part(1, 44, 30, 300, "three compiled PPO.update() on synthetic storage"),
     "compile_speedup": Part(2, 150, 100, 420, "eager vs algo.compile=true env steps/s"),
     "recorder_cost": Part(2, 40, 25, 120, "idle recorder cost; 4x4 grid clip throughput"),
     "frames_are_states": Part(2, 30, 15, 120, "every frame equals a re-render of its state"),
@@ -104,7 +104,7 @@ PARTS: Dict[str, Part] = {
 }
 CALL_PARTS = {c: [n for n, p in PARTS.items() if p.call == c] for c in (1, 2)}
 # the whole run's --budget of each call (tools/device/device_kit.py gives the call's timeout)
-CALL_BUDGET = {1: 95, 2: 390}
+CALL_BUDGET = {1: 90, 2: 390}
 REFUSAL_S = 20.0  # the PhysX refusal must come within this (ManiSkill would hang downloading)
 REFUSED_BEFORE_WORK_S = 30.0  # the memory budget's refusal: Hydra and imports, nothing built
 EVAL_SEED = 1000
