@@ -806,11 +806,13 @@ def check(kit: Path = KIT, python: Optional[str] = None, gpu_check: bool = True)
             env=device_env(site, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}),
             timeout=2400,
         )
-        tail = text.strip().splitlines()
+        lines = text.strip().splitlines()
+        summary = [x for x in lines if x.startswith(("PASS gpu_check", "FAIL gpu_check"))]
         result["gpu_check_cpu_rehearsal"] = {
             "rc": rc,
             "s": round(time.perf_counter() - t, 1),
-            "last_line": tail[-1] if tail else "",
+            "summary": (summary or lines or [""])[-1],
+            "failed": [x for x in lines if x.startswith("FAIL ")][:20],
         }
     smoke = result["smoke"]
     result["ok"] = bool(
