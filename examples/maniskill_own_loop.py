@@ -43,6 +43,12 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--eval-seed", type=int, default=1000, help="evaluation k resets with +k")
     p.add_argument("--render-size", type=int, default=128)
+    p.add_argument(
+        "--render-backend",
+        choices=["cpu", "gpu"],
+        default=None,
+        help="SAPIEN's renderer (default: cpu with --sim cpu, ManiSkill's own choice with gpu)",
+    )
     p.add_argument("--output-dir", default="runs/maniskill_own_loop")
     p.add_argument("--lossless", action="store_true", help="pixel-exact clips (for analysis)")
     args = p.parse_args(argv)
@@ -63,7 +69,9 @@ def env_kwargs(args, num_envs: int) -> dict:
         sim_backend="physx_cuda" if args.sim == "gpu" else "physx_cpu",
         human_render_camera_configs=dict(width=args.render_size, height=args.render_size),
     )
-    if args.sim == "cpu":
+    if args.render_backend is not None:  # gpu: the CPU sim rendered on CUDA (sapien_cuda)
+        kw["render_backend"] = args.render_backend
+    elif args.sim == "cpu":
         kw["render_backend"] = "cpu"
     if args.episode_steps is not None:
         kw["max_episode_steps"] = args.episode_steps

@@ -1,8 +1,9 @@
-"""scripts/device_kit.py: what it bundles, how it slims and packs, and how the device installs.
+"""tools/device/device_kit.py: what it bundles, how it slims and packs, how the device installs,
+and the two calls' plan against the device tool's limits (tools/device/gpu_check.py's parts).
 
 The kit's own end-to-end check (a clean Python 3.12 venv with the device image's packages, the
 bundles installed as on the device, ManiSkill built there) downloads gigabytes and takes minutes:
-it is ``python scripts/device_kit.py check``, not a test. These tests run its pieces on small
+it is ``python tools/device/device_kit.py check``, not a test. These tests run its pieces on small
 wheels made here, with the real pip.
 """
 
@@ -23,8 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "device" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -58,28 +60,26 @@ def test_the_kit_bundles_only_what_the_device_image_lacks_pinned():
     assert len(set(names)) == len(names)
     assert not set(names) & kit.DEVICE_HAS, "bundled, though the device image has it"
     assert kit.SDIST_ONLY <= set(names)
-    # the imports the issue names are all there; torch and numpy come from the device
-    for needed in ("mani-skill", "sapien", "gymnasium", "hydra-core", "omegaconf"):
-        assert needed in names
-    assert {"antlr4-python3-runtime", "imageio-ffmpeg", "dacite", "transforms3d", "trimesh"} <= set(
-        names
-    )
     assert "torch" not in names and "numpy" not in names
+    # rlrec's own imports travel in both calls; sapien in Call 1 (the PhysX refusal reads its
+    # version), mani_skill in Call 2 (the renderer part), each pin in a bundle
+    core = {"gymnasium", "hydra-core", "omegaconf", "antlr4-python3-runtime", "imageio-ffmpeg"}
+    assert {kit._name(r) for r in kit.CORE} == core
+    one, two = ({kit._name(r) for r in kit.BUNDLES[n]} for n in (1, 2))
+    assert core <= one and core <= two
+    assert "sapien" in one and "mani-skill" not in one
+    assert "mani-skill" in two and "sapien" not in two
+    assert one | two == set(names)
     # the check venv installs from the device image's list only
     assert {kit._name(r) for r in kit.CHECK_BASE} <= kit.DEVICE_HAS
 
 
-def test_pack_fits_each_bundle_into_one_call_and_keeps_groups_together():
-    items = {"ffmpeg.xz": 46, "imageio_ffmpeg.whl": 1, "sapien.whl": 39, "mani_skill.whl": 9}
-    items.update({f"small{i}.whl": 1 for i in range(8)})
-    bundles = kit.pack(items, 60, together=[["ffmpeg.xz", "imageio_ffmpeg.whl"]])
-    flat = [n for b in bundles for n in b]
-    assert sorted(flat) == sorted(items)  # each file once
-    assert all(sum(items[n] for n in b) <= 60 for b in bundles)
-    assert any({"ffmpeg.xz", "imageio_ffmpeg.whl"} <= set(b) for b in bundles)
-    assert len(bundles) == 2  # first-fit decreasing: 47 + 9 + 4 | 39 + 4
-    with pytest.raises(kit.KitError, match="sapien.whl .* cannot fit one call"):
-        kit.pack({"sapien.whl": 70}, 60)
+def test_each_bundle_must_fit_its_call():
+    sizes = {"ffmpeg.xz": 18, "imageio_ffmpeg.whl": 1, "sapien.whl": 39, "mani_skill.whl": 9}
+    members = {1: ["ffmpeg.xz", "imageio_ffmpeg.whl", "sapien.whl"], 2: ["mani_skill.whl"]}
+    assert kit.bundle_bytes(sizes, members, 60) == {1: 58, 2: 9}
+    with pytest.raises(kit.KitError, match="bundle-1 .* cannot fit one call.*sapien.whl"):
+        kit.bundle_bytes(sizes, members, 50)
 
 
 def test_slim_wheel_drops_unused_assets_and_splits_the_binary(tmp_path):
@@ -157,9 +157,9 @@ def test_install_checks_the_manifest_then_installs_with_no_deps(tmp_path):
     )
     assert out.stdout.strip() == "1"
     assert kit.install(1, tmp_path / "kit", site, sys.executable) == 0.0  # already there
-    # one bundle of two: run refuses, naming the missing install
-    with pytest.raises(kit.KitError, match="install 2 first"):
-        kit.run_command(["true"], 10, site)
+    # one bundle of two: a call installs its own, and runs
+    assert kit.installed_bundles(site) == ([1], [2])
+    assert kit.run_command(["true"], 10, site) == 0
     # a damaged bundle is refused before anything is installed
     site2 = tmp_path / "site2"
     whl = next(d.glob("*.whl"))
@@ -176,7 +176,7 @@ def test_install_checks_the_manifest_then_installs_with_no_deps(tmp_path):
 def test_run_sets_the_device_environment_once_every_bundle_is_installed(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    with pytest.raises(kit.KitError, match="install 1 first"):
+    with pytest.raises(kit.KitError, match="install 1 or 2 first"):
         kit.run_command(["true"], 10, site)
     for n in (1, 2):
         (site / f".installed-bundle-{n}").write_text("digest 2\n")
@@ -204,28 +204,52 @@ def test_the_kit_never_deletes_a_directory_it_did_not_make(tmp_path):
 
 
 def test_the_printed_calls_fit_the_device_tool():
-    """The device lends 15 minutes in all, a machine start included: the calls' limits sum to at
-    most 11 minutes, each at most 600 s; every gpu_check part runs once, and the parts' own
-    budgets fit in their call's --budget, which ends well inside the call's limit."""
+    """The device lends 15 minutes in all, each machine start (a minute or two) included: two calls,
+    Call 1 within 120 s and Call 2 within 420 s, each at most 600 s; each runs its own gpu_check
+    parts, whose budgets fit the call's --budget, which leaves the call time for its install."""
     gpu_check = _load("gpu_check")
-    assert list(kit.CHECK_PARTS) == gpu_check.PARTS
-    calls = kit.plan_calls(2)
+    calls = kit.plan_calls()
+    assert [c["timeout_s"] for c in calls] == [120, 420]
+    assert sum(c["timeout_s"] for c in calls) <= kit.DEVICE_COMMAND_S <= 15 * 60 - 2 * 150
+    assert kit.CALL_PARTS == gpu_check.CALL_PARTS
+    assert kit.CHECK_BUDGET_S == gpu_check.CALL_BUDGET
     named = []
-    for call in calls:
+    for n, call in enumerate(calls, 1):
         assert len(call["command"]) <= 2000 and len(call["carry"]) <= 8
         assert 1 <= call["timeout_s"] <= 600
-        if "--parts" in call["command"]:
-            parts = call["command"].split("--parts ")[1].split(" --")[0].split()
-            named += parts
-            budget = float(call["command"].split("--budget ")[1].split()[0])
-            assert budget <= call["timeout_s"] - 30, "the command ends well inside its limit"
-            assert sum(gpu_check.BUDGET[p] for p in parts) <= budget, "no part is left out"
-            assert all(gpu_check.MIN_START[p] <= gpu_check.BUDGET[p] for p in parts)
+        assert call["command"].startswith(f"python3 tools/device/device_kit.py install {n} && ")
+        assert f"gpu_check.py --call {n} " in call["command"]
+        budget = float(call["command"].split("--budget ")[1].split()[0])
+        assert budget == gpu_check.CALL_BUDGET[n]
+        assert budget + kit.INSTALL_S[n] + kit.START_S <= call["timeout_s"], "install + start"
+        parts = gpu_check.CALL_PARTS[n]
+        assert call["parts"] == parts
+        assert sum(gpu_check.PARTS[p].budget for p in parts) <= budget, "no part is left out"
+        assert all(gpu_check.PARTS[p].min_start <= gpu_check.PARTS[p].budget for p in parts)
+        assert all(gpu_check.PARTS[p].call == n for p in parts)
+        named += parts
         for path in call["carry"]:
             ignored = subprocess.run(
                 ["git", "-C", str(REPO), "check-ignore", "-q", path], timeout=30
             )
             assert ignored.returncode == 0, f"{path} must be ignored by git to travel by carry"
-    assert sum(c["timeout_s"] for c in calls) <= kit.DEVICE_COMMAND_S <= 11 * 60
-    assert sorted(named) == sorted(gpu_check.PARTS), "every gpu_check part runs exactly once"
-    assert [c["command"].split()[2:4] for c in calls[:2]] == [["install", "1"], ["install", "2"]]
+    assert sorted(named) == sorted(gpu_check.PARTS), "every part runs in exactly one call"
+    assert not set(named) & set(gpu_check.PHYSX_NAMES), "no call needs the PhysX GPU library"
+
+
+def test_the_bundles_fit_beside_the_working_tree():
+    """Each bundle as last built (``BUNDLE_MIB``, checked by ``build``) and the working tree as it
+    is now fit one call's 64 MiB, with the build's margin."""
+    tree = kit.working_tree_bytes()
+    for n, mib in kit.BUNDLE_MIB.items():
+        assert tree + mib * kit.MIB + kit.MARGIN <= kit.CALL_LIMIT, (n, tree / kit.MIB, mib)
+
+
+def test_the_rehearsal_parses_and_the_physx_parts_are_named_only():
+    gpu_check = _load("gpu_check")
+    args = gpu_check.parse_args(["--device", "cpu", "--quick"])
+    assert args.parts == [*gpu_check.CALL_PARTS[1], *gpu_check.CALL_PARTS[2]]
+    assert gpu_check.parse_args(["--call", "2"]).parts == gpu_check.CALL_PARTS[2]
+    assert gpu_check.parse_args(["--parts", "physx_pushcube"]).parts == ["physx_pushcube"]
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--call", "1", "--parts", "basics"])

@@ -55,7 +55,9 @@ class TestManiSkillCPUContract(EnvContract):
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="sim=gpu needs CUDA (scripts/gpu_check.py runs this)"
+    not torch.cuda.is_available(),
+    reason="sim=gpu needs CUDA and SAPIEN's PhysX GPU library "
+    "(tools/device/gpu_check.py --parts physx_contract)",
 )
 class TestManiSkillGPUContract(TestManiSkillCPUContract):
     """The same contract on the batched physx_cuda env (GPU renders: compared with a small

@@ -6,7 +6,7 @@ env after every reset and step (the env's own render at the right moments), or b
 reset with the clip's seed.
 """
 
-import importlib.util
+import importlib
 import json
 import logging
 import subprocess
@@ -40,10 +40,12 @@ LIMIT = 5
 
 
 def _load_gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tools/device/physx_parts.py (the ManiSkill parts of the GPU check; it imports gpu_check
+    from its own folder)."""
+    folder = str(REPO / "tools" / "device")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("physx_parts")
 
 
 def make(sim="cpu", num_envs=1, limit=LIMIT):

@@ -1,0 +1,1112 @@
+#!/usr/bin/env python
+"""rlrec on one NVIDIA GPU: what such a machine can run, measured in two bounded calls, and what
+it cannot, said plainly.
+
+    python tools/device/gpu_check.py --call 1 --out DIR        # CUDA machine: Call 1's parts
+    python tools/device/gpu_check.py --call 2 --out DIR        # Call 2's parts
+    python tools/device/gpu_check.py --device cpu --quick      # the rehearsal: every part small,
+                                                                # on the CPU (CUDA-only checks
+                                                                # reported as skipped, with why)
+
+``tools/device/device_kit.py plan`` prints the two calls for a GPU machine with no network (the
+packages it lacks travel as bundles). The parts, each bounded by its own budget (a subprocess
+timeout where it starts one; time an earlier part left unused is added to it) and by
+``--budget`` for the whole run (a part that cannot start with its minimum left is skipped, and
+says so):
+
+Call 1 (at most 120 s with the install; a failure leaves time for a fix and a second try):
+
+- ``basics``: the imports (torch, rlrec, hydra, gymnasium, imageio-ffmpeg's ffmpeg, sapien),
+  versions, ``nvidia-smi``, CUDA seen by torch.
+- ``physx_refusal``: ``train.py env=maniskill sim=gpu`` with no PhysX GPU library (a fresh
+  ``HOME``, no network) exits non-zero within 20 s, naming ``libPhysXGpu``; nothing downloaded.
+- ``train_cuda``: ``train.py`` on the built-in env on CUDA for 4 iterations with a recorder on
+  every episode and an evaluation: finite losses, clips that exist and decode.
+- ``compiled_update``: ``PPO(algo.compile=true)`` on CUDA, three ``update()`` calls on a filled
+  synthetic ``RolloutStorage``: finite losses, parameters changed.
+
+Call 2 (at most 420 s):
+
+- ``compile_speedup``: ``train.py`` on the built-in env, ``sim.device=cuda``, 4,096 envs, eager
+  and ``algo.compile=true`` side by side: steady env steps/s (goal: compiled >= 1.3x eager).
+- ``recorder_cost``: the built-in env on CUDA (16,384 envs): an idle recorder's cost per step
+  (goal: < 1% of a step), and the throughput while a 4x4 grid clip of CUDA-resident frames is
+  recorded (goal: >= 0.5x of not recording).
+- ``frames_are_states``: ``tests/record/test_frames_are_states.py``'s check with the env on CUDA:
+  every frame of every clip equals a re-render of the state it stands for, pixel for pixel.
+- ``two_ranks``: two ranks sharing the GPU (``distributed.share_gpus=true``) hold identical
+  parameters after every update (gloo); NCCL with two ranks on one GPU runs or is refused before
+  any work, said which.
+- ``memory_budget``: a run too large for the GPU's memory is refused before any work, naming the
+  keys (rlrec/budget.py's GPU branch).
+- ``maniskill_render``: ManiSkill's CPU sim with SAPIEN's renderer on CUDA
+  (``render_backend=gpu``), through examples/maniskill_own_loop.py: frame 0 of every eval clip is
+  a fresh seeded reset. Needs mani_skill and sapien (Call 1's install, kept while the machine is
+  warm); when they are missing or the renderer does not start it says so.
+
+The parts that need SAPIEN's PhysX GPU library (``sim=gpu`` ManiSkill training, the regression,
+the contract suite; ``physx_parts.py``) run only where ``--parts`` names them.
+
+Goals (ratios) are checked on CUDA; with ``--quick`` or ``--device cpu`` they are reported, not
+checked. Wall times are figures, never checks. ``--out`` (default ``$OUT`` when set) receives
+``gpu_check.log`` and ``gpu_check.json`` (rewritten after each part). Exits 0 only when every
+check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+for _p in (str(REPO), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Part:
+    call: Optional[int]  # 1 or 2 (the device calls); None: only when --parts names it
+    budget: float  # seconds it may take on the GPU machine
+    min_start: float  # the least it needs to start
+    quick_budget: float  # seconds under --quick (the CPU rehearsal on a slow machine)
+    what: str
+
+
+PARTS: Dict[str, Part] = {
+    "basics": Part(1, 6, 4, 60, "imports, versions, nvidia-smi"),
+    "physx_refusal": Part(1, 20, 15, 60, "train.py env=maniskill sim=gpu refuses in seconds"),
+    "train_cuda": Part(1, 20, 15, 120, "train.py, built-in env on CUDA, recorder, clips decode"),
+    "compiled_update": Part(1, 44, 30, 300, "three compiled PPO.update() on synthetic storage"),
+    "compile_speedup": Part(2, 150, 100, 420, "eager vs algo.compile=true env steps/s"),
+    "recorder_cost": Part(2, 40, 25, 120, "idle recorder cost; 4x4 grid clip throughput"),
+    "frames_are_states": Part(2, 30, 15, 120, "every frame equals a re-render of its state"),
+    "two_ranks": Part(2, 60, 40, 240, "two ranks on one GPU: identical parameters"),
+    "memory_budget": Part(2, 20, 10, 60, "a size that does not fit is refused before work"),
+    "maniskill_render": Part(2, 60, 30, 240, "ManiSkill CPU sim, SAPIEN renderer on CUDA"),
+}
+CALL_PARTS = {c: [n for n, p in PARTS.items() if p.call == c] for c in (1, 2)}
+# the whole run's --budget of each call (tools/device/device_kit.py gives the call's timeout)
+CALL_BUDGET = {1: 90, 2: 390}
+REFUSAL_S = 20.0  # the PhysX refusal must come within this (ManiSkill would hang downloading)
+REFUSED_BEFORE_WORK_S = 30.0  # the memory budget's refusal: Hydra and imports, nothing built
+EVAL_SEED = 1000
+
+
+def physx_parts() -> Dict[str, Part]:
+    """The ManiSkill GPU-sim parts (physx_parts.py), which need SAPIEN's PhysX GPU library."""
+    import physx_parts as pp
+
+    return {
+        name: Part(None, budget, least, max(budget, 240), "needs the PhysX GPU library")
+        for name, (_, budget, least) in pp.PARTS.items()
+    }
+
+
+PHYSX_NAMES = [  # physx_parts.PARTS (listed here so --help needs no ManiSkill import)
+    "physx_smoke",
+    "physx_regression",
+    "physx_contract",
+    "physx_own_loop",
+    "physx_throughput",
+    "physx_pushcube",
+    "physx_pickcube",
+]
+
+
+def merge(*lists: List[str]) -> List[str]:
+    """Hydra overrides, a later value of a key replacing an earlier one (Hydra refuses two)."""
+    out: Dict[str, str] = {}
+    for lst in lists:
+        for o in lst:
+            out[o.split("=", 1)[0]] = o
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+class Tee:
+    """Everything printed (stdout and stderr) goes to the console and to the log file."""
+
+    def __init__(self, stream, file):
+        self.stream, self.file = stream, file
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.file.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.file.flush()
+
+
+class Report:
+    """Checks and figures by part, saved as JSON after each part (atomically)."""
+
+    def __init__(self, path: Optional[Path], meta: Dict[str, Any]):
+        self.path = path
+        self.data: Dict[str, Any] = {**meta, "parts": {}, "ok": False}
+        self.part = "setup"
+
+    def start(self, part: str) -> None:
+        self.part = part
+        self.data["parts"][part] = {"status": "running", "checks": [], "figures": {}}
+
+    def check(self, ok: bool, name: str, detail: str = "") -> bool:
+        ok = bool(ok)
+        self._entry()["checks"].append({"name": name, "ok": ok, "detail": detail})
+        print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {detail}" if detail else ""), flush=True)
+        return ok
+
+    def info(self, name: str, detail: str) -> None:
+        """Reported, not checked (a goal under --quick or on the CPU)."""
+        self._entry()["checks"].append({"name": name, "ok": None, "detail": detail})
+        print(f"INFO {name}: {detail}", flush=True)
+
+    def skip(self, name: str, reason: str) -> None:
+        """A check this machine cannot run, and why."""
+        self._entry()["checks"].append({"name": name, "ok": None, "skipped": reason})
+        print(f"SKIP {name}: {reason}", flush=True)
+
+    def goal(self, enforce: bool, ok: bool, name: str, detail: str) -> None:
+        if enforce:
+            self.check(ok, name, detail)
+        else:
+            self.info(name, f"{detail} (goal not checked here)")
+
+    def figure(self, key: str, value: Any) -> None:
+        if isinstance(value, float):
+            value = round(value, 4) if math.isfinite(value) else str(value)
+        self._entry()["figures"][key] = value
+
+    def end(self, part: str, status: str, seconds: float, error: str = "") -> None:
+        entry = self.data["parts"].setdefault(part, {"checks": [], "figures": {}})
+        entry.update(status=status, s=round(seconds, 1))
+        if error:
+            entry["error"] = error
+        self.save()
+
+    def _entry(self) -> dict:
+        return self.data["parts"].setdefault(
+            self.part, {"status": "running", "checks": [], "figures": {}}
+        )
+
+    def results(self) -> List[bool]:
+        return [
+            c["ok"] for p in self.data["parts"].values() for c in p["checks"] if c["ok"] is not None
+        ]
+
+    def save(self) -> None:
+        self.data["ok"] = bool(self.results()) and all(self.results())
+        if self.path is None:
+            return
+        tmp = self.path.with_suffix(".json.partial")
+        tmp.write_text(json.dumps(self.data, indent=1) + "\n")
+        os.replace(tmp, self.path)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a.astype(np.float32) - b.astype(np.float32)).mean())
+
+
+def decode(path: str) -> np.ndarray:
+    from rlrec.testing import decode as decode_mp4
+
+    return decode_mp4(path)[0]
+
+
+def cuda(args) -> bool:
+    return args.device == "cuda"
+
+
+def offline_env(home: Path) -> Dict[str, str]:
+    """A subprocess environment with a fresh ``HOME`` (no PhysX library in it) and no network:
+    every proxy points at a closed local port, so a download fails at once instead of hanging."""
+    env = dict(os.environ)
+    env.update(HOME=str(home), PYTHONUNBUFFERED="1", PYTHONPATH=_pythonpath())
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
+        env[key] = "http://127.0.0.1:9"
+    env["NO_PROXY"] = env["no_proxy"] = ""
+    return env
+
+
+def _pythonpath() -> str:
+    parts = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    return ":".join(parts)
+
+
+def run_bounded(cmd: List[str], timeout: float, cwd: Path = REPO, env=None) -> tuple:
+    """``(exit status, output, seconds)`` of ``cmd``; 124 when it ran over ``timeout`` (its whole
+    process group is killed)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env if env is not None else {**os.environ, "PYTHONPATH": _pythonpath()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=max(1.0, timeout))
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
+        rc, out = 124, (out or "") + f"\n[gpu_check: stopped after {timeout:.0f}s]"
+    return rc, out or "", time.perf_counter() - t
+
+
+def train_cmd(overrides: List[str], run_dir: Path, launcher: Optional[str] = None) -> List[str]:
+    cmd = [sys.executable]
+    cmd += ["-c", launcher] if launcher else [str(REPO / "train.py")]
+    return [*cmd, *overrides, f"hydra.run.dir={run_dir}", "logger=none", "logger.progress=false"]
+
+
+def tail(text: str, n: int = 3000) -> str:
+    return text[-n:]
+
+
+# a launcher that makes torch report one CUDA device, for rehearsing a refusal that comes before
+# any CUDA work (the CPU has none); train.py's own main runs after it
+FAKE_CUDA = (
+    "import sys, torch; c = torch.cuda; c.is_available = lambda: True; "
+    "c.device_count = lambda: 1; c.current_device = lambda: 0; c.set_device = lambda d: None; "
+    "sys.argv[0] = 'train.py'; from rlrec.cli import main; main()"
+)
+
+# --------------------------------------------------------------------------- Call 1
+
+
+def basics(args, rep: Report, tmp: Path, budget: float) -> None:
+    rep.figure("python", sys.version.split()[0])
+    rep.figure("torch", torch.__version__)
+    missing = []
+    for name in ("rlrec", "hydra", "omegaconf", "gymnasium", "imageio_ffmpeg", "sapien"):
+        try:
+            module = importlib.import_module(name)
+            rep.figure(name, getattr(module, "__version__", "?"))
+        except Exception as e:  # ImportError, or a broken native library
+            missing.append(f"{name} ({type(e).__name__}: {e})"[:200])
+    rep.check(not missing, "rlrec's imports (and sapien for the PhysX refusal)", "; ".join(missing))
+    try:
+        import imageio_ffmpeg
+
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+        rc, out, _ = run_bounded([exe, "-hide_banner", "-encoders"], 20)
+        rep.figure("ffmpeg", exe)
+        rep.check(rc == 0 and "libx264rgb" in out, "ffmpeg runs and has libx264rgb (lossless)")
+    except Exception as e:
+        rep.check(False, "ffmpeg runs and has libx264rgb (lossless)", f"{type(e).__name__}: {e}")
+    if not cuda(args):
+        rep.skip("nvidia-smi", "--device cpu: no GPU to ask")
+        rep.skip("torch sees CUDA", "--device cpu")
+        return
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        rep.check(False, "nvidia-smi", "not on PATH")
+    else:
+        query = "--query-gpu=name,memory.total,driver_version"
+        rc, out, _ = run_bounded([smi, query, "--format=csv,noheader"], 20)
+        rep.figure("nvidia_smi", out.strip()[:300])
+        rep.check(rc == 0, "nvidia-smi answers", out.strip()[:200])
+    ok = torch.cuda.is_available()
+    if ok:
+        props = torch.cuda.get_device_properties(0)
+        rep.figure("gpu", props.name)
+        rep.figure("gpu_memory_gib", props.total_memory / 2**30)
+        rep.figure("cuda", torch.version.cuda)
+    rep.check(ok, "torch sees CUDA", f"torch {torch.__version__}")
+
+
+def physx_refusal(args, rep: Report, tmp: Path, budget: float) -> None:
+    """``train.py env=maniskill sim=gpu`` where SAPIEN's PhysX GPU library is missing: rlrec must
+    refuse before building the env. Without that refusal ManiSkill calls
+    ``sapien.physx.enable_gpu()``, which downloads the library with ``requests.get(url)`` and no
+    timeout (sapien/physx/__init__.py, sapien 3.0.3), so an offline node hangs there."""
+    try:
+        import sapien.physx
+
+        version = sapien.physx.version()
+    except Exception as e:
+        rep.check(False, "sapien imports (the refusal reads its PhysX version)", str(e)[:300])
+        return
+    home = tmp / "home"
+    home.mkdir()
+    lib = home / ".sapien" / "physx" / version / "libPhysXGpu_64.so"
+    over = ["env=maniskill", "sim=gpu", "env.num_envs=2", "eval_env.num_envs=2"]
+    over += ["recorder=none", "total_steps=1000"]
+    launcher = None if cuda(args) else FAKE_CUDA  # the CPU: CUDA faked, the refusal comes first
+    if launcher:
+        rep.info("CUDA faked", "--device cpu: torch.cuda.is_available() patched to True")
+    # the CPU rehearsal's machine may be slow and loaded: its start-up alone can take 20 s there
+    within = REFUSAL_S if cuda(args) else 3 * REFUSAL_S
+    limit = min(budget, within + 5)
+    rc, out, took = run_bounded(
+        train_cmd(over, tmp / "run", launcher), limit, env=offline_env(home)
+    )
+    rep.figure("exit", rc)
+    rep.figure("s", took)
+    rep.figure("expected_path", str(lib))
+    last = [line for line in out.strip().splitlines() if line.strip()][-3:]
+    rep.check(
+        rc not in (0, 124) and took < within and "libPhysXGpu" in out,
+        f"train.py env=maniskill sim=gpu refuses within {within:.0f}s naming libPhysXGpu",
+        f"exit {rc} after {took:.1f}s; says: {' | '.join(last)[:400]}",
+    )
+    if "No module named 'mani_skill'" in out:
+        rep.info(
+            "why",
+            "rlrec imported mani_skill before checking for the PhysX library: the refusal must "
+            "come first (Call 1 carries sapien, not mani_skill)",
+        )
+    rep.figure("names_full_path", str(lib) in out)
+    rep.check(not lib.exists(), "nothing downloaded", f"{lib} absent")
+    if rc == 0 or "libPhysXGpu" not in out:
+        print(tail(out), flush=True)
+
+
+def _clips_decode(run_dir: Path) -> Dict[str, List[int]]:
+    """Frames of every clip under ``run_dir/videos``, by kind (train / eval)."""
+    out: Dict[str, List[int]] = {}
+    for mp4 in sorted((run_dir / "videos").rglob("*.mp4")):
+        kind = mp4.relative_to(run_dir / "videos").parts[0]
+        try:
+            n = len(decode(str(mp4)))
+        except Exception:
+            n = 0
+        out.setdefault(kind, []).append(n)
+    return out
+
+
+def _metrics(run_dir: Path) -> List[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def train_cuda(args, rep: Report, tmp: Path, budget: float) -> None:
+    n = 16 if args.quick else 256
+    over = [f"sim.device={args.device}", f"env.num_envs={n}", "algo.num_steps=16"]
+    over += ["algo.num_minibatches=2", "algo.update_epochs=2", f"total_steps={4 * n * 16}"]
+    over += ["env.render_width=64", "env.render_height=64", "env.max_episode_steps=20"]
+    over += ["recorder.trigger=always", "recorder.env_idx=[0,1]", "eval_env.num_envs=4"]
+    over += ["eval_env.every=2", "eval_env.recorder.env_idx=[0,1,2,3]", "checkpoint_every=1000"]
+    run_dir = tmp / "run"
+    rc, out, took = run_bounded(train_cmd(over, run_dir), budget)
+    rep.figure("s", took)
+    metrics = _metrics(run_dir)
+    iters = [m for m in metrics if "sps/total" in m]
+    losses = [m.get("loss/value", float("nan")) for m in iters]
+    if iters:
+        rep.figure("sps_last", iters[-1]["sps/total"])
+    rep.check(
+        rc == 0 and len(iters) == 4 and all(math.isfinite(v) for v in losses),
+        f"train.py trains the built-in env on {args.device} (4 iterations, finite losses)",
+        f"exit {rc}, {len(iters)} iterations in {took:.1f}s",
+    )
+    clips = _clips_decode(run_dir)
+    rep.figure("clip_frames", clips)
+    rep.check(
+        bool(clips.get("train"))
+        and bool(clips.get("eval"))
+        and all(n > 1 for kind in clips.values() for n in kind),
+        "training and eval clips exist and decode",
+        f"{ {k: len(v) for k, v in clips.items()} } clips",
+    )
+    if rc != 0:
+        print(tail(out), flush=True)
+
+
+def compiled_update_worker(device: str, out: Path) -> None:
+    """(in a subprocess) PPO with ``algo.compile=true`` on ``device``; three ``update()`` calls,
+    each on a storage filled with synthetic rollouts; writes what each returned."""
+    import gymnasium as gym
+
+    from rlrec.config import PPOConfig
+    from rlrec.ppo.ppo import PPO
+
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    cfg = PPOConfig(
+        compile=True, num_steps=16, num_minibatches=4, update_epochs=2, hidden_sizes=[64, 64]
+    )
+    ppo = PPO(cfg, obs_space, act_space, dev)
+    storage = ppo.init_storage(256)
+    before = torch.cat([p.detach().flatten() for p in ppo.agent.parameters()]).clone()
+    results = []
+    for k in range(3):
+        g = torch.Generator(device=dev).manual_seed(k)
+        shape = (storage.num_steps, storage.num_envs)
+        storage.obs.copy_(torch.randn(*shape, 6, generator=g, device=dev))
+        storage.actions.copy_(torch.rand(*shape, 2, generator=g, device=dev) * 2 - 1)
+        storage.logprobs.copy_(-torch.rand(*shape, generator=g, device=dev) * 3)
+        storage.values.copy_(torch.randn(*shape, generator=g, device=dev))
+        storage.rewards.copy_(torch.randn(*shape, generator=g, device=dev))
+        storage.dones.copy_((torch.rand(*shape, generator=g, device=dev) < 0.05).float())
+        storage.advantages.copy_(torch.randn(*shape, generator=g, device=dev))
+        storage.returns.copy_(storage.values + storage.advantages)
+        storage.step = storage.num_steps  # full, as after a rollout
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        losses = ppo.update(storage)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        results.append({"s": time.perf_counter() - t, "losses": losses})
+    after = torch.cat([p.detach().flatten() for p in ppo.agent.parameters()])
+    finite = bool(torch.isfinite(after).all())
+    changed = not torch.equal(before, after)
+    out.write_text(json.dumps({"updates": results, "finite_params": finite, "changed": changed}))
+
+
+def compiled_update(args, rep: Report, tmp: Path, budget: float) -> None:
+    out = tmp / "result.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "compiled_update"]
+    cmd += ["--device", args.device, "--out", str(out)]
+    rc, text, took = run_bounded(cmd, budget)
+    rep.figure("s", took)
+    if rc != 0 or not out.is_file():
+        rep.check(False, "three compiled PPO.update() calls", f"exit {rc} after {took:.0f}s")
+        print(tail(text, 5000), flush=True)
+        return
+    res = json.loads(out.read_text())
+    ups = res["updates"]
+    rep.figure("update_s", [round(u["s"], 3) for u in ups])  # the first compiles
+    bad = [
+        (i, k, v)
+        for i, u in enumerate(ups)
+        for k, v in u["losses"].items()
+        if k.startswith("loss/") and k != "loss/explained_variance" and not math.isfinite(v)
+    ]
+    mode = "CUDA graphs (reduce-overhead)" if cuda(args) else "inductor, no CUDA graphs"
+    rep.check(
+        len(ups) == 3 and not bad and res["finite_params"] and res["changed"],
+        f"algo.compile=true on {args.device} ({mode}): three update() calls, finite losses",
+        f"update seconds {[round(u['s'], 2) for u in ups]}; non-finite {bad}",
+    )
+
+
+# --------------------------------------------------------------------------- Call 2
+
+
+def train_run(args, rep, name, overrides, budget, max_iters, launcher=None) -> dict:
+    """``train.py overrides`` in a subprocess, its metrics.jsonl followed as it grows; ended
+    (SIGTERM: rlrec saves a checkpoint and exits) after ``max_iters`` iterations or when
+    ``budget`` seconds pass."""
+    run_dir = Path(args.tmp) / name
+    log_path = Path(args.tmp) / f"{name}.out"
+    log = open(log_path, "w")
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    proc = subprocess.Popen(
+        train_cmd(overrides, run_dir, launcher),
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    iters: List[dict] = []
+    first_iter_s = None
+    pos = 0
+    stopped_by = "exit"
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        while proc.poll() is None:
+            time.sleep(0.25)
+            wall = time.perf_counter() - t0
+            if metrics.exists():
+                with open(metrics) as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                complete = chunk[: chunk.rfind("\n") + 1]
+                pos += len(complete.encode())
+                for line in complete.splitlines():
+                    m = json.loads(line)
+                    if "sps/total" in m:
+                        iters.append(m)
+                        if first_iter_s is None:
+                            first_iter_s = wall
+            if len(iters) >= max_iters or wall > budget:
+                stopped_by = "count" if len(iters) >= max_iters else "budget"
+                proc.send_signal(signal.SIGTERM)
+                break
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        log.close()
+    rc = proc.returncode
+    clean = rc == 0 or (stopped_by != "exit" and rc in (-signal.SIGTERM, 128 + signal.SIGTERM))
+    if not clean:
+        print(f"  {name}: train.py exited {rc}:\n{tail(log_path.read_text())}", flush=True)
+    res = {
+        "rc": rc,
+        "clean_exit": clean,
+        "stopped_by": stopped_by,
+        "wall_s": time.perf_counter() - t0,
+        "first_iteration_s": first_iter_s,
+        "iterations": len(iters),
+        "iters": iters,
+    }
+    for key in ("rc", "stopped_by", "wall_s", "first_iteration_s", "iterations"):
+        rep.figure(f"{name}_{key}", res[key])
+    return res
+
+
+def compile_speedup(args, rep: Report, tmp: Path, budget: float) -> None:
+    """The same built-in run eager and compiled: env steps over the collect + learn time of the
+    iterations after the first few (the compiled run compiles during its first ones)."""
+    n = 256 if args.quick else args.envs
+    base = [f"sim.device={args.device}", f"env.num_envs={n}", "eval_env.enabled=false"]
+    base += ["recorder=none", "total_steps=10000000000", "checkpoint_every=100000"]
+    skip, measured = (2, 3) if args.quick else (5, 25)
+    shares = {"eager": 0.35, "compiled": 0.65}  # compiling takes most of the compiled run's start
+    sps = {}
+    for label, flag in (("eager", "algo.compile=false"), ("compiled", "algo.compile=true")):
+        share = budget * shares[label]
+        res = train_run(args, rep, label, [*base, flag], share, skip + measured)
+        steady = res["iters"][skip:]
+        secs = sum(m["time/collect"] + m["time/learn"] for m in steady)
+        steps = steady[-1]["step"] - res["iters"][skip - 1]["step"] if steady else 0
+        sps[label] = steps / secs if secs > 0 and steps > 0 else float("nan")
+        rep.figure(f"{label}_steady_sps", sps[label])
+        rep.figure(f"{label}_steady_iterations", len(steady))
+        rep.check(
+            res["clean_exit"] and len(steady) > 0,
+            f"train.py runs {n:,} built-in envs on {args.device} with {flag}",
+            f"{res['iterations']} iterations, {len(steady)} measured, exit {res['rc']}",
+        )
+    ratio = sps["compiled"] / sps["eager"] if sps["eager"] > 0 else float("nan")
+    rep.figure("ratio", ratio)
+    rep.goal(
+        cuda(args) and not args.quick,
+        ratio >= 1.3,
+        "algo.compile=true at least 1.3x the eager env steps/s",
+        f"{ratio:.2f}x ({sps['compiled']:,.0f} vs {sps['eager']:,.0f} env steps/s, {n:,} envs)",
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _steps_per_s(env, action, steps: int) -> float:
+    _sync(env.device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        env.step(action)
+    _sync(env.device)
+    return env.num_envs * steps / max(time.perf_counter() - t, 1e-9)
+
+
+def recorder_cost(args, rep: Report, tmp: Path, budget: float) -> None:
+    """The built-in env on the device: (1) an idle recorder's cost per step against the bare env,
+    in alternating blocks (drift hits both); (2) the throughput while a clip of a 4x4 grid of its
+    envs (frames rendered on the device) is recorded, against the throughput between clips."""
+    from rlrec.config import RecorderConfig, Trigger
+    from rlrec.envs.autoreset import AutoReset
+    from rlrec.envs.builtin import PointReach
+    from rlrec.record.recorder import Recorder
+
+    n = 64 if args.quick else 4 * args.envs
+    steps = 20 if args.quick else 200
+    dev = torch.device(args.device)
+    env = PointReach(n, device=dev, max_episode_steps=100, render_width=128, render_height=128)
+    clips: list = []
+    grid = list(range(16))
+    rec = Recorder(
+        env,
+        RecorderConfig(trigger=Trigger.none, env_idx=grid, record_final_episode=False),
+        str(tmp / "videos"),
+        kind="eval",
+        on_clip=clips.append,
+    )
+    stack = AutoReset(rec)
+    stack.reset(seed=0)
+    act = torch.rand(n, 2, device=dev) * 2 - 1
+    _steps_per_s(env, act, 10)
+    bare, idle = [], []
+    for _ in range(3):
+        bare.append(_steps_per_s(env, act, steps))
+        idle.append(_steps_per_s(rec, act, steps))
+    b, i = float(np.median(bare)), float(np.median(idle))
+    cost = b / i - 1.0  # extra time per step, as a fraction of the bare step
+    rep.figure("envs", n)
+    rep.figure("bare_steps_per_s", b)
+    rep.figure("idle_recorder_steps_per_s", i)
+    rep.figure("idle_cost_fraction", cost)
+    rep.goal(
+        cuda(args) and not args.quick,
+        cost < 0.01,
+        "an idle recorder costs under 1% of a step",
+        f"{cost * 100:+.2f}% ({b:,.0f} bare, {i:,.0f} with the idle recorder, env steps/s)",
+    )
+    between = _steps_per_s(stack, act, steps)
+    rec.record_next_episode()
+    for _ in range(200):
+        if rec.recording:
+            break
+        stack.step(act)
+    recorded = 0  # one timed block over the whole clip, synced once (as the blocks above)
+    _sync(dev)
+    t = time.perf_counter()
+    while rec.recording and recorded < 200:
+        stack.step(act)
+        recorded += 1
+    _sync(dev)
+    sps_rec = n * recorded / max(time.perf_counter() - t, 1e-9) if recorded else float("nan")
+    rec.flush()
+    stack.close()
+    rep.figure("steps_per_s_between_clips", between)
+    rep.figure("steps_per_s_recording_grid", sps_rec)
+    rep.figure("clip_frames", clips[0].num_frames if clips else 0)
+    rep.check(
+        bool(clips) and recorded > 0 and clips[0].num_frames >= 2,
+        "a 4x4 grid clip (frames rendered on the env's device) was recorded whole",
+        f"{len(clips)} clip(s), {recorded} steps recorded",
+    )
+    ratio = sps_rec / max(between, 1e-9)
+    rep.figure("ratio_recording_grid", ratio)
+    rep.goal(
+        cuda(args) and not args.quick,
+        ratio >= 0.5,
+        "throughput while a 4x4 grid clip records is at least 0.5x of not recording",
+        f"{ratio:.2f}x ({sps_rec:,.0f} vs {between:,.0f} env steps/s, {n:,} envs)",
+    )
+
+
+def frames_are_states(args, rep: Report, tmp: Path, budget: float) -> None:
+    """tests/record/test_frames_are_states.py's cases, with the recorded env and the re-rendering
+    env on the device: its own functions, three of them bound to the device and its decoder
+    swapped for imageio-ffmpeg's reader."""
+    import tests.record.test_frames_are_states as fs
+
+    dev = torch.device(args.device)
+
+    class DevicePointReach(fs.PointReach):
+        def __init__(self, *a, **kw):
+            kw.setdefault("device", dev)
+            super().__init__(*a, **kw)
+
+    def rerender(ref, snap, env_idx):
+        for k, v in snap.state.items():
+            getattr(ref, k).copy_(v)
+        frames = ref.render(env_idx).cpu().numpy()
+        return np.concatenate(list(frames), axis=1)
+
+    def random_actions(env, gen):
+        return (torch.rand(env.num_envs, 2, generator=gen) * 2 - 1).to(env.device)
+
+    def decode_many(paths, size, workdir):
+        # imageio-ffmpeg's own reader: the test's one-process decoder passes -fps_mode, which
+        # the kit's ffmpeg 4.2 lacks (it came in 5.1)
+        return [decode(p) for p in paths]
+
+    names = ("PointReach", "rerender", "random_actions", "decode_many")
+    saved = {n: getattr(fs, n) for n in names}
+    for n, f in zip(names, (DevicePointReach, rerender, random_actions, decode_many)):
+        setattr(fs, n, f)
+    try:
+        for case, kw in fs.CASES.items():
+            case_dir = tmp / case.replace(" ", "_").replace(",", "")
+            case_dir.mkdir()
+            clips, log, spf = fs.run(case_dir, **kw)
+            on_device = next(iter(log.steps[0].state.values())).device.type == dev.type
+            bad = fs.mismatches(
+                clips, log, kw["env_idx"], spf, kw.get("length"), case_dir, kw["num_envs"]
+            )
+            frames = sum(c.num_frames for c in clips)
+            rep.check(
+                on_device and len(clips) >= 8 and bad == [],
+                f"every frame is the state it claims, env on {args.device}: {case}",
+                f"{len(clips)} clips, {frames} frames, mismatches {bad[:5]}",
+            )
+    finally:
+        for n, f in saved.items():
+            setattr(fs, n, f)
+
+
+def rank_worker(out_dir: Path, overrides: List[str]) -> None:
+    """(a torchrun rank) a run of the built-in env; the flat parameters after every update are
+    saved to ``out_dir/rank<r>.pt``."""
+    from hydra import compose, initialize_config_dir
+
+    import rlrec.cli
+    from rlrec import distributed
+
+    with initialize_config_dir(version_base="1.3", config_dir=rlrec.cli.CONFIG_DIR):
+        cfg = compose("config", overrides=overrides)
+    run_dir = out_dir / f"run{distributed.env_rank()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # train.py's own build: validation, the rank's device, the process group, the runner
+    runner = rlrec.cli._build(cfg, run_dir)
+    rank = distributed.rank()
+    ppo, after = runner.ppo, []
+    update = ppo.update
+
+    def recording_update(*a, **kw):
+        losses = update(*a, **kw)
+        flat = torch.cat([p.detach().reshape(-1) for p in ppo.agent.parameters()])
+        after.append(flat.double().cpu())
+        return losses
+
+    ppo.update = recording_update
+    runner.run()
+    info = {"backend": distributed.backend_name(), "device": str(ppo.device)}
+    distributed.shutdown()
+    torch.save({"after": after, "info": info}, out_dir / f"rank{rank}.pt")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_ranks(args, rep: Report, tmp: Path, budget: float) -> None:
+    n = 64 if args.quick else 1024
+    over = [f"sim.device={args.device}", f"env.num_envs={n}", "algo.num_steps=16"]
+    over += ["algo.num_minibatches=2", "algo.update_epochs=2", f"total_steps={2 * 3 * n * 16}"]
+    over += ["eval_env.enabled=false", "recorder=none", "logger=none", "logger.progress=false"]
+    over += ["distributed.timeout_sec=60", "distributed.share_gpus=true"]
+    backends = ["gloo", "nccl"] if cuda(args) else ["gloo"]
+    if not cuda(args):
+        rep.skip("two ranks on one GPU with NCCL", "--device cpu: NCCL needs CUDA")
+    for backend in backends:
+        out = tmp / backend
+        out.mkdir()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+        cmd += ["--master-port", str(_free_port()), str(Path(__file__).resolve())]
+        cmd += ["--worker", "rank", "--out", str(out), "--", *over]
+        cmd += [f"distributed.backend={backend}"]
+        env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": "1"}
+        rc, text, took = run_bounded(cmd, budget / len(backends), env=env)
+        rep.figure(f"{backend}_s", took)
+        files = [out / f"rank{r}.pt" for r in (0, 1)]
+        if rc == 0 and all(f.is_file() for f in files):
+            r0, r1 = (torch.load(f, weights_only=True) for f in files)
+            same = len(r0["after"]) == len(r1["after"]) >= 2 and all(
+                torch.equal(a, b) for a, b in zip(r0["after"], r1["after"])
+            )
+            trained = bool(r0["after"]) and not torch.equal(r0["after"][0], r0["after"][-1])
+            rep.figure(f"{backend}_ranks", [r0["info"], r1["info"]])
+            rep.check(
+                same and trained,
+                f"two ranks ({backend}, share_gpus) hold identical parameters after each update",
+                f"{len(r0['after'])} and {len(r1['after'])} updates on {r0['info']['device']} "
+                f"and {r1['info']['device']}, {took:.0f}s",
+            )
+        elif backend == "nccl" and "NCCL cannot" in text:
+            rep.check(
+                rc not in (0, 124) and took < 60,
+                "NCCL with two ranks on one GPU is refused before any work (NCCL needs a GPU "
+                "per rank; share_gpus runs on gloo)",
+                f"exit {rc} after {took:.0f}s",
+            )
+        else:
+            rep.check(False, f"two ranks ({backend}, share_gpus) run", f"exit {rc}, {took:.0f}s")
+            print(tail(text, 5000), flush=True)
+
+
+def memory_budget(args, rep: Report, tmp: Path, budget: float) -> None:
+    """A size whose rollout storage alone (10^7 envs x 2,048 steps x 8 floats: 655 GB) fits
+    neither the GPU nor this host: rlrec/budget.py refuses it before building anything (on CUDA
+    the device's memory is the one named)."""
+    n, steps = 10_000_000, 2048
+    over = [f"sim.device={args.device}", f"env.num_envs={n}", f"algo.num_steps={steps}"]
+    over += ["eval_env.enabled=false", "recorder=none", f"total_steps={n * steps * 2}"]
+    run_dir = tmp / "run"
+    rc, out, took = run_bounded(train_cmd(over, run_dir), min(budget, REFUSED_BEFORE_WORK_S + 10))
+    where = "GPU memory" if cuda(args) else "host memory"
+    rep.figure("s", took)
+    said = [line for line in out.splitlines() if "needs at least" in line]
+    rep.check(
+        rc not in (0, 124)
+        and took < REFUSED_BEFORE_WORK_S
+        and bool(said)
+        and where in said[0]
+        and "env.num_envs" in said[0]
+        and not (run_dir / "metrics.jsonl").exists(),
+        f"a run too large for the {where} is refused before any work, naming env.num_envs",
+        f"exit {rc} after {took:.1f}s: {said[0][:300] if said else tail(out, 300)}",
+    )
+    if not cuda(args):
+        rep.skip("the GPU branch of the memory budget", "--device cpu: the host branch ran")
+
+
+def maniskill_render(args, rep: Report, tmp: Path, budget: float) -> None:
+    """ManiSkill's CPU sim (physx_cpu: no PhysX GPU library needed) with SAPIEN's renderer on
+    the GPU, through examples/maniskill_own_loop.py (``RecordClips`` on the eval env)."""
+    try:
+        import mani_skill  # noqa: F401
+        import sapien  # noqa: F401
+    except Exception as e:
+        rep.skip(
+            "ManiSkill's CPU sim rendered on CUDA",
+            f"mani_skill/sapien not importable here ({type(e).__name__}: {e}); on the device "
+            "sapien comes from Call 1's install, kept only while the machine stays warm",
+        )
+        return
+    import physx_parts as pp
+
+    render = "gpu" if cuda(args) else "cpu"
+    if not cuda(args):
+        rep.info("renderer", "--device cpu: SAPIEN's CPU renderer (lavapipe), not CUDA")
+    n_eval, size = 2, 64
+    out_dir = tmp / "out"
+    cmd = pp.own_loop_command(out_dir, "cpu", n_eval, 1, size, render)
+    rc, text, took = run_bounded(cmd, budget - 20)
+    rep.figure("example_s", took)
+    if rc != 0:
+        lines = [x for x in text.strip().splitlines() if x.strip()][-3:]
+        rep.check(
+            False,
+            f"SAPIEN's renderer runs on {args.device} under ManiSkill's CPU sim",
+            f"it did not (exit {rc} after {took:.0f}s): {' | '.join(lines)[:500]}",
+        )
+        print(tail(text), flush=True)
+        return
+    rows = pp.own_loop_first_frames(out_dir / "eval", "cpu", size, n_eval, render)
+    rep.figure("first_frame_diff", [r["to_reset"] for r in rows])
+    tol = 0.0 if not cuda(args) else 0.5
+    rep.check(
+        len(rows) == 3 * n_eval and all(r["frames"] == pp.OWN_LOOP_STEPS + 1 for r in rows),
+        "one whole-episode clip per evaluation and eval env",
+        f"{len(rows)} clips of {[r['frames'] for r in rows]} frames",
+    )
+    rep.check(
+        bool(rows) and all(r["seed"] is not None and r["to_reset"] <= tol for r in rows),
+        "frame 0 of every eval clip is the render of a fresh env reset with its seed",
+        f"mean abs diff {[round(r['to_reset'], 3) for r in rows]} (tol {tol})",
+    )
+    prev = [r["to_previous_last"] for r in rows if r["to_previous_last"] is not None]
+    rep.check(
+        len(prev) == 2 * n_eval and all(d > max(tol, 1.0) for d in prev),
+        "no eval clip starts on the previous clip's last frame",
+        f"diff to the previous last frame {[round(d, 2) for d in prev]}",
+    )
+
+
+FUNCS: Dict[str, Callable] = {
+    "basics": basics,
+    "physx_refusal": physx_refusal,
+    "train_cuda": train_cuda,
+    "compiled_update": compiled_update,
+    "compile_speedup": compile_speedup,
+    "recorder_cost": recorder_cost,
+    "frames_are_states": frames_are_states,
+    "two_ranks": two_ranks,
+    "memory_budget": memory_budget,
+    "maniskill_render": maniskill_render,
+}
+
+# --------------------------------------------------------------------------- main
+
+
+def _finite(name: str, low: float, high: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(
+                f"{name}={text} is invalid: a finite number in [{low:g}, {high:g}]"
+            )
+        return value
+
+    return parse
+
+
+def _positive_int(name: str, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={text!r} is not an integer") from None
+        if not 1 <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name}={text} is invalid: an integer in [1, {high}]")
+        return value
+
+    return parse
+
+
+def parse_args(argv=None):
+    names = [*PARTS, *PHYSX_NAMES]
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--quick", action="store_true", help="small sizes (the CPU rehearsal)")
+    p.add_argument("--call", type=int, choices=[1, 2], help="the parts of device call 1 or 2")
+    p.add_argument("--parts", nargs="+", choices=names, help="default: both calls' parts")
+    p.add_argument("--skip", nargs="*", choices=names, default=[])
+    p.add_argument("--out", help="where gpu_check.log and gpu_check.json go (default: $OUT)")
+    p.add_argument(
+        "--budget",
+        type=_finite("--budget", 10, 3600),
+        help="seconds for the whole run (default: the call's, or the parts' sum)",
+    )
+    p.add_argument("--envs", type=_positive_int("--envs", 1 << 20), default=4096)
+    # the physx_* parts' sizes (physx_parts.py)
+    p.add_argument("--size", type=_positive_int("--size", 2048), default=128, help="render size")
+    p.add_argument("--eval-envs", type=_positive_int("--eval-envs", 4096), default=16)
+    p.add_argument("--train-envs", type=_positive_int("--train-envs", 65536), default=128)
+    p.add_argument(
+        "--throughput-envs", type=_positive_int("--throughput-envs", 65536), default=4096
+    )
+    p.add_argument(
+        "--gpu-tol",
+        type=_finite("--gpu-tol", 0, 255),
+        default=0.5,
+        help="mean abs pixel diff counted as the same frame on a GPU renderer",
+    )
+    p.add_argument("--worker", choices=["compiled_update", "rank"], help=argparse.SUPPRESS)
+    p.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.parts is None:
+        args.parts = CALL_PARTS[args.call] if args.call else [*CALL_PARTS[1], *CALL_PARTS[2]]
+    elif args.call:
+        p.error("--call and --parts: give one")
+    args.sim = "gpu" if cuda(args) else "cpu"  # the physx_* parts' name for it
+    if args.quick:
+        args.eval_envs, args.train_envs, args.size, args.throughput_envs = 2, 2, 64, 2
+    return args
+
+
+def budgets(args) -> Dict[str, Part]:
+    parts = dict(PARTS)
+    if any(n in PHYSX_NAMES for n in args.parts):
+        parts.update(physx_parts())
+    return parts
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker == "compiled_update":
+        compiled_update_worker(args.device, Path(args.out))
+        return 0
+    if args.worker == "rank":
+        rank_worker(Path(args.out), args.overrides)
+        return 0
+    out_dir = args.out or os.environ.get("OUT")
+    out = Path(out_dir).resolve() if out_dir else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        log = open(out / "gpu_check.log", "a", buffering=1)
+        sys.stdout, sys.stderr = Tee(sys.stdout, log), Tee(sys.stderr, log)
+    start = time.perf_counter()
+    table = budgets(args)
+    parts = [n for n in args.parts if n not in args.skip]
+    limit = {n: (table[n].quick_budget if args.quick else table[n].budget) for n in parts}
+    if args.budget is None:
+        args.budget = (
+            CALL_BUDGET[args.call] if args.call and not args.quick else sum(limit.values())
+        )
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA"
+    meta = {
+        "device": args.device,
+        "quick": args.quick,
+        "torch": torch.__version__,
+        "gpu": dev,
+        "argv": sys.argv[1:],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    rep = Report(None if out is None else out / "gpu_check.json", meta)
+    print(
+        f"gpu_check: --device {args.device}{' --quick' if args.quick else ''}, torch "
+        f"{torch.__version__}, {dev}; parts {' '.join(parts)}; budget {args.budget:.0f}s",
+        flush=True,
+    )
+    if cuda(args) and not torch.cuda.is_available():
+        rep.check(False, "CUDA available", "torch.cuda.is_available() is False: --device cpu?")
+        rep.save()
+        return 1
+    funcs = dict(FUNCS)
+    if any(n in PHYSX_NAMES for n in parts):
+        import physx_parts as pp
+
+        funcs.update({n: pp.PARTS[n][0] for n in pp.PARTS})
+    bank = 0.0  # seconds earlier parts left unused: a later part may take them
+    with tempfile.TemporaryDirectory(prefix="rlrec_gpu_check_") as tmp:
+        args.tmp = tmp
+        for name in parts:
+            left = args.budget - (time.perf_counter() - start)
+            need = min(table[name].min_start, limit[name])
+            if left < need:
+                print(f"SKIP {name}: {left:.0f}s left of the {args.budget:.0f}s budget", flush=True)
+                rep.start(name)
+                rep.end(name, "skipped", 0.0, f"{left:.0f}s left, needs {need:.0f}s")
+                continue
+            budget = min(limit[name] + bank, left - 2)
+            print(
+                f"== {name} (at {time.perf_counter() - start:.0f}s, budget {budget:.0f}s): "
+                f"{table[name].what}",
+                flush=True,
+            )
+            rep.start(name)
+            t = time.perf_counter()
+            try:
+                part_tmp = Path(tmp) / name
+                part_tmp.mkdir()
+                funcs[name](args, rep, part_tmp, budget)
+                rep.end(name, "done", time.perf_counter() - t)
+            except Exception as e:  # one broken part must not hide the others' figures
+                import traceback
+
+                traceback.print_exc(file=sys.stdout)
+                rep.check(False, name, f"{type(e).__name__}: {e}")
+                rep.end(name, "error", time.perf_counter() - t, f"{type(e).__name__}: {e}")
+            took = time.perf_counter() - t
+            bank = max(0.0, budget - took)
+            over = " (OVER its budget)" if took > limit[name] else ""
+            print(f"   {name}: {took:.1f}s of {limit[name]:.0f}s{over}", flush=True)
+    results = rep.results()
+    ok = bool(results) and all(results)
+    total = time.perf_counter() - start
+    rep.data["total_s"] = round(total, 1)
+    rep.save()
+    skipped = sum(1 for p in rep.data["parts"].values() for c in p["checks"] if c.get("skipped"))
+    print(
+        f"{'PASS' if ok else 'FAIL'} gpu_check: {sum(results)}/{len(results)} checks passed, "
+        f"{skipped} skipped on this machine, in {total:.0f}s",
+        flush=True,
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
