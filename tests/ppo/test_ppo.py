@@ -226,3 +226,29 @@ def test_kl_check_minibatch_stops_before_the_step_that_would_exceed_target_kl(kl
     else:
         assert updates == 4 and reads == []
     assert any(not torch.equal(a, b) for a, b in zip(before, ppo.agent.parameters()))
+
+
+def test_kl_check_minibatch_decides_on_the_mean_over_ranks(monkeypatch):
+    """Several ranks: each minibatch's KL is all-reduced (mean) before the decision, so every
+    rank stops at the same minibatch (the gradient all-reduces stay matched)."""
+    from rlrec import distributed
+
+    env = PointReach(2)
+    ppo = PPO(
+        PPOConfig(kl_check="minibatch"),
+        env.single_observation_space,
+        env.single_action_space,
+        torch.device("cpu"),
+    )
+    calls = []
+
+    def fake_all_reduce_(tensor, op="sum"):
+        calls.append(op)
+        tensor.fill_(0.5)  # the other rank's KL was 1.0
+
+    monkeypatch.setattr(distributed, "all_reduce_", fake_all_reduce_)
+    local = torch.tensor(0.0)
+    assert not ppo._kl_above(local, 0.1) and calls == []  # one rank: no collective
+    ppo.world = 2
+    assert ppo._kl_above(local, 0.1) and calls == ["mean"]
+    assert float(local) == 0.0  # the minibatch's own statistics are left as they were
