@@ -1,5 +1,6 @@
 """The PPO algorithm: it acts, stores the transitions of its rollout, computes returns, and
-updates with the clipped objective over minibatches and epochs (target-KL early stop per epoch)."""
+updates with the clipped objective over minibatches and epochs (target-KL early stop per epoch,
+or per minibatch with ``algo.kl_check=minibatch``)."""
 
 from __future__ import annotations
 
