@@ -64,6 +64,26 @@ class Activation(Choice):
     elu = "elu"
 
 
+class BootstrapAt(Choice):
+    """Which episode ends PPO bootstraps from ``V(final_obs)`` (every other end adds nothing).
+    ``truncated``: time-outs only; a termination is a true end (a fall, a crash) worth no future.
+    ``done``: every end, termination included, as ManiSkill's PPO baselines do (their tasks
+    terminate on success, and a success is then worth its reward plus the value of the state it
+    reached, not less than lingering beside the goal). docs/maniskill.md says when to use which."""
+
+    truncated = "truncated"
+    done = "done"
+
+
+class KLCheck(Choice):
+    """When ``algo.target_kl`` is checked. ``epoch``: after each epoch, on its last minibatch's KL
+    (CleanRL; one device sync per epoch). ``minibatch``: before each minibatch's optimizer step,
+    which that minibatch then skips (ManiSkill's ppo.py; one device sync per minibatch)."""
+
+    epoch = "epoch"
+    minibatch = "minibatch"
+
+
 class LoggerName(Choice):
     """Where metrics go besides metrics.jsonl and the console."""
 
@@ -280,6 +300,9 @@ class PPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     target_kl: Optional[float] = 0.1
+    kl_check: KLCheck = KLCheck.epoch  # epoch | minibatch (ManiSkill's: before each step)
+    # which episode ends add gamma * V(final_obs): truncated (time-outs) | done (every end)
+    bootstrap_at: BootstrapAt = BootstrapAt.truncated
     norm_obs: bool = True
     reward_scale: float = 1.0
     hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
@@ -678,6 +701,8 @@ def validate(cfg: Config) -> None:
             f"= {env.num_envs * a.num_steps}"
         )
     choice(a, "activation", Activation, "algo.activation")
+    choice(a, "kl_check", KLCheck, "algo.kl_check")
+    choice(a, "bootstrap_at", BootstrapAt, "algo.bootstrap_at")
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
     choice(cfg.logger, "name", LoggerName, "logger.name")

@@ -67,6 +67,8 @@ def test_bad_values_name_the_key(override, key):
         ("logger.wandb_mode=sometimes", ["offline", "online", "disabled"]),
         ("sim.name=tpu", ["cpu", "gpu"]),
         ("algo.activation=gelu", ["tanh", "relu", "elu"]),
+        ("algo.bootstrap_at=success", ["truncated", "done"]),
+        ("algo.kl_check=step", ["epoch", "minibatch"]),
         ("recorder.on_error=ignore", ["warn", "raise"]),
         ("recorder.preset=warp", ["ultrafast", "veryslow"]),
         ("eval_env.recorder.trigger=sometimes", ["cubic", "eval", "none"]),

@@ -29,3 +29,36 @@ def test_maniskill_gpu_preset_uses_maniskill_baseline_settings():
         cfg.algo.num_minibatches,
     ) == (2048, 20, 8, 32)
     assert (cfg.algo.gamma, cfg.algo.gae_lambda, cfg.algo.norm_obs) == (0.8, 0.9, False)
+    # ppo.py: every done row bootstrapped, target KL checked per minibatch before the step
+    assert (cfg.algo.bootstrap_at, cfg.algo.kl_check, cfg.algo.target_kl) == (
+        "done",
+        "minibatch",
+        0.1,
+    )
+    assert (cfg.algo.init_log_std, cfg.algo.anneal_lr, cfg.total_steps) == (-0.5, False, 2_000_000)
+
+
+def test_maniskill_pickcube_preset_uses_ppo_fast_baseline_settings():
+    cfg = make_config(["+experiment=maniskill_pickcube_gpu"])
+    assert (cfg.env.name, cfg.env.id, cfg.sim.name) == ("maniskill", "PickCube-v1", "gpu")
+    assert (
+        cfg.env.num_envs,
+        cfg.algo.num_steps,
+        cfg.algo.update_epochs,
+        cfg.algo.num_minibatches,
+        cfg.eval_env.num_envs,
+        cfg.eval_env.every,
+    ) == (4096, 4, 8, 32, 16, 25)
+    assert (cfg.algo.gamma, cfg.algo.gae_lambda, cfg.algo.init_log_std) == (0.8, 0.9, 0.0)
+    assert (cfg.algo.bootstrap_at, cfg.algo.kl_check, cfg.algo.norm_obs) == (
+        "done",
+        "minibatch",
+        False,
+    )
+
+
+def test_builtin_and_gymnasium_presets_keep_bootstrapping_time_outs_only():
+    """Their terminations are true ends (CartPole falls), worth no future value."""
+    for name in ("smoke", "cartpole", "genesis_franka_reach"):
+        cfg = make_config([f"+experiment={name}"])
+        assert cfg.algo.bootstrap_at == "truncated" and cfg.algo.kl_check == "epoch", name

@@ -1,5 +1,6 @@
 """The PPO algorithm: it acts, stores the transitions of its rollout, computes returns, and
-updates with the clipped objective over minibatches and epochs (target-KL early stop per epoch)."""
+updates with the clipped objective over minibatches and epochs (target-KL early stop per epoch,
+or per minibatch with ``algo.kl_check=minibatch``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from rlrec import distributed
-from rlrec.config import PPOConfig
+from rlrec.config import BootstrapAt, KLCheck, PPOConfig
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.storage import RolloutStorage
 
@@ -129,11 +130,12 @@ class PPO:
     def process_env_step(
         self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, info: dict
     ) -> None:
-        """Stores the transition of the last :meth:`act`: the reward scaled, and an episode cut by
-        the time limit bootstrapped from its real final observation (``info["final_obs"]``)."""
+        """Stores the transition of the last :meth:`act`: the reward scaled, and each episode end
+        that ``algo.bootstrap_at`` names bootstrapped from its real final observation
+        (``info["final_obs"]``)."""
         reward = reward.float() * self.cfg.reward_scale
         if "_final" in info:
-            reward = self.bootstrap_truncated(reward, terminated, truncated, info["final_obs"])
+            reward = self.bootstrap_final(reward, terminated, truncated, info["final_obs"])
         obs, action, logprob, value = self._transition  # type: ignore[misc]
         self.storage.add(obs, action, logprob, value, reward, (terminated | truncated).float())  # type: ignore[union-attr]
 
@@ -168,25 +170,36 @@ class PPO:
             self._clip.fill_(self.clip_coef)
         return lr
 
-    def bootstrap_truncated(
+    def bootstrap_final(
         self,
         reward: torch.Tensor,
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         final_obs: torch.Tensor,
     ) -> torch.Tensor:
-        """``reward + gamma * V(final_obs)`` where an episode was cut by the time limit (not where
-        it terminated): the return it would have had continues past the cut, so GAE can treat
-        every episode end as terminal."""
-        cut = (truncated & ~terminated).float()
-        return reward + self.cfg.gamma * self.agent.value(self.normalize(final_obs)) * cut
+        """``reward + gamma * V(final_obs)`` where an episode ended in a way that
+        ``algo.bootstrap_at`` bootstraps, ``reward`` elsewhere; GAE then treats every episode end
+        as terminal. ``truncated``: only where the time limit cut it (not where it terminated),
+        since the return it would have had continues past the cut. ``done``: at every end, as
+        ManiSkill's PPO baselines do (``final_values`` from ``infos["final_observation"]`` of
+        every done row), so a task that terminates on success values the success as its reward
+        plus the value of the state it reached. One masked multiply over the batch: no host
+        sync."""
+        if self.cfg.bootstrap_at == BootstrapAt.done:
+            ends = terminated | truncated
+        else:
+            ends = truncated & ~terminated
+        value = self.agent.value(self.normalize(final_obs))
+        return reward + self.cfg.gamma * value * ends.float()
 
     # ------------------------------------------------------------------ learning
     def update(self, storage: Optional[RolloutStorage] = None) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage (its own by default); returns mean losses and
-        diagnostics. With ``target_kl``, the epochs stop once the last minibatch's approximate KL
-        exceeds it: checked once per epoch, as CleanRL and ManiSkill's baseline do, so the device is
-        synchronised at most once per epoch, never per minibatch."""
+        diagnostics. With ``target_kl``, the epochs stop once the approximate KL exceeds it.
+        ``algo.kl_check=epoch``: checked after each epoch on its last minibatch's KL, as CleanRL
+        does, so the device is synchronised at most once per epoch. ``algo.kl_check=minibatch``:
+        checked on each minibatch before its optimizer step, which that minibatch then skips, as
+        ManiSkill's ppo.py does (one sync per minibatch, the price of that rule)."""
         storage = self.storage if storage is None else storage
         assert storage is not None, "init_storage() first, or pass a storage"
         cfg = self.cfg
@@ -198,6 +211,9 @@ class PPO:
         n_updates = 0
         if self.obs_norm is not None:  # every rank's observations of this rollout, merged
             self.obs_norm.merge_pending(distributed.all_reduce_)
+        per_minibatch = cfg.target_kl is not None and cfg.kl_check == KLCheck.minibatch
+        kl_limit = cfg.target_kl if per_minibatch else None
+        stopped = False
         for _epoch in range(cfg.update_epochs):
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
@@ -210,13 +226,21 @@ class PPO:
                     mb["advantages"],
                     mb["returns"],
                     clip,
+                    kl_limit=kl_limit,
                 )
+                if stats is None:  # kl_check=minibatch: over target_kl, this minibatch took no step
+                    stopped = True
+                    break
                 totals += stats  # read before the next step (a CUDA graph's output is reused)
                 approx_kl = stats[3].clone()
                 n_updates += 1
-            if self.world > 1 and cfg.target_kl is not None:  # the same decision on every rank
+            if stopped:
+                break
+            if cfg.target_kl is None or per_minibatch:
+                continue
+            if self.world > 1:  # the same decision on every rank
                 distributed.all_reduce_(approx_kl, "mean")
-            if cfg.target_kl is not None and float(approx_kl) > cfg.target_kl:
+            if float(approx_kl) > cfg.target_kl:
                 break
         out = dict(zip(names, (totals / max(1, n_updates)).tolist()))
         y, pred = storage.returns.flatten(), storage.values.flatten()
@@ -239,12 +263,15 @@ class PPO:
         advantages: torch.Tensor,
         returns: torch.Tensor,
         clip: "float | torch.Tensor",
-    ) -> torch.Tensor:
+        kl_limit: Optional[float] = None,
+    ) -> Optional[torch.Tensor]:
         """One minibatch: the clipped PPO loss, its backward pass, the gradient clip and the Adam
         step. Returns ``[policy, value, entropy, approx_kl, clipfrac]`` as one tensor, so nothing
         is read back to the host here. With ``algo.compile`` the loss (with its backward) and the
         optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
-        them (Dynamo does not trace either)."""
+        them (Dynamo does not trace either). ``kl_limit`` (``algo.kl_check=minibatch``): the
+        minibatch's approximate KL is read (one sync) and, above the limit, None is returned
+        before any gradient is taken (ManiSkill's ppo.py breaks before ``optimizer.step``)."""
         # the gradients are dropped, never zeroed: under CUDA graphs the last minibatch's are the
         # outputs of its backward graph's replay (AccumulateGrad keeps the tensor it is given when
         # .grad is None), in the CUDA-graph pool, which the replays since have overwritten;
@@ -256,11 +283,21 @@ class PPO:
         # check_for_mutation, lines 290-299)
         self.optimizer.zero_grad(set_to_none=True)
         loss, stats = self._loss(obs, actions, old_logprobs, old_values, advantages, returns, clip)
+        if kl_limit is not None and self._kl_above(stats[3], kl_limit):
+            return None
         loss.backward()
         if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
             distributed.mean_grads_(self._params)
         self._optimizer_step()
         return stats
+
+    def _kl_above(self, approx_kl: torch.Tensor, limit: float) -> bool:
+        """Whether this minibatch's approximate KL (the mean over ranks: every rank decides the
+        same) is above ``limit``; one host sync."""
+        kl = approx_kl.detach().clone()
+        if self.world > 1:
+            distributed.all_reduce_(kl, "mean")
+        return float(kl) > limit
 
     def _loss_eager(
         self,

@@ -54,8 +54,9 @@ class RolloutStorage:
         self.step = 0
 
     def compute_gae(self, next_value: torch.Tensor, gamma: float, lam: float) -> None:
-        """GAE(lambda). Truncation bootstrapping is already folded into ``rewards`` by the
-        runner."""
+        """GAE(lambda). Every episode end is terminal here: the bootstrapping of the ends that
+        ``algo.bootstrap_at`` names is already folded into ``rewards``
+        (``PPO.process_env_step``)."""
         last = torch.zeros_like(next_value)
         for t in reversed(range(self.num_steps)):
             nxt = next_value if t == self.num_steps - 1 else self.values[t + 1]

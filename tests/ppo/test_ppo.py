@@ -217,11 +217,11 @@ def test_truncated_episodes_are_bootstrapped_from_their_final_observation():
         assert bool(trunc.all()) and not bool(term.any())
         final = info["final_obs"]
         assert not torch.equal(final, env.env.unwrapped._obs()), "final obs is the pre-reset state"
-        out = ppo.bootstrap_truncated(reward, term, trunc, final)
+        out = ppo.bootstrap_final(reward, term, trunc, final)
         torch.testing.assert_close(out, reward + 0.9 * ppo.agent.value(ppo.normalize(final)))
         # terminated episodes are not bootstrapped, even when the time limit hits on the same step
         term2 = torch.tensor([True, False, True, False])
-        out2 = ppo.bootstrap_truncated(reward, term2, trunc, final)
+        out2 = ppo.bootstrap_final(reward, term2, trunc, final)
         torch.testing.assert_close(out2[term2], reward[term2])
 
 
@@ -256,3 +256,60 @@ def test_ppo_stores_its_own_transitions_and_kl_stops_only_between_epochs():
     _collect(ppo, env, 6)  # refills from row 0
     with pytest.raises(IndexError, match="full"):
         storage.add(*(torch.zeros(8, *s) for s in ((6,), (2,), (), (), (), ())))
+
+
+@pytest.mark.parametrize("kl_check", ["epoch", "minibatch"])
+def test_kl_check_minibatch_stops_before_the_step_that_would_exceed_target_kl(kl_check):
+    """``algo.kl_check=minibatch`` (ManiSkill's ppo.py): each minibatch's KL is read before its
+    optimizer step, and the first one over ``target_kl`` takes no step and ends the update. The
+    first minibatch has KL 0 (the policy has not moved), so exactly one step is taken; with
+    ``epoch`` the whole first epoch runs. The per-minibatch read happens only when asked for."""
+    torch.manual_seed(0)
+    env = AutoReset(PointReach(8, max_episode_steps=3))
+    cfg = PPOConfig(
+        num_steps=6,
+        num_minibatches=4,
+        update_epochs=20,
+        target_kl=1e-6,
+        learning_rate=1e-2,
+        kl_check=kl_check,
+    )
+    ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
+    ppo.init_storage(env.num_envs)
+    _collect(ppo, env, 6)
+    reads = []
+    above = ppo._kl_above
+    ppo._kl_above = lambda kl, limit: reads.append(float(kl)) or above(kl, limit)
+    before = [p.detach().clone() for p in ppo.agent.parameters()]
+    updates = ppo.update()["loss/updates"]
+    if kl_check == "minibatch":
+        assert updates == 1 and reads[0] == 0.0 and reads[1] > 1e-6 and len(reads) == 2
+    else:
+        assert updates == 4 and reads == []
+    assert any(not torch.equal(a, b) for a, b in zip(before, ppo.agent.parameters()))
+
+
+def test_kl_check_minibatch_decides_on_the_mean_over_ranks(monkeypatch):
+    """Several ranks: each minibatch's KL is all-reduced (mean) before the decision, so every
+    rank stops at the same minibatch (the gradient all-reduces stay matched)."""
+    from rlrec import distributed
+
+    env = PointReach(2)
+    ppo = PPO(
+        PPOConfig(kl_check="minibatch"),
+        env.single_observation_space,
+        env.single_action_space,
+        torch.device("cpu"),
+    )
+    calls = []
+
+    def fake_all_reduce_(tensor, op="sum"):
+        calls.append(op)
+        tensor.fill_(0.5)  # the other rank's KL was 1.0
+
+    monkeypatch.setattr(distributed, "all_reduce_", fake_all_reduce_)
+    local = torch.tensor(0.0)
+    assert not ppo._kl_above(local, 0.1) and calls == []  # one rank: no collective
+    ppo.world = 2
+    assert ppo._kl_above(local, 0.1) and calls == ["mean"]
+    assert float(local) == 0.0  # the minibatch's own statistics are left as they were

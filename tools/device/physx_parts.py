@@ -48,28 +48,8 @@ EVAL_SEED = 1000
 PUSHCUBE = [  # ManiSkill's ppo.py baseline for state PushCube-v1 (the preset holds it)
     "+experiment=maniskill_pushcube_gpu",
 ]
-PICKCUBE = [  # ManiSkill's ppo_fast.py settings for state PickCube-v1
-    "env=maniskill",
-    "env.id=PickCube-v1",
-    "env.num_envs=4096",
-    "env.obs_mode=state",
-    "env.control_mode=pd_joint_delta_pos",
-    "env.reward_mode=normalized_dense",
-    "env.max_episode_steps=50",
-    "algo.num_steps=4",
-    "algo.update_epochs=8",
-    "algo.num_minibatches=32",
-    "algo.learning_rate=3e-4",
-    "algo.anneal_lr=false",
-    "algo.gamma=0.8",
-    "algo.gae_lambda=0.9",
-    "algo.target_kl=0.1",
-    "algo.norm_obs=false",
-    "algo.hidden_sizes=[256,256,256]",
-    "algo.init_log_std=0.0",
-    "eval_env.num_envs=16",
-    "eval_env.every=10",
-    "total_steps=50000000",
+PICKCUBE = [  # ManiSkill's ppo_fast.py baseline for state PickCube-v1 (the preset holds it)
+    "+experiment=maniskill_pickcube_gpu",
 ]
 QUICK_PPO = [  # the CPU sim: the same code path, sizes that run in seconds
     "env.num_envs=4",
@@ -623,14 +603,12 @@ def pushcube(args, rep: Report, tmp: Path, budget: float) -> None:
     over = list(PUSHCUBE)
     if args.quick:  # the preset is for the GPU; the same keys, on the CPU sim
         over = ["env=maniskill", "env.id=PushCube-v1", "algo.gamma=0.8", "algo.gae_lambda=0.9"]
+        over += ["algo.bootstrap_at=done", "algo.kl_check=minibatch"]
     _learn(args, rep, "pushcube", "PushCube-v1", over, budget, "ManiSkill's ppo.py: under a minute")
 
 
 def pickcube(args, rep: Report, tmp: Path, budget: float) -> None:
-    settings = PICKCUBE
-    if (REPO / "conf" / "experiment" / "maniskill_pickcube_gpu.yaml").is_file():
-        settings = ["+experiment=maniskill_pickcube_gpu"]  # the preset, where rlrec has one
-    over = merge(settings, ["sim=cpu"]) if args.quick else [*settings, "sim=gpu"]
+    over = merge(PICKCUBE, ["sim=cpu"]) if args.quick else [*PICKCUBE, "sim=gpu"]
     _learn(args, rep, "pickcube", "PickCube-v1", over, budget, "ppo_fast's PR: about 1.3 min")
 
 
