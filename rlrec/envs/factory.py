@@ -52,9 +52,13 @@ def resolve_device(sim: SimConfig) -> torch.device:
                 "device ids are relative to those, so use "
                 f"cuda:0..cuda:{torch.cuda.device_count() - 1}"
             )
-    device = distributed.rank_device(torch.device(sim.device))
+    return explicit(distributed.rank_device(torch.device(sim.device)))
+
+
+def explicit(device: torch.device) -> torch.device:
+    """``device`` with its index: a bare ``cuda`` becomes torch's current CUDA device."""
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cuda", torch.cuda.current_device())
     return device
 
 
@@ -93,9 +97,7 @@ def make_adapter(
     """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs on ``device`` (the runner
     passes the one it resolved; None: :func:`resolve_device` of ``sim``). A CUDA device without
     an index is made explicit (torch's current device): no backend gets a bare ``cuda``."""
-    device = resolve_device(sim) if device is None else torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = resolve_device(sim) if device is None else explicit(torch.device(device))
     return backend_module(env_cfg.name).make(
         env_cfg, sim, num_envs=num_envs, device=device, seed=seed
     )
