@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -60,29 +60,41 @@ def _jsonable(v: Any) -> Any:
 
 class EpisodeStats:
     """Return, length and success of the collection episodes that finished (from AutoReset's
-    ``info["episode"]``), kept on the device until :meth:`summary` reads them once per log."""
+    ``info["episode"]``), summed on the device until :meth:`summary` reads them once per log.
+
+    :meth:`add` never waits for the device: the finished rows are summed with a mask
+    (``torch.where``), not picked out by boolean indexing, whose output size the host would have
+    to read back on every step where an episode ends."""
+
+    KEYS = ("return", "length", "success")
 
     def __init__(self):
-        self._parts: Dict[str, List[torch.Tensor]] = {"return": [], "length": [], "success": []}
+        # float64 [2, 3]: the sums of KEYS over the finished episodes, and how many each holds
+        self._acc: Optional[torch.Tensor] = None
 
     def add(self, info: Dict[str, Any]) -> None:
         if "_final" not in info:
             return
         ep = info["episode"]
-        mask = ep["_mask"]
-        self._parts["return"].append(ep["return"][mask])
-        self._parts["length"].append(ep["length"][mask].float())
+        mask = ep["_mask"].bool()
+        rows = [ep["return"], ep["length"]]
         if "success" in info:
-            self._parts["success"].append(info["success"][mask].float())
+            rows.append(info["success"])
+        values = torch.stack([r.to(torch.float64) for r in rows])
+        if self._acc is None:
+            self._acc = torch.zeros(2, len(self.KEYS), dtype=torch.float64, device=mask.device)
+        k = len(rows)
+        self._acc[0, :k] += torch.where(mask, values, 0.0).sum(dim=1)
+        self._acc[1, :k] += mask.sum()
 
     def summary(self) -> Dict[str, float]:
         """Means since the last call (``train/return``, ``train/length``, ``train/success``), then
         forgets them; empty when no episode finished."""
-        out: Dict[str, float] = {}
-        for key, parts in self._parts.items():
-            if parts:
-                out[f"train/{key}"] = float(torch.cat(parts).mean())
-            parts.clear()
+        if self._acc is None:
+            return {}
+        sums, counts = self._acc.tolist()  # the one read-back of a log line
+        self._acc = None
+        out = {f"train/{k}": s / n for k, s, n in zip(self.KEYS, sums, counts) if n}
         if "train/return" not in out:
             out.pop("train/success", None)
         return out

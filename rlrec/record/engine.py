@@ -253,8 +253,12 @@ class ClipEngine:
             if env_idx:
                 self._episodes[list(env_idx)] += 1
         else:
-            idx = as_env_index(_tensor(env_idx, self.device), self.num_envs, self.device)
-            idx = idx.cpu().numpy()  # from the sim's device: the one read-back of a reset
+            if not isinstance(env_idx, torch.Tensor):
+                env_idx = torch.as_tensor(np.asarray(env_idx))
+            # indices or a mask on the sim's device: the one read-back of a reset (.cpu() first,
+            # so a mask's nonzero runs on the host); host indices (AutoReset's CPU tensor): none
+            cpu = torch.device("cpu")
+            idx = as_env_index(env_idx.cpu(), self.num_envs, cpu).numpy()
             self._episodes[idx] += 1
             hit = bool((idx == self._first).any())
         if hit:
