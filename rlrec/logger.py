@@ -69,7 +69,8 @@ class EpisodeStats:
     KEYS = ("return", "length", "success")
 
     def __init__(self):
-        # float64 [2, 3]: the sums of KEYS over the finished episodes, and how many each holds
+        # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
+        # sum of successes
         self._acc: Optional[torch.Tensor] = None
 
     def add(self, info: Dict[str, Any]) -> None:
@@ -77,24 +78,23 @@ class EpisodeStats:
             return
         ep = info["episode"]
         mask = ep["_mask"].bool()
-        rows = [ep["return"], ep["length"]]
+        rows = [mask, ep["return"], ep["length"]]
         if "success" in info:
-            rows.append(info["success"])
-        values = torch.stack([r.to(torch.float64) for r in rows])
+            rows += [mask, info["success"]]
         if self._acc is None:
-            self._acc = torch.zeros(2, len(self.KEYS), dtype=torch.float64, device=mask.device)
-        k = len(rows)
-        self._acc[0, :k] += torch.where(mask, values, 0.0).sum(dim=1)
-        self._acc[1, :k] += mask.sum()
+            self._acc = torch.zeros(5, dtype=torch.float64, device=mask.device)
+        # one masked sum of every row (stack promotes them to one float dtype)
+        self._acc[: len(rows)] += torch.where(mask, torch.stack(rows), 0.0).sum(dim=1)
 
     def summary(self) -> Dict[str, float]:
         """Means since the last call (``train/return``, ``train/length``, ``train/success``), then
         forgets them; empty when no episode finished."""
         if self._acc is None:
             return {}
-        sums, counts = self._acc.tolist()  # the one read-back of a log line
+        n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
         self._acc = None
-        out = {f"train/{k}": s / n for k, s, n in zip(self.KEYS, sums, counts) if n}
+        means = zip(self.KEYS, (ret, length, success), (n, n, n_success))
+        out = {f"train/{k}": total / count for k, total, count in means if count}
         if "train/return" not in out:
             out.pop("train/success", None)
         return out

@@ -51,8 +51,9 @@ class AutoReset(EnvWrapper):
         # GPU, whether or not an episode ended). The finished envs are then named by a CPU index
         # tensor: the recorder below reads it without a device round trip, and an adapter copies
         # it to its device without waiting (as_env_index). Nothing else here waits for the device.
-        idx = done.cpu().nonzero().flatten()
-        if idx.numel():
+        ended = done.cpu()
+        if bool(ended.any()):
+            idx = ended.nonzero().flatten()
             info = dict(info)
             info["final_obs"] = obs.clone()
             info["final_info"] = {k: v for k, v in info.items() if k not in ("final_obs",)}
@@ -63,7 +64,6 @@ class AutoReset(EnvWrapper):
                 "_mask": done.clone(),
             }
             obs, _ = self.env.reset(env_idx=idx)
-            ended = done.bool()
-            self._return.masked_fill_(ended, 0.0)
-            self._length.masked_fill_(ended, 0)
+            self._return.masked_fill_(done.bool(), 0.0)
+            self._length.masked_fill_(done.bool(), 0)
         return obs, reward, terminated, truncated, info
