@@ -101,3 +101,28 @@ def test_episode_stats_are_the_means_of_the_finished_episodes():
     assert stats.summary() == {}  # forgotten once read
     stats.add(info([1.0], [1], [True]))
     assert stats.summary() == {"train/return": 1.0, "train/length": 1.0}
+
+
+def test_a_recording_step_reads_the_device_a_bounded_number_of_times(tmp_path):
+    """While a clip is open (overlay on), the recorder adds to AutoReset's one read: the recorded
+    env's done flag, and per frame one copy of the frames and one of the overlay's figures; the
+    clip's end adds one read of its sidecar figures. (The built-in env's own render is counted
+    apart: it is the env's business.)"""
+    gen = torch.Generator().manual_seed(0)
+    with HostReads() as reads:
+        env = _stack(tmp_path)
+        rec = env.find(Recorder)
+        env.reset(seed=0)
+        assert rec.recording
+        reads.reset()
+        steps = []
+        while rec.recording:
+            env.step(torch.rand(6, 2, generator=gen) * 2 - 1)
+            ours = [w for w in reads.where if not w[1].startswith("envs/builtin.py")]
+            steps.append(ours)
+            reads.reset()
+    env.close()
+    assert len(steps) == 4  # max_episode_steps: the clip ends with its episode
+    for ours in steps[:-1]:
+        assert len(ours) <= 4, ours  # AutoReset, done flag, frame copy, overlay figures
+    assert len(steps[-1]) <= 5, steps[-1]  # and the sidecar's figures
