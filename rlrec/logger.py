@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -60,29 +60,41 @@ def _jsonable(v: Any) -> Any:
 
 class EpisodeStats:
     """Return, length and success of the collection episodes that finished (from AutoReset's
-    ``info["episode"]``), kept on the device until :meth:`summary` reads them once per log."""
+    ``info["episode"]``), summed on the device until :meth:`summary` reads them once per log.
+
+    :meth:`add` never waits for the device: the finished rows are summed with a mask
+    (``torch.where``), not picked out by boolean indexing, whose output size the host would have
+    to read back on every step where an episode ends."""
+
+    KEYS = ("return", "length", "success")
 
     def __init__(self):
-        self._parts: Dict[str, List[torch.Tensor]] = {"return": [], "length": [], "success": []}
+        # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
+        # sum of successes
+        self._acc: Optional[torch.Tensor] = None
 
     def add(self, info: Dict[str, Any]) -> None:
         if "_final" not in info:
             return
         ep = info["episode"]
-        mask = ep["_mask"]
-        self._parts["return"].append(ep["return"][mask])
-        self._parts["length"].append(ep["length"][mask].float())
+        mask = ep["_mask"].bool()
+        rows = [mask, ep["return"], ep["length"]]
         if "success" in info:
-            self._parts["success"].append(info["success"][mask].float())
+            rows += [mask, info["success"]]
+        if self._acc is None:
+            self._acc = torch.zeros(5, dtype=torch.float64, device=mask.device)
+        # one masked sum of every row (stack promotes them to one float dtype)
+        self._acc[: len(rows)] += torch.where(mask, torch.stack(rows), 0.0).sum(dim=1)
 
     def summary(self) -> Dict[str, float]:
         """Means since the last call (``train/return``, ``train/length``, ``train/success``), then
         forgets them; empty when no episode finished."""
-        out: Dict[str, float] = {}
-        for key, parts in self._parts.items():
-            if parts:
-                out[f"train/{key}"] = float(torch.cat(parts).mean())
-            parts.clear()
+        if self._acc is None:
+            return {}
+        n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
+        self._acc = None
+        means = zip(self.KEYS, (ret, length, success), (n, n, n_success))
+        out = {f"train/{k}": total / count for k, total, count in means if count}
         if "train/return" not in out:
             out.pop("train/success", None)
         return out

@@ -19,6 +19,9 @@ class AutoReset(EnvWrapper):
     ``info["_final"]`` is True) and then only those envs are reset, so the returned ``obs`` is
     already the first observation of the next episode. Episode returns and lengths of finished
     envs are reported in ``info["episode"]``.
+
+    A step reads one thing back from the device, the done flags, and names the envs it resets
+    with a long index tensor on the CPU (``reset(env_idx=...)``).
     """
 
     def __init__(self, env: EnvAdapter):
@@ -44,7 +47,13 @@ class AutoReset(EnvWrapper):
         self._return += reward
         self._length += 1
         done = terminated | truncated
-        if bool(done.any()):
+        # The one read back of a step: the done flags, copied to the host once (one sync on a
+        # GPU, whether or not an episode ended). The finished envs are then named by a CPU index
+        # tensor: the recorder below reads it without a device round trip, and an adapter copies
+        # it to its device without waiting (as_env_index). Nothing else here waits for the device.
+        ended = done.cpu()
+        if bool(ended.any()):
+            idx = ended.nonzero().flatten()
             info = dict(info)
             info["final_obs"] = obs.clone()
             info["final_info"] = {k: v for k, v in info.items() if k not in ("final_obs",)}
@@ -54,8 +63,7 @@ class AutoReset(EnvWrapper):
                 "length": self._length.clone(),
                 "_mask": done.clone(),
             }
-            idx = done.nonzero().flatten()
             obs, _ = self.env.reset(env_idx=idx)
-            self._return[idx] = 0.0
-            self._length[idx] = 0
+            self._return.masked_fill_(done.bool(), 0.0)
+            self._length.masked_fill_(done.bool(), 0)
         return obs, reward, terminated, truncated, info

@@ -43,7 +43,13 @@ def as_env_index(env_idx: EnvIdx, num_envs: int, device: torch.device) -> torch.
         env_idx = torch.as_tensor(list(env_idx), dtype=torch.long)
     if env_idx.dtype == torch.bool:
         env_idx = env_idx.nonzero().flatten()
-    return env_idx.to(device=device, dtype=torch.long).flatten()
+    # Host indices (a list, or AutoReset's CPU tensor) go to an accelerator without waiting for
+    # it: a blocking host-to-device copy synchronises the stream (torch's copy_kernel_cuda, in
+    # aten/src/ATen/native/cuda/Copy.cu, calls at::cuda::memcpy_and_sync), while a non-blocking
+    # one from pageable memory is staged by CUDA before it returns, so the source may change
+    # right after.
+    non_blocking = env_idx.device.type == "cpu" and torch.device(device).type != "cpu"
+    return env_idx.to(device=device, dtype=torch.long, non_blocking=non_blocking).flatten()
 
 
 class EnvAdapter(ABC):

@@ -111,11 +111,34 @@ def import_genesis():
     return gs
 
 
+def _check_on_cuda(gs) -> None:
+    """``sim=gpu``: refuses a Genesis that ended up on the CPU instead of training there.
+
+    ``gs.init(backend=gs.gpu)`` tries cuda, amdgpu, metal and then cpu, and takes the CPU with
+    only a warning ("Backend gpu not available on this machine. Falling back to CPU.",
+    genesis/__init__.py lines 93-105 in genesis-world 1.4.5; ``get_device`` in
+    genesis/utils/misc.py raises for CUDA when torch has no CUDA build or no device). With
+    ``GS_TORCH_FORCE_CPU_DEVICE=1`` its tensors go to the CPU even on a GPU backend (lines
+    112-114). Either way the run would train on the CPU while the config says ``sim=gpu``.
+    """
+    device = torch.device(gs.device)
+    if gs.backend == gs.cpu or device.type != "cuda":
+        raise ConfigError(
+            f"sim=gpu: Genesis runs on backend {gs.backend} with its tensors on {device}, not "
+            "on CUDA (gs.init falls back to the CPU with only a warning when no CUDA backend "
+            "works, and GS_TORCH_FORCE_CPU_DEVICE=1 keeps its tensors on the CPU). Training "
+            "would run on the CPU: make CUDA usable (a CUDA build of torch, a visible GPU, "
+            "GS_TORCH_FORCE_CPU_DEVICE unset), or use sim=cpu"
+        )
+
+
 def init_genesis(sim_name: str):
     """Initialises Genesis once per process for ``sim=cpu`` (gs.cpu) or ``sim=gpu`` (gs.gpu).
 
     Later calls reuse the first initialisation; asking for the other backend in the same process
-    is an error, because Genesis cannot be initialised twice.
+    is an error, because Genesis cannot be initialised twice. ``sim=gpu`` is refused with a
+    ConfigError, before any scene is built, when Genesis does not run on CUDA (it would fall back
+    to the CPU with only a warning).
     """
     gs = import_genesis()
     want_cpu = sim_name != "gpu"
@@ -127,8 +150,18 @@ def init_genesis(sim_name: str):
                 f"Genesis is already initialised with backend {gs.backend} in this process and "
                 "gs.init may run only once: run this config in a new process"
             )
+        if not want_cpu:
+            _check_on_cuda(gs)
         return gs
+    if not want_cpu and not torch.cuda.is_available():
+        raise ConfigError(
+            "sim=gpu needs CUDA, but torch.cuda.is_available() is False: Genesis would fall back "
+            "to its CPU backend and train there. Use sim=cpu, or install a CUDA build of torch "
+            "on a GPU machine"
+        )
     gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
+    if not want_cpu:
+        _check_on_cuda(gs)
     return gs
 
 
@@ -147,9 +180,14 @@ def camera_rows(scene, camera, num_envs: int) -> Dict[int, Optional[int]]:
     return {int(camera.env_idx or 0): None}
 
 
-def render_camera(camera, rows: Dict[int, Optional[int]], envs, device) -> torch.Tensor:
+def render_camera(camera, rows: Dict[int, Optional[int]], envs) -> torch.Tensor:
     """The camera's image of the current state of ``envs`` (all in ``rows``, see
-    :func:`camera_rows`), an owned ``uint8 [len(envs), H, W, 3]`` tensor on ``device``."""
+    :func:`camera_rows`), an owned ``uint8 [len(envs), H, W, 3]`` tensor on the CPU.
+
+    On the CPU whatever the sim's device: the rasterizer draws with OpenGL and hands back numpy
+    arrays, which the recorder's encoder reads on the CPU, so moving them to a GPU would only add
+    a copy there and one back (into pinned memory). A renderer that answers with a CUDA tensor
+    costs the one copy to the CPU that its encoding needs anyway."""
     # force_render: after a reset or pose write without a step, Genesis would return its old
     # image
     rgb = camera.render(rgb=True, force_render=True)[0]
@@ -159,7 +197,9 @@ def render_camera(camera, rows: Dict[int, Optional[int]], envs, device) -> torch
         frames = rgb[None].expand(len(envs), *rgb.shape)
     else:
         frames = rgb[[rows[e] for e in envs]]
-    return frames[..., :3].to(device=device, dtype=torch.uint8, copy=True).contiguous()
+    # copy=True: an owned copy even where the camera hands out its own buffer
+    cpu = torch.device("cpu")
+    return frames[..., :3].to(device=cpu, dtype=torch.uint8, copy=True).contiguous()
 
 
 # --------------------------------------------------------------------------- building the task
@@ -295,7 +335,7 @@ class GenesisAdapter(EnvAdapter):
                 "recorded envs (recorder.env_idx, eval_env.recorder.env_idx); for rlrec's own "
                 "tasks set env.kwargs.rendered_envs_idx (null: every env)"
             )
-        return render_camera(self.camera, self._rows, envs, self.device)
+        return render_camera(self.camera, self._rows, envs)
 
     def close(self) -> None:
         if self._closed:

@@ -253,8 +253,12 @@ class ClipEngine:
             if env_idx:
                 self._episodes[list(env_idx)] += 1
         else:
-            idx = as_env_index(_tensor(env_idx, self.device), self.num_envs, self.device)
-            idx = idx.cpu().numpy()  # from the sim's device: the one read-back of a reset
+            if not isinstance(env_idx, torch.Tensor):
+                env_idx = torch.as_tensor(np.asarray(env_idx))
+            # indices or a mask on the sim's device: the one read-back of a reset (.cpu() first,
+            # so a mask's nonzero runs on the host); host indices (AutoReset's CPU tensor): none
+            cpu = torch.device("cpu")
+            idx = as_env_index(env_idx.cpu(), self.num_envs, cpu).numpy()
             self._episodes[idx] += 1
             hit = bool((idx == self._first).any())
         if hit:
@@ -511,14 +515,17 @@ class ClipEngine:
         meta = None
         if self.cfg.overlay:
             success = info.get("success") if info else None
+            # what the overlay shows, read back in one copy: [reward, return, success?] x k
+            rows = [] if reward is None else [reward[self._index].float(), clip.ret.float()]
+            if success is not None:
+                rows.append(_tensor(success, self.device)[self._index].float())
+            host = torch.stack(rows).cpu() if rows else None
             meta = FrameMeta(
                 episode=self.episode,
                 episode_step=self._episode_steps,
-                reward=None if reward is None else reward[self._index].float().cpu(),
-                ret=None if reward is None else clip.ret.cpu(),
-                success=None
-                if success is None
-                else _tensor(success, self.device)[self._index].cpu(),
+                reward=None if reward is None else host[0],
+                ret=None if reward is None else host[1],
+                success=None if success is None else host[-1].bool(),
             )
         # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
         # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
@@ -530,22 +537,28 @@ class ClipEngine:
 
     def _summary(self, clip: _Clip) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data; one device read)."""
+        rows = [clip.terminated, clip.truncated, clip.ret, clip.length]
+        if clip.success is not None:
+            rows.append(clip.success)
+        # float64 holds every row exactly (bools, float32 returns, step counts)
+        host = torch.stack([r.to(torch.float64) for r in rows]).tolist()
+        terminated, truncated, returns, lengths = host[:4]
+        success = host[4] if clip.success is not None else None
         end = [
             "terminated" if t else "truncated" if u else "cut"
-            for t, u in zip(clip.terminated.tolist(), clip.truncated.tolist())
+            for t, u in zip(terminated, truncated)
         ]
-        success = None if clip.success is None else clip.success.tolist()
         envs = [
             {
                 "env": env,
                 "episode": episode,
                 "return": ret,
-                "length": length,
+                "length": int(length),
                 "success": None if success is None else bool(success[i]),
                 "end": end[i],
             }
             for i, (env, episode, ret, length) in enumerate(
-                zip(self.env_idx, clip.episodes, clip.ret.tolist(), clip.length.tolist())
+                zip(self.env_idx, clip.episodes, returns, lengths)
             )
         ]
         seed = clip.seed

@@ -257,7 +257,7 @@ class VideoWrapper(Wrapper):
             return self._terminal
         if self._cam is None:
             raise ConfigError(f"{KEY}: call build() before reset() or step()")
-        return render_camera(self._cam, self._rows, env_idx, self.engine.device)
+        return render_camera(self._cam, self._rows, env_idx)
 
     def _reset_hook(self, env_ids=None, *args, **kwargs):
         if not self._in_step:
@@ -272,9 +272,7 @@ class VideoWrapper(Wrapper):
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
             if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):
-                self._terminal = render_camera(
-                    self._cam, self._rows, self.engine.env_idx, self.engine.device
-                )
+                self._terminal = render_camera(self._cam, self._rows, self.engine.env_idx)
         self._stepped_resets.append(envs)
         return self._base_reset(env_ids, *args, **kwargs)
 

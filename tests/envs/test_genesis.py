@@ -3,8 +3,10 @@ per process, sequential adapters, stale-frame protection, and the clear errors r
 work. The error tests that do not need Genesis run on a light install too."""
 
 import os
+import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -42,6 +44,111 @@ def test_sim_gpu_without_cuda_fails_before_genesis(monkeypatch):
     monkeypatch.setitem(sys.modules, "genesis", None)  # proves nothing of Genesis was touched
     with pytest.raises(ConfigError, match="sim=gpu .*needs CUDA"):
         make_adapter(GenesisEnvConfig(num_envs=2), SimConfig(name="gpu", device="cuda"), 2, seed=0)
+
+
+class _Camera:
+    """A camera's render() as the rasterizer answers: numpy RGBA images, one per rendered env,
+    in a buffer of its own that the next render overwrites."""
+
+    def __init__(self, images):
+        self.images = images
+
+    def render(self, rgb=True, force_render=False):
+        assert rgb and force_render
+        return self.images, None, None, None
+
+
+def test_frames_come_back_on_the_cpu_whatever_the_sim_device():
+    """The recorder's encoder reads frames on the CPU: the rasterizer's CPU images are handed over
+    as they are (an owned copy), not sent to the sim's device and copied back. ``meta`` stands for
+    CUDA here: a frame on it would be a round trip through the device."""
+    images = np.arange(3 * 4 * 5 * 4, dtype=np.uint8).reshape(3, 4, 5, 4)
+    adapter = object.__new__(ga.GenesisAdapter)
+    adapter.camera, adapter.num_envs = _Camera(images), 3
+    adapter.device = torch.device("meta")
+    adapter._rows = {0: 0, 1: 1, 2: 2}
+    adapter._camera_attr, adapter._target = "camera", "tests.Fake"
+    frames = adapter.render([2, 0])
+    assert frames.device.type == "cpu" and frames.dtype == torch.uint8
+    assert frames.shape == (2, 4, 5, 3) and frames.is_contiguous()
+    assert torch.equal(frames, torch.from_numpy(images[[2, 0], ..., :3].copy()))
+    images[:] = 0  # the camera's buffer is reused by its next render: the frames are a copy
+    assert int(frames.max()) > 0
+
+
+def test_sim_gpu_refuses_genesis_tensors_on_the_cpu(monkeypatch):
+    """Genesis already initialised on a GPU backend with its tensors on the CPU
+    (GS_TORCH_FORCE_CPU_DEVICE=1): sim=gpu is refused, naming sim=gpu."""
+    gs = pytest.importorskip("genesis")
+    monkeypatch.setattr(gs, "_initialized", True)
+    monkeypatch.setattr(gs, "backend", gs.cuda)
+    monkeypatch.setattr(gs, "device", torch.device("cpu"))
+    with pytest.raises(
+        ConfigError, match=r"sim=gpu: Genesis runs on backend .* on cpu, not on CUDA"
+    ):
+        ga.init_genesis("gpu")
+
+
+def test_sim_gpu_refuses_the_cpu_fallback_of_gs_init(monkeypatch):
+    """gs.init(backend=gs.gpu) without usable CUDA takes the CPU with a warning (faked here as it
+    happens: genesis/__init__.py of genesis-world 1.4.5, lines 93-105); sim=gpu refuses it. The
+    real fallback, in a process of its own: the next test."""
+    gs = pytest.importorskip("genesis")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # rlrec's early check passes
+    monkeypatch.setattr(gs, "_initialized", False)
+    asked = []
+
+    def fall_back(backend, **kwargs):
+        asked.append(backend)
+        monkeypatch.setattr(gs, "_initialized", True)
+        monkeypatch.setattr(gs, "backend", gs.cpu)
+        monkeypatch.setattr(gs, "device", torch.device("cpu"))
+
+    monkeypatch.setattr(gs, "init", fall_back)
+    with pytest.raises(ConfigError, match=r"sim=gpu: Genesis runs on backend .*cpu.* not on CUDA"):
+        ga.init_genesis("gpu")
+    assert asked == [gs.gpu]
+
+
+_REAL_FALLBACK = """
+import torch
+from rlrec.config import ConfigError
+from rlrec.envs import genesis as ga
+
+gs = ga.import_genesis()
+torch.cuda.is_available = lambda: False
+try:
+    ga.init_genesis("gpu")
+    print("accepted without CUDA:", gs.backend)
+except ConfigError as e:
+    print("refused before gs.init:", not gs._initialized, e)
+torch.cuda.is_available = lambda: True  # rlrec's checks pass; Genesis finds no CUDA build of torch
+try:
+    ga.init_genesis("gpu")
+    print("accepted the fallback:", gs.backend)
+except ConfigError as e:
+    print("refused the fallback:", gs._initialized and gs.backend == gs.cpu, e)
+"""
+
+
+@needs_genesis
+def test_sim_gpu_refuses_the_real_cpu_fallback_in_a_new_process(tmp_path):
+    """Real gs.init under faked CUDA (gs.init runs once per process: a process of its own, about
+    20 s of CPU, most of it importing Genesis)."""
+    if torch.version.cuda:
+        pytest.skip("needs a CPU build of torch: Genesis must find no usable CUDA")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-c", _REAL_FALLBACK],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [x for x in out.stdout.splitlines() if x.startswith(("accepted", "refused"))]
+    assert out.returncode == 0 and len(lines) == 2, out.stdout + out.stderr
+    assert lines[0].startswith("refused before gs.init: True sim=gpu needs CUDA"), lines
+    assert lines[1].startswith("refused the fallback: True sim=gpu: Genesis runs on backend"), lines
 
 
 def test_gl_platform_is_set_but_never_clobbered(monkeypatch):
