@@ -516,6 +516,18 @@ def compiled_update(args, rep: Report, tmp: Path, budget: float) -> None:
 # --------------------------------------------------------------------------- Call 2
 
 
+def new_metrics(path: Path, pos: int) -> tuple:
+    """The metrics lines a running train.py has completed in ``path`` since byte ``pos`` (a line
+    still being written is left for the next call), and the position after them."""
+    if not path.exists():
+        return [], pos
+    with open(path, "rb") as f:
+        f.seek(pos)
+        chunk = f.read()
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    return [json.loads(line) for line in complete.splitlines()], pos + len(complete)
+
+
 def train_run(args, rep, name, overrides, budget, max_iters, launcher=None) -> dict:
     """``train.py overrides`` in a subprocess, its metrics.jsonl followed as it grows; ended
     (SIGTERM: rlrec saves a checkpoint and exits) after ``max_iters`` iterations or when
@@ -542,18 +554,12 @@ def train_run(args, rep, name, overrides, budget, max_iters, launcher=None) -> d
         while proc.poll() is None:
             time.sleep(0.25)
             wall = time.perf_counter() - t0
-            if metrics.exists():
-                with open(metrics) as f:
-                    f.seek(pos)
-                    chunk = f.read()
-                complete = chunk[: chunk.rfind("\n") + 1]
-                pos += len(complete.encode())
-                for line in complete.splitlines():
-                    m = json.loads(line)
-                    if "sps/total" in m:
-                        iters.append(m)
-                        if first_iter_s is None:
-                            first_iter_s = wall
+            lines, pos = new_metrics(metrics, pos)
+            for m in lines:
+                if "sps/total" in m:
+                    iters.append(m)
+                    if first_iter_s is None:
+                        first_iter_s = wall
             if len(iters) >= max_iters or wall > budget:
                 stopped_by = "count" if len(iters) >= max_iters else "budget"
                 proc.send_signal(signal.SIGTERM)

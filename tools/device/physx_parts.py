@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
-from gpu_check import REPO, Report, decode, diff, merge
+from gpu_check import REPO, Report, decode, diff, merge, new_metrics
 
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
@@ -504,27 +504,21 @@ def train_run(
         while proc.poll() is None:
             time.sleep(0.25)
             wall = time.perf_counter() - t0
-            if metrics.exists():
-                with open(metrics) as f:
-                    f.seek(pos)
-                    chunk = f.read()
-                complete = chunk[: chunk.rfind("\n") + 1]
-                pos += len(complete.encode())
-                for line in complete.splitlines():
-                    m = json.loads(line)
-                    if "sps/total" in m:
-                        iters.append(m)
-                        if first_iter_s is None:
-                            first_iter_s = wall
-                    if "eval/success" in m:
-                        curve.append({"wall_s": round(wall, 1), "step": m["step"], **m})
-                        print(
-                            f"  {name}: eval at {wall:6.1f}s, {m['step']:>10,} steps: success "
-                            f"{m['eval/success']:.3f}, return {m.get('eval/return', 0):.2f}",
-                            flush=True,
-                        )
-                        if hit is None and stop_at is not None and m["eval/success"] >= stop_at:
-                            hit = curve[-1]
+            lines, pos = new_metrics(metrics, pos)
+            for m in lines:
+                if "sps/total" in m:
+                    iters.append(m)
+                    if first_iter_s is None:
+                        first_iter_s = wall
+                if "eval/success" in m:
+                    curve.append({"wall_s": round(wall, 1), "step": m["step"], **m})
+                    print(
+                        f"  {name}: eval at {wall:6.1f}s, {m['step']:>10,} steps: success "
+                        f"{m['eval/success']:.3f}, return {m.get('eval/return', 0):.2f}",
+                        flush=True,
+                    )
+                    if hit is None and stop_at is not None and m["eval/success"] >= stop_at:
+                        hit = curve[-1]
             enough = (max_evals is not None and len(curve) >= max_evals) or (
                 max_iters is not None and len(iters) >= max_iters
             )
