@@ -907,24 +907,7 @@ def maniskill_render(args, rep: Report, tmp: Path, budget: float) -> None:
         print(tail(text), flush=True)
         return
     rows = pp.own_loop_first_frames(out_dir / "eval", "cpu", size, n_eval, render)
-    rep.figure("first_frame_diff", [r["to_reset"] for r in rows])
-    tol = 0.0 if not cuda(args) else 0.5
-    rep.check(
-        len(rows) == 3 * n_eval and all(r["frames"] == pp.OWN_LOOP_STEPS + 1 for r in rows),
-        "one whole-episode clip per evaluation and eval env",
-        f"{len(rows)} clips of {[r['frames'] for r in rows]} frames",
-    )
-    rep.check(
-        bool(rows) and all(r["seed"] is not None and r["to_reset"] <= tol for r in rows),
-        "frame 0 of every eval clip is the render of a fresh env reset with its seed",
-        f"mean abs diff {[round(r['to_reset'], 3) for r in rows]} (tol {tol})",
-    )
-    prev = [r["to_previous_last"] for r in rows if r["to_previous_last"] is not None]
-    rep.check(
-        len(prev) == 2 * n_eval and all(d > max(tol, 1.0) for d in prev),
-        "no eval clip starts on the previous clip's last frame",
-        f"diff to the previous last frame {[round(d, 2) for d in prev]}",
-    )
+    pp.check_own_loop_clips(rep, rows, n_eval, 0.0 if not cuda(args) else 0.5)
 
 
 FUNCS: Dict[str, Callable] = {

@@ -406,7 +406,13 @@ def maniskill_own_loop(args, rep: Report, tmp: Path, budget: float) -> None:
         print(text[-4000:], flush=True)
         return
     rows = own_loop_first_frames(tmp / "out" / "eval", args.sim, args.size, n_eval)
-    recorders = 1 if args.sim == "gpu" else n_eval
+    check_own_loop_clips(rep, rows, 1 if args.sim == "gpu" else n_eval, tol)
+
+
+def check_own_loop_clips(rep: Report, rows: List[dict], recorders: int, tol: float) -> None:
+    """The checks of three evaluations' eval clips of the example (``own_loop_first_frames``):
+    one whole episode per clip, frame 0 the fresh reset of the clip's seed (within ``tol``), never
+    the previous clip's last frame."""
     rep.figure("first_frame_diff", [r["to_reset"] for r in rows])
     rep.check(
         len(rows) == 3 * recorders and all(r["frames"] == OWN_LOOP_STEPS + 1 for r in rows),
