@@ -528,10 +528,21 @@ def new_metrics(path: Path, pos: int) -> tuple:
     return [json.loads(line) for line in complete.splitlines()], pos + len(complete)
 
 
-def train_run(args, rep, name, overrides, budget, max_iters, launcher=None) -> dict:
+def train_run(
+    args,
+    rep,
+    name: str,
+    overrides: List[str],
+    budget: float,
+    max_iters: Optional[int],
+    launcher: Optional[str] = None,
+    watch: Optional[Callable[[List[dict], float], Optional[str]]] = None,
+    grace: float = 30.0,
+) -> dict:
     """``train.py overrides`` in a subprocess, its metrics.jsonl followed as it grows; ended
-    (SIGTERM: rlrec saves a checkpoint and exits) after ``max_iters`` iterations or when
-    ``budget`` seconds pass."""
+    (SIGTERM: rlrec saves a checkpoint and exits, within ``grace`` seconds or killed) after
+    ``max_iters`` iterations, when ``watch(new metrics lines, wall seconds)`` names a reason to
+    stop, or when ``budget`` seconds pass."""
     run_dir = Path(args.tmp) / name
     log_path = Path(args.tmp) / f"{name}.out"
     log = open(log_path, "w")
@@ -560,12 +571,17 @@ def train_run(args, rep, name, overrides, budget, max_iters, launcher=None) -> d
                     iters.append(m)
                     if first_iter_s is None:
                         first_iter_s = wall
-            if len(iters) >= max_iters or wall > budget:
-                stopped_by = "count" if len(iters) >= max_iters else "budget"
+            if watch is not None:
+                stopped_by = watch(lines, wall) or stopped_by
+            if stopped_by == "exit" and max_iters is not None and len(iters) >= max_iters:
+                stopped_by = "count"
+            if stopped_by == "exit" and wall > budget:
+                stopped_by = "budget"
+            if stopped_by != "exit":
                 proc.send_signal(signal.SIGTERM)
                 break
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
-from gpu_check import REPO, Report, decode, diff, merge, new_metrics
+from gpu_check import REPO, Report, decode, diff, merge
+from gpu_check import train_run as gpu_check_train_run
 
 from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
@@ -488,80 +488,36 @@ def train_run(
     max_evals: Optional[int] = None,
     max_iters: Optional[int] = None,
 ) -> Dict[str, Any]:
-    """``python train.py overrides`` in a subprocess, its metrics.jsonl followed as it grows: ends
-    it (SIGTERM: rlrec saves a checkpoint and exits) when an eval reaches ``stop_at`` success,
-    after ``max_evals`` evaluations or ``max_iters`` iterations, or when ``budget`` seconds
-    pass. Returns the curve and the timings."""
-    run_dir = Path(args.tmp) / name
-    cmd = [sys.executable]
-    cmd += ["-c", launcher] if launcher else [str(REPO / "train.py")]
-    cmd += [*overrides, f"hydra.run.dir={run_dir}", "logger=none", "logger.progress=false"]
-    metrics = run_dir / "metrics.jsonl"
-    log = open(Path(args.tmp) / f"{name}.out", "w")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    """``gpu_check.train_run`` that also ends the run when an eval reaches ``stop_at`` success or
+    after ``max_evals`` evaluations; adds the eval curve and the first eval at ``stop_at``."""
     curve: List[dict] = []
-    iters: List[dict] = []
-    first_iter_s = None
-    pos = 0
-    hit = None
-    stopped_by = "exit"
-    try:
-        while proc.poll() is None:
-            time.sleep(0.25)
-            wall = time.perf_counter() - t0
-            lines, pos = new_metrics(metrics, pos)
-            for m in lines:
-                if "sps/total" in m:
-                    iters.append(m)
-                    if first_iter_s is None:
-                        first_iter_s = wall
-                if "eval/success" in m:
-                    curve.append({"wall_s": round(wall, 1), "step": m["step"], **m})
-                    print(
-                        f"  {name}: eval at {wall:6.1f}s, {m['step']:>10,} steps: success "
-                        f"{m['eval/success']:.3f}, return {m.get('eval/return', 0):.2f}",
-                        flush=True,
-                    )
-                    if hit is None and stop_at is not None and m["eval/success"] >= stop_at:
-                        hit = curve[-1]
-            enough = (max_evals is not None and len(curve) >= max_evals) or (
-                max_iters is not None and len(iters) >= max_iters
+    hit: List[dict] = []
+
+    def watch(lines: List[dict], wall: float) -> Optional[str]:
+        for m in lines:
+            if "eval/success" not in m:
+                continue
+            curve.append({"wall_s": round(wall, 1), "step": m["step"], **m})
+            print(
+                f"  {name}: eval at {wall:6.1f}s, {m['step']:>10,} steps: success "
+                f"{m['eval/success']:.3f}, return {m.get('eval/return', 0):.2f}",
+                flush=True,
             )
-            if hit is not None or enough or wall > budget:
-                stopped_by = "success" if hit is not None else "count" if enough else "budget"
-                proc.send_signal(signal.SIGTERM)
-                break
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        log.close()
-    wall = time.perf_counter() - t0
-    out_text = (Path(args.tmp) / f"{name}.out").read_text()[-3000:]
-    rc = proc.returncode
-    clean = rc == 0 or (stopped_by != "exit" and rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM))
-    if not clean:
-        print(f"  {name}: train.py exited {rc}:\n{out_text}", flush=True)
-    result = {
-        "rc": rc,
-        "clean_exit": clean,
-        "stopped_by": stopped_by,
-        "wall_s": wall,
-        "first_iteration_s": first_iter_s,
-        "iterations": len(iters),
-        "env_steps": iters[-1]["step"] if iters else 0,
-        "curve": [(c["wall_s"], c["step"], round(c["eval/success"], 3)) for c in curve],
-        "hit": hit,
-        "iters": iters,
-    }
-    for key in ("rc", "stopped_by", "wall_s", "first_iteration_s", "iterations", "env_steps"):
-        rep.figure(f"{name}_{key}", result[key])
+            if not hit and stop_at is not None and m["eval/success"] >= stop_at:
+                hit.append(curve[-1])
+        if hit:
+            return "success"
+        return "count" if max_evals is not None and len(curve) >= max_evals else None
+
+    # a ManiSkill run gets 90 s after SIGTERM to checkpoint and close its envs
+    result = gpu_check_train_run(
+        args, rep, name, overrides, budget, max_iters, launcher, watch=watch, grace=90.0
+    )
+    iters = result["iters"]
+    result["env_steps"] = iters[-1]["step"] if iters else 0
+    result["curve"] = [(c["wall_s"], c["step"], round(c["eval/success"], 3)) for c in curve]
+    result["hit"] = hit[0] if hit else None
+    rep.figure(f"{name}_env_steps", result["env_steps"])
     rep.figure(f"{name}_curve", result["curve"])
     return result
 
