@@ -27,12 +27,13 @@ from __future__ import annotations
 import io
 import os
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, List, Optional
 
 import torch
 
-from rlrec.config import Backend, ConfigError, DistributedConfig
+from rlrec.checks import SECONDS, Choice, ConfigError
 
 _KEY_PREFIX = "rlrec/"
 _ERROR = "!error:"  # a published value that says the publishing rank failed, and why
@@ -40,6 +41,29 @@ _ERROR = "!error:"  # a published value that says the publishing rank failed, an
 _store: Any = None  # the rendezvous store (made once per process)
 _group = False  # whether this module initialised the default process group
 _comm_device = torch.device("cpu")  # where collectives run (CUDA for NCCL)
+
+
+class Backend(Choice):
+    """torch.distributed backend: ``auto`` is NCCL when the policy is on CUDA, else gloo."""
+
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+@dataclass
+class DistributedConfig:
+    """Data-parallel training on several processes (``torchrun``, or SLURM through submitit;
+    docs/distributed.md). With one process these keys change nothing."""
+
+    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    FLOAT_RANGES = {"timeout_sec": SECONDS}
+
+    backend: Backend = Backend.auto  # auto: nccl on CUDA, gloo on CPU
+    # seconds a collective (or the start-up rendezvous) waits for the other ranks before the run
+    # fails: longer than the slowest evaluation + checkpoint, which only rank 0 runs
+    timeout_sec: float = 600.0
+    share_gpus: bool = False  # sim=gpu: let several local ranks share a GPU (else refused)
 
 
 # ---------------------------------------------------------------------- the environment
@@ -166,7 +190,7 @@ def check(cfg: Any) -> None:
     world = env_world_size()
     if world <= 1:
         return
-    from rlrec.config import SEED_MAX
+    from rlrec.checks import SEED_MAX
 
     if cfg.eval_only:
         raise ConfigError(

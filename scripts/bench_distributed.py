@@ -75,7 +75,7 @@ def _flag_worker(rank: int, port: int, n: int, out: str) -> None:
     )
     sys.path.insert(0, str(ROOT))
     from rlrec import distributed
-    from rlrec.config import DistributedConfig
+    from rlrec.distributed import DistributedConfig
 
     distributed.init(DistributedConfig(timeout_sec=60), torch.device("cpu"))
     for _ in range(50):  # warm-up

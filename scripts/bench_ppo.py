@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from rlrec.config import PPOConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
+from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO, action_dtype
 from rlrec.ppo.storage import RolloutStorage
 

@@ -37,11 +37,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from rlrec.config import RecorderConfig, Trigger  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.envs.base import EnvWrapper  # noqa: E402
 from rlrec.envs.builtin import PointReach  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.record.settings import RecorderConfig, Trigger
 
 
 # ----------------------------------------------------------------------------- memory

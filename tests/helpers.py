@@ -12,7 +12,7 @@ from typing import List
 
 from hydra import compose, initialize_config_dir
 
-import rlrec.cli  # registers schemas and resolvers
+import rlrec.run.cli  # registers schemas and resolvers
 from rlrec.config import Config, to_dataclass
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ FAST = [
 
 
 def compose_cfg(overrides: List[str] = ()):
-    with initialize_config_dir(version_base="1.3", config_dir=rlrec.cli.CONFIG_DIR):
+    with initialize_config_dir(version_base="1.3", config_dir=rlrec.run.cli.CONFIG_DIR):
         return compose("config", overrides=list(overrides))
 
 

@@ -16,9 +16,9 @@ from typing import List
 
 import pytest
 
-import rlrec.cli
-from rlrec import budget
-from rlrec.runner import Runner
+import rlrec.run.cli
+from rlrec.run import budget
+from rlrec.train.runner import Runner
 from tests.helpers import FAST, REPO, make_config
 
 
@@ -33,7 +33,7 @@ def _main(args: List[str], tmp_path: Path, monkeypatch, capsys):
     monkeypatch.chdir(work)
     monkeypatch.setattr(sys, "argv", ["train.py", *args])
     with pytest.raises(SystemExit) as exc:
-        rlrec.cli.main()
+        rlrec.run.cli.main()
     out = capsys.readouterr()
     return exc.value.code, out.out + out.err, work
 
@@ -479,7 +479,8 @@ def test_gpu_ids_are_relative_to_the_gpus_the_job_was_given(monkeypatch):
     """A job given one GPU (CUDA_VISIBLE_DEVICES=5, as SLURM/submitit set it) sees it as cuda:0."""
     import torch
 
-    from rlrec.config import ConfigError, SimConfig
+    from rlrec.checks import ConfigError
+    from rlrec.envs.config import SimConfig
     from rlrec.envs.factory import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -1,5 +1,5 @@
-"""rlrec.checkpoint: which checkpoint resume=auto continues from, loading without running code,
-the digest that detects damage, and a write that fails (a full disk)."""
+"""rlrec.train.checkpoint: which checkpoint resume=auto continues from, loading without running
+code, the digest that detects damage, and a write that fails (a full disk)."""
 
 import errno
 import os
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec import checkpoint as ckpt
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
+from rlrec.train import checkpoint as ckpt
 
 
 def _save(path, step):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlrec import checkpoint as ckpt
-from rlrec.config import ConfigError
-from rlrec.runner import Runner
+from rlrec.checks import ConfigError
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.runner import Runner
 from tests.helpers import FAST, make_config, read_metrics
 from tests.test_checkpoint import _payload_file, flip_tensor_bytes
 

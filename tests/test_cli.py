@@ -1,4 +1,4 @@
-"""``train.py``'s main (``rlrec.cli.main``) in this process: a config error that only the runner
+"""``train.py``'s main (``rlrec.run.cli.main``) in this process: a config error that only the runner
 sees (a mistyped ``checkpoint=``) removes what this run created, and nothing else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 
-import rlrec.cli
+import rlrec.run.cli
 from tests.helpers import FAST
 
 TYPO = "checkpoint=/no/such/dir/last.pt"
@@ -23,7 +23,7 @@ def _main(args: List[str], cwd: Path, monkeypatch, capsys):
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", ["train.py", *FAST, *args])
     with pytest.raises(SystemExit) as exc:
-        rlrec.cli.main()
+        rlrec.run.cli.main()
     out = capsys.readouterr()
     return exc.value.code, out.out + out.err
 

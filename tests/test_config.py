@@ -6,7 +6,10 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-from rlrec.config import BuiltinEnvConfig, ConfigError, Trigger, validate
+from rlrec.checks import ConfigError
+from rlrec.config import validate
+from rlrec.envs.config import BuiltinEnvConfig
+from rlrec.record.settings import Trigger
 from tests.helpers import REPO, compose_cfg, make_config
 
 CONF = Path(REPO) / "conf"
@@ -159,29 +162,30 @@ def _schemas():
         config.EvalEnvConfig,
         config.PPOConfig,
         config.LoggerConfig,
+        config.DistributedConfig,
         *config.ENV_SCHEMAS.values(),
     ]
 
 
 def test_every_float_field_has_its_range():
     """One generic check covers every float field; a new float field needs its range in
-    FLOAT_RANGES (so the list cannot drift from the schemas)."""
-    from rlrec.config import FLOAT_RANGES, float_fields
+    its schema's FLOAT_RANGES (so the ranges cannot drift from the schemas)."""
+    from rlrec.checks import float_fields
 
     missing = [
         f"{cls.__name__}.{name}"
         for cls in _schemas()
         for name, _ in float_fields(cls)
-        if not any(name in FLOAT_RANGES.get(k, {}) for k in cls.__mro__)
+        if not any(name in vars(k).get("FLOAT_RANGES", {}) for k in cls.__mro__)
     ]
-    assert not missing, f"float fields without a range in rlrec.config.FLOAT_RANGES: {missing}"
+    assert not missing, f"float fields without a range in their FLOAT_RANGES: {missing}"
     assert len([1 for cls in _schemas() for _ in float_fields(cls)]) >= 14
 
 
 def _float_keys(obj, prefix=""):
     from dataclasses import fields, is_dataclass
 
-    from rlrec.config import float_fields
+    from rlrec.checks import float_fields
 
     for f in fields(obj):
         value = getattr(obj, f.name)
@@ -203,7 +207,7 @@ def test_every_float_field_refuses_non_finite_values(key, value):
 
 
 def test_float_checks_cover_dataclasses_built_in_code():
-    from rlrec.config import RecorderConfig, validate_recorder
+    from rlrec.record.settings import RecorderConfig, validate_recorder
 
     cfg = make_config()
     cfg.algo.learning_rate = float("nan")
@@ -282,7 +286,7 @@ def test_plus_adds_presets_and_free_form_kwargs_but_no_unknown_key():
 
 
 def test_rollout_and_model_estimates():
-    from rlrec import budget
+    from rlrec.run import budget
 
     cfg = make_config(["env.num_envs=10", "algo.num_steps=20", "algo.num_minibatches=2"])
     cfg.algo.hidden_sizes = [3, 5]
@@ -297,7 +301,7 @@ def test_rollout_and_model_estimates():
 
 
 def test_estimate_knows_what_lives_on_the_gpu():
-    from rlrec import budget
+    from rlrec.run import budget
 
     cfg = make_config(["env.num_envs=100000000"])
     with_gpu = {n.what: n.where for n in budget.estimate(cfg, on_gpu=True)}
@@ -307,7 +311,7 @@ def test_estimate_knows_what_lives_on_the_gpu():
 
 
 def test_host_memory_is_the_machine_s():
-    from rlrec import budget
+    from rlrec.run import budget
 
     have, source = budget.host_memory()
     total = next(
@@ -331,7 +335,7 @@ def test_host_memory_is_the_machine_s():
 )
 def test_ordinary_configs_fit(overrides):
     """The presets (2048 ManiSkill envs included) need a few MB by the estimate: accepted."""
-    from rlrec import budget
+    from rlrec.run import budget
 
     cfg = make_config(overrides)
     for on_gpu in (False, True):

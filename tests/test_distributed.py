@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from rlrec import distributed
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
 
 TWO = ["distributed.timeout_sec=60", *FAST]
@@ -94,8 +94,8 @@ def _wait_lines(path: Path, n: int, procs: List[subprocess.Popen], timeout: floa
 # ------------------------------------------------------------------ in-process ranks (spawn)
 def _rank_worker(rank: int, world: int, port: int, run_dirs: List[str], out: List[str]) -> None:
     os.environ.update(_rank_env(rank, world, port))
-    from rlrec.runner import Runner
-    from rlrec.stack import recorder_of
+    from rlrec.train.runner import Runner
+    from rlrec.train.stack import recorder_of
 
     cfg = make_config([*TWO, "total_steps=1536", "recorder.trigger=always"])
     distributed.init(cfg.distributed, torch.device("cpu"))
@@ -362,7 +362,7 @@ def test_timeout_must_be_finite_and_positive(value):
 def test_a_refusal_on_rank_0_ends_every_rank(tmp_path):
     """Rank 0 finds the run dir held by another run: it refuses, and rank 1 (which waits for rank
     0's run dir before Hydra makes one) says so and exits too, both with 2."""
-    from rlrec import rundir
+    from rlrec.run import rundir
 
     run = tmp_path / "run"
     claim = rundir.claim(run, "hydra.run.dir")

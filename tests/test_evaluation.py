@@ -1,12 +1,12 @@
-"""rlrec.evaluation: one evaluation is a full seeded reset, then episodes until each eval env
+"""rlrec.train.evaluation: one evaluation is a full seeded reset, then episodes until each eval env
 finished one; its clip starts on the reset and carries the evaluation's tag."""
 
 from __future__ import annotations
 
 import torch
 
-from rlrec.evaluation import Evaluator
-from rlrec.stack import make_env_stack, recorder_of
+from rlrec.train.evaluation import Evaluator
+from rlrec.train.stack import make_env_stack, recorder_of
 
 
 def _evaluator(cfg, tmp_path, clips):

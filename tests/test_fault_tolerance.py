@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec import checkpoint as ckpt
+from rlrec.train import checkpoint as ckpt
 from tests.helpers import FAST, REPO, read_metrics, run_train, start_train, wait_for
 
 BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
@@ -167,7 +167,7 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
 
 
 def test_resume_removes_only_other_processes_temporaries(tmp_path):
-    from rlrec.preempt import remove_stale_temporaries
+    from rlrec.run.preempt import remove_stale_temporaries
 
     dead = 2**22 + 12345  # above the default pid_max: no such process
     names = {
@@ -200,7 +200,7 @@ import os
 import signal
 import sys
 
-from rlrec.evaluation import Evaluator
+from rlrec.train.evaluation import Evaluator
 from rlrec.ppo.ppo import PPO
 
 action, where, at = sys.argv[1:4]
@@ -248,7 +248,7 @@ def wrap(cls, name, before):
 wrap(PPO, "act", on_act)
 wrap(Evaluator, "run", on_eval)
 wrap(PPO, "act_inference", on_act_inference)
-from rlrec.cli import main  # noqa: E402
+from rlrec.run.cli import main  # noqa: E402
 
 main()
 """
@@ -430,7 +430,7 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(tmp_path,
 
 
 def test_stop_flag_keeps_the_first_signal_and_names_the_exit_status():
-    from rlrec.preempt import StopRequested
+    from rlrec.run.preempt import StopRequested
 
     stop = StopRequested()
     assert not stop and stop.exit_status == 0
@@ -452,8 +452,8 @@ def test_a_recorder_error_at_close_still_closes_everything_else(tmp_path, fast_c
     """The last clip fails as the run closes (on_error=raise): the error propagates, after the
     eval stack and the logger are closed too (metrics.jsonl complete, no encoder left running)."""
     from rlrec.record import RecorderError
-    from rlrec.runner import Runner
-    from rlrec.stack import recorder_of
+    from rlrec.train.runner import Runner
+    from rlrec.train.stack import recorder_of
 
     clips = tmp_path / "clips"
     cfg = fast_config(

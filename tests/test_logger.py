@@ -7,7 +7,7 @@ import imageio_ffmpeg
 import numpy as np
 from PIL import Image
 
-from rlrec.logger import _tb_add_clip
+from rlrec.train.logger import _tb_add_clip
 
 
 class _Writer:
@@ -67,7 +67,7 @@ def test_each_preview_shows_its_own_clip_under_a_fixed_name(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from rlrec.config import LoggerConfig
-    from rlrec.logger import RunLogger
+    from rlrec.train.logger import RunLogger
 
     logger = RunLogger(LoggerConfig(name="tensorboard", progress=False), tmp_path, 10, {})
     videos = tmp_path / "videos"
@@ -98,7 +98,7 @@ def test_closing_never_waits_unbounded_for_a_stuck_preview(capsys):
     import threading
     import time
 
-    from rlrec.logger import _Previews
+    from rlrec.train.logger import _Previews
 
     made, release = [], threading.Event()
     previews = _Previews()

@@ -1,6 +1,6 @@
 """Several GPUs: each rank resolves its device once, with its index, makes it torch's current CUDA
 device, and hands that one device to its adapters, its policy and its normaliser; ManiSkill's sim
-and renderer get the same index (rlrec/envs/factory.py resolve_device, rlrec/runner.py).
+and renderer get the same index (rlrec/envs/factory.py resolve_device, rlrec/train/runner.py).
 
 CUDA is faked (two GPUs, torch.cuda.* monkeypatched) and each rank is one torchrun launch's
 environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE); no process group is made.
@@ -13,7 +13,7 @@ from typing import List
 import pytest
 import torch
 
-from rlrec.config import SimConfig
+from rlrec.envs.config import SimConfig
 from tests.helpers import FAST, make_config
 
 GPU_SIM = SimConfig(name="gpu", device="cuda")
@@ -76,9 +76,9 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
     the CPU and PPO on the ``meta`` device in their place (no real GPU here): what is checked is
     the device each was asked for, and that PPO puts the policy and normaliser on the device it
     is given."""
-    from rlrec import runner as runner_mod
     from rlrec.envs import builtin
     from rlrec.ppo.ppo import PPO
+    from rlrec.train import runner as runner_mod
 
     as_rank(monkeypatch, rank)
     asked = {"adapter": [], "ppo": []}
@@ -113,8 +113,8 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
 
 
 def test_no_adapter_is_built_on_a_bare_cuda(two_gpus, monkeypatch):
-    from rlrec.config import BuiltinEnvConfig
     from rlrec.envs import builtin
+    from rlrec.envs.config import BuiltinEnvConfig
     from rlrec.envs.factory import make_adapter
 
     asked = []
@@ -152,8 +152,8 @@ def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_p
     """Through the factory, as the runner builds it: rank 1's ManiSkill GPU env is built with
     ``physx_cuda:1``/``sapien_cuda:1`` (the build itself is stopped: there is no GPU here)."""
     pytest.importorskip("mani_skill")
-    from rlrec.config import ManiSkillEnvConfig
     from rlrec.envs import maniskill
+    from rlrec.envs.config import ManiSkillEnvConfig
     from rlrec.envs.factory import make_adapter
 
     as_rank(monkeypatch, 1)
@@ -177,8 +177,8 @@ def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_p
 def test_genesis_is_initialised_on_the_rank_gpu(two_gpus, monkeypatch):
     """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device):
     the adapter makes the rank's GPU current before gs.init."""
-    from rlrec.config import GenesisEnvConfig
     from rlrec.envs import genesis
+    from rlrec.envs.config import GenesisEnvConfig
 
     class Stop(Exception):
         pass

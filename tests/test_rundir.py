@@ -1,5 +1,5 @@
-"""One run at a time in a run dir (``rlrec/rundir.py``), and what a resuming run may remove
-(``rlrec.preempt.remove_stale_temporaries``): never a live process's files."""
+"""One run at a time in a run dir (``rlrec/run/rundir.py``), and what a resuming run may remove
+(``rlrec.run.preempt.remove_stale_temporaries``): never a live process's files."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlrec import rundir
-from rlrec.preempt import remove_stale_temporaries
+from rlrec.run import rundir
+from rlrec.run.preempt import remove_stale_temporaries
 from tests.helpers import FAST, REPO, start_train, wait_for
 
 DEAD = 2**22 + 12345  # above the default pid_max: no such process
@@ -23,7 +23,7 @@ BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
 # a process that takes the lock of argv[1] and waits to be killed
 _HOLD = """
 import sys, time
-from rlrec import rundir
+from rlrec.run import rundir
 rundir.claim(sys.argv[1], "hydra.run.dir")
 print("locked", flush=True)
 time.sleep(600)

@@ -1,15 +1,22 @@
-"""rlrec.stack: the composed env stack and what a checkpoint keeps of it, keyed by role."""
+"""rlrec.train.stack: the composed env stack and what a checkpoint keeps of it, keyed by role."""
 
 from __future__ import annotations
 
 import torch
 
-from rlrec import checkpoint as ckpt
-from rlrec.config import BuiltinEnvConfig, RecorderConfig, SimConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import BuiltinEnvConfig, SimConfig
 from rlrec.record import Recorder
-from rlrec.runner import Runner
-from rlrec.stack import load_stack_state, make_env_stack, recorder_of, simulator_saved, stack_state
+from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.runner import Runner
+from rlrec.train.stack import (
+    load_stack_state,
+    make_env_stack,
+    recorder_of,
+    simulator_saved,
+    stack_state,
+)
 
 ENV = BuiltinEnvConfig(num_envs=3, max_episode_steps=7, render_width=16, render_height=16)
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rlrec import checkpoint as ckpt
-from rlrec import sweep
+from rlrec.run import sweep
+from rlrec.train import checkpoint as ckpt
 from tests.helpers import FAST, REPO, read_metrics, run_train, start_train
 
 TINY = [*FAST, "total_steps=256", "torch_threads=1"]

@@ -29,7 +29,7 @@ import hydra.utils
 import numpy as np
 import torch
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 
 Info = Dict[str, Any]
 EnvIdx = Union[torch.Tensor, Sequence[int], None]

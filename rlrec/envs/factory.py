@@ -1,6 +1,6 @@
 """The backend registry: ``make_adapter`` builds the bare adapter of a config's env group option.
 
-The layers above the adapter (recorder, AutoReset) are composed by ``rlrec.stack``.
+The layers above the adapter (recorder, AutoReset) are composed by ``rlrec.train.stack``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Dict, Optional
 import torch
 
 from rlrec import distributed
-from rlrec.config import ConfigError, EnvConfig, SimConfig
+from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvAdapter
+from rlrec.envs.config import EnvConfig, SimConfig
 
 # env group option -> module with ``make(env_cfg, sim, num_envs, device, seed)`` and, where frames
 # need a capability the env may lack, ``check_renderable(env_cfg)``. Each module reports a missing

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,

@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig
+from rlrec.checks import ConfigError
 from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,
@@ -42,6 +42,7 @@ from rlrec.envs.base import (
     owned_info,
     render_sub_envs,
 )
+from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
 from rlrec.envs.physx import require_gpu_library
 
 OBS_MODES = ["state"]  # flat float observations; visual obs modes are not wired to the policy

@@ -33,7 +33,7 @@ import zipfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 
 # the release SAPIEN downloads from (sapien/physx/__init__.py lines 38, 41, 44)
 RELEASES = "https://github.com/sapien-sim/physx-precompiled/releases/download"

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from rlrec import distributed
-from rlrec.config import BootstrapAt, KLCheck, PPOConfig
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
+from rlrec.ppo.config import BootstrapAt, KLCheck, PPOConfig
 from rlrec.ppo.storage import RolloutStorage
 
 # torch.compile's mode for ``algo.compile``, by device type. CUDA: CUDA graphs (LeanRL and

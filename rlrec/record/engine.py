@@ -37,11 +37,12 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.checks import ConfigError
 from rlrec.envs.base import as_env_index
 from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
 from rlrec.record.frames import FrameMeta, draw_overlay
 from rlrec.record.schedule import Schedule
+from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
 from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)

@@ -33,10 +33,11 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import torch
 from genesis_forge.wrappers.wrapper import Wrapper
 
-from rlrec.config import ConfigError, RecorderConfig
+from rlrec.checks import ConfigError
 from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, env_index_list, positive_number
+from rlrec.record.settings import RecorderConfig
 
 __all__ = ["VideoWrapper"]
 

@@ -28,9 +28,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
-from rlrec.config import ConfigError, OnError, RecorderConfig, Trigger, X264Preset
+from rlrec.checks import ConfigError
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, env_index_list, positive_number
+from rlrec.record.settings import OnError, RecorderConfig, Trigger, X264Preset
 
 __all__ = ["RecordVectorVideo", "RenderHook"]
 

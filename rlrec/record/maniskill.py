@@ -27,10 +27,11 @@ from typing import Any, Callable, Dict, List, Optional
 import gymnasium as gym
 import torch
 
-from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.checks import ConfigError
 from rlrec.envs.maniskill import render_rows
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, positive_number
+from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
 
 __all__ = ["RecordClips"]
 

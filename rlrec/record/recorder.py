@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from rlrec.config import RecorderConfig
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.record.encoder import ClipInfo, Encoder
 from rlrec.record.engine import ClipEngine, RecorderError, ensure_video_dir
 from rlrec.record.schedule import Schedule
+from rlrec.record.settings import RecorderConfig
 
 __all__ = ["Recorder", "RecorderError", "ensure_video_dir"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
-from rlrec.config import Trigger
+from rlrec.record.settings import Trigger
 
 __all__ = ["Schedule", "capped_cubic"]
 

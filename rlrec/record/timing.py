@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rlrec.config import ConfigError, RecorderConfig
+from rlrec.checks import ConfigError
+from rlrec.record.settings import RecorderConfig
 
 __all__ = ["check_dt", "clip_length", "real_fps", "steps_per_frame"]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 from rlrec.envs import EpisodeClock, owned_info
 from rlrec.envs.base import SubEnv, import_object, render_sub_envs
 
@@ -231,7 +231,7 @@ def test_importing_rlrec_envs_imports_no_simulator_or_backend():
         loaded = [m for m in sys.modules if m.split(".")[0] in simulators
                   or m in ("rlrec.envs.builtin", "rlrec.envs.gymnasium", "rlrec.envs.maniskill",
                            "rlrec.envs.genesis", "rlrec.envs.genesis_tasks")
-                  or m.startswith(("rlrec.record", "rlrec.stack", "rlrec.runner"))]
+                  or m.startswith(("rlrec.record", "rlrec.train.stack", "rlrec.train.runner"))]
         assert not loaded, loaded
         assert sorted(rlrec.envs.__all__) == sorted(set(rlrec.envs.__all__))
         for name in rlrec.envs.__all__:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import ConfigError, GenesisEnvConfig, SimConfig
+from rlrec.checks import ConfigError
 from rlrec.envs import genesis as ga
+from rlrec.envs.config import GenesisEnvConfig, SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.testing import EnvContract  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402

@@ -11,10 +11,11 @@ import torch
 pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/setup_genesis.sh")
 pytestmark = pytest.mark.genesis
 
-from rlrec.config import GenesisEnvConfig, RecorderConfig, SimConfig, Trigger  # noqa: E402
 from rlrec.envs import genesis as ga  # noqa: E402
-from rlrec.stack import make_env_stack  # noqa: E402
+from rlrec.envs.config import GenesisEnvConfig, SimConfig  # noqa: E402
+from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
 from rlrec.testing import EnvContract  # noqa: E402
+from rlrec.train.stack import make_env_stack  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "genesis.md"

@@ -22,9 +22,9 @@ pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/set
 pytestmark = pytest.mark.genesis
 
 
-from rlrec.config import RecorderConfig, Trigger  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
 from rlrec.testing import FrameSpy, decode  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
 

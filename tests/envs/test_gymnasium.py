@@ -9,9 +9,10 @@ import torch
 
 pytest.importorskip("pygame")  # gymnasium[classic-control] renders with pygame
 
-from rlrec.config import ConfigError, GymnasiumEnvConfig, SimConfig
+from rlrec.checks import ConfigError
 from rlrec.envs import gymnasium as gym_backend
 from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import GymnasiumEnvConfig, SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.gymnasium import GymnasiumEnv, check_renderable
 from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_actions
@@ -268,8 +269,8 @@ def evals(tmp_path_factory):
     the first two evaluations, and is pushed left into a real termination in the third.
     """
     pytest.importorskip("imageio_ffmpeg")
-    from rlrec.config import RecorderConfig, Trigger
     from rlrec.record.recorder import Recorder
+    from rlrec.record.settings import RecorderConfig, Trigger
 
     tmp = tmp_path_factory.mktemp("gym_rec")
     adapter = GymnasiumEnv("CartPole-v1", 2, max_episode_steps=EVAL_LIMIT, resize=SIZE, seed=7)
@@ -407,7 +408,7 @@ def test_cartpole_experiment_composes_with_and_without_env_override():
 
 
 def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
-    from rlrec.runner import Runner
+    from rlrec.train.runner import Runner
     from tests.helpers import FAST, make_config
 
     if "rlrec-test/NoFrames-v0" not in gym.registry:

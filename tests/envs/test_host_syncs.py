@@ -9,11 +9,11 @@ import math
 
 import torch
 
-from rlrec.config import RecorderConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.logger import EpisodeStats
 from rlrec.record.recorder import Recorder
+from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.train.logger import EpisodeStats
 from tests.hostsync import HostReads
 
 

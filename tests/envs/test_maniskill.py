@@ -18,8 +18,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),
 ]
 
-from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig  # noqa: E402
+from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
+from rlrec.envs.config import ManiSkillEnvConfig, SimConfig  # noqa: E402
 from rlrec.testing import EnvContract, sample_actions  # noqa: E402
 
 SIZE = 64

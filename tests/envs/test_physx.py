@@ -15,8 +15,9 @@ import zipfile
 import pytest
 import torch
 
-from rlrec.config import ConfigError, ManiSkillEnvConfig, SimConfig
+from rlrec.checks import ConfigError
 from rlrec.envs import physx
+from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
 from tests.helpers import REPO
 
 VERSION = "105.1-physx-5.3.1.patch0"  # sapien 3.0.3's sapien.physx.version()
@@ -103,7 +104,9 @@ def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home
     device, before it joins a process group or builds the runner (which loads checkpoints and
     builds envs)."""
     pytest.importorskip("sapien.physx")
-    from rlrec import cli, distributed, runner
+    from rlrec import distributed
+    from rlrec.run import cli
+    from rlrec.train import runner
     from tests.helpers import compose_cfg
 
     _fake_cuda(monkeypatch)

@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import BootstrapAt, ConfigError, KLCheck, PPOConfig, validate
+from rlrec.checks import ConfigError
+from rlrec.config import validate
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter, EpisodeClock, as_env_index
+from rlrec.ppo.config import BootstrapAt, KLCheck, PPOConfig
 from rlrec.ppo.ppo import PPO
 from tests.helpers import make_config
 

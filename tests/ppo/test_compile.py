@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from rlrec import runner as runner_module
-from rlrec.config import PPOConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.ppo.agent import ActorCritic
+from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO
-from rlrec.runner import Runner
-from rlrec.stack import load_stack_state
+from rlrec.train import runner as runner_module
+from rlrec.train.runner import Runner
+from rlrec.train.stack import load_stack_state
 from tests.helpers import FAST, make_config
 
 CPU = torch.device("cpu")

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import PPOConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
+from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO, action_dtype
 from rlrec.ppo.storage import RolloutStorage
 

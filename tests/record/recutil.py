@@ -9,10 +9,10 @@ import imageio_ffmpeg
 import numpy as np
 import torch
 
-from rlrec.config import RecorderConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder
+from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
 from rlrec.testing import decode  # noqa: F401  (re-exported for the recorder tests)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 from rlrec.envs.builtin import PointReach
 from rlrec.record import ClipEngine, sidecar_path
 from tests.record.recutil import Spy, decode, listing, make_stack, random_actions, rec_cfg

@@ -26,7 +26,7 @@ pytest.importorskip(
 )
 pytestmark = pytest.mark.genesis
 
-from rlrec.config import ConfigError  # noqa: E402
+from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.record import VideoWrapper  # noqa: E402
 from rlrec.testing import decode  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff  # noqa: E402

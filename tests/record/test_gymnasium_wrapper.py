@@ -11,7 +11,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 from rlrec.record import RecordVectorVideo, RenderHook
 from rlrec.testing import decode
 from tests.record.gymref import (

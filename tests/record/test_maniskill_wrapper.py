@@ -29,7 +29,7 @@ import gymnasium as gym  # noqa: E402
 import mani_skill.envs  # noqa: E402, F401
 from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv  # noqa: E402
 
-from rlrec.config import ConfigError  # noqa: E402
+from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.envs.maniskill import render_rows  # noqa: E402
 from rlrec.record import RecordClips  # noqa: E402
 from rlrec.testing import decode  # noqa: E402

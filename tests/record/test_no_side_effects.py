@@ -1,16 +1,17 @@
 """Recording has no side effects: with the recorder on and off, an env stack goes through the same
 states, bit for bit, on every backend.
 
-Each case runs rlrec's own stack (``rlrec.stack.make_env_stack``: ``AutoReset(Recorder(adapter))``
-or ``AutoReset(adapter)``) twice from the same seeds, with the same seeded random actions: once
-with ``trigger=always`` on a grid of two envs (so the recorder renders both at every step of every
-episode of env 0) and once with no recorder. Every step's full observation tensor, reward,
-termination, truncation and final observation (AutoReset's ``info["final_obs"]``) must be equal,
-and so must the simulator state the backend exposes, read right after each step (so a render that
-moved an object, or left a write pending that the next step applies, is caught at the step it
-happens, not only through later observations). The runs include partial resets (an early manual
-reset of env 1 staggers the episodes, so AutoReset then resets envs one at a time), a full seeded
-reset mid-run, and renders right after resets (every clip's first frame).
+Each case runs rlrec's own stack (``rlrec.train.stack.make_env_stack``:
+``AutoReset(Recorder(adapter))`` or ``AutoReset(adapter)``) twice from the same seeds, with the same
+seeded random actions: once with ``trigger=always`` on a grid of two envs (so the recorder renders
+both at every step of every episode of env 0) and once with no recorder. Every step's full
+observation tensor, reward, termination, truncation and final observation (AutoReset's
+``info["final_obs"]``) must be equal, and so must the simulator state the backend exposes, read
+right after each step (so a render that moved an object, or left a write pending that the next step
+applies, is caught at the step it happens, not only through later observations). The runs include
+partial resets (an early manual reset of env 1 staggers the episodes, so AutoReset then resets envs
+one at a time), a full seeded reset mid-run, and renders right after resets (every clip's first
+frame).
 
 Sizes are small (2 or 3 envs, 32x32 frames; 64x64 for Genesis's camera). Every backend runs 1,000
 steps. The built-in env renders both envs at every step; the others render far slower than they
@@ -30,15 +31,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import (
-    BuiltinEnvConfig,
-    GymnasiumEnvConfig,
-    ManiSkillEnvConfig,
-    RecorderConfig,
-    SimConfig,
-    Trigger,
-)
-from rlrec.stack import make_env_stack
+from rlrec.envs.config import BuiltinEnvConfig, GymnasiumEnvConfig, ManiSkillEnvConfig, SimConfig
+from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.train.stack import make_env_stack
 
 STEPS = 1000
 SEED = 5

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.config import ConfigError, RecorderConfig, Trigger, validate_recorder
+from rlrec.checks import ConfigError
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record.recorder import Recorder, RecorderError
+from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
 from tests.record.recutil import decode, listing, make_stack, random_actions, zeros
 
 

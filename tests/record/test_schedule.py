@@ -2,8 +2,8 @@
 
 import pytest
 
-from rlrec.config import RecorderConfig, Trigger
 from rlrec.record.schedule import Schedule, capped_cubic
+from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.record.timing import clip_length, real_fps, steps_per_frame
 
 

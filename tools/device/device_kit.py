@@ -67,7 +67,7 @@ PIP_QUIET = ["--disable-pip-version-check", "--no-input", "-q"]
 # clean Python 3.12 with the device image's packages and importing until nothing was missing).
 CORE: Dict[str, str] = {
     "gymnasium==1.4.0": "rlrec's spaces and vector envs; mani_skill",
-    "hydra-core==1.3.8": "train.py, rlrec.cli",
+    "hydra-core==1.3.8": "train.py, rlrec.run.cli",
     "omegaconf==2.3.1": "hydra-core",
     "antlr4-python3-runtime==4.9.3": "hydra-core and omegaconf's grammars (sdist: wheel built)",
     # 0.4.9 carries ffmpeg 4.2.2 (74 MB, 18 MiB xz), which has libx264rgb; 0.8.1's 9.0.2 is
@@ -729,7 +729,7 @@ site, repo = sys.argv[1], sys.argv[2]
 out = {}
 t = time.perf_counter()
 import torch, rlrec, sapien, mani_skill, mani_skill.envs, gymnasium, hydra, imageio_ffmpeg
-import rlrec.cli, rlrec.runner
+import rlrec.run.cli, rlrec.train.runner
 out["import_s"] = round(time.perf_counter() - t, 1)
 out["versions"] = {m.__name__: getattr(m, "__version__", "?") for m in (torch, sapien, mani_skill,
                    gymnasium, hydra)}

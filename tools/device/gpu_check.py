@@ -38,7 +38,7 @@ Call 2 (at most 420 s):
   parameters after every update (gloo); NCCL with two ranks on one GPU runs or is refused before
   any work, said which.
 - ``memory_budget``: a run too large for the GPU's memory is refused before any work, naming the
-  keys (rlrec/budget.py's GPU branch).
+  keys (rlrec/run/budget.py's GPU branch).
 - ``maniskill_render``: ManiSkill's CPU sim with SAPIEN's renderer on CUDA
   (``render_backend=gpu``), through examples/maniskill_own_loop.py: frame 0 of every eval clip is
   a fresh seeded reset. Needs mani_skill and sapien (Call 1's install, kept while the machine is
@@ -295,7 +295,7 @@ def tail(text: str, n: int = 3000) -> str:
 FAKE_CUDA = (
     "import sys, torch; c = torch.cuda; c.is_available = lambda: True; "
     "c.device_count = lambda: 1; c.current_device = lambda: 0; c.set_device = lambda d: None; "
-    "sys.argv[0] = 'train.py'; from rlrec.cli import main; main()"
+    "sys.argv[0] = 'train.py'; from rlrec.run.cli import main; main()"
 )
 
 # --------------------------------------------------------------------------- Call 1
@@ -447,7 +447,7 @@ def compiled_update_worker(device: str, out: Path) -> None:
     each on a storage filled with synthetic rollouts; writes what each returned."""
     import gymnasium as gym
 
-    from rlrec.config import PPOConfig
+    from rlrec.ppo.config import PPOConfig
     from rlrec.ppo.ppo import PPO
 
     dev = torch.device(device)
@@ -659,10 +659,10 @@ def recorder_cost(args, rep: Report, tmp: Path, budget: float) -> None:
     """The built-in env on the device: (1) an idle recorder's cost per step against the bare env,
     in alternating blocks (drift hits both); (2) the throughput while a clip of a 4x4 grid of its
     envs (frames rendered on the device) is recorded, against the throughput between clips."""
-    from rlrec.config import RecorderConfig, Trigger
     from rlrec.envs.autoreset import AutoReset
     from rlrec.envs.builtin import PointReach
     from rlrec.record.recorder import Recorder
+    from rlrec.record.settings import RecorderConfig, Trigger
 
     n = 64 if args.quick else 4 * args.envs
     steps = 20 if args.quick else 200
@@ -787,15 +787,15 @@ def rank_worker(out_dir: Path, overrides: List[str]) -> None:
     saved to ``out_dir/rank<r>.pt``."""
     from hydra import compose, initialize_config_dir
 
-    import rlrec.cli
+    import rlrec.run.cli
     from rlrec import distributed
 
-    with initialize_config_dir(version_base="1.3", config_dir=rlrec.cli.CONFIG_DIR):
+    with initialize_config_dir(version_base="1.3", config_dir=rlrec.run.cli.CONFIG_DIR):
         cfg = compose("config", overrides=overrides)
     run_dir = out_dir / f"run{distributed.env_rank()}"
     run_dir.mkdir(parents=True, exist_ok=True)
     # train.py's own build: validation, the rank's device, the process group, the runner
-    runner = rlrec.cli._build(cfg, run_dir)
+    runner = rlrec.run.cli._build(cfg, run_dir)
     rank = distributed.rank()
     ppo, after = runner.ppo, []
     update = ppo.update
@@ -866,7 +866,7 @@ def two_ranks(args, rep: Report, tmp: Path, budget: float) -> None:
 
 def memory_budget(args, rep: Report, tmp: Path, budget: float) -> None:
     """A size whose rollout storage alone (10^7 envs x 2,048 steps x 8 floats: 655 GB) fits
-    neither the GPU nor this host: rlrec/budget.py refuses it before building anything (on CUDA
+    neither the GPU nor this host: rlrec/run/budget.py refuses it before building anything (on CUDA
     the device's memory is the one named)."""
     n, steps = 10_000_000, 2048
     over = [f"sim.device={args.device}", f"env.num_envs={n}", f"algo.num_steps={steps}"]

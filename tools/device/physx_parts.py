@@ -36,10 +36,11 @@ import torch
 from gpu_check import REPO, Report, decode, diff, merge
 from gpu_check import train_run as gpu_check_train_run
 
-from rlrec.config import ManiSkillEnvConfig, RecorderConfig, SimConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.record.recorder import Recorder
+from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy
 
 EVAL_LIMIT = 10  # steps per eval episode in the regression

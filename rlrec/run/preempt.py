@@ -25,9 +25,9 @@ import signal
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from rlrec import rundir
+from rlrec.run import rundir
 
-# temporaries of rlrec.checkpoint.save and of the recorder's encoder: the pid is in the name
+# temporaries of rlrec.train.checkpoint.save and of the recorder's encoder: the pid is in the name
 _TEMPORARY = re.compile(r"^\..+\.(\d+)(-\d+\.part|\.tmp)$")
 
 

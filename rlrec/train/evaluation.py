@@ -16,7 +16,7 @@ import torch
 
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.autoreset import AutoReset
-from rlrec.stack import recorder_of
+from rlrec.train.stack import recorder_of
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 

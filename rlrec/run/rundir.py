@@ -4,10 +4,10 @@
   whole life; the file names the holder (pid, host, since when). A second run in the same dir fails
   before any work with a message that names the holder. The kernel drops a flock when its holder
   dies, so the lock a killed run left is taken over by the next run, which remembers whom it took
-  it from (:func:`taken_over_from`): ``rlrec.preempt.remove_stale_temporaries`` removes that
-  process's temporaries and no live process's.
-- **What a run created.** For a single run, :class:`rlrec.preflight.Preflight` claims the run dir
-  (:func:`claim`) before Hydra creates it: the claim records which of its ancestors and entries
+  it from (:func:`taken_over_from`): ``rlrec.run.preempt.remove_stale_temporaries`` removes
+  that process's temporaries and no live process's.
+- **What a run created.** For a single run, :class:`rlrec.run.preflight.Preflight` claims the run
+  dir (:func:`claim`) before Hydra creates it: the claim records which of its ancestors and entries
   existed, creates the dir and takes the lock before Hydra writes ``.hydra/`` or its log. A run
   that then fails on its config (:meth:`Claim.discard`) removes only what it created: Hydra's own
   files, empty dirs, the run dir and its parents if it made them; never a file that was there
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 
 LOCK_FILE = ".rlrec.lock"
 HYDRA_DIR = ".hydra"  # Hydra's output_subdir (config.yaml, hydra.yaml, overrides.yaml)

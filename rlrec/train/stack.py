@@ -18,11 +18,12 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from rlrec.config import EnvConfig, RecorderConfig, SimConfig, Trigger
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter
+from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.factory import backend_module, make_adapter
 from rlrec.record.recorder import Recorder
+from rlrec.record.settings import RecorderConfig, Trigger
 
 ROLES = ("adapter", "recorder", "autoreset")
 

@@ -1,9 +1,10 @@
 """The training loop: collect, update, evaluate, checkpoint, log, each a call to its owner.
 
-The runner owns two env stacks composed by ``rlrec.stack``, with their own num_envs and seeds:
+The runner owns two env stacks composed by ``rlrec.train.stack``, with their own num_envs and seeds:
 ``AutoReset(Recorder(adapter))`` for collection and for evaluation. PPO acts and stores its
-transitions (``rlrec.ppo``), the evaluator runs evaluations (``rlrec.evaluation``), the logger
-keeps episode statistics (``rlrec.logger``), the recorders decide their clips (``rlrec.record``).
+transitions (``rlrec.ppo``), the evaluator runs evaluations (``rlrec.train.evaluation``), the logger
+keeps episode statistics (``rlrec.train.logger``), the recorders decide their clips
+(``rlrec.record``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,24 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from rlrec import budget, distributed, preempt
-from rlrec import checkpoint as ckpt
-from rlrec.config import Config, ConfigError, to_container
+from rlrec import distributed
+from rlrec.checks import ConfigError
+from rlrec.config import Config, to_container
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.factory import resolve_device, use_device
-from rlrec.evaluation import Evaluator
-from rlrec.logger import RunLogger
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
-from rlrec.stack import load_stack_state, make_env_stack, recorder_of, simulator_saved, stack_state
+from rlrec.run import budget, preempt
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.evaluation import Evaluator
+from rlrec.train.logger import RunLogger
+from rlrec.train.stack import (
+    load_stack_state,
+    make_env_stack,
+    recorder_of,
+    simulator_saved,
+    stack_state,
+)
 
 # what each rank of several has of its own (the rest is the same on every rank): gathered into
 # rank 0's checkpoints, under "ranks" for ranks 1..N-1

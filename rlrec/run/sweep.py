@@ -16,7 +16,7 @@ process's exit status says how the sweep went (:func:`exit_status`: 1 when a job
 the signal when it was stopped).
 
 Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each running job
-checkpoints and stops (``rlrec.preempt.StopRequested``), no job starts after the signal, and the
+checkpoints and stops (``rlrec.run.preempt.StopRequested``), no job starts after the signal, and the
 launching process ends once the running jobs have written their rows (at most :data:`GRACE_S`
 later; a second signal stops at once). With the basic launcher the jobs run in the launching
 process, which ends after the stopped job's row (:class:`SweepStopped`); with joblib (or another
@@ -44,7 +44,8 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rlrec import distributed, preempt, rundir
+from rlrec import distributed
+from rlrec.run import preempt, rundir
 
 SUMMARY_FILE = "summary.csv"
 ROWS_DIR = ".rlrec_summary"
@@ -215,7 +216,7 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 class SweepStopped(BaseException):
     """Raised in the launching process to end a stopped sweep: a BaseException, so that Hydra's
-    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.cli``."""
+    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.run.cli``."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -404,7 +405,7 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
 
 
 def report_stopped() -> None:
-    """In ``rlrec.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
+    """In ``rlrec.run.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
     status."""
     _STOP.done.set()
     sweep_dir = _STOP.sweep_dir
@@ -421,7 +422,7 @@ def report_stopped() -> None:
 
 
 def finish() -> None:
-    """Restores this process's signal handlers and forgets the sweep (``rlrec.cli.main`` may run
+    """Restores this process's signal handlers and forgets the sweep (``rlrec.run.cli.main`` may run
     again in the same process, as the tests do)."""
     global _STOP
     _STOP.done.set()

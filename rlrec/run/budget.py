@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from rlrec.config import Config, ConfigError, RecorderConfig, Trigger
+from rlrec.checks import ConfigError
+from rlrec.config import Config
+from rlrec.record.settings import RecorderConfig, Trigger
 
 FLOAT = 4  # bytes of a float32
 ROLLOUT_FLOATS = 8  # obs (>= 1), action (>= 1), logprob, reward, done, value, advantage, return

@@ -252,8 +252,8 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
     try:
         import wandb
     except ImportError as exc:
-        from rlrec.config import ConfigError
-        from rlrec.preflight import WANDB_MISSING
+        from rlrec.checks import ConfigError
+        from rlrec.run.preflight import WANDB_MISSING
 
         raise ConfigError(WANDB_MISSING) from exc
     # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir

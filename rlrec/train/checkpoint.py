@@ -41,11 +41,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from rlrec.config import ConfigError
+from rlrec.checks import ConfigError
 
 FORMAT = "rlrec-checkpoint"
 # 3: loads with weights_only=True (the numpy/Python RNG states as tensors), sha256 digest
-# 2: env stack state keyed by role (rlrec.stack)
+# 2: env stack state keyed by role (rlrec.train.stack)
 VERSION = 3
 
 PLAIN_TYPES = "tensors, dicts, lists, tuples, str, int, float, bool and None"

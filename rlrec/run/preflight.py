@@ -17,8 +17,9 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlrec import distributed, rundir
-from rlrec.config import ConfigError, nearest_existing
+from rlrec import distributed
+from rlrec.checks import ConfigError, nearest_existing
+from rlrec.run import rundir
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
 # conf/hydra/launcher/slurm.yaml builds on submitit_slurm, so it needs the same extra.
@@ -60,7 +61,7 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
             )
 
 
-# also raised by rlrec.logger, should wandb still fail to import when the run starts
+# also raised by rlrec.train.logger, should wandb still fail to import when the run starts
 WANDB_MISSING = (
     "logger=wandb needs the 'wandb' extra, which is not installed: "
     "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
@@ -109,7 +110,7 @@ class Preflight(Callback):
     written and, for a single run, on config values rlrec.config.validate rejects, so that such
     errors leave nothing behind; then claims (locks) the run dir. (Errors only the runner can see,
     such as a checkpoint that does not fit the env, come later; the run then removes what it
-    created, and only that: rlrec/rundir.py.)"""
+    created, and only that: rlrec/run/rundir.py.)"""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if distributed.launched():
@@ -117,7 +118,7 @@ class Preflight(Callback):
         self._check_dir(config, "hydra.run.dir")
         self._validate(config)
         # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
-        # was there (a later config error removes only what this run created: rlrec/rundir.py)
+        # was there (a later config error removes only what this run created: rlrec/run/rundir.py)
         try:
             rundir.claim(Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir")
         except ConfigError as err:

@@ -1,6 +1,6 @@
 """The ``train.py`` / ``rlrec-train`` entry point: the Hydra task function, the only module that
 touches Hydra's runtime. Hydra composes the config; this module resolves it into dataclasses once
-(``rlrec.config.to_dataclass``) and hands it to :class:`rlrec.runner.Runner`."""
+(``rlrec.config.to_dataclass``) and hands it to :class:`rlrec.train.runner.Runner`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from typing import Optional
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from rlrec import distributed, preempt, rundir, sweep
-from rlrec.config import ConfigError, register_configs, to_dataclass
-from rlrec.preflight import check_argv
+from rlrec import distributed
+from rlrec.checks import ConfigError
+from rlrec.config import register_configs, to_dataclass
+from rlrec.run import preempt, rundir, sweep
+from rlrec.run.preflight import check_argv
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 # A per-process id for run dir names: two runs started in the same second never share a dir.
 _UID = f"{os.getpid()}{secrets.token_hex(2)}"
@@ -31,7 +33,7 @@ def _build(cfg: DictConfig, run_dir: Path):
     """Validates the config and builds the runner (ConfigError before any work). Several ranks:
     joins the process group first (docs/distributed.md)."""
     from rlrec.envs.factory import check_ready, resolve_device, use_device
-    from rlrec.runner import Runner  # imported here: --help and config errors stay fast
+    from rlrec.train.runner import Runner  # imported here: --help and config errors stay fast
 
     config = to_dataclass(cfg)
     preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
@@ -107,7 +109,7 @@ def run(cfg: DictConfig) -> Optional[float]:
 def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
     import torch
 
-    from rlrec.checkpoint import CheckpointWriteError
+    from rlrec.train.checkpoint import CheckpointWriteError
 
     threads = torch.get_num_threads()
     # Preflight claimed (locked) the run dir before Hydra created it, noting what was there
@@ -146,7 +148,7 @@ def _not_started(signum: int) -> None:
 def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Optional[float]:
     """One job of a sweep. A refused config fails this job alone (a FAILED row with the error;
     the other jobs run), a stop signal stops it after its checkpoint (a STOPPED row): either way it
-    returns no result, and the launching process's exit status says so (rlrec.sweep)."""
+    returns no result, and the launching process's exit status says so (rlrec.run.sweep)."""
     import torch
 
     main = distributed.env_rank() == 0  # a submitit job of several tasks: rank 0 keeps the books
@@ -199,7 +201,7 @@ def _hydra_main(cfg: DictConfig) -> Optional[float]:
 def main() -> None:
     """Checks the command line for launcher/sweeper plugins that are not installed (naming the
     extra), then hands over to Hydra. A sweep exits with 1 when a job failed and with 128 + the
-    signal when it was stopped (rlrec.sweep.exit_status)."""
+    signal when it was stopped (rlrec.run.sweep.exit_status)."""
     check_argv()
     if distributed.launched():
         try:

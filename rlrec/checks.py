@@ -1,0 +1,197 @@
+"""Value checks shared by every component's settings: the error type, closed choices, float
+ranges, seeds, devices and directories. Plain Python (no Hydra, no OmegaConf), so a component that
+is used without Hydra (the recorder in a user's own loop) checks its settings with the same rules
+and messages as a composed run.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import typing
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+
+class ConfigError(ValueError):
+    """A config value is invalid. The message names the key and what is allowed."""
+
+
+class Choice(str, enum.Enum):
+    """A closed choice: compares equal to, and prints as, its string value (like 3.11's StrEnum)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def values(cls) -> List[str]:
+        return [m.value for m in cls]
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a float field allows: always a finite number, within ``low``/``high`` where
+    given (``*_open``: the bound itself excluded). NaN and infinity mean nothing in any field."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"a finite number in {left}{self.low:g}, {self.high:g}{right}"
+        if self.low is not None:
+            return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"a finite number {'<' if self.high_open else '<='} {self.high:g}"
+        return "a finite number"
+
+
+POSITIVE = Range(low=0.0, low_open=True)
+NON_NEGATIVE = Range(low=0.0)
+UNIT = Range(low=0.0, high=1.0)
+# seconds, bounded where they become a clip length, a timeout or a timedelta: a day is far beyond
+# any use, and 1e308 would overflow those (int(inf), threading's and timedelta's limits)
+SECONDS = Range(low=0.0, low_open=True, high=86_400.0)
+
+
+def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
+    """``(name, nullable)`` of each field of dataclass ``cls`` typed ``float`` or
+    ``Optional[float]``."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        hint, nullable = hints[f.name], False
+        if typing.get_origin(hint) is typing.Union:
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            nullable = len(args) < len(typing.get_args(hint))
+            hint = args[0] if len(args) == 1 else None
+        if hint is float:
+            yield f.name, nullable
+
+
+def float_range(cls: type, name: str) -> Range:
+    """The range of float field ``name`` of ``cls``: its ``FLOAT_RANGES`` class attribute (a
+    schema declares the range of each of its float fields there; a subclass inherits its bases')."""
+    for klass in cls.__mro__:
+        ranges: Dict[str, Range] = vars(klass).get("FLOAT_RANGES", {})
+        if name in ranges:
+            return ranges[name]
+    return Range()
+
+
+def check_floats(obj: Any, prefix: str = "") -> None:
+    """Every float field of dataclass ``obj`` and of the dataclasses it holds is a finite number
+    in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and the range."""
+    if not is_dataclass(obj):
+        return
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            check_floats(value, f"{prefix}{f.name}.")
+    for name, nullable in float_fields(type(obj)):
+        value = getattr(obj, name)
+        if value is None and nullable:
+            continue
+        allowed = float_range(type(obj), name)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or value not in allowed:
+            rule = f"{allowed} or null" if nullable else str(allowed)
+            raise ConfigError(f"{prefix}{name}={value!r} is invalid: must be {rule}")
+
+
+SEED_MAX = 2**32 - 1  # NumPy's seeds are 32-bit
+
+
+def check_seed(value: Any, key: str, num_envs: int, count_key: str) -> None:
+    """Env i of a stack is seeded ``seed + i``: every one of them must be a seed NumPy takes."""
+    high = SEED_MAX - (num_envs - 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise ConfigError(
+            f"{key}={value!r} is invalid: must be an integer in [0, {high}] (env i is seeded "
+            f"{key} + i for each of the {count_key}={num_envs} envs, and seeds are 32-bit)"
+        )
+
+
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def check_device(value: Any, key: str = "sim.device") -> None:
+    """``cpu``, ``cuda`` or ``cuda:N``, parsed by ``torch.device`` (torch is imported here only:
+    the checks above it stay fast)."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if (
+        device is None
+        or device.type not in DEVICE_TYPES
+        or (device.type == "cpu" and device.index is not None)
+    ):
+        raise ConfigError(
+            f"{key}={value!r} is invalid: allowed values are cpu, cuda, cuda:N (N: a GPU index)"
+        )
+
+
+def positive(value: Any, key: str, *, allow_none: bool = False, strict: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    bad = value is None or (value <= 0 if strict else value < 0)
+    if bad:
+        rule = "a positive number" if strict else "a number >= 0"
+        if allow_none:
+            rule += " or null"
+        raise ConfigError(f"{key}={value!r} is invalid: must be {rule}")
+
+
+def one_of(value: Any, key: str, allowed: List[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
+
+
+def choice(obj: Any, attr: str, kind: type, key: str, allow_none: bool = False) -> None:
+    """Turns ``obj.attr`` into its :class:`Choice` member; ConfigError listing the allowed values.
+    (Hydra already refuses bad values while composing; this covers dataclasses built in code.)"""
+    value = getattr(obj, attr)
+    if value is None and allow_none:
+        return
+    try:
+        setattr(obj, attr, kind(value))
+    except ValueError:
+        allowed = kind.values() + (["null"] if allow_none else [])
+        one_of(value, key, allowed)
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists."""
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_dir(path: str, key: str) -> None:
+    """ConfigError naming ``key`` unless ``path`` is, or can be created as, a writable directory.
+    Looks only (permissions of the nearest existing ancestor): creates nothing."""
+    target = Path(path).absolute()
+    base = nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigError(
+            f"{key}={path!r} cannot be used as a directory: {base} is not a directory"
+        )
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not writable")

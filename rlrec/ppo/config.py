@@ -1,0 +1,83 @@
+"""PPO's settings (the ``algo`` group's schema) and its closed choices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from rlrec.checks import NON_NEGATIVE, POSITIVE, UNIT, Choice, Range
+
+
+class Activation(Choice):
+    """Hidden-layer activation of the policy and value MLPs."""
+
+    tanh = "tanh"
+    relu = "relu"
+    elu = "elu"
+
+
+class BootstrapAt(Choice):
+    """Which episode ends PPO bootstraps from ``V(final_obs)`` (every other end adds nothing).
+    ``truncated``: time-outs only; a termination is a true end (a fall, a crash) worth no future.
+    ``done``: every end, termination included, as ManiSkill's PPO baselines do (their tasks
+    terminate on success, and a success is then worth its reward plus the value of the state it
+    reached, not less than lingering beside the goal). docs/maniskill.md says when to use which."""
+
+    truncated = "truncated"
+    done = "done"
+
+
+class KLCheck(Choice):
+    """When ``algo.target_kl`` is checked. ``epoch``: after each epoch, on its last minibatch's KL
+    (CleanRL; one device sync per epoch). ``minibatch``: before each minibatch's optimizer step,
+    which that minibatch then skips (ManiSkill's ppo.py; one device sync per minibatch)."""
+
+    epoch = "epoch"
+    minibatch = "minibatch"
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyper-parameters (CleanRL names)."""
+
+    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    FLOAT_RANGES = {
+        "learning_rate": POSITIVE,
+        "gamma": UNIT,
+        "gae_lambda": UNIT,
+        "clip_coef": POSITIVE,
+        "ent_coef": NON_NEGATIVE,
+        "vf_coef": NON_NEGATIVE,
+        "max_grad_norm": POSITIVE,
+        "target_kl": POSITIVE,
+        "reward_scale": POSITIVE,
+        # the initial std is exp(init_log_std): beyond +-20 it is 0 or overflows in float32 math
+        "init_log_std": Range(low=-20.0, high=20.0),
+    }
+
+    name: str = "ppo"
+    num_steps: int = 32  # rollout length per env
+    learning_rate: float = 3e-4
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    norm_adv: bool = True
+    clip_coef: float = 0.2
+    anneal_clip: bool = False  # clip range annealed with the learning rate (SB3's lin_0.2)
+    clip_vloss: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: Optional[float] = 0.1
+    kl_check: KLCheck = KLCheck.epoch  # epoch | minibatch (ManiSkill's: before each step)
+    # which episode ends add gamma * V(final_obs): truncated (time-outs) | done (every end)
+    bootstrap_at: BootstrapAt = BootstrapAt.truncated
+    norm_obs: bool = True
+    reward_scale: float = 1.0
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    init_log_std: float = 0.0
+    activation: Activation = Activation.tanh
+    # torch.compile of the policy step and of the update step (CUDA graphs on CUDA); docs/gpu.md
+    compile: bool = False
