@@ -1,0 +1,119 @@
+"""Files rlrec writes: one temporary-name scheme, atomic writes, and one directory probe.
+
+Every file written under a final name (a checkpoint, a clip, a sidecar, a sweep's row, a logger's
+private link) is first written to a hidden temporary beside it,
+
+    ``.<name>.<pid>-<n>.part``   (``<pid>``: the writing process, ``<n>``: a per-process counter)
+
+and then renamed into place (``os.replace``, atomic on POSIX): a reader sees the old file or the
+complete new one, never half of it. A write that fails (a full disk, an exception) removes its
+temporary; a kill leaves at most the temporary, whose name says which process wrote it, so a
+resuming run removes those of processes that are gone (:func:`temporary_owner`, read by
+``rlrec.run.preempt.remove_stale_temporaries``) and never one of a live process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator, Optional, Union
+
+from rlrec.checks import ConfigError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_COUNTER = itertools.count()
+_TEMPORARY = re.compile(r"^\.(?P<final>.+)\.(?P<pid>\d+)-(?P<n>\d+)\.part$")
+
+
+def temporary_name(final: PathLike, tag: str = "") -> str:
+    """A fresh hidden temporary beside ``final``: ``.<name>[.<tag>].<pid>-<n>.part``. ``tag``
+    tells apart temporaries of one final name that serve another purpose (a preview link)."""
+    head, tail = os.path.split(os.fspath(final))
+    middle = f"{tail}.{tag}" if tag else tail
+    return os.path.join(head, f".{middle}.{os.getpid()}-{next(_COUNTER)}.part")
+
+
+def temporary_owner(name: str) -> Optional[int]:
+    """The pid that wrote the temporary named ``name`` (a base name), or None when ``name`` is
+    not a temporary of this scheme."""
+    m = _TEMPORARY.match(name)
+    return int(m.group("pid")) if m else None
+
+
+def remove_quietly(path: Optional[PathLike]) -> None:
+    """Removes ``path`` if it exists (a temporary this process wrote)."""
+    if path is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+def fsync_dir(directory: PathLike) -> None:
+    """Makes a rename in ``directory`` survive a power cut, not only the data it names."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform without directory handles: the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: PathLike, mode: str = "wb", *, durable: bool = False) -> Iterator[IO]:
+    """``with atomic_file(path) as f: ...`` writes ``f`` to a temporary beside ``path`` and moves
+    it into place when the block ends; on any exception the temporary is removed and ``path`` is
+    untouched. ``durable``: the data and the rename are fsynced (a checkpoint)."""
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+def write_atomic(path: PathLike, data: Union[str, bytes], *, durable: bool = False) -> None:
+    """Replaces ``path`` with ``data`` in one atomic rename (see :func:`atomic_file`)."""
+    with atomic_file(path, "wb" if isinstance(data, bytes) else "w", durable=durable) as f:
+        f.write(data)
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists."""
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def probe_dir(path: PathLike, key: str, *, use: str = "a directory", create: bool = False) -> str:
+    """ConfigError naming ``key`` unless files can be created in ``path``. ``create=False`` looks
+    before any work: ``path`` is, or can be created as, a directory, probed with a temporary file
+    in its nearest existing ancestor (removed at once: nothing is left behind). ``create=True``
+    creates ``path`` and probes it. Returns ``path``."""
+    shown = os.fspath(path)
+    target = Path(shown).absolute()
+    try:
+        if create:
+            os.makedirs(target, exist_ok=True)
+        base = nearest_existing(target)
+        if not base.is_dir():
+            raise ConfigError(f"{key}={shown!r} cannot be used as {use}: {base} is not a directory")
+        with tempfile.NamedTemporaryFile(dir=base, prefix=".rlrec-probe-"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"{key}={shown!r} cannot be used as {use}: {err}") from err
+    return shown
