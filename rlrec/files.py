@@ -61,6 +61,8 @@ def fsync_dir(directory: PathLike) -> None:
         return
     try:
         os.fsync(fd)
+    except OSError:  # a filesystem that cannot sync a directory: the rename is still atomic
+        pass
     finally:
         os.close(fd)
 

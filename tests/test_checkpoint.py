@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlrec import files
 from rlrec.checks import ConfigError
 from rlrec.train import checkpoint as ckpt
 
@@ -190,13 +191,16 @@ def test_resume_stops_when_no_checkpoint_can_be_used(tmp_path):
 # --------------------------------------------------------------------------- a failed write
 
 
-def test_a_write_that_fails_with_enospc_keeps_the_older_file_and_says_how_to_resume(tmp_path):
+def test_a_write_that_fails_with_enospc_keeps_the_older_file_and_says_how_to_resume(
+    tmp_path, monkeypatch
+):
     """The temporary is a link to /dev/full, whose every write fails with ENOSPC: the real
     error path of a full disk, without filling one."""
     _save(tmp_path / "last.pt", 5)
     before = (tmp_path / "last.pt").read_bytes()
-    tmp = tmp_path / f".last.pt.{os.getpid()}.tmp"
+    tmp = tmp_path / f".last.pt.{os.getpid()}-0.part"
     os.symlink("/dev/full", tmp)
+    monkeypatch.setattr(files, "temporary_name", lambda final, tag="": str(tmp))
     with pytest.raises(ckpt.CheckpointWriteError) as e:
         ckpt.save(tmp_path / "last.pt", {"global_step": 6}, run_dir=tmp_path.parent)
     assert e.value.cause.errno == errno.ENOSPC

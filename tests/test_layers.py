@@ -34,7 +34,7 @@ LAYERS = [
         "rlrec.train.logger",
     ],
     ["rlrec.train.stack"],
-    ["rlrec.train.evaluation"],
+    ["rlrec.train.evaluation", "rlrec.train.resume"],
     ["rlrec.train.runner", "rlrec.run.sweep"],
     ["rlrec.run.cli"],
     ["rlrec"],  # the package's own __init__ may name anything
@@ -90,7 +90,6 @@ KNOWN = {
     "rlrec.record.genesis_forge -> rlrec.envs.genesis",
     "rlrec.record.maniskill -> rlrec.envs.maniskill",
     "rlrec.record.recorder -> rlrec.envs.base",
-    "rlrec.train.logger -> rlrec.run.preflight",
 }
 
 

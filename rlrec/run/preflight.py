@@ -61,17 +61,12 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
             )
 
 
-# also raised by rlrec.train.logger, should wandb still fail to import when the run starts
-WANDB_MISSING = (
-    "logger=wandb needs the 'wandb' extra, which is not installed: "
-    "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
-)
-
-
 def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first
     files."""
     if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
+        from rlrec.config import WANDB_MISSING
+
         raise ConfigError(WANDB_MISSING)
 
 

@@ -14,18 +14,16 @@ without running code, checked against the env.
   good one, with a warning naming the bad file, and stops with a :class:`ConfigError` naming every
   file when none can be used (a restart at step 0 would append duplicate steps to metrics.jsonl).
 - **A failed write loses nothing.** :func:`save` writes a temporary beside the target and renames
-  it into place; on a full disk (any ``OSError``) the temporary is removed, the files written
-  before are untouched, and :class:`CheckpointWriteError` says which file could not be written and
-  how to resume.
+  it into place (``rlrec.files.atomic_file``); on a full disk (any ``OSError``) the temporary is
+  removed, the files written before are untouched, and :class:`CheckpointWriteError` says which
+  file could not be written and how to resume.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import io
-import os
 import pickletools
 import random
 import re
@@ -42,6 +40,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
+from rlrec.files import atomic_file
 
 FORMAT = "rlrec-checkpoint"
 # 3: loads with weights_only=True (the numpy/Python RNG states as tensors), sha256 digest
@@ -66,6 +65,13 @@ class CheckpointWriteError(RuntimeError):
 
 
 # ---------------------------------------------------------------------- RNG streams
+def seed_rng(seed: int) -> None:
+    """Seeds every global RNG stream a run draws from (Python's, numpy's and torch's)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def rng_state() -> Dict[str, Any]:
     """Every global RNG stream a run draws from, as tensors and plain data (loads with
     ``weights_only=True``)."""
@@ -167,31 +173,23 @@ def _not_plain(where: str, obj: Any, what: Optional[str] = None) -> str:
 
 # ---------------------------------------------------------------------- writing
 def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) -> None:
-    """Writes ``payload`` (plus the format tag, version and digest) to ``.<name>.<pid>.tmp``
-    beside ``path`` and renames it into place, so a kill at any moment leaves the previous file at
-    ``path`` valid. A value that would not load as plain data is refused before anything is
-    written. An ``OSError`` (a full disk) removes the temporary and raises
-    :class:`CheckpointWriteError`; ``run_dir`` goes into its resume command."""
+    """Writes ``payload`` (plus the format tag, version and digest) through a temporary beside
+    ``path`` (``rlrec.files``: ``.<name>.<pid>-<n>.part``, fsynced, renamed into place, the
+    rename fsynced), so a kill at any moment leaves the previous file at ``path`` valid. A value
+    that would not load as plain data is refused before anything is written. An ``OSError`` (a
+    full disk) removes the temporary and raises :class:`CheckpointWriteError`; ``run_dir`` goes
+    into its resume command."""
     path = Path(path)
     data = {"format": FORMAT, "version": VERSION, **payload}
     data["digest"] = digest(data)
     buf = io.BytesIO()  # serialised in memory: the file is written by plain os-level writes
     torch.save(data, buf)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic_file(path, durable=True) as f:
             f.write(buf.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)  # the rename itself survives a power cut, not only the data
-    except BaseException as exc:  # e.g. a full disk: do not leave the half-written temporary
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise CheckpointWriteError(_write_failure(path, exc, run_dir), path, exc) from None
-        raise
+    except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
+        raise CheckpointWriteError(_write_failure(path, exc, run_dir), path, exc) from None
 
 
 def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
@@ -221,19 +219,6 @@ def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
         f"free some space and run: python train.py resume=auto {target} "
         "(with the run's other overrides)"
     )
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. a platform without directory handles: the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------- reading

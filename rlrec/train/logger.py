@@ -4,12 +4,12 @@ and the statistics of the training episodes that finished since the last log lin
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import math
 import os
 import queue
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -18,11 +18,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from rlrec.config import LoggerConfig
+from rlrec.checks import ConfigError
+from rlrec.config import WANDB_MISSING, LoggerConfig
+from rlrec.files import temporary_name
 
 # keys shown in the progress bar, in order
 _PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
-_PREVIEWS = itertools.count(1)
 
 
 def _private_link(path: str) -> str:
@@ -30,8 +31,7 @@ def _private_link(path: str) -> str:
     filesystem has no links) beside it, ``.NAME.preview.PID-N.part``, that no later clip
     replaces (``recorder.filename`` replaces ``path`` with every clip). ``path`` itself if
     neither can be made. The caller removes it."""
-    head, tail = os.path.split(path)
-    private = os.path.join(head, f".{tail}.preview.{os.getpid()}-{next(_PREVIEWS)}.part")
+    private = temporary_name(path, tag="preview")
     try:
         os.link(path, private)
         return private
@@ -248,13 +248,38 @@ class RunLogger:
             self._metrics.close()
 
 
+def summary(
+    seconds: float,
+    steps: int,
+    last_eval: Dict[str, float],
+    run_dir: Path,
+    signum: Optional[int],
+    resumable: bool,
+) -> None:
+    """The run's last console line: done or stopped (by ``signum``: then, when ``resumable``, how to
+    continue), in how long, its env steps, its last eval figures and its run dir."""
+    parts = [
+        f"rlrec: {'stopped by signal' if signum is not None else 'done'} in {seconds:.1f}s",
+        f"{steps:,} env steps",
+    ]
+    if last_eval:
+        ev = last_eval
+        figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
+        if "eval/success" in ev:
+            figures += f", success {ev['eval/success']:.3f}"
+        parts.append(figures)
+    parts.append(f"run dir {run_dir}")
+    if signum is not None:
+        parts.append(f"signal {signal.Signals(signum).name}")
+        if resumable:
+            parts.append(f"to continue: the same command + resume=auto hydra.run.dir={run_dir}")
+    print(" | ".join(parts), flush=True)
+
+
 def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
     try:
         import wandb
     except ImportError as exc:
-        from rlrec.checks import ConfigError
-        from rlrec.run.preflight import WANDB_MISSING
-
         raise ConfigError(WANDB_MISSING) from exc
     # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
     sweep = run_dir.parent.name if run_dir.name.isdigit() else None

@@ -13,7 +13,7 @@ from rlrec.envs.builtin import PointReach
 from rlrec.ppo.agent import ActorCritic
 from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO
-from rlrec.train import runner as runner_module
+from rlrec.train import resume as resume_module
 from rlrec.train.runner import Runner
 from rlrec.train.stack import load_stack_state
 from tests.helpers import FAST, make_config
@@ -273,7 +273,7 @@ def test_compiled_rollouts_run_under_no_grad_not_inference_mode(tmp_path, monkey
 
         return wrapped
 
-    monkeypatch.setattr(runner_module, "load_stack_state", spy("restore", load_stack_state))
+    monkeypatch.setattr(resume_module, "load_stack_state", spy("restore", load_stack_state))
 
     def watch(runner):
         runner.ppo._policy_step = spy("policy step", runner.ppo._policy_step)

@@ -1,0 +1,207 @@
+"""Where a run starts from, and the point a stop sends it back to.
+
+- **Where a run starts from** (:func:`find`, a :class:`Start`): ``checkpoint=PATH``; with
+  ``resume=auto`` the newest good checkpoint of the run dir (a damaged one is skipped with a
+  warning naming it), once what a killed run left half-written is removed; or nothing, a new run.
+  It is found before any work, so a bad path, or a checkpoint of another number of ranks, is
+  refused before anything is built; :meth:`Start.check_compatible` refuses one of another env as
+  soon as the envs are. :meth:`Start.restore` puts it back into PPO, the RNG streams and the env
+  stacks.
+- **The resume point** (:class:`ResumePoint`): what a stop (or a recorder error) checkpoints, the
+  state as of the start of the rollout or evaluation in progress, kept while it runs: a state an
+  uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly.
+- **Several ranks** (docs/distributed.md): each rank's RNG streams, train env and next observation
+  are its own. Rank 0 finds the checkpoint and tells the others which file; :func:`gather_ranks`
+  puts the other ranks' own entries into rank 0's checkpoint, under ``ranks``, and
+  :meth:`Start.restore` gives each rank its own back.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Dict, Optional
+
+import torch
+
+from rlrec import distributed
+from rlrec.checks import ConfigError
+from rlrec.config import Config
+from rlrec.envs.autoreset import AutoReset
+from rlrec.ppo.ppo import PPO
+from rlrec.run import preempt
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.stack import load_stack_state, simulator_saved
+
+# what each rank of several has of its own (the rest is the same on every rank): gathered into
+# rank 0's checkpoints, under "ranks" for ranks 1..N-1
+_PER_RANK = ("rng", "train_env", "next_obs")
+
+# entries of a run's state (Runner.state) built afresh on each call: a snapshot need not copy them
+_FRESH = frozenset(
+    {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
+)
+
+
+@dataclass(frozen=True)
+class Start:
+    """The checkpoint a run starts from."""
+
+    path: str  # the file, as named by checkpoint=PATH or found by resume=auto
+    data: Dict[str, Any]  # its verified contents
+    key: str  # the setting that named it, "checkpoint" or "resume": what a refusal names
+
+    @property
+    def eval_due(self) -> bool:
+        """Whether a stop cut the evaluation of the checkpoint's step short (it is redone first)."""
+        return bool(self.data.get("eval_due"))
+
+    def check_compatible(self, obs_shape, action_space) -> None:
+        """Refuses a checkpoint trained on an env with other observation or action spaces."""
+        ckpt.check_compatible(self.data, obs_shape, repr(action_space), key=self.key)
+
+    def restore(
+        self, rank: int, ppo: PPO, envs: Dict[str, Optional[AutoReset]], mode: ContextManager
+    ) -> Optional[torch.Tensor]:
+        """Loads PPO, the global RNG streams and the env stacks (``envs`` by their checkpoint
+        entry, ``train_env`` and ``eval_env``; loaded under ``mode``, the grad mode of the train
+        env's rollouts, which update their tensors in place) with this rank's entries. Returns
+        the saved next observation when the simulator state was saved with it (else collection
+        starts new episodes)."""
+        data = self.data
+        if rank > 0:  # this rank's own entries; the rest is the same on every rank
+            data = {**data, **data["ranks"][rank - 1], "eval_env": None}
+        ppo.load_state_dict(data["ppo"])
+        ckpt.set_rng_state(data["rng"])
+        with mode:
+            for key, env in envs.items():
+                if env is not None and data.get(key):
+                    load_stack_state(env, data[key])
+        train, obs = envs.get("train_env"), data.get("next_obs")
+        if (
+            train is not None
+            and simulator_saved(data.get("train_env"))
+            and obs is not None
+            and obs.shape[0] == train.num_envs
+        ):
+            return obs.to(ppo.device)
+        return None
+
+
+def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
+    """The checkpoint this run starts from, or None for a new run; a :class:`ConfigError` when it
+    cannot be used. Several ranks: rank 0 finds it and tells the others which file (they read the
+    same file); a refusal on rank 0 is raised on every rank."""
+    key = "checkpoint" if cfg.checkpoint else "resume"
+    start: Optional[Start] = None
+    if world == 1:
+        start = _locate(cfg, Path(run_dir), key)
+    else:
+        found: Dict[str, Any] = {}
+        if rank == 0:
+            try:
+                start = _locate(cfg, Path(run_dir), key)
+                found = {"path": None if start is None else start.path}
+            except ConfigError as exc:
+                found = {"error": str(exc)}
+        found = distributed.broadcast(found)
+        if "error" in found:
+            raise ConfigError(found["error"])
+        if rank > 0 and found["path"]:
+            start = Start(found["path"], ckpt.load(found["path"]), key)
+    if start is not None:
+        _check_world(start, world, cfg.eval_only)
+    return start
+
+
+def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
+    if cfg.checkpoint is not None:
+        return Start(str(cfg.checkpoint), ckpt.load(cfg.checkpoint), key)
+    if cfg.resume == "auto":
+        # what a killed run left half-written, here and in recorder dirs outside the run dir
+        recorder_dirs = [r.dir for r in (cfg.recorder, cfg.eval_env.recorder) if r.dir]
+        preempt.remove_stale_temporaries(run_dir, recorder_dirs)
+        # the newest good checkpoint (a damaged one is skipped with a warning naming it)
+        found = ckpt.find_resume(run_dir / "checkpoints", key="resume")
+        if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
+            raise ConfigError(
+                f"eval_only=true resume=auto found no checkpoint to evaluate in "
+                f"{run_dir / 'checkpoints'}: give checkpoint=PATH, or "
+                "hydra.run.dir=<the run dir that holds checkpoints/>"
+            )
+        return None if found is None else Start(str(found[0]), found[1], key)
+    if cfg.eval_only:
+        raise ConfigError("eval_only=true needs checkpoint=PATH (the checkpoint to evaluate)")
+    return None
+
+
+def _check_world(start: Start, world: int, eval_only: bool) -> None:
+    """A checkpoint keeps the envs and RNG streams of each rank that saved it: training continues
+    it with that many ranks only (evaluating it needs one process)."""
+    saved = int(start.data.get("world_size", 1))
+    if saved != world and not eval_only:
+        how = "python train.py" if saved == 1 else f"torchrun --nproc-per-node {saved}"
+        raise ConfigError(
+            f"{start.path} was saved by a run of {saved} rank(s) and this run has {world} "
+            f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
+            f"{saved} rank(s) only ({how} ...)"
+        )
+
+
+def gather_ranks(state: dict, world: int) -> Optional[dict]:
+    """The checkpoint of ``state`` (each rank calls it with its own): with several ranks, rank 0's
+    with each other rank's RNG streams, train env and next observation under ``ranks`` (and the
+    ``world_size``), and None on the other ranks."""
+    if world == 1:
+        return state
+    parts = distributed.gather({k: state[k] for k in _PER_RANK})
+    if parts is None:
+        return None
+    return {**state, "world_size": world, "ranks": parts[1:]}
+
+
+class ResumePoint:
+    """What a stop (or a recorder error) checkpoints: the state as of the start of the rollout or
+    evaluation in progress, kept in memory while it runs (:meth:`keep`, until :meth:`clear`), and
+    between them the state as of now. Either is a state that an uninterrupted run also goes
+    through, so ``resume=auto`` continues bit-exactly."""
+
+    def __init__(self, now: Callable[[], dict]):
+        self._now = now  # the run's state as of now
+        self._kept: Optional[dict] = None
+
+    def keep(self, eval_due: bool = False) -> None:
+        """A rollout (or, ``eval_due``, an evaluation, which a run resumed from this point redoes
+        first) starts: the state as of now is kept in a form that it cannot change. What it
+        changes (normaliser, env stacks, next observation, and whatever else the state holds) is
+        copied; the model and the optimizer, which only ``ppo.update()`` changes (after which the
+        point is cleared), are shared, and the entries built afresh for each state (RNG states,
+        config, counters) are taken as they are. Under 1 ms at the default sizes (see
+        docs/sweeps.md)."""
+        state = self._now()
+        kept = {k: v if k in _FRESH else _owned(v) for k, v in state.items() if k != "ppo"}
+        kept["ppo"] = {
+            k: v if k in ("agent", "optimizer") else _owned(v) for k, v in state["ppo"].items()
+        }
+        kept["eval_due"] = eval_due
+        self._kept = kept
+
+    def clear(self) -> None:
+        """The rollout's update (or the evaluation) is done: the point is the state as of now."""
+        self._kept = None
+
+    def state(self) -> dict:
+        """The state to checkpoint on a stop."""
+        return self._now() if self._kept is None else self._kept
+
+
+def _owned(value: Any) -> Any:
+    """A copy of ``value`` that shares no tensor and no container with it."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_owned(v) for v in value)
+    return copy.deepcopy(value)
