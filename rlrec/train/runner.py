@@ -152,11 +152,8 @@ class Runner:
             if self.evaluator is not None:
                 self.evaluator.flush()
             self.logger.write_awaiting()
-        directory = self.run_dir / "checkpoints"
         # a full disk: CheckpointWriteError names the file and the resume command
-        ckpt.save(directory / "last.pt", state, run_dir=self.run_dir)
-        if periodic:
-            ckpt.save(directory / f"iter_{self.iteration:06d}.pt", state, run_dir=self.run_dir)
+        ckpt.write(self.run_dir, state, iteration=self.iteration if periodic else None)
 
     def _restore(self) -> Optional[torch.Tensor]:
         """Loads the checkpoint found at start-up; returns the saved next observation when the
@@ -341,14 +338,9 @@ class Runner:
             self.stop.uninstall()
             self.close()
         if self.main:
-            resumable = not self.cfg.eval_only  # the summary says how to continue a stopped run
+            secs, resumable = time.perf_counter() - t0, not self.cfg.eval_only
             summary(
-                time.perf_counter() - t0,
-                self.global_step,
-                self.last_eval,
-                self.run_dir,
-                self.stop.signum,
-                resumable,
+                secs, self.global_step, self.last_eval, self.run_dir, self.stop.signum, resumable
             )
         return self.last_eval
 
