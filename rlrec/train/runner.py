@@ -73,8 +73,8 @@ class Runner:
     def _build(self) -> None:
         cfg = self.cfg
         budget.check(cfg, self.device)  # sizes that cannot fit are refused before anything is built
-        if not cfg.eval_only:  # rank 0 alone records
-            recorder = cfg.recorder if self.main else None
+        if not cfg.eval_only:
+            recorder = cfg.recorder if self.main else None  # rank 0 alone records
             self.train_env = self._stack("train", cfg.env.num_envs, self.env_seed, recorder)
         if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
             eval_env = cfg.eval_env
@@ -275,7 +275,7 @@ class Runner:
                 return
             self._periodic_checkpoint()
         start, start_step = time.perf_counter(), self.global_step
-        while self.iteration < self.num_iterations and not (self.world == 1 and self.stop):
+        while self.iteration < self.num_iterations and not self._cut():
             self.resume_point.keep()
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
