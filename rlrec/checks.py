@@ -68,9 +68,9 @@ UNIT = Range(low=0.0, high=1.0)
 SECONDS = Range(low=0.0, low_open=True, high=86_400.0)
 
 
-def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
-    """``(name, nullable)`` of each field of dataclass ``cls`` typed ``float`` or
-    ``Optional[float]``."""
+def field_types(cls: type) -> Iterator[Tuple[str, Any, bool]]:
+    """``(name, type, nullable)`` of each field of dataclass ``cls``: ``Optional[X]`` gives ``X``
+    and nullable (a union of several types gives None)."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
         hint, nullable = hints[f.name], False
@@ -78,8 +78,15 @@ def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
             args = [a for a in typing.get_args(hint) if a is not type(None)]
             nullable = len(args) < len(typing.get_args(hint))
             hint = args[0] if len(args) == 1 else None
+        yield f.name, hint, nullable
+
+
+def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
+    """``(name, nullable)`` of each field of dataclass ``cls`` typed ``float`` or
+    ``Optional[float]``."""
+    for name, hint, nullable in field_types(cls):
         if hint is float:
-            yield f.name, nullable
+            yield name, nullable
 
 
 def float_range(cls: type, name: str) -> Range:
@@ -174,6 +181,16 @@ def choice(obj: Any, attr: str, kind: type, key: str, allow_none: bool = False) 
     except ValueError:
         allowed = kind.values() + (["null"] if allow_none else [])
         one_of(value, key, allowed)
+
+
+def check_choices(obj: Any, prefix: str = "") -> None:
+    """Every :class:`Choice` field of dataclass ``obj`` holds one of its values (an Optional one
+    may be None) and becomes its member: :func:`choice` for each, naming ``prefix + field``.
+    Hydra refuses such a value while composing; this is the same refusal for a schema built in
+    code."""
+    for name, hint, nullable in field_types(type(obj)):
+        if isinstance(hint, type) and issubclass(hint, Choice):
+            choice(obj, name, hint, prefix + name, allow_none=nullable)
 
 
 def nearest_existing(path: Path) -> Path:

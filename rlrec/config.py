@@ -2,7 +2,8 @@
 Hydra's ConfigStore, resolved into dataclasses once and checked across components.
 
 Each component owns its schema and its defaults (``rlrec.record.settings.RecorderConfig``,
-``rlrec.ppo.config.PPOConfig``, ``rlrec.envs.config``, ``rlrec.distributed.DistributedConfig``);
+``rlrec.ppo.config.PPOConfig``, ``rlrec.envs.config`` and each env backend's module, listed in
+``rlrec.envs.factory.BACKENDS``, ``rlrec.distributed.DistributedConfig``);
 the run's own groups (eval env, logger) and the top level live here. The dataclasses hold every
 default value, once. The YAML files under ``conf/`` each start
 from one of these schemas (``defaults: [/schema/<group>/<name>@_here_]``) and set only what their
@@ -33,14 +34,8 @@ from rlrec.checks import (
     positive,
 )
 from rlrec.distributed import Backend, DistributedConfig
-from rlrec.envs.config import (
-    BuiltinEnvConfig,
-    GenesisEnvConfig,
-    GymnasiumEnvConfig,
-    ManiSkillEnvConfig,
-    SimConfig,
-    SimName,
-)
+from rlrec.envs import factory
+from rlrec.envs.config import SimConfig, SimName
 from rlrec.ppo.config import Activation, BootstrapAt, KLCheck, PPOConfig
 from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
 
@@ -125,21 +120,13 @@ class Config:
     )
 
 
-ENV_SCHEMAS = {
-    "builtin": BuiltinEnvConfig,
-    "gymnasium": GymnasiumEnvConfig,
-    "maniskill": ManiSkillEnvConfig,
-    "genesis": GenesisEnvConfig,
-}
-
-
 def register_configs() -> None:
     """Register every schema under ``schema/`` so ``conf/**.yaml`` can extend them
     (``defaults: [/schema/<group>/<name>@_here_]``) without listing them as group options."""
     cs = ConfigStore.instance()
     cs.store(group="schema", name="config", node=Config)
-    for name, schema in ENV_SCHEMAS.items():
-        cs.store(group="schema/env", name=name, node=schema)
+    for name in factory.BACKENDS:  # the env backends' registry
+        cs.store(group="schema/env", name=name, node=factory.schema(name))
     cs.store(group="schema/sim", name="sim", node=SimConfig)
     cs.store(group="schema/eval_env", name="eval_env", node=EvalEnvConfig)
     cs.store(group="schema/recorder", name="recorder", node=RecorderConfig)
@@ -182,7 +169,7 @@ def check_keys(cfg: DictConfig) -> None:
 def validate(cfg: Config) -> None:
     """Value checks that types cannot express. Raises :class:`ConfigError` naming the key."""
     env = cfg.env
-    one_of(env.name, "env.name", list(ENV_SCHEMAS))
+    one_of(env.name, "env.name", list(factory.BACKENDS))
     check_floats(cfg)  # every float of every schema: finite and in its range
     positive(env.num_envs, "env.num_envs")
     positive(env.max_episode_steps, "env.max_episode_steps", allow_none=True)

@@ -106,6 +106,28 @@ class EnvContract:
         finally:
             other.close()
 
+    def test_sub_env_i_is_seeded_seed_plus_i(self, env):
+        """``reset(seed=s)``: sub-env ``i`` starts as sub-env 0 of a reset with seed ``s + i``, and
+        a partial reset with seed ``s`` starts it there again. A batched simulator whose one seed
+        seeds the whole batch (``seed_per_env`` False) promises less: its seed still decides
+        the starts, and its sub-envs start apart."""
+        s, n = 40, self.num_envs
+        full, _ = env.reset(seed=s)
+        for i in range(n):
+            for j in range(i):
+                assert not torch.equal(full[i], full[j]), f"sub-envs {j} and {i} start alike"
+        other, _ = env.reset(seed=s + n)
+        assert not torch.equal(other, full), "the seed does not change the starts"
+        if not env.seed_per_env:
+            return
+        for i in range(1, n):
+            alone, _ = env.reset(seed=s + i)
+            torch.testing.assert_close(alone[0], full[i], msg=f"sub-env {i} is not seeded s + {i}")
+        env.step(sample_actions(env))
+        last = n - 1
+        again, _ = env.reset(seed=s, env_idx=[last])
+        torch.testing.assert_close(again[last], full[last], msg="a partial seeded reset differs")
+
     def test_partial_reset_touches_only_named_envs(self, env):
         env.reset(seed=self.seed)
         for i in range(3):

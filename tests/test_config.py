@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from rlrec.checks import ConfigError
 from rlrec.config import validate
-from rlrec.envs.config import BuiltinEnvConfig
+from rlrec.envs.builtin import BuiltinEnvConfig
 from rlrec.record.settings import Trigger
 from tests.helpers import REPO, compose_cfg, make_config
 
@@ -154,6 +154,7 @@ def test_schema_defaults_per_env_backend():
 
 def _schemas():
     from rlrec import config
+    from rlrec.envs import factory
 
     return [
         config.Config,
@@ -163,7 +164,7 @@ def _schemas():
         config.PPOConfig,
         config.LoggerConfig,
         config.DistributedConfig,
-        *config.ENV_SCHEMAS.values(),
+        *map(factory.schema, factory.BACKENDS),
     ]
 
 

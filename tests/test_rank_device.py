@@ -114,7 +114,7 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
 
 def test_no_adapter_is_built_on_a_bare_cuda(two_gpus, monkeypatch):
     from rlrec.envs import builtin
-    from rlrec.envs.config import BuiltinEnvConfig
+    from rlrec.envs.builtin import BuiltinEnvConfig
     from rlrec.envs.factory import make_adapter
 
     asked = []
@@ -153,8 +153,8 @@ def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_p
     ``physx_cuda:1``/``sapien_cuda:1`` (the build itself is stopped: there is no GPU here)."""
     pytest.importorskip("mani_skill")
     from rlrec.envs import maniskill
-    from rlrec.envs.config import ManiSkillEnvConfig
     from rlrec.envs.factory import make_adapter
+    from rlrec.envs.maniskill import ManiSkillEnvConfig
 
     as_rank(monkeypatch, 1)
     monkeypatch.setattr(maniskill, "require_gpu_library", lambda: None, raising=False)
@@ -178,7 +178,7 @@ def test_genesis_is_initialised_on_the_rank_gpu(two_gpus, monkeypatch):
     """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device):
     the adapter makes the rank's GPU current before gs.init."""
     from rlrec.envs import genesis
-    from rlrec.envs.config import GenesisEnvConfig
+    from rlrec.envs.genesis import GenesisEnvConfig
 
     class Stop(Exception):
         pass

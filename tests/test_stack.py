@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.config import BuiltinEnvConfig, SimConfig
+from rlrec.envs.builtin import BuiltinEnvConfig
+from rlrec.envs.config import SimConfig
 from rlrec.record import Recorder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.train import checkpoint as ckpt

@@ -1,8 +1,9 @@
-"""rlrec's env layer: the adapter interface, same-step autoreset, and the backend registry.
+"""rlrec's env layer: the adapter interface, same-step autoreset, the backend registry and the
+device they run on.
 
-Importing this package imports no simulator: the backends (``rlrec.envs.builtin``,
-``rlrec.envs.gymnasium``, ``rlrec.envs.maniskill``, ``rlrec.envs.genesis``) are imported by
-:func:`make_adapter` when a config names them, or directly by whoever needs one.
+Importing this package imports no simulator: the backend modules (``rlrec.envs.builtin``,
+``rlrec.envs.gymnasium``, ``rlrec.envs.maniskill``, ``rlrec.envs.genesis``) hold their schemas
+and import their simulator only when they build an env.
 """
 
 from rlrec.envs.autoreset import AutoReset
@@ -16,7 +17,8 @@ from rlrec.envs.base import (
     layers,
     owned_info,
 )
-from rlrec.envs.factory import backend_module, make_adapter, resolve_device, use_device
+from rlrec.envs.device import use_device
+from rlrec.envs.factory import backend_module, make_adapter, resolve_device
 
 __all__ = [
     "AutoReset",

@@ -64,6 +64,14 @@ class EnvAdapter(ABC):
     - ``render(env_idx)`` returns uint8 ``[k, H, W, 3]`` frames of the CURRENT state of the named
       envs, an owned copy that later steps, resets or renders never overwrite.
     - Tensors handed upward (obs, rewards, info values) are owned, not views into sim buffers.
+    - ``seed``: ``reset(seed=s)`` gives sub-env ``i`` the seed ``s + i`` (for each named env, in a
+      partial reset too), so it starts as sub-env 0 of a reset with seed ``s + i``, whatever the
+      batch size and whichever other envs reset with it; the envs of two ranks of ``n`` envs are
+      those of one process of ``2n``. Resets without a seed continue each env's own random
+      stream. The ``seed`` an adapter is built with is used where no reset has given one.
+      A batched simulator whose one seed seeds the whole batch (``seed_per_env = False``)
+      promises less, and says what in its docstring: a full reset with seed ``s`` repeats
+      exactly for the same ``num_envs`` and device, and its sub-envs start apart.
     """
 
     num_envs: int
@@ -72,12 +80,14 @@ class EnvAdapter(ABC):
     max_episode_steps: Optional[int]
     single_observation_space: gym.Space
     single_action_space: gym.Space
+    # True: sub-env i of a reset with seed s is seeded s + i (see the class docstring)
+    seed_per_env: bool = True
 
     @abstractmethod
     def reset(
         self, seed: Optional[int] = None, env_idx: EnvIdx = None
     ) -> Tuple[torch.Tensor, Info]:
-        """Resets the named envs (all if None). ``seed`` reseeds the adapter's RNG first."""
+        """Resets the named envs (all if None); with ``seed``, env ``i`` is seeded ``seed + i``."""
 
     @abstractmethod
     def step(
@@ -112,6 +122,7 @@ class EnvWrapper(EnvAdapter):
     max_episode_steps = property(lambda self: self.env.max_episode_steps)  # type: ignore[assignment]
     single_observation_space = property(lambda self: self.env.single_observation_space)  # type: ignore[assignment]
     single_action_space = property(lambda self: self.env.single_action_space)  # type: ignore[assignment]
+    seed_per_env = property(lambda self: self.env.seed_per_env)  # type: ignore[assignment]
 
     def reset(self, seed=None, env_idx=None):
         return self.env.reset(seed=seed, env_idx=env_idx)

@@ -4,22 +4,87 @@ Everything is torch on the chosen device, and the image is a pure function of th
 ``(pos, goal, t)``, so tests can compare frames exactly: the goal is a green disc, the agent an
 orange disc, and a white bar along the bottom grows with the step count ``t`` (so every frame of
 an episode differs and a reset frame has an empty bar).
+
+Each env draws its starts from a random stream of its own (:class:`EnvStreams`), so that env ``i``
+of a reset with seed ``s`` starts as env 0 of a reset with seed ``s + i`` (the adapter contract's
+seed rule), on any device and without a host round trip.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlrec.checks import POSITIVE, ConfigError
 from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
+from rlrec.envs.config import EnvConfig
+
+
+@dataclass
+class BuiltinEnvConfig(EnvConfig):
+    """rlrec's own point-mass reaching task (``rlrec.envs.builtin``)."""
+
+    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    FLOAT_RANGES = {"goal_radius": POSITIVE, "dt": POSITIVE}
+
+    name: str = "builtin"
+    max_episode_steps: Optional[int] = 100
+    goal_radius: float = 0.1
+    dt: float = 0.05
+
 
 _BACKGROUND = (24, 26, 34)
 _GOAL = (60, 200, 90)
 _AGENT = (250, 140, 30)
 _BAR = (235, 235, 235)
+_U32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``x * c mod 2**32`` for ``0 <= x < 2**32`` in int64, without overflowing it: ``c`` in two
+    16-bit halves, the high half's product cut to 16 bits before its shift."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _U32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (Chris Wellons' "lowbias32") of int64 values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+class EnvStreams:
+    """One random stream per env, drawn for any set of envs at once on the device.
+
+    Env ``i``'s draws are a hash of its key (the seed it was given plus ``i``) and of how many
+    numbers it has drawn since, so they depend on nothing else: not on the batch size, nor on
+    which other envs reset (one ``torch.Generator`` is one stream for the whole batch, where env
+    ``i``'s draws would depend on every draw before them). ``key`` and ``count`` (long
+    ``[num_envs]``) are all of its state.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device, seed: int = 0):
+        self.key = torch.zeros(num_envs, dtype=torch.long, device=device)
+        self.count = torch.zeros_like(self.key)
+        self.seed(seed, torch.arange(num_envs, device=device))
+
+    def seed(self, seed: int, idx: torch.Tensor) -> None:
+        """Env ``i`` of ``idx`` restarts its stream at ``seed + i``."""
+        self.key[idx] = (int(seed) + idx) & _U32
+        self.count[idx] = 0
+
+    def uniform(self, idx: torch.Tensor, n: int) -> torch.Tensor:
+        """``float32 [len(idx), n]`` in [0, 1): the next ``n`` numbers of each env of ``idx``."""
+        drawn = self.count[idx, None] * n + torch.arange(n, device=idx.device)
+        bits = _mix32(_mix32(self.key[idx, None]) ^ (drawn & _U32))
+        self.count[idx] += 1
+        return (bits >> 8).to(torch.float32) * 2.0**-24  # 24 bits: exact in float32
 
 
 class PointReach(EnvAdapter):
@@ -54,9 +119,9 @@ class PointReach(EnvAdapter):
         self.width, self.height = int(render_width), int(render_height)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self._gen = torch.Generator(device=self.device)
-        self._gen.manual_seed(0 if seed is None else seed)
         n, dev = num_envs, self.device
+        # the construction's seed seeds the streams of the resets that get none
+        self.streams = EnvStreams(n, dev, 0 if seed is None else seed)
         self.pos = torch.zeros(n, 2, device=dev)
         self.vel = torch.zeros(n, 2, device=dev)
         self.goal = torch.zeros(n, 2, device=dev)
@@ -79,17 +144,13 @@ class PointReach(EnvAdapter):
     def _obs(self) -> torch.Tensor:
         return torch.cat([self.pos, self.vel, self.goal - self.pos], dim=1)
 
-    def _rand(self, k: int, low: float, high: float) -> torch.Tensor:
-        u = torch.rand(k, 2, generator=self._gen, device=self.device)
-        return low + (high - low) * u
-
     def reset(self, seed=None, env_idx: EnvIdx = None):
-        if seed is not None:
-            self._gen.manual_seed(int(seed))
         idx = as_env_index(env_idx, self.num_envs, self.device)
-        k = idx.numel()
-        pos = self._rand(k, -0.9, 0.9)
-        goal = self._rand(k, -0.8, 0.8)
+        if seed is not None:
+            self.streams.seed(seed, idx)
+        u = self.streams.uniform(idx, 4)
+        pos = -0.9 + 1.8 * u[:, :2]
+        goal = -0.8 + 1.6 * u[:, 2:]
         # keep starts away from the goal: every coordinate then differs by at least 0.6
         close = (goal - pos).norm(dim=1, keepdim=True) < 0.4
         goal = torch.where(close, -torch.sign(pos) * 0.6, goal)
@@ -126,13 +187,20 @@ class PointReach(EnvAdapter):
             "vel": self.vel.clone(),
             "goal": self.goal.clone(),
             "t": self.t.clone(),
-            "rng": self._gen.get_state(),
+            "rng": torch.stack([self.streams.key, self.streams.count], dim=1),  # long [N, 2]
         }
 
     def load_state_dict(self, state: dict) -> None:
         for k in ("pos", "vel", "goal", "t"):
             getattr(self, k).copy_(state[k].to(self.device))
-        self._gen.set_state(state["rng"])
+        rng = state["rng"].to(self.device)
+        if rng.dtype != torch.long or tuple(rng.shape) != (self.num_envs, 2):
+            raise ConfigError(
+                "the built-in env's saved state holds one random generator for all envs (an "
+                "older rlrec): resume it with the rlrec that saved it, or start a new run"
+            )
+        self.streams.key.copy_(rng[:, 0])
+        self.streams.count.copy_(rng[:, 1])
 
     # ------------------------------------------------------------------ rendering
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
@@ -161,7 +229,11 @@ class PointReach(EnvAdapter):
 
 
 def make(
-    env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None
+    env_cfg: BuiltinEnvConfig,
+    sim,
+    num_envs: int,
+    device: torch.device,
+    seed: Optional[int] = None,
 ) -> PointReach:
     """Factory entry point for ``env=builtin``."""
     return PointReach(

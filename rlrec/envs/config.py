@@ -1,14 +1,15 @@
-"""The env's and the sim's settings: the fields every backend understands, each backend's schema
-(the ``env`` group), and where the simulator runs (the ``sim`` group)."""
+"""The env's and the sim's settings: the fields every backend understands (each backend's own
+schema sits in its module and extends :class:`EnvConfig`; ``rlrec.envs.factory`` lists them), the
+choices several backends share, and where the simulator runs (the ``sim`` group)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from omegaconf import MISSING
 
-from rlrec.checks import POSITIVE, Choice
+from rlrec.checks import Choice, check_choices
 
 Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
 Vectorization.__doc__ = (
@@ -28,15 +29,10 @@ class SimName(Choice):
     gpu = "gpu"
 
 
-class ObsMode(Choice):
-    """ManiSkill observation modes rlrec supports (a flat state vector)."""
-
-    state = "state"
-
-
 @dataclass
 class EnvConfig:
-    """Fields every env backend understands."""
+    """Fields every env backend understands. A backend's schema extends it; its ``name`` default
+    is the backend's name (``env=<name>``, ``conf/env/<name>.yaml``)."""
 
     name: str = MISSING
     # envs per stack (per rank on several ranks; the eval stack has its own: eval_env.num_envs)
@@ -45,67 +41,15 @@ class EnvConfig:
     render_width: int = 128
     render_height: int = 128
 
+    def __post_init__(self) -> None:
+        # a closed choice (an Enum field) is refused here when the schema is built in code, as
+        # Hydra refuses it while composing: the backends never see a value outside it
+        check_choices(self, "env.")
 
-@dataclass
-class BuiltinEnvConfig(EnvConfig):
-    """rlrec's own point-mass reaching task (``rlrec.envs.builtin``)."""
-
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
-    FLOAT_RANGES = {"goal_radius": POSITIVE, "dt": POSITIVE}
-
-    name: str = "builtin"
-    max_episode_steps: Optional[int] = 100
-    goal_radius: float = 0.1
-    dt: float = 0.05
-
-
-@dataclass
-class GymnasiumEnvConfig(EnvConfig):
-    """Any registered gymnasium id, vectorized with gymnasium's vector API."""
-
-    name: str = "gymnasium"
-    num_envs: int = 8
-    id: str = "CartPole-v1"  # a registered id, or MODULE:ID to import the module that registers it
-    # max_episode_steps None: the id's own TimeLimit (CartPole-v1: 500, Pendulum-v1: 200)
-    vectorization: Vectorization = Vectorization.sync  # sync: one process | async: a worker per env
-    async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
-    resize_frames: bool = (
-        False  # false: frames at the env's own size; true: render_height x render_width
-    )
-    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
-
-
-@dataclass
-class ManiSkillEnvConfig(EnvConfig):
-    """A ManiSkill3 task; ``sim=gpu`` runs one batched physx_cuda env."""
-
-    name: str = "maniskill"
-    num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
-    id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
-    obs_mode: ObsMode = ObsMode.state  # a flat state vector
-    control_mode: str = "pd_joint_delta_pos"
-    reward_mode: str = "normalized_dense"
-    max_episode_steps: Optional[int] = 50  # None: the env's registered limit
-    imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
-    cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
-    async_context: StartMethod = (
-        StartMethod.spawn
-    )  # async start method: spawn | forkserver (fork hangs)
-    kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
-
-
-@dataclass
-class GenesisEnvConfig(EnvConfig):
-    """A batched Genesis scene, built from ``_target_``."""
-
-    name: str = "genesis"
-    num_envs: int = 16
-    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
-    camera_attr: Optional[str] = (
-        "camera"  # the env's attribute holding its camera (None: no camera)
-    )
-    # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
-    kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
+    def frame_size(self) -> Optional[Tuple[int, int]]:
+        """``(height, width)`` of this env's frames, or None where the env chooses its own size
+        (the memory estimate sizes the recorder's frame buffers with it)."""
+        return (self.render_height, self.render_width)
 
 
 @dataclass

@@ -1,4 +1,16 @@
-"""The backend registry: ``make_adapter`` builds the bare adapter of a config's env group option.
+"""The backend registry (each env backend by its name), :func:`make_adapter`, which builds the
+bare adapter of a config's env group option, and :func:`resolve_device`, the one place where
+this process's device is resolved.
+
+A backend is a module of ``rlrec.envs`` holding its schema (an :class:`EnvConfig` whose ``name``
+default is the backend's name) and ``make(env_cfg, sim, num_envs, device, seed)``; optionally
+``check_ready(env_cfg, sim)`` (what it refuses for ``sim`` before anything is built) and
+``check_renderable(env_cfg)`` (where frames need a capability the env may lack). Each module
+reports a missing simulator extra itself, naming the extra to install, and imports its simulator
+only when it builds an env. The modules are imported when a schema or a backend is asked for
+(``rlrec.config.register_configs``, :func:`make_adapter`), not with this package. Adding a
+backend: its module, its YAML (``conf/env/<name>.yaml``, extending ``/schema/env/<name>``) and its
+line in :data:`BACKENDS`.
 
 The layers above the adapter (recorder, AutoReset) are composed by ``rlrec.train.stack``.
 """
@@ -7,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Dict, Optional
+from typing import Dict, Optional, Type
 
 import torch
 
@@ -15,15 +27,14 @@ from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvAdapter
 from rlrec.envs.config import EnvConfig, SimConfig
+from rlrec.envs.device import explicit
 
-# env group option -> module with ``make(env_cfg, sim, num_envs, device, seed)`` and, where frames
-# need a capability the env may lack, ``check_renderable(env_cfg)``. Each module reports a missing
-# simulator extra itself, naming the extra to install.
-_BACKENDS: Dict[str, str] = {
-    "builtin": "rlrec.envs.builtin",
-    "gymnasium": "rlrec.envs.gymnasium",
-    "maniskill": "rlrec.envs.maniskill",
-    "genesis": "rlrec.envs.genesis",
+# env group option -> its schema (Hydra's schema/env/<name>), whose module is the backend
+BACKENDS: Dict[str, str] = {
+    "builtin": "rlrec.envs.builtin.BuiltinEnvConfig",
+    "gymnasium": "rlrec.envs.gymnasium.GymnasiumEnvConfig",
+    "maniskill": "rlrec.envs.maniskill.ManiSkillEnvConfig",
+    "genesis": "rlrec.envs.genesis.GenesisEnvConfig",
 }
 
 
@@ -56,27 +67,16 @@ def resolve_device(sim: SimConfig) -> torch.device:
     return explicit(distributed.rank_device(torch.device(sim.device)))
 
 
-def explicit(device: torch.device) -> torch.device:
-    """``device`` with its index: a bare ``cuda`` becomes torch's current CUDA device."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def use_device(device: torch.device) -> None:
-    """Makes ``device`` torch's current CUDA device (a no-op for any other device), so that what
-    follows the current device uses this rank's GPU and not cuda:0: Genesis's ``gs.init``
-    (``genesis/utils/misc.py`` ``get_device``: ``device_idx = torch.cuda.current_device()``),
-    CUDA tensors made without a device, CUDA graphs' memory pools."""
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-
-
 def backend_module(name: str):
-    """The module of backend ``name`` (imported lazily: simulators are optional extras)."""
-    if name not in _BACKENDS:
-        raise ConfigError(f"env={name!r} is unknown: allowed values are {', '.join(_BACKENDS)}")
-    return importlib.import_module(_BACKENDS[name])
+    """The module of backend ``name``, its schema's module (imported here: no simulator)."""
+    if name not in BACKENDS:
+        raise ConfigError(f"env={name!r} is unknown: allowed values are {', '.join(BACKENDS)}")
+    return importlib.import_module(BACKENDS[name].rpartition(".")[0])
+
+
+def schema(name: str) -> Type[EnvConfig]:
+    """The schema of backend ``name``."""
+    return getattr(backend_module(name), BACKENDS[name].rpartition(".")[2])
 
 
 def check_ready(env_cfg: EnvConfig, sim: SimConfig) -> None:
@@ -98,7 +98,7 @@ def make_adapter(
     """The bare backend adapter for ``env_cfg`` with ``num_envs`` envs on ``device`` (the runner
     passes the one it resolved; None: :func:`resolve_device` of ``sim``). A CUDA device without
     an index is made explicit (torch's current device): no backend gets a bare ``cuda``."""
-    device = resolve_device(sim) if device is None else explicit(torch.device(device))
+    device = resolve_device(sim) if device is None else explicit(device)
     return backend_module(env_cfg.name).make(
         env_cfg, sim, num_envs=num_envs, device=device, seed=seed
     )

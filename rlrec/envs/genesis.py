@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple, runtime_checkable
 
 import gymnasium as gym
@@ -38,6 +39,23 @@ from rlrec.envs.base import (
     import_object,
     owned_info,
 )
+from rlrec.envs.config import EnvConfig
+from rlrec.envs.device import use_device
+
+
+@dataclass
+class GenesisEnvConfig(EnvConfig):
+    """A batched Genesis scene, built from ``_target_``."""
+
+    name: str = "genesis"
+    num_envs: int = 16
+    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
+    camera_attr: Optional[str] = (
+        "camera"  # the env's attribute holding its camera (None: no camera)
+    )
+    # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
+    kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
+
 
 INSTALL_HINT = (
     "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs EGL/OSMesa)"
@@ -250,7 +268,18 @@ def _camera(task, camera_attr: Optional[str], target: str):
 
 
 class GenesisAdapter(EnvAdapter):
-    """A built :class:`GenesisTask` as an :class:`EnvAdapter` (no autoreset, time limit here)."""
+    """A built :class:`GenesisTask` as an :class:`EnvAdapter` (no autoreset, time limit here).
+
+    Seeds (``seed_per_env = False``): the task draws the starts of the envs it resets from one
+    ``torch.Generator`` on Genesis's device (``reset_idx(env_idx, generator)``), seeded with the
+    adapter's ``seed`` and reseeded by ``reset(seed=s)``. A full reset with seed ``s`` therefore
+    repeats exactly for the same ``num_envs`` and device (in any scene), but sub-env ``i`` does
+    not start as sub-env 0 of seed ``s + i``: its start is the ``i``-th of the batch's draws, and
+    a partial reset with seed ``s`` draws its envs' starts from the head of that stream. Resets
+    without a seed continue the one stream.
+    """
+
+    seed_per_env = False
 
     def __init__(
         self,
@@ -348,7 +377,11 @@ class GenesisAdapter(EnvAdapter):
 
 
 def make(
-    env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None
+    env_cfg: GenesisEnvConfig,
+    sim,
+    num_envs: int,
+    device: torch.device,
+    seed: Optional[int] = None,
 ) -> GenesisAdapter:
     """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
     target = env_cfg._target_
@@ -358,8 +391,8 @@ def make(
             f"env._target_={target!r} is invalid: give a dotted path such as my_module.MyEnv"
         )
     cls = import_object(target, "env._target_")
-    if torch.device(device).type == "cuda":  # gs.init takes torch's current CUDA device
-        torch.cuda.set_device(device)  # (genesis/utils/misc.py get_device, lines 211-213)
+    # gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device, lines 211-213)
+    use_device(device)
     init_genesis(sim.name)
     kwargs = dict(env_cfg.kwargs or {})
     task = cls(

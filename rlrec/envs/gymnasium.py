@@ -25,7 +25,8 @@ import difflib
 import functools
 import inspect
 import os
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -41,9 +42,28 @@ from rlrec.envs.base import (
     owned_info,
     render_sub_envs,
 )
+from rlrec.envs.config import EnvConfig, StartMethod, Vectorization
 
-VECTORIZATIONS = ("sync", "async")
-_CONTEXTS = ("fork", "spawn", "forkserver")
+
+@dataclass
+class GymnasiumEnvConfig(EnvConfig):
+    """Any registered gymnasium id, vectorized with gymnasium's vector API."""
+
+    name: str = "gymnasium"
+    num_envs: int = 8
+    id: str = "CartPole-v1"  # a registered id, or MODULE:ID to import the module that registers it
+    # max_episode_steps None: the id's own TimeLimit (CartPole-v1: 500, Pendulum-v1: 200)
+    vectorization: Vectorization = Vectorization.sync  # sync: one process | async: a worker per env
+    async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
+    resize_frames: bool = (
+        False  # false: frames at the env's own size; true: render_height x render_width
+    )
+    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
+
+    def frame_size(self) -> Optional[Tuple[int, int]]:
+        return super().frame_size() if self.resize_frames else None
+
+
 _DONE_KEY = "rlrec_done"  # info key carrying a held sub-env's end: 1 terminated, 2 truncated
 _DEFAULT_DT = 1.0 / 30.0
 
@@ -100,20 +120,6 @@ def resolve_spec(env_cfg) -> gym.envs.registration.EnvSpec:
         f"env.id={env_cfg.id!r} is not a registered gymnasium id.{hint} "
         "(Ids from other packages need their module imported first: write env.id=MODULE:ID.)"
     )
-
-
-def _check_vectorization(env_cfg) -> None:
-    if env_cfg.vectorization not in VECTORIZATIONS:
-        raise ConfigError(
-            f"env.vectorization={env_cfg.vectorization!r} is invalid: allowed values are "
-            f"{', '.join(VECTORIZATIONS)}"
-        )
-    context = getattr(env_cfg, "async_context", None)
-    if context is not None and context not in _CONTEXTS:
-        raise ConfigError(
-            f"env.async_context={context!r} is invalid: allowed values are "
-            f"{', '.join(_CONTEXTS)}, null"
-        )
 
 
 @contextlib.contextmanager
@@ -194,7 +200,6 @@ def _render_modes(spec, env_id: Any = None) -> Optional[List[str]]:
 
 def check_renderable(env_cfg) -> None:
     """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
-    _check_vectorization(env_cfg)
     spec = resolve_spec(env_cfg)
     check_kwargs(env_cfg, spec)
     modes = _render_modes(spec, env_cfg.id)
@@ -383,11 +388,14 @@ class GymnasiumEnv(EnvAdapter):
 
 
 def make(
-    env_cfg, sim, num_envs: int, device: torch.device, seed: Optional[int] = None
+    env_cfg: GymnasiumEnvConfig,
+    sim,
+    num_envs: int,
+    device: torch.device,
+    seed: Optional[int] = None,
 ) -> GymnasiumEnv:
     """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is
     built."""
-    _check_vectorization(env_cfg)
     spec = resolve_spec(env_cfg)
     check_kwargs(env_cfg, spec)  # before any env is built
     modes = _render_modes(spec, env_cfg.id)

@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import ConfigError
+from rlrec.checks import Choice, ConfigError
 from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,
@@ -42,11 +43,37 @@ from rlrec.envs.base import (
     owned_info,
     render_sub_envs,
 )
-from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
+from rlrec.envs.config import EnvConfig, SimConfig, StartMethod, Vectorization
+from rlrec.envs.device import explicit
 from rlrec.envs.physx import require_gpu_library
 
-OBS_MODES = ["state"]  # flat float observations; visual obs modes are not wired to the policy
-VECTORIZATIONS = ["sync", "async"]
+
+class ObsMode(Choice):
+    """ManiSkill observation modes rlrec supports (a flat state vector; visual obs modes are not
+    wired to the policy)."""
+
+    state = "state"
+
+
+@dataclass
+class ManiSkillEnvConfig(EnvConfig):
+    """A ManiSkill3 task; ``sim=gpu`` runs one batched physx_cuda env."""
+
+    name: str = "maniskill"
+    num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
+    id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
+    obs_mode: ObsMode = ObsMode.state  # a flat state vector
+    control_mode: str = "pd_joint_delta_pos"
+    reward_mode: str = "normalized_dense"
+    max_episode_steps: Optional[int] = 50  # None: the env's registered limit
+    imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
+    cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
+    async_context: StartMethod = (
+        StartMethod.spawn
+    )  # async start method: spawn | forkserver (fork hangs)
+    kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
+
+
 ASYNC_CONTEXTS = ["spawn", "forkserver"]  # "fork" deadlocks SAPIEN's renderer in the child
 INSTALL_HINT = (
     "pip install -e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs "
@@ -171,20 +198,13 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
 
 
 def _check_config(cfg: ManiSkillEnvConfig, spec) -> None:
-    if cfg.obs_mode not in OBS_MODES:
-        raise ConfigError(
-            f"env.obs_mode={cfg.obs_mode!r} is invalid: allowed values are {', '.join(OBS_MODES)}"
-        )
+    """What only ManiSkill knows: the task's reward modes, and the start methods SAPIEN survives
+    (the schema's choices are refused by the schema)."""
     rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
     if rewards and cfg.reward_mode not in rewards:
         raise ConfigError(
             f"env.reward_mode={cfg.reward_mode!r} is invalid: allowed values are "
             f"{', '.join(rewards)}"
-        )
-    if cfg.cpu_vectorization not in VECTORIZATIONS:
-        raise ConfigError(
-            f"env.cpu_vectorization={cfg.cpu_vectorization!r} is invalid: allowed values are "
-            f"{', '.join(VECTORIZATIONS)}"
         )
     if cfg.async_context not in ASYNC_CONTEXTS:
         raise ConfigError(
@@ -239,16 +259,28 @@ def render_rows(
 
 
 class ManiSkillEnv(EnvAdapter):
-    """Common part of both sims: time limit, seeding, info conventions. Subclasses drive the sim."""
+    """Common part of both sims: time limit, seeding, info conventions. Subclasses drive the sim.
 
-    def __init__(self, num_envs: int, device: torch.device, max_episode_steps: Optional[int]):
+    Nothing is reset here: ManiSkill's env resets itself once while it is built (with its own
+    seeds), and the adapter's first reset is the caller's. ``seed`` (None: a random one) is given
+    to the first reset that gets no seed of its own."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: torch.device,
+        max_episode_steps: Optional[int],
+        seed: Optional[int],
+    ):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
         self.clock = EpisodeClock(num_envs, self.device)
+        self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
+        self._last_obs: Optional[torch.Tensor] = None  # None: no reset or step yet
         self._closed = False
 
-    # subclasses: _reset_sim(seed, idx) -> (obs, info);
+    # subclasses: _reset_sim(seeds, idx) -> (obs, info), seeds: None or one per env;
     # _step_sim(action) -> (obs, reward, term, info);
     # _render_sim(idx list) -> uint8 [k, H, W, 3] on CPU, owned
 
@@ -264,8 +296,14 @@ class ManiSkillEnv(EnvAdapter):
         ):
             full = True
         if not full and idx.numel() == 0:
+            if self._last_obs is None:  # nothing reset or stepped yet
+                shape = (self.num_envs, *self.single_observation_space.shape)
+                self._last_obs = torch.zeros(shape, device=self.device)
             return self._last_obs.clone(), {}
-        obs, info = self._reset_sim(seed, None if full else idx)
+        seed, self._seed = (self._seed if seed is None else seed), None
+        # env i is seeded seed + i, as gymnasium's vector envs do for an int seed
+        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
+        obs, info = self._reset_sim(seeds, None if full else idx)
         self.clock.reset(idx)
         self._last_obs = obs
         return obs.clone(), info
@@ -282,7 +320,20 @@ class ManiSkillEnv(EnvAdapter):
 
 
 class ManiSkillGPUEnv(ManiSkillEnv):
-    """One batched ``physx_cuda`` ManiSkill env."""
+    """One batched ``physx_cuda`` ManiSkill env.
+
+    Seeds (``seed_per_env = False``): ``reset(seed=s)`` gives ManiSkill the seeds ``s + i``, so
+    sub-scene ``i``'s episode seed is ``s + i`` (``_batched_episode_rng``, which tasks use for
+    per-scene choices such as the assets a scene loads). But ManiSkill's tasks draw their initial
+    poses with ``torch.rand`` for all reset sub-scenes at once, under ``torch.manual_seed`` of the
+    first seed, ``s`` (mani_skill 3.0.1 ``mani_skill/envs/sapien_env.py`` ``BaseEnv.reset``): a
+    full reset with seed ``s`` repeats exactly for the same ``num_envs`` and device, but sub-env
+    ``i`` does not start as sub-env 0 of seed ``s + i``, and a partial reset with seed ``s``
+    draws its envs' starts from the head of that one stream. Unseeded resets draw from torch's
+    global generator of the sim's device.
+    """
+
+    seed_per_env = False
 
     def __init__(
         self,
@@ -294,16 +345,15 @@ class ManiSkillGPUEnv(ManiSkillEnv):
         imports: Sequence[str] = (),
         seed: Optional[int] = None,
     ):
-        super().__init__(num_envs, device, max_episode_steps)
+        super().__init__(num_envs, device, max_episode_steps, seed)
         self.env = build_maniskill_env(env_id, gpu_env_kwargs(kwargs, num_envs, device), imports)
         self.dt = float(self.env.control_timestep)
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
-        self.reset(seed=random.randrange(2**31) if seed is None else seed)
 
-    def _reset_sim(self, seed, idx):
+    def _reset_sim(self, seeds, idx):
         options = {} if idx is None else {"env_idx": idx.to(self.env.device)}
-        obs, info = self.env.reset(seed=seed, options=options)
+        obs, info = self.env.reset(seed=seeds, options=options)
         return obs.to(self.device).clone(), owned_info(info, self.num_envs, self.device)
 
     def _step_sim(self, action):
@@ -384,7 +434,7 @@ class ManiSkillCPUEnv(ManiSkillEnv):
         vectorization: str = "sync",
         context: str = "spawn",
     ):
-        super().__init__(num_envs, torch.device("cpu"), max_episode_steps)
+        super().__init__(num_envs, torch.device("cpu"), max_episode_steps, seed)
         fns = [
             functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports))
             for i in range(num_envs)
@@ -404,12 +454,8 @@ class ManiSkillCPUEnv(ManiSkillEnv):
         self.dt = float(self.vec.get_attr("dt")[0])
         self.single_observation_space = self.vec.single_observation_space
         self.single_action_space = self.vec.single_action_space
-        self._base_seed = random.randrange(2**31) if seed is None else seed
-        self.reset(seed=self._base_seed)
 
-    def _reset_sim(self, seed, idx):
-        # per-env seeds seed + i, as gymnasium's vector envs do for an int seed
-        seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
+    def _reset_sim(self, seeds, idx):
         options = None
         if idx is not None:
             mask = np.zeros(self.num_envs, dtype=np.bool_)
@@ -469,7 +515,7 @@ def gpu_backends(device: torch.device) -> Dict[str, str]:
             f"sim=gpu env=maniskill runs ManiSkill's GPU sim on a CUDA device, not {device}: "
             "use sim.device=cuda"
         )
-    index = torch.cuda.current_device() if device.index is None else device.index
+    index = explicit(device).index
     return {"sim_backend": f"physx_cuda:{index}", "render_backend": f"sapien_cuda:{index}"}
 
 

@@ -34,8 +34,6 @@ from rlrec.record.settings import RecorderConfig, Trigger
 FLOAT = 4  # bytes of a float32
 ROLLOUT_FLOATS = 8  # obs (>= 1), action (>= 1), logprob, reward, done, value, advantage, return
 PARAM_COPIES = 4  # weights, gradients, Adam's exp_avg and exp_avg_sq
-# backends whose frames are env.render_height x env.render_width (gymnasium: with resize_frames)
-SIZED_FRAMES = ("builtin", "maniskill", "genesis")
 
 
 @dataclass
@@ -59,10 +57,8 @@ def _recording(rec: Optional[RecorderConfig]) -> bool:
 
 def _frame_bytes(cfg: Config) -> Optional[int]:
     """Bytes of one rendered frame of one env, or None when the env chooses its frame size."""
-    env = cfg.env
-    if env.name in SIZED_FRAMES or (env.name == "gymnasium" and getattr(env, "resize_frames", 0)):
-        return int(env.render_width) * int(env.render_height) * 3
-    return None
+    size = cfg.env.frame_size()  # the env's schema knows (gymnasium: with resize_frames)
+    return None if size is None else int(size[0]) * int(size[1]) * 3
 
 
 def _mlp_params(sizes: List[int]) -> int:

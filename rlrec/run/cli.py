@@ -32,7 +32,8 @@ register_configs()
 def _build(cfg: DictConfig, run_dir: Path):
     """Validates the config and builds the runner (ConfigError before any work). Several ranks:
     joins the process group first (docs/distributed.md)."""
-    from rlrec.envs.factory import check_ready, resolve_device, use_device
+    from rlrec.envs.device import use_device
+    from rlrec.envs.factory import check_ready, resolve_device
     from rlrec.train.runner import Runner  # imported here: --help and config errors stay fast
 
     config = to_dataclass(cfg)

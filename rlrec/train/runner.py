@@ -19,7 +19,8 @@ import torch
 from rlrec import distributed
 from rlrec.config import Config, to_container
 from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.factory import resolve_device, use_device
+from rlrec.envs.device import use_device
+from rlrec.envs.factory import resolve_device
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
 from rlrec.run import budget, preempt

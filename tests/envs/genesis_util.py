@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlrec.envs.config import GenesisEnvConfig, SimConfig
+from rlrec.envs.config import SimConfig
+from rlrec.envs.genesis import GenesisEnvConfig
 
 SIZE = 64
 # Largest mean absolute pixel difference (0..255) accepted between two renders of the same state.

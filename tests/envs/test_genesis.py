@@ -12,8 +12,9 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs import genesis as ga
-from rlrec.envs.config import GenesisEnvConfig, SimConfig
+from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
+from rlrec.envs.genesis import GenesisEnvConfig
 from rlrec.testing import EnvContract  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
 

@@ -12,7 +12,8 @@ pytest.importorskip("genesis", reason="needs the genesis extra: bash scripts/set
 pytestmark = pytest.mark.genesis
 
 from rlrec.envs import genesis as ga  # noqa: E402
-from rlrec.envs.config import GenesisEnvConfig, SimConfig  # noqa: E402
+from rlrec.envs.config import SimConfig  # noqa: E402
+from rlrec.envs.genesis import GenesisEnvConfig  # noqa: E402
 from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
 from rlrec.testing import EnvContract  # noqa: E402
 from rlrec.train.stack import make_env_stack  # noqa: E402

@@ -12,9 +12,9 @@ pytest.importorskip("pygame")  # gymnasium[classic-control] renders with pygame
 from rlrec.checks import ConfigError
 from rlrec.envs import gymnasium as gym_backend
 from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.config import GymnasiumEnvConfig, SimConfig
+from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
-from rlrec.envs.gymnasium import GymnasiumEnv, check_renderable
+from rlrec.envs.gymnasium import GymnasiumEnv, GymnasiumEnvConfig, check_renderable
 from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_actions
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")

@@ -6,6 +6,7 @@ starts from a seeded full reset, so sharing does not couple them.
 
 import sys
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -20,7 +21,8 @@ pytestmark = [
 
 from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.config import ManiSkillEnvConfig, SimConfig  # noqa: E402
+from rlrec.envs.config import SimConfig  # noqa: E402
+from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
 from rlrec.testing import EnvContract, sample_actions  # noqa: E402
 
 SIZE = 64
@@ -69,6 +71,11 @@ class TestManiSkillGPUContract(TestManiSkillCPUContract):
 
     def make_env(self, num_envs, seed=None):
         return make_env(num_envs, seed, sim="gpu")
+
+    def test_each_sub_scene_gets_its_episode_seed(self, env):
+        """What the batched sim keeps of the seed rule: sub-scene i's episode seed is s + i."""
+        env.reset(seed=40)
+        assert env.env._episode_seed.tolist() == [40 + i for i in range(self.num_envs)]
 
     def test_render_does_not_alias_the_camera_buffer(self, env):
         env.reset(seed=self.seed)
@@ -147,6 +154,52 @@ def test_async_vectorization_with_spawn():
         assert frames.shape == (1, SIZE, SIZE, 3) and frames.dtype == torch.uint8
     finally:
         env.close()
+
+
+def test_construction_resets_once_and_the_first_reset_takes_the_seed(monkeypatch):
+    """ManiSkill's env resets itself while it is built; the adapter adds no reset of its own, and
+    the caller's first reset (without a seed) seeds env i with the adapter's seed + i."""
+    from mani_skill.envs.sapien_env import BaseEnv
+
+    seeds = []
+    real = BaseEnv.reset
+
+    def reset(self, seed=None, options=None):
+        seeds.append(seed)
+        return real(self, seed=seed, options=options)
+
+    monkeypatch.setattr(BaseEnv, "reset", reset)
+    env = make_env(2, seed=3)
+    try:
+        assert len(seeds) == 2  # one per sub-env: ManiSkill's own, while it is built
+        env.reset()
+        assert seeds[2:] == [3, 4]
+    finally:
+        env.close()
+
+
+def test_gpu_adapter_adds_no_reset_and_seeds_each_sub_scene(monkeypatch):
+    """The batched GPU adapter, with ManiSkill's env faked (no GPU needed): nothing is reset while
+    it is built, and a reset with seed s hands ManiSkill the seeds s + i."""
+    seeds = []
+
+    class Batched:
+        control_timestep = 0.05
+        device = torch.device("cpu")
+        single_observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
+        single_action_space = gym.spaces.Box(-1.0, 1.0, (2,))
+
+        def reset(self, seed=None, options=None):
+            seeds.append(seed)
+            return torch.zeros(3, 3), {}
+
+    monkeypatch.setattr(ms, "build_maniskill_env", lambda *args, **kwargs: Batched())
+    monkeypatch.setattr(ms, "gpu_env_kwargs", lambda kwargs, num_envs, device: kwargs)
+    env = ms.ManiSkillGPUEnv("PushCube-v1", {}, 3, torch.device("cpu"), LIMIT, seed=5)
+    assert seeds == []
+    env.reset()  # the first reset takes the adapter's seed
+    env.reset(seed=7, env_idx=[1])
+    assert seeds == [[5, 6, 7], [7, 8, 9]]
 
 
 def test_bad_config_fails_before_building():

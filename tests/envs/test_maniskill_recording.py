@@ -23,7 +23,8 @@ pytestmark = [
 
 from rlrec.envs import maniskill as ms  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
-from rlrec.envs.config import ManiSkillEnvConfig, SimConfig  # noqa: E402
+from rlrec.envs.config import SimConfig  # noqa: E402
+from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
 from rlrec.record.recorder import Recorder  # noqa: E402
 from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
 from rlrec.testing import (  # noqa: E402

@@ -17,7 +17,8 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs import physx
-from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
+from rlrec.envs.config import SimConfig
+from rlrec.envs.maniskill import ManiSkillEnvConfig
 from tests.helpers import REPO
 
 VERSION = "105.1-physx-5.3.1.patch0"  # sapien 3.0.3's sapien.physx.version()

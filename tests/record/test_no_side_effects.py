@@ -31,7 +31,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.envs.config import BuiltinEnvConfig, GymnasiumEnvConfig, ManiSkillEnvConfig, SimConfig
+from rlrec.envs.builtin import BuiltinEnvConfig
+from rlrec.envs.config import SimConfig
+from rlrec.envs.gymnasium import GymnasiumEnvConfig
+from rlrec.envs.maniskill import ManiSkillEnvConfig
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.train.stack import make_env_stack
 

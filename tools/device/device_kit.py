@@ -744,7 +744,8 @@ out["ffmpeg"] = ffmpeg
 import subprocess
 proc = subprocess.run([ffmpeg, "-version"], capture_output=True, timeout=60)
 out["ffmpeg_ok"] = proc.returncode == 0
-from rlrec.config import ManiSkillEnvConfig, SimConfig
+from rlrec.config import SimConfig
+from rlrec.envs.maniskill import ManiSkillEnvConfig
 from rlrec.envs.factory import make_adapter
 out["envs"] = {}
 for env_id in ("PushCube-v1", "PickCube-v1"):

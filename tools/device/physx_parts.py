@@ -37,8 +37,9 @@ from gpu_check import REPO, Report, decode, diff, merge
 from gpu_check import train_run as gpu_check_train_run
 
 from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
+from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
+from rlrec.envs.maniskill import ManiSkillEnvConfig
 from rlrec.record.recorder import Recorder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy
