@@ -64,14 +64,15 @@ class EnvAdapter(ABC):
     - ``render(env_idx)`` returns uint8 ``[k, H, W, 3]`` frames of the CURRENT state of the named
       envs, an owned copy that later steps, resets or renders never overwrite.
     - Tensors handed upward (obs, rewards, info values) are owned, not views into sim buffers.
-    - ``seed``: ``reset(seed=s)`` gives sub-env ``i`` the seed ``s + i`` (for each named env, in a
+    - ``seed``: ``reset(seed=s)`` gives sub-env ``i`` the seed ``s + i`` (each named env, in a
       partial reset too), so it starts as sub-env 0 of a reset with seed ``s + i``, whatever the
-      batch size and whichever other envs reset with it; the envs of two ranks of ``n`` envs are
-      those of one process of ``2n``. Resets without a seed continue each env's own random
-      stream. The ``seed`` an adapter is built with is used where no reset has given one.
-      A batched simulator whose one seed seeds the whole batch (``seed_per_env = False``)
-      promises less, and says what in its docstring: a full reset with seed ``s`` repeats
-      exactly for the same ``num_envs`` and device, and its sub-envs start apart.
+      batch size and whichever other envs reset with it (the envs of two ranks of ``n`` envs are
+      then those of one process of ``2n``). The ``seed`` an adapter is built with makes its
+      first reset without a seed start as ``reset(seed=seed)`` would; later resets without a
+      seed draw as the backend draws. A batched simulator whose one seed seeds the whole batch
+      (``seed_per_env = False``) promises less, and says what in its docstring: a full reset
+      with seed ``s`` repeats exactly for the same ``num_envs`` and device, and its sub-envs
+      start apart.
     """
 
     num_envs: int
