@@ -26,7 +26,7 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.factory import resolve_device, use_device
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
-from rlrec.run import budget, preempt
+from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.evaluation import Evaluator
 from rlrec.train.logger import RunLogger
@@ -89,7 +89,7 @@ class Runner:
         self.evaluator: Optional[Evaluator] = None
         self.logger: Optional[RunLogger] = None
         self.last_eval: Dict[str, float] = {}
-        self.stop = preempt.StopRequested()
+        self.stop = preempt.run_flag()  # a sweep's, when this process runs its jobs
         self._obs: Optional[torch.Tensor] = None  # the train env's next observation
         self._resume_point: Optional[dict] = None  # see _train_loop
         self._closed = False
@@ -169,7 +169,6 @@ class Runner:
 
     def _build(self) -> None:
         cfg = self.cfg
-        budget.check(cfg, self.device)  # sizes that cannot fit are refused before anything is built
         videos = self.run_dir / "videos"
         if not cfg.eval_only:
             self.train_env = make_env_stack(
