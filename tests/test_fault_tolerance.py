@@ -171,7 +171,7 @@ def test_resume_removes_only_other_processes_temporaries(tmp_path):
 
     dead = 2**22 + 12345  # above the default pid_max: no such process
     names = {
-        f"checkpoints/.last.pt.{dead}.tmp": True,
+        f"checkpoints/.last.pt.{dead}-0.part": True,
         f"videos/train/.train-ep000003-step000000300.mp4.{dead}-2.part": True,
         f"videos/eval/.eval-ep000000-step000000000.mp4.{os.getpid()}-0.part": False,  # ours
         "videos/train/train-ep000001-step000000100.mp4": False,  # a finished clip

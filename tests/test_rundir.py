@@ -118,9 +118,9 @@ def test_resume_keeps_the_temporaries_of_live_processes(tmp_path):
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         names = {
-            f"checkpoints/.last.pt.{live.pid}.tmp": False,
+            f"checkpoints/.last.pt.{live.pid}-0.part": False,
             f"videos/train/.train-ep000001-step000000100.mp4.{live.pid}-0.part": False,
-            f"checkpoints/.last.pt.{DEAD}.tmp": True,
+            f"checkpoints/.last.pt.{DEAD}-0.part": True,
             f"videos/eval/.eval-ep000000-step000000000.mp4.{DEAD}-3.part": True,
         }
         for name in names:
