@@ -15,14 +15,16 @@ it after its checkpoint, or it was not started because the sweep was stopping). 
 process's exit status says how the sweep went (:func:`exit_status`: 1 when a job failed, 128 +
 the signal when it was stopped).
 
-Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each running job
-checkpoints and stops (``rlrec.run.preempt.StopRequested``), no job starts after the signal, and the
-launching process ends once the running jobs have written their rows (at most :data:`GRACE_S`
-later; a second signal stops at once). With the basic launcher the jobs run in the launching
-process, which ends after the stopped job's row (:class:`SweepStopped`); with joblib (or another
-launcher of processes) it records the stop in ``<sweep dir>/.rlrec_summary/stop.json`` (jobs that
-start later do not run) and leaves the launcher once no job of ``.rlrec_summary/running/`` is
-alive. ``resume=auto`` with the same sweep dir then completes the stopped and unstarted jobs.
+Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each process of the
+sweep holds its one stop flag (``rlrec.run.preempt.hold``, with :class:`_Sweep` as the behaviour
+of its signal handler), which its jobs' runs use too: each running job checkpoints and stops, no
+job starts after the signal, and the launching process ends once the running jobs have written
+their rows (at most :data:`GRACE_S` later; a second signal stops at once). With the basic
+launcher the jobs run in the launching process, which ends after the stopped job's row
+(:class:`SweepStopped`); with joblib (or another launcher of processes) it records the stop in
+``<sweep dir>/.rlrec_summary/stop.json`` (jobs that start later do not run) and leaves the
+launcher once no job of ``.rlrec_summary/running/`` is alive. ``resume=auto`` with the same
+sweep dir then completes the stopped and unstarted jobs.
 """
 
 from __future__ import annotations
