@@ -1,5 +1,5 @@
 """Value checks shared by every component's settings: the error type, closed choices, float
-ranges, seeds, devices and directories. Plain Python (no Hydra, no OmegaConf), so a component that
+ranges, seeds and devices. Plain Python (no Hydra, no OmegaConf), so a component that
 is used without Hydra (the recorder in a user's own loop) checks its settings with the same rules
 and messages as a composed run.
 """
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import enum
 import math
-import os
 import typing
 from dataclasses import dataclass, fields, is_dataclass
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 
@@ -191,24 +189,3 @@ def check_choices(obj: Any, prefix: str = "") -> None:
     for name, hint, nullable in field_types(type(obj)):
         if isinstance(hint, type) and issubclass(hint, Choice):
             choice(obj, name, hint, prefix + name, allow_none=nullable)
-
-
-def nearest_existing(path: Path) -> Path:
-    """``path`` or its closest ancestor that exists."""
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def check_dir(path: str, key: str) -> None:
-    """ConfigError naming ``key`` unless ``path`` is, or can be created as, a writable directory.
-    Looks only (permissions of the nearest existing ancestor): creates nothing."""
-    target = Path(path).absolute()
-    base = nearest_existing(target)
-    if not base.is_dir():
-        raise ConfigError(
-            f"{key}={path!r} cannot be used as a directory: {base} is not a directory"
-        )
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise ConfigError(f"{key}={path!r} cannot be used as a directory: {base} is not writable")

@@ -108,14 +108,18 @@ def probe_dir(path: PathLike, key: str, *, use: str = "a directory", create: boo
     creates ``path`` and probes it. Returns ``path``."""
     shown = os.fspath(path)
     target = Path(shown).absolute()
+    refused = f"{key}={shown!r} cannot be used as {use}"
     try:
         if create:
             os.makedirs(target, exist_ok=True)
-        base = nearest_existing(target)
-        if not base.is_dir():
-            raise ConfigError(f"{key}={shown!r} cannot be used as {use}: {base} is not a directory")
+    except OSError as err:
+        raise ConfigError(f"{refused}: {err}") from err
+    base = nearest_existing(target)
+    if not base.is_dir():
+        raise ConfigError(f"{refused}: {base} is not a directory")
+    try:
         with tempfile.NamedTemporaryFile(dir=base, prefix=".rlrec-probe-"):
             pass
     except OSError as err:
-        raise ConfigError(f"{key}={shown!r} cannot be used as {use}: {err}") from err
+        raise ConfigError(f"{refused}: {base} is not writable ({err})") from err
     return shown

@@ -87,3 +87,20 @@ def test_config_error_removes_the_fresh_run_dir_and_its_empty_parents(
     code, out = _main([f"hydra.run.dir={tmp_path}/a/b/c", TYPO], tmp_path, monkeypatch, capsys)
     assert code == 2, out
     assert _tree(tmp_path) == ["outputs"]
+
+
+def test_help_lists_the_users_config_groups_only(tmp_path, monkeypatch, capsys):
+    """``--help`` names the groups a user chooses from, not the ``schema/`` groups that type them
+    (rlrec.config.register_configs)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        rlrec.run.cli.main()
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None), out
+    groups = out.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    assert "env: builtin, genesis, gymnasium, maniskill" in groups, out
+    assert "experiment: " in groups and "sim: cpu, gpu" in groups, out
+    assert "schema" not in groups, groups
+    assert "hydra/" not in groups, groups  # Hydra's own groups stay under --hydra-help
+    assert _tree(tmp_path) == []

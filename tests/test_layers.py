@@ -27,9 +27,11 @@ LAYERS = [
         "rlrec.run.rundir"
     ],  # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced
     [
+        "rlrec.run.budget"
+    ],  # the memory estimate: preflight.refuse_before_work refuses what cannot fit
+    [
         "rlrec.run.preflight",
         "rlrec.run.preempt",
-        "rlrec.run.budget",
         "rlrec.train.checkpoint",
         "rlrec.train.logger",
     ],

@@ -480,7 +480,7 @@ def test_summary_survives_concurrent_writers(tmp_path):
     rows = _rows(tmp_path)
     assert [int(r["job"]) for r in rows] == list(range(40))
     assert {"k0", "k1", "k2"} <= set(rows[0])
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
 
 
 def test_failed_job_gets_a_row_with_its_error(tmp_path):

@@ -11,11 +11,11 @@ from rlrec.checks import (
     SECONDS,
     Choice,
     ConfigError,
-    check_dir,
     check_floats,
     choice,
     positive,
 )
+from rlrec.files import probe_dir
 
 OnError = Choice("OnError", {"warn": "warn", "raise": "raise"}, module=__name__)
 OnError.__doc__ = (
@@ -138,4 +138,4 @@ def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
                 f"(./{rec.dir} for a directory of that name)"
             )
     if rec.enabled and trigger is not Trigger.none and rec.dir:
-        check_dir(rec.dir, f"{key}.dir")
+        probe_dir(rec.dir, f"{key}.dir")

@@ -1,6 +1,6 @@
 """The ``train.py`` / ``rlrec-train`` entry point: the Hydra task function, the only module that
 touches Hydra's runtime. Hydra composes the config; this module resolves it into dataclasses once
-(``rlrec.config.to_dataclass``) and hands it to :class:`rlrec.train.runner.Runner`."""
+(``rlrec.run.preflight.refuse_before_work``) and hands it to :class:`rlrec.train.runner.Runner`."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
 from rlrec.checks import ConfigError
-from rlrec.config import register_configs, to_dataclass
+from rlrec.config import register_configs
 from rlrec.run import preempt, rundir, sweep
-from rlrec.run.preflight import check_argv
+from rlrec.run.preflight import check_argv, checked_for, refuse_before_work
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -29,20 +29,32 @@ if not OmegaConf.has_resolver("rlrec_uid"):
 register_configs()
 
 
+def _config_groups() -> str:
+    """``--help``'s list of config groups (conf/config.yaml's ``hydra.help.template``): Hydra's
+    own listing, less Hydra's groups and the ``schema/`` groups that only type the others."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    app = GlobalHydra.instance().hydra
+    if app is None:
+        return ""
+    internal = ("hydra", "schema")  # schema/: rlrec.config.register_configs
+    return app.format_config_groups(lambda group: group.split("/")[0] not in internal).rstrip()
+
+
+if not OmegaConf.has_resolver("rlrec_config_groups"):
+    OmegaConf.register_new_resolver("rlrec_config_groups", _config_groups)
+
+
 def _build(cfg: DictConfig, run_dir: Path):
-    """Validates the config and builds the runner (ConfigError before any work). Several ranks:
-    joins the process group first (docs/distributed.md)."""
+    """Builds the runner of a config that passed :func:`rlrec.run.preflight.refuse_before_work`
+    (in Preflight, or here: ConfigError before any work). Several ranks: joins the process group
+    first (docs/distributed.md)."""
     from rlrec.envs.device import use_device
-    from rlrec.envs.factory import check_ready, resolve_device
     from rlrec.train.runner import Runner  # imported here: --help and config errors stay fast
 
-    config = to_dataclass(cfg)
+    checked = checked_for(run_dir, cfg) or refuse_before_work(cfg)
+    config, device = checked.config, checked.device
     preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
-    distributed.check(config)
-    # the rank's device, resolved once: the process group, the envs, the policy and the
-    # normaliser all use it (cuda:<local rank> with several ranks, current for CUDA)
-    device = resolve_device(config.sim)
-    check_ready(config.env, config.sim)  # e.g. ManiSkill's GPU sim needs a library on disk
     use_device(device)
     if distributed.launched():
         distributed.init(config.distributed, device)
@@ -181,8 +193,7 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
         if claim is not None:
             claim.release()
     stopped = runner.stop.signum
-    if stopped in sweep.STOP_SIGNALS:
-        sweep.note_stopped(stopped)
+    if stopped in sweep.STOP_SIGNALS:  # the sweep's stop flag too: no later job starts here
         sweep.set_outcome(
             sweep.STOPPED,
             f"stopped by {signal.Signals(stopped).name} at step {runner.global_step} (checkpoint "

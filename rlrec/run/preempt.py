@@ -13,22 +13,20 @@
   continues from the newest checkpoint. Elsewhere pass ``resume=auto`` with the run dir of the run
   to continue.
 - A kill at a bad moment (SIGKILL, node failure) can leave temporary files of the dead process
-  (``checkpoints/.last.pt.<pid>.tmp``, ``videos/*/.<clip>.<pid>-<n>.part``); a resuming run
-  removes them before it starts, so the run dir holds only complete files.
+  (``checkpoints/.last.pt.<pid>-<n>.part``, ``videos/*/.<clip>.<pid>-<n>.part``: the one scheme of
+  ``rlrec.files``); a resuming run removes them before it starts, so the run dir holds only
+  complete files.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
+from rlrec.files import temporary_owner
 from rlrec.run import rundir
-
-# temporaries of rlrec.train.checkpoint.save and of the recorder's encoder: the pid is in the name
-_TEMPORARY = re.compile(r"^\..+\.(\d+)(-\d+\.part|\.tmp)$")
 
 
 def under_submitit() -> bool:
@@ -53,17 +51,39 @@ def stop_signals() -> List[int]:
     return sigs
 
 
+class Behaviour:
+    """What the holder of this process's stop flag (a sweep: ``rlrec.run.sweep``) adds to the
+    handler; these defaults are a plain run's. Called from the signal handler: keep it short."""
+
+    def ignoring(self) -> bool:
+        """True once signals mean nothing any more (the sweep has ended)."""
+        return False
+
+    def first(self, signum: int) -> None:
+        """After the flag took its first stop signal."""
+
+    def stop_now(self, signum: int) -> BaseException:
+        """What a later signal raises while no run is in progress (``signum``: the first)."""
+        return KeyboardInterrupt()
+
+
 class StopRequested:
-    """The stop flag: installed for the run's life, the :func:`stop_signals` set it and the loop
-    checks it every env step; a second SIGINT interrupts at once (KeyboardInterrupt).
+    """The stop flag and the process's one signal handler: installed for a run's life, the
+    :func:`stop_signals` set it and the loop checks it every env step; a second SIGINT interrupts
+    at once (KeyboardInterrupt).
 
     ``signum`` is the first stop signal: a later one (SLURM's SIGTERM after submitit's USR2, say)
-    does not replace it, so the run is still requeued."""
+    does not replace it, so the run is still requeued. A sweep holds the process's flag for its
+    life (:func:`hold`, with its :class:`Behaviour`): its runs then use that flag
+    (:func:`run_flag`), so a signal between jobs and one during a job are one stop."""
 
-    def __init__(self):
+    def __init__(self, behaviour: Optional[Behaviour] = None):
         self.signum: Optional[int] = None
+        self.behaviour = behaviour or Behaviour()
         self._sigints = 0
-        self._previous: Dict[int, object] = {}
+        self._runs = 0  # runs in progress (install .. uninstall)
+        self._previous: Dict[int, Any] = {}  # handlers catch() replaced, until release()
+        self._run_previous: Dict[int, Any] = {}  # handlers install() replaced besides
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -75,24 +95,82 @@ class StopRequested:
         return 0 if self.signum is None else 128 + int(self.signum)
 
     def _handle(self, signum, frame):
+        if self.behaviour.ignoring():
+            return
         if signum == signal.SIGINT:
             self._sigints += 1
-            if self._sigints > 1:
-                raise KeyboardInterrupt
         if self.signum is None:
             self.signum = signum
+            self.behaviour.first(signum)
+        elif self._runs:  # a run writes its checkpoint: only a second Ctrl-C cuts it short
+            if signum == signal.SIGINT and self._sigints > 1:
+                raise KeyboardInterrupt
+        else:
+            raise self.behaviour.stop_now(self.signum)
 
-    def install(self) -> None:
-        for sig in stop_signals():
+    def _hook(self, sigs: Sequence[int], into: Dict[int, Any]) -> None:
+        for sig in sigs:
+            if sig in self._previous or sig in self._run_previous:
+                continue
             try:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                into[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (some launchers): the default handlers stay
                 pass
 
+    @staticmethod
+    def _restore(previous: Dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler)
+            except ValueError:
+                pass
+        previous.clear()
+
+    def install(self) -> None:
+        """A run starts: the :func:`stop_signals` set this flag until :meth:`uninstall`."""
+        self._runs += 1
+        if self._runs == 1:
+            self._hook(stop_signals(), self._run_previous)
+
     def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+        self._runs = max(0, self._runs - 1)
+        if self._runs == 0:
+            self._restore(self._run_previous)
+
+    def catch(self, signals: Sequence[int]) -> None:
+        """``signals`` set this flag between runs too, until :func:`release`."""
+        self._hook(signals, self._previous)
+
+
+_HELD: Optional[StopRequested] = None  # this process's flag while a sweep holds it
+
+
+def hold(behaviour: Behaviour) -> StopRequested:
+    """Makes a flag with ``behaviour`` this process's stop flag until :func:`release`; the one
+    held already, if any (with its own behaviour and first signal)."""
+    global _HELD
+    if _HELD is None:
+        _HELD = StopRequested(behaviour)
+    return _HELD
+
+
+def held() -> Optional[StopRequested]:
+    """The flag :func:`hold` made, if any."""
+    return _HELD
+
+
+def release() -> None:
+    """Forgets the held flag and restores the handlers it replaced."""
+    global _HELD
+    flag, _HELD = _HELD, None
+    if flag is not None:
+        flag._restore(flag._run_previous)
+        flag._restore(flag._previous)
+
+
+def run_flag() -> StopRequested:
+    """The stop flag a run installs: the one held in this process (a sweep's), else a new one."""
+    return _HELD if _HELD is not None else StopRequested()
 
 
 def default_resume(cfg) -> None:
@@ -155,8 +233,8 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
             inside = _inside(base, run_dir)
             candidates += [(p, inside) for p in base.glob(".*.part")]
     for p, in_run_dir in dict.fromkeys(candidates):
-        m = _TEMPORARY.match(p.name)
-        if not m or not p.is_file() or not _stale(int(m.group(1)), in_run_dir, holder):
+        pid = temporary_owner(p.name)
+        if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):
             continue
         try:
             p.unlink()

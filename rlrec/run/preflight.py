@@ -1,5 +1,9 @@
-"""Checks that run before Hydra does any work: launcher/sweeper/logger extras, a writable output
-dir and (for a single run) the config values.
+"""The one place where a run is refused before work: :func:`refuse_before_work` (the config's keys
+and values, the logger's extra, what several ranks refuse, the device, the env backend's readiness
+and the memory budget), which the Hydra callback :class:`Preflight` runs before Hydra creates the
+run dir (with the writable-dir checks of the run or sweep dir) and ``rlrec.run.cli`` runs for a
+run no Preflight checked (a sweep's jobs); the entry point checks the launcher/sweeper extras
+before Hydra composes anything.
 
 Each failure prints ``rlrec: config error: ...`` naming the key and exits with status 2, like every
 other config error, and leaves nothing behind.
@@ -9,17 +13,22 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlrec import distributed
-from rlrec.checks import ConfigError, nearest_existing
-from rlrec.run import rundir
+from rlrec.checks import ConfigError
+from rlrec.config import Config, to_dataclass
+from rlrec.files import probe_dir
+from rlrec.run import budget, rundir
+
+OUTPUT_DIR = "the output dir"  # probe_dir's wording for hydra.run.dir and hydra.sweep.dir
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
 # conf/hydra/launcher/slurm.yaml builds on submitit_slurm, so it needs the same extra.
@@ -70,21 +79,46 @@ def check_logger_extra(config: DictConfig) -> None:
         raise ConfigError(WANDB_MISSING)
 
 
-def check_writable(path: str, key: str) -> None:
-    """ConfigError naming ``key`` unless ``path`` is (or can be created as) a writable directory.
-    Probes with a temporary file in the nearest existing ancestor, so nothing is left behind."""
-    base = nearest_existing(Path(path).absolute())
-    if not base.is_dir():
-        raise ConfigError(
-            f"{key}={path} cannot be used as the output dir: {base} is not a directory"
-        )
-    try:
-        with tempfile.NamedTemporaryFile(dir=base, prefix=".rlrec-probe-"):
-            pass
-    except OSError as err:
-        raise ConfigError(
-            f"{key}={path} cannot be used as the output dir: {base} is not writable ({err})"
-        ) from err
+@dataclass
+class Checked:
+    """A run's config that passed every check before work, and the device it was checked for."""
+
+    config: Config
+    device: Any  # torch.device (torch is imported only once a run is checked)
+
+
+def refuse_before_work(cfg: DictConfig) -> Checked:
+    """Every refusal before any work, once (ConfigError naming the key): the logger's extra, the
+    config's keys and values (``rlrec.config.to_dataclass``, which probes the recorder dirs), what
+    a run of several ranks refuses, the device, the env backend's ``check_ready`` and the memory
+    budget. ``cfg``: the composed config without its ``hydra`` node. Called by :class:`Preflight`
+    before the run dir exists and, where no Preflight checked the run (a sweep's jobs), by
+    ``rlrec.run.cli``; :func:`checked_for` hands Preflight's result to the run."""
+    from rlrec.envs.factory import check_ready, resolve_device
+
+    check_logger_extra(cfg)
+    config = to_dataclass(cfg)
+    distributed.check(config)
+    # the rank's device, resolved once: the process group, the envs, the policy and the
+    # normaliser all use it (cuda:<local rank> with several ranks, current for CUDA)
+    device = resolve_device(config.sim)
+    check_ready(config.env, config.sim)  # e.g. ManiSkill's GPU sim needs a library on disk
+    budget.check(config, device)  # sizes that cannot fit are refused before anything is built
+    return Checked(config, device)
+
+
+# runs Preflight checked, by (run dir, config): the run started next in this process takes its own
+_CHECKED: Dict[Tuple[str, str], Checked] = {}
+
+
+def _checked_key(run_dir: Union[str, Path], cfg: DictConfig) -> Tuple[str, str]:
+    return os.path.realpath(run_dir), OmegaConf.to_yaml(cfg)
+
+
+def checked_for(run_dir: Union[str, Path], cfg: DictConfig) -> Optional[Checked]:
+    """What :class:`Preflight` checked for the run of ``cfg`` in ``run_dir`` (once: it is taken),
+    or None when it did not check it."""
+    return _CHECKED.pop(_checked_key(run_dir, cfg), None)
 
 
 def _fail(err: ConfigError) -> None:
@@ -102,7 +136,7 @@ def check_argv(argv: Optional[Iterable[str]] = None) -> None:
 
 class Preflight(Callback):
     """Hydra callback: before Hydra creates the run (or sweep) dir, fails on a dir that cannot be
-    written and, for a single run, on config values rlrec.config.validate rejects, so that such
+    written and, for a single run, on what :func:`refuse_before_work` refuses, so that such
     errors leave nothing behind; then claims (locks) the run dir. (Errors only the runner can see,
     such as a checkpoint that does not fit the env, come later; the run then removes what it
     created, and only that: rlrec/run/rundir.py.)"""
@@ -111,13 +145,17 @@ class Preflight(Callback):
         if distributed.launched():
             return self._on_rank_start(config)
         self._check_dir(config, "hydra.run.dir")
-        self._validate(config)
+        task = self._task(config)
+        checked = self._validate(task)
         # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
         # was there (a later config error removes only what this run created: rlrec/run/rundir.py)
         try:
-            rundir.claim(Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir")
+            claimed = rundir.claim(
+                Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir"
+            )
         except ConfigError as err:
             _fail(err)
+        self._keep(claimed.run_dir, task, checked)
 
     def _on_rank_start(self, config: DictConfig) -> None:
         """One rank of several (torchrun): rank 0 checks, claims the run dir and publishes it;
@@ -126,55 +164,64 @@ class Preflight(Callback):
         every rank's."""
         timeout = OmegaConf.select(config, "distributed.timeout_sec", default=None)
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 600.0
+        task = self._task(config)
         if distributed.env_rank() > 0:
-            self._validate(config)
+            checked = self._validate(task)
             try:
                 run_dir = distributed.wait_for("run_dir", timeout)
             except ConfigError as err:
                 _fail(err)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
+            self._keep(run_dir, task, checked)
             return
         run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
         try:
-            check_writable(run_dir, "hydra.run.dir")
-            self._validate(config, fail=False)
+            probe_dir(run_dir, "hydra.run.dir", use=OUTPUT_DIR)
+            checked = self._validate(task, fail=False)
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
             distributed.publish_error("run_dir", str(err), timeout)
             _fail(err)
         distributed.publish("run_dir", str(claimed.run_dir), timeout)
+        self._keep(claimed.run_dir, task, checked)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")
         try:
-            check_logger_extra(
-                config
-            )  # values set for the whole sweep (swept ones: each job checks)
+            # values set for the whole sweep (each job checks its own: refuse_before_work)
+            check_logger_extra(config)
         except ConfigError as err:
             _fail(err)
 
     @staticmethod
     def _check_dir(config: DictConfig, key: str) -> None:
         try:
-            check_writable(str(OmegaConf.select(config, key)), key)
+            probe_dir(str(OmegaConf.select(config, key)), key, use=OUTPUT_DIR)
         except ConfigError as err:
             _fail(err)
 
     @staticmethod
-    def _validate(config: DictConfig, fail: bool = True) -> None:
-        """``fail=False``: the ConfigError is raised, not reported."""
-        from rlrec.config import to_dataclass
-
+    def _task(config: DictConfig) -> DictConfig:
+        """The config the task function gets: without its ``hydra`` node."""
         task = copy.deepcopy(config)
         with read_write(task), open_dict(task):
             del task["hydra"]
+        return task
+
+    @staticmethod
+    def _validate(task: DictConfig, fail: bool = True) -> Optional[Checked]:
+        """:func:`refuse_before_work`; ``fail=False``: the ConfigError is raised, not reported."""
         try:
-            check_logger_extra(task)
-            distributed.check(to_dataclass(task))
+            return refuse_before_work(task)
         except ConfigError as err:
             if not fail:
                 raise
             _fail(err)
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
-            pass
+            return None
+
+    @staticmethod
+    def _keep(run_dir: Union[str, Path], task: DictConfig, checked: Optional[Checked]) -> None:
+        if checked is not None:
+            _CHECKED[_checked_key(run_dir, task)] = checked

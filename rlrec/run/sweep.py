@@ -15,14 +15,16 @@ it after its checkpoint, or it was not started because the sweep was stopping). 
 process's exit status says how the sweep went (:func:`exit_status`: 1 when a job failed, 128 +
 the signal when it was stopped).
 
-Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each running job
-checkpoints and stops (``rlrec.run.preempt.StopRequested``), no job starts after the signal, and the
-launching process ends once the running jobs have written their rows (at most :data:`GRACE_S`
-later; a second signal stops at once). With the basic launcher the jobs run in the launching
-process, which ends after the stopped job's row (:class:`SweepStopped`); with joblib (or another
-launcher of processes) it records the stop in ``<sweep dir>/.rlrec_summary/stop.json`` (jobs that
-start later do not run) and leaves the launcher once no job of ``.rlrec_summary/running/`` is
-alive. ``resume=auto`` with the same sweep dir then completes the stopped and unstarted jobs.
+Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each process of the
+sweep holds its one stop flag (``rlrec.run.preempt.hold``, with :class:`_Sweep` as the behaviour
+of its signal handler), which its jobs' runs use too: each running job checkpoints and stops, no
+job starts after the signal, and the launching process ends once the running jobs have written
+their rows (at most :data:`GRACE_S` later; a second signal stops at once). With the basic
+launcher the jobs run in the launching process, which ends after the stopped job's row
+(:class:`SweepStopped`); with joblib (or another launcher of processes) it records the stop in
+``<sweep dir>/.rlrec_summary/stop.json`` (jobs that start later do not run) and leaves the
+launcher once no job of ``.rlrec_summary/running/`` is alive. ``resume=auto`` with the same
+sweep dir then completes the stopped and unstarted jobs.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
+from rlrec.files import write_atomic
 from rlrec.run import preempt, rundir
 
 SUMMARY_FILE = "summary.csv"
@@ -99,20 +102,17 @@ def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
 
 # --------------------------------------------------------------------------- a job's outcome
 
-_OUTCOME: Dict[str, str] = {}
-
 
 def set_outcome(status: str, error: str) -> None:
     """Told by the task function of a job that returns without a result: FAILED (its config was
     refused) or STOPPED (by a signal, or not started); :meth:`SweepSummary.on_job_end`, which
     Hydra calls next in the same process, puts it into the job's row."""
-    _OUTCOME.clear()
-    _OUTCOME.update(status=status, error=error)
+    _state().outcome = {"status": status, "error": error}
 
 
 def _take_outcome() -> Dict[str, str]:
-    outcome = dict(_OUTCOME)
-    _OUTCOME.clear()
+    st = _state()
+    outcome, st.outcome = st.outcome, {}
     return outcome
 
 
@@ -147,16 +147,6 @@ def job_row(
     return row
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:  # e.g. a full disk: no half-written temporary left in the sweep dir
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     """Every job row written so far, ordered by job number."""
     rows = []
@@ -183,13 +173,13 @@ def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List
     with open(rows_dir / "lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if row is not None:
-            _write_atomic(rows_dir / f"{int(row['job']):06d}.json", json.dumps(row))
+            write_atomic(rows_dir / f"{int(row['job']):06d}.json", json.dumps(row))
         rows = read_rows(sweep_dir)
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns(rows), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-        _write_atomic(Path(sweep_dir) / SUMMARY_FILE, buf.getvalue())
+        write_atomic(Path(sweep_dir) / SUMMARY_FILE, buf.getvalue())
     return rows
 
 
@@ -223,27 +213,74 @@ class SweepStopped(BaseException):
         self.signum = int(signum)
 
 
-class _Stop:
-    """This process's view of a stop: the first stop signal, and how it handles them."""
+class _Sweep(preempt.Behaviour):
+    """This process's part in a sweep, held with its stop flag (``rlrec.run.preempt.hold``): what
+    a stop signal does here, and what the task function tells the callbacks."""
 
     def __init__(self) -> None:
-        self.signum: Optional[int] = None
-        self.previous: Dict[int, Any] = {}
         self.launcher_pid: Optional[int] = None  # set in the process that launches the sweep
         self.sweep_dir: Optional[Path] = None
         self.attempt: Optional[str] = None
         self.watch = False  # jobs run in other processes: leave the launcher once none runs
         self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
         self.watcher: Optional[threading.Thread] = None
+        self.outcome: Dict[str, str] = {}  # set_outcome's, for on_job_end
+        self.result: Dict[str, Any] = {}  # how the sweep launched by this process ended
+        self.running: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
 
     @property
     def launcher(self) -> bool:
         return self.launcher_pid == os.getpid()
 
+    def ignoring(self) -> bool:
+        return self.done.is_set()
 
-_STOP = _Stop()
-_RESULT: Dict[str, Any] = {}  # how the sweep launched by this process ended (exit_status)
-_RUNNING: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
+    def stop_now(self, signum: int) -> BaseException:
+        # a second signal, or the watcher
+        return SweepStopped(signum) if self.launcher else KeyboardInterrupt()
+
+    def first(self, signum: int) -> None:
+        if not self.launcher:
+            return
+        _say(
+            f"rlrec sweep: {_signal_name(signum)}: stopping the sweep; running jobs checkpoint "
+            "and stop, no new job starts (a second Ctrl-C stops at once)"
+        )
+        if self.sweep_dir is not None:
+            try:
+                write_atomic(
+                    self.sweep_dir / ROWS_DIR / "stop.json",
+                    json.dumps({"attempt": self.attempt, "signal": signum}),
+                )
+            except OSError:
+                pass
+        if self.watch and self.watcher is None:
+            self.watcher = threading.Thread(
+                target=_watch, args=(self,), name="rlrec-sweep-stop", daemon=True
+            )
+            self.watcher.start()
+
+
+def _state() -> _Sweep:
+    """This process's :class:`_Sweep`, held with the process's stop flag from the first call
+    until :func:`finish`."""
+    st = _current()
+    if st is None:
+        st = _Sweep()
+        preempt.hold(st)
+    return st
+
+
+def _current() -> Optional[_Sweep]:
+    """This process's :class:`_Sweep`, if it takes part in a sweep (nothing is held otherwise)."""
+    flag = preempt.held()
+    return flag.behaviour if flag is not None and isinstance(flag.behaviour, _Sweep) else None
+
+
+def _signum() -> Optional[int]:
+    """The first stop signal of this process while it takes part in a sweep."""
+    flag = preempt.held()
+    return None if flag is None else flag.signum
 
 
 def _say(text: str) -> None:
@@ -256,41 +293,6 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def _handle(signum: int, frame: Any) -> None:
-    st = _STOP
-    if st.done.is_set():
-        return
-    if st.signum is not None:  # a second signal, or the watcher: stop now
-        if st.launcher:
-            raise SweepStopped(st.signum)
-        raise KeyboardInterrupt
-    st.signum = signum
-    if not st.launcher:
-        return
-    _say(
-        f"rlrec sweep: {_signal_name(signum)}: stopping the sweep; running jobs checkpoint and "
-        "stop, no new job starts (a second Ctrl-C stops at once)"
-    )
-    if st.sweep_dir is not None:
-        try:
-            _write_atomic(
-                st.sweep_dir / ROWS_DIR / "stop.json",
-                json.dumps({"attempt": st.attempt, "signal": signum}),
-            )
-        except OSError:
-            pass
-    if st.watch and st.watcher is None:
-        st.watcher = threading.Thread(target=_watch, name="rlrec-sweep-stop", daemon=True)
-        st.watcher.start()
-
-
-def _install(signals=STOP_SIGNALS) -> None:
-    if _STOP.previous or threading.current_thread() is not threading.main_thread():
-        return
-    for sig in signals:
-        _STOP.previous[sig] = signal.signal(sig, _handle)
 
 
 def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
@@ -310,10 +312,9 @@ def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
     return jobs
 
 
-def _watch() -> None:
+def _watch(st: _Sweep) -> None:
     """In the launching process of process-per-job launchers: once no job runs any more (each
     wrote its row), or after GRACE_S, interrupt the main thread, which raises SweepStopped."""
-    st = _STOP
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline:
         if st.done.wait(0.1):
@@ -330,16 +331,16 @@ def begin_job(sweep_dir: Path) -> None:
     """At the start of a job's task function: a stop signal that reaches this process between
     jobs or while the job is being built is recorded, not fatal (a joblib worker that died of it
     would take the other workers with it). submitit handles the signals of its own jobs."""
-    _OUTCOME.clear()
+    _state().outcome = {}
     if not preempt.under_submitit():
-        _install()
+        preempt.hold(_state()).catch(STOP_SIGNALS)
 
 
 def stop_signal(sweep_dir: Path) -> Optional[int]:
     """The signal that stopped the sweep (this process got it, or the launching process recorded
     it for this attempt), else None: a job that has not started training yet must not start."""
-    if _STOP.signum is not None:
-        return _STOP.signum
+    if _signum() is not None:
+        return _signum()
     rows = Path(sweep_dir) / ROWS_DIR
     try:
         attempt = json.loads((rows / "attempt.json").read_text())["id"]
@@ -347,12 +348,6 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return int(stop["signal"]) if stop.get("attempt") == attempt else None
-
-
-def note_stopped(signum: int) -> None:
-    """The job running in this process stopped on ``signum``: no later job of it starts."""
-    if _STOP.signum is None:
-        _STOP.signum = int(signum)
 
 
 def job_running(sweep_dir: Path, job: int) -> None:
@@ -364,41 +359,44 @@ def job_running(sweep_dir: Path, job: int) -> None:
         attempt = None
     entry = rows / "running" / f"{int(job):06d}.json"
     entry.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(
+    write_atomic(
         entry,
         json.dumps(
             {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
         ),
     )
-    _RUNNING.append(entry)
+    _state().running.append(entry)
 
 
 def _job_ended() -> None:
-    while _RUNNING:
-        _RUNNING.pop().unlink(missing_ok=True)
+    st = _current()
+    while st is not None and st.running:
+        st.running.pop().unlink(missing_ok=True)
 
 
 def exit_status() -> int:
     """The exit status of the sweep this process launched: 128 + the signal that stopped it, 1
     when a job failed, else 0 (also when this process launched no sweep)."""
-    if _RESULT.get("signum") is not None:
-        return 128 + int(_RESULT["signum"])
-    return 1 if _RESULT.get("failed") else 0
+    st = _current()
+    result = {} if st is None else st.result
+    if result.get("signum") is not None:
+        return 128 + int(result["signum"])
+    return 1 if result.get("failed") else 0
 
 
 def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     failed = [r for r in rows if r.get("status") == FAILED]
     stopped = [r for r in rows if r.get("status") == STOPPED]
-    _RESULT.update(failed=len(failed), stopped=len(stopped), signum=_STOP.signum)
+    _state().result.update(failed=len(failed), stopped=len(stopped), signum=_signum())
     if failed:
         jobs = ", ".join(str(r.get("job")) for r in failed)
         _say(
             f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the error "
             f"column of {sweep_dir / SUMMARY_FILE}"
         )
-    if _STOP.signum is not None or stopped:
+    if _signum() is not None or stopped:
         _say(
-            f"rlrec sweep: stopped by {_signal_name(_STOP.signum or signal.SIGINT)}; run the same "
+            f"rlrec sweep: stopped by {_signal_name(_signum() or signal.SIGINT)}; run the same "
             f"command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped and "
             "unstarted jobs"
         )
@@ -407,8 +405,9 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
 def report_stopped() -> None:
     """In ``rlrec.run.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
     status."""
-    _STOP.done.set()
-    sweep_dir = _STOP.sweep_dir
+    st = _state()
+    st.done.set()
+    sweep_dir = st.sweep_dir
     rows: List[Dict[str, Any]] = []
     if sweep_dir is not None and (sweep_dir / ROWS_DIR).is_dir():
         rows = write_summary(sweep_dir)
@@ -418,23 +417,19 @@ def report_stopped() -> None:
                 flush=True,
             )
         _result(sweep_dir, rows)
-    _RESULT["signum"] = _STOP.signum or signal.SIGINT
+    st.result["signum"] = _signum() or signal.SIGINT
 
 
 def finish() -> None:
     """Restores this process's signal handlers and forgets the sweep (``rlrec.run.cli.main`` may run
     again in the same process, as the tests do)."""
-    global _STOP
-    _STOP.done.set()
-    if _STOP.watcher is not None:
-        _STOP.watcher.join(timeout=1.0)
-    if threading.current_thread() is threading.main_thread():
-        for sig, handler in _STOP.previous.items():
-            signal.signal(sig, handler)
-    _STOP = _Stop()
-    _RESULT.clear()
-    _OUTCOME.clear()
+    st = _current()
+    if st is not None:
+        st.done.set()
+        if st.watcher is not None:
+            st.watcher.join(timeout=1.0)
     _job_ended()
+    preempt.release()
 
 
 class SweepSummary(Callback):
@@ -455,15 +450,16 @@ class SweepSummary(Callback):
         rows_dir = sweep_dir / ROWS_DIR
         rows_dir.mkdir(parents=True, exist_ok=True)
         task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
-        _write_atomic(rows_dir / "fixed.json", json.dumps(fixed_keys(task)))
+        write_atomic(rows_dir / "fixed.json", json.dumps(fixed_keys(task)))
         # this attempt of the sweep: a stop recorded by an earlier one (then resumed) is not ours
         attempt = uuid.uuid4().hex
-        _write_atomic(rows_dir / "attempt.json", json.dumps({"id": attempt}))
+        write_atomic(rows_dir / "attempt.json", json.dumps({"id": attempt}))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        _STOP.launcher_pid = self._launcher_pid = os.getpid()
-        _STOP.sweep_dir, _STOP.attempt = sweep_dir, attempt
-        _STOP.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
-        _install()
+        st = _state()
+        st.launcher_pid = self._launcher_pid = os.getpid()
+        st.sweep_dir, st.attempt = sweep_dir, attempt
+        st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
+        preempt.hold(st).catch(STOP_SIGNALS)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if not self._multirun(config):
@@ -484,12 +480,13 @@ class SweepSummary(Callback):
             f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}",
             flush=True,
         )
-        if _STOP.signum is not None and _STOP.launcher and self._launcher_pid == os.getpid():
+        signum = _signum()
+        if signum is not None and _state().launcher and self._launcher_pid == os.getpid():
             # the jobs run in this process (basic launcher): end the sweep here, start no more
-            raise SweepStopped(_STOP.signum)
+            raise SweepStopped(signum)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        _STOP.done.set()
+        _state().done.set()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not (sweep_dir / ROWS_DIR).is_dir():
             return

@@ -23,7 +23,7 @@ from rlrec.envs.device import use_device
 from rlrec.envs.factory import resolve_device
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
-from rlrec.run import budget, preempt
+from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import resume
 from rlrec.train.evaluation import Evaluator
@@ -60,7 +60,7 @@ class Runner:
         self.evaluator: Optional[Evaluator] = None
         self.logger: Optional[RunLogger] = None
         self.last_eval: Dict[str, float] = {}
-        self.stop = preempt.StopRequested()
+        self.stop = preempt.run_flag()  # a sweep's, when this process runs its jobs
         self._obs: Optional[torch.Tensor] = None  # the train env's next observation
         self.resume_point = resume.ResumePoint(self.state)  # see _train_loop
         self._closed = False
@@ -73,7 +73,6 @@ class Runner:
     # ------------------------------------------------------------------ set-up
     def _build(self) -> None:
         cfg = self.cfg
-        budget.check(cfg, self.device)  # sizes that cannot fit are refused before anything is built
         if not cfg.eval_only:
             recorder = cfg.recorder if self.main else None  # rank 0 alone records
             self.train_env = self._stack("train", cfg.env.num_envs, self.env_seed, recorder)
