@@ -351,6 +351,18 @@ def broadcast_module_(module: torch.nn.Module) -> None:
                 t.data.copy_(buf)
 
 
+def announce(num_envs: int, num_steps: int, iterations: int) -> None:
+    """Several ranks: rank 0 says once how the global batch is made (one process: nothing)."""
+    world = world_size()
+    if world > 1 and rank() == 0:
+        print(
+            f"rlrec: {world} ranks ({backend_name()}) x env.num_envs={num_envs} x "
+            f"algo.num_steps={num_steps}: a global batch of {world * num_envs * num_steps} env "
+            f"steps per iteration, {iterations} iterations",
+            flush=True,
+        )
+
+
 def agree_signal(signum: Optional[int]) -> Optional[int]:
     """The stop flag agreed by every rank: one all-reduce (max) of this rank's stop signal; any
     rank's signal stops every rank. None when no rank was signalled."""

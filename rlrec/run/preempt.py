@@ -25,6 +25,7 @@ import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from rlrec import distributed
 from rlrec.files import temporary_owner
 from rlrec.run import rundir
 
@@ -93,6 +94,15 @@ class StopRequested:
         """0 without a stop signal, else 128 + its number (SIGTERM 143, SIGINT 130): what a shell
         reports for a process that the signal ended, and what PyTorch Lightning exits with."""
         return 0 if self.signum is None else 128 + int(self.signum)
+
+    def agreed(self) -> bool:
+        """Whether to stop, agreed by every rank: with several ranks one all-reduce of the flag, so
+        that a signal to any rank stops every rank at the same iteration (each then exits with
+        that signal); with one process the flag itself."""
+        signum = distributed.agree_signal(self.signum)
+        if signum is not None and self.signum is None:
+            self.signum = signum
+        return signum is not None
 
     def _handle(self, signum, frame):
         if self.behaviour.ignoring():

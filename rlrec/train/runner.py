@@ -94,13 +94,7 @@ class Runner:
         self.logger = RunLogger(
             cfg.logger, self.run_dir, self.num_iterations * self.batch_size, to_container(cfg)
         )
-        if self.world > 1:
-            print(
-                f"rlrec: {self.world} ranks ({distributed.backend_name()}) x env.num_envs="
-                f"{cfg.env.num_envs} x algo.num_steps={cfg.algo.num_steps}: a global batch of "
-                f"{self.batch_size} env steps per iteration, {self.num_iterations} iterations",
-                flush=True,
-            )
+        distributed.announce(cfg.env.num_envs, cfg.algo.num_steps, self.num_iterations)
 
     def _stack(self, kind: str, num_envs: int, seed: int, recorder) -> AutoReset:
         """The ``kind`` ("train" or "eval") env stack, its clips in videos/<kind>."""
@@ -201,18 +195,8 @@ class Runner:
     def _cut(self) -> bool:
         """Whether a stop signal cuts the evaluation (or rollout) in progress short. Several
         ranks: an evaluation (rank 0's alone) runs to its end, and the stop is agreed at the end
-        of the next rollout (:meth:`_stop_agreed`)."""
+        of the next rollout (``StopRequested.agreed``)."""
         return self.world == 1 and bool(self.stop)
-
-    def _stop_agreed(self) -> bool:
-        """One process: the stop flag. Several ranks: one all-reduce of it, so that a signal to any
-        rank stops every rank at the same iteration (each then exits with that signal)."""
-        if self.world == 1:
-            return bool(self.stop)
-        signum = distributed.agree_signal(self.stop.signum)
-        if signum is not None and self.stop.signum is None:
-            self.stop.signum = signum
-        return signum is not None
 
     # ------------------------------------------------------------------ training
     def rollout_mode(self):
@@ -280,7 +264,7 @@ class Runner:
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
             self._obs = self.collect(self._obs)
-            if self._stop_agreed():
+            if self.stop.agreed():
                 return  # the interrupted rollout is dropped: its start is checkpointed
             self.iteration += 1
             self.global_step += self.batch_size
@@ -297,7 +281,7 @@ class Runner:
                     return
             self._periodic_checkpoint()
         if self.world > 1:
-            self._stop_agreed()  # a signal during the last update: every rank exits with it
+            self.stop.agreed()  # a signal during the last update: every rank exits with it
         if self.evaluator is not None and not self.stop:
             self._evaluation()  # the final one
 
