@@ -39,7 +39,7 @@ from gpu_check import train_run as gpu_check_train_run
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
 from rlrec.envs.factory import make_adapter
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy
 
@@ -220,7 +220,7 @@ def regression(args, rep: Report, tmp: Path) -> None:
         f"{[round(d, 2) for d in after]}",
     )
     rep.check(
-        [c.episode for c in train_clips] == [0, 1, 8] and train_rec.episode >= 9,
+        [c.episode for c in train_clips] == [0, 1, 8] and train_rec.engine.episode >= 9,
         "cubic schedule on the collection env",
         f"clips of episodes {[c.episode for c in train_clips]}",
     )
