@@ -157,7 +157,7 @@ class ClipEngine:
         self.num_envs = int(num_envs)
         self.dt = float(dt)
         self.device = torch.device(device)
-        self._render = render
+        self.render = render
         self.kind = kind
         self.on_clip = on_clip
         self.tag: Any = None
@@ -477,7 +477,7 @@ class ClipEngine:
     def _capture(self, reward: Optional[torch.Tensor], info: Optional[dict]) -> None:
         clip = self._clip
         assert clip is not None
-        frames = self._render(self.env_idx)
+        frames = self.render(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
         k = len(self.env_idx)

@@ -80,18 +80,18 @@ class RecorderConfig:
     on_error: OnError = OnError.warn  # warn: log once, training goes on | raise: fatal
 
     def check(self, num_envs: int, key: str = "recorder", names: Optional[Dict[str, str]] = None):
-        """ConfigError unless these settings fit a batch of ``num_envs`` envs; the one check of a
-        recorder's settings. Messages name ``{key}.{field}`` (a config key), or, with ``names``
-        (a drop-in wrapper's own argument names, by field), ``{key}: {argument}``."""
-        if names is None:
-            prefix = f"{key}."
-            n = lambda f: f"{key}.{f}"  # noqa: E731
-        else:
-            prefix = f"{key}: "
-            n = lambda f: f"{key}: {names.get(f, f)}"  # noqa: E731
+        """ConfigError unless these settings fit a batch of ``num_envs`` envs: the one check of a
+        recorder's settings. Messages name ``{key}.{field}``; ``names`` maps a field to the
+        caller's own argument name (a drop-in wrapper's: ``RecordVectorVideo.video_length``, not
+        ``RecordVectorVideo.length_frames``)."""
+        names = names or {}
+
+        def n(f: str) -> str:
+            return f"{key}.{names.get(f, f)}"
+
         positive(self.every, n("every"), allow_none=True)
         positive(self.length_frames, n("length_frames"), allow_none=True)
-        check_floats(self, prefix)  # length_sec, fps, stall_timeout_sec
+        check_floats(self, f"{key}.")  # length_sec, fps, stall_timeout_sec (by their own names)
         positive(self.queue_size, n("queue_size"))
         if not 1 <= self.quality <= 10:
             raise ConfigError(f"{n('quality')}={self.quality!r} is invalid: must be in 1..10")

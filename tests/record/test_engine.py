@@ -214,7 +214,7 @@ def test_render_returning_the_wrong_thing_is_a_clear_error(tmp_path):
         PointReach(1, render_width=16, render_height=16),
         trigger="always",
     )
-    engine._render = lambda idx: np.zeros((1, 8, 8), np.uint8)
+    engine.render = lambda idx: np.zeros((1, 8, 8), np.uint8)
     with pytest.raises(TypeError, match=r"render\(\[0\]\) returned torch.uint8 \(1, 8, 8\)"):
         engine.on_reset(None)
     engine.close()

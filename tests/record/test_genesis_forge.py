@@ -212,8 +212,8 @@ def test_expect_end_records_only_the_episodes_that_can_be_the_last(env, refs, tm
     w.expect_end(2 * LENGTH + 2)
     w.reset()
     rendered = []
-    real = w.engine._render
-    w.engine._render = lambda idx: rendered.append(w.engine.episode) or real(idx)
+    real = w.engine.render
+    w.engine.render = lambda idx: rendered.append(w.engine.episode) or real(idx)
     for _ in range(2 * LENGTH + 2):
         w.step(env.act())
     w.close()

@@ -37,6 +37,7 @@ from rlrec.checks import ConfigError
 from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
+from rlrec.record.schedule import capped_cubic
 from rlrec.record.settings import RecorderConfig
 from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
 
@@ -101,8 +102,15 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         **options: Any,
     ):
         super().__init__(env)
+        if episode_trigger is not None and step_trigger is not None:  # as Genesis Forge's
+            raise ConfigError(
+                f"{KEY}: episode_trigger and step_trigger are both given: pass at most one"
+            )
         cfg = _settings(camera_attr, video_length_sec, fps, env_idx, filename,
                         record_final_episode, options)  # fmt: skip
+        # Genesis Forge's attributes: the trigger as given (neither: the capped cubic schedule)
+        self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
+        self.step_trigger = step_trigger
         self._camera_attr = camera_attr
         self._logging = bool(logging)
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
