@@ -60,7 +60,10 @@ def _layer(module: str) -> int:
 
 def _package(module: str) -> str:
     parts = module.split(".")
-    # rlrec.run and rlrec.train hold modules of several layers: each module is its own unit
+    # rlrec.run and rlrec.train hold modules of several layers: each module is its own unit;
+    # the recorder's wrappers sit above its core (which must not import them)
+    if parts[1:3] == ["record", "wrappers"]:
+        return "rlrec.record.wrappers"
     return ".".join(parts[:3] if parts[1:2] in (["run"], ["train"]) else parts[:2])
 
 
