@@ -12,8 +12,9 @@
   always the terminal frame of the recorded env, which ends the clip.
 
 and it renders through one callable, ``render(env_idx) -> uint8 [k, H, W, 3]`` of the current
-state. rlrec's own :class:`~rlrec.record.recorder.Recorder` (below AutoReset in rlrec's env stack)
-and the drop-in wrappers for other frameworks' loops are thin callers of these two events.
+state (its ``render`` attribute). The wrappers of :mod:`rlrec.record.wrappers` (rlrec's own
+:class:`~rlrec.record.wrappers.adapter.Recorder`, below AutoReset in rlrec's env stack, and the
+drop-ins for other frameworks' loops) are thin callers of these two events.
 
 While no clip is open it renders nothing and reads nothing back from the device (the step trigger
 reads the recorded env's done flag once every ``every`` steps), so an armed idle engine costs a call
