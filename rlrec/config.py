@@ -37,7 +37,7 @@ from rlrec.distributed import Backend, DistributedConfig
 from rlrec.envs import factory
 from rlrec.envs.config import SimConfig, SimName
 from rlrec.ppo.config import Activation, BootstrapAt, KLCheck, PPOConfig
-from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
+from rlrec.record.settings import RecorderConfig, Trigger
 
 
 class LoggerName(Choice):
@@ -206,8 +206,8 @@ def validate(cfg: Config) -> None:
     choice(cfg.logger, "wandb_mode", WandbMode, "logger.wandb_mode")
     positive(cfg.logger.log_every, "logger.log_every")
     choice(cfg.distributed, "backend", Backend, "distributed.backend")
-    validate_recorder(cfg.recorder, "recorder", env.num_envs)
-    validate_recorder(ev.recorder, "eval_env.recorder", ev.num_envs)
+    cfg.recorder.check(env.num_envs, "recorder")
+    ev.recorder.check(ev.num_envs, "eval_env.recorder")
     check_device(cfg.sim.device)  # last: it imports torch
     if cfg.sim.name == SimName.gpu and str(cfg.sim.device).strip().startswith("cpu"):
         raise ConfigError(

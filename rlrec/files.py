@@ -46,10 +46,11 @@ def temporary_owner(name: str) -> Optional[int]:
 
 
 def remove_quietly(path: Optional[PathLike]) -> None:
-    """Removes ``path`` if it exists (a temporary this process wrote)."""
+    """Removes ``path`` if it can (a temporary this process wrote): already gone, or its
+    directory is (or is no directory any more), is no error here."""
     if path is None:
         return
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):
         os.remove(path)
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.envs.base import EnvWrapper  # noqa: E402
 from rlrec.envs.builtin import PointReach  # noqa: E402
-from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.record import Recorder  # noqa: E402
 from rlrec.record.settings import RecorderConfig, Trigger
 
 
@@ -230,7 +230,7 @@ def idle_call_cost() -> float:
     t_bare = min(timeit.repeat(lambda: bare.step(action), number=n, repeat=7)) / n
     t_rec = min(timeit.repeat(lambda: rec.step(action), number=n, repeat=7)) / n
     rec.close()
-    shutil.rmtree(rec.video_dir, ignore_errors=True)
+    shutil.rmtree(rec.engine.video_dir, ignore_errors=True)
     return t_rec - t_bare
 
 
@@ -251,15 +251,15 @@ def rss_over_clip(args, video_dir: str) -> Dict[str, float]:
     t0 = time.perf_counter()
     for i in range(args.clip_frames - 21):
         stack.step(action)
-        if i % 250 == 0 and rec._encoder.current_pid is not None:
+        if i % 250 == 0 and rec.engine.encoder.current_pid is not None:
             try:
-                ffmpeg_peak = max(ffmpeg_peak, _status(rec._encoder.current_pid, "VmRSS"))
+                ffmpeg_peak = max(ffmpeg_peak, _status(rec.engine.encoder.current_pid, "VmRSS"))
             except OSError:
                 pass
     rec.flush()
     seconds = time.perf_counter() - t0
     peak = _status("self", "VmHWM") if exact else _status("self", "VmRSS")
-    assert rec.clips_saved == 1 and not rec.errors, rec.errors
+    assert rec.engine.clips_saved == 1 and not rec.errors, rec.errors
     stack.close()
     return {
         "growth_mb": peak - base,

@@ -208,14 +208,14 @@ def test_every_float_field_refuses_non_finite_values(key, value):
 
 
 def test_float_checks_cover_dataclasses_built_in_code():
-    from rlrec.record.settings import RecorderConfig, validate_recorder
+    from rlrec.record.settings import RecorderConfig
 
     cfg = make_config()
     cfg.algo.learning_rate = float("nan")
     with pytest.raises(ConfigError, match=r"algo\.learning_rate=nan"):
         validate(cfg)
     with pytest.raises(ConfigError, match=r"rec\.fps=inf"):
-        validate_recorder(RecorderConfig(fps=float("inf")), "rec", 1)
+        RecorderConfig(fps=float("inf")).check(1, "rec")
 
 
 @pytest.mark.parametrize(

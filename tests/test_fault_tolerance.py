@@ -472,6 +472,6 @@ def test_a_recorder_error_at_close_still_closes_everything_else(tmp_path, fast_c
     clips.write_text("not a directory")  # the clip in progress can no longer be put in place
     with pytest.raises(RecorderError, match="on_error=raise"):
         runner.close()
-    assert train_rec._closed and eval_rec._closed
+    assert train_rec.engine.closed and eval_rec.engine.closed
     assert runner.logger._metrics.closed
     runner.close()  # idempotent: closed once

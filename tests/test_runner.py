@@ -202,7 +202,7 @@ def test_two_runs_in_the_same_second_get_different_dirs(tmp_path):
 
 
 def test_final_episode_clip_is_saved_at_the_end(tmp_path):
-    from rlrec.record.recorder import Recorder
+    from rlrec.record import Recorder
 
     run_dir = tmp_path / "fin"
     run_dir.mkdir()
@@ -225,7 +225,7 @@ def test_final_episode_clip_is_saved_at_the_end(tmp_path):
     # 4096 steps = 512 steps of env 0; episodes last at most 40 steps, so the final clip starts late
     first_step = int(last.split("-step")[1].split(".")[0])
     assert first_step > 512 - 40 - 16, last
-    assert rec.episode >= 512 // 40
+    assert rec.engine.episode >= 512 // 40
 
 
 @pytest.mark.slow
@@ -262,15 +262,16 @@ def _assert_final_clip_covers_the_last_step(run_dir: Path, rec) -> None:
     episode = int(name.split("-ep")[1].split("-")[0])
     first_step = int(name.split("-step")[1].split(".")[0])
     frames, _ = decode(str(run_dir / clips[-1]))
-    assert rec.steps_per_frame == 1
-    assert episode == rec.episode, (clips[-1], rec.episode)
-    assert first_step + len(frames) - 1 == rec.steps, (clips[-1], len(frames), rec.steps)
+    assert rec.engine.steps_per_frame == 1
+    assert episode == rec.engine.episode, (clips[-1], rec.engine.episode)
+    steps = rec.engine.steps
+    assert first_step + len(frames) - 1 == steps, (clips[-1], len(frames), steps)
 
 
 def test_final_episode_has_a_clip_on_the_main_job_shape(tmp_path):
     """`python train.py` defaults, small: episodes (at most 12 steps, often fewer: a wide goal)
     shorter than algo.num_steps (32), the default cubic trigger, evaluations on."""
-    from rlrec.record.recorder import Recorder
+    from rlrec.record import Recorder
 
     run_dir = tmp_path / "main"
     run_dir.mkdir()
@@ -291,7 +292,7 @@ def test_final_episode_has_a_clip_on_the_main_job_shape(tmp_path):
     runner = Runner(cfg, run_dir)
     rec = runner.train_env.find(Recorder)
     runner.run()
-    assert rec.steps == 2048 // 8 and rec.episode > 2048 // 8 // 12
+    assert rec.engine.steps == 2048 // 8 and rec.engine.episode > 2048 // 8 // 12
     _assert_final_clip_covers_the_last_step(run_dir, rec)
 
 
@@ -299,7 +300,7 @@ def test_final_episode_has_a_clip_on_cartpole(tmp_path):
     """`env=gymnasium +experiment=cartpole`, shortened, with the train recorder on: episodes of
     a barely trained policy, far shorter than the 100-step limit set here."""
     pytest.importorskip("gymnasium")
-    from rlrec.record.recorder import Recorder
+    from rlrec.record import Recorder
 
     run_dir = tmp_path / "cartpole"
     run_dir.mkdir()
@@ -319,5 +320,5 @@ def test_final_episode_has_a_clip_on_cartpole(tmp_path):
     runner = Runner(cfg, run_dir)
     rec = runner.train_env.find(Recorder)
     runner.run()
-    assert rec.steps == 2048 // 8 and rec.episode >= 3
+    assert rec.engine.steps == 2048 // 8 and rec.engine.episode >= 3
     _assert_final_clip_covers_the_last_step(run_dir, rec)

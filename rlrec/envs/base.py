@@ -290,18 +290,36 @@ class SubEnv(gym.Wrapper):
 
     :func:`render_sub_envs` calls ``rlrec_render(idx)`` on every sub-env (the public
     ``VectorEnv.call``); each renders when its own index is in ``idx`` and returns None otherwise.
+    ``index`` None: set later (``VectorEnv.set_attr("index", ...)``, as a recorder does).
+
+    ``armed`` (set by a recorder while a clip is open): a terminal step renders the terminal state
+    at once, before a same-step autoreset of the vector env replaces it, and
+    ``rlrec_render(idx, terminal=True)`` answers with that frame until the next step.
     """
 
-    def __init__(self, env: gym.Env, index: int):
+    def __init__(self, env: gym.Env, index: Optional[int] = None):
         super().__init__(env)
         self.index = index
+        self.armed = False
+        self.terminal_frame: Optional[np.ndarray] = None
+
+    def step(self, action):
+        self.terminal_frame = None
+        out = self.env.step(action)
+        if self.armed and (out[2] or out[3]):
+            self.terminal_frame = np.array(self.frame(), dtype=np.uint8)
+        return out
 
     def frame(self) -> np.ndarray:
         """This env's current frame, ``uint8 [H, W, 3]``."""
         return self.render()
 
-    def rlrec_render(self, idx: Tuple[int, ...]) -> Optional[np.ndarray]:
-        return self.frame() if self.index in idx else None
+    def rlrec_render(self, idx: Tuple[int, ...], terminal: bool = False) -> Optional[np.ndarray]:
+        if self.index not in idx:
+            return None
+        if terminal and self.terminal_frame is not None:
+            return self.terminal_frame
+        return self.frame()
 
 
 def render_sub_envs(vec: gym.vector.VectorEnv, env_idx: Sequence[int]) -> torch.Tensor:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import errno
-import itertools
 import logging
 import os
 import threading
@@ -31,6 +30,7 @@ from typing import Any, Callable, Deque, List, Optional, Set
 
 import numpy as np
 
+from rlrec.files import remove_quietly, temporary_name
 from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess, quality_to_crf
 from rlrec.record.frames import pad_even, tile
 from rlrec.record.sidecar import sha256_file, write_sidecar
@@ -74,14 +74,6 @@ class ClipJob:
     tag: Any = None  # copied into ClipInfo.tag
 
 
-_TEMPORARIES = itertools.count(1)  # one count per process: two encoders may share a directory
-
-
-def _temporary_name(final: str) -> str:
-    head, tail = os.path.split(final)
-    return os.path.join(head, f".{tail}.{os.getpid()}-{next(_TEMPORARIES)}.part")
-
-
 # a filesystem without hard links (FAT, some network and FUSE mounts) answers os.link with these
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
 
@@ -110,7 +102,7 @@ def _claim(tmp: str, path: str) -> str:
                     raise
                 links = False
             else:
-                _remove(tmp)
+                remove_quietly(tmp)
                 return candidate
         try:
             fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -130,248 +122,73 @@ ABANDON_TIMEOUT_S = 5.0
 class _Worker:
     """The state an :class:`Encoder` shares with its thread, and that thread's code.
 
-    The thread runs :meth:`_run` of this object, never of the :class:`Encoder` that owns it, so the
-    thread keeps no reference to its owner: an owner dropped without ``close()`` is collected, and
-    its finalizer calls :meth:`abandon`.
+    The thread runs :meth:`run` of this object, never a method of the :class:`Encoder` that owns
+    it, so the thread keeps no reference to its owner: an owner dropped without ``close()`` is
+    collected, and its finalizer calls :meth:`abandon`. (One object for both would be kept alive
+    by its own thread.) The training thread's side is the :class:`Encoder`'s methods.
     """
 
     def __init__(
         self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
     ):
-        self._capacity = queue_size
-        self._batch = max(1, min(BATCH, queue_size // 2))
-        self._name = name
+        self.batch = max(1, min(BATCH, queue_size // 2))
+        self.name = name
         self.stall_timeout = float(stall_timeout)
-        self._patience = 2 * self.stall_timeout  # the training thread's waits (see above)
-        self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
-        self._thread: Optional[threading.Thread] = None
-        self._cv = threading.Condition()
-        # training thread only
-        self._opened = 0  # serial of the clip last opened (1, 2, ...)
-        self._open_job: Optional[ClipJob] = None
-        self._clip_open = False  # between open() and end()
-        self._dropping = 0  # serial of a clip given up on: its frames are not queued
-        # shared with the encoder thread, under _cv
-        self._items: Deque[Optional[tuple]] = collections.deque()
-        self._queued_frames = 0  # frame items in _items
-        self._urgent = False  # wake the encoder thread now, whatever the number of frames
-        self._unfinished = 0  # items put and not yet processed (flush waits for 0)
-        self._free: List[Any] = []  # buffers ready for reuse
-        self._buffers = 0  # buffers that exist (free + in flight)
-        self._layout: Optional[tuple] = None  # (shape, pinned) of the buffers
-        self._results: Deque[Any] = collections.deque()
-        self._reported: Set[int] = set()  # serials of clips whose failure was reported
-        self._aborted: Set[int] = set()  # serials of clips the training thread gave up on
-        self._alive_at = time.monotonic()  # when the encoder thread last made progress
+        self.thread: Optional[threading.Thread] = None
+        self.cv = threading.Condition()
+        self.clip_open = False  # between open() and end()
+        # shared by the two threads, under cv
+        self.items: Deque[Optional[tuple]] = collections.deque()
+        self.queued_frames = 0  # frame items in items
+        self.urgent = False  # wake the encoder thread now, whatever the number of frames
+        self.unfinished = 0  # items put and not yet processed (flush waits for 0)
+        self.free: List[Any] = []  # buffers ready for reuse
+        self.buffers = 0  # buffers that exist (free + in flight)
+        self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
+        self.results: Deque[Any] = collections.deque()
+        self.reported: Set[int] = set()  # serials of clips whose failure was reported
+        self.aborted: Set[int] = set()  # serials of clips the training thread gave up on
+        self.alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written
-        self._job: Optional[ClipJob] = None
-        self._job_serial = 0
-        self._proc: Optional[FFmpegProcess] = None
-        self._tmp: Optional[str] = None
+        self.job: Optional[ClipJob] = None
+        self.job_serial = 0
+        self.proc: Optional[FFmpegProcess] = None
+        self.tmp: Optional[str] = None
         self._frames = 0
         self._size = (0, 0)  # width, height of the current clip's file
         self._failed = False
         self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
-    # -------------------------------------------------------------- training thread
-    def _put(self, item: Optional[tuple], wake: bool) -> None:
-        if self._thread is None:  # started on the first clip: an idle recorder has no thread
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-        with self._cv:
-            self._items.append(item)
-            self._unfinished += 1
-            if item is not None and item[0] == "frame":
-                self._queued_frames += 1
-                wake = wake or self._queued_frames >= self._batch
-            if wake:
-                self._urgent = True
-                self._cv.notify_all()
-
-    def _idle(self, since: float) -> float:
+    def idle(self, since: float) -> float:
         """Seconds without progress of the encoder thread (or of its ffmpeg), from ``since`` at
         the earliest."""
-        proc = self._proc
-        last = max(self._alive_at, since, proc.progress.at if proc is not None else since)
+        proc = self.proc
+        last = max(self.alive_at, since, proc.progress.at if proc is not None else since)
         return time.monotonic() - last
-
-    def _buffer(self, frames: Any) -> Any:
-        """A free CPU buffer shaped like ``frames``; waits for one while all are in flight, and
-        returns None after ``2 * stall_timeout`` seconds without progress of the encoder."""
-        import torch
-
-        pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
-        layout = (tuple(frames.shape), pinned)
-        start = time.monotonic()
-        with self._cv:
-            if layout != self._layout:  # a new frame size: buffers of the old one are dropped
-                self._layout, self._free, self._buffers = layout, [], 0
-            while not self._free and self._buffers >= self._capacity:
-                self._urgent = True
-                self._cv.notify_all()
-                self._cv.wait(self._slice)
-                if layout != self._layout:  # pragma: no cover - only one training thread
-                    raise RuntimeError("frame size changed while waiting for a buffer")
-                if not self._free and self._idle(start) > self._patience:
-                    return None
-            if self._free:
-                return self._free.pop()
-            self._buffers += 1
-        return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
-
-    def _give_up(self, serial: int, waited: str) -> None:
-        """The training thread gives up on clip ``serial``: its remaining frames are dropped,
-        its ffmpeg killed, and it is reported failed (once); the encoder thread discards it."""
-        if serial <= 0:
-            return
-        if serial == self._opened:
-            self._dropping = serial
-        err = EncoderError(
-            f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "
-            f"stall_timeout_sec={self.stall_timeout:g}): clip dropped"
-        )
-        with self._cv:
-            self._aborted.add(serial)
-            job = self._open_job if serial == self._opened else self._job
-            self._report(serial, _failure(job, err))
-        proc = self._proc
-        if proc is not None and self._job_serial == serial:
-            try:
-                proc.proc.kill()  # unblocks the encoder thread; it reaps the process
-            except OSError:
-                pass
-
-    def open(self, job: ClipJob) -> None:
-        self._opened += 1
-        self._open_job = job
-        self._clip_open = True
-        self._put(("open", job, self._opened), wake=False)
-
-    def frame(self, frames: Any, meta: Any = None) -> None:
-        """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
-        if self._dropping == self._opened:  # a clip given up on: the rest of it is not sent
-            return
-        buffer = self._buffer(frames)
-        if buffer is None:
-            self._give_up(self._opened, "the training thread's wait for a free frame buffer")
-            return
-        buffer.copy_(frames)
-        self._put(("frame", buffer, meta), wake=False)
-
-    def end(self, keep: bool, summary: Optional[dict] = None) -> None:
-        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
-        ``summary``: what the clip shows (plain data), written into its sidecar with the file's
-        own figures; None: no sidecar."""
-        self._clip_open = False
-        self._put(("end", keep, summary), wake=True)
-        with self._cv:  # between clips, keep only the buffers a clip's start needs
-            if len(self._free) > 2 * self._batch:
-                self._buffers -= len(self._free) - 2 * self._batch
-                del self._free[2 * self._batch :]
-
-    def flush(self) -> None:
-        """Returns once everything queued so far is processed (finished clips are on disk), or
-        after ``2 * stall_timeout`` seconds without progress of the encoder (its clip in progress
-        is then dropped)."""
-        if self._thread is None:
-            return
-        start = time.monotonic()
-        with self._cv:
-            self._urgent = True
-            self._cv.notify_all()
-            while self._unfinished:
-                self._cv.wait(self._slice)
-                if self._unfinished and self._idle(start) > self._patience:
-                    break
-            else:
-                return
-        self._give_up(self._job_serial or self._opened, "flush()")
-
-    def close(self) -> None:
-        """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
-        thread still stuck after its clip was given up on is left behind (a daemon thread) and
-        its temporary file removed."""
-        thread = self._thread
-        if thread is not None:
-            self._put(None, wake=True)
-            given_up: Set[int] = set()
-            start = time.monotonic()
-            while thread.is_alive():
-                thread.join(self._slice)
-                if not thread.is_alive() or self._idle(start) <= self._patience:
-                    continue
-                serial = self._job_serial or self._opened
-                if serial in given_up:  # killed its ffmpeg already: leave the thread behind
-                    _remove(self._tmp)
-                    break
-                given_up.add(serial)
-                self._give_up(serial, "close()")
-                start = time.monotonic()
-            self._thread = None
-        self._free, self._buffers = [], 0
-
-    @property
-    def pending(self) -> bool:
-        """Whether results wait for ``results()`` (cheap: checked on every step)."""
-        return bool(self._results)
-
-    def results(self, place: bool = True) -> List[Any]:
-        """The finished clips (ClipInfo) and failure messages (str) since the last call, in
-        order. ``place``: fixed-name clips are moved to their name here, in order; with False the
-        caller moves each with :meth:`place` right before handing it on, so that the file under
-        its name is that clip while it is being handed on."""
-        out = []
-        while self._results:
-            result = self._results.popleft()
-            out.append(self.place(result) if place else result)
-        return out
-
-    def place(self, result: Any) -> Any:
-        """Moves a fixed-name clip to its name, replacing the file there; returns the ClipInfo,
-        or a failure message if it could not be moved. Anything else is returned as it is."""
-        if not isinstance(result, ClipInfo) or result._pending is None:
-            return result
-        tmp, result._pending = result._pending, None
-        try:
-            os.replace(tmp, result.path)
-        except OSError as err:
-            _remove(tmp)
-            return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"
-        data, result._sidecar_data = result._sidecar_data, None
-        if data is not None:  # after the mp4 is complete under its name
-            try:
-                result.sidecar = write_sidecar(result.path, data)
-            except OSError as err:
-                return f"writing the sidecar of clip {result.path!r} failed: {err}"
-        return result
-
-    def requeue(self, results: List[Any]) -> None:
-        """Puts results taken with ``results(place=False)`` back, first, for the next call."""
-        self._results.extendleft(reversed(results))
 
     def abandon(self) -> None:
         """The owner was collected, or the interpreter exits, without :meth:`close`: the clip in
         progress and every clip not yet on disk are dropped (ffmpeg killed and reaped, temporary
         files removed) and the thread ends. Clips already under their final name stay. Bounded,
         and safe from any thread (a garbage collection runs finalizers wherever it happens)."""
-        thread = self._thread
-        with self._cv:
+        thread = self.thread
+        with self.cv:
             if self._abandoned:
                 return
             self._abandoned = True
-            busy = self._clip_open or self._job is not None or bool(self._items)
-            self._urgent = True
-            self._cv.notify_all()
+            busy = self.clip_open or self.job is not None or bool(self.items)
+            self.urgent = True
+            self.cv.notify_all()
         if thread is None:
             return
         if busy:
             log.warning(
                 "%s: the recorder was not closed (garbage-collected, or the interpreter exits): "
                 "the clip in progress is dropped; close() saves it",
-                self._name,
+                self.name,
             )
-        proc = self._proc
+        proc = self.proc
         if proc is not None:  # unblocks a write or a finish the thread may be waiting in
             try:
                 proc.proc.kill()
@@ -381,57 +198,57 @@ class _Worker:
             return
         thread.join(ABANDON_TIMEOUT_S)
         if thread.is_alive():  # stuck outside ffmpeg (an overlay, say): clean up from here
-            proc = self._proc
+            proc = self.proc
             if proc is not None:
                 proc._kill()
-            _remove(self._tmp)
+            remove_quietly(self.tmp)
             self._drop_pending()
 
     def _drop_everything(self) -> None:
         """The encoder thread's part of :meth:`abandon`."""
         self._discard()
         self._drop_pending()
-        with self._cv:
-            self._items.clear()
-            self._queued_frames = 0
-            self._unfinished = 0
-            self._cv.notify_all()
+        with self.cv:
+            self.items.clear()
+            self.queued_frames = 0
+            self.unfinished = 0
+            self.cv.notify_all()
 
     def _drop_pending(self) -> None:
         """Removes the temporary files of finished fixed-name clips nobody will place now."""
-        for result in list(self._results):
+        for result in list(self.results):
             if isinstance(result, ClipInfo) and result._pending is not None:
-                _remove(result._pending)
+                remove_quietly(result._pending)
                 result._pending, result._sidecar_data = None, None
 
     # -------------------------------------------------------------- encoder thread
-    def _run(self) -> None:
+    def run(self) -> None:
         while True:
-            with self._cv:
-                self._cv.wait_for(lambda: self._urgent or self._queued_frames >= self._batch)
-                items = list(self._items)
-                self._items.clear()
-                self._queued_frames = 0
-                self._urgent = False
+            with self.cv:
+                self.cv.wait_for(lambda: self.urgent or self.queued_frames >= self.batch)
+                items = list(self.items)
+                self.items.clear()
+                self.queued_frames = 0
+                self.urgent = False
             if self._abandoned:
                 self._drop_everything()
                 return
             if not items:  # woken for nothing: that is no progress
                 continue
-            self._alive_at = time.monotonic()
+            self.alive_at = time.monotonic()
             stop = False
             buffers: List[Any] = []
             try:
                 stop = self._process(items, buffers)
             finally:
                 # never let this thread die or keep buffers: the training thread would wait forever
-                with self._cv:
+                with self.cv:
                     # a batch may hold buffers of an old frame size and of the new one
-                    shape = self._layout[0] if self._layout is not None else None
-                    self._free.extend(b for b in buffers if tuple(b.shape) == shape)
-                    self._unfinished -= len(items)
-                    self._alive_at = time.monotonic()
-                    self._cv.notify_all()
+                    shape = self.layout[0] if self.layout is not None else None
+                    self.free.extend(b for b in buffers if tuple(b.shape) == shape)
+                    self.unfinished -= len(items)
+                    self.alive_at = time.monotonic()
+                    self.cv.notify_all()
             if self._abandoned:
                 self._drop_everything()
                 return
@@ -442,7 +259,7 @@ class _Worker:
         """Runs the queued items in order, consecutive frames as one write; True on close."""
         images: List[np.ndarray] = []
         for item in items:
-            self._alive_at = time.monotonic()
+            self.alive_at = time.monotonic()
             if self._abandoned:  # the rest goes nowhere (see abandon)
                 return True
             if item is not None and item[0] == "frame":
@@ -465,64 +282,64 @@ class _Worker:
 
     def _skipping(self) -> bool:
         """Whether the frames of the current clip go nowhere (none, failed, or given up on)."""
-        if self._job_serial in self._aborted:
+        if self.job_serial in self.aborted:
             if not self._failed:
                 self._discard()  # reported by the training thread already
                 self._failed = True
             return True
-        return self._job is None or self._failed
+        return self.job is None or self._failed
 
     def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
         """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
         if self._skipping():
             return None
-        job = self._job
+        job = self.job
         assert job is not None
         try:
             array = frames.numpy()
             if job.overlay is not None:
                 array = job.overlay(array, meta)
             image = pad_even(tile(array))
-            if self._proc is None:  # the size is known with the first frame
-                self._tmp = _temporary_name(job.path)
+            if self.proc is None:  # the size is known with the first frame
+                self.tmp = temporary_name(job.path)
                 h, w = image.shape[:2]
                 self._size = (w, h)
-                self._proc = FFmpegProcess(
-                    self._tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
+                self.proc = FFmpegProcess(
+                    self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
                     stall_timeout=self.stall_timeout,
                 )  # fmt: skip
-                self.current_pid = self._proc.pid
+                self.current_pid = self.proc.pid
             return np.ascontiguousarray(image)
         except Exception as err:
             self._fail(err)
             return None
 
     def _write(self, images: List[np.ndarray]) -> None:
-        if not images or self._proc is None or self._skipping():
+        if not images or self.proc is None or self._skipping():
             return
         try:
-            self._proc.write(images)
+            self.proc.write(images)
             self._frames += len(images)
         except Exception as err:
             self._fail(err)
 
     def _on_open(self, job: ClipJob, serial: int) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
-        self._job, self._job_serial, self._frames, self._failed = job, serial, 0, False
+        self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
         if not keep or self._skipping():
             self._discard()
             return
-        job, proc, tmp, frames = self._job, self._proc, self._tmp, self._frames
-        serial = self._job_serial
+        job, proc, tmp, frames = self.job, self.proc, self.tmp, self._frames
+        serial = self.job_serial
         if job is None or proc is None:
             self._discard()
             return
         try:
             proc.finish()  # bounded: stall_timeout without progress (the training thread can
-            # kill ffmpeg meanwhile: self._proc stays set until it is done)
-            if serial in self._aborted:
+            # kill ffmpeg meanwhile: self.proc stays set until it is done)
+            if serial in self.aborted:
                 raise EncoderError("given up on by the training thread")
             data = None if summary is None else self._sidecar(job, tmp, frames, summary)
             if job.fixed_name:  # moved to its name when handed to the training thread
@@ -534,14 +351,14 @@ class _Worker:
                 if data is not None:  # the mp4 is complete under its name: now its sidecar
                     info.sidecar = write_sidecar(path, data)
         except Exception as err:
-            _remove(tmp)
-            with self._cv:
-                self._report(serial, _failure(job, err))
+            remove_quietly(tmp)
+            with self.cv:
+                self.report(serial, _failure(job, err))
             return
         finally:
-            self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
-        with self._cv:
-            self._results.append(info)
+            self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
+        with self.cv:
+            self.results.append(info)
 
     def _sidecar(self, job: ClipJob, tmp: Optional[str], frames: int, summary: dict) -> dict:
         """The sidecar of the finished file ``tmp``: the clip's summary and the file's figures."""
@@ -563,29 +380,29 @@ class _Worker:
         }
 
     def _discard(self) -> None:
-        proc, tmp = self._proc, self._tmp
-        self._job, self._proc, self._tmp, self.current_pid = None, None, None, None
+        proc, tmp = self.proc, self.tmp
+        self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
         if proc is not None:
             try:
                 proc.kill()
             except Exception:  # best effort: the clip is lost anyway
                 pass
-            _remove(tmp)
+            remove_quietly(tmp)
 
     def _fail(self, err: Exception) -> None:
-        job, serial = self._job, self._job_serial
+        job, serial = self.job, self.job_serial
         self._discard()
         self._failed = True  # the rest of this clip's frames are skipped until the next open
-        with self._cv:
-            self._report(serial, _failure(job, err))
+        with self.cv:
+            self.report(serial, _failure(job, err))
 
-    def _report(self, serial: int, message: str) -> None:
-        """Appends a clip's failure to the results, once per clip (call under ``_cv``)."""
-        if serial in self._reported:
+    def report(self, serial: int, message: str) -> None:
+        """Appends a clip's failure to the results, once per clip (call under ``cv``)."""
+        if serial in self.reported:
             return
         if serial > 0:
-            self._reported.add(serial)
-        self._results.append(message)
+            self.reported.add(serial)
+        self.results.append(message)
 
 
 class Encoder:
@@ -618,80 +435,223 @@ class Encoder:
     ``weakref.finalize`` kills ffmpeg, removes the temporary files and ends the thread (daemon),
     within :data:`ABANDON_TIMEOUT_S`. Clips already under their final name stay; no partial file
     is ever left under a final name.
+
+    The methods here run in the training thread; what the encoder thread runs, and the state the
+    two threads share, is a :class:`_Worker` (see there why it is a second object).
     """
 
     def __init__(
         self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
     ):
-        self._worker = _Worker(queue_size, name=name, stall_timeout=stall_timeout)
+        self._w = _Worker(queue_size, name=name, stall_timeout=stall_timeout)
+        self._capacity = queue_size
+        self._patience = 2 * self._w.stall_timeout  # the training thread's waits (see above)
+        self._slice = max(0.005, min(0.25, self._w.stall_timeout / 5))
+        self._opened = 0  # serial of the clip last opened (1, 2, ...)
+        self._open_job: Optional[ClipJob] = None
+        self._dropping = 0  # serial of a clip given up on: its frames are not queued
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
-        self._finalizer = weakref.finalize(self, self._worker.abandon)
+        self._finalizer = weakref.finalize(self, self._w.abandon)
 
     @property
     def stall_timeout(self) -> float:
-        return self._worker.stall_timeout
+        return self._w.stall_timeout
 
     @property
     def current_pid(self) -> Optional[int]:
         """pid of the running ffmpeg, None between clips."""
-        return self._worker.current_pid
+        return self._w.current_pid
+
+    @property
+    def thread(self) -> Optional[threading.Thread]:
+        """The encoder thread: started with the first clip, None again after :meth:`close`."""
+        return self._w.thread
+
+    @property
+    def buffers(self) -> int:
+        """Frame buffers that exist (free and in flight): never more than ``queue_size``."""
+        return self._w.buffers
 
     @property
     def pending(self) -> bool:
         """Whether results wait for ``results()`` (cheap: checked on every step)."""
-        return bool(self._worker._results)
+        return bool(self._w.results)
 
+    # -------------------------------------------------------------- the clips
     def open(self, job: ClipJob) -> None:
-        self._worker.open(job)
+        self._opened += 1
+        self._open_job = job
+        self._w.clip_open = True
+        self._put(("open", job, self._opened), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
-        self._worker.frame(frames, meta)
+        if self._dropping == self._opened:  # a clip given up on: the rest of it is not sent
+            return
+        buffer = self._buffer(frames)
+        if buffer is None:
+            self._give_up(self._opened, "the training thread's wait for a free frame buffer")
+            return
+        buffer.copy_(frames)
+        self._put(("frame", buffer, meta), wake=False)
 
     def end(self, keep: bool, summary: Optional[dict] = None) -> None:
         """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
         ``summary``: what the clip shows (plain data), written into its sidecar with the file's
         own figures; None: no sidecar."""
-        self._worker.end(keep, summary)
+        w = self._w
+        w.clip_open = False
+        self._put(("end", keep, summary), wake=True)
+        with w.cv:  # between clips, keep only the buffers a clip's start needs
+            if len(w.free) > 2 * w.batch:
+                w.buffers -= len(w.free) - 2 * w.batch
+                del w.free[2 * w.batch :]
 
     def flush(self) -> None:
         """Returns once everything queued so far is processed (finished clips are on disk), or
         after ``2 * stall_timeout`` seconds without progress of the encoder (its clip in progress
         is then dropped)."""
-        self._worker.flush()
+        w = self._w
+        if w.thread is None:
+            return
+        start = time.monotonic()
+        with w.cv:
+            w.urgent = True
+            w.cv.notify_all()
+            while w.unfinished:
+                w.cv.wait(self._slice)
+                if w.unfinished and w.idle(start) > self._patience:
+                    break
+            else:
+                return
+        self._give_up(w.job_serial or self._opened, "flush()")
 
     def close(self) -> None:
         """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
         thread still stuck after its clip was given up on is left behind (a daemon thread) and
         its temporary file removed."""
-        self._worker.close()
+        w = self._w
+        thread = w.thread
+        if thread is not None:
+            self._put(None, wake=True)
+            given_up: Set[int] = set()
+            start = time.monotonic()
+            while thread.is_alive():
+                thread.join(self._slice)
+                if not thread.is_alive() or w.idle(start) <= self._patience:
+                    continue
+                serial = w.job_serial or self._opened
+                if serial in given_up:  # killed its ffmpeg already: leave the thread behind
+                    remove_quietly(w.tmp)
+                    break
+                given_up.add(serial)
+                self._give_up(serial, "close()")
+                start = time.monotonic()
+            w.thread = None
+        w.free, w.buffers = [], 0
 
+    # -------------------------------------------------------------- the results
     def results(self, place: bool = True) -> List[Any]:
         """The finished clips (ClipInfo) and failure messages (str) since the last call, in
         order. ``place``: fixed-name clips are moved to their name here, in order; with False the
         caller moves each with :meth:`place` right before handing it on, so that the file under
         its name is that clip while it is being handed on."""
-        return self._worker.results(place)
+        out = []
+        results = self._w.results
+        while results:
+            result = results.popleft()
+            out.append(self.place(result) if place else result)
+        return out
 
     def place(self, result: Any) -> Any:
         """Moves a fixed-name clip to its name, replacing the file there; returns the ClipInfo,
         or a failure message if it could not be moved. Anything else is returned as it is."""
-        return self._worker.place(result)
+        if not isinstance(result, ClipInfo) or result._pending is None:
+            return result
+        tmp, result._pending = result._pending, None
+        try:
+            os.replace(tmp, result.path)
+        except OSError as err:
+            remove_quietly(tmp)
+            return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"
+        data, result._sidecar_data = result._sidecar_data, None
+        if data is not None:  # after the mp4 is complete under its name
+            try:
+                result.sidecar = write_sidecar(result.path, data)
+            except OSError as err:
+                return f"writing the sidecar of clip {result.path!r} failed: {err}"
+        return result
 
     def requeue(self, results: List[Any]) -> None:
         """Puts results taken with ``results(place=False)`` back, first, for the next call."""
-        self._worker.requeue(results)
+        self._w.results.extendleft(reversed(results))
+
+    # -------------------------------------------------------------- internals
+    def _put(self, item: Optional[tuple], wake: bool) -> None:
+        w = self._w
+        if w.thread is None:  # started on the first clip: an idle recorder has no thread
+            w.thread = threading.Thread(target=w.run, name=w.name, daemon=True)
+            w.thread.start()
+        with w.cv:
+            w.items.append(item)
+            w.unfinished += 1
+            if item is not None and item[0] == "frame":
+                w.queued_frames += 1
+                wake = wake or w.queued_frames >= w.batch
+            if wake:
+                w.urgent = True
+                w.cv.notify_all()
+
+    def _buffer(self, frames: Any) -> Any:
+        """A free CPU buffer shaped like ``frames``; waits for one while all are in flight, and
+        returns None after ``2 * stall_timeout`` seconds without progress of the encoder."""
+        import torch
+
+        w = self._w
+        pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
+        layout = (tuple(frames.shape), pinned)
+        start = time.monotonic()
+        with w.cv:
+            if layout != w.layout:  # a new frame size: buffers of the old one are dropped
+                w.layout, w.free, w.buffers = layout, [], 0
+            while not w.free and w.buffers >= self._capacity:
+                w.urgent = True
+                w.cv.notify_all()
+                w.cv.wait(self._slice)
+                if layout != w.layout:  # pragma: no cover - only one training thread
+                    raise RuntimeError("frame size changed while waiting for a buffer")
+                if not w.free and w.idle(start) > self._patience:
+                    return None
+            if w.free:
+                return w.free.pop()
+            w.buffers += 1
+        return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
+
+    def _give_up(self, serial: int, waited: str) -> None:
+        """The training thread gives up on clip ``serial``: its remaining frames are dropped,
+        its ffmpeg killed, and it is reported failed (once); the encoder thread discards it."""
+        if serial <= 0:
+            return
+        w = self._w
+        if serial == self._opened:
+            self._dropping = serial
+        err = EncoderError(
+            f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "
+            f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"
+        )
+        with w.cv:
+            w.aborted.add(serial)
+            job = self._open_job if serial == self._opened else w.job
+            w.report(serial, _failure(job, err))
+        proc = w.proc
+        if proc is not None and w.job_serial == serial:
+            try:
+                proc.proc.kill()  # unblocks the encoder thread; it reaps the process
+            except OSError:
+                pass
 
 
 def _failure(job: Optional[ClipJob], err: Exception) -> str:
     what = f"clip {job.path!r}" if job is not None else "a clip"
     return f"encoding {what} failed: {type(err).__name__}: {err}"
-
-
-def _remove(path: Optional[str]) -> None:
-    if path:
-        try:
-            os.remove(path)
-        except OSError:  # already gone, or its directory is
-            pass

@@ -12,8 +12,9 @@
   always the terminal frame of the recorded env, which ends the clip.
 
 and it renders through one callable, ``render(env_idx) -> uint8 [k, H, W, 3]`` of the current
-state. rlrec's own :class:`~rlrec.record.recorder.Recorder` (below AutoReset in rlrec's env stack)
-and the drop-in wrappers for other frameworks' loops are thin callers of these two events.
+state (its ``render`` attribute). The wrappers of :mod:`rlrec.record.wrappers` (rlrec's own
+:class:`~rlrec.record.wrappers.adapter.Recorder`, below AutoReset in rlrec's env stack, and the
+drop-ins for other frameworks' loops) are thin callers of these two events.
 
 While no clip is open it renders nothing and reads nothing back from the device (the step trigger
 reads the recorded env's done flag once every ``every`` steps), so an armed idle engine costs a call
@@ -29,25 +30,23 @@ writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips a
 from __future__ import annotations
 
 import logging
-import math
 import os
-import tempfile
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.envs.base import as_env_index
+from rlrec.files import probe_dir
 from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
 from rlrec.record.frames import FrameMeta, draw_overlay
 from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
+from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClipEngine", "RecorderError", "ensure_video_dir", "env_index_list", "positive_number"]
+__all__ = ["ClipEngine", "RecorderError", "ensure_video_dir"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
@@ -62,37 +61,13 @@ def ensure_video_dir(path: Optional[str], key: str) -> str:
     """Creates ``path`` and checks that files can be created in it; ConfigError naming ``key``."""
     if not path:
         raise ConfigError(f"{key} is not set: the recorder needs a directory for its videos")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".rlrec-probe-"):
-            pass
-    except OSError as err:
-        raise ConfigError(f"{key}={path!r} cannot be used as the video directory: {err}") from err
-    return path
+    return probe_dir(path, key, use="the video directory", create=True)
 
 
-def env_index_list(value: Any, key: str, name: str = "env_idx") -> List[int]:
-    """A wrapper's env-index argument, one int or a list of them, as a list; ConfigError naming
-    ``key`` and ``name`` otherwise (the range is checked with the rest of the settings)."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not items or not all(
-        isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items
-    ):
-        raise ConfigError(
-            f"{key}: {name}={value!r} is invalid: give one env index (an int) or a list of them"
-        )
-    return [int(i) for i in items]
-
-
-def positive_number(value: Any, key: str, name: str, rule: str) -> Optional[float]:
-    """A wrapper's numeric argument as a float: None stays None, else a finite number > 0, or a
-    ConfigError ``{key}: {name}=... is invalid: {rule}``."""
-    if value is None:
-        return None
-    number = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-    if not number or not math.isfinite(value) or not value > 0:
-        raise ConfigError(f"{key}: {name}={value!r} is invalid: {rule}")
-    return float(value)
+def _host_index(env_idx: torch.Tensor) -> np.ndarray:
+    """The env indices named by an index tensor or a bool mask, as a host array."""
+    idx = env_idx.cpu()  # a mask's nonzero runs on the host
+    return (idx.nonzero() if idx.dtype == torch.bool else idx).flatten().long().numpy()
 
 
 def _tensor(value: Any, device: torch.device) -> torch.Tensor:
@@ -132,9 +107,11 @@ class ClipEngine:
     complete on disk, from the caller's thread (during a later event, ``poll``, ``flush`` or
     ``close``). ``max_episode_steps``: the env's time limit, for ``record_final_episode``.
     ``episode_trigger`` / ``step_trigger``: callables (Gymnasium's ``RecordVideo`` style) that
-    replace ``cfg.trigger``; ``name_prefix``: Gymnasium-style file names,
-    ``{name_prefix}-episode-{episode}.mp4`` (``-step-{step}`` with a step trigger). Bad settings
-    raise ConfigError here, before any work; then the video directory is created.
+    replace ``cfg.trigger`` (both: a clip starts when either fires); ``name_prefix``:
+    Gymnasium-style file names,
+    ``{name_prefix}-episode-{episode}.mp4`` (``-step-{step}`` for a clip of the step trigger).
+    Bad settings raise ConfigError here (:meth:`RecorderConfig.check`, naming ``names[field]``
+    where given), before any work; then the video directory is created.
 
     ``keep_last_episode`` (with ``record_final_episode``), for callers that cannot announce the end
     with :meth:`expect_end`: every episode that no trigger selects is recorded provisionally (a
@@ -162,12 +139,9 @@ class ClipEngine:
         step_trigger: Optional[Callable[[int], bool]] = None,
         name_prefix: Optional[str] = None,
         keep_last_episode: bool = False,
+        names: Optional[Dict[str, str]] = None,
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
-        if episode_trigger is not None and step_trigger is not None:
-            raise ConfigError(
-                f"{self.key}: episode_trigger and step_trigger are both given: pass at most one"
-            )
         for name, fn in (("episode_trigger", episode_trigger), ("step_trigger", step_trigger)):
             if fn is not None and not callable(fn):
                 raise ConfigError(f"{self.key}: {name}={fn!r} is not callable")
@@ -178,13 +152,13 @@ class ClipEngine:
                     f"{self.key}: name_prefix={name_prefix!r} is invalid: a plain file-name "
                     "prefix (no '/', not starting with '.' or '-')"
                 )
-        validate_recorder(cfg, self.key, num_envs)
+        cfg.check(num_envs, self.key, names)
         check_dt(dt, self.key)
         self.cfg = cfg
         self.num_envs = int(num_envs)
         self.dt = float(dt)
         self.device = torch.device(device)
-        self._render = render
+        self.render = render
         self.kind = kind
         self.on_clip = on_clip
         self.tag: Any = None
@@ -193,11 +167,17 @@ class ClipEngine:
         # record_final_episode for a caller that cannot announce the end (no expect_end): every
         # episode no trigger selects gets a provisional clip, so close() has one to keep
         self.keep_last_episode = bool(keep_last_episode) and bool(cfg.record_final_episode)
+        # both callables (Gymnasium's RecordVideo takes both: a clip starts when either fires):
+        # the step trigger is the schedule's, and the episode trigger asks at each new episode
+        # and, when it fires, has the schedule record that episode (record_next_episode)
+        both = episode_trigger is not None and step_trigger is not None
+        self._episode_fn = episode_trigger if both else None
+        self._by_episode = False  # the clip about to start was asked for by _episode_fn
         self.schedule = Schedule(
             cfg.trigger,
             cfg.every,
             cfg.record_final_episode,
-            episode_fn=episode_trigger,
+            episode_fn=None if both else episode_trigger,
             step_fn=step_trigger,
         )
         self._asks_steps = self.schedule.asks_steps
@@ -213,10 +193,10 @@ class ClipEngine:
             video_dir = ensure_video_dir(video_dir, f"{self.key}.dir (or the run's video dir)")
         # absolute: a relative dir means the working directory at start-up, whatever happens later
         self.video_dir = os.path.abspath(video_dir)
-        # validate_recorder refused names that are not one plain file; .mp4 is added when missing
+        # RecorderConfig.check refused names that are not one plain file; .mp4 is added when missing
         name = cfg.filename
         self.filename = name if name is None or name.lower().endswith(".mp4") else name + ".mp4"
-        self._encoder = Encoder(
+        self.encoder = Encoder(
             cfg.queue_size, name=f"rlrec-encoder-{kind}", stall_timeout=cfg.stall_timeout_sec
         )
         # counters (checkpointed)
@@ -258,8 +238,7 @@ class ClipEngine:
                 env_idx = torch.as_tensor(np.asarray(env_idx))
             # indices or a mask on the sim's device: the one read-back of a reset (.cpu() first,
             # so a mask's nonzero runs on the host); host indices (AutoReset's CPU tensor): none
-            cpu = torch.device("cpu")
-            idx = as_env_index(env_idx.cpu(), self.num_envs, cpu).numpy()
+            idx = _host_index(env_idx)
             self._episodes[idx] += 1
             hit = bool((idx == self._first).any())
         if hit:
@@ -281,7 +260,7 @@ class ClipEngine:
         self.steps += 1
         self._episode_steps += 1
         if self._clip is None and not self._asks_steps:  # the armed idle path: two increments
-            if self._encoder.pending:
+            if self.encoder.pending:
                 self.poll()
             return
         if self.closed:
@@ -333,7 +312,7 @@ class ClipEngine:
             if self._clip is not None:
                 self._end_clip(keep=False)  # a provisional clip gives way to the triggered one
             self._start_clip()  # a step trigger, idle: the done flag is read when it falls
-        if self._encoder.pending:
+        if self.encoder.pending:
             self.poll()
 
     # ------------------------------------------------------------------ caller API
@@ -360,7 +339,7 @@ class ClipEngine:
 
     def flush(self) -> None:
         """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
-        self._encoder.flush()
+        self.encoder.flush()
         self.poll()
 
     def close(self) -> None:
@@ -371,13 +350,13 @@ class ClipEngine:
         self.closed = True
         if self._clip is not None:
             self._end_clip(keep=self.cfg.record_final_episode)
-        self._encoder.close()
+        self.encoder.close()
         self.poll()
 
     @property
     def pending(self) -> bool:
         """Whether finished clips (or encoder errors) wait for :meth:`poll`."""
-        return self._encoder.pending
+        return self.encoder.pending
 
     @property
     def recording(self) -> bool:
@@ -424,10 +403,10 @@ class ClipEngine:
 
         A fixed-name clip is moved to its name right before its ``on_clip``, so the file there is
         that clip while ``on_clip`` runs (a consumer that reads it later links or copies it)."""
-        results = self._encoder.results(place=False)
+        results = self.encoder.results(place=False)
         for i, result in enumerate(results):
             try:
-                result = self._encoder.place(result)
+                result = self.encoder.place(result)
                 if isinstance(result, ClipInfo):
                     self.clips_saved += 1
                     log.info(
@@ -438,7 +417,7 @@ class ClipEngine:
                 else:
                     self._report(result)
             except BaseException:  # on_error=raise, or on_clip failed: the rest wait for later
-                self._encoder.requeue(results[i + 1 :])
+                self.encoder.requeue(results[i + 1 :])
                 raise
 
     # ------------------------------------------------------------------ internals
@@ -451,6 +430,9 @@ class ClipEngine:
             self._end_clip(keep=not clip.provisional and (clip.steps > 0 or clip.full_reset))
         self.episode += 1
         self._episode_steps = 0
+        if self._episode_fn is not None and self._episode_fn(self.episode):
+            self.schedule.record_next_episode()
+            self._by_episode = True
         if self.schedule.on_reset(self.episode, self.steps, full_reset):
             self._start_clip()
             if self._clip is not None:
@@ -462,18 +444,21 @@ class ClipEngine:
         if self.filename is not None:
             return self.filename
         if self.name_prefix is not None:
-            if self.schedule.trigger is Trigger.step or self.schedule.step_fn is not None:
+            by_step = self.schedule.trigger is Trigger.step or self.schedule.step_fn is not None
+            if by_step and not self._by_episode:
                 return f"{self.name_prefix}-step-{self.steps}.mp4"
             return f"{self.name_prefix}-episode-{self.episode}.mp4"
         return f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
 
     def _start_clip(self, provisional: bool = False) -> None:
+        path = os.path.join(self.video_dir, self._file_name())
+        self._by_episode = False
         self.clips_started += not provisional
         clip = self._clip = _Clip(len(self.env_idx), self.device, self.steps, self._seed)
         clip.provisional = provisional
         clip.episodes = self._episodes[self.env_idx].tolist()
         job = ClipJob(
-            path=os.path.join(self.video_dir, self._file_name()),
+            path=path,
             fixed_name=self.filename is not None,
             kind=self.kind,
             episode=self.episode,
@@ -485,7 +470,7 @@ class ClipEngine:
             overlay=draw_overlay if self.cfg.overlay else None,
             tag=self.tag,
         )
-        self._encoder.open(job)
+        self.encoder.open(job)
         self._capture(None, None)
         if self.length is not None and clip.frames >= self.length and not provisional:
             self._end_clip(keep=True)  # a one-frame clip
@@ -493,7 +478,7 @@ class ClipEngine:
     def _capture(self, reward: Optional[torch.Tensor], info: Optional[dict]) -> None:
         clip = self._clip
         assert clip is not None
-        frames = self._render(self.env_idx)
+        frames = self.render(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
         k = len(self.env_idx)
@@ -532,7 +517,7 @@ class ClipEngine:
         # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
         # for the encoder can never be changed by a later step or render, even from a render
         # that broke the owned-copy contract.
-        self._encoder.frame(frames, meta)
+        self.encoder.frame(frames, meta)
         clip.frames += 1
         clip.last_step = clip.first_step + clip.steps
 
@@ -580,7 +565,7 @@ class ClipEngine:
     def _end_clip(self, keep: bool) -> None:
         clip, self._clip = self._clip, None
         summary = self._summary(clip) if keep and clip is not None else None
-        self._encoder.end(keep, summary)
+        self.encoder.end(keep, summary)
 
     def _report(self, message: str) -> None:
         self.errors.append(message)

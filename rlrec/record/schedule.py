@@ -33,10 +33,10 @@ def capped_cubic(episode: int) -> bool:
 class Schedule:
     """The trigger decisions of one recorder.
 
-    ``trigger``: a :class:`~rlrec.config.Trigger` (or its name); ``every``: N for ``episode``
+    ``trigger``: a :class:`~rlrec.record.settings.Trigger` (or its name); ``every``: N for ``episode``
     (every N episodes) and ``step`` (every N steps); ``record_final_episode``: whether
     :meth:`expect_end` arms the final episodes. The settings are checked by
-    :func:`rlrec.config.validate_recorder`, not here.
+    :meth:`rlrec.record.settings.RecorderConfig.check`, not here.
 
     ``episode_fn`` / ``step_fn``: a callable trigger (Gymnasium's ``episode_trigger`` /
     ``step_trigger``), at most one, replacing ``trigger``: ``episode_fn(episode)`` is asked once at

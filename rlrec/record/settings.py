@@ -3,8 +3,9 @@ schema of ``recorder`` and ``eval_env.recorder`` (no Hydra needed to build or ch
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from rlrec.checks import (
     POSITIVE,
@@ -78,64 +79,79 @@ class RecorderConfig:
     lossless: bool = False  # exact RGB (libx264rgb, qp 0): pixel-exact, fewer players
     on_error: OnError = OnError.warn  # warn: log once, training goes on | raise: fatal
 
+    def check(self, num_envs: int, key: str = "recorder", names: Optional[Dict[str, str]] = None):
+        """ConfigError unless these settings fit a batch of ``num_envs`` envs: the one check of a
+        recorder's settings. Messages name ``{key}.{field}``; ``names`` maps a field to the
+        caller's own argument name (a drop-in wrapper's: ``RecordVectorVideo.video_length``, not
+        ``RecordVectorVideo.length_frames``)."""
+        names = names or {}
 
-def validate_recorder(rec: RecorderConfig, key: str, num_envs: int) -> None:
-    """Checks one recorder's settings against the env it will wrap."""
-    positive(rec.every, f"{key}.every", allow_none=True)
-    positive(rec.length_frames, f"{key}.length_frames", allow_none=True)
-    check_floats(rec, f"{key}.")  # length_sec, fps
-    positive(rec.queue_size, f"{key}.queue_size")
-    if not 1 <= rec.quality <= 10:
-        raise ConfigError(f"{key}.quality={rec.quality!r} is invalid: must be in 1..10")
-    choice(rec, "preset", X264Preset, f"{key}.preset")
-    choice(rec, "on_error", OnError, f"{key}.on_error")
-    if rec.length_frames is not None and rec.length_sec is not None:
-        raise ConfigError(
-            f"{key}.length_frames and {key}.length_sec are both set: give at most one clip length"
-        )
-    choice(rec, "trigger", Trigger, f"{key}.trigger")
-    trigger = rec.trigger
-    if trigger in (Trigger.episode, Trigger.step) and rec.every is None:
-        raise ConfigError(f"{key}.trigger={trigger.value} needs {key}.every (a positive count)")
-    if trigger not in (Trigger.episode, Trigger.step) and rec.every is not None:
-        raise ConfigError(
-            f"{key}.every={rec.every} is set but {key}.trigger={trigger.value}: a recorder has "
-            f"exactly one trigger; use {key}.trigger=episode or {key}.trigger=step with every"
-        )
-    if not rec.env_idx:
-        raise ConfigError(f"{key}.env_idx is empty: give at least one env index")
-    for i in rec.env_idx:
-        if not 0 <= i < num_envs:
-            raise ConfigError(
-                f"{key}.env_idx={list(rec.env_idx)} is invalid: each index must be in "
-                f"[0, {num_envs - 1}] (num_envs={num_envs})"
-            )
-    if len(set(rec.env_idx)) != len(rec.env_idx):
-        raise ConfigError(f"{key}.env_idx={list(rec.env_idx)} repeats an index")
-    name = rec.filename
-    if name is not None:
-        # ffmpeg is handed file: and an absolute path, so this is about what the name means: one
-        # visible file in the video dir (".mp4" is appended when missing), with room for the
-        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
-        rule = (
-            "must be a plain file name (no '/', not starting with '.', '-' or a space, at most "
-            "200 bytes), e.g. latest.mp4; .mp4 is appended when missing"
-        )
-        bad = not isinstance(name, str) or not name.strip() or name != name.strip()
-        bad = bad or "/" in name or "\0" in name or name.startswith((".", "-"))
-        if bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200:
-            raise ConfigError(f"{key}.filename={name!r} is invalid: {rule}")
-    if rec.dir:
-        # a URL-like prefix (pipe:, file:, s3://...) is refused rather than taken as a directory
-        # of that name: ffmpeg would read it as a protocol, and a user probably meant one
-        import re
+        def n(f: str) -> str:
+            return f"{key}.{names.get(f, f)}"
 
-        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", rec.dir)  # ffmpeg's idea of a protocol
-        if scheme:
+        positive(self.every, n("every"), allow_none=True)
+        positive(self.length_frames, n("length_frames"), allow_none=True)
+        check_floats(self, f"{key}.")  # length_sec, fps, stall_timeout_sec (by their own names)
+        positive(self.queue_size, n("queue_size"))
+        if not 1 <= self.quality <= 10:
+            raise ConfigError(f"{n('quality')}={self.quality!r} is invalid: must be in 1..10")
+        choice(self, "preset", X264Preset, n("preset"))
+        choice(self, "on_error", OnError, n("on_error"))
+        if self.length_frames is not None and self.length_sec is not None:
             raise ConfigError(
-                f"{key}.dir={rec.dir!r} is invalid: {scheme.group()} reads as a protocol (URL), "
-                f"and the recorder writes local files only; give a directory path "
-                f"(./{rec.dir} for a directory of that name)"
+                f"{n('length_frames')} and {n('length_sec')} are both set: give at most one clip "
+                "length"
             )
-    if rec.enabled and trigger is not Trigger.none and rec.dir:
-        probe_dir(rec.dir, f"{key}.dir")
+        choice(self, "trigger", Trigger, n("trigger"))
+        trigger = self.trigger
+        if trigger in (Trigger.episode, Trigger.step) and self.every is None:
+            raise ConfigError(
+                f"{n('trigger')}={trigger.value} needs {n('every')} (a positive count)"
+            )
+        if trigger not in (Trigger.episode, Trigger.step) and self.every is not None:
+            raise ConfigError(
+                f"{n('every')}={self.every} is set but {n('trigger')}={trigger.value}: a recorder "
+                f"has exactly one trigger; use {n('trigger')}=episode or {n('trigger')}=step with "
+                "every"
+            )
+        if not self.env_idx:
+            raise ConfigError(f"{n('env_idx')} is empty: give at least one env index")
+        for i in self.env_idx:
+            if not 0 <= i < num_envs:
+                raise ConfigError(
+                    f"{n('env_idx')}={list(self.env_idx)} is invalid: each index must be in "
+                    f"[0, {num_envs - 1}] (num_envs={num_envs})"
+                )
+        if len(set(self.env_idx)) != len(self.env_idx):
+            raise ConfigError(f"{n('env_idx')}={list(self.env_idx)} repeats an index")
+        name = self.filename
+        if name is not None:
+            # ffmpeg is handed file: and an absolute path, so this is about what the name means:
+            # one visible file in the video dir (".mp4" is appended when missing), with room for
+            # the temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
+            rule = (
+                "must be a plain file name (no '/', not starting with '.', '-' or a space, at "
+                "most 200 bytes), e.g. latest.mp4; .mp4 is appended when missing"
+            )
+            bad = not isinstance(name, str) or not name.strip() or name != name.strip()
+            bad = bad or "/" in name or "\0" in name or name.startswith((".", "-"))
+            if bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200:
+                raise ConfigError(f"{n('filename')}={name!r} is invalid: {rule}")
+        if self.dir:
+            # a URL-like prefix (pipe:, file:, s3://...) is refused rather than taken as a
+            # directory of that name: ffmpeg would read it as a protocol, and a user probably
+            # meant one
+            scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", self.dir)  # ffmpeg's protocols
+            if scheme:
+                raise ConfigError(
+                    f"{n('dir')}={self.dir!r} is invalid: {scheme.group()} reads as a protocol "
+                    f"(URL), and the recorder writes local files only; give a directory path "
+                    f"(./{self.dir} for a directory of that name)"
+                )
+        if recording(self) and self.dir:
+            probe_dir(self.dir, n("dir"))
+
+
+def recording(cfg: Optional[RecorderConfig]) -> bool:
+    """Whether ``cfg`` asks for a recorder at all (the one answer: enabled, and a trigger)."""
+    return cfg is not None and bool(cfg.enabled) and Trigger(cfg.trigger) is not Trigger.none

@@ -24,6 +24,8 @@ import json
 import os
 from typing import Any, Dict
 
+from rlrec.files import atomic_file
+
 __all__ = ["SIDECAR_VERSION", "sha256_file", "sidecar_path", "write_sidecar"]
 
 SIDECAR_VERSION = 1
@@ -46,21 +48,11 @@ def write_sidecar(video: str, data: Dict[str, Any]) -> str:
     """Writes ``data`` (plus ``version`` and ``video``) as the sidecar of ``video``, atomically;
     returns its path."""
     path = sidecar_path(video)
-    head, tail = os.path.split(path)
-    # the clip temporaries' pattern (.NAME.PID-N.part), so a resumed run removes one left by a kill
-    tmp = os.path.join(head, f".{tail}.{os.getpid()}-0.part")
     body = {"version": SIDECAR_VERSION, "video": os.path.basename(video), **data}
-    try:
-        with open(tmp, "w") as f:
-            json.dump(body, f, indent=1, default=_plain)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    # the one temporary-name scheme (.NAME.PID-N.part): a resumed run removes one left by a kill
+    with atomic_file(path, "w") as f:
+        json.dump(body, f, indent=1, default=_plain)
+        f.write("\n")
     return path
 
 

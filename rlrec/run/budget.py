@@ -29,7 +29,7 @@ from typing import List, Optional, Tuple
 
 from rlrec.checks import ConfigError
 from rlrec.config import Config
-from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.record.settings import recording
 
 FLOAT = 4  # bytes of a float32
 ROLLOUT_FLOATS = 8  # obs (>= 1), action (>= 1), logprob, reward, done, value, advantage, return
@@ -49,10 +49,6 @@ class Need:
 
 def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
-
-
-def _recording(rec: Optional[RecorderConfig]) -> bool:
-    return rec is not None and bool(rec.enabled) and Trigger(rec.trigger) is not Trigger.none
 
 
 def _frame_bytes(cfg: Config) -> Optional[int]:
@@ -119,7 +115,7 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
         if not (cfg.eval_env.enabled or cfg.eval_only):
             recorders = [r for r in recorders if r[1] == "recorder"]
         for rec, key in recorders:
-            if not _recording(rec):
+            if not recording(rec):
                 continue
             frames = frame * len(rec.env_idx)
             needs.append(

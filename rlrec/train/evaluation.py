@@ -42,8 +42,8 @@ class Evaluator:
         target = cfg.episodes or n
         started = 0
         if self.recorder is not None:
-            self.recorder.tag = tag
-            started = self.recorder.clips_started
+            self.recorder.engine.tag = tag
+            started = self.recorder.engine.clips_started
         obs, _ = env.reset(seed=cfg.seed)
         first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
         success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
@@ -73,7 +73,7 @@ class Evaluator:
         if self.recorder is not None:
             # the clip is encoded while training goes on and reported through on_clip once on disk
             self.recorder.end_clip()
-            self.recorded = self.recorder.clips_started > started
+            self.recorded = self.recorder.engine.clips_started > started
         if count == 0:
             return {}
         out = {
@@ -93,5 +93,5 @@ class Evaluator:
     def poll(self) -> None:
         """Reports eval clips that finished encoding since the evaluation (the env is not stepped
         between evaluations, so nothing else would)."""
-        if self.recorder is not None and self.recorder.pending:
+        if self.recorder is not None and self.recorder.engine.pending:
             self.recorder.poll()

@@ -22,15 +22,10 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter
 from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.factory import backend_module, make_adapter
-from rlrec.record.recorder import Recorder
-from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.record import Recorder
+from rlrec.record.settings import RecorderConfig, recording
 
 ROLES = ("adapter", "recorder", "autoreset")
-
-
-def recording(cfg: Optional[RecorderConfig]) -> bool:
-    """Whether ``cfg`` asks for a recorder at all."""
-    return cfg is not None and cfg.enabled and Trigger(cfg.trigger) is not Trigger.none
 
 
 def make_env_stack(

@@ -83,7 +83,7 @@ def test_example_records_through_the_env_stack(tmp_path):
         for _ in range(5):
             obs, rew, term, trunc, info = env.step(torch.ones(3, 2))
         assert bool((term | trunc).all()) and info["success"].shape == (3,)
-        env.find(__import__("rlrec.record.recorder", fromlist=["Recorder"]).Recorder).flush()
+        env.find(__import__("rlrec.record", fromlist=["Recorder"]).Recorder).flush()
     finally:
         env.close()
     assert len(clips) == 1 and clips[0].num_frames == 6 and clips[0].fps == pytest.approx(50.0)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.genesis
 
 
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
-from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.record import Recorder  # noqa: E402
 from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
 from rlrec.testing import FrameSpy, decode  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff, make_genesis  # noqa: E402
@@ -131,7 +131,7 @@ def test_partial_reset_of_another_env_leaves_the_recorded_env_and_its_clip(make_
         "a partial reset of env 1 changed env 0's image"
     )
     assert diff(after[1], before[1]) > RENDER_ATOL, "env 1's image does not show its reset"
-    assert rec.recording and rec.episode == 0, (
+    assert rec.recording and rec.engine.episode == 0, (
         "a reset of another env ended or restarted env 0's clip"
     )
     for i in range(2):
@@ -156,7 +156,7 @@ def test_capped_cubic_trigger_counts_episodes_of_the_recorded_env(make_stack):
         stack.step(zeros())
         stack.reset(env_idx=[0])  # many extra episodes of env 0, which must not count
     rec.flush()
-    assert rec.episode == 9
+    assert rec.engine.episode == 9
     assert [c.episode for c in clips] == [0, 1, 8]
     assert all(c.num_frames == limit + 1 for c in clips)
     # nothing rendered outside clips, and only the recorded env (Spy's own renders are not counted)

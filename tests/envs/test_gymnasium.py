@@ -269,7 +269,7 @@ def evals(tmp_path_factory):
     the first two evaluations, and is pushed left into a real termination in the third.
     """
     pytest.importorskip("imageio_ffmpeg")
-    from rlrec.record.recorder import Recorder
+    from rlrec.record import Recorder
     from rlrec.record.settings import RecorderConfig, Trigger
 
     tmp = tmp_path_factory.mktemp("gym_rec")

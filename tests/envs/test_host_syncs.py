@@ -11,7 +11,7 @@ import torch
 
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.train.logger import EpisodeStats
 from tests.hostsync import HostReads
@@ -56,19 +56,19 @@ def test_a_step_reads_the_device_once_also_when_episodes_end(tmp_path):
         env.reset(env_idx=[2])
         while rec.recording:  # the clip of episode 0 ends
             env.step(torch.zeros(6, 2))
-        assert rec.clips_started == 1
+        assert rec.engine.clips_started == 1
         reads.reset()
         per_step, ended, recorded_env_ended = [], 0, 0
         for _ in range(16):
             action = torch.rand(6, 2, generator=gen) * 2 - 1
-            episode = rec.episode
+            episode = rec.engine.episode
             *_, info = env.step(action)
             stats.add(info)
             per_step.append((reads.count, list(reads.where)))
             reads.reset()
             ended += "_final" in info
-            recorded_env_ended += rec.episode != episode
-        assert not rec.recording and rec.clips_started == 1  # idle throughout
+            recorded_env_ended += rec.engine.episode != episode
+        assert not rec.recording and rec.engine.clips_started == 1  # idle throughout
     assert ended >= 8 and recorded_env_ended >= 3  # partial resets, the recorded env's included
     assert all(n <= 1 for n, _ in per_step), [w for n, w in per_step if n > 1]
     summary = stats.summary()

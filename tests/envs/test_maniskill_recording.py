@@ -25,7 +25,7 @@ from rlrec.envs import maniskill as ms  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.envs.config import SimConfig  # noqa: E402
 from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
-from rlrec.record.recorder import Recorder  # noqa: E402
+from rlrec.record import Recorder  # noqa: E402
 from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
 from rlrec.testing import (  # noqa: E402
     FrameSpy,
@@ -92,7 +92,7 @@ def run(tmp_path_factory):
         reference=reference,
         train_clips=list(train_clips),
         train_spy=train_spy,
-        train_episodes=train_rec.episode,
+        train_episodes=train_rec.engine.episode,
     )
     eval_env.close()
     train_env.close()

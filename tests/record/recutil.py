@@ -11,7 +11,7 @@ import torch
 
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy as Spy  # noqa: F401  (the recorder tests call it Spy)
 from rlrec.testing import decode  # noqa: F401  (re-exported for the recorder tests)

@@ -94,7 +94,7 @@ def test_back_pressure_never_drops_a_frame(tmp_path, queue_size):
     enc.open(job(tmp_path / "a.mp4"))
     for f in sent:
         enc.frame(f)
-        assert enc._worker._buffers <= queue_size  # never more buffers than the queue holds
+        assert enc.buffers <= queue_size  # never more buffers than the queue holds
     enc.end(True)
     enc.close()
     (info,) = enc.results()

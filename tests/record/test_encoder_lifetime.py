@@ -101,10 +101,10 @@ SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
     import torch
-    from rlrec.config import RecorderConfig, Trigger
+    from rlrec.record import RecorderConfig, Trigger
     from rlrec.envs.autoreset import AutoReset
     from rlrec.envs.builtin import PointReach
-    from rlrec.record.recorder import Recorder
+    from rlrec.record import Recorder
 
     video_dir, mode, filename = sys.argv[1], sys.argv[2], sys.argv[3] or None
     env = PointReach(2, max_episode_steps={limit}, render_width=32, render_height=32, seed=0)
@@ -118,7 +118,7 @@ SCRIPT = textwrap.dedent(
             recorder.flush()  # episode 0's clip is on disk (and placed under a fixed name)
     if mode != "queued":  # "queued": frames wait in the queue, ffmpeg may not have started
         recorder.flush()  # episode 1's frames are in its ffmpeg, which runs
-        pid = recorder._encoder.current_pid
+        pid = recorder.engine.encoder.current_pid
         assert pid is not None
         print("ffmpeg", pid, flush=True)
         if mode == "stopped":  # a hung ffmpeg: the exit must still be bounded
@@ -185,7 +185,7 @@ def test_an_encoder_dropped_mid_clip_is_collected_and_stops_its_thread_and_ffmpe
     for f in frames(5):
         enc.frame(f)
     enc.flush()
-    pid, thread = enc.current_pid, enc._worker._thread
+    pid, thread = enc.current_pid, enc.thread
     assert pid is not None and thread is not None and thread.is_alive()
     ref = weakref.ref(enc)
     gc.disable()  # reference counting alone must free it: no cycle through the thread's target
@@ -206,7 +206,7 @@ def test_a_recorder_dropped_mid_clip_leaves_no_thread_no_ffmpeg_no_temporary(tmp
     for _ in range(LIMIT + 4):
         stack.step(zeros(stack))
     rec.flush()
-    pid, thread = rec._encoder.current_pid, rec._encoder._worker._thread
+    pid, thread = rec.engine.encoder.current_pid, rec.engine.encoder.thread
     assert pid is not None and thread.is_alive() and rec.recording
     assert [c.num_frames for c in clips] == [LIMIT + 1]
     first = clips[0].path
@@ -229,7 +229,7 @@ def test_a_closed_recorder_is_collected_with_nothing_left(tmp_path):
     for _ in range(3):
         stack.step(zeros(stack))
     stack.close()  # record_final_episode: saves the clip in progress
-    ref = weakref.ref(rec._encoder)
+    ref = weakref.ref(rec.engine.encoder)
     del stack, rec, spy
     gc.collect()
     assert ref() is None
@@ -255,7 +255,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
     for f in frames(2):
         enc.frame(f)
     enc.flush()
-    pid, thread = enc.current_pid, enc._worker._thread
+    pid, thread = enc.current_pid, enc.thread
     assert pid is not None
     for f in frames(2, seed=1):  # one batch: its first frame reaches the stuck overlay
         enc.frame(f)
@@ -282,7 +282,7 @@ def test_a_dropped_encoder_kills_and_reaps_its_stopped_ffmpeg(tmp_path):
     for f in frames(3):
         enc.frame(f)
     enc.flush()
-    pid, thread = enc.current_pid, enc._worker._thread
+    pid, thread = enc.current_pid, enc.thread
     os.kill(pid, signal.SIGSTOP)
     try:
         start = time.monotonic()

@@ -12,7 +12,8 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.builtin import PointReach
-from rlrec.record import ClipEngine, sidecar_path
+from rlrec.record import ClipEngine
+from rlrec.record.sidecar import sidecar_path
 from tests.record.recutil import Spy, decode, listing, make_stack, random_actions, rec_cfg
 
 
@@ -165,10 +166,36 @@ def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
     assert engine.steps == 10
 
 
+def test_episode_and_step_triggers_together_start_a_clip_when_either_fires(tmp_path):
+    """As Gymnasium's RecordVideo: both callables given, each starts clips of its own name."""
+    env = PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0)
+    asked = []
+    engine, clips = _engine(
+        tmp_path,
+        env,
+        episode_trigger=lambda ep: asked.append(ep) or ep == 2,
+        step_trigger=lambda s: s == 1,
+        name_prefix="v",
+        length_frames=2,
+    )
+    env.reset(seed=0)
+    engine.on_reset(None, seed=0)
+    for _ in range(12):
+        out = env.step(torch.zeros(1, 2))
+        engine.on_step(*out[1:])
+        done = out[2] | out[3]
+        if done.any():
+            env.reset(env_idx=done.nonzero().flatten())
+            engine.on_reset(done.nonzero().flatten())
+    engine.close()
+    assert asked == [0, 1, 2, 3]  # once per episode
+    names = [os.path.basename(c.path) for c in clips]
+    assert names == ["v-step-1.mp4", "v-episode-2.mp4"]
+    assert [c.episode for c in clips] == [0, 2]
+
+
 def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
     env = PointReach(1, render_width=16, render_height=16)
-    with pytest.raises(ConfigError, match="episode_trigger and step_trigger"):
-        _engine(tmp_path, env, episode_trigger=bool, step_trigger=bool)
     with pytest.raises(ConfigError, match="step_trigger=3 is not callable"):
         _engine(tmp_path, env, step_trigger=3)
     with pytest.raises(ConfigError, match="name_prefix='../x'"):
@@ -187,7 +214,7 @@ def test_render_returning_the_wrong_thing_is_a_clear_error(tmp_path):
         PointReach(1, render_width=16, render_height=16),
         trigger="always",
     )
-    engine._render = lambda idx: np.zeros((1, 8, 8), np.uint8)
+    engine.render = lambda idx: np.zeros((1, 8, 8), np.uint8)
     with pytest.raises(TypeError, match=r"render\(\[0\]\) returned torch.uint8 \(1, 8, 8\)"):
         engine.on_reset(None)
     engine.close()

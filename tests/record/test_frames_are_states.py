@@ -30,7 +30,7 @@ import torch
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvWrapper, as_env_index
 from rlrec.envs.builtin import PointReach
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from tests.record.recutil import decode_many, random_actions, rec_cfg
 
 SIZE = 32
@@ -166,7 +166,7 @@ def run(tmp_path, num_envs, env_idx, fps=None, length=None, steps=150, stale_eve
             stack.reset(seed=7)  # a full reset mid-episode
         stack.step(random_actions(stack, gen))
     stack.close()  # record_final_episode: the episode in progress is saved too
-    return clips, log, rec.steps_per_frame
+    return clips, log, rec.engine.steps_per_frame
 
 
 CASES = {

@@ -212,8 +212,8 @@ def test_expect_end_records_only_the_episodes_that_can_be_the_last(env, refs, tm
     w.expect_end(2 * LENGTH + 2)
     w.reset()
     rendered = []
-    real = w.engine._render
-    w.engine._render = lambda idx: rendered.append(w.engine.episode) or real(idx)
+    real = w.engine.render
+    w.engine.render = lambda idx: rendered.append(w.engine.episode) or real(idx)
     for _ in range(2 * LENGTH + 2):
         w.step(env.act())
     w.close()
@@ -263,7 +263,7 @@ def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_boo
     with pytest.raises(RuntimeError):
         torch.any(torch.tensor([False, True]) or torch.tensor([True, False]))
     # rlrec's timing: the same settings take every step and write 1 / dt
-    from rlrec.record import real_fps, steps_per_frame
+    from rlrec.record.timing import real_fps, steps_per_frame
 
     assert steps_per_frame(fps, dt) == 1 and real_fps(1, dt) == pytest.approx(20.0)
 

@@ -241,6 +241,38 @@ def test_step_trigger_and_video_length(tmp_path):
         assert_frames(frames, ref.timeline(0, step, k), f"step {step}")
 
 
+def test_episode_and_step_triggers_together_as_gymnasium(tmp_path):
+    """Gymnasium's RecordVideo takes both triggers (a clip starts when either fires) and keeps
+    them as attributes; so does the drop-in."""
+    episode_trigger, step_trigger = (lambda e: e == 1), (lambda s: s == 3)
+    rec, actions = run(tmp_path, "CartPole-v1", 2, AutoresetMode.NEXT_STEP, 60, seed=4, env_idx=0,
+                       episode_trigger=episode_trigger, step_trigger=step_trigger,
+                       video_length=2)  # fmt: skip
+    assert rec.episode_trigger is episode_trigger and rec.step_trigger is step_trigger
+    ref = reference(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP, actions, 4, [0])
+    assert ref.starts[0][1] > 3 + 2, "episode 1 must begin after the step clip"
+    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
+    assert names == ["rl-video-episode-1.mp4", "rl-video-step-3.mp4"]
+    frames, _ = decode(str(tmp_path / "rl-video-step-3.mp4"))
+    assert_frames(frames, ref.timeline(0, 3, 2), "step clip")
+    frames, _ = decode(str(tmp_path / "rl-video-episode-1.mp4"))
+    assert_frames(frames, ref.timeline(0, ref.starts[0][1], 2), "episode clip")
+
+
+def test_trigger_attributes_default_to_gymnasiums(tmp_path):
+    from gymnasium.utils.save_video import capped_cubic_video_schedule
+
+    vec = make_vec(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP)
+    rec = RecordVectorVideo(vec, str(tmp_path))
+    try:
+        assert rec.step_trigger is None
+        assert [rec.episode_trigger(e) for e in range(2001)] == [
+            capped_cubic_video_schedule(e) for e in range(2001)
+        ]
+    finally:
+        rec.close()
+
+
 # ----------------------------------------------------------------------------- sidecar
 @pytest.mark.parametrize(
     "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name
@@ -314,7 +346,6 @@ def test_async_same_step_without_hooks_is_refused(tmp_path):
     "kwargs,match",
     [
         ({"video_aspect_ratio": (16, 9)}, "video_aspect_ratio"),
-        ({"episode_trigger": lambda e: True, "step_trigger": lambda s: True}, "step_trigger"),
         ({"episode_trigger": 3}, "episode_trigger"),
         ({"video_length": -1}, "video_length"),
         ({"video_length": 1.5}, "video_length"),

@@ -246,11 +246,11 @@ def test_ignore_terminations_records_to_truncation_and_a_mismatch_is_logged(tmp_
     rec = RecordClips(probe, tmp_path / "b", save_trajectory=False, lossless=True)
     env = ManiSkillVectorEnv(rec, 1, auto_reset=True, ignore_terminations=True)
     env.reset(seed=3)
-    with caplog.at_level(logging.WARNING, logger="rlrec.record.maniskill"):
+    with caplog.at_level(logging.WARNING, logger="rlrec.record.wrappers.maniskill"):
         for i in range(4):
             env.step(actions(env, i))
     env.close()
-    msgs = [r.getMessage() for r in caplog.records if r.name == "rlrec.record.maniskill"]
+    msgs = [r.getMessage() for r in caplog.records if r.name == "rlrec.record.wrappers.maniskill"]
     assert len(msgs) == 1 and "ignore_terminations=True" in msgs[0]
 
 
@@ -268,8 +268,9 @@ def test_save_on_reset_false_drops_the_clip_in_progress_and_trajectories_still_s
 def test_import_rlrec_record_does_not_import_mani_skill():
     code = (
         "import sys, rlrec.record; "
-        "assert not {'mani_skill', 'sapien', 'rlrec.record.maniskill'} & set(sys.modules); "
-        "print(rlrec.record.RecordClips.__name__, 'rlrec.record.maniskill' in sys.modules)"
+        "name = 'rlrec.record.wrappers.maniskill'; "
+        "assert not {'mani_skill', 'sapien', name} & set(sys.modules); "
+        "print(rlrec.record.RecordClips.__name__, name in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120

@@ -82,7 +82,7 @@ def run(
     )
     adapter = stack.unwrapped
     if record:
-        assert stack.env.steps_per_frame == steps_per_frame
+        assert stack.env.engine.steps_per_frame == steps_per_frame
     gen = torch.Generator().manual_seed(SEED)
     out: Dict[str, list] = {"obs": [], "reward": [], "terminated": [], "truncated": []}
     out.update(final_obs=[], final=[], state=[])

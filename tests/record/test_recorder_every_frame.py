@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rlrec.envs.builtin import PointReach
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from tests.record.recutil import decode, decode_many, rec_cfg, zeros
 
 LENGTHS = list(range(1, 65)) + [65, 100, 127, 128, 129, 256, 333, 599, 600]

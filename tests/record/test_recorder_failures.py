@@ -11,8 +11,8 @@ import torch
 from rlrec.checks import ConfigError
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.record.recorder import Recorder, RecorderError
-from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
+from rlrec.record import Recorder, RecorderError
+from rlrec.record.settings import RecorderConfig, Trigger
 from tests.record.recutil import decode, listing, make_stack, random_actions, zeros
 
 
@@ -49,9 +49,9 @@ def test_unwritable_directory_training_goes_on_reported_once(tmp_path, caplog):
 
 def wait_for_ffmpeg(rec):
     for _ in range(200):
-        rec._encoder.flush()
-        if rec._encoder.current_pid is not None:
-            return rec._encoder.current_pid
+        rec.engine.encoder.flush()
+        if rec.engine.encoder.current_pid is not None:
+            return rec.engine.encoder.current_pid
         time.sleep(0.01)
     raise AssertionError("ffmpeg did not start")
 
@@ -188,7 +188,8 @@ def test_fixed_filename_holds_each_clip_while_it_is_reported(tmp_path):
         tmp_path, max_steps=2, trigger="always", filename="latest.mp4"
     )
     seen = []
-    rec.on_clip = lambda clip: seen.append((clip.episode, decode(clip.path)[0]))  # slow: 50 ms
+    # slow: 50 ms
+    rec.engine.on_clip = lambda clip: seen.append((clip.episode, decode(clip.path)[0]))
     stack.reset(seed=0)
     gen = torch.Generator().manual_seed(0)
     for _ in range(2 * 12):
@@ -247,9 +248,9 @@ def test_bad_input_names_the_key_before_any_work(tmp_path, kw, key):
 
 def test_bad_input_messages_list_allowed_values(tmp_path):
     with pytest.raises(ConfigError, match="cubic, episode, step, always, eval, none"):
-        validate_recorder(RecorderConfig(trigger="sometimes"), "eval_env.recorder", 8)
+        RecorderConfig(trigger="sometimes").check(8, "eval_env.recorder")
     with pytest.raises(ConfigError, match=r"eval_env\.recorder\.env_idx=\[8\].*\[0, 7\]"):
-        validate_recorder(RecorderConfig(env_idx=[8]), "eval_env.recorder", 8)
+        RecorderConfig(env_idx=[8]).check(8, "eval_env.recorder")
 
 
 def test_odd_but_plain_dir_and_a_name_without_mp4(tmp_path, monkeypatch):
@@ -279,7 +280,7 @@ def test_video_dir_that_cannot_be_created(tmp_path):
     with pytest.raises(ConfigError, match=r"recorder\.dir"):
         make_rec(tmp_path, dir=str(blocker / "videos"))
     with pytest.raises(ConfigError, match=r"recorder\.dir='.*file/videos'"):
-        validate_recorder(RecorderConfig(dir=str(blocker / "videos")), "recorder", 4)
+        RecorderConfig(dir=str(blocker / "videos")).check(4, "recorder")
     env = PointReach(2, render_width=16, render_height=16)
     with pytest.raises(ConfigError, match=r"eval_env\.recorder\.dir"):
         Recorder(env, RecorderConfig(), str(blocker / "videos"), kind="eval")

@@ -11,7 +11,7 @@ import torch
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from tests.record.recutil import Spy, decode, make_stack, random_actions, rec_cfg, zeros
 
 
@@ -244,7 +244,7 @@ def test_queued_frames_survive_a_renderer_that_reuses_its_buffer(tmp_path, queue
     stack.reset(seed=0)
     for _ in range(40):
         stack.step(zeros(stack))
-        assert rec._encoder._worker._buffers <= queue_size
+        assert rec.engine.encoder.buffers <= queue_size
     stack.close()
     frames, _ = decode(clips[0].path)
     assert np.array_equal(frames, np.stack(spy.episodes[0]))

@@ -156,7 +156,7 @@ def test_expect_end_gives_the_final_episode_a_clip(tmp_path, final):
     total = 6 * 16
     rec.expect_end(total)
     run_episodes(stack, 1, total)
-    final_episode = rec.episode
+    final_episode = rec.engine.episode
     assert final_episode == 13 and rec.recording == final
     stack.close()
     if not final:  # record_final_episode=false: expect_end changes nothing
@@ -182,10 +182,10 @@ def test_expect_end_without_a_time_limit_records_every_later_episode(tmp_path):
 
     stack.reset(seed=0)
     run(60)
-    announced_in = rec.episode
+    announced_in = rec.engine.episode
     rec.expect_end(120)
     run(120)
-    last = rec.episode
+    last = rec.engine.episode
     stack.close()
     later = list(range(announced_in + 1, last + 1))
     assert len(later) >= 3
@@ -197,11 +197,11 @@ def test_expect_end_without_a_time_limit_records_every_later_episode(tmp_path):
 
 def test_clips_carry_the_tag_current_at_their_start(tmp_path):
     stack, rec, spy, clips = make_stack(tmp_path, max_steps=4, trigger="always")
-    assert rec.tag is None
+    assert rec.engine.tag is None
     stack.reset(seed=0)  # episode 0 starts with no tag
-    rec.tag = "a"
+    rec.engine.tag = "a"
     run_episodes(stack, 1, 4)  # episode 0 ends, episode 1 starts with "a"
-    rec.tag = ("b", 2)  # changed in the middle of episode 1: its clip keeps "a"
+    rec.engine.tag = ("b", 2)  # changed in the middle of episode 1: its clip keeps "a"
     run_episodes(stack, 1, 4)  # episode 2 starts with ("b", 2)
     stack.close()
     assert [(c.episode, c.tag) for c in clips] == [(0, None), (1, "a"), (2, ("b", 2))]

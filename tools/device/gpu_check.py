@@ -661,7 +661,7 @@ def recorder_cost(args, rep: Report, tmp: Path, budget: float) -> None:
     envs (frames rendered on the device) is recorded, against the throughput between clips."""
     from rlrec.envs.autoreset import AutoReset
     from rlrec.envs.builtin import PointReach
-    from rlrec.record.recorder import Recorder
+    from rlrec.record import Recorder
     from rlrec.record.settings import RecorderConfig, Trigger
 
     n = 64 if args.quick else 4 * args.envs

@@ -40,7 +40,7 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.maniskill import ManiSkillEnvConfig
-from rlrec.record.recorder import Recorder
+from rlrec.record import Recorder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import FrameSpy
 
@@ -221,7 +221,7 @@ def regression(args, rep: Report, tmp: Path) -> None:
         f"{[round(d, 2) for d in after]}",
     )
     rep.check(
-        [c.episode for c in train_clips] == [0, 1, 8] and train_rec.episode >= 9,
+        [c.episode for c in train_clips] == [0, 1, 8] and train_rec.engine.episode >= 9,
         "cubic schedule on the collection env",
         f"clips of episodes {[c.episode for c in train_clips]}",
     )

@@ -1,5 +1,6 @@
 """Recording a Gymnasium vector env: :class:`RecordVectorVideo`, a drop-in for
-``gymnasium.wrappers.vector.RecordVideo``, and :class:`RenderHook`, the sub-env wrapper it uses.
+``gymnasium.wrappers.vector.RecordVideo``, and :class:`RenderHook`, the sub-env hook it renders
+through (:class:`rlrec.envs.base.SubEnv`, under the name a user passes to ``make_vec``).
 
 Every clip decision, frame and sidecar is the :class:`~rlrec.record.engine.ClipEngine`'s; this
 module only turns the vector env's resets and steps into the engine's events, for each of
@@ -29,63 +30,41 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
 from rlrec.checks import ConfigError
+from rlrec.envs.base import RENDER_METHOD, SubEnv
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine, env_index_list, positive_number
-from rlrec.record.settings import OnError, RecorderConfig, Trigger, X264Preset
+from rlrec.record.engine import ClipEngine
+from rlrec.record.schedule import capped_cubic
+from rlrec.record.settings import OnError, RecorderConfig, X264Preset
+from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
 
 __all__ = ["RecordVectorVideo", "RenderHook"]
 
 _KEY = "RecordVectorVideo"
 _DEFAULT_FPS = 30  # Gymnasium's RecordVideo: without render_fps, 30
+# the settings' fields under this wrapper's own argument names, for its error messages
+_NAMES = {"length_frames": "video_length", "dir": "video_folder"}
 
 
-class RenderHook(gym.Wrapper):
-    """A sub-env wrapper through which :class:`RecordVectorVideo` renders a recorded sub-env.
-
-    While armed (a clip is open), a terminal step renders the terminal state right away, before a
-    same-step autoreset of the vector env replaces it; :meth:`rlrec_frame` answers the recorder's
-    render requests inside the sub-env's own process, so an ``AsyncVectorEnv`` renders only the
-    recorded sub-envs. Add it to every sub-env of an ``AsyncVectorEnv`` in ``SAME_STEP`` mode:
+class RenderHook(SubEnv):
+    """The sub-env hook through which :class:`RecordVectorVideo` renders a recorded sub-env
+    (:class:`rlrec.envs.base.SubEnv`: only the named sub-envs render; while a clip is open a
+    terminal step is rendered before a same-step autoreset replaces it). Add it to every sub-env
+    of an ``AsyncVectorEnv`` in ``SAME_STEP`` mode:
     ``gym.make_vec(env_id, n, vectorization_mode="async", wrappers=[RenderHook], ...)``. It
     changes nothing else: steps, resets and renders pass through.
     """
 
-    rlrec_render_hook = True
 
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        self.rlrec_index: Optional[int] = None  # this sub-env's index, set by the recorder
-        self.rlrec_armed = False  # render the state of a terminal step
-        self.rlrec_terminal_frame: Optional[np.ndarray] = None  # that render, until the next step
-
-    def step(self, action):
-        self.rlrec_terminal_frame = None
-        out = self.env.step(action)
-        if self.rlrec_armed and (out[2] or out[3]):
-            self.rlrec_terminal_frame = np.array(self.env.render(), dtype=np.uint8)
-        return out
-
-    def rlrec_frame(self, wanted: Sequence[int], terminal: bool) -> Optional[np.ndarray]:
-        """This sub-env's frame if its index is in ``wanted``, else None (nothing rendered).
-        ``terminal``: the frame of the last step, the terminal one if the step ended an episode
-        (kept from before the autoreset), else the current state."""
-        if self.rlrec_index not in wanted:
-            return None
-        if terminal and self.rlrec_terminal_frame is not None:
-            return self.rlrec_terminal_frame
-        return np.asarray(self.env.render())
-
-
-def _find_hook(env: gym.Env) -> Optional[RenderHook]:
+def _find_hook(env: gym.Env) -> Optional[SubEnv]:
     while True:
-        if isinstance(env, RenderHook):
+        if isinstance(env, SubEnv):
             return env
         if not isinstance(env, gym.Wrapper):
             return None
         env = env.env
 
 
-class RecordVectorVideo(VectorWrapper):
+class RecordVectorVideo(RecorderWrapper, VectorWrapper):
     """Records clips of a Gymnasium vector env's sub-envs (``render_mode="rgb_array"``).
 
     The positional arguments are those of ``gymnasium.wrappers.vector.RecordVideo``, in its
@@ -96,10 +75,12 @@ class RecordVectorVideo(VectorWrapper):
       grid (another ratio is refused rather than ignored);
     - ``record_first_only``: record env 0 only. Without it and without ``env_idx``, every sub-env
       is recorded, tiled (Gymnasium's default; each frame renders every sub-env);
-    - ``episode_trigger`` / ``step_trigger``: callables as Gymnasium's (at most one); neither:
-      the capped cubic schedule. ``episode_trigger(e)`` is asked at each reset of the first
-      recorded env; ``step_trigger(s)`` with the number of steps taken (0 at the first reset),
-      and the clip starts on the state after step ``s`` (Gymnasium's step ids are one less);
+    - ``episode_trigger`` / ``step_trigger``: callables as Gymnasium's (both: a clip starts when
+      either fires); neither: the capped cubic schedule. ``episode_trigger(e)`` is asked at each
+      reset of the first recorded env; ``step_trigger(s)`` with the number of steps taken (0 at
+      the first reset), and the clip starts on the state after step ``s`` (Gymnasium's step ids
+      are one less). Both are kept as attributes, as Gymnasium's (``episode_trigger`` is the
+      capped cubic schedule when neither is given);
     - ``video_length``: frames per clip; 0 (default): whole episodes, terminal frame included in
       every autoreset mode. A clip never runs across an episode boundary;
     - ``name_prefix``: files are ``{name_prefix}-episode-{N}.mp4`` / ``-step-{N}.mp4``;
@@ -112,9 +93,9 @@ class RecordVectorVideo(VectorWrapper):
     length in seconds of sim time, instead of ``video_length``), ``record_final_episode``
     (``close()`` saves the clip in progress; default True, as Gymnasium's ``close()``),
     ``lossless``, ``quality``, ``preset``, ``overlay``, ``filename``, ``on_error``, ``queue_size``,
-    ``stall_timeout_sec`` (as in :class:`~rlrec.config.RecorderConfig`), ``dt`` and ``on_clip``
-    (called with each :class:`~rlrec.record.encoder.ClipInfo` once the clip is on disk; they are
-    also kept in :attr:`clips`). Each clip ``NAME.mp4`` gets a sidecar ``NAME.json``.
+    ``stall_timeout_sec`` (as in :class:`~rlrec.record.settings.RecorderConfig`), ``dt`` and
+    ``on_clip`` (called with each :class:`~rlrec.record.encoder.ClipInfo` once the clip is on
+    disk; they are also kept in :attr:`clips`). Each clip ``NAME.mp4`` gets a sidecar ``NAME.json``.
 
     ``dt``, the sim time of one step: the ``dt`` argument, else the sub-env's ``dt`` attribute
     (MuJoCo envs have one), else ``1 / metadata["render_fps"]``, else ``1 / 30`` (Gymnasium's
@@ -149,151 +130,49 @@ class RecordVectorVideo(VectorWrapper):
         dt: Optional[float] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
     ):
-        # ---------------------------------------------------------------- checks, before any work
-        if not isinstance(env, VectorEnv):
-            raise TypeError(
-                f"{_KEY}: env must be a gymnasium.vector.VectorEnv, got {type(env).__name__} "
-                "(for a single env use gymnasium.wrappers.RecordVideo)"
-            )
-        if env.render_mode != "rgb_array":
-            raise ValueError(
-                f"{_KEY}: the vector env's render_mode is {env.render_mode!r}; the recorder needs "
-                "render_mode='rgb_array' (e.g. gym.make_vec(..., render_mode='rgb_array'))"
-            )
-        if not isinstance(video_folder, (str, os.PathLike)) or not os.fspath(video_folder):
-            raise ConfigError(f"{_KEY}: video_folder={video_folder!r} is invalid: give a directory")
-        if tuple(video_aspect_ratio) != (1, 1):
-            raise ConfigError(
-                f"{_KEY}: video_aspect_ratio={tuple(video_aspect_ratio)!r} is not supported: "
-                "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
-            )
-        for name, fn in (
-            ("episode_trigger", episode_trigger),
-            ("step_trigger", step_trigger),
-            ("gc_trigger", gc_trigger),
-            ("on_clip", on_clip),
-        ):
-            if fn is not None and not callable(fn):
-                raise ConfigError(f"{_KEY}: {name}={fn!r} is invalid: give a callable or None")
-        if episode_trigger is not None and step_trigger is not None:
-            raise ConfigError(
-                f"{_KEY}: episode_trigger and step_trigger are both set: give at most one trigger"
-            )
-        if isinstance(video_length, bool) or not isinstance(video_length, (int, np.integer)):
-            raise ConfigError(f"{_KEY}: video_length={video_length!r} is invalid: give an int >= 0")
-        if video_length < 0:
-            raise ConfigError(
-                f"{_KEY}: video_length={video_length} is invalid: frames per clip, >= 0 "
-                "(0: whole episodes)"
-            )
-        if video_length and length_sec is not None:
-            raise ConfigError(
-                f"{_KEY}: video_length={video_length} and length_sec={length_sec} are both set: "
-                "give at most one clip length"
-            )
-        if not isinstance(name_prefix, str) or not name_prefix or "/" in name_prefix:
-            raise ConfigError(
-                f"{_KEY}: name_prefix={name_prefix!r} is invalid: a non-empty file name prefix "
-                "without '/'"
-            )
-        base = env.unwrapped
-        n = env.num_envs
-        if env_idx is None:
-            envs = [0] if record_first_only else list(range(n))
-        else:
-            envs = env_index_list(env_idx, _KEY)
-            if record_first_only and envs != [0]:
-                raise ConfigError(
-                    f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
-                )
-        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        if isinstance(mode, str):
-            mode = AutoresetMode(mode)
+        _check_arguments(env, video_folder, video_aspect_ratio, video_length, length_sec,
+                         name_prefix, episode_trigger, step_trigger, gc_trigger,
+                         on_clip)  # fmt: skip
+        envs = _recorded(env.num_envs, env_idx, record_first_only)
+        base = self._base = env.unwrapped
         self._async = isinstance(base, AsyncVectorEnv)
         self._sync = isinstance(base, SyncVectorEnv)
-        async_hooks = False
-        if self._async:
-            async_hooks = all(base.call("has_wrapper_attr", "rlrec_render_hook"))
-        if mode is AutoresetMode.SAME_STEP and not (self._sync or async_hooks):
-            how = (
-                "build it with the hook, gym.make_vec(..., vectorization_mode='async', "
-                "wrappers=[rlrec.record.RenderHook]), "
-                if self._async
-                else ""
-            )
-            raise ValueError(
-                f"{_KEY}: {type(base).__name__} resets a done sub-env inside step() "
-                "(autoreset_mode=SAME_STEP), so its terminal frame is gone before this wrapper "
-                f"sees it; {how}or use autoreset_mode NEXT_STEP or DISABLED "
-                "(vector_kwargs={'autoreset_mode': AutoresetMode.NEXT_STEP}), or a SyncVectorEnv"
-            )
+        self._async_hooks = self._async and all(base.call("has_wrapper_attr", RENDER_METHOD))
+        self._mode = _autoreset_mode(env, base, self._sync or self._async_hooks)
+        cfg = RecorderConfig(
+            length_frames=int(video_length) or None, length_sec=length_sec, fps=fps, env_idx=envs,
+            overlay=overlay, filename=filename, dir=os.fspath(video_folder),
+            record_final_episode=record_final_episode, queue_size=queue_size,
+            stall_timeout_sec=stall_timeout_sec, quality=quality, preset=preset,
+            lossless=lossless, on_error=on_error,
+        )  # fmt: skip
+        super().__init__(env)
+        # Gymnasium's attributes: the triggers as given (neither: its capped cubic schedule)
+        self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
+        self.step_trigger, self.name_prefix = step_trigger, name_prefix
+        self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
+        self.engine = ClipEngine(
+            cfg, num_envs=env.num_envs, dt=self._step_dt(env, dt), device="cpu",
+            render=self._render, video_dir=None, key=_KEY, on_clip=self._on_clip,
+            max_episode_steps=self._max_episode_steps(base), episode_trigger=episode_trigger,
+            step_trigger=step_trigger, name_prefix=name_prefix, names=_NAMES,
+        )  # fmt: skip
+        self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
+        self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
+        self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
+        self._zeros = bytes(env.num_envs)  # term.tobytes() of a bool [num_envs] array, none done
+        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
+
+    # ------------------------------------------------------------------ sub-env facts
+    def _step_dt(self, env: VectorEnv, dt: Optional[float]) -> float:
+        """``dt``, else the sub-env's ``dt``, else ``1 / render_fps``, else ``1 / 30``."""
         if dt is None:
-            dt = self._sub_env_dt(base)
+            dt = self._sub_env_dt(env.unwrapped)
         if dt is None:
             render_fps = env.metadata.get("render_fps")
             dt = 1.0 / float(render_fps) if render_fps else 1.0 / _DEFAULT_FPS
-        dt = positive_number(dt, _KEY, "dt", "seconds of sim time per step, > 0")
-        cfg = RecorderConfig(
-            trigger=Trigger.cubic,  # replaced by the callable, when one is given
-            length_frames=int(video_length) or None,
-            length_sec=length_sec,
-            fps=fps,
-            env_idx=envs,
-            overlay=overlay,
-            filename=filename,
-            dir=os.fspath(video_folder),
-            record_final_episode=record_final_episode,
-            queue_size=queue_size,
-            stall_timeout_sec=stall_timeout_sec,
-            quality=quality,
-            preset=preset,
-            lossless=lossless,
-            on_error=on_error,
-        )
-        # ---------------------------------------------------------------- the wrapper
-        super().__init__(env)
-        self._mode = mode
-        self._env_idx = envs
-        self._first = envs[0]
-        self._base = base
-        self.clips: List[ClipInfo] = []
-        self._user_on_clip = on_clip
-        self._terminal = False  # render requests serve the last step's terminal frames
-        self._hooks: List[RenderHook] = []  # SyncVectorEnv, SAME_STEP: the recorded sub-envs'
-        self._hook_of: Dict[int, RenderHook] = {}
-        self._async_hooks = async_hooks
-        self._armed = False
-        self.engine = ClipEngine(
-            cfg,
-            num_envs=n,
-            dt=float(dt),
-            device="cpu",
-            render=self._render,
-            video_dir=None,
-            key=_KEY,
-            on_clip=self._on_clip,
-            max_episode_steps=self._max_episode_steps(base),
-            episode_trigger=episode_trigger,
-            step_trigger=step_trigger,
-            name_prefix=name_prefix,
-        )
-        # the sub-env hooks, once the engine has checked every setting
-        if self._sync and mode is AutoresetMode.SAME_STEP:
-            for i in envs:
-                hook = _find_hook(base.envs[i])
-                if hook is None:
-                    hook = base.envs[i] = RenderHook(base.envs[i])
-                hook.rlrec_index = i
-                self._hooks.append(hook)
-                self._hook_of[i] = hook
-        elif async_hooks:
-            base.set_attr("rlrec_index", list(range(n)))
-        self._zeros = bytes(n)  # term.tobytes() of a bool [num_envs] array with no done env
-        self._watch = np.asarray(envs, dtype=np.intp)
-        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
-        self._closed = False
+        return positive_number(dt, _KEY, "dt", "seconds of sim time per step, > 0")  # type: ignore[return-value]
 
-    # ------------------------------------------------------------------ sub-env facts
     def _sub_env_dt(self, base) -> Optional[float]:
         if self._sync:
             sub = base.envs[0]
@@ -312,6 +191,22 @@ class RecordVectorVideo(VectorWrapper):
             steps = sub_spec.max_episode_steps if sub_spec is not None else None
         return steps
 
+    def _install_hooks(self, envs: List[int]) -> Dict[int, SubEnv]:
+        """The recorded sub-envs' hooks of a ``SyncVectorEnv`` in ``SAME_STEP`` mode (installed
+        here where missing), by index; an ``AsyncVectorEnv`` built with hooks learns its indices."""
+        base = self._base
+        hooks: Dict[int, SubEnv] = {}
+        if self._sync and self._mode is AutoresetMode.SAME_STEP:
+            for i in envs:
+                hook = _find_hook(base.envs[i])
+                if hook is None:
+                    hook = base.envs[i] = RenderHook(base.envs[i])
+                hook.index = i
+                hooks[i] = hook
+        elif self._async_hooks:
+            base.set_attr("index", list(range(self.num_envs)))
+        return hooks
+
     # ------------------------------------------------------------------ rendering
     def _render(self, env_idx: List[int]) -> np.ndarray:
         if self._sync:
@@ -319,13 +214,13 @@ class RecordVectorVideo(VectorWrapper):
             if self._terminal and self._hooks:  # SAME_STEP: a done env's frame is its hook's
                 frames = []
                 for i in env_idx:
-                    hook = self._hook_of.get(i)
-                    frame = None if hook is None else hook.rlrec_terminal_frame
+                    hook = self._hooks.get(i)
+                    frame = None if hook is None else hook.terminal_frame
                     frames.append(envs[i].render() if frame is None else frame)
                 return np.stack(frames)
             return np.stack([envs[i].render() for i in env_idx])
         if self._async_hooks:  # one round trip; only the wanted sub-envs render
-            out = self._base.call("rlrec_frame", list(env_idx), self._terminal)
+            out = self._base.call(RENDER_METHOD, tuple(env_idx), self._terminal)
         else:  # every sub-env renders: the vector API has no render of one
             out = self._base.render()
         return np.stack([np.asarray(out[i]) for i in env_idx])
@@ -337,17 +232,11 @@ class RecordVectorVideo(VectorWrapper):
             return
         self._armed = armed
         if self._hooks:
-            for hook in self._hooks:
-                hook.rlrec_armed = armed
+            for hook in self._hooks.values():
+                hook.armed = armed
         elif self._async_hooks:
-            n = self.num_envs
-            recorded = set(self._env_idx)
-            self._base.set_attr("rlrec_armed", [armed and i in recorded for i in range(n)])
-
-    def _on_clip(self, info: ClipInfo) -> None:
-        self.clips.append(info)
-        if self._user_on_clip is not None:
-            self._user_on_clip(info)
+            recorded = set(self.engine.env_idx)
+            self._base.set_attr("armed", [armed and i in recorded for i in range(self.num_envs)])
 
     def _done_watched(self, terminated: np.ndarray, truncated: np.ndarray) -> List[int]:
         """The recorded envs that this step ended (only they need engine events: the engine
@@ -364,7 +253,7 @@ class RecordVectorVideo(VectorWrapper):
         if options is not None and "reset_mask" in options:
             mask = np.array(options["reset_mask"], dtype=bool)  # the vector env pops it
         out = self.env.reset(seed=seed, options=options)
-        if self._closed:
+        if self.engine.closed:
             return out
         if isinstance(seed, (int, np.integer)):
             first_seed = int(seed) + self._first  # the seed the vector env gave that sub-env
@@ -386,7 +275,7 @@ class RecordVectorVideo(VectorWrapper):
 
     def step(self, actions):
         out = self.env.step(actions)
-        if self._closed:
+        if self.engine.closed:
             return out
         _, reward, terminated, truncated, info = out
         engine = self.engine
@@ -429,37 +318,91 @@ class RecordVectorVideo(VectorWrapper):
             engine.on_step(reward, terminated, truncated, info)
         return out
 
-    # ------------------------------------------------------------------ recorder API
-    @property
-    def recording(self) -> bool:
-        """Whether a clip is open."""
-        return self.engine.recording
-
+    # ------------------------------------------------------------------ Gymnasium's API
     @property
     def video_folder(self) -> str:
         return self.engine.video_dir
 
-    def record_next_episode(self) -> None:
-        """The next episode of the first recorded env gets a clip, whatever the trigger says."""
-        self.engine.record_next_episode()
+    def stop_recording(self) -> None:
+        """Ends and saves the clip in progress now (Gymnasium's name for :meth:`end_clip`)."""
+        self.end_clip()
 
-    def end_clip(self) -> None:
-        """Ends and saves the clip in progress now."""
-        self.engine.end_clip()
 
-    def flush(self) -> None:
-        """Waits (bounded) until every ended clip is on disk and in :attr:`clips`."""
-        self.engine.flush()
+def _check_arguments(env, video_folder, video_aspect_ratio, video_length, length_sec,
+                     name_prefix, *callables) -> None:  # fmt: skip
+    """Refuses what the settings' own check cannot see, before any work."""
+    if not isinstance(env, VectorEnv):
+        raise TypeError(
+            f"{_KEY}: env must be a gymnasium.vector.VectorEnv, got {type(env).__name__} "
+            "(for a single env use gymnasium.wrappers.RecordVideo)"
+        )
+    if env.render_mode != "rgb_array":
+        raise ValueError(
+            f"{_KEY}: the vector env's render_mode is {env.render_mode!r}; the recorder needs "
+            "render_mode='rgb_array' (e.g. gym.make_vec(..., render_mode='rgb_array'))"
+        )
+    if not isinstance(video_folder, (str, os.PathLike)) or not os.fspath(video_folder):
+        raise ConfigError(f"{_KEY}: video_folder={video_folder!r} is invalid: give a directory")
+    if tuple(video_aspect_ratio) != (1, 1):
+        raise ConfigError(
+            f"{_KEY}: video_aspect_ratio={tuple(video_aspect_ratio)!r} is not supported: "
+            "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
+        )
+    names = ("episode_trigger", "step_trigger", "gc_trigger", "on_clip")
+    for name, fn in zip(names, callables):
+        if fn is not None and not callable(fn):
+            raise ConfigError(f"{_KEY}: {name}={fn!r} is invalid: give a callable or None")
+    if isinstance(video_length, bool) or not isinstance(video_length, (int, np.integer)):
+        raise ConfigError(f"{_KEY}: video_length={video_length!r} is invalid: give an int >= 0")
+    if video_length < 0:
+        raise ConfigError(
+            f"{_KEY}: video_length={video_length} is invalid: frames per clip, >= 0 "
+            "(0: whole episodes)"
+        )
+    if video_length and length_sec is not None:
+        raise ConfigError(
+            f"{_KEY}: video_length={video_length} and length_sec={length_sec} are both set: "
+            "give at most one clip length"
+        )
+    if not isinstance(name_prefix, str) or not name_prefix or "/" in name_prefix:
+        raise ConfigError(
+            f"{_KEY}: name_prefix={name_prefix!r} is invalid: a non-empty file name prefix "
+            "without '/'"
+        )
 
-    def close(self, **kwargs: Any) -> None:
-        """Saves the clip in progress (``record_final_episode``), waits for the encoder (bounded),
-        then closes the vector env. Idempotent."""
-        if not self._closed:
-            self._closed = True
-            try:
-                self.engine.close()
-            finally:
-                self.env.close(**kwargs)
+
+def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]:
+    """The recorded sub-envs: ``env_idx``, else env 0 (``record_first_only``), else all."""
+    if env_idx is None:
+        return [0] if record_first_only else list(range(num_envs))
+    envs = env_index_list(env_idx, _KEY)
+    if record_first_only and envs != [0]:
+        raise ConfigError(
+            f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
+        )
+    return envs
+
+
+def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
+    """The vector env's autoreset mode; ``SAME_STEP`` is refused where no hook can keep the
+    terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
+    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if isinstance(mode, str):
+        mode = AutoresetMode(mode)
+    if mode is AutoresetMode.SAME_STEP and not hooked:
+        how = (
+            "build it with the hook, gym.make_vec(..., vectorization_mode='async', "
+            "wrappers=[rlrec.record.RenderHook]), "
+            if isinstance(base, AsyncVectorEnv)
+            else ""
+        )
+        raise ValueError(
+            f"{_KEY}: {type(base).__name__} resets a done sub-env inside step() "
+            "(autoreset_mode=SAME_STEP), so its terminal frame is gone before this wrapper "
+            f"sees it; {how}or use autoreset_mode NEXT_STEP or DISABLED "
+            "(vector_kwargs={'autoreset_mode': AutoresetMode.NEXT_STEP}), or a SyncVectorEnv"
+        )
+    return mode
 
 
 def _final_info(info: Dict[str, Any], done: np.ndarray) -> Dict[str, Any]:

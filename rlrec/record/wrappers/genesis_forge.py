@@ -22,7 +22,7 @@ Triggers, clip lengths, fps, file names, encoding and sidecars are the engine's
 at its reset (never again after a short clip); a clip never spans two episodes; the file's fps is
 ``1 / (steps_per_frame * dt)`` with ``steps_per_frame = max(1, round(1 / (fps * dt)))``;
 ``record_final_episode`` (default True) keeps a clip of the episode in progress on ``close()``
-(see :meth:`VideoWrapper.expect_end` for its cost); files are named
+(see ``expect_end`` in :class:`VideoWrapper` for its cost); files are named
 ``train-ep{episode:06d}-step{step:09d}.mp4`` (or ``filename``), never overwriting one another.
 """
 
@@ -36,8 +36,10 @@ from genesis_forge.wrappers.wrapper import Wrapper
 from rlrec.checks import ConfigError
 from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine, env_index_list, positive_number
+from rlrec.record.engine import ClipEngine
+from rlrec.record.schedule import capped_cubic
 from rlrec.record.settings import RecorderConfig
+from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
 
 __all__ = ["VideoWrapper"]
 
@@ -56,9 +58,11 @@ OPTIONS = (
 
 
 _POSITIVE = "must be a positive number or None"
+# the settings' fields under Genesis Forge's argument names, for the error messages
+_NAMES = {"length_sec": "video_length_sec", "dir": "out_dir"}
 
 
-class VideoWrapper(Wrapper):
+class VideoWrapper(RecorderWrapper, Wrapper):
     """Records clips of ``env_idx`` from the camera at ``env.unwrapped.<camera_attr>``.
 
     Genesis Forge's arguments: ``camera_attr``; ``video_length_sec`` (seconds of sim time; None:
@@ -66,10 +70,18 @@ class VideoWrapper(Wrapper):
     capped cubic schedule 0, 1, 8, 27, ..., 1000, 2000, ...); ``out_dir``; ``fps``; ``env_idx``
     (an int, or a list tiled into a grid); ``filename`` (one file replaced atomically by each
     clip); ``record_final_episode``; ``logging`` (print each saved clip's path). ``options``:
-    other :class:`~rlrec.config.RecorderConfig` keys (``lossless``, ``quality``, ``preset``,
-    ``overlay``, ``length_frames``, ``queue_size``, ``stall_timeout_sec``, ``on_error``).
+    other :class:`~rlrec.record.settings.RecorderConfig` keys (``lossless``, ``quality``,
+    ``preset``, ``overlay``, ``length_frames``, ``queue_size``, ``stall_timeout_sec``,
+    ``on_error``).
     ``on_clip``: called with each finished clip's :class:`~rlrec.record.encoder.ClipInfo`.
-    Bad arguments raise :class:`~rlrec.config.ConfigError` here, before anything is built.
+    Bad arguments raise :class:`~rlrec.checks.ConfigError` here, before anything is built.
+
+    ``expect_end(steps_left)``: the run will step ``steps_left`` more times, then close. Without
+    it, ``record_final_episode`` cannot know which episode is the last, so every episode that no
+    trigger selects is recorded provisionally (a render every ``steps_per_frame`` steps, and
+    encoding) and dropped when it ends; ``close()`` keeps the one in progress. After
+    ``expect_end`` only the episodes that may still run at the end are recorded, and an
+    untriggered episode costs nothing.
     """
 
     def __init__(
@@ -90,47 +102,28 @@ class VideoWrapper(Wrapper):
         **options: Any,
     ):
         super().__init__(env)
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
+        if episode_trigger is not None and step_trigger is not None:  # as Genesis Forge's
             raise ConfigError(
-                f"{KEY}: unknown argument(s) {', '.join(unknown)}: allowed are Genesis Forge's "
-                f"(camera_attr, video_length_sec, episode_trigger, step_trigger, out_dir, fps, "
-                f"env_idx, filename, record_final_episode, logging), on_clip and "
-                f"{', '.join(OPTIONS)}"
+                f"{KEY}: episode_trigger and step_trigger are both given: pass at most one"
             )
-        if not isinstance(camera_attr, str) or not camera_attr:
-            raise ConfigError(f"{KEY}: camera_attr={camera_attr!r} must be an attribute name")
-        if options.get("length_frames") is not None:
-            video_length_sec = None  # length_frames replaces the default 8 s
-        cfg = RecorderConfig(
-            length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
-            fps=positive_number(fps, KEY, "fps", _POSITIVE),
-            env_idx=env_index_list(env_idx, KEY),
-            filename=filename,
-            record_final_episode=bool(record_final_episode),
-            **options,
-        )
+        cfg = _settings(camera_attr, video_length_sec, fps, env_idx, filename,
+                        record_final_episode, options)  # fmt: skip
+        # Genesis Forge's attributes: the trigger as given (neither: the capped cubic schedule)
+        self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
+        self.step_trigger = step_trigger
         self._camera_attr = camera_attr
         self._logging = bool(logging)
-        self._user_on_clip = on_clip
-        self.clips: List[ClipInfo] = []
+        self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
         base = self.unwrapped
         horizon = getattr(base, "max_episode_length_steps", None)
         self.engine = ClipEngine(
-            cfg,
-            num_envs=int(self.num_envs),
-            dt=float(self.dt),
-            device=torch.device(getattr(base, "device", "cpu")),
-            render=self._render,
-            video_dir=out_dir,
-            kind="train",
-            key=KEY,
-            on_clip=self._on_clip,
+            cfg, num_envs=int(self.num_envs), dt=float(self.dt),
+            device=torch.device(getattr(base, "device", "cpu")), render=self._render,
+            video_dir=out_dir, kind="train", key=KEY, on_clip=self._on_clip,
             max_episode_steps=None if horizon is None else int(horizon),
-            episode_trigger=episode_trigger,
-            step_trigger=step_trigger,
-            keep_last_episode=bool(record_final_episode),
-        )
+            episode_trigger=episode_trigger, step_trigger=step_trigger,
+            keep_last_episode=bool(record_final_episode), names=_NAMES,
+        )  # fmt: skip
         self._cam = None
         self._rows: dict = {}
         self._base_reset: Optional[Callable] = None
@@ -203,55 +196,25 @@ class VideoWrapper(Wrapper):
             self.engine.on_reset(envs)  # renders the fresh state if a clip starts
         return obs, rewards, terminated, truncated, extras
 
-    def close(self):
-        """Saves the clip in progress (``record_final_episode``), waits for the encoder (bounded),
-        puts the base env's ``reset`` back and closes the env."""
-        try:
-            self.engine.close()
-        finally:
-            base = self.unwrapped
-            if self._base_reset is not None and vars(base).get("reset") == self._reset_hook:
-                if self._own_reset is None:
-                    del base.reset  # the class's own reset again
-                else:
-                    base.reset = self._own_reset
-            self._base_reset = None
-            super().close()
+    def _release(self) -> None:
+        """Puts the base env's ``reset`` back before the env closes."""
+        base = self.unwrapped
+        if self._base_reset is not None and vars(base).get("reset") == self._reset_hook:
+            if self._own_reset is None:
+                del base.reset  # the class's own reset again
+            else:
+                base.reset = self._own_reset
+        self._base_reset = None
 
     def finish_recording(self) -> None:
-        """Ends and saves the clip in progress now."""
-        self.engine.end_clip()
-
-    # ------------------------------------------------------------------ rlrec extras
-    def record_next_episode(self) -> None:
-        """Records the next episode of ``env_idx[0]`` whatever the trigger says."""
-        self.engine.record_next_episode()
-
-    def expect_end(self, steps_left: int) -> None:
-        """The run will step ``steps_left`` more times, then close.
-
-        Without it, ``record_final_episode`` cannot know which episode is the last, so every
-        episode that no trigger selects is recorded provisionally (a render every
-        ``steps_per_frame`` steps, and encoding) and dropped when it ends; ``close()`` keeps the
-        one in progress. After ``expect_end`` only the episodes that may still run at the end are
-        recorded, and an untriggered episode costs nothing."""
-        self.engine.expect_end(steps_left)
-
-    def flush(self) -> None:
-        """Waits (bounded) until every ended clip is on disk and reported."""
-        self.engine.flush()
-
-    @property
-    def errors(self) -> List[str]:
-        return self.engine.errors
+        """Ends and saves the clip in progress now (Genesis Forge's name for :meth:`end_clip`)."""
+        self.end_clip()
 
     # ------------------------------------------------------------------ internals
     def _on_clip(self, info: ClipInfo) -> None:
-        self.clips.append(info)
         if self._logging:
             print(f"Saving recording to {info.path}")
-        if self._user_on_clip is not None:
-            self._user_on_clip(info)
+        super()._on_clip(info)
 
     def _render(self, env_idx: List[int]) -> torch.Tensor:
         if self._terminal is not None:  # this step's terminal state, rendered before its reset
@@ -296,3 +259,29 @@ class VideoWrapper(Wrapper):
         for envs in resets:
             reset[envs.to(dev).long()] = True
         return term, trunc | (reset & ~term)
+
+
+def _settings(camera_attr, video_length_sec, fps, env_idx, filename, record_final_episode,
+              options) -> RecorderConfig:  # fmt: skip
+    """The recorder's settings from Genesis Forge's arguments and rlrec's own (``options``);
+    refuses what their own check cannot see, before any work."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{KEY}: unknown argument(s) {', '.join(unknown)}: allowed are Genesis Forge's "
+            f"(camera_attr, video_length_sec, episode_trigger, step_trigger, out_dir, fps, "
+            f"env_idx, filename, record_final_episode, logging), on_clip and "
+            f"{', '.join(OPTIONS)}"
+        )
+    if not isinstance(camera_attr, str) or not camera_attr:
+        raise ConfigError(f"{KEY}: camera_attr={camera_attr!r} must be an attribute name")
+    if options.get("length_frames") is not None:
+        video_length_sec = None  # length_frames replaces the default 8 s
+    return RecorderConfig(
+        length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
+        fps=positive_number(fps, KEY, "fps", _POSITIVE),
+        env_idx=env_index_list(env_idx, KEY),
+        filename=filename,
+        record_final_episode=bool(record_final_episode),
+        **options,
+    )

@@ -30,8 +30,9 @@ import torch
 from rlrec.checks import ConfigError
 from rlrec.envs.maniskill import render_rows
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine, positive_number
-from rlrec.record.settings import RecorderConfig, Trigger, validate_recorder
+from rlrec.record.engine import ClipEngine
+from rlrec.record.settings import RecorderConfig, Trigger, recording
+from rlrec.record.wrappers.base import RecorderWrapper, positive_number
 
 __all__ = ["RecordClips"]
 
@@ -61,6 +62,8 @@ RENAMED = {
     "record_final_episode": "save_on_reset",
 }
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
+# the settings' fields under RecordEpisode's argument names, for the error messages
+NAMES = {"overlay": "info_on_video", "record_final_episode": "save_on_reset"}
 OWN_ARGUMENTS = ("ignore_terminations", "name_prefix", "on_clip") + RECORDER_OPTIONS
 
 
@@ -70,7 +73,7 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
-class RecordClips(gym.Wrapper):
+class RecordClips(RecorderWrapper, gym.Wrapper):
     """Records clips of a ManiSkill env: each starts on the fresh reset frame of an episode of the
     first recorded env and ends on its true terminal frame (or after ``max_steps_per_video``).
 
@@ -140,134 +143,49 @@ class RecordClips(gym.Wrapper):
                 f"{KEY}: env must be a ManiSkill env (gym.make of a ManiSkill task, before any "
                 f"vector wrapper), got {type(env).__name__}"
             )
-        for k in recorder:
-            if k in RENAMED:
-                raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
-            if k not in RECORDER_OPTIONS:
-                raise ConfigError(
-                    f"{KEY} got an unknown argument {k!r}: allowed are RecordEpisode's arguments "
-                    f"and {', '.join(OWN_ARGUMENTS)}"
-                )
-        if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
-            raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
-        for name, value in (
-            ("save_trajectory", save_trajectory),
-            ("save_video", save_video),
-            ("info_on_video", info_on_video),
-            ("save_on_reset", save_on_reset),
-            ("clean_on_close", clean_on_close),
-            ("record_reward", record_reward),
-            ("record_env_state", record_env_state),
-            ("avoid_overwriting_video", avoid_overwriting_video),
-            ("ignore_terminations", ignore_terminations),
-        ):
-            _flag(name, value)
-        if render_substeps is not False:
-            raise ConfigError(
-                f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
-                "False (frames are taken once per env step)"
-            )
-        if max_steps_per_video is not None and (
-            isinstance(max_steps_per_video, bool)
-            or not isinstance(max_steps_per_video, int)
-            or max_steps_per_video < 1
-        ):
-            raise ConfigError(
-                f"{KEY}: max_steps_per_video={max_steps_per_video!r} is invalid: a positive int "
-                "or None (the whole episode)"
-            )
-        positive_number(
-            video_fps,
-            KEY,
-            "video_fps",
-            "a positive number or None (real time, 1 / control_timestep)",
-        )
-        if save_video_trigger is not None and not callable(save_video_trigger):
-            raise ConfigError(
-                f"{KEY}: save_video_trigger={save_video_trigger!r} is invalid: a callable "
-                "f(step) -> bool or None"
-            )
-        if save_video_trigger is not None and "trigger" in recorder:
-            raise ConfigError(
-                f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
-                "give at most one trigger"
-            )
-        if base.render_mode not in RENDER_MODES:
-            raise ConfigError(
-                f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
-                "values are rgb_array, sensors, all (or None: the human render camera)"
-            )
-
-        cfg = None
-        if save_video:
-            fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
-            if isinstance(fields["trigger"], str):
-                try:
-                    fields["trigger"] = Trigger(fields["trigger"])
-                except ValueError:
-                    raise ConfigError(
-                        f"{KEY}: trigger={fields['trigger']!r} is invalid: allowed values are "
-                        f"{', '.join(t.value for t in Trigger)}"
-                    ) from None
-            if "env_idx" in fields:
-                fields["env_idx"] = list(fields["env_idx"])
-            cfg = RecorderConfig(
-                **fields,
-                overlay=info_on_video,
-                length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
-                record_final_episode=save_on_reset,
-            )
-            validate_recorder(cfg, KEY, base.num_envs)
-            if cfg.trigger is Trigger.none:
-                cfg = None
-
+        _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video,
+                         video_fps, save_video_trigger, flags=locals())  # fmt: skip
         self.output_dir = os.fspath(output_dir)
         self.ignore_terminations = ignore_terminations
-        self._closed = False
-        self._ended_unreset = False  # the first recorded env terminated and was not reset yet
-        self._warned = False
-        self._base = base
+        # the first recorded env terminated and was not reset yet; that was logged
+        self._ended_unreset, self._warned = False, False
+        self._base, self._first = base, 0
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
-        self.engine: Optional[ClipEngine] = None
-        self._first = 0
-        if cfg is not None:
-            from mani_skill.utils import gym_utils
-
-            # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning):
-            # the engine times frames as if a step lasted 1 / video_fps seconds
-            dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
-            self.engine = ClipEngine(
-                cfg,
-                num_envs=base.num_envs,
-                dt=dt,
-                device=base.device,
-                render=self._render,
-                video_dir=self.output_dir,
-                kind="video",
-                key=KEY,
-                on_clip=on_clip,
-                max_episode_steps=gym_utils.find_max_episode_steps_value(env),
-                step_trigger=save_video_trigger,
-                name_prefix=name_prefix,
-            )
+        if save_video:
+            cfg = _settings(recorder, info_on_video, max_steps_per_video, save_on_reset)
             self._first = int(cfg.env_idx[0])
+            self.engine = self._engine(
+                env, cfg, video_fps, save_video_trigger, name_prefix, on_clip
+            )
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
             from mani_skill.utils.wrappers.record import RecordEpisode
 
             env = RecordEpisode(
-                env,
-                output_dir=self.output_dir,
-                save_trajectory=True,
-                trajectory_name=trajectory_name,
-                save_video=False,
-                save_on_reset=save_on_reset,
-                clean_on_close=clean_on_close,
-                record_reward=record_reward,
-                record_env_state=record_env_state,
-                source_type=source_type,
+                env, output_dir=self.output_dir, save_trajectory=True,
+                trajectory_name=trajectory_name, save_video=False, save_on_reset=save_on_reset,
+                clean_on_close=clean_on_close, record_reward=record_reward,
+                record_env_state=record_env_state, source_type=source_type,
                 source_desc=source_desc,
-            )
+            )  # fmt: skip
         super().__init__(env)
+
+    def _engine(self, env, cfg, video_fps, step_trigger, name_prefix, on_clip):
+        """The engine of ``cfg``; None when the settings record nothing (checked all the same)."""
+        if not recording(cfg):
+            cfg.check(self._base.num_envs, KEY, NAMES)
+            return None
+        from mani_skill.utils import gym_utils
+
+        # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
+        # engine times frames as if a step lasted 1 / video_fps seconds
+        base = self._base
+        dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
+        return ClipEngine(
+            cfg, num_envs=base.num_envs, dt=dt, device=base.device, render=self._render,
+            video_dir=self.output_dir, kind="video", key=KEY, on_clip=on_clip,
+            max_episode_steps=gym_utils.find_max_episode_steps_value(env),
+            step_trigger=step_trigger, name_prefix=name_prefix, names=NAMES,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ the engine's events
 
@@ -325,8 +243,8 @@ class RecordClips(gym.Wrapper):
 
     def flush_video(self, save: bool = True, **_ignored) -> None:
         """Ends the clip in progress now and saves it (RecordEpisode's ``flush_video``)."""
-        if self.engine is not None and save:
-            self.engine.end_clip()
+        if save:
+            self.end_clip()
 
     def flush_trajectory(self, *args, **kwargs):
         """RecordEpisode's ``flush_trajectory`` (only with ``save_trajectory=True``)."""
@@ -336,25 +254,87 @@ class RecordClips(gym.Wrapper):
             raise RuntimeError(f"{KEY}.flush_trajectory needs save_trajectory=True")
         return self.env.flush_trajectory(*args, **kwargs)
 
-    # ------------------------------------------------------------------ rlrec's
 
-    def flush(self) -> None:
-        """Waits (bounded) until every ended clip is on disk and reported to ``on_clip``."""
-        if self.engine is not None:
-            self.engine.flush()
+_FLAGS = (
+    "save_trajectory",
+    "save_video",
+    "info_on_video",
+    "save_on_reset",
+    "clean_on_close",
+    "record_reward",
+    "record_env_state",
+    "avoid_overwriting_video",
+    "ignore_terminations",
+)
 
-    @property
-    def errors(self) -> List[str]:
-        return [] if self.engine is None else list(self.engine.errors)
 
-    def close(self) -> None:
-        """Saves the clip in progress if ``save_on_reset`` (ends every clip, bounded), then closes
-        the env. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video, video_fps,
+                     save_video_trigger, flags) -> None:  # fmt: skip
+    """Refuses what the settings' own check cannot see, before any work (``flags``: the
+    constructor's arguments, of which those named in ``_FLAGS`` must be bools)."""
+    for k in recorder:
+        if k in RENAMED:
+            raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
+        if k not in RECORDER_OPTIONS:
+            raise ConfigError(
+                f"{KEY} got an unknown argument {k!r}: allowed are RecordEpisode's arguments "
+                f"and {', '.join(OWN_ARGUMENTS)}"
+            )
+    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+        raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
+    for name in _FLAGS:
+        _flag(name, flags[name])
+    if render_substeps is not False:
+        raise ConfigError(
+            f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
+            "False (frames are taken once per env step)"
+        )
+    if max_steps_per_video is not None and (
+        isinstance(max_steps_per_video, bool)
+        or not isinstance(max_steps_per_video, int)
+        or max_steps_per_video < 1
+    ):
+        raise ConfigError(
+            f"{KEY}: max_steps_per_video={max_steps_per_video!r} is invalid: a positive int "
+            "or None (the whole episode)"
+        )
+    positive_number(
+        video_fps, KEY, "video_fps", "a positive number or None (real time, 1 / control_timestep)"
+    )
+    if save_video_trigger is not None and not callable(save_video_trigger):
+        raise ConfigError(
+            f"{KEY}: save_video_trigger={save_video_trigger!r} is invalid: a callable "
+            "f(step) -> bool or None"
+        )
+    if save_video_trigger is not None and "trigger" in recorder:
+        raise ConfigError(
+            f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
+            "give at most one trigger"
+        )
+    if base.render_mode not in RENDER_MODES:
+        raise ConfigError(
+            f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
+            "values are rgb_array, sensors, all (or None: the human render camera)"
+        )
+
+
+def _settings(recorder: Dict[str, Any], info_on_video: bool, max_steps_per_video: Optional[int],
+              save_on_reset: bool) -> RecorderConfig:  # fmt: skip
+    """The recorder's settings from RecordEpisode's arguments and rlrec's own (``recorder``)."""
+    fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
+    if isinstance(fields["trigger"], str):
         try:
-            if self.engine is not None:
-                self.engine.close()
-        finally:
-            self.env.close()
+            fields["trigger"] = Trigger(fields["trigger"])
+        except ValueError:
+            raise ConfigError(
+                f"{KEY}: trigger={fields['trigger']!r} is invalid: allowed values are "
+                f"{', '.join(t.value for t in Trigger)}"
+            ) from None
+    if "env_idx" in fields:
+        fields["env_idx"] = list(fields["env_idx"])
+    return RecorderConfig(
+        **fields,
+        overlay=info_on_video,
+        length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
+        record_final_episode=save_on_reset,
+    )

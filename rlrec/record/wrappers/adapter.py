@@ -1,0 +1,73 @@
+"""The recorder in rlrec's env stack: an env wrapper between AutoReset and the adapter.
+
+Sitting below AutoReset, it sees every ``reset`` (full or partial) and every ``step`` of the
+adapter, before AutoReset resets the envs that finished, and hands each to its
+:class:`~rlrec.record.engine.ClipEngine` (``recorder.engine``), which decides and records the
+clips (docs/recorder.md has the full semantics): the fresh reset state is a clip's first frame
+and the terminal state its last. Renders go through the adapter's ``render(env_idx)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from rlrec.envs.base import EnvAdapter, EnvWrapper
+from rlrec.record.encoder import ClipInfo
+from rlrec.record.engine import ClipEngine
+from rlrec.record.settings import RecorderConfig
+from rlrec.record.wrappers.base import RecorderWrapper
+
+__all__ = ["Recorder"]
+
+
+class Recorder(RecorderWrapper, EnvWrapper):
+    """Records clips of ``cfg.env_idx`` into ``video_dir`` (``cfg.dir`` overrides it).
+
+    ``kind`` ("train" or "eval") goes into file names and :class:`ClipInfo`; ``on_clip`` is called
+    with each clip once it is complete on disk, from the training thread (during a later
+    ``step``/``reset``/``flush``/``close``). Bad settings raise ConfigError here, before any work;
+    then the video directory is created.
+
+    The clips' figures, the schedule and the caller's ``tag`` (each clip keeps the tag current at
+    its first frame, and its :class:`ClipInfo` carries it) are the engine's: ``recorder.engine``.
+    """
+
+    def __init__(
+        self,
+        env: EnvAdapter,
+        cfg: RecorderConfig,
+        video_dir: Optional[str],
+        kind: str = "train",
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+    ):
+        super().__init__(env)
+        self.engine: ClipEngine = ClipEngine(
+            cfg,
+            num_envs=env.num_envs,
+            dt=env.dt,
+            device=env.device,
+            render=env.render,
+            video_dir=video_dir,
+            kind=kind,
+            on_clip=on_clip,
+            max_episode_steps=getattr(env, "max_episode_steps", None),
+        )
+        self._on_step = self.engine.on_step
+
+    def reset(self, seed=None, env_idx=None):
+        out = self.env.reset(seed=seed, env_idx=env_idx)
+        self.engine.on_reset(env_idx, seed)
+        return out
+
+    def step(self, action):
+        out = self.env.step(action)
+        self._on_step(out[1], out[2], out[3], out[4])
+        return out
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Counters and schedule, for checkpoints."""
+        return self.engine.state_dict()
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues the schedule of a checkpoint (call it before the first reset)."""
+        self.engine.load_state_dict(state)
