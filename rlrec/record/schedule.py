@@ -33,7 +33,7 @@ def capped_cubic(episode: int) -> bool:
 class Schedule:
     """The trigger decisions of one recorder.
 
-    ``trigger``: a :class:`~rlrec.record.settings.Trigger` (or its name); ``every``: N for ``episode``
+    ``trigger``: a :class:`Trigger` (or its name); ``every``: N for ``episode``
     (every N episodes) and ``step`` (every N steps); ``record_final_episode``: whether
     :meth:`expect_end` arms the final episodes. The settings are checked by
     :meth:`rlrec.record.settings.RecorderConfig.check`, not here.

@@ -4,7 +4,7 @@ schema of ``recorder`` and ``eval_env.recorder`` (no Hydra needed to build or ch
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Dict, List, Optional
 
 from rlrec.checks import (
@@ -83,8 +83,13 @@ class RecorderConfig:
         """ConfigError unless these settings fit a batch of ``num_envs`` envs: the one check of a
         recorder's settings. Messages name ``{key}.{field}``; ``names`` maps a field to the
         caller's own argument name (a drop-in wrapper's: ``RecordVectorVideo.video_length``, not
-        ``RecordVectorVideo.length_frames``)."""
+        ``RecordVectorVideo.length_frames``). Settings that passed for the same ``num_envs``,
+        ``key`` and ``names`` and have not changed since are not checked again (a run's config is
+        checked before any work, and its recorder's engine is then built from the same object)."""
         names = names or {}
+        passed = (num_envs, key, sorted(names.items()), astuple(self))
+        if vars(self).get("_passed") == passed:
+            return
 
         def n(f: str) -> str:
             return f"{key}.{names.get(f, f)}"
@@ -150,6 +155,7 @@ class RecorderConfig:
                 )
         if recording(self) and self.dir:
             probe_dir(self.dir, n("dir"))
+        self._passed = (num_envs, key, sorted(names.items()), astuple(self))
 
 
 def recording(cfg: Optional[RecorderConfig]) -> bool:

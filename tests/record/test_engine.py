@@ -208,6 +208,29 @@ def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
     assert listing(tmp_path) == []  # nothing written before the arguments were checked
 
 
+def test_settings_are_checked_once_and_again_only_when_changed(tmp_path, monkeypatch):
+    """A run's recorder settings are checked before any work (rlrec.config.validate) and the
+    engine is then built from the same object: the check (its directory probe included) runs
+    once; a setting changed since is checked again."""
+    from rlrec.record import settings
+
+    probes = []
+    monkeypatch.setattr(settings, "probe_dir", lambda *a, **k: probes.append(a))
+    env = PointReach(2, render_width=16, render_height=16)
+    cfg = rec_cfg(dir=str(tmp_path / "videos"))
+    cfg.check(2, "recorder")
+    engine = ClipEngine(
+        cfg, num_envs=2, dt=env.dt, device="cpu", render=env.render, video_dir=cfg.dir
+    )
+    engine.close()
+    assert len(probes) == 1
+    cfg.env_idx = [2]
+    with pytest.raises(ConfigError, match=r"recorder.env_idx=\[2\] is invalid"):
+        cfg.check(2, "recorder")
+    with pytest.raises(ConfigError, match=r"eval_env.recorder.env_idx=\[2\]"):
+        cfg.check(2, "eval_env.recorder")
+
+
 def test_render_returning_the_wrong_thing_is_a_clear_error(tmp_path):
     engine, _ = _engine(
         tmp_path,
