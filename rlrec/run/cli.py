@@ -101,15 +101,10 @@ def run(cfg: DictConfig) -> Optional[float]:
         except ConfigError as exc:
             print(f"rlrec: config error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        try:
-            return _sweep_job(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
-        except BaseException as exc:
-            if distributed.lost_peer(exc):
-                _lost_rank(exc)
-            raise
-        finally:
-            distributed.shutdown()
     try:
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            sweep_dir = Path(str(hydra_cfg.sweep.dir))
+            return _sweep_job(cfg, run_dir, sweep_dir, int(hydra_cfg.job.num))
         return _single_run(cfg, run_dir)
     except BaseException as exc:
         if distributed.lost_peer(exc):
