@@ -23,12 +23,10 @@ LAYERS = [
     ["rlrec.envs", "rlrec.ppo"],
     ["rlrec.record.wrappers", "rlrec.testing"],  # the drop-ins wrap other frameworks' envs
     ["rlrec.config"],  # the run's config, assembled from the components' schemas
-    [
-        "rlrec.run.rundir"
-    ],  # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced
-    [
-        "rlrec.run.budget"
-    ],  # the memory estimate: preflight.refuse_before_work refuses what cannot fit
+    # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced
+    ["rlrec.run.rundir"],
+    # the memory estimate: preflight.refuse_before_work refuses what cannot fit
+    ["rlrec.run.budget"],
     [
         "rlrec.run.preflight",
         "rlrec.run.preempt",
