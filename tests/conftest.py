@@ -4,6 +4,7 @@ Configs are composed with Hydra's compose API from the repo's own conf/ (``tests
 lightning-hydra-template's conftest does: the tests see exactly what ``python train.py`` composes.
 """
 
+import importlib.util
 import os
 from typing import Callable, Sequence
 
@@ -35,3 +36,31 @@ def run_dir(tmp_path):
     path = tmp_path / "run"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sapien_render_device(request):
+    """One small ManiSkill env alive for the whole session when any selected test is marked
+    ``maniskill``: SAPIEN's render device lives while any env does, and bringing it up again on
+    lavapipe costs about 12 s of CPU each time the last env was freed (0.7 s with one alive), which
+    every module or test that builds its own env would otherwise pay."""
+    wanted = any(item.get_closest_marker("maniskill") for item in request.session.items)
+    if not wanted or importlib.util.find_spec("mani_skill") is None:
+        yield None
+        return
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the tasks)
+
+    env = gym.make(
+        "PushCube-v1",
+        num_envs=1,
+        obs_mode="state",
+        render_mode="rgb_array",
+        sim_backend="physx_cpu",
+        render_backend="cpu",
+        human_render_camera_configs=dict(width=32, height=32),
+    )
+    env.reset(seed=0)
+    env.render()
+    yield env
+    env.close()

@@ -112,14 +112,14 @@ def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for s in (1, 2, 3)
+        for s in (1, 2)
     ]
-    proc = run_train(["-m", "seed=1,2,3", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+    proc = run_train(["-m", "seed=1,2", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
     for p in separate:
         out, _ = p.communicate(timeout=300)
         assert p.returncode == 0, out
-    assert proc.stdout.count("rlrec: done") == 3
-    for job, seed in enumerate((1, 2, 3)):
+    assert proc.stdout.count("rlrec: done") == 2
+    for job, seed in enumerate((1, 2)):
         in_sweep, alone = sweep_dir / str(job), tmp_path / f"alone{seed}"
         _check_job_dir(in_sweep, seed)
         a, b = _final_state(in_sweep), _final_state(alone)
@@ -144,7 +144,7 @@ def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
             names_b = sorted(p.name for p in (alone / "videos" / kind).glob("*.mp4"))
             assert names_a == names_b and names_a
         assert list((in_sweep / "tensorboard").glob("events.*"))
-    _check_summary(sweep_dir, [1, 2, 3])
+    _check_summary(sweep_dir, [1, 2])
 
 
 @pytest.mark.slow
@@ -475,8 +475,8 @@ def _write_rows(args):
 def test_summary_survives_concurrent_writers(tmp_path):
     """Jobs of a parallel launcher finishing together: every row lands, the CSV is never torn."""
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(4) as pool:
-        pool.map(_write_rows, [(str(tmp_path), i * 10, 10) for i in range(4)])
+    with ctx.Pool(2) as pool:  # each spawned worker imports this module (torch): seconds each
+        pool.map(_write_rows, [(str(tmp_path), i * 20, 20) for i in range(2)])
     rows = _rows(tmp_path)
     assert [int(r["job"]) for r in rows] == list(range(40))
     assert {"k0", "k1", "k2"} <= set(rows[0])

@@ -13,13 +13,15 @@ partial resets (an early manual reset of env 1 staggers the episodes, so AutoRes
 one at a time), a full seeded reset mid-run, and renders right after resets (every clip's first
 frame).
 
-Sizes are small (2 or 3 envs, 32x32 frames; 64x64 for Genesis's camera). Every backend runs 1,000
-steps. The built-in env renders both envs at every step; the others render far slower than they
-step on a CPU (measured on a 2-core machine: CartPole about 20 ms per env, pygame draws 600x400
-and the adapter scales it down; Genesis about 35 ms per 64x64 render on llvmpipe; ManiSkill about
-75 ms per 32x32 render on lavapipe), so their recorder takes a frame every few steps (a lower
-``fps``), besides every reset frame and every terminal frame: renders still fall between steps
-all through the run, after resets and before autoresets.
+Sizes are small (2 or 3 envs, 32x32 frames; 64x64 for Genesis's camera). The built-in env and
+CartPole run 1,000 steps, ManiSkill and Genesis (slow on a CPU) 300: six 50-step episodes of each
+env, so every kind of reset and render above occurs several times. The built-in env renders both
+envs at every step; the others render far slower than they step on a CPU (measured on a 2-core
+machine: CartPole about 20 ms per env, pygame draws 600x400 and the adapter scales it down; Genesis
+about 35 ms per 64x64 render on llvmpipe; ManiSkill about 75 ms per 32x32 render on lavapipe), so
+their recorder takes a frame every few steps (a lower ``fps``), besides every reset frame and every
+terminal frame: renders still fall between steps all through the run, after resets and before
+autoresets.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.train.stack import make_env_stack
 
 STEPS = 1000
+SIM_STEPS = 300  # ManiSkill and Genesis: see the module docstring
 SEED = 5
 
 
@@ -192,7 +195,7 @@ def test_maniskill_cpu_pushcube(tmp_path):
     cfg = ManiSkillEnvConfig(
         id="PushCube-v1", max_episode_steps=50, render_width=32, render_height=32
     )
-    check(cfg, 2, tmp_path, sim_state=_maniskill_state, steps_per_frame=10)
+    check(cfg, 2, tmp_path, sim_state=_maniskill_state, steps=SIM_STEPS, steps_per_frame=10)
 
 
 # --------------------------------------------------------------------------- Genesis (CPU)
@@ -212,4 +215,4 @@ def test_genesis_cpu_franka_reach(tmp_path):
     from tests.envs.genesis_util import genesis_cfg
 
     cfg = genesis_cfg(2, 50)
-    check(cfg, 2, tmp_path, sim_state=_genesis_state, steps_per_frame=10)
+    check(cfg, 2, tmp_path, sim_state=_genesis_state, steps=SIM_STEPS, steps_per_frame=10)
