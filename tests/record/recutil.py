@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import List, Tuple
 
 import imageio_ffmpeg
@@ -82,3 +85,14 @@ def decode_many(paths: List[str], size: Tuple[int, int], workdir) -> List[np.nda
     subprocess.run(cmd, check=True)
     w, h = size
     return [np.fromfile(out, np.uint8).reshape(-1, h, w, 3) for out in outs]
+
+
+def python_c(code: str) -> str:
+    """The output of ``python -c code`` in a fresh interpreter started in the repo root; fails the
+    test when it exits non-zero."""
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout

@@ -122,15 +122,7 @@ def test_callable_episode_trigger_is_asked_once_per_episode_and_names_like_gymna
         name_prefix="rl-video",
         length_frames=2,  # short clips end long before their episodes: no re-firing
     )
-    env.reset(seed=0)
-    engine.on_reset(None, seed=0)
-    for _ in range(12):
-        out = env.step(torch.zeros(1, 2))
-        engine.on_step(*out[1:])
-        done = out[2] | out[3]
-        if done.any():
-            env.reset(env_idx=done.nonzero().flatten())
-            engine.on_reset(done.nonzero().flatten())
+    _drive(engine, env, 12)
     engine.close()
     assert asked == [0, 1, 2, 3, 4]
     assert [os.path.basename(c.path) for c in clips] == [
@@ -178,15 +170,7 @@ def test_episode_and_step_triggers_together_start_a_clip_when_either_fires(tmp_p
         name_prefix="v",
         length_frames=2,
     )
-    env.reset(seed=0)
-    engine.on_reset(None, seed=0)
-    for _ in range(12):
-        out = env.step(torch.zeros(1, 2))
-        engine.on_step(*out[1:])
-        done = out[2] | out[3]
-        if done.any():
-            env.reset(env_idx=done.nonzero().flatten())
-            engine.on_reset(done.nonzero().flatten())
+    _drive(engine, env, 12)
     engine.close()
     assert asked == [0, 1, 2, 3]  # once per episode
     names = [os.path.basename(c.path) for c in clips]

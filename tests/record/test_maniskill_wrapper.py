@@ -33,6 +33,7 @@ from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.envs.maniskill import render_rows  # noqa: E402
 from rlrec.record import RecordClips  # noqa: E402
 from rlrec.testing import decode  # noqa: E402
+from tests.record.recutil import python_c  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 64
@@ -272,11 +273,8 @@ def test_import_rlrec_record_does_not_import_mani_skill():
         "assert not {'mani_skill', 'sapien', name} & set(sys.modules); "
         "print(rlrec.record.RecordClips.__name__, name in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["RecordClips", "True"]
+    stdout = python_c(code)
+    assert stdout.split() == ["RecordClips", "True"]
 
 
 @pytest.mark.parametrize(

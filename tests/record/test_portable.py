@@ -5,21 +5,16 @@ framework)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.record.recutil import python_c
+
 FORBIDDEN = ("hydra", "omegaconf", "gymnasium", "rlrec.config", "rlrec.envs")
 
 
 def test_import_rlrec_record_loads_no_config_system_and_no_env_library():
     code = "import json, sys, rlrec.record; print(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    loaded = json.loads(out.stdout)
+    stdout = python_c(code)
+    loaded = json.loads(stdout)
     found = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
     assert not found, f"import rlrec.record loaded {found}"
 
@@ -30,11 +25,8 @@ def test_the_wrappers_are_named_by_rlrec_record_and_imported_on_first_use():
         "assert 'rlrec.record.wrappers.gymnasium' not in sys.modules; "
         "print(rlrec.record.RecordVectorVideo.__module__, rlrec.record.Recorder.__module__)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [
+    stdout = python_c(code)
+    assert stdout.split() == [
         "rlrec.record.wrappers.gymnasium",
         "rlrec.record.wrappers.adapter",
     ]
