@@ -20,7 +20,7 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.config import WANDB_MISSING, LoggerConfig
-from rlrec.files import temporary_name
+from rlrec.files import remove_quietly, temporary_name
 
 # keys shown in the progress bar, in order
 _PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
@@ -41,15 +41,8 @@ def _private_link(path: str) -> str:
         shutil.copyfile(path, private)
         return private
     except OSError:
-        _remove(private)
+        remove_quietly(private)
         return path
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 def _jsonable(v: Any) -> Any:
@@ -348,7 +341,7 @@ def _tb_add_clip_or_warn(
         print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
     finally:
         if remove:  # the private link made for this preview
-            _remove(path)
+            remove_quietly(path)
 
 
 def _tb_add_clip(
