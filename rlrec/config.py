@@ -57,6 +57,17 @@ class WandbMode(Choice):
 # --------------------------------------------------------------------------- eval env
 
 
+class EpisodeClips(Choice):
+    """Which eval episodes get a clip of their own (``eval-stepSTEP-envENV.mp4``): every eval
+    env's first episode of an evaluation is recorded, and these are kept."""
+
+    none = "none"  # no per-episode clips (the evaluation's one clip of eval_env.recorder stays)
+    all = "all"
+    failed = "failed"  # the episodes that did not succeed (every episode, where no success)
+    worst = "worst"  # the eval_env.clips_k lowest returns
+    best = "best"  # the eval_env.clips_k highest returns
+
+
 @dataclass
 class EvalEnvConfig:
     """How the evaluation stack differs from the collection stack."""
@@ -67,6 +78,10 @@ class EvalEnvConfig:
     every: int = 10  # PPO iterations between evaluations (and always at the end)
     episodes: Optional[int] = None  # None: one episode per eval env
     deterministic: bool = True
+    at_start: bool = True  # one evaluation before training (step 0): the untrained policy
+    # per-episode clips, kept as chosen (eval_env.recorder's settings, one clip per eval env)
+    clips: EpisodeClips = EpisodeClips.none
+    clips_k: int = 3  # clips=worst / best: how many
     recorder: RecorderConfig = field(
         default_factory=lambda: RecorderConfig(trigger=Trigger.eval, record_final_episode=False)
     )
@@ -189,6 +204,8 @@ def validate(cfg: Config) -> None:
     check_seed(ev.seed, "eval_env.seed", ev.num_envs, "eval_env.num_envs")
     positive(ev.every, "eval_env.every")
     positive(ev.episodes, "eval_env.episodes", allow_none=True)
+    choice(ev, "clips", EpisodeClips, "eval_env.clips")
+    positive(ev.clips_k, "eval_env.clips_k")
     a = cfg.algo
     for k in ("num_steps", "num_minibatches", "update_epochs"):
         positive(getattr(a, k), f"algo.{k}")

@@ -37,6 +37,7 @@ LAYERS = [
     ["rlrec.train.evaluation", "rlrec.train.resume"],
     ["rlrec.train.runner", "rlrec.run.sweep"],
     ["rlrec.run.cli"],
+    ["rlrec.run.replay"],  # re-runs an evaluation of a run: builds its config as the CLI does
     ["rlrec"],  # the package's own __init__ may name anything
 ]
 

@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, List, Optional, Set
+from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 import numpy as np
 
@@ -147,6 +147,8 @@ class _Worker:
         self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self.results: Deque[Any] = collections.deque()
         self.reported: Set[int] = set()  # serials of clips whose failure was reported
+        self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
+        self.frames_dropped = 0  # frames handed over for clips that failed
         self.aborted: Set[int] = set()  # serials of clips the training thread gave up on
         self.alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written
@@ -328,6 +330,8 @@ class _Worker:
         self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
+        if not keep:
+            self.sent.pop(self.job_serial, None)  # dropped on purpose: not a loss
         if not keep or self._skipping():
             self._discard()
             return
@@ -358,6 +362,7 @@ class _Worker:
         finally:
             self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
         with self.cv:
+            self.sent.pop(serial, None)
             self.results.append(info)
 
     def _sidecar(self, job: ClipJob, tmp: Optional[str], frames: int, summary: dict) -> dict:
@@ -402,6 +407,7 @@ class _Worker:
             return
         if serial > 0:
             self.reported.add(serial)
+        self.frames_dropped += self.sent.pop(serial, 0)
         self.results.append(message)
 
 
@@ -450,6 +456,7 @@ class Encoder:
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
         self._open_job: Optional[ClipJob] = None
         self._dropping = 0  # serial of a clip given up on: its frames are not queued
+        self.stalls = 0  # waits given up on (see _give_up)
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
@@ -474,6 +481,11 @@ class Encoder:
         return self._w.buffers
 
     @property
+    def frames_dropped(self) -> int:
+        """Frames handed over for clips that failed (never on disk), so far."""
+        return self._w.frames_dropped
+
+    @property
     def pending(self) -> bool:
         """Whether results wait for ``results()`` (cheap: checked on every step)."""
         return bool(self._w.results)
@@ -488,10 +500,14 @@ class Encoder:
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
         if self._dropping == self._opened:  # a clip given up on: the rest of it is not sent
+            with self._w.cv:
+                self._w.frames_dropped += 1
             return
         buffer = self._buffer(frames)
         if buffer is None:
             self._give_up(self._opened, "the training thread's wait for a free frame buffer")
+            with self._w.cv:
+                self._w.frames_dropped += 1  # this one
             return
         buffer.copy_(frames)
         self._put(("frame", buffer, meta), wake=False)
@@ -597,6 +613,11 @@ class Encoder:
             w.items.append(item)
             w.unfinished += 1
             if item is not None and item[0] == "frame":
+                # counted as dropped now if its clip failed already, else when it fails
+                if self._opened in w.reported:
+                    w.frames_dropped += 1
+                else:
+                    w.sent[self._opened] = w.sent.get(self._opened, 0) + 1
                 w.queued_frames += 1
                 wake = wake or w.queued_frames >= w.batch
             if wake:
@@ -636,6 +657,7 @@ class Encoder:
         w = self._w
         if serial == self._opened:
             self._dropping = serial
+        self.stalls += 1
         err = EncoderError(
             f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "
             f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"

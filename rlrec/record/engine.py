@@ -162,6 +162,8 @@ class ClipEngine:
         self.kind = kind
         self.on_clip = on_clip
         self.tag: Any = None
+        # the caller's name for the next clips (a file name in the video dir), or None
+        self.clip_name: Optional[Callable[[], str]] = None
         self.max_episode_steps = max_episode_steps
         self.name_prefix = name_prefix
         # record_final_episode for a caller that cannot announce the end (no expect_end): every
@@ -362,6 +364,15 @@ class ClipEngine:
     def recording(self) -> bool:
         return self._clip is not None
 
+    def losses(self) -> Dict[str, int]:
+        """What this recorder lost so far: clips that never reached disk (each one of
+        :attr:`errors`), the frames handed over for them, and the encoder's stalls."""
+        return {
+            "clips_dropped": len(self.errors),
+            "frames_dropped": self.encoder.frames_dropped,
+            "encoder_stalls": self.encoder.stalls,
+        }
+
     def state_dict(self) -> Dict[str, Any]:
         """Counters and schedule, for checkpoints."""
         return {
@@ -443,6 +454,8 @@ class ClipEngine:
     def _file_name(self) -> str:
         if self.filename is not None:
             return self.filename
+        if self.clip_name is not None:
+            return self.clip_name()
         if self.name_prefix is not None:
             by_step = self.schedule.trigger is Trigger.step or self.schedule.step_fn is not None
             if by_step and not self._by_episode:

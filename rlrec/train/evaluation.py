@@ -2,41 +2,87 @@
 every eval env finished an episode (or ``eval_env.episodes`` episodes in all).
 
 Success is "succeeded at any step of the episode". The eval env's recorder (trigger ``eval`` by
-default) records the first episode after the full reset: one clip per evaluation, tagged with the
-env step of the evaluation that recorded it, so the clip is logged at that step even though it
-finishes encoding while training goes on.
+default) records the first episode after the full reset: one clip per evaluation, named and tagged
+by the training step it evaluates (``eval-step{step:09d}.mp4``), so the clip is logged at that
+step even though it finishes encoding while training goes on. With ``eval_env.clips`` the first
+episode of every eval env is also recorded as its own clip
+(``eval-step{step:09d}-env{env:03d}.mp4``) and those the rule selects are kept (all, the failed
+ones, the k worst or best by return).
+
+Every evaluation writes one line per episode to ``eval_episodes.jsonl`` in the run dir: the step,
+the env, the seed its reset used, return, length, success, how it ended, its clip and the frames
+of that clip that show it. The lines of an evaluation are appended together once its clips are on
+disk (or known lost), before any checkpoint that covers the step.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Callable, Dict, List
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from rlrec.config import EpisodeClips as ClipRule
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.autoreset import AutoReset
-from rlrec.train.stack import recorder_of
+from rlrec.files import remove_quietly
+from rlrec.record import ClipInfo
+from rlrec.train.stack import episode_clips_of, recorder_of
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 
+EPISODES_FILE = "eval_episodes.jsonl"
+
+
+def clip_name(step: int) -> str:
+    """The file name of the evaluation clip of training step ``step``."""
+    return f"eval-step{int(step):09d}.mp4"
+
 
 class Evaluator:
-    """Owns the eval env stack's episodes: resets it, runs the policy, returns the eval figures."""
+    """Owns the eval env stack's episodes: resets it, runs the policy, returns the eval figures,
+    and writes the episodes' records to ``run_dir/eval_episodes.jsonl`` (no file when
+    ``run_dir`` is None)."""
 
-    def __init__(self, env: AutoReset, cfg: EvalEnvConfig):
+    def __init__(self, env: AutoReset, cfg: EvalEnvConfig, run_dir: Optional[Path] = None):
         self.env = env
         self.cfg = cfg
+        self.run_dir = None if run_dir is None else Path(run_dir)
         self.recorder = recorder_of(env)
+        self.clips = episode_clips_of(env)
         self.recorded = False  # whether the last evaluation started a clip
+        # the records of evaluations whose clip is still being encoded, by step
+        self._pending: Dict[int, List[Dict[str, Any]]] = {}
+        self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
+        self._saved: Optional[ClipInfo] = None  # the last evaluation clip reported
+        if self.recorder is not None:
+            self.recorder.engine.clip_name = lambda: clip_name(self.recorder.engine.tag)
+        if self.clips is not None:
+            self.clips.on_clip = self._episode_clip
+            self.clips.keep = self._keep
+
+    def _keep(self, env: int, success: Optional[bool], ret: float) -> bool:
+        """Whether a per-episode clip is written (worst / best are chosen once all are)."""
+        return self.cfg.clips is not ClipRule.failed or success is not True
+
+    def _episode_clip(self, env: int, clip: ClipInfo) -> None:
+        self._episode_clips[env] = clip
 
     @torch.inference_mode()
     def run(
-        self, policy: Policy, tag: int, stop: Callable[[], bool] = lambda: False
+        self,
+        policy: Policy,
+        tag: int,
+        stop: Callable[[], bool] = lambda: False,
+        iteration: int = 0,
     ) -> Dict[str, float]:
         """One evaluation. ``tag`` (the training step) goes onto its clip; ``stop()`` cuts it short
         (an evaluation cut short still gets its clip; its figures are of fewer episodes, so the
-        runner logs none and a resumed run redoes it). Empty when no episode finished."""
+        runner logs none, no episode line is written, and a resumed run redoes it). Empty when no
+        episode finished."""
         cfg, env = self.cfg, self.env
         n = env.num_envs
         target = cfg.episodes or n
@@ -44,17 +90,23 @@ class Evaluator:
         if self.recorder is not None:
             self.recorder.engine.tag = tag
             started = self.recorder.engine.clips_started
+        if self.clips is not None:
+            self.clips.tag = tag
+            self._episode_clips = {}
         obs, _ = env.reset(seed=cfg.seed)
         first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
         success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
+        envs: List[torch.Tensor] = []  # per finished episode, in order: env, first episode?
+        firsts: List[torch.Tensor] = []
         returns: List[torch.Tensor] = []
         lengths: List[torch.Tensor] = []
         successes: List[torch.Tensor] = []
+        ends: List[torch.Tensor] = []
         has_success = False
         count = 0
         limit = (env.max_episode_steps or 10_000) * (math.ceil(target / n) + 1)
         for _ in range(limit):
-            obs, _, _, _, info = env.step(policy(obs))
+            obs, _, terminated, _, info = env.step(policy(obs))
             if "success" in info:
                 has_success = True
                 success_once |= info["success"].to(torch.bool)
@@ -62,18 +114,25 @@ class Evaluator:
                 done = info["_final"]
                 take = done & ~first_done if cfg.episodes is None else done
                 idx = take.nonzero().flatten()[: target - count]
+                envs.append(idx)
+                firsts.append(~first_done[idx])
                 returns.append(info["episode"]["return"][idx])
                 lengths.append(info["episode"]["length"][idx].float())
                 successes.append(success_once[idx].float())
+                ends.append(terminated[idx].bool())
                 count += idx.numel()
                 first_done |= done
                 success_once &= ~done
             if count >= target or stop():
                 break
+        cut = stop()
         if self.recorder is not None:
             # the clip is encoded while training goes on and reported through on_clip once on disk
             self.recorder.end_clip()
             self.recorded = self.recorder.engine.clips_started > started
+        if self.clips is not None:
+            self.clips.end_clips()
+            self.clips.flush()  # bounded: the per-episode clips are on disk, or reported lost
         if count == 0:
             return {}
         out = {
@@ -83,12 +142,120 @@ class Evaluator:
         }
         if has_success:
             out["eval/success"] = float(torch.cat(successes).mean())
+        if not cut:
+            rows = torch.stack(
+                [
+                    torch.cat(x).to(torch.float64)
+                    for x in (envs, firsts, returns, lengths, successes, ends)
+                ]
+            ).tolist()  # one read-back
+            self._records(tag, iteration, rows, has_success)
         return out
 
+    # ------------------------------------------------------------------ episode records
+    def _records(self, step: int, iteration: int, rows: List[List[float]], has_success: bool):
+        cfg = self.cfg
+        seed_per_env = bool(getattr(self.env, "seed_per_env", True))
+        records: List[Dict[str, Any]] = []
+        for k, (env, first, ret, length, success, term) in enumerate(zip(*rows)):
+            env, first = int(env), bool(first)
+            seed = None
+            if first:  # began at the full reset; later episodes began at an autoreset
+                seed = cfg.seed + env if seed_per_env else cfg.seed
+            records.append(
+                {
+                    "step": int(step),
+                    "iteration": int(iteration),
+                    "env": env,
+                    "episode": k,
+                    "seed": seed,
+                    "return": ret,
+                    "length": int(length),
+                    "success": bool(success) if has_success else None,
+                    "ended": "terminated" if term else "truncated",
+                    "clip": None,
+                    "frames": None,
+                    "_first": first,
+                }
+            )
+        self._choose_clips(records)
+        if not self.recorded:
+            self._write(records)
+            return
+        self._pending[int(step)] = records  # written once its clip is reported (or lost)
+        saved = self._saved
+        if saved is not None and saved.tag is not None and int(saved.tag) == int(step):
+            self.clip_saved(saved)  # it was on disk before the evaluation ended
+
+    def _choose_clips(self, records: List[Dict[str, Any]]) -> None:
+        """Names each first episode's own clip; with worst / best, removes the clips of the
+        others (this run wrote them)."""
+        if self.clips is None:
+            return
+        firsts = [r for r in records if r["_first"] and r["env"] in self._episode_clips]
+        rule = self.cfg.clips
+        if rule in (ClipRule.worst, ClipRule.best):
+            ranked = sorted(firsts, key=lambda r: (r["return"], r["env"]))
+            if rule is ClipRule.best:
+                ranked = sorted(firsts, key=lambda r: (-r["return"], r["env"]))
+            chosen = {r["env"] for r in ranked[: self.cfg.clips_k]}
+            for env in [e for e in self._episode_clips if e not in chosen]:
+                clip = self._episode_clips.pop(env)
+                remove_quietly(clip.path)
+                remove_quietly(clip.sidecar)
+        for r in records:
+            clip = self._episode_clips.get(r["env"]) if r["_first"] else None
+            if clip is not None:
+                r["clip"] = self._rel(clip.path)
+                r["frames"] = [0, clip.num_frames - 1]
+
+    def clip_saved(self, clip: ClipInfo) -> None:
+        """The evaluation clip of step ``clip.tag`` is on disk: its records name it, and go out."""
+        self._saved = clip
+        if clip.tag is None or int(clip.tag) not in self._pending:
+            return
+        records = self._pending.pop(int(clip.tag))
+        env_idx = list(self.recorder.engine.env_idx) if self.recorder is not None else []
+        spf = self.recorder.engine.steps_per_frame if self.recorder is not None else 1
+        last = clip.num_frames - 1
+        for r in records:
+            if r["_first"] and r["env"] in env_idx and r["clip"] is None:
+                r["clip"] = self._rel(clip.path)
+                # the clip ends with env_idx[0]'s episode; another tile's episode shows until
+                # its terminal step's frame (or the clip's end)
+                end = last if r["env"] == env_idx[0] else min(last, r["length"] // spf)
+                r["frames"] = [0, end]
+        self._write(records)
+
+    def write_pending(self) -> None:
+        """Writes the records still waiting for their clips, naming none (the clip was lost)."""
+        for step in sorted(self._pending):
+            self._write(self._pending.pop(step))
+
+    def _rel(self, path: str) -> str:
+        return path if self.run_dir is None else os.path.relpath(path, self.run_dir)
+
+    def _write(self, records: List[Dict[str, Any]]) -> None:
+        if self.run_dir is None or not records:
+            return
+        text = "".join(
+            json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n"
+            for r in records
+        )
+        # one write in append mode: the evaluation's lines go out together
+        fd = os.open(self.run_dir / EPISODES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ clips
     def flush(self) -> None:
-        """Waits (bounded) until the eval clips are on disk, and reports them."""
+        """Waits (bounded) until the eval clips are on disk, and reports them; then writes the
+        episode records whose clip was lost."""
         if self.recorder is not None:
             self.recorder.flush()
+        self.write_pending()
 
     def poll(self) -> None:
         """Reports eval clips that finished encoding since the evaluation (the env is not stepped

@@ -216,9 +216,11 @@ class RunLogger:
         return bool(self._awaiting)
 
     def write_awaiting(self) -> None:
-        """Writes the lines still waiting for their clips, naming none (``null``)."""
+        """Writes the lines still waiting for their clips, naming none (``null``) and saying that
+        their clip was lost (``"{kind}/clip_lost": true``)."""
         for (kind, _), line in sorted(self._awaiting.items(), key=lambda kv: kv[0][1]):
             line[f"{kind}/clip"] = None
+            line[f"{kind}/clip_lost"] = True
             self._metrics.write(json.dumps(line) + "\n")
         self._awaiting.clear()
 
@@ -248,9 +250,11 @@ def summary(
     run_dir: Path,
     signum: Optional[int],
     resumable: bool,
+    losses: Optional[Dict[str, int]] = None,
 ) -> None:
     """The run's last console line: done or stopped (by ``signum``: then, when ``resumable``, how to
-    continue), in how long, its env steps, its last eval figures and its run dir."""
+    continue), in how long, its env steps, its last eval figures, what recording lost (``losses``:
+    ``record/clips_dropped``, ... when any is nonzero) and its run dir."""
     parts = [
         f"rlrec: {'stopped by signal' if signum is not None else 'done'} in {seconds:.1f}s",
         f"{steps:,} env steps",
@@ -261,6 +265,9 @@ def summary(
         if "eval/success" in ev:
             figures += f", success {ev['eval/success']:.3f}"
         parts.append(figures)
+    lost = {k.split("/")[-1]: v for k, v in (losses or {}).items() if v}
+    if lost:
+        parts.append("recording lost " + ", ".join(f"{k} {v}" for k, v in lost.items()))
     parts.append(f"run dir {run_dir}")
     if signum is not None:
         parts.append(f"signal {signal.Signals(signum).name}")

@@ -28,7 +28,7 @@ from rlrec.train import checkpoint as ckpt
 from rlrec.train import resume
 from rlrec.train.evaluation import Evaluator
 from rlrec.train.logger import RunLogger, summary
-from rlrec.train.stack import make_env_stack, recorder_of, stack_state
+from rlrec.train.stack import make_env_stack, record_losses, recorder_of, stack_state
 
 
 class Runner:
@@ -60,6 +60,7 @@ class Runner:
         self.evaluator: Optional[Evaluator] = None
         self.logger: Optional[RunLogger] = None
         self.last_eval: Dict[str, float] = {}
+        self.losses: Dict[str, int] = {}  # the recorders' losses as they closed
         self.stop = preempt.run_flag()  # a sweep's, when this process runs its jobs
         self._obs: Optional[torch.Tensor] = None  # the train env's next observation
         self.resume_point = resume.ResumePoint(self.state)  # see _train_loop
@@ -79,7 +80,7 @@ class Runner:
         if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
             eval_env = cfg.eval_env
             self.eval_env = self._stack("eval", eval_env.num_envs, eval_env.seed, eval_env.recorder)
-            self.evaluator = Evaluator(self.eval_env, cfg.eval_env)
+            self.evaluator = Evaluator(self.eval_env, cfg.eval_env, self.run_dir)
         env = self.train_env or self.eval_env
         self.obs_shape = tuple(env.single_observation_space.shape)
         self.action_space = env.single_action_space
@@ -108,6 +109,7 @@ class Runner:
             kind=kind,
             on_clip=self._on_clip,
             device=self.device,
+            episode_clips=kind == "eval" and self.cfg.eval_env.clips != "none",
         )
 
     def _on_clip(self, clip: ClipInfo) -> None:
@@ -116,6 +118,8 @@ class Runner:
         if self.logger is not None:
             step = self.global_step if clip.tag is None else int(clip.tag)
             self.logger.log_clip(step, clip.kind, clip.path, clip.fps, clip.num_frames)
+        if clip.kind == "eval" and self.evaluator is not None:
+            self.evaluator.clip_saved(clip)  # its episode records name it
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
@@ -171,6 +175,7 @@ class Runner:
             lambda obs: self.ppo.act_inference(obs, deterministic),
             tag=self.global_step,
             stop=self._cut,
+            iteration=self.iteration,
         )
         if self._cut():  # figures of fewer episodes than asked: not an eval line
             return False
@@ -236,8 +241,13 @@ class Runner:
                 next_obs, _ = self.train_env.reset(seed=self.env_seed)
         self._obs = next_obs
         try:
-            # a stop cut the evaluation of the checkpoint's step short: it is redone first
-            self._train_loop(eval_due=self.start is not None and self.start.eval_due)
+            # a stop cut the evaluation of the checkpoint's step short: it is redone first; a new
+            # run evaluates the untrained policy first (eval_env.at_start)
+            if self.start is None:
+                due = cfg.eval_env.at_start and self.iteration == 0
+            else:
+                due = self.start.eval_due
+            self._train_loop(eval_due=due)
         except RecorderError:
             # recorder.on_error=raise: the checkpoint of the last completed update, then the error
             # (several ranks: the others are not there to gather; the periodic ones stand)
@@ -257,7 +267,8 @@ class Runner:
         if eval_due and self.evaluator is not None and self.iteration < self.num_iterations:
             if not self._evaluation():
                 return
-            self._periodic_checkpoint()
+            if self.iteration > 0:  # the evaluation at start (step 0) has no checkpoint of its own
+                self._periodic_checkpoint()
         start, start_step = time.perf_counter(), self.global_step
         while self.iteration < self.num_iterations and not self._cut():
             self.resume_point.keep()
@@ -304,6 +315,7 @@ class Runner:
             return
         if self.iteration % self.cfg.logger.log_every == 0 or self.iteration == self.num_iterations:
             metrics.update(self.logger.episodes.summary())
+            metrics.update(record_losses(self.train_env, self.eval_env))  # cumulative
             self.logger.log(self.global_step, metrics)
         self.logger.progress(self.global_step, sps)
 
@@ -324,7 +336,13 @@ class Runner:
         if self.main:
             secs, resumable = time.perf_counter() - t0, not self.cfg.eval_only
             summary(
-                secs, self.global_step, self.last_eval, self.run_dir, self.stop.signum, resumable
+                secs,
+                self.global_step,
+                self.last_eval,
+                self.run_dir,
+                self.stop.signum,
+                resumable,
+                self.losses,
             )
         return self.last_eval
 
@@ -338,9 +356,12 @@ class Runner:
         # record_final_episode: a recorder saves the clip in progress as it closes
         layers = [x for env in (self.train_env, self.eval_env) for x in (recorder_of(env), env)]
         errors: List[BaseException] = []
-        for layer in [*layers, self.logger]:
+        for layer in [*layers, self.evaluator, self.logger]:
             try:
-                if layer is not None:
+                if layer is self.evaluator and layer is not None:
+                    layer.write_pending()  # the episode records of a clip that never came
+                    self.losses = record_losses(self.train_env, self.eval_env)
+                elif layer is not None:
                     layer.close()
             except BaseException as exc:  # the rest are still closed
                 errors.append(exc)

@@ -24,6 +24,7 @@ from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.factory import backend_module, make_adapter
 from rlrec.record import Recorder
 from rlrec.record.settings import RecorderConfig, recording
+from rlrec.record.wrappers.episodes import EpisodeClips
 
 ROLES = ("adapter", "recorder", "autoreset")
 
@@ -38,24 +39,50 @@ def make_env_stack(
     kind: str = "train",
     on_clip: Optional[Callable] = None,
     device: Optional[torch.device] = None,
+    episode_clips: bool = False,
 ) -> AutoReset:
     """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
     When recording, an env that cannot render is refused before it is built. ``device``: the one
-    the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here)."""
+    the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here).
+    ``episode_clips``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
+    episode after a full reset, encoded with ``recorder_cfg``'s settings (its trigger aside)."""
     record = recording(recorder_cfg)
-    if record:
+    if record or episode_clips:
         check = getattr(backend_module(env_cfg.name), "check_renderable", None)
         if check is not None:
             check(env_cfg)
     env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
     if record:
         env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
+    if episode_clips:
+        cfg = recorder_cfg if recorder_cfg is not None else RecorderConfig()
+        env = EpisodeClips(env, cfg, video_dir=video_dir, kind=kind, key=f"{kind}_env.recorder")
     return AutoReset(env)
 
 
 def recorder_of(stack: Optional[EnvAdapter]) -> Optional[Recorder]:
     """The recorder layer of ``stack``, or None."""
     return None if stack is None else stack.find(Recorder)
+
+
+def episode_clips_of(stack: Optional[EnvAdapter]) -> Optional[EpisodeClips]:
+    """The per-episode clips layer of ``stack``, or None."""
+    return None if stack is None else stack.find(EpisodeClips)
+
+
+def record_losses(*stacks: Optional[EnvAdapter]) -> Dict[str, int]:
+    """What the recorders of ``stacks`` lost so far, summed: ``record/clips_dropped``,
+    ``record/frames_dropped``, ``record/encoder_stalls`` (``ClipEngine.losses``)."""
+    out = {"record/clips_dropped": 0, "record/frames_dropped": 0, "record/encoder_stalls": 0}
+    for stack in stacks:
+        rec, eps = recorder_of(stack), episode_clips_of(stack)
+        for losses in (
+            rec.engine.losses() if rec is not None and rec.engine is not None else {},
+            eps.losses() if eps is not None else {},
+        ):
+            for k, v in losses.items():
+                out[f"record/{k}"] += v
+    return out
 
 
 def _roles(stack: AutoReset) -> Dict[str, Any]:

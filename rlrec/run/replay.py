@@ -1,0 +1,160 @@
+"""Replays an eval episode of a run: ``python -m rlrec.run.replay RUN_DIR replay.step=S
+replay.env=E [KEY=VALUE ...]`` (``rlrec-replay`` once installed).
+
+It re-runs the evaluation of training step ``S`` from the run's own config (the one saved in its
+checkpoints) and the checkpoint of that step (``S = 0``, the untrained policy, rebuilt from the
+run's seed when no checkpoint of step 0 exists), recording env ``E``'s first episode, the one
+``eval_episodes.jsonl`` lists with ``"env": E`` and a seed. The whole eval batch is re-run (same
+``eval_env.num_envs``, seed and device), so the episode is the one of the batch, not of a batch of
+one. ``KEY=VALUE`` overrides change the replay's config (``env.render_width=512
+env.render_height=512`` re-renders it larger, ``eval_env.recorder.lossless=true`` encodes it
+exactly). The clip, its sidecar and the replay's own ``eval_episodes.jsonl`` go to
+``RUN_DIR/replay/step{S:09d}-env{E:03d}/`` (``replay.dir=PATH`` elsewhere); the path of the clip
+is printed.
+
+On the CPU backends (built-in, Gymnasium, ManiSkill's CPU sim) the replay at the original size is
+frame for frame the original clip when both are lossless (docs/recorder.md, "Replaying an
+episode", says what holds on the batched GPU sims).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from omegaconf import OmegaConf
+
+from rlrec.checks import ConfigError
+from rlrec.config import Config, EpisodeClips, to_dataclass
+from rlrec.record.settings import Trigger
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.evaluation import clip_name
+
+__all__ = ["find_checkpoint", "main", "replay", "replay_config"]
+
+USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALUE ...]"
+
+
+def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
+    """The checkpoint of ``step`` in ``run_dir/checkpoints`` (None for step 0 without one) and the
+    data of a checkpoint of the run (for its config); ConfigError when there is none."""
+    files = sorted((Path(run_dir) / "checkpoints").glob("*.pt"))
+    any_data: Optional[dict] = None
+    for path in files:
+        try:
+            data = ckpt.load(path, key="replay")
+        except ConfigError:
+            continue
+        any_data = any_data or data
+        if int(data.get("global_step", -1)) == int(step):
+            return path, data
+    if any_data is None:
+        raise ConfigError(f"replay: no readable checkpoint in {Path(run_dir) / 'checkpoints'}")
+    if int(step) == 0:
+        return None, any_data
+    steps = sorted(
+        int(ckpt.load(p, key="replay")["global_step"]) for p in files if p.suffix == ".pt"
+    )
+    raise ConfigError(
+        f"replay.step={step}: {run_dir} has no checkpoint of that step (checkpoints of steps "
+        f"{steps}); an evaluation is replayable where a checkpoint was written at its step "
+        "(checkpoint_every a divisor of eval_env.every, and the final one)"
+    )
+
+
+def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Config:
+    """The replay's config: the run's ``saved`` config, recording eval env ``env``'s first
+    episode (no per-episode clips), then ``overrides``."""
+    from hydra import compose, initialize_config_dir
+
+    from rlrec.run.cli import CONFIG_DIR  # registers the schemas
+
+    name = saved["env"]["name"]
+    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
+        base = compose("config", overrides=[f"env={name}"])
+    merged = OmegaConf.merge(base, {k: v for k, v in saved.items() if k != "hydra"})
+    recorder = {"enabled": True, "trigger": Trigger.eval.value, "every": None, "env_idx": [env]}
+    recorder.update(filename=None, dir=None, record_final_episode=False)
+    merged = OmegaConf.merge(
+        merged,
+        {
+            "eval_env": {"recorder": recorder, "clips": EpisodeClips.none.value},
+            "eval_only": False,  # set below: step 0 may have no checkpoint to name
+            "recorder": {"enabled": False},  # the train env's
+            "resume": None,
+            "checkpoint": None,
+            "logger": {"name": "none", "progress": False},
+            "distributed": saved.get("distributed", {}),
+        },
+    )
+    merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+    return to_dataclass(merged)
+
+
+def replay(
+    run_dir: Path, step: int, env: int, overrides: Sequence[str] = (), out: Optional[Path] = None
+) -> Path:
+    """Re-runs the evaluation of ``step`` of ``run_dir`` recording eval env ``env``; returns the
+    clip's path."""
+    from rlrec.train.runner import Runner
+
+    run_dir = Path(run_dir)
+    path, data = find_checkpoint(run_dir, step)
+    cfg = replay_config(data["config"], env, overrides)
+    if not 0 <= env < cfg.eval_env.num_envs:
+        raise ConfigError(
+            f"replay.env={env} is invalid: the run has eval_env.num_envs={cfg.eval_env.num_envs}"
+        )
+    out = Path(out) if out is not None else run_dir / "replay" / f"step{step:09d}-env{env:03d}"
+    out.mkdir(parents=True, exist_ok=True)
+    if path is not None:
+        cfg.checkpoint, cfg.eval_only = str(path), True
+        Runner(cfg, out).run()
+    else:
+        # step 0 without a checkpoint: the untrained policy, built from the run's seed as the
+        # training run built it (its train env too), then evaluated once
+        runner = Runner(cfg, out)
+        try:
+            runner.evaluate()
+        finally:
+            runner.close()
+    clip = out / "videos" / "eval" / clip_name(step)
+    if not clip.exists():
+        raise RuntimeError(f"replay: the clip {clip} was not written (see the log above)")
+    return clip
+
+
+def _parse(argv: List[str]) -> Tuple[Path, int, int, Optional[Path], List[str]]:
+    if not argv or "=" in argv[0]:
+        raise ConfigError(f"usage: {USAGE}")
+    run_dir, step, env, out, rest = Path(argv[0]), None, None, None, []
+    for arg in argv[1:]:
+        key, _, value = arg.partition("=")
+        if key in ("replay.step", "replay.env"):
+            try:
+                number = int(value)
+            except ValueError:
+                raise ConfigError(f"{key}={value!r} is invalid: an integer") from None
+            step, env = (number, env) if key == "replay.step" else (step, number)
+        elif key == "replay.dir":
+            out = Path(value)
+        else:
+            rest.append(arg)
+    if step is None or env is None:
+        raise ConfigError(f"replay.step and replay.env are both needed; usage: {USAGE}")
+    return run_dir, step, env, out, rest
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    try:
+        run_dir, step, env, out, rest = _parse(sys.argv[1:] if argv is None else argv)
+        clip = replay(run_dir, step, env, rest, out)
+    except ConfigError as exc:
+        print(f"rlrec replay: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"rlrec replay: {clip}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
