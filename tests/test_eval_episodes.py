@@ -1,0 +1,184 @@
+"""Per-episode eval records (eval_episodes.jsonl), per-episode clips (eval_env.clips), the
+evaluation at start, and the replay of a listed episode (rlrec.run.replay)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from rlrec.checks import ConfigError
+from rlrec.train.evaluation import EPISODES_FILE, Evaluator
+from rlrec.train.stack import make_env_stack, record_losses
+from tests.helpers import FAST, make_config, read_metrics, run_train
+from tests.record.recutil import decode_many
+
+
+def _evaluator(cfg, tmp_path):
+    env = make_env_stack(
+        cfg.env,
+        cfg.sim,
+        cfg.eval_env.num_envs,
+        cfg.eval_env.seed,
+        cfg.eval_env.recorder,
+        video_dir=str(tmp_path / "videos" / "eval"),
+        kind="eval",
+        episode_clips=cfg.eval_env.clips != "none",
+    )
+    return Evaluator(env, cfg.eval_env, tmp_path)
+
+
+def _still(obs):  # does not move: every episode runs to the time limit
+    return torch.zeros(obs.shape[0], 2)
+
+
+def _seek(obs):  # heads for the goal: obs = position, velocity, goal - position
+    return (3.0 * obs[:, 4:6] - obs[:, 2:4]).clamp(-1.0, 1.0)
+
+
+def _records(tmp_path):
+    return [json.loads(line) for line in (tmp_path / EPISODES_FILE).read_text().splitlines()]
+
+
+def test_one_record_per_episode_with_the_seed_of_its_reset(fast_config, tmp_path):
+    cfg = fast_config(
+        [
+            "eval_env.num_envs=2",
+            "eval_env.episodes=5",
+            "env.max_episode_steps=4",
+            "eval_env.recorder.enabled=false",
+        ]
+    )
+    ev = _evaluator(cfg, tmp_path)
+    try:
+        ev.run(_still, tag=640, iteration=5)
+        ev.run(_still, tag=1280, stop=lambda: True)  # cut short: no records
+    finally:
+        ev.env.close()
+    lines = _records(tmp_path)
+    assert [r["episode"] for r in lines] == [0, 1, 2, 3, 4]
+    assert {(r["step"], r["iteration"]) for r in lines} == {(640, 5)}
+    seed = cfg.eval_env.seed
+    # the full reset seeds env i with seed + i; the later episodes began at autoresets
+    assert [(r["env"], r["seed"]) for r in lines[:2]] == [(0, seed), (1, seed + 1)]
+    assert [r["seed"] for r in lines[2:]] == [None, None, None]
+    assert all(r["length"] == 4 and r["ended"] == "truncated" for r in lines)
+    assert all(r["success"] is False and r["clip"] is None for r in lines)
+
+
+def _mixed(fast_config, tmp_path, rule, extra=()):
+    cfg = fast_config(
+        [
+            "eval_env.num_envs=6",
+            "env.max_episode_steps=14",
+            "env.goal_radius=0.3",
+            f"eval_env.clips={rule}",
+            "eval_env.recorder.lossless=true",
+            *extra,
+        ]
+    )
+    ev = _evaluator(cfg, tmp_path)
+    try:
+        ev.run(_seek, tag=256, iteration=2)
+        ev.flush()
+        losses = record_losses(ev.env)
+    finally:
+        ev.env.close()
+    assert losses == {
+        "record/clips_dropped": 0,
+        "record/frames_dropped": 0,
+        "record/encoder_stalls": 0,
+    }
+    lines = _records(tmp_path)
+    failed = {r["env"] for r in lines if not r["success"]}
+    assert failed and len(failed) < len(lines)  # the goal radius makes some episodes fail
+    return lines
+
+
+def test_failed_clips_keep_exactly_the_failed_episodes(fast_config, tmp_path):
+    lines = _mixed(fast_config, tmp_path, "failed")
+    on_disk = sorted(f for f in os.listdir(tmp_path / "videos" / "eval") if "-env" in f)
+    with_clip = {r["env"]: r for r in lines if r["clip"] and "-env" in r["clip"]}
+    assert set(with_clip) == {r["env"] for r in lines if not r["success"]}
+    names = {f"eval-step000000256-env{e:03d}{x}" for e in with_clip for x in (".mp4", ".json")}
+    assert set(on_disk) == names
+    for env, r in with_clip.items():
+        side = json.loads((tmp_path / r["clip"]).with_suffix(".json").read_text())
+        assert side["frames"] == r["frames"][1] + 1 == r["length"] + 1
+        assert side["envs"][0]["env"] == env and side["envs"][0]["success"] is False
+
+
+@pytest.mark.parametrize("rule", ["worst", "best"])
+def test_k_worst_and_best_by_return(fast_config, tmp_path, rule):
+    lines = _mixed(fast_config, tmp_path, rule, ["eval_env.clips_k=2"])
+    ranked = sorted(lines, key=lambda r: r["return"], reverse=rule == "best")
+    kept = {r["env"] for r in lines if r["clip"] and "-env" in r["clip"]}
+    assert kept == {r["env"] for r in ranked[:2]}
+    assert len([f for f in os.listdir(tmp_path / "videos" / "eval") if "-env" in f]) == 4
+
+
+def test_bad_clip_settings_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match="eval_env.clips_k"):
+        make_config([*FAST, "eval_env.clips_k=0"])
+
+
+def test_failure_only_run_and_replay_frame_for_frame(tmp_path):
+    """A training run keeping the failed eval episodes, then one of them replayed from its
+    checkpoint: the same frames (lossless), and at another render size, the same length."""
+    run = tmp_path / "run"
+    args = [
+        *FAST,
+        "total_steps=512",  # 4 iterations; evaluations at steps 0, 256, 512
+        "env.goal_radius=0.3",
+        "eval_env.num_envs=4",
+        "eval_env.clips=failed",
+        "eval_env.recorder.lossless=true",
+        "recorder.enabled=false",
+        f"hydra.run.dir={run}",
+    ]
+    proc = run_train(args, cwd=tmp_path)
+    evals = [m for m in read_metrics(run) if "eval/return" in m]
+    assert [m["step"] for m in evals] == [0, 256, 512]  # eval_env.at_start: step 0 first
+    assert all(m["eval/clip"] == f"videos/eval/eval-step{m['step']:09d}.mp4" for m in evals)
+    train = [m for m in read_metrics(run) if "train/lr" in m]
+    assert train and all(m["record/clips_dropped"] == 0 for m in train)
+    assert "recording lost" not in proc.stdout
+    lines = [json.loads(x) for x in (run / EPISODES_FILE).read_text().splitlines()]
+    assert sorted({r["step"] for r in lines}) == [0, 256, 512] and len(lines) == 12
+    for r in lines:  # a clip of its own exactly for each failed episode
+        own = r["clip"] is not None and "-env" in r["clip"]
+        assert own == (r["success"] is False)
+        if own:
+            assert (run / r["clip"]).exists()
+    kept = {f for f in os.listdir(run / "videos" / "eval") if "-env" in f and f.endswith(".mp4")}
+    assert kept == {os.path.basename(r["clip"]) for r in lines if r["success"] is False}
+    # replay a failed episode of the last evaluation (last.pt is of its step)
+    r = next(r for r in lines if r["step"] == 512 and r["success"] is False)
+    env = {**os.environ, "PYTHONPATH": str(__import__("tests.helpers").helpers.REPO)}
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "rlrec.run.replay", str(run), "replay.step=512"]
+    out = subprocess.run(
+        [*cmd, f"replay.env={r['env']}"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    clip = out.stdout.strip().splitlines()[-1].split("rlrec replay: ")[1]
+    a, b = decode_many([str(run / r["clip"]), clip], (32, 32), tmp_path)
+    assert a.shape[0] == r["length"] + 1 and np.array_equal(a, b)
+    big = subprocess.run(
+        [*cmd, f"replay.env={r['env']}", "env.render_width=64", "env.render_height=64"]
+        + ["replay.dir=" + str(tmp_path / "big")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert big.returncode == 0, big.stderr
+    (tmp_path / "d").mkdir()
+    (c,) = decode_many([str(tmp_path / "big" / "videos" / "eval" / "eval-step000000512.mp4")],
+                       (64, 64), tmp_path / "d")  # fmt: skip
+    assert c.shape == (a.shape[0], 64, 64, 3)
