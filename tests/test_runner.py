@@ -25,8 +25,9 @@ def test_train_writes_metrics_checkpoints_and_evals(tmp_path):
     lines = read_metrics(run_dir)
     assert all("step" in line for line in lines)
     evals = [line for line in lines if "eval/return" in line]
-    # every 2 iterations of 128 steps, and at the end: 8 iterations -> evals at 2, 4, 6, 8
-    assert [e["step"] for e in evals] == [256, 512, 768, 1024]
+    # one before training (eval_env.at_start), then every 2 iterations of 128 steps, and at the
+    # end: 8 iterations -> evals at 0, 2, 4, 6, 8
+    assert [e["step"] for e in evals] == [0, 256, 512, 768, 1024]
     assert all("eval/success" in e and "eval/length" in e for e in evals)
     assert result["eval/return"] == evals[-1]["eval/return"]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
@@ -64,6 +65,16 @@ def test_resume_is_bit_exact(tmp_path):
     assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
     steps = [m["step"] for m in read_metrics(resumed_dir) if "loss/policy" in m]
     assert steps[0] == 768 + 128, "the resumed run continues the step count"
+    # the evaluation at start is the new run's only: the resumed run does not redo step 0
+    evals = [m["step"] for m in read_metrics(resumed_dir) if "eval/return" in m]
+    assert evals == [1152, 1536]
+
+
+def test_eval_at_start_off(tmp_path):
+    runner, run_dir = _run(tmp_path, "a", ["total_steps=512", "eval_env.at_start=false"])
+    runner.run()
+    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
+    assert evals == [256, 512]
 
 
 def test_resume_auto_continues_newest_checkpoint(tmp_path):
@@ -154,9 +165,11 @@ def test_train_py_subprocess_output_layout(tmp_path):
     # each eval line names its clip, and that clip's sidecar is of that evaluation
     evals = [m for m in lines if "eval/return" in m]
     clip_lines = {m["step"]: m["video/eval"] for m in lines if "video/eval" in m}
-    assert len(evals) == 4 and sorted(clip_lines) == [m["step"] for m in evals]
+    # one evaluation before training (eval_env.at_start), then one per iteration
+    assert len(evals) == 5 and sorted(clip_lines) == [m["step"] for m in evals]
     for m in evals:
         assert m["eval/clip"] == clip_lines[m["step"]]
+        assert m["eval/clip"] == f"videos/eval/eval-step{m['step']:09d}.mp4"  # named by step
         side = json.loads((run_dir / m["eval/clip"]).with_suffix(".json").read_text())
         assert side["tag"] == m["step"] and side["kind"] == "eval" and side["seed"] == 1_000_000
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
