@@ -182,3 +182,19 @@ def test_failure_only_run_and_replay_frame_for_frame(tmp_path):
     (c,) = decode_many([str(tmp_path / "big" / "videos" / "eval" / "eval-step000000512.mp4")],
                        (64, 64), tmp_path / "d")  # fmt: skip
     assert c.shape == (a.shape[0], 64, 64, 3)
+
+
+def test_a_lost_eval_clip_is_said_on_its_line_and_in_the_last_console_line(tmp_path, capsys):
+    from rlrec.config import LoggerConfig
+    from rlrec.train.logger import RunLogger, summary
+
+    logger = RunLogger(LoggerConfig(name="none", progress=False), tmp_path, 100, {})
+    logger.log(256, {"eval/return": 1.0}, clip="eval")  # its clip never comes
+    logger.close()
+    (line,) = read_metrics(tmp_path)
+    assert line["eval/clip"] is None and line["eval/clip_lost"] is True
+    losses = {"record/clips_dropped": 2, "record/frames_dropped": 40, "record/encoder_stalls": 0}
+    summary(1.0, 100, {}, tmp_path, None, True, losses)
+    out = capsys.readouterr().out
+    assert "recording lost clips_dropped 2, frames_dropped 40" in out
+    assert "encoder_stalls" not in out  # named when nonzero

@@ -149,6 +149,7 @@ class _Worker:
         self.reported: Set[int] = set()  # serials of clips whose failure was reported
         self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
+        self.stalled: Set[int] = set()  # serials of clips dropped because the encoder stalled
         self.aborted: Set[int] = set()  # serials of clips the training thread gave up on
         self.alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written
@@ -356,6 +357,8 @@ class _Worker:
                     info.sidecar = write_sidecar(path, data)
         except Exception as err:
             remove_quietly(tmp)
+            if getattr(err, "stalled", False):
+                self.stalled.add(serial)
             with self.cv:
                 self.report(serial, _failure(job, err))
             return
@@ -396,6 +399,8 @@ class _Worker:
 
     def _fail(self, err: Exception) -> None:
         job, serial = self.job, self.job_serial
+        if getattr(err, "stalled", False):
+            self.stalled.add(serial)
         self._discard()
         self._failed = True  # the rest of this clip's frames are skipped until the next open
         with self.cv:
@@ -456,7 +461,6 @@ class Encoder:
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
         self._open_job: Optional[ClipJob] = None
         self._dropping = 0  # serial of a clip given up on: its frames are not queued
-        self.stalls = 0  # waits given up on (see _give_up)
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
@@ -479,6 +483,12 @@ class Encoder:
     def buffers(self) -> int:
         """Frame buffers that exist (free and in flight): never more than ``queue_size``."""
         return self._w.buffers
+
+    @property
+    def stalls(self) -> int:
+        """Clips dropped because the encoder stalled: ffmpeg made no progress for
+        ``stall_timeout`` s, or the training thread gave up waiting for this thread."""
+        return len(self._w.stalled)
 
     @property
     def frames_dropped(self) -> int:
@@ -657,7 +667,7 @@ class Encoder:
         w = self._w
         if serial == self._opened:
             self._dropping = serial
-        self.stalls += 1
+        w.stalled.add(serial)
         err = EncoderError(
             f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "
             f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"

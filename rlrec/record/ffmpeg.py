@@ -166,10 +166,12 @@ class FFmpegProcess:
 
     def _stalled(self, what: str) -> EncoderError:
         self._kill()
-        return self._error(
+        err = self._error(
             f"ffmpeg made no progress for {self.stall_timeout:g} s {what} (stopped or hung; "
             f"stall_timeout_sec={self.stall_timeout:g}): killed"
         )
+        err.stalled = True  # counted as a stall of the encoder (Encoder.stalls)
+        return err
 
     def write(self, images: List[np.ndarray]) -> None:
         """Writes contiguous frames, as few ``writev`` calls as the pipe allows. Waits while the

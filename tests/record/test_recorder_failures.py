@@ -69,6 +69,8 @@ def test_killed_ffmpeg_drops_that_clip_only(tmp_path, caplog):
     assert len(recorder_errors(caplog)) == 1 and len(rec.errors) == 1
     assert "ffmpeg" in rec.errors[0]
     assert [c.episode for c in clips] == [0, 2]  # training went on, the next clip is whole
+    # counted: the clip and every frame handed over for it (the reset's and 30 steps')
+    assert rec.engine.losses() == {"clips_dropped": 1, "frames_dropped": 31, "encoder_stalls": 0}
     for clip in clips:
         frames, _ = decode(clip.path)
         assert np.array_equal(frames, np.stack(spy.episodes[clip.episode]))
@@ -106,6 +108,9 @@ def test_stopped_ffmpeg_does_not_stall_training(tmp_path, caplog):
     assert len(rec.errors) == 1 and len(recorder_errors(caplog)) == 1
     assert "no progress for 0.3 s" in rec.errors[0] and "stall_timeout_sec" in rec.errors[0]
     assert clips == [] and listing(tmp_path) == []  # nothing under the final name, no temporary
+    losses = rec.engine.losses()
+    assert losses["clips_dropped"] == 1 and losses["encoder_stalls"] == 1
+    assert losses["frames_dropped"] == 81  # the reset's and 80 steps': all of episode 0
     for _ in range(80):  # episode 1: recorded whole
         stack.step(zeros(stack))
     rec.flush()
