@@ -198,3 +198,39 @@ def test_a_lost_eval_clip_is_said_on_its_line_and_in_the_last_console_line(tmp_p
     out = capsys.readouterr().out
     assert "recording lost clips_dropped 2, frames_dropped 40" in out
     assert "encoder_stalls" not in out  # named when nonzero
+
+
+def test_episode_clips_render_once_per_step_only_the_envs_still_recorded(fast_config, tmp_path):
+    """One batched render per frame step, of the envs whose clip is open: an env whose episode
+    ended is not rendered again, and an autoreset starts no clip."""
+    from rlrec.envs.autoreset import AutoReset
+    from rlrec.envs.base import EnvWrapper
+    from rlrec.envs.factory import make_adapter
+    from rlrec.record.wrappers.episodes import EpisodeClips
+
+    class Count(EnvWrapper):
+        calls: list = []
+
+        def render(self, env_idx):
+            self.calls.append(list(env_idx))
+            return self.env.render(env_idx)
+
+    cfg = fast_config(["env.max_episode_steps=6"])
+    inner = Count(make_adapter(cfg.env, cfg.sim, 3, 0))
+    clips = []
+    rec = EpisodeClips(
+        inner, cfg.eval_env.recorder, str(tmp_path), on_clip=lambda i, c: clips.append(i)
+    )
+    env = AutoReset(rec)
+    env.reset(seed=0)
+    steps = [torch.zeros(3, 2)] * 9
+    for i, a in enumerate(steps):
+        if i == 2:  # env 1's episode ends two steps early, at the 4th step
+            inner.env.clock.elapsed[1] = 4
+        env.step(a)
+    rec.flush()
+    env.close()
+    assert inner.calls[0] == [0, 1, 2]  # the full reset: one render of all
+    assert len(inner.calls) == 1 + 6  # then one per step until the episodes end at step 6
+    assert inner.calls[1:5] == [[0, 1, 2]] * 4 and inner.calls[5:] == [[0, 2]] * 2
+    assert sorted(clips) == [0, 1, 2]  # one clip each, none for the episodes after autoresets

@@ -70,6 +70,18 @@ def test_resume_is_bit_exact(tmp_path):
     assert evals == [1152, 1536]
 
 
+def test_a_finished_run_resumed_does_not_evaluate_again(tmp_path):
+    runner, run_dir = _run(tmp_path, "a", ["total_steps=512"])
+    runner.run()
+    cfg = make_config([*FAST, "recorder=none", "eval_env.recorder.enabled=false"])
+    cfg.total_steps, cfg.resume = 512, "auto"
+    Runner(cfg, run_dir).run()
+    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
+    assert evals == [0, 256, 512]
+    steps = [json.loads(x)["step"] for x in (run_dir / "eval_episodes.jsonl").open()]
+    assert steps == [0, 0, 256, 256, 512, 512]  # no line twice
+
+
 def test_eval_at_start_off(tmp_path):
     runner, run_dir = _run(tmp_path, "a", ["total_steps=512", "eval_env.at_start=false"])
     runner.run()
