@@ -11,6 +11,8 @@ from rlrec.report.rundata import RunData
 __all__ = ["PANELS", "curves_svg"]
 
 # (title, keys): one panel each, those of a run that has none of its keys are left out
+MAX_POINTS = 400  # points drawn per curve: a longer series is drawn every k-th point (and its last)
+
 PANELS: List[Tuple[str, Tuple[str, ...]]] = [
     ("return", ("train/return", "eval/return")),
     ("success", ("train/success", "eval/success")),
@@ -27,7 +29,7 @@ def curves_svg(run: RunData) -> str:
     """The ``<svg>`` element of the run's curves ("" when the run logged none)."""
     panels = []
     for title, keys in PANELS:
-        series = [(key, *run.series(key)) for key in keys]
+        series = [(key, *_thin(*run.series(key))) for key in keys]
         series = [s for s in series if s[1]]
         if series:
             panels.append((title, series))
@@ -59,3 +61,14 @@ def curves_svg(run: RunData) -> str:
         fig.savefig(buf, format="svg")
     text = buf.getvalue()
     return text[text.index("<svg") :]  # the element alone: no XML declaration or doctype
+
+
+def _thin(steps: list, values: list) -> tuple:
+    """At most about :data:`MAX_POINTS` of a series, evenly spaced, its last point kept."""
+    k = -(-len(steps) // MAX_POINTS)
+    if k <= 1:
+        return steps, values
+    idx = list(range(0, len(steps), k))
+    if idx[-1] != len(steps) - 1:
+        idx.append(len(steps) - 1)
+    return [steps[i] for i in idx], [values[i] for i in idx]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import html
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 from urllib.parse import quote
@@ -23,13 +24,14 @@ from rlrec.files import write_atomic
 from rlrec.report.config import ReportConfig
 from rlrec.report.curves import curves_svg
 from rlrec.report.progress import PROGRESS_VIDEO, write_progress
-from rlrec.report.rundata import HEALTH_KEYS, Evaluation, RunData, read_run
+from rlrec.report.rundata import Evaluation, RunData, read_run
 
 __all__ = ["REPORT_FILE", "is_sweep_dir", "replay_command", "write_report"]
 
 REPORT_FILE = "report.html"
 SWEEP_SUMMARY = "summary.csv"  # rlrec.run.sweep's table of a sweep's jobs
 SWEEP_ROWS = ".rlrec_summary"
+PROGRESS_TIMEOUT_S = 600.0  # the longest the page waits for its progress video
 
 # nothing but inline styles and the run dir's own files: a report never reaches a network
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; media-src 'self' file:; img-src 'self' data:"
@@ -131,26 +133,21 @@ def _summary(run: RunData) -> str:
 
 
 def _health(run: RunData) -> str:
-    names = {
-        "record/clips_dropped": "clips dropped",
-        "record/frames_dropped": "frames dropped",
-        "record/encoder_stalls": "encoder stalls",
-    }
-    rows = []
-    for key in HEALTH_KEYS:
-        value = run.health.get(key, 0.0)
-        cls = "bad" if value else "ok"
-        rows.append([names[key], f'<span class="{cls}">{int(value)}</span>'])
-    stops, resumes = run.count_events("stop"), run.count_events("resume")
-    rows.append(
-        ["stops (preemptions, signals)", f'<span class="{"bad" if stops else "ok"}">{stops}</span>']
-    )
-    rows.append(["resumes", str(resumes)])
-    lost = [ev for ev in run.evaluations if ev.clip and not ev.clip_ok]
-    rows.append(
-        ["eval clips missing", f'<span class="{"bad" if lost else "ok"}">{len(lost)}</span>']
-    )
-    out = ['<h2 id="health">Health</h2>', _table(["", "count"], rows, left=1)]
+    """One row: what the recorders lost, and the run's stops and resumes (each event below)."""
+    lost = sum(1 for ev in run.evaluations if ev.clip and not ev.clip_ok)
+    figures = [
+        ("clips dropped", "clips_dropped", run.health.get("record/clips_dropped", 0.0), True),
+        ("frames dropped", "frames_dropped", run.health.get("record/frames_dropped", 0.0), True),
+        ("encoder stalls", "encoder_stalls", run.health.get("record/encoder_stalls", 0.0), True),
+        ("eval clips missing", "clips_missing", lost, True),
+        ("stops (signals, preemptions)", "stops", run.count_events("stop"), True),
+        ("resumes", "resumes", run.count_events("resume"), False),
+    ]
+    cells = []
+    for _, key, value, bad in figures:
+        cls = ("bad" if value else "ok") if bad else "muted"
+        cells.append(f'<span class="{cls}" data-health="{key}">{int(value)}</span>')
+    out = ['<h2 id="health">Health</h2>', _table([f[0] for f in figures], [cells])]
     if run.events:
         detail = [
             [_e(e.get("event")), _fmt(e.get("step")),
@@ -195,7 +192,7 @@ def _progress(run: RunData, progress_rel: Optional[str]) -> str:
         "<p>The eval clips across evaluations, played in sync (the same start states: every "
         "evaluation resets with the same seed); a finished tile holds its last frame.</p>"
     )
-    out.append(_video(progress_rel, sidecar.get("width"), sidecar.get("height"), least=360))
+    out.append(_video(progress_rel, sidecar.get("width"), sidecar.get("height"), least=300))
     return "\n".join(out)
 
 
@@ -267,20 +264,23 @@ def _config(run: RunData) -> str:
     return "\n".join(out)
 
 
-def run_page(run: RunData, cfg: ReportConfig, progress_rel: Optional[str]) -> str:
+def run_page(
+    run: RunData, cfg: ReportConfig, progress_rel: Optional[str], svg: Optional[str] = None
+) -> str:
+    """The page of ``run``; ``svg``: its curves when drawn already."""
     name = run.path.resolve().name
-    svg = curves_svg(run)
+    svg = curves_svg(run) if svg is None else svg
     body = [
         f"<h1>rlrec run {_e(name)}</h1>",
         _summary(run),
-        '<p><a href="#health">health</a> &middot; <a href="#curves">curves</a> &middot; '
-        '<a href="#progress">progress</a> &middot; <a href="#evaluations">evaluations</a> &middot; '
+        '<p><a href="#health">health</a> &middot; <a href="#progress">progress</a> &middot; '
+        '<a href="#curves">curves</a> &middot; <a href="#evaluations">evaluations</a> &middot; '
         '<a href="#failures">failed episodes</a> &middot; <a href="#config">config</a></p>',
         _config_overrides_inline(run),
         _health(run),
+        _progress(run, progress_rel),
         '<h2 id="curves">Learning curves</h2>',
         svg or "<p>No metrics logged.</p>",
-        _progress(run, progress_rel),
         _evaluations(run),
         _failures(run, cfg.max_failures),
         _config(run),
@@ -388,14 +388,19 @@ def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
     cfg = cfg or ReportConfig()
     run_dir = Path(run_dir)
     run = read_run(run_dir)
-    progress_rel = None
-    if cfg.progress_video:
-        progress = write_progress(run, cfg.max_tiles)
-        progress_rel = None if progress is None else PROGRESS_VIDEO
-    elif (run_dir / PROGRESS_VIDEO).is_file():
-        progress_rel = PROGRESS_VIDEO
+    if not cfg.progress_video:
+        page = run_page(run, cfg, PROGRESS_VIDEO if (run_dir / PROGRESS_VIDEO).is_file() else None)
+    else:
+        # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
+        # curves (Python): together they take about as long as the longer of the two
+        with ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress") as pool:
+            job = pool.submit(write_progress, run, cfg.max_tiles)
+            svg = curves_svg(run)
+            # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this one
+            progress = job.result(timeout=PROGRESS_TIMEOUT_S)
+        page = run_page(run, cfg, None if progress is None else PROGRESS_VIDEO, svg)
     path = run_dir / REPORT_FILE
-    write_atomic(path, run_page(run, cfg, progress_rel))
+    write_atomic(path, page)
     return path
 
 

@@ -112,7 +112,7 @@ def test_run_writes_its_report(lossless_run):
     assert 'http-equiv="Content-Security-Policy"' in page and "<script" not in page
     # the user's overrides come before the whole config
     assert page.index("eval_env.recorder.lossless=true") < page.index("The whole config")
-    assert re.search(r"clips dropped</td><td><span class=\"ok\">0<", page)
+    assert '<span class="ok" data-health="clips_dropped">0<' in page
 
 
 def test_report_of_a_run_without_episode_records(lossless_run, tmp_path):
@@ -164,16 +164,17 @@ def test_health_counts_drops_stops_and_resumes(lossless_run, tmp_path):
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write("".join(json.dumps(x) + "\n" for x in extra))
     page = write_run_report(run_dir).read_text()
-    health = page[page.index('id="health"') : page.index('id="curves"')]
+    health = page[page.index('id="health"') : page.index('id="progress"')]
 
-    def count(name: str) -> str:
-        return re.search(rf"{re.escape(name)}</td><td><span class=\"\w+\">(\d+)<", health)[1]
+    def count(key: str) -> str:
+        return re.search(rf'data-health="{key}">(\d+)<', health)[1]
 
-    assert count("clips dropped") == "2"  # the counters' last values
-    assert count("frames dropped") == "7"
-    assert count("encoder stalls") == "1"
-    assert count("stops (preemptions, signals)") == "1"
-    assert re.search(r"resumes</td><td>1<", health)
+    assert count("clips_dropped") == "2"  # the counters' last values
+    assert count("frames_dropped") == "7"
+    assert count("encoder_stalls") == "1"
+    assert count("stops") == "1"
+    assert count("resumes") == "1"
+    assert count("clips_missing") == "0"
     assert "SIGTERM" in health
 
 
