@@ -223,3 +223,20 @@ def test_report_options_are_checked():
     assert make_config([]).report == ReportConfig()
     with pytest.raises(ConfigError, match="report.max_tiles=0"):
         make_config(["report.max_tiles=0"])
+
+
+def test_end_of_run_writes_prints_or_says_why_not(lossless_run, tmp_path, capsys):
+    from rlrec.report import write_at_end
+
+    run_dir = _copy(lossless_run, tmp_path)
+    (run_dir / REPORT_FILE).unlink()
+    assert write_at_end(run_dir, ReportConfig(enabled=False)) is None
+    assert not (run_dir / REPORT_FILE).exists() and capsys.readouterr().out == ""
+    assert write_at_end(run_dir, ReportConfig(), stopped=True) is None
+    assert not (run_dir / REPORT_FILE).exists()
+    assert f"python -m rlrec.report {run_dir} writes it" in capsys.readouterr().out
+    path = write_at_end(run_dir, ReportConfig(progress_video=False))
+    assert capsys.readouterr().out == f"rlrec: report {path.resolve()}\n"
+    # a report that fails does not fail the run: it says so
+    assert write_at_end(tmp_path / "gone", ReportConfig()) is None
+    assert "the report failed" in capsys.readouterr().err
