@@ -3,7 +3,8 @@ Hydra's ConfigStore, resolved into dataclasses once and checked across component
 
 Each component owns its schema and its defaults (``rlrec.record.settings.RecorderConfig``,
 ``rlrec.ppo.config.PPOConfig``, ``rlrec.envs.config`` and each env backend's module, listed in
-``rlrec.envs.factory.BACKENDS``, ``rlrec.distributed.DistributedConfig``);
+``rlrec.envs.factory.BACKENDS``, ``rlrec.distributed.DistributedConfig``,
+``rlrec.report.config.ReportConfig``);
 the run's own groups (eval env, logger) and the top level live here. The dataclasses hold every
 default value, once. The YAML files under ``conf/`` each start
 from one of these schemas (``defaults: [/schema/<group>/<name>@_here_]``) and set only what their
@@ -38,6 +39,7 @@ from rlrec.envs import factory
 from rlrec.envs.config import SimConfig, SimName
 from rlrec.ppo.config import Activation, BootstrapAt, KLCheck, PPOConfig
 from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.report.config import ReportConfig
 
 
 class LoggerName(Choice):
@@ -124,6 +126,7 @@ class Config:
     algo: PPOConfig = MISSING
     logger: LoggerConfig = MISSING
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)  # report.html at the end
     seed: int = 1
     total_steps: int = 200_000
     checkpoint: Optional[str] = None
@@ -148,6 +151,7 @@ def register_configs() -> None:
     cs.store(group="schema/algo", name="ppo", node=PPOConfig)
     cs.store(group="schema/logger", name="logger", node=LoggerConfig)
     cs.store(group="schema/distributed", name="distributed", node=DistributedConfig)
+    cs.store(group="schema/report", name="report", node=ReportConfig)
 
 
 # --------------------------------------------------------------------------- validation
@@ -223,6 +227,7 @@ def validate(cfg: Config) -> None:
     choice(cfg.logger, "wandb_mode", WandbMode, "logger.wandb_mode")
     positive(cfg.logger.log_every, "logger.log_every")
     choice(cfg.distributed, "backend", Backend, "distributed.backend")
+    cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")
     check_device(cfg.sim.device)  # last: it imports torch

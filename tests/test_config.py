@@ -111,7 +111,7 @@ def _leaves(node, prefix=""):
             yield f"{prefix}{key}", value
 
 
-GROUPS = ("env", "sim", "eval_env", "recorder", "algo", "logger", "distributed")
+GROUPS = ("env", "sim", "eval_env", "recorder", "algo", "logger", "distributed", "report")
 
 
 @pytest.mark.parametrize(

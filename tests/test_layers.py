@@ -20,7 +20,8 @@ LAYERS = [
     ["rlrec.files"],  # one temporary-name scheme, atomic writes, one directory probe
     ["rlrec.record"],  # the recorder: drops into any loop (tests/record/test_portable.py)
     ["rlrec.distributed"],  # the process group: PPO all-reduces, Preflight agrees on the run dir
-    ["rlrec.envs", "rlrec.ppo"],
+    # the run report reads a run dir's files (the recorder's formats), nothing of the loop
+    ["rlrec.envs", "rlrec.ppo", "rlrec.report"],
     ["rlrec.record.wrappers", "rlrec.testing"],  # the drop-ins wrap other frameworks' envs
     ["rlrec.config"],  # the run's config, assembled from the components' schemas
     # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced

@@ -14,7 +14,7 @@ from typing import Optional
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from rlrec import distributed
+from rlrec import distributed, report
 from rlrec.checks import ConfigError
 from rlrec.config import register_configs
 from rlrec.run import preempt, rundir, sweep
@@ -135,6 +135,8 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
             raise SystemExit(2) from None
         try:
             result = runner.run()
+            if runner.main:  # report.html of the run, after training (rlrec.report)
+                report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
         except CheckpointWriteError as exc:  # e.g. a full disk: the message says how to resume
             print(f"rlrec: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
@@ -183,6 +185,8 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
         if main:
             sweep.job_running(sweep_dir, job)
         result = runner.run()
+        if main:  # the job's report.html (rlrec.report); python -m rlrec.report SWEEP_DIR: all
+            report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
     finally:
         torch.set_num_threads(threads)  # the next job starts with the process's default again
         if claim is not None:

@@ -1,0 +1,39 @@
+"""The run report: ``report.html`` and ``videos/progress.mp4`` of a run dir (or a sweep dir).
+
+``python -m rlrec.report DIR`` (or ``rlrec-report DIR``) writes them for any run dir; a run
+writes them itself when it ends (``report.enabled``, :class:`ReportConfig`). The report reads only
+the run dir's files, so this package sits low: it imports the recorder's file formats and nothing
+of the training loop.
+"""
+
+from rlrec.report.config import ReportConfig
+
+__all__ = ["ReportConfig"]
+
+
+def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
+    """The end of a run (its main rank, after training, every env and encoder closed): writes
+    the report and prints its path. A report that fails does not fail the run (the message says
+    so); a stopped run (a signal, a preemption: its time is short) writes none and says how to
+    write it later. Returns the page's path, or None."""
+    import sys
+    from pathlib import Path
+
+    if not cfg.enabled:
+        return None
+    command = f"python -m rlrec.report {run_dir}"
+    if stopped:
+        print(f"rlrec: no report of a stopped run: {command} writes it", flush=True)
+        return None
+    from rlrec.report.html import write_run_report
+
+    try:
+        path = write_run_report(Path(run_dir), cfg)
+    except Exception as exc:  # the run itself is done and saved: say what failed, go on
+        print(f"rlrec: the report failed ({type(exc).__name__}: {exc}); {command}", file=sys.stderr)
+        return None
+    print(f"rlrec: report {path.resolve()}", flush=True)
+    return path
+
+
+__all__ += ["write_at_end"]

@@ -1,0 +1,424 @@
+"""``report.html``: one self-contained page of a run dir (or of a sweep dir) that opens from disk,
+offline. Nothing is fetched: the curves are inline SVG, the styles inline, no script; the videos
+are the run dir's own files, referenced by relative paths (so the page works wherever the run dir
+is moved, and a Content-Security-Policy forbids anything else).
+
+A run's page: the figures of its last evaluation, its health (clips and frames the recorders
+dropped, encoder stalls, stops and resumes), the learning curves, the progress video, every
+evaluation with its clip, the failed eval episodes with their seeds and the command that replays
+each, and the config (the user's overrides first). A sweep's page: one row per job (its overrides
+and final figures, a link to the job's own page) and each job's last eval clip side by side.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+from urllib.parse import quote
+
+from rlrec.files import write_atomic
+from rlrec.report.config import ReportConfig
+from rlrec.report.curves import curves_svg
+from rlrec.report.progress import PROGRESS_VIDEO, write_progress
+from rlrec.report.rundata import Evaluation, RunData, read_run
+
+__all__ = ["REPORT_FILE", "is_sweep_dir", "replay_command", "write_report"]
+
+REPORT_FILE = "report.html"
+SWEEP_SUMMARY = "summary.csv"  # rlrec.run.sweep's table of a sweep's jobs
+SWEEP_ROWS = ".rlrec_summary"
+PROGRESS_TIMEOUT_S = 600.0  # the longest the page waits for its progress video
+
+# nothing but inline styles and the run dir's own files: a report never reaches a network
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; media-src 'self' file:; img-src 'self' data:"
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1280px;padding:0 1em;color:#222}
+h1{font-size:1.5em;margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;
+text-align:right;vertical-align:middle}th{background:#f4f4f4}td.l,th.l{text-align:left}
+code,pre{font:12px/1.35 ui-monospace,monospace;background:#f6f6f6}pre{padding:.6em;overflow:auto}
+.bad{color:#b00020;font-weight:600}.ok{color:#1b7d2a}.muted{color:#777}
+.cards{display:flex;flex-wrap:wrap;gap:12px}.cards figure{margin:0}
+video{image-rendering:pixelated;background:#000}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _src(rel: str) -> str:
+    """A relative URL of a file under the page's directory."""
+    return quote(rel, safe="/")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "&ndash;"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return _e(value)
+
+
+def _video(
+    rel: str, width: Optional[int] = None, height: Optional[int] = None, least: int = 128
+) -> str:
+    """An inline player of the run dir's file ``rel``, shown at least ``least`` px tall (an
+    integer scale: pixels stay sharp)."""
+    size = ""
+    if width and height:
+        scale = max(1, -(-least // int(height)))
+        size = f' width="{int(width) * scale}" height="{int(height) * scale}"'
+    return f'<video controls preload="metadata" muted src="{_src(rel)}"{size}></video>'
+
+
+def _table(head: Iterable[str], rows: Iterable[Iterable[str]], left: int = 0) -> str:
+    """Cells are HTML already; the first ``left`` columns are left-aligned."""
+    cls = lambda i: ' class="l"' if i < left else ""  # noqa: E731
+    out = ["<table><tr>", *(f"<th{cls(i)}>{_e(h)}</th>" for i, h in enumerate(head)), "</tr>"]
+    for row in rows:
+        out.append("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(row)) + "</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _page(title: str, body: List[str]) -> str:
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+            '<meta name="viewport" content="width=device-width,initial-scale=1">',
+            f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+            *body,
+            "</body></html>",
+            "",
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- a run
+
+
+def replay_command(run_dir: Path, episode: Dict[str, Any]) -> Optional[str]:
+    """The command that replays eval episode ``episode`` (an eval_episodes.jsonl line) from the
+    checkpoint of its evaluation's iteration; None when that checkpoint is not kept."""
+    iteration = episode.get("iteration")
+    if not isinstance(iteration, int):
+        return None
+    ckpt = Path(run_dir).resolve() / "checkpoints" / f"iter_{iteration:06d}.pt"
+    if not ckpt.is_file():
+        return None
+    return (
+        f"python train.py eval_only=true checkpoint={shlex.quote(str(ckpt))} "
+        f"replay.step={int(episode['step'])} replay.env={int(episode['env'])}"
+    )
+
+
+def _summary(run: RunData) -> str:
+    last = run.evaluations[-1] if run.evaluations else None
+    steps = max((int(r["step"]) for r in run.lines if "step" in r), default=0)
+    parts = [f"{steps:,} env steps", f"{len(run.evaluations)} evaluations"]
+    if last is not None:
+        parts.append(f"last eval return {_fmt(last.ret)}")
+        if last.success is not None:
+            parts.append(f"success {_fmt(last.success)}")
+    return f"<p>{' &middot; '.join(parts)} &middot; <code>{_e(run.path.resolve())}</code></p>"
+
+
+def _health(run: RunData) -> str:
+    """One row: what the recorders lost, and the run's stops and resumes (each event below)."""
+    lost = sum(1 for ev in run.evaluations if ev.clip and not ev.clip_ok)
+    figures = [
+        ("clips dropped", "clips_dropped", run.health.get("record/clips_dropped", 0.0), True),
+        ("frames dropped", "frames_dropped", run.health.get("record/frames_dropped", 0.0), True),
+        ("encoder stalls", "encoder_stalls", run.health.get("record/encoder_stalls", 0.0), True),
+        ("eval clips missing", "clips_missing", lost, True),
+        ("stops (signals, preemptions)", "stops", run.count_events("stop"), True),
+        ("resumes", "resumes", run.count_events("resume"), False),
+    ]
+    cells = []
+    for _, key, value, bad in figures:
+        cls = ("bad" if value else "ok") if bad else "muted"
+        cells.append(f'<span class="{cls}" data-health="{key}">{int(value)}</span>')
+    out = ['<h2 id="health">Health</h2>', _table([f[0] for f in figures], [cells])]
+    if run.events:
+        detail = [
+            [_e(e.get("event")), _fmt(e.get("step")),
+             _e(", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step")))]
+            for e in run.events
+        ]  # fmt: skip
+        out.append(_table(["event", "step", "details"], detail, left=1))
+    return "\n".join(out)
+
+
+def _evaluations(run: RunData) -> str:
+    out = ['<h2 id="evaluations">Evaluations</h2>']
+    if not run.evaluations:
+        return out[0] + "<p>No evaluation was logged.</p>"
+    keys: List[str] = []
+    for ev in run.evaluations:
+        for k in ev.metrics:
+            if k.startswith("eval/") and k != "eval/clip" and k not in keys:
+                keys.append(k)
+    rows = []
+    for ev in run.evaluations:
+        if ev.clip_ok:
+            sc = ev.sidecar or {}
+            clip = _video(str(ev.clip), sc.get("width"), sc.get("height"))
+        elif ev.clip:
+            clip = f'<span class="bad">clip missing</span> <code>{_e(ev.clip)}</code>'
+        else:
+            clip = '<span class="muted">no clip</span>'
+        rows.append([_fmt(ev.step), *(_fmt(ev.metrics.get(k)) for k in keys), clip])
+    head = ["step", *(k.split("/", 1)[1] for k in keys), "clip"]
+    out.append(_table(head, rows))
+    return "\n".join(out)
+
+
+def _progress(run: RunData, progress_rel: Optional[str]) -> str:
+    out = ['<h2 id="progress">Progress</h2>']
+    if progress_rel is None:
+        out.append("<p>No progress video: the run has no eval clip on disk.</p>")
+        return "\n".join(out)
+    sidecar = read_jsonl_obj(run.path / Path(progress_rel).with_suffix(".json"))
+    out.append(
+        "<p>The eval clips across evaluations, played in sync (the same start states: every "
+        "evaluation resets with the same seed); a finished tile holds its last frame.</p>"
+    )
+    out.append(_video(progress_rel, sidecar.get("width"), sidecar.get("height"), least=300))
+    return "\n".join(out)
+
+
+def read_jsonl_obj(path: Path) -> Dict[str, Any]:
+    """A JSON object file ({} when absent or unreadable)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _failures(run: RunData, max_rows: int) -> str:
+    out = ['<h2 id="failures">Failed eval episodes</h2>']
+    if not run.has_episode_file:
+        out.append(
+            "<p>This run wrote no per-episode eval records (<code>eval_episodes.jsonl</code>).</p>"
+        )
+        return "\n".join(out)
+    if not any(e.get("success") is not None for e in run.episodes):
+        out.append("<p>The env reports no success: no episode counts as failed.</p>")
+        return "\n".join(out)
+    failed = run.failed_episodes()
+    if not failed:
+        out.append(f'<p class="ok">None of {len(run.episodes)} eval episodes failed.</p>')
+        return "\n".join(out)
+    shown = failed[-max_rows:]
+    note = f" (the last {len(shown)} shown)" if len(shown) < len(failed) else ""
+    out.append(f"<p>{len(failed)} of {len(run.episodes)} eval episodes failed{note}.</p>")
+    rows = []
+    for ep in shown:
+        clip = ep.get("clip")
+        cell = '<span class="muted">no clip</span>'
+        if isinstance(clip, str) and (run.path / clip).is_file():
+            sc = read_jsonl_obj(run.path / Path(clip).with_suffix(".json"))
+            cell = _video(clip, sc.get("width"), sc.get("height"))
+            frames = ep.get("frames")
+            if frames:
+                cell += (
+                    f'<br><span class="muted">frames {_e(frames[0])}&ndash;{_e(frames[-1])}</span>'
+                )
+        command = replay_command(run.path, ep)
+        replay = (
+            f"<code>{_e(command)}</code>"
+            if command
+            else '<span class="muted">no checkpoint of its iteration kept</span>'
+        )
+        rows.append(
+            [_fmt(ep.get("step")), _fmt(ep.get("env")), _fmt(ep.get("seed")),
+             _fmt(ep.get("return")), _fmt(ep.get("length")), _e(ep.get("ended", "")), cell, replay]
+        )  # fmt: skip
+    head = ["step", "env", "seed", "return", "length", "ended", "clip", "replay"]
+    out.append(_table(head, rows))
+    return "\n".join(out)
+
+
+def _config(run: RunData) -> str:
+    out = ['<h2 id="config">Config</h2>']
+    if run.overrides:
+        items = "".join(f"<li><code>{_e(o)}</code></li>" for o in run.overrides)
+        out.append(f"<p>The command line's overrides:</p><ul>{items}</ul>")
+    else:
+        out.append("<p>No overrides: the defaults.</p>")
+    if run.config_text:
+        whole = f"<pre>{_e(run.config_text)}</pre>"
+        out.append(f"<details><summary>The whole config</summary>{whole}</details>")
+    return "\n".join(out)
+
+
+def run_page(
+    run: RunData, cfg: ReportConfig, progress_rel: Optional[str], svg: Optional[str] = None
+) -> str:
+    """The page of ``run``; ``svg``: its curves when drawn already."""
+    name = run.path.resolve().name
+    svg = curves_svg(run) if svg is None else svg
+    body = [
+        f"<h1>rlrec run {_e(name)}</h1>",
+        _summary(run),
+        '<p><a href="#health">health</a> &middot; <a href="#progress">progress</a> &middot; '
+        '<a href="#curves">curves</a> &middot; <a href="#evaluations">evaluations</a> &middot; '
+        '<a href="#failures">failed episodes</a> &middot; <a href="#config">config</a></p>',
+        _config_overrides_inline(run),
+        _health(run),
+        _progress(run, progress_rel),
+        '<h2 id="curves">Learning curves</h2>',
+        svg or "<p>No metrics logged.</p>",
+        _evaluations(run),
+        _failures(run, cfg.max_failures),
+        _config(run),
+    ]
+    return _page(f"rlrec run {name}", body)
+
+
+def _config_overrides_inline(run: RunData) -> str:
+    """The overrides under the title: what this run changed, seen first."""
+    if not run.overrides:
+        return ""
+    return "<p>Overrides: " + " ".join(f"<code>{_e(o)}</code>" for o in run.overrides) + "</p>"
+
+
+# --------------------------------------------------------------------------- a sweep
+
+
+def is_sweep_dir(path: Path) -> bool:
+    return (Path(path) / SWEEP_SUMMARY).is_file() or (Path(path) / SWEEP_ROWS).is_dir()
+
+
+def _sweep_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
+    try:
+        with open(sweep_dir / SWEEP_SUMMARY, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        rows = []
+    if not rows:  # the summary is rebuilt from the row files: read those
+        rows = [
+            r
+            for r in (read_jsonl_obj(p) for p in (sweep_dir / SWEEP_ROWS).glob("[0-9]*.json"))
+            if r
+        ]
+    return sorted(rows, key=lambda r: int(r.get("job") or 0))
+
+
+def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
+    """The job's run dir when it lies inside the sweep dir (the page links only below itself)."""
+    for candidate in (row.get("run_dir"), str(sweep_dir / str(row.get("job", "")))):
+        if not candidate:
+            continue
+        path = Path(candidate).resolve()
+        if path.is_dir() and sweep_dir.resolve() in path.parents:
+            return path
+    return None
+
+
+def sweep_page(sweep_dir: Path, cfg: ReportConfig, job_reports: Dict[int, str]) -> str:
+    sweep_dir = Path(sweep_dir)
+    rows = _sweep_rows(sweep_dir)
+    table, cards = [], []
+    for row in rows:
+        job = int(row.get("job") or 0)
+        job_dir = _job_dir(sweep_dir, row)
+        rel = None if job_dir is None else job_dir.relative_to(sweep_dir.resolve()).as_posix()
+        link = _e(job)
+        if job in job_reports:
+            link = f'<a href="{_src(job_reports[job])}">{_e(job)}</a>'
+        status = row.get("status", "")
+        cls = "ok" if status == "COMPLETED" else "bad"
+        swept = row.get("swept") or row.get("overrides", "")
+        table.append(
+            [link, f'<span class="{cls}">{_e(status)}</span>', f"<code>{_e(swept)}</code>",
+             _fmt(_num(row.get("step"))), _fmt(_num(row.get("eval/return"))),
+             _fmt(_num(row.get("eval/success"))), _e(row.get("error", "") or "")]
+        )  # fmt: skip
+        if rel is not None:
+            run = read_run(job_dir)
+            last: Optional[Evaluation] = next(
+                (ev for ev in reversed(run.evaluations) if ev.clip_ok), None
+            )
+            if last is not None:
+                sc = last.sidecar or {}
+                caption = f"job {job} &middot; step {last.step:,} &middot; return {_fmt(last.ret)}"
+                cards.append(
+                    f"<figure>{_video(f'{rel}/{last.clip}', sc.get('width'), sc.get('height'))}"
+                    f"<figcaption>{caption}<br><code>{_e(swept)}</code></figcaption></figure>"
+                )
+    body = [
+        f"<h1>rlrec sweep {_e(sweep_dir.resolve().name)}</h1>",
+        f"<p>{len(rows)} jobs &middot; <code>{_e(sweep_dir.resolve())}</code></p>",
+        '<h2 id="jobs">Jobs</h2>',
+        _table(["job", "status", "overrides", "step", "return", "success", "error"], table, left=3)
+        if table
+        else "<p>No job has finished yet.</p>",
+        '<h2 id="clips">Last eval clip of each job</h2>',
+        f'<div class="cards">{"".join(cards)}</div>' if cards else "<p>No eval clip on disk.</p>",
+    ]
+    return _page(f"rlrec sweep {sweep_dir.resolve().name}", body)
+
+
+def _num(value: Any) -> Any:
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return value
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
+    """Writes ``videos/progress.mp4`` (``cfg.progress_video``) and ``report.html`` of the run dir
+    ``run_dir``; returns the page's path."""
+    cfg = cfg or ReportConfig()
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    if not cfg.progress_video:
+        page = run_page(run, cfg, PROGRESS_VIDEO if (run_dir / PROGRESS_VIDEO).is_file() else None)
+    else:
+        # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
+        # curves (Python): together they take about as long as the longer of the two
+        with ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress") as pool:
+            job = pool.submit(write_progress, run, cfg.max_tiles)
+            svg = curves_svg(run)
+            # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this one
+            progress = job.result(timeout=PROGRESS_TIMEOUT_S)
+        page = run_page(run, cfg, None if progress is None else PROGRESS_VIDEO, svg)
+    path = run_dir / REPORT_FILE
+    write_atomic(path, page)
+    return path
+
+
+def write_report(path: Path, cfg: Optional[ReportConfig] = None) -> Path:
+    """The report of a run dir, or of a sweep dir (with each job's own report); returns the
+    page's path."""
+    cfg = cfg or ReportConfig()
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a directory")
+    if not is_sweep_dir(path):
+        return write_run_report(path, cfg)
+    job_reports: Dict[int, str] = {}
+    for row in _sweep_rows(path):
+        job_dir = _job_dir(path, row)
+        if job_dir is not None and (job_dir / "metrics.jsonl").is_file():
+            page = write_run_report(job_dir, cfg)
+            job_reports[int(row.get("job") or 0)] = page.relative_to(path.resolve()).as_posix()
+    out = path / REPORT_FILE
+    write_atomic(out, sweep_page(path, cfg, job_reports))
+    return out

@@ -1,0 +1,218 @@
+"""What a run dir holds, read back from its files: the metrics lines, the evaluations and their
+clips (with their sidecars), the per-episode eval records, the run's health and its config.
+
+Everything comes from disk (``metrics.jsonl``, ``eval_episodes.jsonl`` when the run wrote it,
+each clip's sidecar, ``.hydra/``), so a report can be written for any run dir, also one of an
+older run, one that was stopped, or one that ran on another machine. A line cut by a kill is
+skipped; the lines before it still count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from rlrec.record.sidecar import sidecar_path
+
+__all__ = [
+    "EPISODES_FILE",
+    "HEALTH_KEYS",
+    "METRICS_FILE",
+    "Evaluation",
+    "RunData",
+    "read_jsonl",
+    "read_run",
+]
+
+METRICS_FILE = "metrics.jsonl"
+EPISODES_FILE = "eval_episodes.jsonl"
+# the recorders' loss counters (cumulative: the last value logged is the run's figure)
+HEALTH_KEYS = ("record/clips_dropped", "record/frames_dropped", "record/encoder_stalls")
+
+
+def read_jsonl(path: Path) -> List[Dict[str, Any]]:
+    """The JSON objects of a JSON-lines file; a line that does not parse (cut by a kill) is
+    skipped. An absent file reads as no lines."""
+    try:
+        text = Path(path).read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass
+class Evaluation:
+    """One eval line of metrics.jsonl, with its clip (when it has one) and its episodes."""
+
+    step: int
+    metrics: Dict[str, Any]
+    clip: Optional[str] = None  # path relative to the run dir, as the eval line names it
+    sidecar: Optional[Dict[str, Any]] = None  # the clip's sidecar, when clip and sidecar exist
+    episodes: List[Dict[str, Any]] = field(default_factory=list)  # its eval_episodes.jsonl lines
+
+    @property
+    def ret(self) -> Optional[float]:
+        return _number(self.metrics.get("eval/return"))
+
+    @property
+    def success(self) -> Optional[float]:
+        return _number(self.metrics.get("eval/success"))
+
+    @property
+    def clip_ok(self) -> bool:
+        """The clip is on disk with its sidecar (a sidecar is written after its whole mp4)."""
+        return self.sidecar is not None
+
+    def tile_label(self) -> List[str]:
+        """The progress video's label of this evaluation's clip: its step, and the return (and
+        success) of the clip's one env, or of the evaluation when the clip shows several."""
+        envs = (self.sidecar or {}).get("envs") or []
+        if len(envs) == 1:
+            ret, success = _number(envs[0].get("return")), envs[0].get("success")
+            success = None if success is None else (1.0 if success else 0.0)
+        else:
+            ret, success = self.ret, self.success
+        lines = [f"step {self.step}"]
+        second = "" if ret is None else f"R {ret:.2f}"
+        if success is not None:
+            second += (" " if second else "") + (
+                ("ok" if success >= 1 else "fail") if len(envs) == 1 else f"s {success:.2f}"
+            )
+        lines.append(second)
+        return lines
+
+
+@dataclass
+class RunData:
+    """A run dir as its files tell it."""
+
+    path: Path
+    lines: List[Dict[str, Any]]  # every line of metrics.jsonl
+    evaluations: List[Evaluation]
+    episodes: List[Dict[str, Any]]  # eval_episodes.jsonl (empty for a run that did not write it)
+    has_episode_file: bool
+    events: List[Dict[str, Any]]  # lines with an "event" (resume, stop, ...)
+    health: Dict[str, float]
+    overrides: List[str]
+    config_text: str
+
+    def series(self, key: str) -> tuple:
+        """(steps, values) of ``key`` over the metrics lines that hold a finite number for it."""
+        steps, values = [], []
+        for rec in self.lines:
+            value = _number(rec.get(key))
+            if value is not None and "step" in rec:
+                steps.append(int(rec["step"]))
+                values.append(value)
+        return steps, values
+
+    def failed_episodes(self) -> List[Dict[str, Any]]:
+        """The eval episodes that did not succeed (``success`` false), oldest first."""
+        return [e for e in self.episodes if e.get("success") is False]
+
+    @property
+    def has_success(self) -> bool:
+        return any(e.get("success") is not None for e in self.episodes) or any(
+            ev.success is not None for ev in self.evaluations
+        )
+
+    def count_events(self, name: str) -> int:
+        return sum(1 for e in self.events if e.get("event") == name)
+
+
+def read_sidecar(run_dir: Path, clip: str) -> Optional[Dict[str, Any]]:
+    """The sidecar of ``clip`` (relative to the run dir) when both files are there."""
+    video = run_dir / clip
+    if not video.is_file():
+        return None
+    try:
+        data = json.loads(Path(sidecar_path(str(video))).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _inside(run_dir: Path, clip: Any) -> Optional[str]:
+    """``clip`` when it is a relative path that stays inside the run dir (what the report links
+    to and the progress video decodes never points elsewhere)."""
+    if not isinstance(clip, str) or not clip:
+        return None
+    path = Path(clip)
+    if path.is_absolute() or ".." in path.parts:
+        return None
+    return path.as_posix()
+
+
+def read_run(run_dir: Path) -> RunData:
+    """Reads the run dir ``run_dir``."""
+    run_dir = Path(run_dir)
+    lines = read_jsonl(run_dir / METRICS_FILE)
+    episodes_path = run_dir / EPISODES_FILE
+    episodes = read_jsonl(episodes_path)
+    by_step: Dict[int, List[Dict[str, Any]]] = {}
+    for ep in episodes:
+        if "step" in ep:
+            by_step.setdefault(int(ep["step"]), []).append(ep)
+    evaluations: List[Evaluation] = []
+    health: Dict[str, float] = {k: 0.0 for k in HEALTH_KEYS}
+    events: List[Dict[str, Any]] = []
+    for rec in lines:
+        if "event" in rec:
+            events.append(rec)
+        for key in HEALTH_KEYS:
+            value = _number(rec.get(key))
+            if value is not None:
+                health[key] = value
+        if "eval/return" in rec and "step" in rec:
+            step = int(rec["step"])
+            clip = _inside(run_dir, rec.get("eval/clip"))
+            evaluations.append(
+                Evaluation(
+                    step=step,
+                    metrics=rec,
+                    clip=clip,
+                    sidecar=None if clip is None else read_sidecar(run_dir, clip),
+                    episodes=by_step.get(step, []),
+                )
+            )
+    overrides: List[str] = []
+    try:
+        import yaml  # PyYAML comes with Hydra (omegaconf depends on it)
+
+        loaded = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+        if isinstance(loaded, list):
+            overrides = [str(x) for x in loaded]
+    except Exception:  # no overrides file, or not YAML: the report lists none
+        pass
+    try:
+        config_text = (run_dir / ".hydra" / "config.yaml").read_text()
+    except OSError:
+        config_text = ""
+    return RunData(
+        path=run_dir,
+        lines=lines,
+        evaluations=evaluations,
+        episodes=episodes,
+        has_episode_file=episodes_path.is_file(),
+        events=events,
+        health=health,
+        overrides=overrides,
+        config_text=config_text,
+    )

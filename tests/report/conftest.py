@@ -1,0 +1,40 @@
+"""Real small runs of the built-in env for the report's tests (one of each kind per session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FAST, run_train
+
+# four evaluations (iterations 1..4 of 128 steps), each with its clip, checkpoints of each; a
+# goal radius and sampled actions that reach it in some episodes: clips of several lengths
+RUN = [
+    *FAST,
+    "total_steps=512",
+    "env.goal_radius=0.4",
+    "eval_env.deterministic=false",
+    "eval_env.every=1",
+    "checkpoint_every=1",
+    "recorder=none",
+]
+
+
+def _run(tmp: Path, *extra: str) -> Path:
+    run_dir = tmp / "run"
+    proc = run_train([*RUN, *extra, f"hydra.run.dir={run_dir}"], cwd=tmp)
+    assert f"rlrec: report {(run_dir / 'report.html').resolve()}" in proc.stdout, proc.stdout
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def lossless_run(tmp_path_factory) -> Path:
+    """A run whose eval clips are lossless (libx264rgb): pixels compare exactly."""
+    return _run(tmp_path_factory.mktemp("lossless"), "eval_env.recorder.lossless=true")
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> Path:
+    """A run with the default encoding (H.264 yuv420p), as users get it."""
+    return _run(tmp_path_factory.mktemp("default"))

@@ -1,0 +1,242 @@
+"""The run report (rlrec.report): the progress video's tiles are the eval clips' frames, the page
+holds what a run dir tells, for a run dir of any age, a sweep dir, and the command line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlrec.checks import ConfigError
+from rlrec.report.config import ReportConfig
+from rlrec.report.html import REPORT_FILE, write_report, write_run_report
+from rlrec.report.progress import BAND, PROGRESS_VIDEO, even_subset, write_progress
+from rlrec.report.rundata import read_run
+from tests.helpers import REPO, make_config
+
+
+def _decode(path: Path) -> np.ndarray:
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    w, h = next(reader)["size"]
+    return np.stack([np.frombuffer(d, np.uint8).reshape(h, w, 3) for d in reader])
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(run_dir, out)
+    return out
+
+
+# --------------------------------------------------------------------------- progress video
+
+
+def test_even_subset_keeps_first_and_last():
+    assert even_subset(list(range(5)), 16) == [0, 1, 2, 3, 4]
+    assert even_subset(list(range(200)), 16)[0] == 0
+    assert even_subset(list(range(200)), 16)[-1] == 199
+    assert len(even_subset(list(range(200)), 16)) == 16
+    assert even_subset(list(range(9)), 3) == [0, 4, 8]
+    assert even_subset(list(range(9)), 1) == [8]
+
+
+def test_progress_tiles_equal_the_eval_clips(lossless_run):
+    """Lossless clips: each tile of every frame equals its clip's frame (its last one once the
+    clip ended), pixel for pixel; only the label bands differ from the clips."""
+    side = json.loads((lossless_run / "videos" / "progress.json").read_text())
+    assert side["encoder"]["lossless"] is True
+    video = _decode(lossless_run / PROGRESS_VIDEO)
+    clips = [_decode(lossless_run / t["clip"]) for t in side["tiles"]]
+    assert len(clips) == 4  # one tile per evaluation
+    assert len({c.shape[0] for c in clips}) > 1  # clips of several lengths: tiles hold
+    assert video.shape[0] == side["frames"] == max(c.shape[0] for c in clips)
+    steps = [t["step"] for t in side["tiles"]]
+    assert steps == sorted(steps) and len(set(steps)) == 4
+    for tile, clip in zip(side["tiles"], clips):
+        y, x, h, w = tile["y"], tile["x"], tile["h"], tile["w"]
+        assert clip.shape[1:3] == (h, w)
+        for t in range(video.shape[0]):
+            expected = clip[min(t, clip.shape[0] - 1)]
+            assert np.array_equal(video[t, y : y + h, x : x + w], expected), (tile, t)
+        # the label band above the tile is not the clip's
+        assert video[0, y - BAND : y, x : x + w].any()
+
+
+def test_progress_labels_name_step_and_return(lossless_run):
+    run = read_run(lossless_run)
+    first = run.evaluations[0]
+    label = first.tile_label()
+    assert label[0] == f"step {first.step}"
+    envs = first.sidecar["envs"]
+    assert label[1].startswith(f"R {envs[0]['return']:.2f}")
+    assert label[1].endswith("ok" if envs[0]["success"] else "fail")
+
+
+def test_max_tiles_takes_an_even_subset(lossless_run, tmp_path):
+    run = read_run(_copy(lossless_run, tmp_path))
+    progress = write_progress(run, max_tiles=2)
+    steps = [ev.step for ev in run.evaluations]
+    assert [t["step"] for t in progress.tiles] == [steps[0], steps[-1]]
+    assert progress.layout.rows * progress.layout.cols == 2
+
+
+def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
+    run_dir = _copy(lossless_run, tmp_path)
+    shutil.rmtree(run_dir / "videos")
+    assert write_progress(read_run(run_dir)) is None
+    page = write_run_report(run_dir).read_text()
+    assert "No progress video" in page
+    assert page.count("clip missing") == 4  # each eval line names a clip that is gone
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def test_run_writes_its_report(lossless_run):
+    page = (lossless_run / REPORT_FILE).read_text()
+    run = read_run(lossless_run)
+    # every eval clip and the progress video are played inline, by relative path
+    sources = re.findall(r'<video [^>]*src="([^"]+)"', page)
+    assert sources[0] == PROGRESS_VIDEO
+    assert sources[1:] == [ev.clip for ev in run.evaluations]
+    assert all(not s.startswith(("/", "http", "file:")) for s in sources)
+    assert page.count("<svg") == 1 and "eval/return" in page  # the curves, inline
+    assert 'http-equiv="Content-Security-Policy"' in page and "<script" not in page
+    # the user's overrides come before the whole config
+    assert page.index("eval_env.recorder.lossless=true") < page.index("The whole config")
+    assert '<span class="ok" data-health="clips_dropped">0<' in page
+
+
+def test_report_of_a_run_without_episode_records(lossless_run, tmp_path):
+    """A run dir that has no eval_episodes.jsonl (an older run) still gets its report."""
+    run_dir = _copy(lossless_run, tmp_path)
+    (run_dir / "eval_episodes.jsonl").unlink(missing_ok=True)
+    page = write_run_report(run_dir).read_text()
+    assert "wrote no per-episode eval records" in page
+
+
+def test_failed_episodes_with_seed_clip_and_replay_command(lossless_run, tmp_path):
+    run_dir = _copy(lossless_run, tmp_path)
+    run = read_run(run_dir)
+    ev = run.evaluations[1]
+    lines = [
+        {"step": ev.step, "iteration": 2, "env": 0, "episode": 2, "seed": 1000000,
+         "return": 1.5, "length": 100, "success": False, "ended": "truncated",
+         "clip": ev.clip, "frames": [0, 99]},
+        {"step": ev.step, "iteration": 2, "env": 1, "episode": 2, "seed": 1000001,
+         "return": 9.0, "length": 30, "success": True, "ended": "terminated",
+         "clip": None, "frames": None},
+        {"step": 99999, "iteration": 77, "env": 1, "episode": 9, "seed": 1000001,
+         "return": 0.5, "length": 100, "success": False, "ended": "truncated",
+         "clip": None, "frames": None},
+    ]  # fmt: skip
+    (run_dir / "eval_episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    page = write_run_report(run_dir).read_text()
+    failures = page[page.index('id="failures"') : page.index('id="config"')]
+    assert "2 of 3 eval episodes failed" in failures
+    assert "1000000" in failures and "1000001" in failures
+    assert f'src="{ev.clip}"' in failures and "frames 0&ndash;99" in failures
+    ckpt = (run_dir / "checkpoints" / "iter_000002.pt").resolve()
+    assert (
+        f"python train.py eval_only=true checkpoint={ckpt} replay.step={ev.step} replay.env=0"
+        in failures
+    )
+    assert "no checkpoint of its iteration kept" in failures  # iteration 77 has none
+    assert failures.count("<tr>") == 3  # the header and the two failed episodes
+
+
+def test_health_counts_drops_stops_and_resumes(lossless_run, tmp_path):
+    run_dir = _copy(lossless_run, tmp_path)
+    extra = [
+        {"step": 256, "record/clips_dropped": 1, "record/frames_dropped": 7},
+        {"step": 256, "event": "stop", "signal": "SIGTERM"},
+        {"step": 256, "event": "resume", "from": "checkpoints/last.pt"},
+        {"step": 512, "record/clips_dropped": 2, "record/encoder_stalls": 1},
+    ]
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in extra))
+    page = write_run_report(run_dir).read_text()
+    health = page[page.index('id="health"') : page.index('id="progress"')]
+
+    def count(key: str) -> str:
+        return re.search(rf'data-health="{key}">(\d+)<', health)[1]
+
+    assert count("clips_dropped") == "2"  # the counters' last values
+    assert count("frames_dropped") == "7"
+    assert count("encoder_stalls") == "1"
+    assert count("stops") == "1"
+    assert count("resumes") == "1"
+    assert count("clips_missing") == "0"
+    assert "SIGTERM" in health
+
+
+def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
+    sweep = tmp_path / "sweep"
+    rows = []
+    for job in (0, 1):
+        shutil.copytree(lossless_run, sweep / str(job))
+        (sweep / str(job) / REPORT_FILE).unlink()
+        rows.append({"job": job, "status": "COMPLETED", "step": 512, "eval/return": 1.5 + job,
+                     "swept": f"seed={job}", "overrides": f"seed={job}",
+                     "run_dir": str(sweep / str(job))})  # fmt: skip
+    with open(sweep / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    page = write_report(sweep).read_text()
+    assert "seed=0" in page and "seed=1" in page
+    last = read_run(lossless_run).evaluations[-1].clip
+    assert f'src="0/{last}"' in page and f'src="1/{last}"' in page
+    assert 'href="0/report.html"' in page and (sweep / "1" / REPORT_FILE).is_file()
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def test_command_writes_the_report_of_a_run_dir(lossless_run, tmp_path):
+    run_dir = _copy(lossless_run, tmp_path)
+    (run_dir / REPORT_FILE).unlink()
+    (run_dir / PROGRESS_VIDEO).unlink()
+    cmd = [sys.executable, "-m", "rlrec.report", str(run_dir), "--max-tiles", "3"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str((run_dir / REPORT_FILE).resolve())
+    side = json.loads((run_dir / "videos" / "progress.json").read_text())
+    assert len(side["tiles"]) == 3
+    bad = subprocess.run(
+        [sys.executable, "-m", "rlrec.report", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "is not a run dir" in bad.stderr
+    assert not (tmp_path / REPORT_FILE).exists()
+
+
+def test_report_options_are_checked():
+    assert make_config([]).report == ReportConfig()
+    with pytest.raises(ConfigError, match="report.max_tiles=0"):
+        make_config(["report.max_tiles=0"])
+
+
+def test_end_of_run_writes_prints_or_says_why_not(lossless_run, tmp_path, capsys):
+    from rlrec.report import write_at_end
+
+    run_dir = _copy(lossless_run, tmp_path)
+    (run_dir / REPORT_FILE).unlink()
+    assert write_at_end(run_dir, ReportConfig(enabled=False)) is None
+    assert not (run_dir / REPORT_FILE).exists() and capsys.readouterr().out == ""
+    assert write_at_end(run_dir, ReportConfig(), stopped=True) is None
+    assert not (run_dir / REPORT_FILE).exists()
+    assert f"python -m rlrec.report {run_dir} writes it" in capsys.readouterr().out
+    path = write_at_end(run_dir, ReportConfig(progress_video=False))
+    assert capsys.readouterr().out == f"rlrec: report {path.resolve()}\n"
+    # a report that fails does not fail the run: it says so
+    assert write_at_end(tmp_path / "gone", ReportConfig()) is None
+    assert "the report failed" in capsys.readouterr().err
