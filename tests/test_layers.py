@@ -31,6 +31,7 @@ LAYERS = [
         "rlrec.run.preflight",
         "rlrec.run.preempt",
         "rlrec.train.checkpoint",
+        "rlrec.train.divergence",
         "rlrec.train.logger",
     ],
     ["rlrec.train.stack"],

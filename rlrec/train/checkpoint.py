@@ -192,14 +192,15 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         raise CheckpointWriteError(_write_failure(path, exc, run_dir), path, exc) from None
 
 
-def write(run_dir: Path, state: Dict[str, Any], iteration: Optional[int] = None) -> None:
+def write(run_dir: Path, state: Dict[str, Any], iteration: Optional[int] = None) -> Path:
     """Saves a run's ``state`` as ``run_dir``/checkpoints/last.pt and, with an ``iteration``, as
     the periodic iter_NNNNNN.pt beside it: the files that ``resume=auto`` reads
-    (:func:`find_resume`)."""
+    (:func:`find_resume`). Returns the path of last.pt."""
     directory = Path(run_dir) / "checkpoints"
     save(directory / "last.pt", state, run_dir=run_dir)
     if iteration is not None:
         save(directory / f"iter_{iteration:06d}.pt", state, run_dir=run_dir)
+    return directory / "last.pt"
 
 
 def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
