@@ -51,6 +51,9 @@ class Runner:
         self.env_seed = cfg.seed + self.rank * cfg.env.num_envs
         # fails before any work on a bad path
         self.start = resume.find(cfg, self.run_dir, self.rank, self.world)
+        # checkpoint_keep: a resumed run's own periodic checkpoints are named in its checkpoint
+        resumed = self.start is not None and self.start.key == "resume"
+        self.retention = ckpt.Retention(cfg.checkpoint_keep, self.start.data if resumed else None)
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         ckpt.seed_rng(cfg.seed + self.rank)
@@ -150,7 +153,8 @@ class Runner:
                 self.evaluator.flush()
             self.logger.write_awaiting()
         # a full disk: CheckpointWriteError names the file and the resume command
-        path = ckpt.write(self.run_dir, state, iteration=self.iteration if periodic else None)
+        iteration = self.iteration if periodic else None
+        path = ckpt.write(self.run_dir, state, iteration, self.retention)
         self.watch.saved(path, state["global_step"])
 
     def _restore(self) -> Optional[torch.Tensor]:
