@@ -133,6 +133,9 @@ class Config:
     resume: Optional[str] = None  # "auto": newest checkpoint of this run dir
     eval_only: bool = False
     checkpoint_every: int = 20  # iterations between periodic checkpoints
+    # periodic checkpoints kept, the newest (the older ones of this run are removed once a new one
+    # is on disk); 0 keeps all. 1 is refused: resume=auto could fall back to none
+    checkpoint_keep: int = 0
     torch_threads: Optional[int] = (
         1  # None: torch's default (all cores); docs/architecture.md says why 1
     )
@@ -197,6 +200,12 @@ def validate(cfg: Config) -> None:
     choice(cfg.sim, "name", SimName, "sim.name")
     positive(cfg.total_steps, "total_steps")
     positive(cfg.checkpoint_every, "checkpoint_every")
+    if cfg.checkpoint_keep < 0 or cfg.checkpoint_keep == 1:
+        raise ConfigError(
+            f"checkpoint_keep={cfg.checkpoint_keep} is invalid: allowed values are 0 (keep every "
+            "periodic checkpoint) or 2 and more (the newest N); a single one is refused: it leaves "
+            "resume=auto nothing to fall back to when the newest is damaged"
+        )
     positive(cfg.torch_threads, "torch_threads", allow_none=True)
     if cfg.resume not in (None, "auto"):
         raise ConfigError(f"resume={cfg.resume!r} is invalid: allowed values are auto, null")

@@ -32,6 +32,7 @@ LAYERS = [
         "rlrec.run.preflight",
         "rlrec.run.preempt",
         "rlrec.train.checkpoint",
+        "rlrec.train.divergence",
         "rlrec.train.logger",
     ],
     ["rlrec.train.stack"],

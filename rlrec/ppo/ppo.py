@@ -205,6 +205,7 @@ class PPO:
         cfg = self.cfg
         clip = self._clip if self.compiled else self.clip_coef
         names = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/clipfrac")
+        names += ("loss/grad_norm",)  # the gradient's norm before the clip
         totals = torch.zeros(
             len(names), device=self.device
         )  # summed on the device: no sync per step
@@ -266,10 +267,10 @@ class PPO:
         kl_limit: Optional[float] = None,
     ) -> Optional[torch.Tensor]:
         """One minibatch: the clipped PPO loss, its backward pass, the gradient clip and the Adam
-        step. Returns ``[policy, value, entropy, approx_kl, clipfrac]`` as one tensor, so nothing
-        is read back to the host here. With ``algo.compile`` the loss (with its backward) and the
-        optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
-        them (Dynamo does not trace either). ``kl_limit`` (``algo.kl_check=minibatch``): the
+        step. Returns ``[policy, value, entropy, approx_kl, clipfrac, grad_norm]`` as one tensor,
+        so nothing is read back to the host here. With ``algo.compile`` the loss (with its backward)
+        and the optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls
+        between them (Dynamo does not trace either). ``kl_limit`` (``algo.kl_check=minibatch``): the
         minibatch's approximate KL is read (one sync) and, above the limit, None is returned
         before any gradient is taken (ManiSkill's ppo.py breaks before ``optimizer.step``)."""
         # the gradients are dropped, never zeroed: under CUDA graphs the last minibatch's are the
@@ -288,8 +289,8 @@ class PPO:
         loss.backward()
         if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
             distributed.mean_grads_(self._params)
-        self._optimizer_step()
-        return stats
+        grad_norm = self._optimizer_step()
+        return torch.cat([stats, grad_norm.detach().reshape(1)])
 
     def _kl_above(self, approx_kl: torch.Tensor, limit: float) -> bool:
         """Whether this minibatch's approximate KL (the mean over ranks: every rank decides the
@@ -330,10 +331,11 @@ class PPO:
         loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
-    def _optimizer_step_eager(self) -> None:
-        """The gradient clip and the Adam step."""
-        nn.utils.clip_grad_norm_(self.agent.parameters(), self.cfg.max_grad_norm)
+    def _optimizer_step_eager(self) -> torch.Tensor:
+        """The gradient clip and the Adam step; returns the gradient's norm before the clip."""
+        norm = nn.utils.clip_grad_norm_(self.agent.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
+        return norm
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

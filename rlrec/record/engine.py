@@ -95,7 +95,7 @@ class _Clip:
         self.episodes: List[int] = []
         # provisional (keep_last_episode): dropped when its episode ends, kept only by close()
         self.provisional = False
-        self.full_reset = False  # it began at a full reset (not an autoreset or a step trigger)
+        self.autoreset = False  # it began at a partial reset (an autoreset)
 
 
 class ClipEngine:
@@ -436,9 +436,10 @@ class ClipEngine:
         if self._clip is not None:
             # an episode boundary always ends the clip. Dropped: a provisional clip
             # (keep_last_episode), and one that a partial reset (an autoreset) began and that saw
-            # no step, only that reset's frame (an autoreset right before the caller's full reset)
+            # no step, only that reset's frame (an autoreset right before the caller's full
+            # reset). Kept: a step trigger's clip cut before its next step (a real state, "cut")
             clip = self._clip
-            self._end_clip(keep=not clip.provisional and (clip.steps > 0 or clip.full_reset))
+            self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
         self.episode += 1
         self._episode_steps = 0
         if self._episode_fn is not None and self._episode_fn(self.episode):
@@ -447,7 +448,7 @@ class ClipEngine:
         if self.schedule.on_reset(self.episode, self.steps, full_reset):
             self._start_clip()
             if self._clip is not None:
-                self._clip.full_reset = full_reset
+                self._clip.autoreset = not full_reset
         elif self.keep_last_episode:
             self._start_clip(provisional=True)
 

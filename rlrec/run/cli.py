@@ -118,6 +118,7 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
     import torch
 
     from rlrec.train.checkpoint import CheckpointWriteError
+    from rlrec.train.divergence import EXIT_STATUS, Diverged
 
     threads = torch.get_num_threads()
     # Preflight claimed (locked) the run dir before Hydra created it, noting what was there
@@ -140,6 +141,10 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
         except CheckpointWriteError as exc:  # e.g. a full disk: the message says how to resume
             print(f"rlrec: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
+        except Diverged as exc:  # one line (every rank stops at the same iteration)
+            if distributed.is_main():
+                print(exc, file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_STATUS) from None
     finally:
         torch.set_num_threads(threads)
         if claim is not None:
@@ -160,6 +165,8 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
     the other jobs run), a stop signal stops it after its checkpoint (a STOPPED row): either way it
     returns no result, and the launching process's exit status says so (rlrec.run.sweep)."""
     import torch
+
+    from rlrec.train.divergence import Diverged
 
     main = distributed.env_rank() == 0  # a submitit job of several tasks: rank 0 keeps the books
     if main:
@@ -184,7 +191,13 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
             return _not_started(signum)
         if main:
             sweep.job_running(sweep_dir, job)
-        result = runner.run()
+        try:
+            result = runner.run()
+        except Diverged as exc:  # this job alone fails, with its one line
+            if main:
+                print(exc, file=sys.stderr, flush=True)
+            sweep.set_outcome(sweep.FAILED, str(exc))
+            return None
         if main:  # the job's report.html (rlrec.report); python -m rlrec.report SWEEP_DIR: all
             report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
     finally:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.files import atomic_file
+from rlrec.files import atomic_file, remove_quietly
 
 FORMAT = "rlrec-checkpoint"
 # 3: loads with weights_only=True (the numpy/Python RNG states as tensors), sha256 digest
@@ -192,14 +192,63 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         raise CheckpointWriteError(_write_failure(path, exc, run_dir), path, exc) from None
 
 
-def write(run_dir: Path, state: Dict[str, Any], iteration: Optional[int] = None) -> None:
+class Retention:
+    """Which periodic checkpoints a run keeps (``checkpoint_keep``): the newest ``keep`` of its own
+    (0: all). Its own are the ones it wrote, named in each of its checkpoints (``periodic``: the
+    names that may still be on disk, oldest first), so that a run resumed with ``resume=auto``
+    knows them too, and an older one that a kill left before its removal is removed later. A
+    checkpoint this run did not write (another run's, one ``checkpoint=PATH`` started from, one
+    written before the run's checkpoints named theirs) is never removed, nor is ``last.pt``."""
+
+    def __init__(self, keep: int = 0, start: Optional[Mapping] = None):
+        """``start``: the checkpoint a resumed run (``resume=auto``) continues, whose own periodic
+        checkpoints become this run's; None for a new run (``checkpoint=PATH`` included)."""
+        self.keep = int(keep)
+        names = [] if start is None else start.get("periodic") or []
+        self.own: List[str] = [str(n) for n in names if _PERIODIC.match(str(n))]
+
+    def written(self, name: str) -> List[str]:
+        """The names to record in the checkpoint ``name`` (a new periodic one, or None)."""
+        own = [n for n in self.own if n != name]
+        return sorted([*own, name] if name else own, key=_iteration)
+
+    def prune(self, directory: Path, own: List[str]) -> None:
+        """After the checkpoints naming ``own`` are durable: removes the older ones beyond the
+        newest ``keep`` (the newest, just written, always stays)."""
+        self.own = own
+        if self.keep <= 0 or len(own) <= self.keep:
+            return
+        for name in own[: -self.keep]:
+            remove_quietly(directory / name)
+        self.own = own[-self.keep :]
+
+
+def _iteration(name: str) -> int:
+    m = _PERIODIC.match(name)
+    return int(m.group(1)) if m else -1
+
+
+def write(
+    run_dir: Path,
+    state: Dict[str, Any],
+    iteration: Optional[int] = None,
+    retention: Optional[Retention] = None,
+) -> Path:
     """Saves a run's ``state`` as ``run_dir``/checkpoints/last.pt and, with an ``iteration``, as
     the periodic iter_NNNNNN.pt beside it: the files that ``resume=auto`` reads
-    (:func:`find_resume`)."""
+    (:func:`find_resume`). Then, with ``checkpoint_keep`` (``retention``), once both are durable
+    (written, fsynced, renamed, the rename fsynced), the run's older periodic checkpoints beyond
+    the newest N are removed. Returns the path of last.pt."""
     directory = Path(run_dir) / "checkpoints"
+    retention = retention or Retention()
+    name = f"iter_{iteration:06d}.pt" if iteration is not None else ""
+    own = retention.written(name)
+    state = {**state, "periodic": own}  # what a resumed run removes in its turn
     save(directory / "last.pt", state, run_dir=run_dir)
-    if iteration is not None:
-        save(directory / f"iter_{iteration:06d}.pt", state, run_dir=run_dir)
+    if name:
+        save(directory / name, state, run_dir=run_dir)
+    retention.prune(directory, own)
+    return directory / "last.pt"
 
 
 def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:

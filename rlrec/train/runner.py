@@ -26,6 +26,7 @@ from rlrec.record import ClipInfo, RecorderError
 from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import resume
+from rlrec.train.divergence import Watch, state_tensors
 from rlrec.train.evaluation import Evaluator
 from rlrec.train.logger import RunLogger, summary
 from rlrec.train.stack import make_env_stack, record_losses, recorder_of, stack_state
@@ -50,6 +51,9 @@ class Runner:
         self.env_seed = cfg.seed + self.rank * cfg.env.num_envs
         # fails before any work on a bad path
         self.start = resume.find(cfg, self.run_dir, self.rank, self.world)
+        # checkpoint_keep: a resumed run's own periodic checkpoints are named in its checkpoint
+        resumed = self.start is not None and self.start.key == "resume"
+        self.retention = ckpt.Retention(cfg.checkpoint_keep, self.start.data if resumed else None)
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         ckpt.seed_rng(cfg.seed + self.rank)
@@ -88,6 +92,8 @@ class Runner:
         if self.start is not None:
             self.start.check_compatible(self.obs_shape, self.action_space)
         self.ppo = PPO(cfg.algo, env.single_observation_space, self.action_space, self.device)
+        # the finite check after every update (rlrec.train.divergence)
+        self.watch = Watch(cfg.algo.num_steps, cfg.env.num_envs, self.device, self.run_dir)
         # env steps per iteration over all ranks (env.num_envs is per rank)
         self.batch_size = self.world * cfg.env.num_envs * cfg.algo.num_steps
         self.num_iterations = max(1, cfg.total_steps // self.batch_size)
@@ -153,7 +159,9 @@ class Runner:
                 self.evaluator.flush()
             self.logger.write_awaiting()
         # a full disk: CheckpointWriteError names the file and the resume command
-        ckpt.write(self.run_dir, state, iteration=self.iteration if periodic else None)
+        iteration = self.iteration if periodic else None
+        path = ckpt.write(self.run_dir, state, iteration, self.retention)
+        self.watch.saved(path, state["global_step"])
 
     def _restore(self) -> Optional[torch.Tensor]:
         """Loads the checkpoint found at start-up; returns the saved next observation when the
@@ -163,6 +171,7 @@ class Runner:
         self.global_step = int(self.start.data["global_step"])
         self.iteration = int(self.start.data["iteration"])
         self.evaluated_step = self.start.data.get("evaluated_step")
+        self.watch.saved(self.start.path, self.global_step, in_run_dir=self.cfg.resume == "auto")
         envs = {"train_env": self.train_env, "eval_env": self.eval_env}
         return self.start.restore(self.rank, self.ppo, envs, self.rollout_mode())
 
@@ -221,9 +230,11 @@ class Runner:
         observation. Stops early (the rollout then is incomplete) when a stop was requested."""
         env, ppo = self.train_env, self.ppo
         with self.rollout_mode():
+            self.watch.begin(obs)
             for _ in range(self.cfg.algo.num_steps):
                 action = ppo.act(obs)
                 obs, reward, terminated, truncated, info = env.step(action)
+                self.watch.step(obs, reward, info)  # batched device work, read after the update
                 ppo.process_env_step(reward, terminated, truncated, info)
                 if self.logger is not None:  # rank 0 alone logs
                     self.logger.episodes.add(info)
@@ -278,13 +289,21 @@ class Runner:
             self.resume_point.keep()
             lr = self.ppo.set_schedule(1.0 - self.iteration / self.num_iterations)
             t0 = time.perf_counter()
-            self._obs = self.collect(self._obs)
+            try:
+                self._obs = self.collect(self._obs)
+            except Exception as exc:  # e.g. sampling from a policy fed non-finite observations
+                diverged = self.watch.after_error(self._at(ahead=1))
+                if diverged is not None:
+                    raise diverged from exc
+                raise
             if self.stop.agreed():
                 return  # the interrupted rollout is dropped: its start is checkpointed
             self.iteration += 1
             self.global_step += self.batch_size
             t1 = time.perf_counter()
             losses = self.ppo.update()
+            # Diverged on a non-finite value: nothing is logged, evaluated or saved from it
+            self.watch.check(losses, state_tensors(self.ppo), self._at())
             self.resume_point.clear()
             t2 = time.perf_counter()
             sps = (self.global_step - start_step) / max(t2 - start, 1e-9)
@@ -301,6 +320,11 @@ class Runner:
             # the final one (not again when a finished run is resumed)
             if self.evaluated_step != self.global_step:
                 self._evaluation()
+
+    def _at(self, ahead: int = 0) -> str:
+        """ "iteration I (step S)" of this iteration, or (``ahead=1``) of the one collecting."""
+        step = self.global_step + ahead * self.batch_size
+        return f"iteration {self.iteration + ahead} (step {step})"
 
     def _periodic_checkpoint(self) -> None:
         if self.iteration % self.cfg.checkpoint_every == 0:

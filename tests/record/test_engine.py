@@ -343,3 +343,27 @@ def test_an_autoreset_clip_that_a_reset_ends_before_any_step_is_dropped(tmp_path
             engine.on_reset(None, seed=seed)
         engine.close()
         assert [c.num_frames for c in clips] == [1, 1] if length is None else [1, 1, 1]
+
+
+def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_path):
+    """The step trigger fires mid-episode and the caller's full reset comes before the next step:
+    the clip holds one real state of the episode (the one the trigger fired at), so it is kept,
+    ending "cut", unlike the reset frame alone of an autoreset's clip (above)."""
+    env = Spy(PointReach(1, max_episode_steps=10, render_width=16, render_height=16, seed=0))
+    engine, clips = _engine(tmp_path, env, step_trigger=lambda s: s == 2, name_prefix="v")
+    env.reset(seed=0)
+    engine.on_reset(None, seed=0)
+    for _ in range(2):
+        out = env.step(torch.zeros(1, 2))
+        engine.on_step(out[1], out[2], out[3], out[4])
+    assert engine.recording  # the trigger fired after step 2
+    env.reset(seed=1)  # e.g. the caller's own full reset, before any further step
+    engine.on_reset(None, seed=1)
+    engine.close()
+    assert [os.path.basename(c.path) for c in clips] == ["v-step-2.mp4"]
+    frames, _ = decode(clips[0].path)
+    assert np.array_equal(frames, np.stack(env.episodes[0][2:3]))  # the state after step 2
+    with open(clips[0].sidecar) as f:
+        side = json.load(f)
+    assert (side["frames"], side["envs"][0]["end"], side["envs"][0]["length"]) == (1, "cut", 0)
+    assert engine.clips_started == engine.clips_saved == 1

@@ -1,0 +1,188 @@
+"""Divergence: a run stops at the first non-finite value, before anything is written from it.
+
+After every update, once (one read back to the host, and with several ranks one all-reduce, so
+that every rank stops at the same iteration), :class:`Watch` checks that
+
+- the env gave finite observations and rewards during the rollout (the env values are checked as
+  batched tensor work at each step, written into ``[num_steps, num_envs]`` flags on the device
+  and read with the rest: no host sync per step);
+- the update's losses and its gradient norm (what ``PPO.update`` returns) are finite;
+- the parameters (and the observation normaliser's statistics) are finite.
+
+On the first non-finite one it raises :class:`Diverged`, whose message is one line: the
+iteration, the global step, what went non-finite (the env, its index and whether it was the
+observation or the reward, when the env is the source), the last checkpoint (every checkpoint is
+written after a passed check, so it holds finite values) and how to continue from it with other
+settings. The runner writes no checkpoint, no metrics line and no evaluation of that state; the
+process exits with :data:`EXIT_STATUS`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from rlrec import distributed
+
+EXIT_STATUS = 3  # README: "Exit statuses"
+
+# what PPO.update returns that must be finite (loss/explained_variance is NaN for constant
+# returns, legitimately)
+CHECKED = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/grad_norm")
+
+
+class Diverged(RuntimeError):
+    """The run met a non-finite value; the message is the one line the run ends with."""
+
+
+class Watch:
+    """The finite check of one rank's run (see the module docstring). The runner calls
+    :meth:`begin` at each rollout's start, :meth:`step` after each env step, :meth:`check` after
+    each update and :meth:`saved` after each checkpoint it wrote."""
+
+    def __init__(self, num_steps: int, num_envs: int, device: torch.device, run_dir: Path):
+        self.num_envs = num_envs
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.run_dir = Path(run_dir)
+        # row 0: the observation a rollout starts from; row t + 1: the one step t returned
+        self._obs_ok = torch.ones(num_steps + 1, num_envs, dtype=torch.bool, device=device)
+        self._reward_ok = torch.ones(num_steps, num_envs, dtype=torch.bool, device=device)
+        self._t = 0
+        self.checkpoint: Optional[Tuple[str, int]] = None  # the last one written or started from
+        self.from_run_dir = True  # whether resume=auto in the run dir finds it
+
+    # ------------------------------------------------------------------ collection
+    def begin(self, obs: torch.Tensor) -> None:
+        self._t = 0
+        _all_finite(obs, self._obs_ok[0])
+
+    def step(self, obs: torch.Tensor, reward: torch.Tensor, info: dict) -> None:
+        """After env step ``t`` of the rollout: its observation, its reward and, for the envs
+        whose episode ended, the final observation. Device work only."""
+        t = self._t
+        self._t = t + 1
+        row = self._obs_ok[t + 1]
+        _all_finite(obs, row)
+        self._reward_ok[t] = torch.isfinite(reward)
+        if "_final" in info:  # the envs whose episode ended: their real final observation
+            final = torch.empty_like(row)
+            _all_finite(info["final_obs"], final)
+            row &= final | ~info["_final"].to(row.device)
+
+    # ------------------------------------------------------------------ checks
+    def check(
+        self, losses: Dict[str, float], tensors: Iterable[Tuple[str, torch.Tensor]], at: str
+    ) -> None:
+        """After an update: raises :class:`Diverged` (on every rank) when the rollout's env
+        values, ``losses`` or the named ``tensors`` (parameters, statistics) hold a non-finite
+        value. ``at``: "iteration I (step S)". One host read; with several ranks one
+        all-reduce."""
+        tensors = list(tensors)
+        bad_losses = [k for k in CHECKED if k in losses and not math.isfinite(losses[k])]
+        flags = torch.stack(
+            [
+                ~self._obs_ok.all(),
+                ~self._reward_ok.all(),
+                ~torch.stack([torch.isfinite(t).all() for _, t in tensors]).all(),
+            ]
+        ).long()
+        flags = torch.cat([flags, torch.tensor([len(bad_losses)], device=flags.device)])
+        if self.world > 1:  # any rank's non-finite value stops every rank, here
+            distributed.all_reduce_(flags, "max")
+        env_obs, env_reward, params, n_losses = flags.tolist()  # the one host read
+        if not (env_obs or env_reward or params or n_losses):
+            return
+        if env_obs or env_reward:
+            what = self._env_source(agree=True)
+        elif bad_losses:
+            what = "non-finite " + ", ".join(bad_losses)
+        elif n_losses:
+            what = "non-finite losses on another rank"
+        else:
+            what = _bad_tensors(tensors)
+        raise Diverged(self._message(at, what))
+
+    def after_error(self, at: str) -> Optional[Diverged]:
+        """A rollout raised (a policy fed non-finite observations may, e.g. a categorical head's
+        sampling): the :class:`Diverged` naming the env when its values went non-finite first,
+        else None. This rank's own values only (the others may not be there to ask)."""
+        if bool(self._obs_ok.all()) and bool(self._reward_ok.all()):
+            return None
+        return Diverged(self._message(at, self._env_source(agree=False)))
+
+    def saved(self, path: str, step: int, in_run_dir: bool = True) -> None:
+        """A checkpoint of ``step`` env steps was written (or the run started from it)."""
+        self.checkpoint = (str(path), int(step))
+        self.from_run_dir = in_run_dir
+
+    # ------------------------------------------------------------------ the message
+    def _env_source(self, agree: bool) -> str:
+        """The first non-finite env value of the rollout (the earliest step, then the lowest
+        env index, over every rank), named as coming from the env."""
+        n = self.num_envs
+        steps = self._obs_ok.shape[0]
+        # one key per (row, rank, env, kind), in the order of time: the smallest bad one wins
+        span = steps * self.world * n * 2
+        key = torch.full((), span, dtype=torch.long, device=self._obs_ok.device)
+        for kind, ok, first_row in ((0, self._obs_ok, 0), (1, self._reward_ok, 1)):
+            bad = (~ok).nonzero()
+            if len(bad):
+                row, env = bad[:, 0] + first_row, bad[:, 1]
+                keys = ((row * self.world + self.rank) * n + env) * 2 + kind
+                key = torch.minimum(key, keys.min())
+        if self.world > 1 and agree:
+            key = span - distributed.all_reduce_(span - key, "max")
+        k = int(key)
+        kind, k = k % 2, k // 2
+        env, k = k % n, k // n
+        rank, row = k % self.world, k // self.world
+        index = rank * n + env
+        which = f"env {index}" + (f" (rank {rank}'s env {env})" if self.world > 1 else "")
+        value = "reward" if kind else "observation"
+        when = "at the rollout's start" if row == 0 else f"at step {row} of the rollout"
+        return f"{which} returned a non-finite {value} {when} (the env is the source)"
+
+    def _message(self, at: str, what: str) -> str:
+        if "the env is the source" in what:
+            other = "once the env gives finite values (or with other settings)"
+        else:
+            other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
+        if self.checkpoint is None:
+            last = f"no checkpoint was written before it; to start again {other}: the same command"
+        else:
+            path, step = self.checkpoint
+            if self.from_run_dir:
+                how = f"resume=auto hydra.run.dir={self.run_dir}"
+            else:
+                how = f"checkpoint={path}"
+            last = (
+                f"last finite checkpoint {path} (step {step}); to continue from it {other}: the "
+                f"same command + {how}"
+            )
+        return f"rlrec: diverged at {at}: {what}; nothing was written from that state | {last}"
+
+
+def _all_finite(x: torch.Tensor, out: torch.Tensor) -> None:
+    """``out[i]``: every value of ``x[i]`` is finite (batched, on the device)."""
+    if x.is_floating_point():
+        torch.all(torch.isfinite(x.reshape(x.shape[0], -1)), dim=1, out=out)
+    else:  # integer observations (images) are always finite
+        out.fill_(True)
+
+
+def _bad_tensors(tensors) -> str:
+    names = [name for name, t in tensors if not bool(torch.isfinite(t).all())]
+    more = ", ..." if len(names) > 4 else ""
+    return f"non-finite parameters ({', '.join(names[:4])}{more})"
+
+
+def state_tensors(ppo) -> List[Tuple[str, torch.Tensor]]:
+    """What an update leaves that must stay finite: the parameters and the observation
+    normaliser's statistics, by name."""
+    named = [(name, p.detach()) for name, p in ppo.agent.named_parameters()]
+    if ppo.obs_norm is not None:
+        named += [(f"obs_norm.{n}", b) for n, b in ppo.obs_norm.named_buffers()]
+    return named

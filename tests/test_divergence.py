@@ -1,0 +1,206 @@
+"""A diverging run stops at the first non-finite value with one line, its own exit status and
+nothing written from that state (rlrec/train/divergence.py): non-finite losses, gradient norm or
+parameters, and an env that returns a non-finite observation or reward, named as the source."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.divergence import EXIT_STATUS, Diverged, Watch
+from rlrec.train.runner import Runner
+from tests import nan_env
+from tests.helpers import FAST, make_config, read_metrics, run_train
+
+QUIET = [*FAST, "recorder=none", "eval_env.enabled=false"]
+NAN_ENV = [
+    "env=gymnasium",
+    f"env.id=tests.nan_env:{nan_env.ID}",
+    "env.num_envs=4",
+    "total_steps=512",  # 8 iterations of 4 envs x 16 steps
+    "checkpoint_every=2",
+]
+BATCH = 4 * 16
+
+
+def _train_steps(run_dir: Path):
+    return [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_with_one_line_and_its_own_exit_status(tmp_path):
+    """What a user meets with a learning rate far too high: before, torch's "normal expects all
+    elements of std >= 0.0" from inside the next rollout, after a metrics line of nulls."""
+    run_dir = tmp_path / "run"
+    args = [*QUIET, "total_steps=512", "algo.learning_rate=50", "algo.max_grad_norm=1e6"]
+    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
+    assert proc.returncode == EXIT_STATUS == 3, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("rlrec:")]
+    assert len(lines) == 1, proc.stderr
+    line = lines[0]
+    assert line.startswith("rlrec: diverged at iteration 1 (step 128): non-finite loss/"), line
+    assert "nothing was written from that state" in line
+    assert "no checkpoint was written before it" in line and "algo.learning_rate" in line
+    assert "Traceback" not in proc.stderr
+    # nothing of that state: no checkpoint, no metrics line
+    assert not (run_dir / "checkpoints").exists()
+    assert _train_steps(run_dir) == []
+
+
+@pytest.mark.parametrize(
+    "what, value, discrete",
+    [("obs", "nan", False), ("reward", "inf", False), ("obs", "nan", True)],
+    ids=["nan-observation", "inf-reward", "nan-observation-discrete-actions"],
+)
+def test_an_env_that_returns_a_non_finite_value_is_named_as_the_source(
+    tmp_path, what, value, discrete
+):
+    """Env 3 (its first reset's seed is 1 + 3) goes bad at its 40th step: step 8 of iteration
+    3's rollout. A categorical policy fed its NaN observation fails inside the rollout (torch's
+    sampling refuses NaN probabilities): the env is still named. The run stops before anything is
+    written from that state; its last checkpoint (iteration 2) is named, and resuming from it
+    once the env is fixed runs to the end."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    bad = [
+        "+env.kwargs.seed=4",
+        "+env.kwargs.step=40",
+        f"+env.kwargs.what={what}",
+        f"+env.kwargs.value={value}",
+        f"+env.kwargs.discrete={discrete}",
+    ]
+    with pytest.raises(Diverged) as e:
+        Runner(make_config([*QUIET, *NAN_ENV, *bad]), run_dir).run()
+    msg = str(e.value)
+    name = "observation" if what == "obs" else "reward"
+    assert msg.startswith(
+        f"rlrec: diverged at iteration 3 (step {3 * BATCH}): env 3 returned a non-finite "
+        f"{name} at step 8 of the rollout (the env is the source)"
+    ), msg
+    last = run_dir / "checkpoints" / "last.pt"
+    assert f"last finite checkpoint {last} (step {2 * BATCH})" in msg
+    assert f"resume=auto hydra.run.dir={run_dir}" in msg
+    # nothing from that state: the checkpoints and metrics lines of iterations 1 and 2 only
+    assert sorted(p.name for p in last.parent.iterdir()) == ["iter_000002.pt", "last.pt"]
+    assert ckpt.load(last)["global_step"] == 2 * BATCH
+    assert _train_steps(run_dir) == [BATCH, 2 * BATCH]
+
+    fixed = [b for b in bad if "step=" not in b]  # the env no longer goes bad
+    Runner(make_config([*QUIET, *NAN_ENV, *fixed, "resume=auto"]), run_dir).run()
+    assert _train_steps(run_dir) == [k * BATCH for k in range(1, 9)]
+    final = ckpt.load(last)
+    assert final["global_step"] == 8 * BATCH
+    assert all(torch.isfinite(v).all() for v in final["ppo"]["agent"].values())
+
+
+# ---------------------------------------------------------------------- the check itself
+def _watch(tmp_path, num_envs=4, num_steps=3) -> Watch:
+    return Watch(num_steps, num_envs, torch.device("cpu"), tmp_path)
+
+
+FINITE = {"loss/policy": 0.1, "loss/value": 1.0, "loss/entropy": 1.4, "loss/approx_kl": 0.0}
+
+
+def _params(**bad):
+    return [(name, torch.full((2, 2), bad.get(name.replace(".", "_"), 1.0))) for name in
+            ("actor.0.weight", "critic.0.weight", "log_std")]  # fmt: skip
+
+
+def _rollout(watch: Watch, num_steps: int, num_envs: int, bad=None):
+    watch.begin(torch.zeros(num_envs, 3))
+    for t in range(num_steps):
+        obs, reward = torch.zeros(num_envs, 3), torch.zeros(num_envs)
+        info = {}
+        if bad is not None and bad[0] == t:
+            kind, env = bad[1], bad[2]
+            if kind == "obs":
+                obs[env, 1] = math.nan
+            elif kind == "reward":
+                reward[env] = math.inf
+            else:  # the final observation of an episode that ended at this step
+                done = torch.zeros(num_envs, dtype=torch.bool)
+                done[env] = True
+                final = torch.zeros(num_envs, 3)
+                final[env, 0] = -math.inf
+                final[env - 1, 0] = math.nan  # not an env whose episode ended: not looked at
+                info = {"_final": done, "final_obs": final}
+        watch.step(obs, reward, info)
+
+
+def test_a_finite_update_passes(tmp_path):
+    watch = _watch(tmp_path)
+    _rollout(watch, 3, 4)
+    watch.check({**FINITE, "loss/grad_norm": 3.0, "loss/explained_variance": math.nan},
+                _params(), "iteration 1 (step 12)")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "losses, params, named",
+    [
+        ({"loss/value": math.inf}, {}, "non-finite loss/value;"),
+        ({"loss/grad_norm": math.nan}, {}, "non-finite loss/grad_norm;"),
+        ({}, {"critic_0_weight": math.inf}, "non-finite parameters (critic.0.weight);"),
+    ],
+)
+def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
+    tmp_path, losses, params, named
+):
+    watch = _watch(tmp_path)
+    _rollout(watch, 3, 4)
+    with pytest.raises(Diverged) as e:
+        watch.check({**FINITE, "loss/grad_norm": 1.0, **losses}, _params(**params), "iteration 5")
+    assert str(e.value).startswith(f"rlrec: diverged at iteration 5: {named}"), str(e.value)
+    assert "no checkpoint was written before it" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        ((1, "obs", 2), "env 2 returned a non-finite observation at step 2 of the rollout"),
+        ((0, "reward", 3), "env 3 returned a non-finite reward at step 1 of the rollout"),
+        ((2, "final", 1), "env 1 returned a non-finite observation at step 3 of the rollout"),
+    ],
+)
+def test_the_env_is_named_with_its_index_and_what_it_returned(tmp_path, bad, named):
+    watch = _watch(tmp_path)
+    _rollout(watch, 3, 4, bad)
+    watch.saved(tmp_path / "checkpoints" / "last.pt", 96)
+    # the parameters went non-finite too (a NaN observation poisons the normaliser): the env is
+    # the source, and it is what the line names
+    with pytest.raises(Diverged) as e:
+        watch.check({**FINITE, "loss/value": math.nan}, _params(log_std=math.nan), "iteration 9")
+    msg = str(e.value)
+    assert msg.startswith(f"rlrec: diverged at iteration 9: {named} (the env is the source)"), msg
+    assert f"last finite checkpoint {tmp_path / 'checkpoints' / 'last.pt'} (step 96)" in msg
+    assert "once the env gives finite values" in msg
+
+
+@pytest.mark.slow
+def test_every_rank_stops_at_the_same_iteration_and_rank_0_names_the_env(tmp_path):
+    """Two gloo ranks; rank 1's env 2 (the run's env 6) returns a NaN observation at step 8 of
+    iteration 3: both ranks stop there with the divergence exit status, and rank 0's line names
+    that env of rank 1; the last checkpoint (iteration 2, both ranks' states) is intact."""
+    from tests.test_distributed import TWO, _log, start_ranks, wait_ranks
+
+    run_dir, logs = tmp_path / "run", tmp_path / "logs"
+    args = [*TWO, "recorder=none", "eval_env.enabled=false", *NAN_ENV]
+    args += ["+env.kwargs.seed=7", "+env.kwargs.step=40", f"hydra.run.dir={run_dir}"]
+    codes = wait_ranks(start_ranks(args, tmp_path, logs), timeout=240)
+    assert codes == [EXIT_STATUS, EXIT_STATUS], (_log(logs, 0), _log(logs, 1))
+    batch = 2 * BATCH
+    line = [s for s in _log(logs, 0).splitlines() if s.startswith("rlrec: diverged")]
+    assert line == [
+        f"rlrec: diverged at iteration 3 (step {3 * batch}): env 6 (rank 1's env 2) returned a "
+        "non-finite observation at step 8 of the rollout (the env is the source); nothing was "
+        f"written from that state | last finite checkpoint {run_dir / 'checkpoints' / 'last.pt'} "
+        f"(step {2 * batch}); to continue from it once the env gives finite values (or with other "
+        f"settings): the same command + resume=auto hydra.run.dir={run_dir}"
+    ], _log(logs, 0)
+    assert "Traceback" not in _log(logs, 0) + _log(logs, 1)
+    saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert saved["global_step"] == 2 * batch and saved["world_size"] == 2
+    assert _train_steps(run_dir) == [batch, 2 * batch]
