@@ -32,6 +32,7 @@ LAYERS = [
         "rlrec.run.preempt",
         "rlrec.train.checkpoint",
         "rlrec.train.logger",
+        "rlrec.train.timeline",
     ],
     ["rlrec.train.stack"],
     ["rlrec.train.evaluation", "rlrec.train.resume"],
