@@ -85,6 +85,7 @@ class StopRequested:
         self._runs = 0  # runs in progress (install .. uninstall)
         self._previous: Dict[int, Any] = {}  # handlers catch() replaced, until release()
         self._run_previous: Dict[int, Any] = {}  # handlers install() replaced besides
+        self._parent: Optional[int] = None  # watch_parent's: the launching process
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -95,10 +96,29 @@ class StopRequested:
         reports for a process that the signal ended, and what PyTorch Lightning exits with."""
         return 0 if self.signum is None else 128 + int(self.signum)
 
+    def watch_parent(self, pid: int) -> None:
+        """This process runs a job for its parent ``pid`` (a joblib sweep's launching process):
+        once that parent is gone (the process was handed to another parent), :meth:`agreed`
+        stops the run as a SIGHUP would, at the end of its iteration, with its checkpoint."""
+        self._parent = int(pid)
+
+    @property
+    def orphaned(self) -> bool:
+        """Whether the parent that :meth:`watch_parent` named is gone."""
+        return self._parent is not None and os.getppid() != self._parent
+
     def agreed(self) -> bool:
         """Whether to stop, agreed by every rank: with several ranks one all-reduce of the flag, so
         that a signal to any rank stops every rank at the same iteration (each then exits with
-        that signal); with one process the flag itself."""
+        that signal); with one process the flag itself. Checked once per iteration, which is
+        also when a watched parent (:meth:`watch_parent`) is looked at: one ``getppid``."""
+        if self.signum is None and self.orphaned:
+            self.signum = signal.SIGHUP
+            os.write(
+                2,
+                f"rlrec: the launching process (pid {self._parent}) is gone: this job stops "
+                "with a checkpoint (SIGHUP); resume=auto continues it\n".encode(),
+            )
         signum = distributed.agree_signal(self.signum)
         if signum is not None and self.signum is None:
             self.signum = signum
