@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -216,7 +217,16 @@ def requeue_if_preempted(signum: Optional[int]) -> None:
         return
     handler = signal.getsignal(signum)
     if callable(handler):
-        handler(signum, None)
+        try:
+            handler(signum, None)
+        except Exception as exc:  # submitit's UncompletedJobError: timed out too many times
+            print(
+                f"rlrec: the job is not requeued ({exc}); its checkpoint is written: the same "
+                "command with resume=auto and the same run dir (sweep dir) continues it",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
 
 
 def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:
