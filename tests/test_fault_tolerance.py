@@ -36,6 +36,13 @@ def _train_steps(run_dir: Path):
     return out
 
 
+def _parsed(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
 def _temporaries(run_dir: Path):
     return sorted(
         str(p.relative_to(run_dir))
@@ -99,17 +106,26 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
     assert "done" in proc.stdout
 
-    # the step count continues from the checkpoint, and the run ends at the total asked for
-    lines = read_metrics(run_dir)
-    steps = [m["step"] for m in lines if "loss/policy" in m]
-    restart = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
-    assert steps[restart] == resumed_from + BATCH
-    assert steps[restart:] == list(range(resumed_from + BATCH, total + 1, BATCH))
+    # what the killed run wrote after the checkpoint was moved aside, in one folder, and said so
+    (event,) = _events(run_dir)
+    rel = str(newest.relative_to(run_dir))
+    assert event == {"step": resumed_from, "event": "resume", "from": rel, "moved": event["moved"]}
+    moved = run_dir / event["moved"]
+    assert event["moved"] == f"superseded/1-step{resumed_from:09d}" and "is moved to" in proc.stderr
+    gone = [_parsed(x) for x in (moved / "metrics.jsonl").read_text().splitlines()]
+    gone = [m for m in gone if m is not None]  # a line the kill cut is kept as it was
+    assert gone and all(m["step"] > resumed_from or "video/train" in m for m in gone)
+    moved_clips = {p.name for p in (moved / "videos" / "train").glob("*.mp4")}
+
+    # the step count continues from the checkpoint, each iteration logged once, to the total
+    steps = _train_steps(run_dir)
+    assert steps == list(range(BATCH, total + 1, BATCH))
     final = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert final["global_step"] == total
 
     # ...and so does the recorder schedule: the resumed run's next clip is the next episode
-    new_clips = [p.name for p in _clips(run_dir, "train") if p.name not in clips_before]
+    kept = clips_before - moved_clips
+    new_clips = [p.name for p in _clips(run_dir, "train") if p.name not in kept]
     eps = sorted(int(_CLIP.match(n).group(2)) for n in new_clips)
     assert eps and eps[0] == saved_rec["episode"] + 1, (saved_rec, new_clips)
     # the resumed run is the uninterrupted run: same parameters, recorder counters, clip names
@@ -118,12 +134,16 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
         assert torch.equal(v, final["ppo"]["agent"][k]), k
     for k in ("episode", "steps"):  # clips_saved differs by the clip that was cut (below)
         assert ref["train_env"]["recorder"][k] == final["train_env"]["recorder"][k], k
-    ref_names = {p.name for p in _clips(ref_dir, "train")}
-    ours = {re.sub(r"-\d+\.mp4$", ".mp4", p.name) for p in _clips(run_dir, "train")}
-    # the one clip that may be missing: the episode that was being recorded at the checkpoint
-    # (a clip is never continued across processes); its half-written file was removed
-    assert ours <= ref_names
-    assert all(int(_CLIP.match(n).group(2)) == saved_rec["episode"] for n in ref_names - ours)
+    # the same clips, sidecars and lines under the same names (none renamed -1). The one clip
+    # that may be missing: the episode that was being recorded at the checkpoint (a clip is never
+    # continued across processes) when the kill came before it was complete (it was removed)
+    ref_files, our_files = set(_files(ref_dir)), set(_files(run_dir))
+    assert our_files <= ref_files
+    missing = {str(Path(p).with_suffix(".mp4")) for p in ref_files - our_files}
+    assert all(int(_CLIP.match(Path(n).name).group(2)) == saved_rec["episode"] for n in missing)
+    cut = _in_progress(ref_dir, saved)
+    ref_lines = [m for m in _lines(ref_dir, cut) if m.get("video/train") not in missing]
+    assert _lines(run_dir, cut) == ref_lines
 
     # no corrupt or half-written file is left: every checkpoint loads, every clip decodes
     assert _temporaries(run_dir) == [], f"left over (killed run's were {stale})"
