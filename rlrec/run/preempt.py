@@ -12,6 +12,10 @@
   requeued job has the same run dir (Hydra copies the resolved sweep dir into every job), so it
   continues from the newest checkpoint. Elsewhere pass ``resume=auto`` with the run dir of the run
   to continue.
+- A job run by a worker process of a joblib sweep's launcher watches that launcher
+  (:meth:`StopRequested.watch_parent`, set up by ``rlrec.run.sweep``): a launcher killed with
+  SIGKILL sends nothing, so once per iteration the job checks that its parent is still the
+  launcher, and stops as on a SIGHUP (checkpoint, exit) when it is not.
 - A kill at a bad moment (SIGKILL, node failure) can leave temporary files of the dead process
   (``checkpoints/.last.pt.<pid>-<n>.part``, ``videos/*/.<clip>.<pid>-<n>.part``: the one scheme of
   ``rlrec.files``); a resuming run removes them before it starts, so the run dir holds only
