@@ -5,6 +5,7 @@ writing a checkpoint loses nothing and says how to resume."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -99,7 +100,11 @@ def test_a_damaged_last_pt_falls_back_to_the_newest_good_checkpoint(tmp_path, ca
     assert f"warning: resume=auto: {last} is damaged" in err, err
     assert f"resuming from {run_dir / 'checkpoints' / 'iter_000003.pt'}" in err
     steps = [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
-    assert steps == [128, 256, 384, 512, 512, 640, 768]  # continued from iteration 3
+    # continued from iteration 3: the line of iteration 4 (after that checkpoint) was moved
+    # aside, and the resumed run wrote it again
+    assert steps == [128, 256, 384, 512, 640, 768]
+    moved = run_dir / "superseded" / "1-step000000384" / "metrics.jsonl"
+    assert [json.loads(x)["step"] for x in moved.read_text().splitlines()] == [512, 512]
     assert ckpt.load(last)["global_step"] == 768
 
 

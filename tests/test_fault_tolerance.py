@@ -3,6 +3,7 @@ SIGTERM/SIGINT (preemption, Ctrl-C) answered with a checkpoint and the final cli
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -33,6 +34,13 @@ def _train_steps(run_dir: Path):
         if '"loss/policy"' in line and line.endswith("}"):
             out.append(int(re.search(r'"step": (\d+)', line).group(1)))
     return out
+
+
+def _parsed(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def _temporaries(run_dir: Path):
@@ -98,17 +106,26 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
     assert "done" in proc.stdout
 
-    # the step count continues from the checkpoint, and the run ends at the total asked for
-    lines = read_metrics(run_dir)
-    steps = [m["step"] for m in lines if "loss/policy" in m]
-    restart = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
-    assert steps[restart] == resumed_from + BATCH
-    assert steps[restart:] == list(range(resumed_from + BATCH, total + 1, BATCH))
+    # what the killed run wrote after the checkpoint was moved aside, in one folder, and said so
+    (event,) = _events(run_dir)
+    rel = str(newest.relative_to(run_dir))
+    assert event == {"step": resumed_from, "event": "resume", "from": rel, "moved": event["moved"]}
+    moved = run_dir / event["moved"]
+    assert event["moved"] == f"superseded/1-step{resumed_from:09d}" and "is moved to" in proc.stderr
+    gone = [_parsed(x) for x in (moved / "metrics.jsonl").read_text().splitlines()]
+    gone = [m for m in gone if m is not None]  # a line the kill cut is kept as it was
+    assert gone and all(m["step"] > resumed_from or "video/train" in m for m in gone)
+    moved_clips = {p.name for p in (moved / "videos" / "train").glob("*.mp4")}
+
+    # the step count continues from the checkpoint, each iteration logged once, to the total
+    steps = _train_steps(run_dir)
+    assert steps == list(range(BATCH, total + 1, BATCH))
     final = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert final["global_step"] == total
 
     # ...and so does the recorder schedule: the resumed run's next clip is the next episode
-    new_clips = [p.name for p in _clips(run_dir, "train") if p.name not in clips_before]
+    kept = clips_before - moved_clips
+    new_clips = [p.name for p in _clips(run_dir, "train") if p.name not in kept]
     eps = sorted(int(_CLIP.match(n).group(2)) for n in new_clips)
     assert eps and eps[0] == saved_rec["episode"] + 1, (saved_rec, new_clips)
     # the resumed run is the uninterrupted run: same parameters, recorder counters, clip names
@@ -117,12 +134,16 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
         assert torch.equal(v, final["ppo"]["agent"][k]), k
     for k in ("episode", "steps"):  # clips_saved differs by the clip that was cut (below)
         assert ref["train_env"]["recorder"][k] == final["train_env"]["recorder"][k], k
-    ref_names = {p.name for p in _clips(ref_dir, "train")}
-    ours = {re.sub(r"-\d+\.mp4$", ".mp4", p.name) for p in _clips(run_dir, "train")}
-    # the one clip that may be missing: the episode that was being recorded at the checkpoint
-    # (a clip is never continued across processes); its half-written file was removed
-    assert ours <= ref_names
-    assert all(int(_CLIP.match(n).group(2)) == saved_rec["episode"] for n in ref_names - ours)
+    # the same clips, sidecars and lines under the same names (none renamed -1). The one clip
+    # that may be missing: the episode that was being recorded at the checkpoint (a clip is never
+    # continued across processes) when the kill came before it was complete (it was removed)
+    ref_files, our_files = set(_files(ref_dir)), set(_files(run_dir))
+    assert our_files <= ref_files
+    missing = {str(Path(p).with_suffix(".mp4")) for p in ref_files - our_files}
+    assert all(int(_CLIP.match(Path(n).name).group(2)) == saved_rec["episode"] for n in missing)
+    cut = _in_progress(ref_dir, saved)
+    ref_lines = [m for m in _lines(ref_dir, cut) if m.get("video/train") not in missing]
+    assert _lines(run_dir, cut) == ref_lines
 
     # no corrupt or half-written file is left: every checkpoint loads, every clip decodes
     assert _temporaries(run_dir) == [], f"left over (killed run's were {stale})"
@@ -256,8 +277,8 @@ main()
 NUM_STEPS = 16  # FAST: algo.num_steps
 TOTAL = 8 * BATCH  # evaluations after iterations 2, 4, 6 and the final one
 RESUMABLE = [*FAST, f"total_steps={TOTAL}", "checkpoint_every=4"]
-# wall-clock figures, and clip paths (a redone clip: -1)
-_VOLATILE = ("time/", "sps/", "video/", "eval/clip")
+# wall-clock figures
+_VOLATILE = ("time/", "sps/")
 
 
 def _drive(tmp_path: Path, action: str, where: str, at: str, args) -> subprocess.CompletedProcess:
@@ -308,21 +329,41 @@ def _differences(a, b, where: str = "") -> list:
     return [] if type(a) is type(b) and a == b else [f"{where}: {a!r} != {b!r}"]
 
 
-def _lines(run_dir: Path):
-    """metrics.jsonl without the figures that differ between two equal runs, by step (an eval
-    line is written once its clip is encoded, so its place among the lines varies); every eval
-    line names its clip."""
+def _lines(run_dir: Path, cut: set = frozenset(), clips: bool = True):
+    """metrics.jsonl without the figures that differ between two equal runs and without the
+    stop and resume events, by step (an eval line is written once its clip is encoded, so its
+    place among the lines varies); every eval line names its clip."""
     out = []
     for m in read_metrics(run_dir):
+        if "event" in m:
+            continue
         if "eval/return" in m:
             assert m["eval/clip"], m
-        kept = {k: v for k, v in m.items() if not k.startswith(_VOLATILE)}
+        volatile = _VOLATILE if clips else (*_VOLATILE, "video/", "eval/clip")
+        kept = {k: v for k, v in m.items() if not k.startswith(volatile)}
+        if m.get("video/train") in cut:
+            kept["step"] = None  # logged when it ended: at another step in a stopped run
+            out.append(kept)
+            continue
         if len(kept) > 1:  # more than the step
             out.append(kept)
-    return sorted(out, key=lambda m: (m["step"], sorted(m)))
+    return sorted(out, key=lambda m: (m["step"] or -1, sorted(m)))
 
 
-def _assert_same_run(reference: Path, run_dir: Path) -> None:
+def _files(run_dir: Path):
+    """The clips and sidecars of a run dir (what was moved aside is not the run's)."""
+    return sorted(
+        str(p.relative_to(run_dir))
+        for p in (run_dir / "videos").rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+
+
+def _events(run_dir: Path):
+    return [m for m in read_metrics(run_dir) if "event" in m]
+
+
+def _assert_same_run(reference: Path, run_dir: Path, saved: dict) -> None:
     ref = ckpt.load(reference / "checkpoints" / "last.pt")
     ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert ours["global_step"] == ref["global_step"] == TOTAL
@@ -339,8 +380,25 @@ def _assert_same_run(reference: Path, run_dir: Path) -> None:
                 a, b = ({k: v for k, v in s.items() if k != "clips_saved"} for s in (a, b))
             diffs += _differences(a, b, f"{stack}.{role}")
     assert not diffs, diffs
-    # every train and eval line, once, with the same values, in the same order
-    assert _lines(run_dir) == _lines(reference)
+    # every train, eval and clip line, once, with the same values (clip names included); the
+    # clip in progress at the checkpoint, which the stopped run saved cut short (a clip is never
+    # continued across processes), was logged at another step
+    cut = _in_progress(reference, saved)
+    assert _lines(run_dir, cut) == _lines(reference, cut)
+    # the same clips and sidecars under the same names: none renamed, none left over
+    assert _files(run_dir) == _files(reference)
+
+
+def _in_progress(run_dir: Path, saved: dict) -> set:
+    """The training clips of ``run_dir`` in progress at the checkpoint ``saved``: begun at its
+    recorder's step count or before, ended after it."""
+    steps = saved["train_env"]["recorder"]["steps"]
+    out = set()
+    for side in (run_dir / "videos" / "train").glob("*.json"):
+        data = json.loads(side.read_text())
+        if data["first_step"] <= steps < data["last_step"]:
+            out.add(str(side.with_suffix(".mp4").relative_to(run_dir)))
+    return out
     evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
     assert evals == [2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL]
 
@@ -383,11 +441,51 @@ def test_stop_then_resume_equals_the_uninterrupted_run(
     done = [s for s in (2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL) if s <= saved_step]
     assert evals == (done[:-1] if eval_due else done)
 
+    # the stop is a line of its own, at the step of its checkpoint
+    stop = {"step": saved_step, "event": "stop", "signal": int(getattr(signal, signame))}
+    assert _events(run_dir) == [stop]
+    after = {p for p in _files(run_dir) if _first_step(run_dir / p) > _saved_steps(saved, p)}
+
     resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
     assert "done" in resumed.stdout
-    _assert_same_run(uninterrupted, run_dir)
+    _assert_same_run(uninterrupted, run_dir, saved)
     assert _temporaries(run_dir) == []
     _assert_checkpoints_load(run_dir)
+    # what the stopped run wrote after its checkpoint was moved aside, not deleted, and said so
+    moved = _events(run_dir)[1]["moved"]
+    assert _events(run_dir) == [
+        stop,
+        {"step": saved_step, "event": "resume", "from": "checkpoints/last.pt", "moved": moved},
+    ]
+    if after:
+        assert moved.startswith("superseded/1-step") and "is moved to" in resumed.stderr
+        kept = {str(p.relative_to(run_dir / moved)) for p in (run_dir / moved).rglob("*.*")}
+        assert after <= kept
+
+    # resumed again, the run that ended changes nothing and appends nothing
+    before = {
+        p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and ".hydra" not in p.parts
+    }
+    again = run_train([*args, "resume=auto"], cwd=tmp_path)
+    assert "done already" in again.stdout, again.stdout
+    after_again = {
+        p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and ".hydra" not in p.parts
+    }
+    assert {str(p) for p in after_again} - {str(p) for p in before} <= {str(run_dir / "train.log")}
+    assert all(after_again[p] == b for p, b in before.items() if p.name != "train.log")
+
+
+def _first_step(clip: Path) -> int:
+    """The recorder's step count at a clip's first frame (its sidecar's; a sidecar: its clip's)."""
+    return json.loads(clip.with_suffix(".json").read_text())["first_step"]
+
+
+def _saved_steps(saved: dict, rel: str) -> int:
+    """The checkpoint's step count of the recorder of the clip at ``rel`` (videos/KIND/...):
+    a training clip after it began after that count, an eval clip at it or after."""
+    kind = Path(rel).parts[1]
+    steps = saved[f"{kind}_env"]["recorder"]["steps"]
+    return steps if kind == "train" else steps - 1
 
 
 @pytest.mark.slow
@@ -426,7 +524,8 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(tmp_path,
         for role in ("adapter", "autoreset"):
             diffs += _differences(ref[stack][role], ours[stack][role], f"{stack}.{role}")
     assert not diffs, diffs
-    assert _lines(run_dir) == _lines(uninterrupted)  # no train or eval line lost or repeated
+    # no train or eval line lost or repeated (its clips are other ones: another trigger)
+    assert _lines(run_dir, clips=False) == _lines(uninterrupted, clips=False)
 
 
 def test_stop_flag_keeps_the_first_signal_and_names_the_exit_status():

@@ -34,6 +34,7 @@ LAYERS = [
         "rlrec.train.checkpoint",
         "rlrec.train.divergence",
         "rlrec.train.logger",
+        "rlrec.train.timeline",
     ],
     ["rlrec.train.stack"],
     ["rlrec.train.evaluation", "rlrec.train.resume"],

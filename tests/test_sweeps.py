@@ -461,6 +461,53 @@ def test_ctrl_c_stops_a_joblib_sweep_and_resume_completes_it(tmp_path):
     _check_resumed(sweep_dir, 3)
 
 
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie no one reaped yet has ended too)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_kill_9_of_a_joblib_launcher_stops_its_jobs_and_resume_completes_them(tmp_path):
+    """SIGKILL of the launching process sends its workers nothing: each running job notices that
+    its parent is gone at the end of its iteration, writes its checkpoint and stops within a few
+    seconds (before: both went on training to the end). resume=auto of the sweep continues
+    both jobs from their checkpoints."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2"]
+    launcher = start_train([*args, *_stop_args(sweep_dir)], tmp_path, new_session=True)
+    deadline = time.monotonic() + 180
+    while not (_iterations(sweep_dir / "0") >= 3 and _iterations(sweep_dir / "1") >= 1):
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            launcher.kill()
+            raise AssertionError(f"the sweep never got going:\n{launcher.communicate()[0]}")
+        time.sleep(0.05)
+    entries = (sweep_dir / sweep.ROWS_DIR / "running").glob("*.json")
+    workers = {json.loads(p.read_text())["pid"] for p in entries}
+    assert len(workers) == 2 and launcher.pid not in workers
+    launcher.kill()  # SIGKILL of the launcher alone, not of its process group
+    launcher.wait(timeout=10)
+    t0 = time.monotonic()
+    while not all(_exited(pid) for pid in workers) and time.monotonic() - t0 < 30:
+        time.sleep(0.1)
+    elapsed = time.monotonic() - t0
+    assert all(_exited(pid) for pid in workers), "workers still running 30 s after the kill"
+    assert elapsed < 10, f"the workers took {elapsed:.1f} s to stop"
+    for job in (0, 1):
+        saved = ckpt.load(sweep_dir / str(job) / "checkpoints" / "last.pt")["global_step"]
+        assert 128 <= saved < STOP_TOTAL, (job, saved)
+        stop = [m for m in read_metrics(sweep_dir / str(job)) if m.get("event") == "stop"]
+        assert stop == [{"step": saved, "event": "stop", "signal": int(signal.SIGHUP)}]
+    assert _statuses(sweep_dir) == [(0, "STOPPED"), (1, "STOPPED")]
+    run_train(["-m", "seed=1,2", *_stop_args(sweep_dir), "resume=auto"], cwd=tmp_path)
+    _check_resumed(sweep_dir, 2)
+
+
 # --------------------------------------------------------------------------- the summary itself
 
 

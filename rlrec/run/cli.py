@@ -205,7 +205,9 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
         if claim is not None:
             claim.release()
     stopped = runner.stop.signum
-    if stopped in sweep.STOP_SIGNALS:  # the sweep's stop flag too: no later job starts here
+    # a stop of the sweep (the sweep's stop flag too: no later job starts here), or of this job
+    # whose launching process is gone (SIGHUP); submitit's own signal requeues the job instead
+    if stopped is not None and stopped != preempt.requeue_signal():
         sweep.set_outcome(
             sweep.STOPPED,
             f"stopped by {signal.Signals(stopped).name} at step {runner.global_step} (checkpoint "

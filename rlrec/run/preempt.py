@@ -12,6 +12,10 @@
   requeued job has the same run dir (Hydra copies the resolved sweep dir into every job), so it
   continues from the newest checkpoint. Elsewhere pass ``resume=auto`` with the run dir of the run
   to continue.
+- A job run by a worker process of a joblib sweep's launcher watches that launcher
+  (:meth:`StopRequested.watch_parent`, set up by ``rlrec.run.sweep``): a launcher killed with
+  SIGKILL sends nothing, so once per iteration the job checks that its parent is still the
+  launcher, and stops as on a SIGHUP (checkpoint, exit) when it is not.
 - A kill at a bad moment (SIGKILL, node failure) can leave temporary files of the dead process
   (``checkpoints/.last.pt.<pid>-<n>.part``, ``videos/*/.<clip>.<pid>-<n>.part``: the one scheme of
   ``rlrec.files``); a resuming run removes them before it starts, so the run dir holds only
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -85,6 +90,7 @@ class StopRequested:
         self._runs = 0  # runs in progress (install .. uninstall)
         self._previous: Dict[int, Any] = {}  # handlers catch() replaced, until release()
         self._run_previous: Dict[int, Any] = {}  # handlers install() replaced besides
+        self._parent: Optional[int] = None  # watch_parent's: the launching process
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -95,10 +101,29 @@ class StopRequested:
         reports for a process that the signal ended, and what PyTorch Lightning exits with."""
         return 0 if self.signum is None else 128 + int(self.signum)
 
+    def watch_parent(self, pid: int) -> None:
+        """This process runs a job for its parent ``pid`` (a joblib sweep's launching process):
+        once that parent is gone (the process was handed to another parent), :meth:`agreed`
+        stops the run as a SIGHUP would, at the end of its iteration, with its checkpoint."""
+        self._parent = int(pid)
+
+    @property
+    def orphaned(self) -> bool:
+        """Whether the parent that :meth:`watch_parent` named is gone."""
+        return self._parent is not None and os.getppid() != self._parent
+
     def agreed(self) -> bool:
         """Whether to stop, agreed by every rank: with several ranks one all-reduce of the flag, so
         that a signal to any rank stops every rank at the same iteration (each then exits with
-        that signal); with one process the flag itself."""
+        that signal); with one process the flag itself. Checked once per iteration, which is
+        also when a watched parent (:meth:`watch_parent`) is looked at: one ``getppid``."""
+        if self.signum is None and self.orphaned:
+            self.signum = signal.SIGHUP
+            os.write(
+                2,
+                f"rlrec: the launching process (pid {self._parent}) is gone: this job stops "
+                "with a checkpoint (SIGHUP); resume=auto continues it\n".encode(),
+            )
         signum = distributed.agree_signal(self.signum)
         if signum is not None and self.signum is None:
             self.signum = signum
@@ -196,7 +221,16 @@ def requeue_if_preempted(signum: Optional[int]) -> None:
         return
     handler = signal.getsignal(signum)
     if callable(handler):
-        handler(signum, None)
+        try:
+            handler(signum, None)
+        except Exception as exc:  # submitit's UncompletedJobError: timed out too many times
+            print(
+                f"rlrec: the job is not requeued ({exc}); its checkpoint is written: the same "
+                "command with resume=auto and the same run dir (sweep dir) continues it",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
 
 
 def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:

@@ -333,7 +333,24 @@ def begin_job(sweep_dir: Path) -> None:
     would take the other workers with it). submitit handles the signals of its own jobs."""
     _state().outcome = {}
     if not preempt.under_submitit():
-        preempt.hold(_state()).catch(STOP_SIGNALS)
+        flag = preempt.hold(_state())
+        flag.catch(STOP_SIGNALS)
+        launcher = _launcher(sweep_dir)
+        if launcher is not None and launcher == os.getppid() and launcher != os.getpid():
+            # a worker process of the launching process (joblib's): a launcher killed with
+            # SIGKILL sends no signal, so the job watches it and stops with a checkpoint
+            flag.watch_parent(launcher)
+
+
+def _launcher(sweep_dir: Path) -> Optional[int]:
+    """The pid of this sweep attempt's launching process when it runs on this host."""
+    try:
+        attempt = json.loads((Path(sweep_dir) / ROWS_DIR / "attempt.json").read_text())
+        if attempt.get("host") == rundir.this_host():
+            return int(attempt["pid"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def stop_signal(sweep_dir: Path) -> Optional[int]:
@@ -453,7 +470,8 @@ class SweepSummary(Callback):
         write_atomic(rows_dir / "fixed.json", json.dumps(fixed_keys(task)))
         # this attempt of the sweep: a stop recorded by an earlier one (then resumed) is not ours
         attempt = uuid.uuid4().hex
-        write_atomic(rows_dir / "attempt.json", json.dumps({"id": attempt}))
+        me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
+        write_atomic(rows_dir / "attempt.json", json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         st = _state()
         st.launcher_pid = self._launcher_pid = os.getpid()
@@ -480,6 +498,13 @@ class SweepSummary(Callback):
             f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}",
             flush=True,
         )
+        flag = preempt.held()
+        if flag is not None and flag.orphaned:
+            # a worker of a launching process that is gone: no one will hand it another job or
+            # take its result (loky's worker would wait for one), so it ends here
+            _say(f"rlrec sweep: job {row['job']}: the launching process is gone; this worker exits")
+            sys.stdout.flush()
+            os._exit(128 + signal.SIGHUP)
         signum = _signum()
         if signum is not None and _state().launcher and self._launcher_pid == os.getpid():
             # the jobs run in this process (basic launcher): end the sweep here, start no more

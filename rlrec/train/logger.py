@@ -169,6 +169,12 @@ class RunLogger:
             if k in numeric:
                 self._latest[k] = numeric[k]
 
+    def event(self, step: int, name: str, **fields: Any) -> None:
+        """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
+        a signal; ``rlrec.train.timeline`` writes the ``resume`` ones): no scalars."""
+        line = {"step": int(step), "event": name, **fields}
+        self._metrics.write(json.dumps(line) + "\n")
+
     def progress(self, step: int, sps: float) -> None:
         if self._progress is None:
             return

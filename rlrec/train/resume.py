@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, Optional
 
@@ -32,6 +32,7 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.ppo.ppo import PPO
 from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
+from rlrec.train import timeline
 from rlrec.train.stack import load_stack_state, simulator_saved
 
 # what each rank of several has of its own (the rest is the same on every rank): gathered into
@@ -51,6 +52,9 @@ class Start:
     path: str  # the file, as named by checkpoint=PATH or found by resume=auto
     data: Dict[str, Any]  # its verified contents
     key: str  # the setting that named it, "checkpoint" or "resume": what a refusal names
+    # resume=auto of a run that already ended (its total reached, its final evaluation done):
+    # nothing to do, and nothing is written
+    finished: bool = False
 
     @property
     def eval_due(self) -> bool:
@@ -112,6 +116,30 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
             start = Start(found["path"], ckpt.load(found["path"]), key)
     if start is not None:
         _check_world(start, world, cfg.eval_only)
+        start = _continue(cfg, Path(run_dir), rank, world, start)
+    return start
+
+
+def iterations(cfg: Config, world: int) -> int:
+    """The run's number of iterations: ``total_steps`` over the env steps of one iteration of
+    every rank (at least one)."""
+    return max(1, cfg.total_steps // (world * cfg.env.num_envs * cfg.algo.num_steps))
+
+
+def _continue(cfg: Config, run_dir: Path, rank: int, world: int, start: Start) -> Start:
+    """``resume=auto`` of a training run: whether it already ended (then nothing changes), and
+    else, on rank 0, what the run wrote after the checkpoint moved aside
+    (``rlrec.train.timeline``)."""
+    if cfg.eval_only or cfg.checkpoint is not None or cfg.resume != "auto":
+        return start
+    if int(start.data["iteration"]) >= iterations(cfg, world) and not start.eval_due:
+        return replace(start, finished=True)
+    if rank == 0:
+        videos = {
+            "train": cfg.recorder.dir or run_dir / "videos" / "train",
+            "eval": cfg.eval_env.recorder.dir or run_dir / "videos" / "eval",
+        }
+        timeline.supersede(run_dir, Path(start.path), start.data, videos)
     return start
 
 

@@ -70,6 +70,10 @@ class Runner:
         self._obs: Optional[torch.Tensor] = None  # the train env's next observation
         self.resume_point = resume.ResumePoint(self.state)  # see _train_loop
         self._closed = False
+        if self.start is not None and self.start.finished:
+            # resume=auto of a run that ended: nothing is built, nothing written
+            self.global_step = int(self.start.data["global_step"])
+            return
         try:
             self._build()
         except BaseException:
@@ -96,7 +100,7 @@ class Runner:
         self.watch = Watch(cfg.algo.num_steps, cfg.env.num_envs, self.device, self.run_dir)
         # env steps per iteration over all ranks (env.num_envs is per rank)
         self.batch_size = self.world * cfg.env.num_envs * cfg.algo.num_steps
-        self.num_iterations = max(1, cfg.total_steps // self.batch_size)
+        self.num_iterations = resume.iterations(cfg, self.world)
         if not self.main:
             return  # rank 0 alone logs
         self.logger = RunLogger(
@@ -270,7 +274,10 @@ class Runner:
                 self.save_checkpoint(self.resume_point.state())
             raise
         # stopped: the state as of the start of the interrupted rollout or evaluation; else now
-        self.save_checkpoint(self.resume_point.state())
+        state = self.resume_point.state()
+        self.save_checkpoint(state)
+        if self.stop and self.logger is not None:
+            self.logger.event(int(state["global_step"]), "stop", signal=int(self.stop.signum))
         return self.last_eval
 
     def _train_loop(self, eval_due: bool) -> None:
@@ -352,6 +359,14 @@ class Runner:
     # ------------------------------------------------------------------ entry points
     def run(self) -> Dict[str, float]:
         """Trains (or, with eval_only, evaluates the checkpoint); always closes cleanly."""
+        if self.start is not None and self.start.finished:
+            print(
+                f"rlrec: done already: {self.start.path} is at the end of the run "
+                f"({int(self.start.data['global_step']):,} env steps); nothing to do | "
+                f"run dir {self.run_dir}",
+                flush=True,
+            )
+            return self.last_eval
         t0 = time.perf_counter()
         self.stop.install()
         try:

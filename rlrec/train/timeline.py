@@ -1,0 +1,311 @@
+"""The timeline a resumed run continues, and the files of the one it replaces.
+
+A run that ``resume=auto`` continues from a checkpoint may have written more after it (it was
+killed, or stopped, later): clips and their sidecars, metrics.jsonl and eval_episodes.jsonl lines,
+TensorBoard events. They belong to a timeline that no longer exists: the resumed run records them
+again, under the same names. :func:`supersede` moves them aside, never deleting anything, into one
+folder per resume,
+
+    ``<run dir>/superseded/<n>-step<step:09d>/``   (``n``: 1 for the first resume that moved
+                                                    something, then 2, ...; ``step``: the
+                                                    checkpoint's global step)
+
+keeping their paths relative to the run dir (``videos/train/...``, ``metrics.jsonl`` with the
+lines that were after the checkpoint, ``tensorboard/events...`` with the events after it). The
+files that stay are rewritten atomically (``rlrec.files``) with what was before the checkpoint.
+
+What is after the checkpoint (:class:`Point`):
+
+- a line (metrics.jsonl, eval_episodes.jsonl) or a TensorBoard event of a later step; of the
+  checkpoint's own step, an evaluation's line when the checkpoint says that evaluation was cut
+  (``eval_due``: the resumed run does it again);
+- a clip (its sidecar says its kind and ``first_step``, the recorder's step count at its first
+  frame; without a sidecar, the default name ``<kind>-epNNNNNN-stepNNNNNNNNN.mp4`` says it) that
+  began after the recorder's step count in the checkpoint. A training clip that began at that
+  count or before is the one in progress at the checkpoint, which a resumed run never continues:
+  it stays. An evaluation begins with a reset at the count it starts from, so an eval clip that
+  began at the checkpoint's count is the resumed run's next evaluation, and goes. A clip's
+  ``video/<kind>`` line goes or stays with the clip. Clips in a ``recorder.dir`` outside the run
+  dir (other runs may share it) stay where they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from rlrec.files import write_atomic
+
+SUPERSEDED = "superseded"  # the folder under the run dir
+METRICS = "metrics.jsonl"
+EVAL_EPISODES = "eval_episodes.jsonl"
+TENSORBOARD = "tensorboard"
+
+_DEFAULT_CLIP = re.compile(r"^(?P<kind>[a-z]+)-ep\d+-step(?P<step>\d+)(?:-\d+)?\.mp4$")
+_FOLDER = re.compile(r"^(?P<n>\d+)-step\d+$")
+
+
+@dataclass(frozen=True)
+class Point:
+    """The checkpoint a run resumes from, as far as its files go."""
+
+    step: int  # its global step
+    eval_due: bool  # the evaluation of ``step`` was cut short: the resumed run does it again
+    recorder_steps: Mapping[str, Optional[int]]  # by clip kind: the recorder's step count
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> "Point":
+        """The point of a checkpoint's contents."""
+        steps: Dict[str, Optional[int]] = {}
+        for kind in ("train", "eval"):
+            stack = data.get(f"{kind}_env")
+            rec = stack.get("recorder") if isinstance(stack, dict) else None
+            steps[kind] = int(rec["steps"]) if isinstance(rec, dict) and "steps" in rec else None
+        return cls(int(data["global_step"]), bool(data.get("eval_due")), steps)
+
+    def line_after(self, line: Any, is_eval: bool) -> bool:
+        """Whether a JSON line (``is_eval``: an evaluation's) was written after this point."""
+        if not isinstance(line, dict) or not isinstance(line.get("step"), int):
+            return True  # not a line a run writes whole: a torn last line of a killed run
+        step = line["step"]
+        return step > self.step or (step == self.step and self.eval_due and is_eval)
+
+    def clip_after(self, kind: str, first_step: int) -> Optional[bool]:
+        """Whether a clip of ``kind`` whose first frame is at ``first_step`` began after this
+        point; None when the checkpoint has no recorder state of that kind (cannot be told)."""
+        saved = self.recorder_steps.get(kind)
+        if saved is None:
+            return None
+        if kind == "train":
+            return first_step > saved
+        return first_step >= saved  # an evaluation begins with a reset at the count it starts from
+
+
+@dataclass
+class Moved:
+    """What :func:`supersede` moved aside."""
+
+    folder: Optional[Path] = None
+    clips: int = 0
+    sidecars: int = 0
+    lines: Dict[str, int] = field(default_factory=dict)  # by file
+    events: int = 0  # TensorBoard events
+
+    def describe(self) -> str:
+        parts = []
+        if self.clips:
+            parts.append(f"{self.clips} clip(s) and {self.sidecars} sidecar(s)")
+        for name, n in self.lines.items():
+            parts.append(f"{n} {name} line(s)")
+        if self.events:
+            parts.append(f"{self.events} TensorBoard event(s)")
+        return ", ".join(parts)
+
+
+def supersede(
+    run_dir: Path, checkpoint: Path, data: Mapping[str, Any], video_dirs: Mapping[str, Path]
+) -> Moved:
+    """Moves what the run in ``run_dir`` wrote after ``checkpoint`` (its contents ``data``) into a
+    new ``superseded/<n>-step<step>/`` folder (see the module doc), says so in one line, and
+    appends the ``resume`` event line to metrics.jsonl. ``video_dirs``: each clip kind's
+    directory; those outside the run dir are left alone. Returns what it moved."""
+    run_dir = Path(run_dir)
+    point = Point.of(data)
+    plan = _Plan(run_dir, point)
+    for kind, directory in video_dirs.items():
+        if _inside(Path(directory), run_dir):
+            plan.clips(kind, Path(directory))
+    plan.jsonl(METRICS, lambda line: any(str(k).startswith("eval/") for k in line))
+    plan.jsonl(EVAL_EPISODES, lambda line: True)
+    plan.tensorboard()
+    moved = plan.carry_out()
+    rel = os.path.relpath(checkpoint, run_dir)
+    event = {
+        "step": point.step,
+        "event": "resume",
+        "from": rel,
+        "moved": None if moved.folder is None else os.path.relpath(moved.folder, run_dir),
+    }
+    with open(run_dir / METRICS, "a") as f:
+        f.write(json.dumps(event) + "\n")
+    if moved.folder is not None:
+        print(
+            f"rlrec: resume=auto continues from {rel} (step {point.step:,}); what the run wrote "
+            f"after it ({moved.describe()}) is moved to {event['moved']}/",
+            file=sys.stderr,
+            flush=True,
+        )
+    return moved
+
+
+def _inside(path: Path, root: Path) -> bool:
+    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return path == root or root in path.parents
+
+
+class _Plan:
+    """What moves where; nothing is touched before :meth:`carry_out`."""
+
+    def __init__(self, run_dir: Path, point: Point):
+        self.run_dir = run_dir
+        self.point = point
+        self.files: List[Path] = []  # moved whole
+        self.split: Dict[Path, Tuple[bytes, bytes]] = {}  # file -> (kept, moved) contents
+        self.moved_clips: Dict[str, bool] = {}  # clip path relative to the run dir -> moved
+        self.moved = Moved()
+
+    def clips(self, kind: str, directory: Path) -> None:
+        if not directory.is_dir():
+            return
+        for video in sorted(directory.glob("*.mp4")):
+            if video.name.startswith(".") or not video.is_file():
+                continue
+            first = _first_step(video, kind)
+            after = None if first is None else self.point.clip_after(kind, first)
+            if after is None:
+                continue
+            self.moved_clips[os.path.relpath(video, self.run_dir)] = after
+            if after:
+                self.files.append(video)
+                self.moved.clips += 1
+                sidecar = video.with_suffix(".json")
+                if sidecar.is_file():
+                    self.files.append(sidecar)
+                    self.moved.sidecars += 1
+
+    def jsonl(self, name: str, is_eval) -> None:
+        path = self.run_dir / name
+        if not path.is_file():
+            return
+        kept, moved = [], []
+        for raw in path.read_bytes().splitlines(keepends=True):
+            if not raw.strip():
+                continue
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                line = None
+            after = self.point.line_after(line, isinstance(line, dict) and is_eval(line))
+            clip = _clip_named(line)
+            if clip is not None and clip in self.moved_clips:
+                after = self.moved_clips[clip]  # a clip's line goes or stays with the clip
+            if not raw.endswith(b"\n"):
+                raw += b"\n"
+            (moved if after else kept).append(raw)
+        if moved:
+            self.split[path] = (b"".join(kept), b"".join(moved))
+            self.moved.lines[name] = len(moved)
+
+    def tensorboard(self) -> None:
+        directory = self.run_dir / TENSORBOARD
+        if not directory.is_dir():
+            return
+        for path in sorted(directory.glob("events.out.tfevents.*")):
+            if path.is_file():
+                parts = _split_events(path.read_bytes(), self.point.step)
+                if parts is not None:
+                    self.split[path] = parts[:2]
+                    self.moved.events += parts[2]
+
+    def carry_out(self) -> Moved:
+        if not self.files and not self.split:
+            return self.moved
+        folder = _new_folder(self.run_dir / SUPERSEDED, self.point.step)
+        self.moved.folder = folder
+        # the moved part first: a kill in between leaves a line in both places, never in none
+        for path, (_, moved) in self.split.items():
+            dest = folder / path.relative_to(self.run_dir)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(dest, moved, durable=True)
+        for path in self.files:
+            dest = folder / path.relative_to(self.run_dir)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
+        for path, (kept, _) in self.split.items():
+            write_atomic(path, kept, durable=True)
+        return self.moved
+
+
+def _new_folder(base: Path, step: int) -> Path:
+    base.mkdir(exist_ok=True)
+    taken = [int(m.group("n")) for p in base.iterdir() if (m := _FOLDER.match(p.name))]
+    n = max(taken, default=0) + 1
+    while True:
+        folder = base / f"{n}-step{step:09d}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            n += 1
+
+
+def _first_step(video: Path, kind: str) -> Optional[int]:
+    """The recorder's step count at the clip's first frame: its sidecar's, or its default
+    name's; None when neither says (or the clip is of another kind)."""
+    try:
+        side = json.loads(video.with_suffix(".json").read_text())
+        if side.get("kind", kind) == kind and isinstance(side.get("first_step"), int):
+            return side["first_step"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    m = _DEFAULT_CLIP.match(video.name)
+    if m and m.group("kind") == kind:
+        return int(m.group("step"))
+    return None
+
+
+def _clip_named(line: Any) -> Optional[str]:
+    """The clip a ``{"video/<kind>": path}`` line names (the logger's line for each clip)."""
+    if not isinstance(line, dict):
+        return None
+    for key, value in line.items():
+        if str(key).startswith("video/") and isinstance(value, str):
+            return os.path.normpath(value)
+    return None
+
+
+# TensorBoard event files: records of <length u64><crc u32><data><crc u32>, each an Event
+_HEADER = struct.Struct("<QI")
+
+
+def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
+    """(kept, moved, moved events) of an event file's bytes: the events of later steps move (with
+    a copy of the file-version record, so each part is an event file; a torn last record of a
+    killed writer moves too); None when nothing moves."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    kept, moved, head, n = [], [], b"", 0
+    pos = 0
+    while pos < len(data):
+        if pos + _HEADER.size > len(data):
+            moved.append(data[pos:])
+            break
+        length, _ = _HEADER.unpack_from(data, pos)
+        end = pos + _HEADER.size + length + 4
+        if end > len(data):
+            moved.append(data[pos:])
+            break
+        record = data[pos:end]
+        event = Event()
+        try:
+            event.ParseFromString(data[pos + _HEADER.size : end - 4])
+            later = event.step > step and not event.HasField("file_version")
+        except Exception:  # not an event: left where it is
+            later = False
+        if event.HasField("file_version") and not head:
+            head = record
+        if later:
+            moved.append(record)
+            n += 1
+        else:
+            kept.append(record)
+        pos = end
+    if not moved:
+        return None
+    return b"".join(kept), head + b"".join(moved), n
