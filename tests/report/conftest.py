@@ -18,6 +18,7 @@ RUN = [
     "eval_env.every=1",
     "checkpoint_every=1",
     "recorder=none",
+    "report.enabled=true",  # tests.helpers.FAST turns it off for the other tests
 ]
 
 
