@@ -29,6 +29,7 @@ FAST = [
     "algo.update_epochs=2",
     "logger.progress=false",
     "logger=none",
+    "report.enabled=false",  # the report's own tests turn it on (tests/report/)
 ]
 
 

@@ -17,6 +17,7 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
     so); a stopped run (a signal, a preemption: its time is short) writes none and says how to
     write it later. Returns the page's path, or None."""
     import sys
+    import time
     from pathlib import Path
 
     if not cfg.enabled:
@@ -27,12 +28,14 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
         return None
     from rlrec.report.html import write_run_report
 
+    start = time.perf_counter()
     try:
         path = write_run_report(Path(run_dir), cfg)
     except Exception as exc:  # the run itself is done and saved: say what failed, go on
         print(f"rlrec: the report failed ({type(exc).__name__}: {exc}); {command}", file=sys.stderr)
         return None
-    print(f"rlrec: report {path.resolve()}", flush=True)
+    secs = time.perf_counter() - start
+    print(f"rlrec: report {path.resolve()} (written in {secs:.1f} s)", flush=True)
     return path
 
 

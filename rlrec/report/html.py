@@ -182,8 +182,11 @@ def _evaluations(run: RunData) -> str:
     return "\n".join(out)
 
 
-def _progress(run: RunData, progress_rel: Optional[str]) -> str:
+def _progress(run: RunData, progress_rel: Optional[str], failed: Optional[str] = None) -> str:
     out = ['<h2 id="progress">Progress</h2>']
+    if failed is not None:
+        out.append(f'<p class="bad">The progress video could not be written: {_e(failed)}</p>')
+        return "\n".join(out)
     if progress_rel is None:
         out.append("<p>No progress video: the run has no eval clip on disk.</p>")
         return "\n".join(out)
@@ -265,9 +268,14 @@ def _config(run: RunData) -> str:
 
 
 def run_page(
-    run: RunData, cfg: ReportConfig, progress_rel: Optional[str], svg: Optional[str] = None
+    run: RunData,
+    cfg: ReportConfig,
+    progress_rel: Optional[str],
+    svg: Optional[str] = None,
+    progress_failed: Optional[str] = None,
 ) -> str:
-    """The page of ``run``; ``svg``: its curves when drawn already."""
+    """The page of ``run``; ``svg``: its curves when drawn already; ``progress_failed``: why the
+    progress video could not be written."""
     name = run.path.resolve().name
     svg = curves_svg(run) if svg is None else svg
     body = [
@@ -278,7 +286,7 @@ def run_page(
         '<a href="#failures">failed episodes</a> &middot; <a href="#config">config</a></p>',
         _config_overrides_inline(run),
         _health(run),
-        _progress(run, progress_rel),
+        _progress(run, progress_rel, progress_failed),
         '<h2 id="curves">Learning curves</h2>',
         svg or "<p>No metrics logged.</p>",
         _evaluations(run),
@@ -393,12 +401,17 @@ def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
     else:
         # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
         # curves (Python): together they take about as long as the longer of the two
-        with ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress") as pool:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress")
+        try:
             job = pool.submit(write_progress, run, cfg.max_tiles)
             svg = curves_svg(run)
-            # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this one
-            progress = job.result(timeout=PROGRESS_TIMEOUT_S)
-        page = run_page(run, cfg, None if progress is None else PROGRESS_VIDEO, svg)
+            try:  # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this
+                progress, failed = job.result(timeout=PROGRESS_TIMEOUT_S), None
+            except Exception as exc:  # the page without it, saying why
+                progress, failed = None, f"{type(exc).__name__}: {exc}"
+        finally:
+            pool.shutdown(wait=False)
+        page = run_page(run, cfg, None if progress is None else PROGRESS_VIDEO, svg, failed)
     path = run_dir / REPORT_FILE
     write_atomic(path, page)
     return path

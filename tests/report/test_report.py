@@ -236,7 +236,18 @@ def test_end_of_run_writes_prints_or_says_why_not(lossless_run, tmp_path, capsys
     assert not (run_dir / REPORT_FILE).exists()
     assert f"python -m rlrec.report {run_dir} writes it" in capsys.readouterr().out
     path = write_at_end(run_dir, ReportConfig(progress_video=False))
-    assert capsys.readouterr().out == f"rlrec: report {path.resolve()}\n"
+    assert re.fullmatch(
+        rf"rlrec: report {path.resolve()} \(written in [\d.]+ s\)\n", capsys.readouterr().out
+    )
     # a report that fails does not fail the run: it says so
     assert write_at_end(tmp_path / "gone", ReportConfig()) is None
     assert "the report failed" in capsys.readouterr().err
+
+
+def test_a_failed_progress_video_leaves_the_page(lossless_run, tmp_path):
+    run_dir = _copy(lossless_run, tmp_path)
+    clip = read_run(run_dir).evaluations[0].clip
+    (run_dir / clip).write_bytes(b"not an mp4")  # its sidecar still there: ffmpeg cannot read it
+    page = write_run_report(run_dir).read_text()
+    assert "The progress video could not be written" in page
+    assert page.count("<svg") == 1
