@@ -234,3 +234,27 @@ def test_episode_clips_render_once_per_step_only_the_envs_still_recorded(fast_co
     assert len(inner.calls) == 1 + 6  # then one per step until the episodes end at step 6
     assert inner.calls[1:5] == [[0, 1, 2]] * 4 and inner.calls[5:] == [[0, 2]] * 2
     assert sorted(clips) == [0, 1, 2]  # one clip each, none for the episodes after autoresets
+
+
+def test_the_evaluation_clip_names_the_episodes_of_its_tiles(fast_config, tmp_path):
+    cfg = fast_config(
+        [
+            "eval_env.num_envs=3",
+            "eval_env.recorder.env_idx=[0,1]",
+            "env.max_episode_steps=30",
+            "env.goal_radius=0.4",
+        ]
+    )
+    ev = _evaluator(cfg, tmp_path)
+    try:
+        ev.run(_seek, tag=128, iteration=1)
+        ev.recorder.flush()  # the clip is reported: the records go out naming it
+    finally:
+        ev.env.close()
+    lines = {r["env"]: r for r in _records(tmp_path)}
+    side = json.loads((tmp_path / "videos" / "eval" / "eval-step000000128.json").read_text())
+    last = side["frames"] - 1
+    assert lines[0]["clip"] == lines[1]["clip"] == "videos/eval/eval-step000000128.mp4"
+    assert lines[0]["frames"] == [0, last] and last == lines[0]["length"]
+    assert lines[1]["frames"] == [0, min(last, lines[1]["length"])]
+    assert lines[2]["clip"] is None and lines[2]["frames"] is None

@@ -59,7 +59,16 @@ class Evaluator:
         self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
         self._saved: Optional[ClipInfo] = None  # the last evaluation clip reported
         if self.recorder is not None:
-            self.recorder.engine.clip_name = lambda: clip_name(self.recorder.engine.tag)
+            engine = self.recorder.engine
+            engine.clip_name = lambda: clip_name(engine.tag)
+            caller = engine.on_clip  # the caller's (the runner logs the clip), then the records
+
+            def on_clip(clip: ClipInfo) -> None:
+                if caller is not None:
+                    caller(clip)
+                self.clip_saved(clip)
+
+            engine.on_clip = on_clip
         if self.clips is not None:
             self.clips.on_clip = self._episode_clip
             self.clips.keep = self._keep

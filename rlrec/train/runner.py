@@ -129,8 +129,6 @@ class Runner:
         if self.logger is not None:
             step = self.global_step if clip.tag is None else int(clip.tag)
             self.logger.log_clip(step, clip.kind, clip.path, clip.fps, clip.num_frames)
-        if clip.kind == "eval" and self.evaluator is not None:
-            self.evaluator.clip_saved(clip)  # its episode records name it
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:

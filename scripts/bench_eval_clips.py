@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""What per-episode eval clips cost an evaluation: ``Evaluator.run`` wall time on the built-in env
+with ``eval_env.clips`` = none (the evaluation's one clip only), failed and all, side by side in
+one process, rounds interleaved (the machine's load then weighs on each alike).
+
+    python scripts/bench_eval_clips.py                     # 16 eval envs, 64x64, 5 rounds
+    python scripts/bench_eval_clips.py --envs 16 --size 128 --rounds 5
+
+The policy stands still, so every episode runs to the time limit (100 steps) and fails: ``failed``
+then records and keeps every clip, as ``all`` does (the most work the option can ask for).
+Printed: the median seconds per evaluation of each setting and its ratio to ``none``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rlrec.train.evaluation import Evaluator  # noqa: E402
+from rlrec.train.stack import make_env_stack  # noqa: E402
+from tests.helpers import make_config  # noqa: E402
+
+
+def _evaluator(rule: str, envs: int, size: int, root: Path) -> Evaluator:
+    cfg = make_config(
+        [
+            f"eval_env.num_envs={envs}",
+            f"env.render_width={size}",
+            f"env.render_height={size}",
+            f"eval_env.clips={rule}",
+            "logger=none",
+        ]
+    )
+    run = root / rule
+    run.mkdir()
+    env = make_env_stack(
+        cfg.env,
+        cfg.sim,
+        envs,
+        cfg.eval_env.seed,
+        cfg.eval_env.recorder,
+        video_dir=str(run / "videos" / "eval"),
+        kind="eval",
+        episode_clips=rule != "none",
+    )
+    return Evaluator(env, cfg.eval_env, run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rules = ("none", "failed", "all")
+    times = {r: [] for r in rules}
+    with tempfile.TemporaryDirectory() as tmp:
+        evaluators = {r: _evaluator(r, args.envs, args.size, Path(tmp)) for r in rules}
+        try:
+            for i in range(args.rounds + 1):
+                for rule, ev in evaluators.items():
+                    t0 = time.perf_counter()
+                    ev.run(lambda obs: torch.zeros(obs.shape[0], 2), tag=i)
+                    ev.flush()  # the evaluation's own clip too, so each setting waits for all
+                    if i:  # the first round warms up
+                        times[rule].append(time.perf_counter() - t0)
+        finally:
+            for ev in evaluators.values():
+                ev.env.close()
+    base = statistics.median(times["none"])
+    print(f"{args.envs} eval envs, {args.size}x{args.size}, 100 steps, {args.rounds} rounds")
+    for rule in rules:
+        med = statistics.median(times[rule])
+        print(f"clips={rule:<7} {med:7.3f} s per evaluation   x{med / base:.2f} of clips=none")
+
+
+if __name__ == "__main__":
+    main()
