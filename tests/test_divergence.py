@@ -124,9 +124,8 @@ def _rollout(watch: Watch, num_steps: int, num_envs: int, bad=None):
             else:  # the final observation of an episode that ended at this step
                 done = torch.zeros(num_envs, dtype=torch.bool)
                 done[env] = True
-                final = torch.zeros(num_envs, 3)
+                final = torch.zeros(num_envs, 3)  # AutoReset's: the others' returned obs
                 final[env, 0] = -math.inf
-                final[env - 1, 0] = math.nan  # not an env whose episode ended: not looked at
                 info = {"_final": done, "final_obs": final}
         watch.step(obs, reward, info)
 
