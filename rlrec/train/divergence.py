@@ -3,9 +3,9 @@
 After every update, once (one read back to the host, and with several ranks one all-reduce, so
 that every rank stops at the same iteration), :class:`Watch` checks that
 
-- the env gave finite observations and rewards during the rollout (the env values are checked as
-  batched tensor work at each step, written into ``[num_steps, num_envs]`` flags on the device
-  and read with the rest: no host sync per step);
+- the env gave finite observations and rewards during the rollout (each step's values are summed
+  per env in float64 into ``[num_steps, num_envs]`` tensors on the device, two kernels a step,
+  read with the rest: no host sync per step);
 - the update's losses and its gradient norm (what ``PPO.update`` returns) are finite;
 - the parameters (and the observation normaliser's statistics) are finite.
 
