@@ -99,6 +99,8 @@ def test_unknown_launcher(tmp_path, monkeypatch, capsys):
         "recorder.length_sec=-1.5",
         "eval_env.recorder.length_frames=-3",
         "checkpoint_every=0",
+        "checkpoint_keep=1",  # a single periodic copy
+        "checkpoint_keep=-2",
         "eval_env.every=0",
         "recorder.fps=0",
     ],

@@ -124,9 +124,8 @@ def _rollout(watch: Watch, num_steps: int, num_envs: int, bad=None):
             else:  # the final observation of an episode that ended at this step
                 done = torch.zeros(num_envs, dtype=torch.bool)
                 done[env] = True
-                final = torch.zeros(num_envs, 3)
+                final = torch.zeros(num_envs, 3)  # AutoReset's: the others' returned obs
                 final[env, 0] = -math.inf
-                final[env - 1, 0] = math.nan  # not an env whose episode ended: not looked at
                 info = {"_final": done, "final_obs": final}
         watch.step(obs, reward, info)
 
@@ -204,3 +203,20 @@ def test_every_rank_stops_at_the_same_iteration_and_rank_0_names_the_env(tmp_pat
     saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert saved["global_step"] == 2 * batch and saved["world_size"] == 2
     assert _train_steps(run_dir) == [batch, 2 * batch]
+
+
+@pytest.mark.slow
+def test_a_diverging_sweep_job_fails_alone_with_its_line(tmp_path):
+    import csv
+
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", "algo.learning_rate=50,3e-4", "algo.max_grad_norm=1e6", *QUIET]
+    proc = run_train([*args, "total_steps=256", f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path,
+                     check=False)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a job failed
+    with open(sweep_dir / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "FAILED"), ("1", "COMPLETED")]
+    assert rows[0]["error"].startswith("rlrec: diverged at iteration 1 (step 128): non-finite")
+    assert "Traceback" not in proc.stderr
+    assert ckpt.load(sweep_dir / "1" / "checkpoints" / "last.pt")["global_step"] == 256

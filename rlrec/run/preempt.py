@@ -76,7 +76,11 @@ class Behaviour:
 class StopRequested:
     """The stop flag and the process's one signal handler: installed for a run's life, the
     :func:`stop_signals` set it and the loop checks it every env step; a second SIGINT interrupts
-    at once (KeyboardInterrupt).
+    at once (KeyboardInterrupt). Otherwise the handler only sets the flag (and calls the
+    holder's :meth:`Behaviour.first`: a sweep's launcher writes its stop file there): no
+    checkpoint and no state of the run is touched from it (a handler runs between any two
+    bytecodes, e.g. inside ``loss.backward()`` or a checkpoint write), so the work it lands in
+    finishes and the run stops at the next boundary.
 
     ``signum`` is the first stop signal: a later one (SLURM's SIGTERM after submitit's USR2, say)
     does not replace it, so the run is still requeued. A sweep holds the process's flag for its

@@ -3,9 +3,9 @@
 After every update, once (one read back to the host, and with several ranks one all-reduce, so
 that every rank stops at the same iteration), :class:`Watch` checks that
 
-- the env gave finite observations and rewards during the rollout (the env values are checked as
-  batched tensor work at each step, written into ``[num_steps, num_envs]`` flags on the device
-  and read with the rest: no host sync per step);
+- the env gave finite observations and rewards during the rollout (each step's values are summed
+  per env in float64 into ``[num_steps, num_envs]`` tensors on the device, two kernels a step,
+  read with the rest: no host sync per step);
 - the update's losses and its gradient norm (what ``PPO.update`` returns) are finite;
 - the parameters (and the observation normaliser's statistics) are finite.
 
@@ -47,9 +47,13 @@ class Watch:
         self.num_envs = num_envs
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.run_dir = Path(run_dir)
-        # row 0: the observation a rollout starts from; row t + 1: the one step t returned
-        self._obs_ok = torch.ones(num_steps + 1, num_envs, dtype=torch.bool, device=device)
-        self._reward_ok = torch.ones(num_steps, num_envs, dtype=torch.bool, device=device)
+        # per env, in float64 (no finite float32 values overflow it), so each is non-finite
+        # exactly when a value summed into it was. Row 0: the observation a rollout starts from;
+        # row t + 1: the observation step t returned (plus, where an episode ended, its final one)
+        f64 = torch.float64
+        self._obs = torch.zeros(num_steps + 1, num_envs, dtype=f64, device=device)
+        self._reward = torch.zeros(num_steps, num_envs, dtype=f64, device=device)
+        self._obs_rows, self._reward_rows = self._obs.unbind(0), self._reward.unbind(0)
         self._t = 0
         self.checkpoint: Optional[Tuple[str, int]] = None  # the last one written or started from
         self.from_run_dir = True  # whether resume=auto in the run dir finds it
@@ -57,20 +61,21 @@ class Watch:
     # ------------------------------------------------------------------ collection
     def begin(self, obs: torch.Tensor) -> None:
         self._t = 0
-        _all_finite(obs, self._obs_ok[0])
+        _sum_rows(obs, self._obs[0])
 
     def step(self, obs: torch.Tensor, reward: torch.Tensor, info: dict) -> None:
-        """After env step ``t`` of the rollout: its observation, its reward and, for the envs
-        whose episode ended, the final observation. Device work only."""
+        """After env step ``t`` of the rollout: its observation, its reward and, where an
+        episode ended, the final observation (AutoReset's ``final_obs``: the other envs' rows are
+        their returned observations). Two kernels, four on a step where an episode ended, and
+        no host read."""
         t = self._t
         self._t = t + 1
-        row = self._obs_ok[t + 1]
-        _all_finite(obs, row)
-        self._reward_ok[t] = torch.isfinite(reward)
-        if "_final" in info:  # the envs whose episode ended: their real final observation
-            final = torch.empty_like(row)
-            _all_finite(info["final_obs"], final)
-            row &= final | ~info["_final"].to(row.device)
+        row = self._obs_rows[t + 1]
+        _sum_rows(obs, row)
+        self._reward_rows[t].copy_(reward)
+        final = _sum_rows(info["final_obs"]) if "final_obs" in info else None
+        if final is not None:
+            row += final
 
     # ------------------------------------------------------------------ checks
     def check(
@@ -84,8 +89,8 @@ class Watch:
         bad_losses = [k for k in CHECKED if k in losses and not math.isfinite(losses[k])]
         flags = torch.stack(
             [
-                ~self._obs_ok.all(),
-                ~self._reward_ok.all(),
+                ~torch.isfinite(self._obs).all(),
+                ~torch.isfinite(self._reward).all(),
                 ~torch.stack([torch.isfinite(t).all() for _, t in tensors]).all(),
             ]
         ).long()
@@ -109,7 +114,7 @@ class Watch:
         """A rollout raised (a policy fed non-finite observations may, e.g. a categorical head's
         sampling): the :class:`Diverged` naming the env when its values went non-finite first,
         else None. This rank's own values only (the others may not be there to ask)."""
-        if bool(self._obs_ok.all()) and bool(self._reward_ok.all()):
+        if bool(torch.isfinite(self._obs).all()) and bool(torch.isfinite(self._reward).all()):
             return None
         return Diverged(self._message(at, self._env_source(agree=False)))
 
@@ -123,12 +128,12 @@ class Watch:
         """The first non-finite env value of the rollout (the earliest step, then the lowest
         env index, over every rank), named as coming from the env."""
         n = self.num_envs
-        steps = self._obs_ok.shape[0]
+        steps = self._obs.shape[0]
         # one key per (row, rank, env, kind), in the order of time: the smallest bad one wins
         span = steps * self.world * n * 2
-        key = torch.full((), span, dtype=torch.long, device=self._obs_ok.device)
-        for kind, ok, first_row in ((0, self._obs_ok, 0), (1, self._reward_ok, 1)):
-            bad = (~ok).nonzero()
+        key = torch.full((), span, dtype=torch.long, device=self._obs.device)
+        for kind, sums, first_row in ((0, self._obs, 0), (1, self._reward, 1)):
+            bad = (~torch.isfinite(sums)).nonzero()
             if len(bad):
                 row, env = bad[:, 0] + first_row, bad[:, 1]
                 keys = ((row * self.world + self.rank) * n + env) * 2 + kind
@@ -165,12 +170,14 @@ class Watch:
         return f"rlrec: diverged at {at}: {what}; nothing was written from that state | {last}"
 
 
-def _all_finite(x: torch.Tensor, out: torch.Tensor) -> None:
-    """``out[i]``: every value of ``x[i]`` is finite (batched, on the device)."""
-    if x.is_floating_point():
-        torch.all(torch.isfinite(x.reshape(x.shape[0], -1)), dim=1, out=out)
-    else:  # integer observations (images) are always finite
-        out.fill_(True)
+def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+    """Per env (row), the float64 sum of its values: non-finite exactly where one of them is.
+    Integer observations (images) are always finite: nothing is summed (``out`` stays 0)."""
+    if not x.is_floating_point():
+        return None if out is None else out
+    if x.dim() != 2:
+        x = x.reshape(x.shape[0], -1)
+    return torch.sum(x, dim=1, dtype=torch.float64, out=out)
 
 
 def _bad_tensors(tensors) -> str:

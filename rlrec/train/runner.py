@@ -327,7 +327,8 @@ class Runner:
                 self._evaluation()
 
     def _at(self, ahead: int = 0) -> str:
-        """ "iteration I (step S)" of this iteration, or (``ahead=1``) of the one collecting."""
+        """The words "iteration I (step S)" of this iteration, or (``ahead=1``) of the one
+        collecting."""
         step = self.global_step + ahead * self.batch_size
         return f"iteration {self.iteration + ahead} (step {step})"
 
