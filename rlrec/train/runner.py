@@ -291,6 +291,10 @@ class Runner:
             self.stop.agreed()  # a signal during the last update: every rank exits with it
         if self.evaluator is not None and not self.stop:
             self._evaluation()  # the final one
+        elif self.evaluator is not None and self.iteration >= self.num_iterations:
+            # a stop during the last update: the final evaluation is still due (resume=auto does
+            # it; without the mark the run would count as ended)
+            self.resume_point.keep(eval_due=True)
 
     def _periodic_checkpoint(self) -> None:
         if self.iteration % self.cfg.checkpoint_every == 0:
