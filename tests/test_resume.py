@@ -44,3 +44,45 @@ def test_a_checkpoint_of_another_world_size_is_refused_naming_the_file(tmp_path)
 
 def test_resume_auto_in_a_new_run_dir_starts_fresh(tmp_path):
     assert resume.find(make_config([*FAST, "resume=auto"]), tmp_path, rank=0, world=1) is None
+
+
+def test_a_stop_in_the_last_update_leaves_the_final_evaluation_due_then_the_run_ends(
+    tmp_path, monkeypatch, capsys
+):
+    """A stop that comes during the last update skips the final evaluation: the checkpoint says
+    it is due, resume=auto does it (one final eval line), and resuming the ended run again
+    changes nothing."""
+    import signal
+
+    from rlrec.ppo.ppo import PPO
+    from rlrec.train.runner import Runner
+    from tests.helpers import read_metrics
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    args = [*FAST, "total_steps=512", "recorder=none", "eval_env.recorder.enabled=false"]
+    runner = Runner(make_config(args), run_dir)
+    update = PPO.update
+
+    def last_update_stopped(self):
+        if runner.iteration == runner.num_iterations:
+            runner.stop.signum = signal.SIGTERM  # what the handler does
+        return update(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(PPO, "update", last_update_stopped)
+        runner.run()
+    saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert saved["global_step"] == 512 and saved["eval_due"] is True
+    evals = lambda: [x["step"] for x in read_metrics(run_dir) if "eval/return" in x]  # noqa: E731
+    assert evals() == [256]
+
+    Runner(make_config([*args, "resume=auto"]), run_dir).run()
+    assert evals() == [256, 512]
+    assert not ckpt.load(run_dir / "checkpoints" / "last.pt").get("eval_due")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    again = Runner(make_config([*args, "resume=auto"]), run_dir)
+    again.run()
+    assert "rlrec: done already" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

@@ -65,7 +65,6 @@ class Runner:
         self.logger: Optional[RunLogger] = None
         self.last_eval: Dict[str, float] = {}
         self.losses: Dict[str, int] = {}  # the recorders' losses as they closed
-        self.evaluated_step: Optional[int] = None  # the step of the last evaluation logged
         self.stop = preempt.run_flag()  # a sweep's, when this process runs its jobs
         self._obs: Optional[torch.Tensor] = None  # the train env's next observation
         self.resume_point = resume.ResumePoint(self.state)  # see _train_loop
@@ -141,7 +140,6 @@ class Runner:
             "train_env": None if self.train_env is None else stack_state(self.train_env),
             "eval_env": None if self.eval_env is None else stack_state(self.eval_env),
             "next_obs": self._obs,
-            "evaluated_step": self.evaluated_step,
             "obs_shape": self.obs_shape,
             "action_space": repr(self.action_space),
             "env_name": self.cfg.env.name,
@@ -172,7 +170,6 @@ class Runner:
             return None
         self.global_step = int(self.start.data["global_step"])
         self.iteration = int(self.start.data["iteration"])
-        self.evaluated_step = self.start.data.get("evaluated_step")
         self.watch.saved(self.start.path, self.global_step, in_run_dir=self.cfg.resume == "auto")
         envs = {"train_env": self.train_env, "eval_env": self.eval_env}
         return self.start.restore(self.rank, self.ppo, envs, self.rollout_mode())
@@ -199,7 +196,6 @@ class Runner:
             # the eval line names its clip: it goes to metrics.jsonl once the clip is on disk
             clip = "eval" if self.evaluator.recorded else None
             self.logger.log(self.global_step, metrics, clip=clip)
-            self.evaluated_step = self.global_step
         return True
 
     def _evaluation(self) -> bool:
@@ -322,9 +318,11 @@ class Runner:
         if self.world > 1:
             self.stop.agreed()  # a signal during the last update: every rank exits with it
         if self.evaluator is not None and not self.stop:
-            # the final one (not again when a finished run is resumed)
-            if self.evaluated_step != self.global_step:
-                self._evaluation()
+            self._evaluation()  # the final one
+        elif self.evaluator is not None and self.iteration >= self.num_iterations:
+            # a stop during the last update: the final evaluation is still due (resume=auto does
+            # it; without the mark the run would count as ended)
+            self.resume_point.keep(eval_due=True)
 
     def _at(self, ahead: int = 0) -> str:
         """The words "iteration I (step S)" of this iteration, or (``ahead=1``) of the one
