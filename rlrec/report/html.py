@@ -106,18 +106,29 @@ def _page(title: str, body: List[str]) -> str:
 # --------------------------------------------------------------------------- a run
 
 
-def replay_command(run_dir: Path, episode: Dict[str, Any]) -> Optional[str]:
+def replay_command(
+    run_dir: Path, episode: Dict[str, Any], last_step: Optional[int] = None
+) -> Optional[str]:
     """The command that replays eval episode ``episode`` (an eval_episodes.jsonl line) from the
-    checkpoint of its evaluation's iteration; None when that checkpoint is not kept."""
-    iteration = episode.get("iteration")
-    if not isinstance(iteration, int):
+    checkpoint of its step (``rlrec.run.replay``): its iteration's periodic checkpoint, last.pt
+    when the episode is of the run's last evaluation (``last_step``), or none at step 0 (the
+    untrained policy is rebuilt from the run's seed). None when no such checkpoint is kept, or
+    the episode began at an autoreset (no seed restarts it)."""
+    iteration, step = episode.get("iteration"), episode.get("step")
+    if not isinstance(iteration, int) or not isinstance(step, int) or episode.get("seed") is None:
         return None
-    ckpt = Path(run_dir).resolve() / "checkpoints" / f"iter_{iteration:06d}.pt"
-    if not ckpt.is_file():
+    run_dir = Path(run_dir).resolve()
+    checkpoints = run_dir / "checkpoints"
+    kept = (
+        step == 0
+        or (checkpoints / f"iter_{iteration:06d}.pt").is_file()
+        or (step == last_step and (checkpoints / "last.pt").is_file())
+    )
+    if not kept:
         return None
     return (
-        f"python train.py eval_only=true checkpoint={shlex.quote(str(ckpt))} "
-        f"replay.step={int(episode['step'])} replay.env={int(episode['env'])}"
+        f"python -m rlrec.run.replay {shlex.quote(str(run_dir))} "
+        f"replay.step={step} replay.env={int(episode['env'])}"
     )
 
 
@@ -228,6 +239,7 @@ def _failures(run: RunData, max_rows: int) -> str:
     note = f" (the last {len(shown)} shown)" if len(shown) < len(failed) else ""
     out.append(f"<p>{len(failed)} of {len(run.episodes)} eval episodes failed{note}.</p>")
     rows = []
+    last_step = run.evaluations[-1].step if run.evaluations else None  # last.pt's, if it ended
     for ep in shown:
         clip = ep.get("clip")
         cell = '<span class="muted">no clip</span>'
@@ -239,11 +251,11 @@ def _failures(run: RunData, max_rows: int) -> str:
                 cell += (
                     f'<br><span class="muted">frames {_e(frames[0])}&ndash;{_e(frames[-1])}</span>'
                 )
-        command = replay_command(run.path, ep)
+        command = replay_command(run.path, ep, last_step)
         replay = (
             f"<code>{_e(command)}</code>"
             if command
-            else '<span class="muted">no checkpoint of its iteration kept</span>'
+            else '<span class="muted">no checkpoint of its step kept</span>'
         )
         rows.append(
             [_fmt(ep.get("step")), _fmt(ep.get("env")), _fmt(ep.get("seed")),

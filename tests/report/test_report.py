@@ -144,12 +144,10 @@ def test_failed_episodes_with_seed_clip_and_replay_command(lossless_run, tmp_pat
     assert "2 of 3 eval episodes failed" in failures
     assert "1000000" in failures and "1000001" in failures
     assert f'src="{ev.clip}"' in failures and "frames 0&ndash;99" in failures
-    ckpt = (run_dir / "checkpoints" / "iter_000002.pt").resolve()
-    assert (
-        f"python train.py eval_only=true checkpoint={ckpt} replay.step={ev.step} replay.env=0"
-        in failures
-    )
-    assert "no checkpoint of its iteration kept" in failures  # iteration 77 has none
+    assert (run_dir / "checkpoints" / "iter_000002.pt").is_file()
+    replay = f"python -m rlrec.run.replay {run_dir.resolve()} replay.step={ev.step} replay.env=0"
+    assert replay in failures  # rlrec.run.replay finds the checkpoint of that step
+    assert "no checkpoint of its step kept" in failures  # iteration 77 has none
     assert failures.count("<tr>") == 3  # the header and the two failed episodes
 
 
