@@ -194,6 +194,8 @@ def test_resume_removes_only_other_processes_temporaries(tmp_path):
     names = {
         f"checkpoints/.last.pt.{dead}-0.part": True,
         f"videos/train/.train-ep000003-step000000300.mp4.{dead}-2.part": True,
+        f".metrics.jsonl.{dead}-3.part": True,  # a resume's rewrite of metrics.jsonl
+        f"superseded/1-step000000128/.metrics.jsonl.{dead}-4.part": True,
         f"videos/eval/.eval-ep000000-step000000000.mp4.{os.getpid()}-0.part": False,  # ours
         "videos/train/train-ep000001-step000000100.mp4": False,  # a finished clip
         "checkpoints/last.pt": False,
