@@ -263,18 +263,20 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -> List[Path]:
-    """Deletes the temporary checkpoint/clip files that processes now gone left in ``run_dir``'s
-    ``checkpoints/`` and ``videos/``, and the clip temporaries (``.<clip>.<pid>-<n>.part``) they
-    left in ``recorder_dirs`` (``recorder.dir`` outside the run dir): never a file of this process
-    or of a live one (see :func:`_stale`)."""
+    """Deletes the temporary files that processes now gone left in ``run_dir`` (itself, and its
+    ``checkpoints/``, ``videos/``, ``superseded/`` and ``tensorboard/``), and the clip
+    temporaries (``.<clip>.<pid>-<n>.part``) they left in ``recorder_dirs`` (``recorder.dir``
+    outside the run dir): never a file of this process or of a live one (see :func:`_stale`)."""
     removed = []
     run_dir = Path(run_dir)
     holder = rundir.taken_over_from(run_dir)
     candidates = []
-    for sub in ("checkpoints", "videos"):
+    for sub in ("checkpoints", "videos", "superseded", "tensorboard"):
         base = run_dir / sub
         if base.is_dir():
             candidates += [(p, True) for p in base.rglob(".*")]
+    if run_dir.is_dir():  # metrics.jsonl rewritten by a resume (rlrec.train.timeline)
+        candidates += [(p, True) for p in run_dir.glob(".*.part")]
     for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
         base = Path(d)
         if base.is_dir():

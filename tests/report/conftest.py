@@ -8,7 +8,8 @@ import pytest
 
 from tests.helpers import FAST, run_train
 
-# four evaluations (iterations 1..4 of 128 steps), each with its clip, checkpoints of each; a
+# five evaluations (the untrained policy at step 0, then iterations 1..4 of 128 steps), each
+# with its clip, checkpoints of each; a
 # goal radius and sampled actions that reach it in some episodes: clips of several lengths
 RUN = [
     *FAST,

@@ -55,11 +55,11 @@ def test_progress_tiles_equal_the_eval_clips(lossless_run):
     assert side["encoder"]["lossless"] is True
     video = _decode(lossless_run / PROGRESS_VIDEO)
     clips = [_decode(lossless_run / t["clip"]) for t in side["tiles"]]
-    assert len(clips) == 4  # one tile per evaluation
+    assert len(clips) == 5  # one tile per evaluation
     assert len({c.shape[0] for c in clips}) > 1  # clips of several lengths: tiles hold
     assert video.shape[0] == side["frames"] == max(c.shape[0] for c in clips)
     steps = [t["step"] for t in side["tiles"]]
-    assert steps == sorted(steps) and len(set(steps)) == 4
+    assert steps == sorted(steps) and len(set(steps)) == 5 and steps[0] == 0
     for tile, clip in zip(side["tiles"], clips):
         y, x, h, w = tile["y"], tile["x"], tile["h"], tile["w"]
         assert clip.shape[1:3] == (h, w)
@@ -94,7 +94,7 @@ def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
     assert write_progress(read_run(run_dir)) is None
     page = write_run_report(run_dir).read_text()
     assert "No progress video" in page
-    assert page.count("clip missing") == 4  # each eval line names a clip that is gone
+    assert page.count("clip missing") == 5  # each eval line names a clip that is gone
 
 
 # --------------------------------------------------------------------------- the page
