@@ -22,9 +22,13 @@ the two sides interleaved seed by seed, both with ``--threads`` torch threads (d
   rate, 5 epochs, entropy 0.01, clipped value loss, max grad norm 1).
 
 Training success of an iteration: the fraction of the episodes that ended during its rollout
-that ended in success (rlrec's ``train/success``); the same count on both sides. Reported per
-run: env steps and seconds to the first iteration at or above ``--threshold`` (0.95), the run's
-steps/s at that point (start-up included), and the loop's steps/s (first to last iteration).
+that ended in success (rlrec's ``train/success``); the same count on both sides. A run reaches
+``--threshold`` (0.95) at the first iteration where the mean of the last ``--window`` (4)
+iterations' success is at or above it: 4 iterations are 128 steps per env, more than the
+100-step episode limit, so the window holds whole episodes and not only the early ones (the first
+iterations see only the episodes that ended fast, which are successes). Reported per run: env
+steps and seconds to it, the run's steps/s at that point (start-up included), and the loop's
+steps/s (first to last iteration).
 """
 
 from __future__ import annotations
@@ -225,8 +229,14 @@ def run_rlrec(seed: int, args) -> dict:
     return {"iters": iters, "wall": wall}
 
 
-def first_hit(iters: List[dict], threshold: float) -> Optional[dict]:
-    return next((it for it in iters if it.get("success", 0.0) >= threshold), None)
+def first_hit(iters: List[dict], threshold: float, window: int) -> Optional[dict]:
+    """The first iteration at which the mean success of the last ``window`` iterations (an
+    iteration where no episode ended counting as 0) is at or above ``threshold``."""
+    for i in range(window - 1, len(iters)):
+        last = iters[i - window + 1 : i + 1]
+        if sum(it.get("success", 0.0) for it in last) / window >= threshold:
+            return iters[i]
+    return None
 
 
 def loop_sps(iters: List[dict]) -> Optional[float]:
@@ -246,6 +256,7 @@ def main() -> None:
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--threshold", type=float, default=0.95)
+    p.add_argument("--window", type=int, default=4, help="iterations the success is averaged over")
     p.add_argument("--total-steps", type=int, default=200_000, help="per run, both sides")
     p.add_argument("--threads", type=int, default=1, help="torch threads of both sides")
     p.add_argument("--only", choices=["rlrec", "rsl_rl"], default=None, help="one side only")
@@ -275,7 +286,7 @@ def main() -> None:
     for seed in args.seeds:
         for side in sides:
             res = runners[side](seed, args)
-            hit = first_hit(res["iters"], args.threshold)
+            hit = first_hit(res["iters"], args.threshold, args.window)
             res.update(seed=seed, hit=hit, loop_sps=loop_sps(res["iters"]))
             results[side].append(res)
             print(
