@@ -13,7 +13,7 @@ from torch import nn
 from rlrec import distributed
 from rlrec.ppo.adam import FusedAdam, fused_available
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
-from rlrec.ppo.config import BootstrapAt, KLCheck, PPOConfig
+from rlrec.ppo.config import BootstrapAt, GradClip, KLCheck, PPOConfig
 from rlrec.ppo.storage import RolloutStorage
 
 # torch.compile's mode for ``algo.compile``, by device type. CUDA: CUDA graphs (LeanRL and
@@ -80,6 +80,15 @@ class PPO:
             self.optimizer = FusedAdam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
         self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
+        # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
+        if cfg.grad_clip == GradClip.per_network:
+            critic = {id(p) for p in self.agent.critic.parameters()}
+            self._clip_sets = [
+                [p for p in self._params if id(p) not in critic],
+                list(self.agent.critic.parameters()),
+            ]
+        else:
+            self._clip_sets = [self._params]
         self.storage: Optional[RolloutStorage] = None
         self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
         self._policy_step = self._policy_step_eager
@@ -352,11 +361,16 @@ class PPO:
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
     def _optimizer_step_eager(self) -> torch.Tensor:
-        """The gradient clip and the Adam step; returns the gradient norm before the clip. The
-        clip scales by ``min(1, max_norm / norm)`` on the device (torch's ``clip_grad_norm_``
-        multiplies by the clamped factor, never branches on it): no host sync."""
-        grad_norm = nn.utils.clip_grad_norm_(self._params, self.cfg.max_grad_norm, foreach=True)
+        """The gradient clip (of each parameter set of ``algo.grad_clip``) and the Adam step;
+        returns the norm of the whole gradient before the clip. The clip scales by
+        ``min(1, max_norm / norm)`` on the device (torch's ``clip_grad_norm_`` multiplies by the
+        clamped factor, never branches on it): no host sync."""
+        norms = [
+            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm, foreach=True)
+            for params in self._clip_sets
+        ]
         self.optimizer.step()
+        grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
         return grad_norm.detach()
 
     # ------------------------------------------------------------------ state

@@ -12,6 +12,8 @@ from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO, action_dtype
 from rlrec.ppo.storage import RolloutStorage
 
+CPU = torch.device("cpu")
+
 
 def _reference_gae(rewards, values, dones, next_value, gamma, lam):
     T, N = rewards.shape
@@ -374,3 +376,32 @@ def test_update_reports_the_gradient_norm_before_the_clip():
     assert stats["train/grad_norm"] == pytest.approx(expected, rel=1e-5)
     assert expected > 1e-3  # so the clip to 1e-6 bites: Adam's first step is still ~lr per weight
     assert any(not torch.equal(b, p) for b, p in zip(before, probe.agent.parameters()))
+
+
+def test_grad_clip_per_network_clips_the_actor_and_the_critic_each_on_its_own():
+    """``algo.grad_clip=per_network`` (rsl_rl's PPO): each network's gradient is scaled to
+    ``max_grad_norm`` by its own norm, so the critic's large gradient leaves the actor's as it is
+    when the actor's is under the limit; ``joint`` scales both by the one norm of the two."""
+    from rlrec.ppo.config import GradClip
+
+    space = PointReach(4)
+    obs_space, act_space = space.single_observation_space, space.single_action_space
+    clipped = {}
+    for mode in (GradClip.joint, GradClip.per_network):
+        torch.manual_seed(0)
+        ppo = PPO(PPOConfig(max_grad_norm=1.0, grad_clip=mode), obs_space, act_space, CPU)
+        ppo.optimizer.step = lambda: None  # the clipped gradients are what is looked at
+        for p in ppo.agent.actor.parameters():
+            p.grad = torch.full_like(p, 1e-4)  # a small actor gradient
+        ppo.agent.log_std.grad = torch.full_like(ppo.agent.log_std, 1e-4)
+        for p in ppo.agent.critic.parameters():
+            p.grad = torch.full_like(p, 10.0)  # a large critic gradient
+        actor = [p.grad.clone() for p in (*ppo.agent.actor.parameters(), ppo.agent.log_std)]
+        total = float(torch.cat([p.grad.flatten() for p in ppo.agent.parameters()]).norm())
+        norm = ppo._optimizer_step_eager()
+        assert float(norm) == pytest.approx(total, rel=1e-5)  # the whole gradient, before clips
+        critic = torch.cat([p.grad.flatten() for p in ppo.agent.critic.parameters()])
+        assert float(critic.norm()) == pytest.approx(1.0, rel=1e-4)
+        after = [p.grad for p in (*ppo.agent.actor.parameters(), ppo.agent.log_std)]
+        clipped[mode] = all(torch.equal(a, b) for a, b in zip(actor, after))
+    assert clipped == {GradClip.joint: False, GradClip.per_network: True}
