@@ -37,7 +37,7 @@ from rlrec.checks import (
 from rlrec.distributed import Backend, DistributedConfig
 from rlrec.envs import factory
 from rlrec.envs.config import SimConfig, SimName
-from rlrec.ppo.config import Activation, BootstrapAt, KLCheck, PPOConfig
+from rlrec.ppo.config import Activation, BootstrapAt, GradClip, KLCheck, PPOConfig
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.report.config import ReportConfig
 
@@ -230,6 +230,7 @@ def validate(cfg: Config) -> None:
     choice(a, "activation", Activation, "algo.activation")
     choice(a, "kl_check", KLCheck, "algo.kl_check")
     choice(a, "bootstrap_at", BootstrapAt, "algo.bootstrap_at")
+    choice(a, "grad_clip", GradClip, "algo.grad_clip")
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
     choice(cfg.logger, "name", LoggerName, "logger.name")

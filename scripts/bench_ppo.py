@@ -1,15 +1,21 @@
 """Where PPO's time goes on the built-in env, at several num_envs, measured side by side in one run.
 
-    python scripts/bench_ppo.py [--num-envs 16 256 4096] [--device cpu] [--iters 5]
+    python scripts/bench_ppo.py [--num-envs 16 256 4096] [--device cpu] [--iters 5] [--compile]
 
 Prints, per num_envs: env-only steps/s (random actions, no policy), rollout steps/s (policy + env +
-storage, as in training) and the PPO update time per iteration, plus ratios against env-only.
+storage, as in training) and the PPO update time per iteration (the default PPOConfig: 4 epochs of
+4 minibatches, no KL stop here so every iteration does the same work), plus ratios against
+env-only and the update's share of an iteration. ``--compile``: the same update with
+``algo.compile=true`` too, on the same rollout in the same run (its compilation, the first
+update, timed apart), and the ratio of the two.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -20,9 +26,23 @@ from rlrec.ppo.ppo import PPO, action_dtype
 from rlrec.ppo.storage import RolloutStorage
 
 
-def bench(num_envs: int, device: str, iters: int, num_steps: int = 32) -> dict:
+def _update_s(ppo: PPO, storage: RolloutStorage, iters: int) -> tuple:
+    """(the first update's seconds, the median of the next ``iters``), each on the same rollout
+    (the storage's tensors restored before each: an update changes none of them, but clears it)."""
+    times = []
+    for _ in range(iters + 1):
+        storage.step = storage.num_steps
+        t0 = time.perf_counter()
+        ppo.update(storage)
+        times.append(time.perf_counter() - t0)
+    return times[0], statistics.median(times[1:])
+
+
+def bench(
+    num_envs: int, device: str, iters: int, num_steps: int = 32, compile: bool = False
+) -> dict:
     env = AutoReset(PointReach(num_envs, device=device))
-    algo = PPOConfig(num_steps=num_steps)
+    algo = PPOConfig(num_steps=num_steps, target_kl=None)
     ppo = PPO(algo, env.single_observation_space, env.single_action_space, torch.device(device))
     storage = RolloutStorage(
         num_steps, num_envs, (6,), (2,), action_dtype(env.single_action_space), torch.device(device)
@@ -50,11 +70,24 @@ def bench(num_envs: int, device: str, iters: int, num_steps: int = 32) -> dict:
                 storage.dones[t] = (term | trunc).float()
             storage.compute_gae(ppo.agent.value(ppo.normalize(obs)), 0.99, 0.95)
         rollout_sps = iters * num_steps * num_envs / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        ppo.update(storage)
-    update_s = (time.perf_counter() - t0) / iters
-    return {"env_sps": env_sps, "rollout_sps": rollout_sps, "update_s": update_s}
+    out = {"env_sps": env_sps, "rollout_sps": rollout_sps}
+    _, out["update_s"] = _update_s(ppo, storage, iters)
+    if compile:
+        compiled = PPO(
+            replace(algo, compile=True),
+            env.single_observation_space,
+            env.single_action_space,
+            torch.device(device),
+        )
+        compiled.load_state_dict(ppo.state_dict())
+        # the same rollout in ordinary tensors (the compiled graphs take no inference tensors)
+        copy = RolloutStorage(
+            num_steps, num_envs, (6,), (2,), storage.actions.dtype, storage.obs.device
+        )
+        for name in ("obs", "actions", "logprobs", "values", "advantages", "returns"):
+            getattr(copy, name).copy_(getattr(storage, name))
+        out["compile_s"], out["compiled_update_s"] = _update_s(compiled, copy, iters)
+    return out
 
 
 def main() -> None:
@@ -62,23 +95,37 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, nargs="+", default=[16, 256, 4096])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (rlrec's default 1)")
+    parser.add_argument("--compile", action="store_true", help="also time algo.compile=true")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     print(
         f"built-in env, device={args.device}, num_steps=32, torch threads={torch.get_num_threads()}"
     )
     print(
         f"{'num_envs':>9} {'env-only SPS':>14} {'rollout SPS':>13} {'rollout/env':>12} "
         f"{'update s/iter':>14} {'update share':>13}"
+        + (
+            f" {'compiled s/iter':>16} {'compiled/eager':>15} {'compile s':>10}"
+            if args.compile
+            else ""
+        )
     )
     for n in args.num_envs:
-        r = bench(n, args.device, args.iters)
+        r = bench(n, args.device, args.iters, compile=args.compile)
         collect_s = 32 * n / r["rollout_sps"]
         share = r["update_s"] / (r["update_s"] + collect_s)
-        print(
+        line = (
             f"{n:>9} {r['env_sps']:>14,.0f} {r['rollout_sps']:>13,.0f} "
             f"{r['rollout_sps'] / r['env_sps']:>12.3f} "
             f"{r['update_s']:>14.3f} {share:>13.1%}"
         )
+        if args.compile:
+            line += (
+                f" {r['compiled_update_s']:>16.3f} "
+                f"{r['compiled_update_s'] / r['update_s']:>15.2f} {r['compile_s']:>10.1f}"
+            )
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

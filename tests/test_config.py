@@ -72,6 +72,7 @@ def test_bad_values_name_the_key(override, key):
         ("algo.activation=gelu", ["tanh", "relu", "elu"]),
         ("algo.bootstrap_at=success", ["truncated", "done"]),
         ("algo.kl_check=step", ["epoch", "minibatch"]),
+        ("algo.grad_clip=global", ["joint", "per_network"]),
         ("recorder.on_error=ignore", ["warn", "raise"]),
         ("recorder.preset=warp", ["ultrafast", "veryslow"]),
         ("eval_env.recorder.trigger=sometimes", ["cubic", "eval", "none"]),

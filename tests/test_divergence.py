@@ -133,7 +133,7 @@ def _rollout(watch: Watch, num_steps: int, num_envs: int, bad=None):
 def test_a_finite_update_passes(tmp_path):
     watch = _watch(tmp_path)
     _rollout(watch, 3, 4)
-    watch.check({**FINITE, "loss/grad_norm": 3.0, "loss/explained_variance": math.nan},
+    watch.check({**FINITE, "train/grad_norm": 3.0, "loss/explained_variance": math.nan},
                 _params(), "iteration 1 (step 12)")  # fmt: skip
 
 
@@ -141,7 +141,7 @@ def test_a_finite_update_passes(tmp_path):
     "losses, params, named",
     [
         ({"loss/value": math.inf}, {}, "non-finite loss/value;"),
-        ({"loss/grad_norm": math.nan}, {}, "non-finite loss/grad_norm;"),
+        ({"train/grad_norm": math.nan}, {}, "non-finite train/grad_norm;"),
         ({}, {"critic_0_weight": math.inf}, "non-finite parameters (critic.0.weight);"),
     ],
 )
@@ -151,7 +151,7 @@ def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
     watch = _watch(tmp_path)
     _rollout(watch, 3, 4)
     with pytest.raises(Diverged) as e:
-        watch.check({**FINITE, "loss/grad_norm": 1.0, **losses}, _params(**params), "iteration 5")
+        watch.check({**FINITE, "train/grad_norm": 1.0, **losses}, _params(**params), "iteration 5")
     assert str(e.value).startswith(f"rlrec: diverged at iteration 5: {named}"), str(e.value)
     assert "no checkpoint was written before it" in str(e.value)
 

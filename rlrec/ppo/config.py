@@ -36,6 +36,16 @@ class KLCheck(Choice):
     minibatch = "minibatch"
 
 
+class GradClip(Choice):
+    """How ``algo.max_grad_norm`` clips the gradient. ``joint``: one norm over every parameter,
+    actor and critic together (CleanRL, Stable-Baselines3). ``per_network``: the actor's
+    parameters (its std included) and the critic's each clipped to it on their own (rsl_rl's
+    PPO), so a large value-loss gradient does not shrink the policy's step."""
+
+    joint = "joint"
+    per_network = "per_network"
+
+
 @dataclass
 class PPOConfig:
     """PPO hyper-parameters (CleanRL names)."""
@@ -70,6 +80,7 @@ class PPOConfig:
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
+    grad_clip: GradClip = GradClip.joint  # joint | per_network (actor and critic each on its own)
     target_kl: Optional[float] = 0.1
     kl_check: KLCheck = KLCheck.epoch  # epoch | minibatch (ManiSkill's: before each step)
     # which episode ends add gamma * V(final_obs): truncated (time-outs) | done (every end)

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from rlrec import distributed
+from rlrec.ppo.adam import FusedAdam, fused_available
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
-from rlrec.ppo.config import BootstrapAt, KLCheck, PPOConfig
+from rlrec.ppo.config import BootstrapAt, GradClip, KLCheck, PPOConfig
 from rlrec.ppo.storage import RolloutStorage
 
 # torch.compile's mode for ``algo.compile``, by device type. CUDA: CUDA graphs (LeanRL and
@@ -21,6 +22,17 @@ from rlrec.ppo.storage import RolloutStorage
 # torch.compile's default: CUDA graphs do not apply, and max-autotune's kernel search costs
 # minutes of compile time for the small MLPs of PPO. docs/gpu.md has the measured figures.
 COMPILE_MODES: Dict[str, Optional[str]] = {"cuda": "reduce-overhead"}
+
+# what PPO.update returns the mean of over its minibatches, in the order a minibatch's stats hold
+# them: the losses, the approximate KL, the clipped fraction and the gradient norm before the clip
+UPDATE_STATS = (
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "loss/approx_kl",
+    "loss/clipfrac",
+    "train/grad_norm",
+)
 
 
 class PPO:
@@ -56,14 +68,27 @@ class PPO:
         else:
             # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
             # tensor, the larger part of an update step for the small MLPs of PPO
-            fused = device.type in ("cpu", "cuda")
+            fused = fused_available(device)
             self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
             lr = cfg.learning_rate
-        self.optimizer = torch.optim.Adam(
-            self.agent.parameters(), lr=lr, eps=1e-5, **self._opt_flags
-        )
+        self.optimizer: "torch.optim.Adam | FusedAdam"
+        if self.compiled or not fused:
+            self.optimizer = torch.optim.Adam(
+                self.agent.parameters(), lr=lr, eps=1e-5, **self._opt_flags
+            )
+        else:  # the same kernel and state layout, without torch.optim's import of torch._dynamo
+            self.optimizer = FusedAdam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
         self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
+        # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
+        if cfg.grad_clip == GradClip.per_network:
+            critic = {id(p) for p in self.agent.critic.parameters()}
+            self._clip_sets = [
+                [p for p in self._params if id(p) not in critic],
+                list(self.agent.critic.parameters()),
+            ]
+        else:
+            self._clip_sets = [self._params]
         self.storage: Optional[RolloutStorage] = None
         self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
         self._policy_step = self._policy_step_eager
@@ -195,20 +220,20 @@ class PPO:
     # ------------------------------------------------------------------ learning
     def update(self, storage: Optional[RolloutStorage] = None) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage (its own by default); returns mean losses and
-        diagnostics. With ``target_kl``, the epochs stop once the approximate KL exceeds it.
-        ``algo.kl_check=epoch``: checked after each epoch on its last minibatch's KL, as CleanRL
-        does, so the device is synchronised at most once per epoch. ``algo.kl_check=minibatch``:
-        checked on each minibatch before its optimizer step, which that minibatch then skips, as
-        ManiSkill's ppo.py does (one sync per minibatch, the price of that rule)."""
+        diagnostics (:data:`UPDATE_STATS`: the gradient norm before clipping among them), summed
+        on the device and read back once at the end. Each epoch gathers its shuffled batch once
+        (:meth:`RolloutStorage.minibatches`); a minibatch is one loss, one backward pass and one
+        optimizer step, with no host sync. With ``target_kl``, the epochs stop once the
+        approximate KL exceeds it. ``algo.kl_check=epoch``: checked after each epoch on its last
+        minibatch's KL, as CleanRL does, so the device is synchronised at most once per epoch.
+        ``algo.kl_check=minibatch``: checked on each minibatch before its optimizer step, which
+        that minibatch then skips, as ManiSkill's ppo.py does (one sync per minibatch, the price
+        of that rule)."""
         storage = self.storage if storage is None else storage
         assert storage is not None, "init_storage() first, or pass a storage"
         cfg = self.cfg
         clip = self._clip if self.compiled else self.clip_coef
-        names = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/clipfrac")
-        names += ("loss/grad_norm",)  # the gradient's norm before the clip
-        totals = torch.zeros(
-            len(names), device=self.device
-        )  # summed on the device: no sync per step
+        totals = torch.zeros(len(UPDATE_STATS), device=self.device)  # summed on the device
         n_updates = 0
         if self.obs_norm is not None:  # every rank's observations of this rollout, merged
             self.obs_norm.merge_pending(distributed.all_reduce_)
@@ -243,15 +268,19 @@ class PPO:
                 distributed.all_reduce_(approx_kl, "mean")
             if float(approx_kl) > cfg.target_kl:
                 break
-        out = dict(zip(names, (totals / max(1, n_updates)).tolist()))
         y, pred = storage.returns.flatten(), storage.values.flatten()
         var_y = y.var()
-        out["loss/explained_variance"] = (
-            float("nan") if var_y == 0 else float(1 - (y - pred).var() / var_y)
-        )
+        explained = torch.where(var_y == 0, float("nan"), 1 - (y - pred).var() / var_y)
+        extra = [explained.reshape(1)]
+        if not self.agent.discrete:
+            extra.append(self.agent.log_std.detach().exp().mean().reshape(1))
+        # the update's one read back (besides the KL checks): every statistic at once
+        values = torch.cat([totals / max(1, n_updates), *extra]).tolist()
+        out = dict(zip(UPDATE_STATS, values))
+        out["loss/explained_variance"] = values[len(UPDATE_STATS)]
         out["loss/updates"] = float(n_updates)
         if not self.agent.discrete:
-            out["policy/std"] = float(self.agent.log_std.detach().exp().mean())
+            out["policy/std"] = values[-1]
         storage.clear()
         return out
 
@@ -267,10 +296,10 @@ class PPO:
         kl_limit: Optional[float] = None,
     ) -> Optional[torch.Tensor]:
         """One minibatch: the clipped PPO loss, its backward pass, the gradient clip and the Adam
-        step. Returns ``[policy, value, entropy, approx_kl, clipfrac, grad_norm]`` as one tensor,
-        so nothing is read back to the host here. With ``algo.compile`` the loss (with its backward)
-        and the optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls
-        between them (Dynamo does not trace either). ``kl_limit`` (``algo.kl_check=minibatch``): the
+        step. Returns the :data:`UPDATE_STATS` of this minibatch as one tensor, so nothing is
+        read back to the host here. With ``algo.compile`` the loss (with its backward) and the
+        optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
+        them (Dynamo does not trace either). ``kl_limit`` (``algo.kl_check=minibatch``): the
         minibatch's approximate KL is read (one sync) and, above the limit, None is returned
         before any gradient is taken (ManiSkill's ppo.py breaks before ``optimizer.step``)."""
         # the gradients are dropped, never zeroed: under CUDA graphs the last minibatch's are the
@@ -290,7 +319,7 @@ class PPO:
         if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
             distributed.mean_grads_(self._params)
         grad_norm = self._optimizer_step()
-        return torch.cat([stats, grad_norm.detach().reshape(1)])
+        return torch.cat((stats, grad_norm.reshape(1)))
 
     def _kl_above(self, approx_kl: torch.Tensor, limit: float) -> bool:
         """Whether this minibatch's approximate KL (the mean over ranks: every rank decides the
@@ -332,10 +361,17 @@ class PPO:
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
     def _optimizer_step_eager(self) -> torch.Tensor:
-        """The gradient clip and the Adam step; returns the gradient's norm before the clip."""
-        norm = nn.utils.clip_grad_norm_(self.agent.parameters(), self.cfg.max_grad_norm)
+        """The gradient clip (of each parameter set of ``algo.grad_clip``) and the Adam step;
+        returns the norm of the whole gradient before the clip. The clip scales by
+        ``min(1, max_norm / norm)`` on the device (torch's ``clip_grad_norm_`` multiplies by the
+        clamped factor, never branches on it): no host sync."""
+        norms = [
+            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm, foreach=True)
+            for params in self._clip_sets
+        ]
         self.optimizer.step()
-        return norm
+        grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+        return grad_norm.detach()
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -69,7 +69,9 @@ class RolloutStorage:
     def minibatches(
         self, num_minibatches: int, generator: torch.Generator | None = None
     ) -> Iterator[dict]:
-        """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch."""
+        """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch: one permutation
+        and one gather per field per call (an epoch), each minibatch a view of the gathered
+        batch, so a minibatch costs no indexing of its own."""
         size = self.num_steps * self.num_envs
         flat = {
             "obs": self.obs.reshape(size, *self.obs.shape[2:]),
@@ -82,8 +84,12 @@ class RolloutStorage:
         if num_minibatches == 1:  # the whole batch: its losses are means, order does not matter
             yield flat
             return
-        perm = torch.randperm(size, device=self.obs.device)
+        perm = torch.randperm(size, device=self.obs.device, generator=generator)
         mb = size // num_minibatches
-        for start in range(0, size, mb):
-            idx = perm[start : start + mb]
-            yield {k: v[idx] for k, v in flat.items()}
+        idx = perm[: mb * num_minibatches]
+        shuffled = {
+            k: v.index_select(0, idx).view(num_minibatches, mb, *v.shape[1:])
+            for k, v in flat.items()
+        }
+        for i in range(num_minibatches):
+            yield {k: v[i] for k, v in shuffled.items()}

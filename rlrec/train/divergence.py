@@ -31,7 +31,7 @@ EXIT_STATUS = 3  # README: "Exit statuses"
 
 # what PPO.update returns that must be finite (loss/explained_variance is NaN for constant
 # returns, legitimately)
-CHECKED = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "loss/grad_norm")
+CHECKED = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "train/grad_norm")
 
 
 class Diverged(RuntimeError):

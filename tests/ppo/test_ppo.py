@@ -12,6 +12,8 @@ from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO, action_dtype
 from rlrec.ppo.storage import RolloutStorage
 
+CPU = torch.device("cpu")
+
 
 def _reference_gae(rewards, values, dones, next_value, gamma, lam):
     T, N = rewards.shape
@@ -313,3 +315,93 @@ def test_kl_check_minibatch_decides_on_the_mean_over_ranks(monkeypatch):
     ppo.world = 2
     assert ppo._kl_above(local, 0.1) and calls == ["mean"]
     assert float(local) == 0.0  # the minibatch's own statistics are left as they were
+
+
+def _filled(ppo: PPO, num_envs: int, seed: int = 0) -> None:
+    env = AutoReset(PointReach(num_envs))
+    ppo.init_storage(num_envs)
+    obs, _ = env.reset(seed=seed)
+    with torch.inference_mode():
+        for _ in range(ppo.cfg.num_steps):
+            action = ppo.act(obs)
+            obs, reward, term, trunc, info = env.step(action)
+            ppo.process_env_step(reward, term, trunc, info)
+        ppo.compute_returns(obs)
+
+
+@pytest.mark.parametrize("num_minibatches", [2, 8])
+def test_update_reads_the_device_the_same_few_times_whatever_its_minibatches(num_minibatches):
+    """No host sync per minibatch (the losses, KL, clipped fraction and gradient norm are summed
+    on the device; the clip scales on the device): the update reads back once, at its end, with 8
+    minibatches an epoch as with 2, and reports the mean gradient norm before the clip."""
+    from tests.hostsync import HostReads
+
+    torch.manual_seed(0)
+    cfg = PPOConfig(num_steps=8, num_minibatches=num_minibatches, update_epochs=3, target_kl=None)
+    space = PointReach(16)
+    ppo = PPO(cfg, space.single_observation_space, space.single_action_space, torch.device("cpu"))
+    _filled(ppo, 16)
+    with HostReads() as reads:
+        stats = ppo.update()
+    assert stats["loss/updates"] == 3 * num_minibatches
+    assert reads.count == 1, reads.where  # every statistic at once, at the end
+    assert stats["train/grad_norm"] > 0 and np.isfinite(stats["train/grad_norm"])
+
+
+def test_update_reports_the_gradient_norm_before_the_clip():
+    torch.manual_seed(0)
+    cfg = PPOConfig(num_steps=8, num_minibatches=1, update_epochs=1, target_kl=None)
+    space = PointReach(16)
+    ppo = PPO(cfg, space.single_observation_space, space.single_action_space, torch.device("cpu"))
+    _filled(ppo, 16)
+    probe = PPO(
+        PPOConfig(
+            num_steps=8, num_minibatches=1, update_epochs=1, target_kl=None, max_grad_norm=1e-6
+        ),
+        space.single_observation_space,
+        space.single_action_space,
+        torch.device("cpu"),
+    )
+    probe.load_state_dict(ppo.state_dict())
+    # the one minibatch's gradient, by hand
+    mb = next(ppo.storage.minibatches(1))
+    loss, _ = ppo._loss_eager(
+        mb["obs"], mb["actions"], mb["logprobs"], mb["values"], mb["advantages"], mb["returns"], 0.2
+    )
+    grads = torch.autograd.grad(loss, list(ppo.agent.parameters()))
+    expected = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+    before = [p.detach().clone() for p in probe.agent.parameters()]
+    probe.storage = ppo.storage
+    stats = probe.update()
+    assert stats["train/grad_norm"] == pytest.approx(expected, rel=1e-5)
+    assert expected > 1e-3  # so the clip to 1e-6 bites: Adam's first step is still ~lr per weight
+    assert any(not torch.equal(b, p) for b, p in zip(before, probe.agent.parameters()))
+
+
+def test_grad_clip_per_network_clips_the_actor_and_the_critic_each_on_its_own():
+    """``algo.grad_clip=per_network`` (rsl_rl's PPO): each network's gradient is scaled to
+    ``max_grad_norm`` by its own norm, so the critic's large gradient leaves the actor's as it is
+    when the actor's is under the limit; ``joint`` scales both by the one norm of the two."""
+    from rlrec.ppo.config import GradClip
+
+    space = PointReach(4)
+    obs_space, act_space = space.single_observation_space, space.single_action_space
+    clipped = {}
+    for mode in (GradClip.joint, GradClip.per_network):
+        torch.manual_seed(0)
+        ppo = PPO(PPOConfig(max_grad_norm=1.0, grad_clip=mode), obs_space, act_space, CPU)
+        ppo.optimizer.step = lambda: None  # the clipped gradients are what is looked at
+        for p in ppo.agent.actor.parameters():
+            p.grad = torch.full_like(p, 1e-4)  # a small actor gradient
+        ppo.agent.log_std.grad = torch.full_like(ppo.agent.log_std, 1e-4)
+        for p in ppo.agent.critic.parameters():
+            p.grad = torch.full_like(p, 10.0)  # a large critic gradient
+        actor = [p.grad.clone() for p in (*ppo.agent.actor.parameters(), ppo.agent.log_std)]
+        total = float(torch.cat([p.grad.flatten() for p in ppo.agent.parameters()]).norm())
+        norm = ppo._optimizer_step_eager()
+        assert float(norm) == pytest.approx(total, rel=1e-5)  # the whole gradient, before clips
+        critic = torch.cat([p.grad.flatten() for p in ppo.agent.critic.parameters()])
+        assert float(critic.norm()) == pytest.approx(1.0, rel=1e-4)
+        after = [p.grad for p in (*ppo.agent.actor.parameters(), ppo.agent.log_std)]
+        clipped[mode] = all(torch.equal(a, b) for a, b in zip(actor, after))
+    assert clipped == {GradClip.joint: False, GradClip.per_network: True}

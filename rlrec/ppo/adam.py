@@ -1,0 +1,136 @@
+"""Adam on torch's fused kernel, without ``torch.optim``'s start-up cost.
+
+``torch.optim.Adam`` imports ``torch._dynamo`` the first time it steps (its ``step`` and
+``zero_grad`` are wrapped by ``torch._disable_dynamo``, which imports it lazily; torch 2.13,
+torch/_compile.py and torch/optim/optimizer.py ``_use_grad_for_differentiable``). That import
+costs about as much as ``import torch`` itself, seconds on a small machine, which is a large part
+of a short run. :class:`FusedAdam` calls the kernel ``torch.optim.Adam(fused=True)`` calls, the same
+way (``torch._foreach_add_`` on the step counts, then ``torch._fused_adam_``; torch/optim/adam.py
+``_fused_adam``), so its updates are bit for bit those of ``torch.optim.Adam(fused=True)``, and
+its ``state_dict`` has that optimizer's layout: a checkpoint loads into either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Tuple
+
+import torch
+
+
+def fused_available(device: torch.device) -> bool:
+    """Whether torch has the fused Adam kernel for ``device`` (the CPU and CUDA)."""
+    return device.type in ("cpu", "cuda") and hasattr(torch, "_fused_adam_")
+
+
+class FusedAdam:
+    """Adam (no weight decay, no AMSGrad) over one parameter group, float learning rate."""
+
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        eps: float = 1e-8,
+        betas: Tuple[float, float] = (0.9, 0.999),
+    ):
+        self.params: List[torch.nn.Parameter] = list(params)
+        # torch.optim.Adam's group keys, so a state_dict loads into either optimizer
+        self.param_groups: List[Dict[str, Any]] = [
+            {
+                "params": self.params,
+                "lr": lr,
+                "betas": tuple(betas),
+                "eps": eps,
+                "weight_decay": 0,
+                "amsgrad": False,
+                "maximize": False,
+                "foreach": None,
+                "capturable": False,
+                "differentiable": False,
+                "fused": True,
+                "decoupled_weight_decay": False,
+            }
+        ]
+        # per parameter (made at its first step, as torch.optim does): step, exp_avg, exp_avg_sq
+        self.state: Dict[torch.nn.Parameter, Dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.detach_().zero_()
+
+    def _state(self, p: torch.nn.Parameter) -> Dict[str, torch.Tensor]:
+        state = self.state.get(p)
+        if state is None:
+            state = self.state[p] = {
+                "step": torch.zeros((), dtype=torch.float32, device=p.device),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
+        return state
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        params = [p for p in self.params if p.grad is not None]
+        if not params:
+            return
+        states = [self._state(p) for p in params]
+        steps = [s["step"] for s in states]
+        beta1, beta2 = group["betas"]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=float(group["lr"]),
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=0.0,
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
+
+    def state_dict(self) -> Dict[str, Any]:
+        """``torch.optim.Adam``'s layout: the state by parameter index, the group without its
+        parameters (their indices instead)."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        group["params"] = list(range(len(self.params)))
+        return {
+            "state": {index[id(p)]: dict(s) for p, s in self.state.items()},
+            "param_groups": [group],
+        }
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Loads a state of this optimizer or of ``torch.optim.Adam`` over the same parameters
+        (one group): tensors moved to each parameter's device, ``step`` as float32 (what the fused
+        kernel reads), the group's hyper-parameters taken as saved."""
+        groups = state_dict["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError(
+                "loaded optimizer state does not match this optimizer's parameters: "
+                f"{[len(g['params']) for g in groups]} against one group of {len(self.params)}"
+            )
+        saved = groups[0]
+        ids = saved["params"]
+        self.state = {}
+        for key, value in state_dict["state"].items():
+            p = self.params[ids.index(key)]
+            self.state[p] = {
+                "step": value["step"].to(dtype=torch.float32, device=p.device),
+                "exp_avg": value["exp_avg"].to(dtype=p.dtype, device=p.device),
+                "exp_avg_sq": value["exp_avg_sq"].to(dtype=p.dtype, device=p.device),
+            }
+        group = self.param_groups[0]
+        for key in ("lr", "betas", "eps"):
+            group[key] = saved[key]
+        group["lr"] = float(group["lr"])
+        group["betas"] = tuple(float(b) for b in group["betas"])
