@@ -396,8 +396,9 @@ def gym_wrapper_idle(args) -> Dict[str, float]:
     trace of 2,000 random-action steps, where episodes end and reset every few steps as in
     training (each step's result as the real env gave it). Against the best of 30 runs of the
     plain env's own step. Then in a run with random actions: a plain env, a pass-through
-    VectorWrapper and RecordVectorVideo driven with the same actions, taking turns step by step
-    (load from other processes hits all three alike); the median of rounds, paired."""
+    VectorWrapper and RecordVectorVideo driven with the same actions, taking turns step by step,
+    each first in turn (load from other processes hits all three alike); the median of rounds,
+    paired."""
     import itertools
     import timeit
 
@@ -448,10 +449,13 @@ def gym_wrapper_idle(args) -> Dict[str, float]:
         }
         rows: Dict[str, List[float]] = {name: [] for name in runs}
         clock = time.perf_counter
+        names = list(runs)
+        orders = [names[i:] + names[:i] for i in range(len(names))]  # each goes first in turn
         for _ in range(args.rounds):
             spent = dict.fromkeys(runs, 0.0)
-            for _ in range(steps):  # step by step, in turns
-                for name, d in runs.items():
+            for t in range(steps):  # step by step, in turns
+                for name in orders[t % len(orders)]:
+                    d = runs[name]
                     t0 = clock()
                     d.step()
                     spent[name] += clock() - t0
