@@ -455,6 +455,9 @@ class Encoder:
         self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
     ):
         self._w = _Worker(queue_size, name=name, stall_timeout=stall_timeout)
+        # the results deque itself: true while results wait (``pending`` without a call, for a
+        # caller that checks on every step)
+        self.waiting: Deque[Any] = self._w.results
         self._capacity = queue_size
         self._patience = 2 * self._w.stall_timeout  # the training thread's waits (see above)
         self._slice = max(0.005, min(0.25, self._w.stall_timeout / 5))
@@ -498,7 +501,7 @@ class Encoder:
     @property
     def pending(self) -> bool:
         """Whether results wait for ``results()`` (cheap: checked on every step)."""
-        return bool(self._w.results)
+        return bool(self.waiting)
 
     # -------------------------------------------------------------- the clips
     def open(self, job: ClipJob) -> None:

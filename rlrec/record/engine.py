@@ -64,34 +64,82 @@ def ensure_video_dir(path: Optional[str], key: str) -> str:
     return probe_dir(path, key, use="the video directory", create=True)
 
 
-def _host_index(env_idx: torch.Tensor) -> np.ndarray:
-    """The env indices named by an index tensor or a bool mask, as a host array."""
-    idx = env_idx.cpu()  # a mask's nonzero runs on the host
-    return (idx.nonzero() if idx.dtype == torch.bool else idx).flatten().long().numpy()
-
-
 def _tensor(value: Any, device: torch.device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     return torch.as_tensor(np.asarray(value), device=device)
 
 
+# the dtypes a CPU tensor shares with numpy (a view, no copy): what _Recorded reads in place
+_NUMPY_DTYPES = frozenset(
+    (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+     torch.float16, torch.float32, torch.float64)
+)  # fmt: skip
+
+
+class _Recorded:
+    """The values of the recorded envs, on the host: what the engine reads of a step.
+
+    ``rows(reward, terminated, truncated, success)`` -> ``(reward float32 [k], terminated bool
+    [k], truncated bool [k], success bool [k] or None)`` from per-env arrays or tensors
+    ``[num_envs]``. Host values (numpy arrays, CPU tensors) are read in place, through a slice
+    where the recorded envs are contiguous; values on a device are gathered there into one
+    ``[rows, k]`` tensor and copied to the host at once: the step's one read-back. The float32
+    rewards are what ``reward[idx].float()`` gives (the sidecar's returns are float32 sums)."""
+
+    def __init__(self, env_idx: List[int], device: torch.device):
+        first, k = env_idx[0], len(env_idx)
+        contiguous = env_idx == list(range(first, first + k))
+        self.take: Any = slice(first, first + k) if contiguous else np.asarray(env_idx)
+        self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
+        self.device = device
+
+    def host(self, value: Any) -> Optional[np.ndarray]:
+        """``value``'s recorded entries as a host array (a view where possible); None when
+        ``value`` lives on a device (or has no numpy dtype)."""
+        if isinstance(value, np.ndarray):
+            return value[self.take]
+        if isinstance(value, torch.Tensor):
+            if value.is_cpu and value.dtype in _NUMPY_DTYPES and not value.requires_grad:
+                return value.numpy()[self.take]
+            return None
+        return np.asarray(value)[self.take]
+
+    def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> tuple:
+        values = (reward, terminated, truncated) if success is None else (
+            reward, terminated, truncated, success)  # fmt: skip
+        host = [self.host(v) for v in values]
+        if any(h is None for h in host):  # on a device: one gather, one copy to the host
+            index = self.index
+            gathered = torch.stack(
+                [_tensor(v, self.device).to(index.device).index_select(0, index) for v in values]
+            )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
+            if gathered.dtype not in _NUMPY_DTYPES:  # e.g. bfloat16: exact in float32
+                gathered = gathered.float()
+            host = list(gathered.cpu().numpy())
+        r = host[0].astype(np.float32, copy=False)
+        flags = [h if h.dtype == np.bool_ else h != 0 for h in host[1:]]
+        return r, flags[0], flags[1], flags[2] if success is not None else None
+
+
 class _Clip:
     """The clip being recorded: bookkeeping and the statistics its sidecar reports, per recorded
     env, of the episode each env was in at the clip's first frame."""
 
-    def __init__(self, k: int, device: torch.device, first_step: int, seed: Any):
+    def __init__(self, k: int, first_step: int, seed: Any):
         self.steps = 0  # env steps since the first frame
         self.frames = 0
         self.first_step = first_step
         self.last_step = first_step  # the step count at the last frame taken
         self.seed = seed
-        self.ret = torch.zeros(k, device=device)
-        self.length = torch.zeros(k, dtype=torch.long, device=device)
-        self.live = torch.ones(k, dtype=torch.bool, device=device)  # that episode still runs
-        self.terminated = torch.zeros(k, dtype=torch.bool, device=device)
-        self.truncated = torch.zeros(k, dtype=torch.bool, device=device)
-        self.success: Optional[torch.Tensor] = None  # None: the env reports no success
+        # on the host, over the recorded envs: a few numpy ops per step, no device op
+        self.ret = np.zeros(k, dtype=np.float32)
+        self.length = np.zeros(k, dtype=np.int64)
+        self.live = np.ones(k, dtype=bool)  # that episode still runs
+        self.all_live = True  # live.all(): the step's bookkeeping is then two additions
+        self.terminated = np.zeros(k, dtype=bool)
+        self.truncated = np.zeros(k, dtype=bool)
+        self.success: Optional[np.ndarray] = None  # None: the env reports no success
         self.episodes: List[int] = []
         # provisional (keep_last_episode): dropped when its episode ends, kept only by close()
         self.provisional = False
@@ -185,7 +233,10 @@ class ClipEngine:
         self._asks_steps = self.schedule.asks_steps
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
-        self._index = torch.tensor(self.env_idx, dtype=torch.long, device=self.device)
+        self._recorded = _Recorded(self.env_idx, self.device)
+        self._env_np = np.asarray(self.env_idx, dtype=np.int64)
+        self._single = len(self.env_idx) == 1
+        self._hit_one = np.ones(1, dtype=bool)  # what _reset_hits says of that one env, named
         self.steps_per_frame = steps_per_frame(cfg.fps, self.dt)
         self.fps = real_fps(self.steps_per_frame, self.dt)  # written into the file
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
@@ -201,15 +252,16 @@ class ClipEngine:
         self.encoder = Encoder(
             cfg.queue_size, name=f"rlrec-encoder-{kind}", stall_timeout=cfg.stall_timeout_sec
         )
+        self._waiting = self.encoder.waiting  # true while finished clips wait for poll()
         # counters (checkpointed)
         self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
         self.steps = 0  # steps seen
         self.clips_saved = 0
         # runtime state
         self.clips_started = 0  # in this process (a caller compares it before and after)
-        # each env's episode index, on the CPU (numpy): a reset named by a list costs no torch op
-        # (a cold one costs far more than a step of a small env), read when a clip starts
-        self._episodes = np.full(self.num_envs, -1, dtype=np.int64)
+        # each recorded env's episode index, on the CPU (numpy): a reset costs no torch op (a
+        # cold one costs far more than a step of a small env), read when a clip starts
+        self._episodes = np.full(len(self.env_idx), -1, dtype=np.int64)
         self._seed: Any = None  # the seed of the reset that began the recorded env's episode
         self._episode_steps = 0
         self._clip: Optional[_Clip] = None
@@ -229,24 +281,17 @@ class ClipEngine:
         if full:
             hit = True
             self._episodes += 1
-        elif isinstance(env_idx, (list, tuple, range)) and not (
-            env_idx and isinstance(env_idx[0], (bool, np.bool_))
-        ):  # a list of indices: the hit test needs no tensor, no device round trip
-            hit = any(int(i) == self._first for i in env_idx)
-            if env_idx:
-                self._episodes[list(env_idx)] += 1
         else:
-            if not isinstance(env_idx, torch.Tensor):
-                env_idx = torch.as_tensor(np.asarray(env_idx))
-            # indices or a mask on the sim's device: the one read-back of a reset (.cpu() first,
-            # so a mask's nonzero runs on the host); host indices (AutoReset's CPU tensor): none
-            idx = _host_index(env_idx)
-            self._episodes[idx] += 1
-            hit = bool((idx == self._first).any())
+            hits = self._reset_hits(env_idx)
+            hit = hits is not None
+            if hit:
+                self._episodes += hits
+                hit = bool(hits[0])
         if hit:
             self._seed = seed
             self._new_episode(full)
-        self.poll()
+        if self._waiting:
+            self.poll()
 
     def on_step(
         self,
@@ -262,7 +307,7 @@ class ClipEngine:
         self.steps += 1
         self._episode_steps += 1
         if self._clip is None and not self._asks_steps:  # the armed idle path: two increments
-            if self.encoder.pending:
+            if self._waiting:  # finished clips to report
                 self.poll()
             return
         if self.closed:
@@ -272,29 +317,34 @@ class ClipEngine:
         idle = clip is None or clip.provisional  # a provisional clip does not hold triggers back
         if clip is not None:
             if stepped:
-                terminated = _tensor(terminated, self.device)
-                truncated = _tensor(truncated, self.device)
-                reward = _tensor(reward, self.device)
                 clip.steps += 1
-                idx = self._index
-                term, trunc = terminated[idx].bool(), truncated[idx].bool()
-                live = clip.live
-                clip.ret += torch.where(live, reward[idx].float(), 0.0)
-                clip.length += live.long()
-                clip.terminated |= live & term
-                clip.truncated |= live & trunc & ~term
                 success = info.get("success") if info else None
-                if success is not None:
-                    s = _tensor(success, self.device)[idx].bool() & live
-                    clip.success = s if clip.success is None else clip.success | s
-                clip.live = live & ~(term | trunc)
-                # the only device read-back per step, and only while recording
-                done = bool(term[0] | trunc[0])
+                # the recorded envs' values on the host (the only device read-back per step,
+                # and only while recording); the rest is a few numpy ops over them
+                r, term, trunc, s = self._recorded.rows(reward, terminated, truncated, success)
+                ended = term | trunc
+                if clip.all_live and not ended.any():  # every recorded episode runs on
+                    clip.ret += r
+                    clip.length += 1
+                    done = False
+                    live = clip.live
+                else:
+                    live = clip.live
+                    clip.ret += np.where(live, r, np.float32(0))
+                    clip.length += live
+                    clip.terminated |= live & term
+                    clip.truncated |= live & trunc & ~term
+                    clip.live = live & ~ended
+                    clip.all_live = bool(clip.live.all())
+                    done = bool(ended[0])
+                if s is not None:
+                    won = s & live
+                    clip.success = won if clip.success is None else clip.success | won
                 full = self.length is not None and clip.frames >= self.length
                 if not full and (done or clip.steps % self.steps_per_frame == 0):
                     # the terminal frame is always taken: it is rendered here, before anything
                     # resets the env and replaces it
-                    self._capture(reward, info)
+                    self._capture(r, s)
                     full = self.length is not None and clip.frames >= self.length
                 # a full provisional clip stays open, taking no more frames, until its episode
                 # ends (dropped) or close() keeps it
@@ -314,7 +364,7 @@ class ClipEngine:
             if self._clip is not None:
                 self._end_clip(keep=False)  # a provisional clip gives way to the triggered one
             self._start_clip()  # a step trigger, idle: the done flag is read when it falls
-        if self.encoder.pending:
+        if self._waiting:
             self.poll()
 
     # ------------------------------------------------------------------ caller API
@@ -432,6 +482,27 @@ class ClipEngine:
                 raise
 
     # ------------------------------------------------------------------ internals
+    def _reset_hits(self, env_idx: Any) -> Optional[np.ndarray]:
+        """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
+        list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
+        ``[num_envs]``. Only the recorded envs are looked at."""
+        if isinstance(env_idx, (list, tuple, range)) and not (
+            env_idx and isinstance(env_idx[0], (bool, np.bool_))
+        ):  # a list of indices: no tensor, no device round trip
+            if self._single:  # one recorded env: a membership test
+                return self._hit_one if self._first in env_idx else None
+            idx = np.asarray(env_idx, dtype=np.int64)
+        else:
+            if isinstance(env_idx, torch.Tensor):
+                # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
+                idx = env_idx.cpu().numpy()
+            else:
+                idx = np.asarray(env_idx)
+            if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
+                return idx.reshape(-1)[self._env_np]
+            idx = idx.reshape(-1)
+        return (idx[:, None] == self._env_np).any(axis=0)
+
     def _new_episode(self, full_reset: bool) -> None:
         if self._clip is not None:
             # an episode boundary always ends the clip. Dropped: a provisional clip
@@ -468,9 +539,9 @@ class ClipEngine:
         path = os.path.join(self.video_dir, self._file_name())
         self._by_episode = False
         self.clips_started += not provisional
-        clip = self._clip = _Clip(len(self.env_idx), self.device, self.steps, self._seed)
+        clip = self._clip = _Clip(len(self.env_idx), self.steps, self._seed)
         clip.provisional = provisional
-        clip.episodes = self._episodes[self.env_idx].tolist()
+        clip.episodes = self._episodes.tolist()
         job = ClipJob(
             path=path,
             fixed_name=self.filename is not None,
@@ -485,11 +556,15 @@ class ClipEngine:
             tag=self.tag,
         )
         self.encoder.open(job)
-        self._capture(None, None)
+        self._capture()
         if self.length is not None and clip.frames >= self.length and not provisional:
             self._end_clip(keep=True)  # a one-frame clip
 
-    def _capture(self, reward: Optional[torch.Tensor], info: Optional[dict]) -> None:
+    def _capture(
+        self, reward: Optional[np.ndarray] = None, success: Optional[np.ndarray] = None
+    ) -> None:
+        """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
+        recorded envs' values of the step that led to it (host arrays; None on a first frame)."""
         clip = self._clip
         assert clip is not None
         frames = self.render(self.env_idx)
@@ -514,18 +589,14 @@ class ClipEngine:
             )
         meta = None
         if self.cfg.overlay:
-            success = info.get("success") if info else None
-            # what the overlay shows, read back in one copy: [reward, return, success?] x k
-            rows = [] if reward is None else [reward[self._index].float(), clip.ret.float()]
-            if success is not None:
-                rows.append(_tensor(success, self.device)[self._index].float())
-            host = torch.stack(rows).cpu() if rows else None
+            # what the overlay shows (host arrays over the recorded envs, copied: the encoder
+            # thread reads them later): reward and return, and success where the env reports it
             meta = FrameMeta(
                 episode=self.episode,
                 episode_step=self._episode_steps,
-                reward=None if reward is None else host[0],
-                ret=None if reward is None else host[1],
-                success=None if success is None else host[-1].bool(),
+                reward=None if reward is None else reward.copy(),
+                ret=None if reward is None else clip.ret.copy(),
+                success=None if success is None else success.copy(),
             )
         # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
         # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
@@ -536,14 +607,10 @@ class ClipEngine:
         clip.last_step = clip.first_step + clip.steps
 
     def _summary(self, clip: _Clip) -> Dict[str, Any]:
-        """What the clip's sidecar says of its episodes (plain data; one device read)."""
-        rows = [clip.terminated, clip.truncated, clip.ret, clip.length]
-        if clip.success is not None:
-            rows.append(clip.success)
-        # float64 holds every row exactly (bools, float32 returns, step counts)
-        host = torch.stack([r.to(torch.float64) for r in rows]).tolist()
-        terminated, truncated, returns, lengths = host[:4]
-        success = host[4] if clip.success is not None else None
+        """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
+        terminated, truncated = clip.terminated.tolist(), clip.truncated.tolist()
+        returns, lengths = clip.ret.tolist(), clip.length.tolist()  # float32 -> exact floats
+        success = None if clip.success is None else clip.success.tolist()
         end = [
             "terminated" if t else "truncated" if u else "cut"
             for t, u in zip(terminated, truncated)
@@ -553,8 +620,8 @@ class ClipEngine:
                 "env": env,
                 "episode": episode,
                 "return": ret,
-                "length": int(length),
-                "success": None if success is None else bool(success[i]),
+                "length": length,
+                "success": None if success is None else success[i],
                 "end": end[i],
             }
             for i, (env, episode, ret, length) in enumerate(

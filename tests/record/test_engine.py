@@ -367,3 +367,68 @@ def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_
         side = json.load(f)
     assert (side["frames"], side["envs"][0]["end"], side["envs"][0]["length"]) == (1, "cut", 0)
     assert engine.clips_started == engine.clips_saved == 1
+
+
+def _drive_forms(tmp_path, name, events, host):
+    """Drives a trigger=always engine of 3 envs recording [0, 2] through ``events``, each value
+    handed over as ``host(array)``; returns its sidecars (the parts that say what they show)."""
+    sidecars = []
+    engine = ClipEngine(
+        rec_cfg(env_idx=[0, 2]), num_envs=3, dt=0.1, device="cpu",
+        render=lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8),
+        video_dir=str(tmp_path / name), on_clip=lambda c: sidecars.append(c.sidecar),
+    )  # fmt: skip
+    for event in events:
+        if event[0] == "reset":
+            engine.on_reset(None if event[1] is None else host(event[1]))
+        else:
+            reward, term, trunc, success = (np.asarray(v) for v in event[1:])
+            info = {"success": host(success)}
+            engine.on_step(host(reward), host(term), host(trunc), info)
+    engine.close()
+    out = []
+    for path in sidecars:
+        with open(path) as f:
+            side = json.load(f)
+        out.append((side["episodes"], side["first_step"], side["last_step"], side["envs"]))
+    return out
+
+
+def test_the_sidecar_is_the_same_whatever_form_the_step_values_take(tmp_path):
+    """Host arrays, CPU tensors and tensors without a numpy dtype (bfloat16, read through the
+    gathered copy a device takes) give the same sidecars; resets named by lists, tuples, index
+    tensors and bool masks count the recorded envs' episodes alike."""
+    f, t = False, True
+    step = lambda r, term, trunc, s: ("step", r, term, trunc, s)  # noqa: E731
+    events = [
+        ("reset", None),
+        step([0.5, 9.0, 0.25], [f, f, f], [f, f, f], [0, 0, 1]),
+        step([1.5, 9.0, -0.5], [f, t, t], [f, f, f], [1, 0, 0]),  # env 2 ends, env 1 too
+        ("reset", [1, 2]),
+        step([2.0, 9.0, 4.0], [f, f, f], [f, f, t], [0, 0, 1]),  # env 2 ends again
+        ("reset", [f, f, t]),
+        step([0.25, 9.0, 1.0], [t, f, f], [t, f, f], [0, 0, 0]),  # env 0 ends: the clip too
+        ("reset", [0]),
+        step([1.0, 9.0, 1.0], [f, f, f], [f, f, f], [0, 0, 0]),
+    ]
+    forms = {
+        "numpy": lambda v: np.asarray(v),
+        "tensor": lambda v: torch.as_tensor(np.asarray(v)),
+        "bfloat16": lambda v: (
+            torch.as_tensor(np.asarray(v, dtype=np.float32)).bfloat16()
+            if np.asarray(v).dtype != np.bool_ and np.asarray(v).dtype.kind == "f"
+            else torch.as_tensor(np.asarray(v))
+        ),
+        "lists": lambda v: list(np.asarray(v).tolist()),
+    }
+    results = {name: _drive_forms(tmp_path, name, events, host) for name, host in forms.items()}
+    expected = results.pop("numpy")
+    assert all(r == expected for r in results.values()), results
+    first, second = expected  # env 0's two episodes: one ended in the clip, one cut by close
+    assert first[:3] == ([0, 0], 0, 4)
+    e0, e2 = first[3]
+    assert (e0["return"], e0["length"], e0["end"], e0["success"]) == (4.25, 4, "terminated", True)
+    # env 2's episode of the clip's start ended at its second step (terminated)
+    assert (e2["return"], e2["length"], e2["end"], e2["success"]) == (-0.25, 2, "terminated", True)
+    assert second[:3] == ([1, 2], 4, 5)  # env 2: episode 2 began at the reset by mask
+    assert [e["end"] for e in second[3]] == ["cut", "cut"]

@@ -159,8 +159,10 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         )  # fmt: skip
         self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
         self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
+        self._single = len(envs) == 1
+        self._next_step = self._mode is AutoresetMode.NEXT_STEP
+        self._same_step = self._mode is AutoresetMode.SAME_STEP
         self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
-        self._zeros = bytes(env.num_envs)  # term.tobytes() of a bool [num_envs] array, none done
         self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
 
     # ------------------------------------------------------------------ sub-env facts
@@ -241,9 +243,6 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
     def _done_watched(self, terminated: np.ndarray, truncated: np.ndarray) -> List[int]:
         """The recorded envs that this step ended (only they need engine events: the engine
         reports on the recorded envs alone)."""
-        if len(self._watch) == 1:
-            i = self._first
-            return [i] if terminated[i] or truncated[i] else []
         hit = np.logical_or(terminated[self._watch], truncated[self._watch])
         return self._watch[hit].tolist()
 
@@ -275,30 +274,29 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
 
     def step(self, actions):
         out = self.env.step(actions)
-        if self.engine.closed:
+        engine = self.engine
+        if engine.closed:
             return out
         _, reward, terminated, truncated, info = out
-        engine = self.engine
-        mode = self._mode
         if not isinstance(terminated, np.ndarray) or not isinstance(truncated, np.ndarray):
             terminated, truncated = np.asarray(terminated), np.asarray(truncated)
-        zeros = self._zeros
-        # no env done (a bool [num_envs] array of zero bytes): the idle path, no numpy op
-        done = not (terminated.tobytes() == zeros and truncated.tobytes() == zeros)
-        if mode is AutoresetMode.NEXT_STEP:
+        # the recorded envs this step ended: only they need engine events (the engine reports
+        # on the recorded envs alone), so the other envs' flags are never looked at
+        if self._single:
+            i = self._first
+            ended = [i] if terminated[i] or truncated[i] else []
+        else:
+            ended = self._done_watched(terminated, truncated)
+        if self._next_step:
             stepped = True
             if self._pending:  # this step reset the recorded envs done at the last one
                 reset, self._pending = self._pending, []
                 engine.on_reset(env_idx=reset)
                 stepped = self._first not in reset
-            if done:
-                self._pending = self._done_watched(terminated, truncated)
-            if stepped:
-                engine.on_step(reward, terminated, truncated, info)
-            else:
-                engine.on_step(reward, terminated, truncated, info, stepped=False)
-        elif mode is AutoresetMode.SAME_STEP:
-            if not done:
+            self._pending = ended
+            engine.on_step(reward, terminated, truncated, info, stepped)
+        elif self._same_step:
+            if not ended:
                 engine.on_step(reward, terminated, truncated, info)
             else:
                 # the done envs are already reset: their terminal frames come from the hooks,
@@ -310,9 +308,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
                     engine.on_step(reward, terminated, truncated, info)
                 finally:
                     self._terminal = False
-                reset = self._done_watched(terminated, truncated)
-                if reset:
-                    engine.on_reset(env_idx=reset)
+                engine.on_reset(env_idx=ended)
             self._sync_arming()
         else:  # DISABLED: the caller resets done envs with reset(options={"reset_mask": ...})
             engine.on_step(reward, terminated, truncated, info)
