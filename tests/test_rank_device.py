@@ -81,7 +81,7 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
     from rlrec.train import runner as runner_mod
 
     as_rank(monkeypatch, rank)
-    asked = {"adapter": [], "ppo": []}
+    asked = {"adapter": [], "ppo": [], "watch": []}
     real_make = builtin.make
 
     def make(env_cfg, sim, num_envs, device, seed=None):
@@ -95,8 +95,15 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
         built.append(PPO(cfg, obs_space, action_space, torch.device("meta")))
         return built[-1]
 
+    real_watch = runner_mod.Watch
+
+    def watch(num_steps, num_envs, device, run_dir):  # the finite check's sums, on the meta device
+        asked["watch"].append(torch.device(device))
+        return real_watch(num_steps, num_envs, torch.device("meta"), run_dir)
+
     monkeypatch.setattr(builtin, "make", make)
     monkeypatch.setattr(runner_mod, "PPO", ppo)
+    monkeypatch.setattr(runner_mod, "Watch", watch)
     cfg = make_config([*FAST, "sim.device=cuda", "algo.norm_obs=true", "distributed.backend=gloo"])
     run = runner_mod.Runner(cfg, tmp_path / "run")
     try:
@@ -105,6 +112,7 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
         assert two_gpus and two_gpus[-1] == rank  # the rank's GPU is torch's current device
         assert asked["adapter"] == [mine, mine]  # train and eval env
         assert asked["ppo"] == [mine]
+        assert asked["watch"] == [mine]
         agent = built[0].agent
         tensors = [*agent.parameters(), *agent.buffers(), *built[0].obs_norm.buffers()]
         assert {t.device.type for t in tensors} == {"meta"}

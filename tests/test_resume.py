@@ -75,10 +75,10 @@ def test_a_stop_in_the_last_update_leaves_the_final_evaluation_due_then_the_run_
     saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert saved["global_step"] == 512 and saved["eval_due"] is True
     evals = lambda: [x["step"] for x in read_metrics(run_dir) if "eval/return" in x]  # noqa: E731
-    assert evals() == [256]
+    assert evals() == [0, 256]  # eval_env.at_start, then iteration 2's
 
     Runner(make_config([*args, "resume=auto"]), run_dir).run()
-    assert evals() == [256, 512]
+    assert evals() == [0, 256, 512]
     assert not ckpt.load(run_dir / "checkpoints" / "last.pt").get("eval_due")
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     capsys.readouterr()

@@ -132,12 +132,16 @@ def test_basic_launcher_sweep_in_one_process_equals_separate_runs(tmp_path):
         ]
         mb = [{k: v for k, v in m.items() if not k.startswith(strip)} for m in read_metrics(alone)]
 
-        # a clip's line is written once its encoder is done, while training goes on, so where it
-        # falls among the other lines depends on timing; its step and path may not
-        def clips(ms):
-            return sorted((m["step"], json.dumps(m, sort_keys=True)) for m in ms if _is_clip(m))
+        # a clip's line, and an eval line that names its clip, are written once the encoder is
+        # done, while training goes on, so where they fall among the other lines depends on
+        # timing; their steps and contents may not
+        def timed(m):
+            return _is_clip(m) or "eval/return" in m
 
-        assert [m for m in ma if not _is_clip(m)] == [m for m in mb if not _is_clip(m)]
+        def clips(ms):
+            return sorted((m["step"], json.dumps(m, sort_keys=True)) for m in ms if timed(m))
+
+        assert [m for m in ma if not timed(m)] == [m for m in mb if not timed(m)]
         assert clips(ma) == clips(mb) and clips(ma)
         for kind in ("train", "eval"):
             names_a = sorted(p.name for p in (in_sweep / "videos" / kind).glob("*.mp4"))
