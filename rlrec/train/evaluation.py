@@ -241,6 +241,8 @@ class Evaluator:
         for step in sorted(self._pending):
             self._write(self._pending.pop(step))
 
+    close = write_pending  # the runner closes it after the eval env's recorder: nothing comes then
+
     def _rel(self, path: str) -> str:
         return path if self.run_dir is None else os.path.relpath(path, self.run_dir)
 

@@ -377,12 +377,13 @@ class Runner:
             self.close()
         if self.main:
             secs, resumable = time.perf_counter() - t0, not self.cfg.eval_only
+            stopped = self.stop.signum
             summary(
                 secs,
                 self.global_step,
                 self.last_eval,
                 self.run_dir,
-                self.stop.signum,
+                stopped,
                 resumable,
                 self.losses,
             )
@@ -398,14 +399,13 @@ class Runner:
         # record_final_episode: a recorder saves the clip in progress as it closes
         layers = [x for env in (self.train_env, self.eval_env) for x in (recorder_of(env), env)]
         errors: List[BaseException] = []
+        # the evaluator writes the episode records whose clip never came
         for layer in [*layers, self.evaluator, self.logger]:
             try:
-                if layer is self.evaluator and layer is not None:
-                    layer.write_pending()  # the episode records of a clip that never came
-                    self.losses = record_losses(self.train_env, self.eval_env)
-                elif layer is not None:
+                if layer is not None:
                     layer.close()
             except BaseException as exc:  # the rest are still closed
                 errors.append(exc)
+        self.losses = record_losses(self.train_env, self.eval_env)  # for the last console line
         if errors:
             raise errors[0]
