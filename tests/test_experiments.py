@@ -62,3 +62,11 @@ def test_builtin_and_gymnasium_presets_keep_bootstrapping_time_outs_only():
     for name in ("smoke", "cartpole", "genesis_franka_reach"):
         cfg = make_config([f"+experiment={name}"])
         assert cfg.algo.bootstrap_at == "truncated" and cfg.algo.kl_check == "epoch", name
+
+
+def test_presets_that_reproduce_another_ppo_clip_the_gradient_as_it_does():
+    """rlrec's default clips the actor's and the critic's gradients each on its own (rsl_rl's
+    rule); the presets that reproduce SB3's (CartPole) or ManiSkill's PPO clip them together."""
+    assert make_config([]).algo.grad_clip == "per_network"
+    for name in ("cartpole", "maniskill_pushcube_gpu", "maniskill_pickcube_gpu"):
+        assert make_config([f"+experiment={name}"]).algo.grad_clip == "joint", name
