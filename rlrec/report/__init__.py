@@ -39,4 +39,19 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
     return path
 
 
-__all__ += ["write_at_end"]
+def _import_plotting() -> None:
+    import matplotlib.backends.backend_svg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+
+
+def warm_up(cfg: ReportConfig) -> None:
+    """Imports what the report draws its curves with (matplotlib: about a second) on a daemon
+    thread while the run trains, so that the end of the run does not wait for it. Nothing waits
+    for the thread: the report's own import takes what is loaded by then."""
+    if cfg.enabled:
+        import threading
+
+        threading.Thread(target=_import_plotting, name="rlrec-report-import", daemon=True).start()
+
+
+__all__ += ["warm_up", "write_at_end"]

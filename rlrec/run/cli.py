@@ -135,6 +135,8 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
             print(f"rlrec: config error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         try:
+            if runner.main:
+                report.warm_up(runner.cfg.report)
             result = runner.run()
             if runner.main:  # report.html of the run, after training (rlrec.report)
                 report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
