@@ -103,11 +103,21 @@ def test_episode_stats_are_the_means_of_the_finished_episodes():
     assert stats.summary() == {"train/return": 1.0, "train/length": 1.0}
 
 
-def test_a_recording_step_reads_the_device_a_bounded_number_of_times(tmp_path):
+def test_a_recording_step_reads_the_device_a_bounded_number_of_times(tmp_path, monkeypatch):
     """While a clip is open (overlay on), the recorder adds to AutoReset's one read: the recorded
-    env's done flag, and per frame one copy of the frames and one of the overlay's figures; the
-    clip's end adds one read of its sidecar figures. (The built-in env's own render is counted
-    apart: it is the env's business.)"""
+    envs' step values (reward, done flags, success) in one read, and per frame one copy of the
+    frames and one of the overlay's figures; the clip's end adds one read of its sidecar figures.
+    (The built-in env's own render is counted apart: it is the env's business.) The engine reads
+    CPU tensors in place (``.numpy()`` views, no copy); here they take the path of tensors on a
+    device, which is what is bounded."""
+    from rlrec.record import engine as engine_mod
+
+    cpu_view = engine_mod._Recorded.host
+    monkeypatch.setattr(
+        engine_mod._Recorded,
+        "host",
+        lambda self, v: None if isinstance(v, torch.Tensor) else cpu_view(self, v),
+    )
     gen = torch.Generator().manual_seed(0)
     with HostReads() as reads:
         env = _stack(tmp_path)
