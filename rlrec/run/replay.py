@@ -41,24 +41,23 @@ def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
     data of a checkpoint of the run (for its config); ConfigError when there is none."""
     files = sorted((Path(run_dir) / "checkpoints").glob("*.pt"))
     any_data: Optional[dict] = None
+    steps: List[int] = []  # of the readable checkpoints, for the message below
     for path in files:
         try:
             data = ckpt.load(path, key="replay")
         except ConfigError:
             continue
         any_data = any_data or data
-        if int(data.get("global_step", -1)) == int(step):
+        steps.append(int(data.get("global_step", -1)))
+        if steps[-1] == int(step):
             return path, data
     if any_data is None:
         raise ConfigError(f"replay: no readable checkpoint in {Path(run_dir) / 'checkpoints'}")
     if int(step) == 0:
         return None, any_data
-    steps = sorted(
-        int(ckpt.load(p, key="replay")["global_step"]) for p in files if p.suffix == ".pt"
-    )
     raise ConfigError(
         f"replay.step={step}: {run_dir} has no checkpoint of that step (checkpoints of steps "
-        f"{steps}); an evaluation is replayable where a checkpoint was written at its step "
+        f"{sorted(steps)}); an evaluation is replayable where a checkpoint was written at its step "
         "(checkpoint_every a divisor of eval_env.every, and the final one)"
     )
 
