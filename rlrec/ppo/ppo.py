@@ -8,7 +8,6 @@ from typing import Dict, Optional
 
 import gymnasium as gym
 import torch
-from torch import nn
 
 from rlrec import distributed
 from rlrec.ppo.adam import FusedAdam, fused_available
@@ -365,10 +364,24 @@ class PPO:
         returns the norm of the whole gradient before the clip. The clip scales by
         ``min(1, max_norm / norm)`` on the device (torch's ``clip_grad_norm_`` multiplies by the
         clamped factor, never branches on it): no host sync."""
-        norms = [
-            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm, foreach=True)
-            for params in self._clip_sets
-        ]
+        # the arithmetic of nn.utils.clip_grad_norm_(params, max_norm, foreach=True) on each set
+        # (torch/nn/utils/clip_grad.py _get_total_norm and _clip_grads_with_norm_, torch 2.13:
+        # _foreach_norm, the norm of the stacked norms, min(1, max_norm / (norm + 1e-6)),
+        # _foreach_mul_), so the same numbers, with one _foreach_norm over every set and without
+        # its per-call grouping of the tensors by device and dtype (the sets are one device's)
+        sets = [[p.grad for p in params if p.grad is not None] for params in self._clip_sets]
+        per_tensor = torch._foreach_norm([g for grads in sets for g in grads], 2.0)
+        norms, start = [], 0
+        for grads in sets:
+            if not grads:
+                continue
+            norm = torch.linalg.vector_norm(torch.stack(per_tensor[start : start + len(grads)]))
+            start += len(grads)
+            coef = torch.clamp(self.cfg.max_grad_norm / (norm + 1e-6), max=1.0)
+            torch._foreach_mul_(grads, coef)
+            norms.append(norm)
+        if not norms:  # no gradient at all (clip_grad_norm_'s empty norm)
+            norms.append(torch.zeros((), device=self.device))
         self.optimizer.step()
         grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
         return grad_norm.detach()
