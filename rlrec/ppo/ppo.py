@@ -125,22 +125,22 @@ class PPO:
     # ------------------------------------------------------------------ acting
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Collection: normalises ``obs`` (updating the statistics), samples an action and keeps
-        what the transition needs until :meth:`process_env_step`."""
-        if not self.compiled:
-            nobs = self.normalize(obs, update=True)
-            action, logprob, value = self.agent.act(nobs)
-        else:
-            obs = obs.float()
-            if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
-                self.obs_norm.update(obs)
-            # drawn here, by the default generator (the same draw as Normal.sample's)
-            noise_fn = torch.rand if self.agent.discrete else torch.randn
-            noise = noise_fn(self.agent.noise_shape(obs.shape[0]), device=obs.device)
-            if self._cudagraphs:
-                torch.compiler.cudagraph_mark_step_begin()
-            out = self._policy_step(obs, noise)
-            # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
-            nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
+        what the transition needs until :meth:`process_env_step`. One path, eager or compiled:
+        the noise is drawn here by the default generator and the policy step
+        (:meth:`ActorCritic.act_with_noise`) turns it into the action. A Gaussian action is then
+        the number ``Normal.sample`` draws; a categorical one is a Gumbel-max sample (a few
+        elementwise ops, where ``torch.multinomial`` costs several times as much for the small
+        batches of a CPU rollout)."""
+        obs = obs.float()
+        if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
+            self.obs_norm.update(obs)
+        noise_fn = torch.rand if self.agent.discrete else torch.randn
+        noise = noise_fn(self.agent.noise_shape(obs.shape[0]), device=obs.device)
+        if self._cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        out = self._policy_step(obs, noise)
+        # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
+        nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
         self._transition = (nobs, action, logprob, value)
         return action
 
@@ -356,7 +356,10 @@ class PPO:
         else:
             v_loss = 0.5 * ((value - returns) ** 2).mean()
         ent = entropy.mean()
-        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        loss = pg_loss
+        if cfg.ent_coef:  # no entropy bonus: its terms stay out of the backward pass
+            loss = loss - cfg.ent_coef * ent
+        loss = loss + cfg.vf_coef * v_loss
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
     def _optimizer_step_eager(self) -> torch.Tensor:
