@@ -8,9 +8,9 @@ storage, as in training) and the PPO update time per iteration (the default PPOC
 env-only and the update's share of an iteration. ``floor``: the networks' own arithmetic in those
 epochs alone (a forward and a backward pass of the actor and the critic per minibatch: no loss
 terms, no clip, no optimizer), and the share of an iteration that floor alone would take: the
-least share any formulation of the same epochs can reach, whatever its overhead. ``--compile``: the same update with
-``algo.compile=true`` too, on the same rollout in the same run (its compilation, the first
-update, timed apart), and the ratio of the two.
+least share any formulation of the same epochs can reach, whatever its overhead.
+``--compile``: the same update with ``algo.compile=true`` too, on the same rollout in the same
+run (its compilation, the first update, timed apart), and the ratio of the two.
 """
 
 from __future__ import annotations
