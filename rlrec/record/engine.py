@@ -109,16 +109,21 @@ class _Recorded:
         return np.asarray(value)[self.take].tolist()
 
     def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> tuple:
-        values = (reward, terminated, truncated) if success is None else (
-            reward, terminated, truncated, success)  # fmt: skip
-        host = [self.host(v) for v in values]
-        if None in host:  # on a device: one gather, one copy to the host
+        host = self.host
+        r, t, u = host(reward), host(terminated), host(truncated)
+        s = None if success is None else host(success)
+        if r is None or t is None or u is None or (s is None and success is not None):
+            # on a device: one gather, one copy to the host
+            values = (reward, terminated, truncated) if success is None else (
+                reward, terminated, truncated, success)  # fmt: skip
             index = self.index
             gathered = torch.stack(
                 [_tensor(v, self.device).to(index.device).index_select(0, index) for v in values]
             )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
-            host = gathered.cpu().tolist()
-        return host[0], host[1], host[2], host[3] if success is not None else None
+            rows = gathered.cpu().tolist()
+            r, t, u = rows[0], rows[1], rows[2]
+            s = None if success is None else rows[3]
+        return r, t, u, s
 
 
 # rewards of the recorded envs kept as plain rows until they are summed (in float32, in order)
