@@ -428,12 +428,14 @@ class Encoder:
     makes progress. Results (ClipInfo or error message) are collected here and handed to the
     training thread by ``results()``, so callbacks and warnings never run on this thread.
 
-    Two things keep the training thread's cost at its one copy. The buffers are reused, because
+    Three things keep the training thread's cost at its one copy. The buffers are reused, because
     a fresh frame-sized allocation per frame is a fresh mmap whose page faults (and the unmap
-    when the encoder frees it) cost the training thread more than the copy. And the encoder thread
-    is woken once per ``BATCH`` frames (or by a control message), not per frame, and writes the
-    batch with one system call: every wake-up of a second Python thread is a GIL hand-over that
-    the training thread pays for in its next few torch calls.
+    when the encoder frees it) cost the training thread more than the copy; a free one is taken
+    without the lock. The frames are held back in the training thread and handed over ``BATCH``
+    at a time (or with a control message, :meth:`flush` and :meth:`close`) under one lock, and the
+    encoder thread is woken then, not per frame, and writes the batch with one system call: every
+    wake-up of a second Python thread is a GIL hand-over that the training thread pays for in its
+    next few torch calls.
 
     ``stall_timeout`` (seconds) bounds every wait. This thread gives ffmpeg that long without
     progress (taking frame data or using CPU time) for each write and for finishing a clip; then
@@ -500,7 +502,8 @@ class Encoder:
 
     @property
     def frames_dropped(self) -> int:
-        """Frames handed over for clips that failed (never on disk), so far."""
+        """Frames handed over for clips that failed (never on disk), so far. Frames held back
+        in the training thread (fewer than a batch) count once handed over."""
         return self._w.frames_dropped
 
     @property
