@@ -6,9 +6,18 @@
 
 On the built-in env (PointReach, zero actions so no episode ends): steps/s with no recorder, with
 a recorder armed but idle (cubic trigger between scheduled episodes), with a layer that only
-renders the recorded env and copies its frame once per step (the least recording can cost), and
-while recording every step; the target compares what the last two add to a step; the peak RSS
-growth of this process over one 5,000-frame clip (and the peak RSS of the ffmpeg process).
+renders the recorded env and copies its frame once per step into a reused buffer (the least
+recording can cost), and while recording every step; the peak RSS growth of this process over one
+5,000-frame clip (and the peak RSS of the ffmpeg process).
+
+The target ratio is what a recording step adds over a plain step, divided by what the
+render+copy step adds over a plain step: ``(recording - none) / (render_copy - none)``, in the
+training thread's own CPU time (``time.thread_time``: the recorder's work, and whatever its
+encoder thread and ffmpeg cost the training thread's caches and GIL turns; not the cores they take
+from it). The four stacks are built on the same env (same size, same frames: one render of env 0
+per step), take turns in each round, and the ratio is taken within each round and its median
+reported with its quartiles. The same ratio in wall time (which also counts waiting for a core or
+for the GIL, and the flush of the encoder after each recording block) is printed beside it.
 Then Gymnasium's vector RecordVideo for comparison: on the same PointReach frames through a
 minimal gymnasium VectorEnv shim, and on 8 CartPole envs. It holds every frame in memory until
 the clip ends, so its RSS growth is measured over a shorter clip and scaled to 5,000 frames.

@@ -142,7 +142,9 @@ class _Worker:
         self.queued_frames = 0  # frame items in items
         self.urgent = False  # wake the encoder thread now, whatever the number of frames
         self.unfinished = 0  # items put and not yet processed (flush waits for 0)
-        self.free: List[Any] = []  # buffers ready for reuse
+        # buffers ready for reuse; the training thread takes one with a bare pop (a deque's
+        # pops and appends are atomic), everything else on it happens under cv
+        self.free: Deque[Any] = collections.deque()
         self.buffers = 0  # buffers that exist (free + in flight)
         self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self.results: Deque[Any] = collections.deque()
@@ -426,12 +428,14 @@ class Encoder:
     makes progress. Results (ClipInfo or error message) are collected here and handed to the
     training thread by ``results()``, so callbacks and warnings never run on this thread.
 
-    Two things keep the training thread's cost at its one copy. The buffers are reused, because
+    Three things keep the training thread's cost at its one copy. The buffers are reused, because
     a fresh frame-sized allocation per frame is a fresh mmap whose page faults (and the unmap
-    when the encoder frees it) cost the training thread more than the copy. And the encoder thread
-    is woken once per ``BATCH`` frames (or by a control message), not per frame, and writes the
-    batch with one system call: every wake-up of a second Python thread is a GIL hand-over that
-    the training thread pays for in its next few torch calls.
+    when the encoder frees it) cost the training thread more than the copy; a free one is taken
+    without the lock. The frames are held back in the training thread and handed over ``BATCH``
+    at a time (or with a control message, :meth:`flush` and :meth:`close`) under one lock, and the
+    encoder thread is woken then, not per frame, and writes the batch with one system call: every
+    wake-up of a second Python thread is a GIL hand-over that the training thread pays for in its
+    next few torch calls.
 
     ``stall_timeout`` (seconds) bounds every wait. This thread gives ffmpeg that long without
     progress (taking frame data or using CPU time) for each write and for finishing a clip; then
@@ -464,6 +468,9 @@ class Encoder:
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
         self._open_job: Optional[ClipJob] = None
         self._dropping = 0  # serial of a clip given up on: its frames are not queued
+        # items (frames, controls) not yet handed to the encoder thread, and how many are frames
+        self._held: List[Optional[tuple]] = []
+        self._held_frames = 0
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
@@ -495,7 +502,8 @@ class Encoder:
 
     @property
     def frames_dropped(self) -> int:
-        """Frames handed over for clips that failed (never on disk), so far."""
+        """Frames handed over for clips that failed (never on disk), so far. Frames held back
+        in the training thread (fewer than a batch) count once handed over."""
         return self._w.frames_dropped
 
     @property
@@ -505,6 +513,7 @@ class Encoder:
 
     # -------------------------------------------------------------- the clips
     def open(self, job: ClipJob) -> None:
+        self._hand_over(wake=False)  # what is held back belongs to the clip before
         self._opened += 1
         self._open_job = job
         self._w.clip_open = True
@@ -516,14 +525,29 @@ class Encoder:
             with self._w.cv:
                 self._w.frames_dropped += 1
             return
-        buffer = self._buffer(frames)
+        # a free buffer of this layout, taken without the lock (see _Worker.free); else the
+        # bounded wait for one
+        w = self._w
+        layout = w.layout
+        buffer = None
+        if layout is not None and frames.shape == layout[0] and frames.is_cuda is layout[1]:
+            try:
+                buffer = w.free.pop()
+            except IndexError:
+                pass
         if buffer is None:
-            self._give_up(self._opened, "the training thread's wait for a free frame buffer")
-            with self._w.cv:
-                self._w.frames_dropped += 1  # this one
-            return
+            buffer = self._buffer(frames)
+            if buffer is None:
+                self._give_up(self._opened, "the training thread's wait for a free frame buffer")
+                with w.cv:
+                    w.frames_dropped += 1  # this one
+                return
         buffer.copy_(frames)
-        self._put(("frame", buffer, meta), wake=False)
+        # held back here and handed over BATCH at a time: one lock, one wake-up
+        self._held.append(("frame", buffer, meta))
+        self._held_frames += 1
+        if self._held_frames >= w.batch:
+            self._hand_over(wake=True)
 
     def end(self, keep: bool, summary: Optional[dict] = None) -> None:
         """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
@@ -533,9 +557,9 @@ class Encoder:
         w.clip_open = False
         self._put(("end", keep, summary), wake=True)
         with w.cv:  # between clips, keep only the buffers a clip's start needs
-            if len(w.free) > 2 * w.batch:
-                w.buffers -= len(w.free) - 2 * w.batch
-                del w.free[2 * w.batch :]
+            while len(w.free) > 2 * w.batch:
+                w.free.pop()
+                w.buffers -= 1
 
     def flush(self) -> None:
         """Returns once everything queued so far is processed (finished clips are on disk), or
@@ -544,6 +568,7 @@ class Encoder:
         w = self._w
         if w.thread is None:
             return
+        self._hand_over(wake=True)
         start = time.monotonic()
         with w.cv:
             w.urgent = True
@@ -578,7 +603,7 @@ class Encoder:
                 self._give_up(serial, "close()")
                 start = time.monotonic()
             w.thread = None
-        w.free, w.buffers = [], 0
+        w.free, w.buffers = collections.deque(), 0
 
     # -------------------------------------------------------------- the results
     def results(self, place: bool = True) -> List[Any]:
@@ -618,22 +643,37 @@ class Encoder:
 
     # -------------------------------------------------------------- internals
     def _put(self, item: Optional[tuple], wake: bool) -> None:
+        """Queues a control item (``None``: stop) after the frames held back; ``wake``: hands
+        them over now and wakes the encoder thread."""
         w = self._w
         if w.thread is None:  # started on the first clip: an idle recorder has no thread
             w.thread = threading.Thread(target=w.run, name=w.name, daemon=True)
             w.thread.start()
+        self._held.append(item)
+        if wake:
+            self._hand_over(wake=True)
+
+    def _hand_over(self, wake: bool) -> None:
+        """Hands the items held back to the encoder thread, in order, under one lock; wakes it
+        when ``wake`` or once a batch of frames waits."""
+        held = self._held
+        if not held and not wake:
+            return
+        w = self._w
+        n = self._held_frames
+        self._held, self._held_frames = [], 0
         with w.cv:
-            w.items.append(item)
-            w.unfinished += 1
-            if item is not None and item[0] == "frame":
-                # counted as dropped now if its clip failed already, else when it fails
+            w.items.extend(held)
+            w.unfinished += len(held)
+            if n:
+                # the frames held back are all of the clip last opened (open() hands over what
+                # came before): counted as dropped now if it failed already, else when it fails
                 if self._opened in w.reported:
-                    w.frames_dropped += 1
+                    w.frames_dropped += n
                 else:
-                    w.sent[self._opened] = w.sent.get(self._opened, 0) + 1
-                w.queued_frames += 1
-                wake = wake or w.queued_frames >= w.batch
-            if wake:
+                    w.sent[self._opened] = w.sent.get(self._opened, 0) + n
+                w.queued_frames += n
+            if wake or w.queued_frames >= w.batch:
                 w.urgent = True
                 w.cv.notify_all()
 
@@ -645,10 +685,12 @@ class Encoder:
         w = self._w
         pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
         layout = (tuple(frames.shape), pinned)
+        if not w.free and w.buffers >= self._capacity:
+            self._hand_over(wake=True)  # the frames held back hold buffers: the encoder's now
         start = time.monotonic()
         with w.cv:
             if layout != w.layout:  # a new frame size: buffers of the old one are dropped
-                w.layout, w.free, w.buffers = layout, [], 0
+                w.layout, w.free, w.buffers = layout, collections.deque(), 0
             while not w.free and w.buffers >= self._capacity:
                 w.urgent = True
                 w.cv.notify_all()

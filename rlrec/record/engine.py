@@ -50,6 +50,8 @@ __all__ = ["ClipEngine", "RecorderError", "ensure_video_dir"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
+_UINT8 = torch.uint8
+
 Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
 
 
@@ -70,56 +72,62 @@ def _tensor(value: Any, device: torch.device) -> torch.Tensor:
     return torch.as_tensor(np.asarray(value), device=device)
 
 
-# the dtypes a CPU tensor shares with numpy (a view, no copy): what _Recorded reads in place
-_NUMPY_DTYPES = frozenset(
-    (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-     torch.float16, torch.float32, torch.float64)
-)  # fmt: skip
-
-
 class _Recorded:
     """The values of the recorded envs, on the host: what the engine reads of a step.
 
-    ``rows(reward, terminated, truncated, success)`` -> ``(reward float32 [k], terminated bool
-    [k], truncated bool [k], success bool [k] or None)`` from per-env arrays or tensors
-    ``[num_envs]``. Host values (numpy arrays, CPU tensors) are read in place, through a slice
-    where the recorded envs are contiguous; values on a device are gathered there into one
-    ``[rows, k]`` tensor and copied to the host at once: the step's one read-back. The float32
-    rewards are what ``reward[idx].float()`` gives (the sidecar's returns are float32 sums)."""
+    ``rows(reward, terminated, truncated, success)`` -> ``(reward, terminated, truncated,
+    success or None)``, each a list over the recorded envs of plain Python values (floats, bools,
+    ints), from per-env arrays or tensors ``[num_envs]``. Host values (numpy arrays, CPU tensors)
+    are read in place through a slice where the recorded envs are contiguous (an index where they
+    are not) and ``tolist()``; values on a device are gathered there into one ``[rows, k]``
+    tensor and copied to the host at once: the step's one read-back.
+
+    Plain values, not arrays: the step's bookkeeping while every recorded episode runs on is then
+    a few operations of the interpreter (``any``, a list append), where each numpy call would
+    cost the training thread ten times more right after a render has flushed its caches."""
 
     def __init__(self, env_idx: List[int], device: torch.device):
         first, k = env_idx[0], len(env_idx)
         contiguous = env_idx == list(range(first, first + k))
         self.take: Any = slice(first, first + k) if contiguous else np.asarray(env_idx)
+        # a CPU tensor's recorded entries: a view (contiguous) or one index_select
+        self.cpu_index = None if contiguous else torch.tensor(env_idx, dtype=torch.long)
         self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
         self.device = device
 
-    def host(self, value: Any) -> Optional[np.ndarray]:
-        """``value``'s recorded entries as a host array (a view where possible); None when
-        ``value`` lives on a device (or has no numpy dtype)."""
-        if isinstance(value, np.ndarray):
-            return value[self.take]
+    def host(self, value: Any) -> Optional[list]:
+        """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
+        a device."""
         if isinstance(value, torch.Tensor):
-            if value.is_cpu and value.dtype in _NUMPY_DTYPES and not value.requires_grad:
-                return value.numpy()[self.take]
-            return None
-        return np.asarray(value)[self.take]
+            if not value.is_cpu:
+                return None
+            if self.cpu_index is None:
+                return value[self.take].tolist()
+            return value.index_select(0, self.cpu_index).tolist()
+        if isinstance(value, np.ndarray):
+            return value[self.take].tolist()
+        return np.asarray(value)[self.take].tolist()
 
     def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> tuple:
-        values = (reward, terminated, truncated) if success is None else (
-            reward, terminated, truncated, success)  # fmt: skip
-        host = [self.host(v) for v in values]
-        if any(h is None for h in host):  # on a device: one gather, one copy to the host
+        host = self.host
+        r, t, u = host(reward), host(terminated), host(truncated)
+        s = None if success is None else host(success)
+        if r is None or t is None or u is None or (s is None and success is not None):
+            # on a device: one gather, one copy to the host
+            values = (reward, terminated, truncated) if success is None else (
+                reward, terminated, truncated, success)  # fmt: skip
             index = self.index
             gathered = torch.stack(
                 [_tensor(v, self.device).to(index.device).index_select(0, index) for v in values]
             )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
-            if gathered.dtype not in _NUMPY_DTYPES:  # e.g. bfloat16: exact in float32
-                gathered = gathered.float()
-            host = list(gathered.cpu().numpy())
-        r = host[0].astype(np.float32, copy=False)
-        flags = [h if h.dtype == np.bool_ else h != 0 for h in host[1:]]
-        return r, flags[0], flags[1], flags[2] if success is not None else None
+            rows = gathered.cpu().tolist()
+            r, t, u = rows[0], rows[1], rows[2]
+            s = None if success is None else rows[3]
+        return r, t, u, s
+
+
+# rewards of the recorded envs kept as plain rows until they are summed (in float32, in order)
+_FOLD_ROWS = 256
 
 
 class _Clip:
@@ -132,11 +140,16 @@ class _Clip:
         self.first_step = first_step
         self.last_step = first_step  # the step count at the last frame taken
         self.seed = seed
-        # on the host, over the recorded envs: a few numpy ops per step, no device op
+        # on the host, over the recorded envs. ``ret`` and ``length`` are up to date after
+        # fold(): while every recorded episode runs on, a step only appends its rewards to
+        # ``pending`` (plain values); they are summed in float32 in step order, as ``ret += r``
+        # would have, when the rows are many, before anything reads the sums, and before an
+        # episode ends (``pending`` thus always holds steps where every recorded env was live)
         self.ret = np.zeros(k, dtype=np.float32)
         self.length = np.zeros(k, dtype=np.int64)
+        self.pending: List[list] = []
         self.live = np.ones(k, dtype=bool)  # that episode still runs
-        self.all_live = True  # live.all(): the step's bookkeeping is then two additions
+        self.all_live = True  # live.all(): the step's bookkeeping is then an append
         self.terminated = np.zeros(k, dtype=bool)
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
@@ -144,6 +157,17 @@ class _Clip:
         # provisional (keep_last_episode): dropped when its episode ends, kept only by close()
         self.provisional = False
         self.autoreset = False  # it began at a partial reset (an autoreset)
+
+    def fold(self) -> None:
+        """Adds the pending rows to ``ret`` (float32, in step order) and ``length``."""
+        pending = self.pending
+        if pending:
+            rows = np.asarray(pending, dtype=np.float32).reshape(len(pending), -1)
+            # add.accumulate adds row after row (no pairwise summation): the float32 sums of
+            # ``ret += r`` step by step, bit for bit
+            self.ret = np.add.accumulate(np.concatenate((self.ret[None], rows)), axis=0)[-1]
+            self.length += len(pending)
+            pending.clear()
 
 
 class ClipEngine:
@@ -265,6 +289,7 @@ class ClipEngine:
         self._seed: Any = None  # the seed of the reset that began the recorded env's episode
         self._episode_steps = 0
         self._clip: Optional[_Clip] = None
+        self._frame_shape: Any = None  # the shape of the last frames that passed _check_frames
         self.errors: List[str] = []
         self.closed = False
 
@@ -319,27 +344,33 @@ class ClipEngine:
             if stepped:
                 clip.steps += 1
                 success = info.get("success") if info else None
-                # the recorded envs' values on the host (the only device read-back per step,
-                # and only while recording); the rest is a few numpy ops over them
+                # the recorded envs' values on the host, as plain values (the only device
+                # read-back per step, and only while recording)
                 r, term, trunc, s = self._recorded.rows(reward, terminated, truncated, success)
-                ended = term | trunc
-                if clip.all_live and not ended.any():  # every recorded episode runs on
-                    clip.ret += r
-                    clip.length += 1
+                live = clip.live
+                if clip.all_live and not (any(term) or any(trunc)):
+                    # every recorded episode runs on: its rewards wait to be summed
+                    pending = clip.pending
+                    pending.append(r)
+                    if len(pending) >= _FOLD_ROWS:
+                        clip.fold()
                     done = False
-                    live = clip.live
-                else:
-                    live = clip.live
-                    clip.ret += np.where(live, r, np.float32(0))
+                else:  # an episode ended (or ended before): numpy over the recorded envs
+                    clip.fold()
+                    t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+                    ended = t | u
+                    clip.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
                     clip.length += live
-                    clip.terminated |= live & term
-                    clip.truncated |= live & trunc & ~term
+                    clip.terminated |= live & t
+                    clip.truncated |= live & u & ~t
                     clip.live = live & ~ended
                     clip.all_live = bool(clip.live.all())
                     done = bool(ended[0])
                 if s is not None:
-                    won = s & live
-                    clip.success = won if clip.success is None else clip.success | won
+                    if clip.success is None:  # the env reports success
+                        clip.success = np.zeros(len(live), dtype=bool)
+                    if any(s):
+                        clip.success |= np.asarray(s, dtype=bool) & live
                 full = self.length is not None and clip.frames >= self.length
                 if not full and (done or clip.steps % self.steps_per_frame == 0):
                     # the terminal frame is always taken: it is rendered here, before anything
@@ -560,16 +591,43 @@ class ClipEngine:
         if self.length is not None and clip.frames >= self.length and not provisional:
             self._end_clip(keep=True)  # a one-frame clip
 
-    def _capture(
-        self, reward: Optional[np.ndarray] = None, success: Optional[np.ndarray] = None
-    ) -> None:
+    def _capture(self, reward: Optional[list] = None, success: Optional[list] = None) -> None:
         """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
-        recorded envs' values of the step that led to it (host arrays; None on a first frame)."""
+        recorded envs' values of the step that led to it (lists; None on a first frame)."""
         clip = self._clip
         assert clip is not None
         frames = self.render(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
+        if not (
+            isinstance(frames, torch.Tensor)
+            and frames.dtype is _UINT8
+            and frames.shape == self._frame_shape
+        ):
+            self._check_frames(frames)  # a first frame, or one of another size or type
+        meta = None
+        if self.cfg.overlay:
+            # what the overlay shows (host arrays over the recorded envs, made here: the encoder
+            # thread reads them later): reward and return, and success where the env reports it
+            clip.fold()
+            meta = FrameMeta(
+                episode=self.episode,
+                episode_step=self._episode_steps,
+                reward=None if reward is None else np.asarray(reward, dtype=np.float32),
+                ret=None if reward is None else clip.ret.copy(),
+                success=None if success is None else np.asarray(success, dtype=bool),
+            )
+        # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
+        # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
+        # for the encoder can never be changed by a later step or render, even from a render
+        # that broke the owned-copy contract.
+        self.encoder.frame(frames, meta)
+        clip.frames += 1
+        clip.last_step = clip.first_step + clip.steps
+
+    def _check_frames(self, frames: Any) -> None:
+        """TypeError unless ``frames`` is a uint8 ``[k, H, W, 3]`` tensor; remembers its shape,
+        so that frames of that shape and type are let through with one comparison."""
         k = len(self.env_idx)
         if (
             not isinstance(frames, torch.Tensor)
@@ -587,27 +645,11 @@ class ClipEngine:
                 f"{self.key}: render({self.env_idx}) returned {what}; the recorder needs "
                 f"uint8 [{k}, H, W, 3]"
             )
-        meta = None
-        if self.cfg.overlay:
-            # what the overlay shows (host arrays over the recorded envs, copied: the encoder
-            # thread reads them later): reward and return, and success where the env reports it
-            meta = FrameMeta(
-                episode=self.episode,
-                episode_step=self._episode_steps,
-                reward=None if reward is None else reward.copy(),
-                ret=None if reward is None else clip.ret.copy(),
-                success=None if success is None else success.copy(),
-            )
-        # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
-        # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
-        # for the encoder can never be changed by a later step or render, even from a render
-        # that broke the owned-copy contract.
-        self.encoder.frame(frames, meta)
-        clip.frames += 1
-        clip.last_step = clip.first_step + clip.steps
+        self._frame_shape = frames.shape
 
     def _summary(self, clip: _Clip) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
+        clip.fold()
         terminated, truncated = clip.terminated.tolist(), clip.truncated.tolist()
         returns, lengths = clip.ret.tolist(), clip.length.tolist()  # float32 -> exact floats
         success = None if clip.success is None else clip.success.tolist()

@@ -108,7 +108,7 @@ def test_a_recording_step_reads_the_device_a_bounded_number_of_times(tmp_path, m
     envs' step values (reward, done flags, success) in one read, and per frame one copy of the
     frames and one of the overlay's figures; the clip's end adds one read of its sidecar figures.
     (The built-in env's own render is counted apart: it is the env's business.) The engine reads
-    CPU tensors in place (``.numpy()`` views, no copy); here they take the path of tensors on a
+    CPU tensors in place (a slice of each, ``tolist()``); here they take the path of tensors on a
     device, which is what is bounded."""
     from rlrec.record import engine as engine_mod
 

@@ -432,3 +432,47 @@ def test_the_sidecar_is_the_same_whatever_form_the_step_values_take(tmp_path):
     assert (e2["return"], e2["length"], e2["end"], e2["success"]) == (-0.25, 2, "terminated", True)
     assert second[:3] == ([1, 2], 4, 5)  # env 2: episode 2 began at the reset by mask
     assert [e["end"] for e in second[3]] == ["cut", "cut"]
+
+
+@pytest.mark.parametrize("env_idx", [[0, 2], [1, 2]])  # recorded envs apart, and side by side
+def test_a_long_clips_returns_are_the_float32_sums_in_step_order(tmp_path, env_idx):
+    """While every recorded episode runs on, a step's rewards wait as plain rows and are summed
+    later, many at a time: the sidecar's returns are still ``ret += reward`` in float32 step by
+    step (not a float64 sum, nor a pairwise one), through an episode that ends after hundreds of
+    such steps while another runs on, and lengths count the steps of each episode."""
+    rng = np.random.default_rng(0)
+    steps, ends_at = 700, 600  # env_idx[1]'s episode terminates at step 600, env_idx[0]'s runs on
+    rewards = rng.standard_normal((steps, 3)) * 10.0 ** rng.integers(-3, 4, (steps, 3))
+    rewards = rewards.astype(np.float32)
+    engine = ClipEngine(
+        rec_cfg(env_idx=env_idx), num_envs=3, dt=0.1, device="cpu",
+        render=lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8),
+        video_dir=str(tmp_path), on_clip=lambda c: None,
+    )  # fmt: skip
+    sidecars = []
+    engine.on_clip = lambda c: sidecars.append(c.sidecar)
+    engine.on_reset(None)
+    second = env_idx[1]
+    for n in range(steps):
+        term = np.zeros(3, bool)
+        term[second] = n + 1 == ends_at
+        engine.on_step(
+            torch.from_numpy(rewards[n]), torch.from_numpy(term), torch.zeros(3, dtype=torch.bool)
+        )
+    engine.close()
+    with open(sidecars[0]) as f:
+        first_env, second_env = json.load(f)["envs"]
+
+    def in_order(column, n):
+        ret = np.float32(0)
+        for r in column[:n]:
+            ret = np.float32(ret + r)
+        return float(ret)
+
+    expected = (in_order(rewards[:, env_idx[0]], steps), in_order(rewards[:, second], ends_at))
+    assert (first_env["return"], second_env["return"]) == expected
+    # the test tells the sums apart: a float64 or a pairwise float32 sum would differ
+    assert float(np.float32(rewards[:, env_idx[0]].astype(np.float64).sum())) != expected[0]
+    assert float(rewards[:, env_idx[0]].sum()) != expected[0]
+    assert (first_env["length"], first_env["end"]) == (steps, "cut")
+    assert (second_env["length"], second_env["end"]) == (ends_at, "terminated")
