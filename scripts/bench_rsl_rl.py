@@ -171,11 +171,24 @@ def run_rsl(seed: int, args) -> dict:
         str(args.total_steps),
         *(["--rsl-defaults"] if args.rsl_defaults else []),
     ]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(args))
-    wall = time.time() - t0
-    if out.returncode != 0:
-        raise RuntimeError(f"rsl_rl run failed (seed {seed}):\n{out.stderr[-3000:]}")
-    iters = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"t"')]
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(args)
+        )
+        iters: List[dict] = []
+        stopped = False
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith('{"t"'):
+                iters.append(json.loads(line))
+                if args.stop_at_hit and first_hit(iters, args.threshold, args.window):
+                    proc.kill()  # this run's own child: the steps to the threshold are known
+                    stopped = True
+                    break
+        proc.wait()
+        wall = time.time() - t0
+        if proc.returncode != 0 and not stopped:
+            err.seek(0)
+            raise RuntimeError(f"rsl_rl run failed (seed {seed}):\n{err.read()[-3000:]}")
     return {"iters": iters, "wall": wall}
 
 
@@ -218,13 +231,19 @@ def run_rlrec(seed: int, args) -> dict:
                     it["success"] = rec["train/success"]
                 iters.append(it)
 
+    stopped = False
     while proc.poll() is None:
         read_new()
+        if args.stop_at_hit and first_hit(iters, args.threshold, args.window) is not None:
+            proc.kill()  # this run's own child: the steps to the threshold are known
+            proc.wait()
+            stopped = True
+            break
         time.sleep(0.01)
     wall = time.time() - t0
     read_new()
     log = proc.stdout.read()  # type: ignore[union-attr]
-    if proc.returncode != 0:
+    if proc.returncode != 0 and not stopped:
         raise RuntimeError(f"rlrec run failed (seed {seed}):\n{log[-3000:]}")
     return {"iters": iters, "wall": wall}
 
@@ -262,6 +281,12 @@ def main() -> None:
     p.add_argument("--only", choices=["rlrec", "rsl_rl"], default=None, help="one side only")
     p.add_argument("--rsl-defaults", action="store_true", help="rsl_rl's own PPO settings")
     p.add_argument("--rlrec-override", nargs="*", default=[], help="extra overrides for train.py")
+    p.add_argument(
+        "--stop-at-hit",
+        action="store_true",
+        help="end each run once it reaches the threshold (to compare settings by steps; "
+        "its steps/s then cover that part only)",
+    )
     p.add_argument("--json", type=str, default=None, help="also write all results to this file")
     p.add_argument("--rsl-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)

@@ -70,3 +70,16 @@ def test_presets_that_reproduce_another_ppo_clip_the_gradient_as_it_does():
     assert make_config([]).algo.grad_clip == "per_network"
     for name in ("cartpole", "maniskill_pushcube_gpu", "maniskill_pickcube_gpu"):
         assert make_config([f"+experiment={name}"]).algo.grad_clip == "joint", name
+
+
+def test_presets_that_reproduce_another_ppo_keep_its_init_and_adam_eps():
+    """The CartPole (SB3), ManiSkill (ppo.py, ppo_fast.py) and Genesis presets keep the
+    orthogonal init and Adam eps 1e-5 of the PPO each follows, whatever rlrec's defaults."""
+    for name in (
+        "cartpole",
+        "maniskill_pushcube_gpu",
+        "maniskill_pickcube_gpu",
+        "genesis_franka_reach",
+    ):
+        algo = make_config([f"+experiment={name}"]).algo
+        assert algo.init == "orthogonal" and algo.adam_eps == 1e-5, name
