@@ -158,7 +158,12 @@ def test_update_improves_the_clipped_objective_and_anneals():
     torch.manual_seed(0)
     env = AutoReset(PointReach(16))
     cfg = PPOConfig(
-        num_steps=8, num_minibatches=2, update_epochs=4, target_kl=None, anneal_clip=True
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=4,
+        target_kl=None,
+        anneal_lr=True,
+        anneal_clip=True,
     )
     ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
     s = RolloutStorage(
