@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from rlrec.ppo.config import PPOConfig
+
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
@@ -140,7 +142,7 @@ class ActorCritic(nn.Module):
         hidden_sizes: List[int],
         activation: str = "tanh",
         init_log_std: float = 0.0,
-        init: str = "orthogonal",
+        init: str = PPOConfig.init,  # algo.init's default (the schema holds it)
     ):
         super().__init__()
         obs_dim = int(np.prod(obs_space.shape))
