@@ -5,9 +5,12 @@
 Prints, per num_envs: env-only steps/s (random actions, no policy), rollout steps/s (policy + env +
 storage, as in training) and the PPO update time per iteration (the default PPOConfig: 4 epochs of
 4 minibatches, no KL stop here so every iteration does the same work), plus ratios against
-env-only and the update's share of an iteration. ``--compile``: the same update with
-``algo.compile=true`` too, on the same rollout in the same run (its compilation, the first
-update, timed apart), and the ratio of the two.
+env-only and the update's share of an iteration. ``floor``: the networks' own arithmetic in those
+epochs alone (a forward and a backward pass of the actor and the critic per minibatch: no loss
+terms, no clip, no optimizer), and the share of an iteration that floor alone would take: the
+least share any formulation of the same epochs can reach, whatever its overhead.
+``--compile``: the same update with ``algo.compile=true`` too, on the same rollout in the same
+run (its compilation, the first update, timed apart), and the ratio of the two.
 """
 
 from __future__ import annotations
@@ -36,6 +39,27 @@ def _update_s(ppo: PPO, storage: RolloutStorage, iters: int) -> tuple:
         ppo.update(storage)
         times.append(time.perf_counter() - t0)
     return times[0], statistics.median(times[1:])
+
+
+def _floor_s(ppo: PPO, storage: RolloutStorage, iters: int) -> float:
+    """The networks' own arithmetic in an update, and nothing else: for every minibatch of every
+    epoch (the same count and sizes as :meth:`PPO.update`), one forward pass of the actor and the
+    critic over its observations and one backward pass, without the loss terms, the gradient clip
+    or the optimizer step. No formulation of these epochs can do less; the median of ``iters``."""
+    cfg = ppo.cfg
+    obs = storage.obs.reshape(-1, *storage.obs.shape[2:]).clone()
+    size = obs.shape[0] // cfg.num_minibatches
+    times = []
+    for _ in range(iters + 1):
+        t0 = time.perf_counter()
+        for _epoch in range(cfg.update_epochs):
+            for i in range(cfg.num_minibatches):
+                mb = obs[i * size : (i + 1) * size]
+                out = ppo.agent.actor(mb).sum() + ppo.agent.critic(mb).sum()
+                out.backward()
+        times.append(time.perf_counter() - t0)
+    ppo.optimizer.zero_grad(set_to_none=True)
+    return statistics.median(times[1:])
 
 
 def bench(
@@ -71,6 +95,7 @@ def bench(
             storage.compute_gae(ppo.agent.value(ppo.normalize(obs)), 0.99, 0.95)
         rollout_sps = iters * num_steps * num_envs / (time.perf_counter() - t0)
     out = {"env_sps": env_sps, "rollout_sps": rollout_sps}
+    out["floor_s"] = _floor_s(ppo, storage, iters)
     _, out["update_s"] = _update_s(ppo, storage, iters)
     if compile:
         compiled = PPO(
@@ -104,7 +129,7 @@ def main() -> None:
     )
     print(
         f"{'num_envs':>9} {'env-only SPS':>14} {'rollout SPS':>13} {'rollout/env':>12} "
-        f"{'update s/iter':>14} {'update share':>13}"
+        f"{'update s/iter':>14} {'update share':>13} {'floor s':>8} {'floor share':>12}"
         + (
             f" {'compiled s/iter':>16} {'compiled/eager':>15} {'compile s':>10}"
             if args.compile
@@ -118,7 +143,8 @@ def main() -> None:
         line = (
             f"{n:>9} {r['env_sps']:>14,.0f} {r['rollout_sps']:>13,.0f} "
             f"{r['rollout_sps'] / r['env_sps']:>12.3f} "
-            f"{r['update_s']:>14.3f} {share:>13.1%}"
+            f"{r['update_s']:>14.3f} {share:>13.1%} {r['floor_s']:>8.3f} "
+            f"{r['floor_s'] / (r['floor_s'] + collect_s):>12.1%}"
         )
         if args.compile:
             line += (

@@ -8,7 +8,6 @@ from typing import Dict, Optional
 
 import gymnasium as gym
 import torch
-from torch import nn
 
 from rlrec import distributed
 from rlrec.ppo.adam import FusedAdam, fused_available
@@ -133,22 +132,22 @@ class PPO:
     # ------------------------------------------------------------------ acting
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Collection: normalises ``obs`` (updating the statistics), samples an action and keeps
-        what the transition needs until :meth:`process_env_step`."""
-        if not self.compiled:
-            nobs = self.normalize(obs, update=True)
-            action, logprob, value = self.agent.act(nobs)
-        else:
-            obs = obs.float()
-            if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
-                self.obs_norm.update(obs)
-            # drawn here, by the default generator (the same draw as Normal.sample's)
-            noise_fn = torch.rand if self.agent.discrete else torch.randn
-            noise = noise_fn(self.agent.noise_shape(obs.shape[0]), device=obs.device)
-            if self._cudagraphs:
-                torch.compiler.cudagraph_mark_step_begin()
-            out = self._policy_step(obs, noise)
-            # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
-            nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
+        what the transition needs until :meth:`process_env_step`. One path, eager or compiled:
+        the noise is drawn here by the default generator and the policy step
+        (:meth:`ActorCritic.act_with_noise`) turns it into the action. A Gaussian action is then
+        the number ``Normal.sample`` draws; a categorical one is a Gumbel-max sample (a few
+        elementwise ops, where ``torch.multinomial`` costs several times as much for the small
+        batches of a CPU rollout)."""
+        obs = obs.float()
+        if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
+            self.obs_norm.update(obs)
+        noise_fn = torch.rand if self.agent.discrete else torch.randn
+        noise = noise_fn(self.agent.noise_shape(obs.shape[0]), device=obs.device)
+        if self._cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        out = self._policy_step(obs, noise)
+        # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
+        nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
         self._transition = (nobs, action, logprob, value)
         return action
 
@@ -364,7 +363,10 @@ class PPO:
         else:
             v_loss = 0.5 * ((value - returns) ** 2).mean()
         ent = entropy.mean()
-        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        loss = pg_loss
+        if cfg.ent_coef:  # no entropy bonus: its terms stay out of the backward pass
+            loss = loss - cfg.ent_coef * ent
+        loss = loss + cfg.vf_coef * v_loss
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
     def _optimizer_step_eager(self) -> torch.Tensor:
@@ -372,10 +374,24 @@ class PPO:
         returns the norm of the whole gradient before the clip. The clip scales by
         ``min(1, max_norm / norm)`` on the device (torch's ``clip_grad_norm_`` multiplies by the
         clamped factor, never branches on it): no host sync."""
-        norms = [
-            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm, foreach=True)
-            for params in self._clip_sets
-        ]
+        # the arithmetic of nn.utils.clip_grad_norm_(params, max_norm, foreach=True) on each set
+        # (torch/nn/utils/clip_grad.py _get_total_norm and _clip_grads_with_norm_, torch 2.13:
+        # _foreach_norm, the norm of the stacked norms, min(1, max_norm / (norm + 1e-6)),
+        # _foreach_mul_), so the same numbers, with one _foreach_norm over every set and without
+        # its per-call grouping of the tensors by device and dtype (the sets are one device's)
+        sets = [[p.grad for p in params if p.grad is not None] for params in self._clip_sets]
+        per_tensor = torch._foreach_norm([g for grads in sets for g in grads], 2.0)
+        norms, start = [], 0
+        for grads in sets:
+            if not grads:
+                continue
+            norm = torch.linalg.vector_norm(torch.stack(per_tensor[start : start + len(grads)]))
+            start += len(grads)
+            coef = torch.clamp(self.cfg.max_grad_norm / (norm + 1e-6), max=1.0)
+            torch._foreach_mul_(grads, coef)
+            norms.append(norm)
+        if not norms:  # no gradient at all (clip_grad_norm_'s empty norm)
+            norms.append(torch.zeros((), device=self.device))
         self.optimizer.step()
         grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
         return grad_norm.detach()

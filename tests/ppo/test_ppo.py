@@ -476,3 +476,33 @@ def test_adam_eps_changes_the_step():
         moved[eps] = float((ppo.agent.log_std.detach() - before).abs().max())
     assert moved[1e-8] == pytest.approx(1e-2, rel=1e-3)
     assert moved[1.0] == pytest.approx(1e-6, rel=1e-2)
+
+
+@pytest.mark.parametrize("mode", ["joint", "per_network"])
+def test_the_gradient_clip_equals_torchs_clip_grad_norm_bit_for_bit(mode):
+    """The optimizer step's clip is ``nn.utils.clip_grad_norm_(set, max_grad_norm, foreach=True)``
+    on each set of ``algo.grad_clip`` (written out without its per-call grouping): the same
+    clipped gradients and the same norms, exactly, whether the norm is over the limit or not."""
+    from rlrec.ppo.config import GradClip
+
+    space = PointReach(4)
+    obs_space, act_space = space.single_observation_space, space.single_action_space
+    for scale in (1e-4, 1.0, 50.0):  # under, near and over max_grad_norm
+        torch.manual_seed(0)
+        ppo = PPO(PPOConfig(max_grad_norm=0.5, grad_clip=GradClip(mode)), obs_space, act_space, CPU)
+        ppo.optimizer.step = lambda: None
+        for p in ppo.agent.parameters():
+            p.grad = torch.randn_like(p) * scale
+        expected = [[p.grad.clone() for p in params] for params in ppo._clip_sets]
+        # clip_grad_norm_ on parameters holding the same gradients
+        params = [[torch.nn.Parameter(torch.zeros_like(g)) for g in grads] for grads in expected]
+        for ps, grads in zip(params, expected):
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+        norms = [torch.nn.utils.clip_grad_norm_(ps, 0.5, foreach=True) for ps in params]
+        total = ppo._optimizer_step_eager()
+        for ps, own in zip(params, ppo._clip_sets):
+            for p, q in zip(ps, own):
+                assert torch.equal(p.grad, q.grad)
+        whole = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+        assert torch.equal(total, whole)
