@@ -12,14 +12,25 @@ the two sides interleaved seed by seed, both with ``--threads`` torch threads (d
   it is written (polled every 10 ms).
 - rsl_rl: rsl-rl-lib's ``OnPolicyRunner`` on the same env (``PointReach``, 64 envs, 100-step
   episodes, seed S) with rlrec's default settings wherever its config has them: 32 steps per env,
-  4 epochs of 4 minibatches, lr 3e-4, gamma 0.99, lambda 0.95, clip 0.2, no entropy bonus,
-  gradient norm 0.5, no clipped value loss, advantages normalised per minibatch, observations
-  normalised, 64x64 tanh MLPs, initial std 1. Where it has no such setting, its own: a fixed
-  learning rate (rlrec anneals it linearly), no KL early stop (rlrec: 0.1), each network's
-  gradient clipped on its own, its MLP init, Adam's default eps, a value loss without rlrec's
-  factor 1/2 (so ``value_loss_coef`` 0.25 = rlrec's ``vf_coef`` 0.5).
+  4 epochs of 4 minibatches, lr 3e-4 fixed (``schedule="fixed"``; rlrec: ``algo.anneal_lr=false``),
+  gamma 0.99, lambda 0.95, clip 0.2, no entropy bonus, gradient norm 0.5, no clipped value loss,
+  advantages normalised per minibatch, observations normalised, 64x64 tanh MLPs, initial std 1.
+  rlrec's defaults have rsl_rl's choices where its config has none: each network's gradient
+  clipped on its own (``algo.grad_clip=per_network``), ``nn.Linear``'s init
+  (``algo.init=torch_default``), Adam's default eps 1e-8 (``algo.adam_eps``); and rsl_rl's value
+  loss has no factor 1/2 (so ``value_loss_coef`` 0.25 = rlrec's ``vf_coef`` 0.5). What still
+  differs: rlrec's KL early stop (``algo.target_kl`` 0.1; rsl_rl has none with a fixed
+  schedule), the std (rlrec: ``exp(log_std)``; rsl_rl: the std itself as the parameter), the
+  observation statistics (rlrec: updated at each step before acting; rsl_rl: once per
+  iteration, after the update, with eps 1e-2 and no clip), time-outs bootstrapped from the value
+  of the final observation (rsl_rl: of the observation the last action was taken in), and
+  rsl_rl shuffles the batch once for all epochs (rlrec: once per epoch).
   ``--rsl-defaults`` runs rsl_rl's own defaults for the PPO settings instead (adaptive learning
   rate, 5 epochs, entropy 0.01, clipped value loss, max grad norm 1).
+  ``--rlrec-override`` passes Hydra overrides to rlrec's runs (e.g. the defaults before they
+  followed rsl_rl's: ``algo.init=orthogonal algo.adam_eps=1e-5 algo.anneal_lr=true``), and
+  ``--stop-at-hit`` ends each run (both sides) once it reaches the threshold, to compare
+  settings by env steps quickly.
 
 Training success of an iteration: the fraction of the episodes that ended during its rollout
 that ended in success (rlrec's ``train/success``); the same count on both sides. A run reaches
@@ -171,11 +182,24 @@ def run_rsl(seed: int, args) -> dict:
         str(args.total_steps),
         *(["--rsl-defaults"] if args.rsl_defaults else []),
     ]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(args))
-    wall = time.time() - t0
-    if out.returncode != 0:
-        raise RuntimeError(f"rsl_rl run failed (seed {seed}):\n{out.stderr[-3000:]}")
-    iters = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"t"')]
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(args)
+        )
+        iters: List[dict] = []
+        stopped = False
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith('{"t"'):
+                iters.append(json.loads(line))
+                if args.stop_at_hit and first_hit(iters, args.threshold, args.window):
+                    proc.kill()  # this run's own child: the steps to the threshold are known
+                    stopped = True
+                    break
+        proc.wait()
+        wall = time.time() - t0
+        if proc.returncode != 0 and not stopped:
+            err.seek(0)
+            raise RuntimeError(f"rsl_rl run failed (seed {seed}):\n{err.read()[-3000:]}")
     return {"iters": iters, "wall": wall}
 
 
@@ -218,13 +242,19 @@ def run_rlrec(seed: int, args) -> dict:
                     it["success"] = rec["train/success"]
                 iters.append(it)
 
+    stopped = False
     while proc.poll() is None:
         read_new()
+        if args.stop_at_hit and first_hit(iters, args.threshold, args.window) is not None:
+            proc.kill()  # this run's own child: the steps to the threshold are known
+            proc.wait()
+            stopped = True
+            break
         time.sleep(0.01)
     wall = time.time() - t0
     read_new()
     log = proc.stdout.read()  # type: ignore[union-attr]
-    if proc.returncode != 0:
+    if proc.returncode != 0 and not stopped:
         raise RuntimeError(f"rlrec run failed (seed {seed}):\n{log[-3000:]}")
     return {"iters": iters, "wall": wall}
 
@@ -262,6 +292,12 @@ def main() -> None:
     p.add_argument("--only", choices=["rlrec", "rsl_rl"], default=None, help="one side only")
     p.add_argument("--rsl-defaults", action="store_true", help="rsl_rl's own PPO settings")
     p.add_argument("--rlrec-override", nargs="*", default=[], help="extra overrides for train.py")
+    p.add_argument(
+        "--stop-at-hit",
+        action="store_true",
+        help="end each run once it reaches the threshold (to compare settings by steps; "
+        "its steps/s then cover that part only)",
+    )
     p.add_argument("--json", type=str, default=None, help="also write all results to this file")
     p.add_argument("--rsl-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)

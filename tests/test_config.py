@@ -54,6 +54,8 @@ def test_wrong_type_is_named():
         ("eval_env.every=0", "eval_env.every"),
         ("algo.num_minibatches=3", "algo.num_minibatches"),
         ("algo.gamma=1.5", "algo.gamma"),
+        ("algo.adam_eps=0", "algo.adam_eps"),
+        ("algo.adam_eps=-1e-8", "algo.adam_eps"),
         ("resume=sometimes", "resume"),
     ],
 )
@@ -73,6 +75,7 @@ def test_bad_values_name_the_key(override, key):
         ("algo.bootstrap_at=success", ["truncated", "done"]),
         ("algo.kl_check=step", ["epoch", "minibatch"]),
         ("algo.grad_clip=global", ["joint", "per_network"]),
+        ("algo.init=xavier", ["orthogonal", "torch_default"]),
         ("recorder.on_error=ignore", ["warn", "raise"]),
         ("recorder.preset=warp", ["ultrafast", "veryslow"]),
         ("eval_env.recorder.trigger=sometimes", ["cubic", "eval", "none"]),

@@ -36,7 +36,7 @@ def test_a_diverging_run_stops_with_one_line_and_its_own_exit_status(tmp_path):
     """What a user meets with a learning rate far too high: before, torch's "normal expects all
     elements of std >= 0.0" from inside the next rollout, after a metrics line of nulls."""
     run_dir = tmp_path / "run"
-    args = [*QUIET, "total_steps=512", "algo.learning_rate=50", "algo.max_grad_norm=1e6"]
+    args = [*QUIET, "total_steps=512", "algo.learning_rate=1000", "algo.max_grad_norm=1e6"]
     proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
     assert proc.returncode == EXIT_STATUS == 3, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("rlrec:")]
@@ -210,7 +210,7 @@ def test_a_diverging_sweep_job_fails_alone_with_its_line(tmp_path):
     import csv
 
     sweep_dir = tmp_path / "sweep"
-    args = ["-m", "algo.learning_rate=50,3e-4", "algo.max_grad_norm=1e6", *QUIET]
+    args = ["-m", "algo.learning_rate=1000,3e-4", "algo.max_grad_norm=1e6", *QUIET]
     proc = run_train([*args, "total_steps=256", f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path,
                      check=False)  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a job failed

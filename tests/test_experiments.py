@@ -70,3 +70,19 @@ def test_presets_that_reproduce_another_ppo_clip_the_gradient_as_it_does():
     assert make_config([]).algo.grad_clip == "per_network"
     for name in ("cartpole", "maniskill_pushcube_gpu", "maniskill_pickcube_gpu"):
         assert make_config([f"+experiment={name}"]).algo.grad_clip == "joint", name
+
+
+def test_presets_that_reproduce_another_ppo_keep_its_init_and_adam_eps():
+    """The CartPole (SB3), ManiSkill (ppo.py, ppo_fast.py) and Genesis presets keep the
+    orthogonal init and Adam eps 1e-5 of the PPO each follows; rlrec's defaults are rsl_rl's."""
+    algo = make_config([]).algo
+    assert (algo.init, algo.adam_eps, algo.anneal_lr) == ("torch_default", 1e-8, False)
+    for name in (
+        "cartpole",
+        "maniskill_pushcube_gpu",
+        "maniskill_pickcube_gpu",
+        "genesis_franka_reach",
+    ):
+        algo = make_config([f"+experiment={name}"]).algo
+        assert algo.init == "orthogonal" and algo.adam_eps == 1e-5, name
+        assert algo.anneal_lr == (name in ("cartpole", "genesis_franka_reach")), name

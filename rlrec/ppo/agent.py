@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from rlrec.ppo.config import PPOConfig
+
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
@@ -112,13 +114,18 @@ class ObsNormalizer(nn.Module):
         return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
 
 
-def _mlp(sizes: List[int], activation: str, out_gain: float) -> nn.Sequential:
+def _mlp(sizes: List[int], activation: str, out_gain: float, init: str) -> nn.Sequential:
+    """An MLP; ``init="orthogonal"``: orthogonal weights (gain sqrt(2), ``out_gain`` for the
+    output layer) and zero biases; ``"torch_default"``: ``nn.Linear``'s own init, untouched."""
+    if init not in ("orthogonal", "torch_default"):
+        raise ValueError(f"unknown init {init!r}: orthogonal or torch_default")
     layers: List[nn.Module] = []
     for i in range(len(sizes) - 1):
         layer = nn.Linear(sizes[i], sizes[i + 1])
         last = i == len(sizes) - 2
-        nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
-        nn.init.constant_(layer.bias, 0.0)
+        if init == "orthogonal":
+            nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
+            nn.init.constant_(layer.bias, 0.0)
         layers.append(layer)
         if not last:
             layers.append(_ACTIVATIONS[activation]())
@@ -135,6 +142,7 @@ class ActorCritic(nn.Module):
         hidden_sizes: List[int],
         activation: str = "tanh",
         init_log_std: float = 0.0,
+        init: str = PPOConfig.init,  # algo.init's default (the schema holds it)
     ):
         super().__init__()
         obs_dim = int(np.prod(obs_space.shape))
@@ -146,8 +154,8 @@ class ActorCritic(nn.Module):
         else:
             raise TypeError(f"unsupported action space {action_space}: Box or Discrete only")
         self.action_shape = () if self.discrete else tuple(action_space.shape)
-        self.critic = _mlp([obs_dim, *hidden_sizes, 1], activation, 1.0)
-        self.actor = _mlp([obs_dim, *hidden_sizes, act_dim], activation, 0.01)
+        self.critic = _mlp([obs_dim, *hidden_sizes, 1], activation, 1.0, init)
+        self.actor = _mlp([obs_dim, *hidden_sizes, act_dim], activation, 0.01, init)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 

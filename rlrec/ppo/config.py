@@ -46,6 +46,17 @@ class GradClip(Choice):
     per_network = "per_network"
 
 
+class Init(Choice):
+    """How the policy's and the value's MLP weights start. ``orthogonal``: orthogonal weights
+    with gain sqrt(2) in the hidden layers, 0.01 in the actor's output layer and 1 in the
+    critic's, zero biases (CleanRL, Stable-Baselines3, ManiSkill's baselines). ``torch_default``:
+    ``nn.Linear``'s own init (uniform weights and biases in +-1/sqrt(fan_in)), as rsl_rl's MLP
+    keeps it."""
+
+    orthogonal = "orthogonal"
+    torch_default = "torch_default"
+
+
 @dataclass
 class PPOConfig:
     """PPO hyper-parameters (CleanRL names)."""
@@ -63,12 +74,17 @@ class PPOConfig:
         "reward_scale": POSITIVE,
         # the initial std is exp(init_log_std): beyond +-20 it is 0 or overflows in float32 math
         "init_log_std": Range(low=-20.0, high=20.0),
+        "adam_eps": POSITIVE,
     }
 
     name: str = "ppo"
     num_steps: int = 32  # rollout length per env
     learning_rate: float = 3e-4
-    anneal_lr: bool = True
+    # Adam's eps: torch's default, as rsl_rl's PPO (CleanRL, SB3 and ManiSkill's baselines: 1e-5)
+    adam_eps: float = 1e-8
+    # the learning rate annealed linearly to 0 over total_steps (CleanRL); off: fixed (rsl_rl's
+    # schedule=fixed)
+    anneal_lr: bool = False
     gamma: float = 0.99
     gae_lambda: float = 0.95
     num_minibatches: int = 4
@@ -93,5 +109,9 @@ class PPOConfig:
     hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
     init_log_std: float = 0.0
     activation: Activation = Activation.tanh
+    # torch_default (nn.Linear's, as rsl_rl's MLP) | orthogonal (CleanRL's, SB3's, ManiSkill's).
+    # With the fixed learning rate and Adam eps 1e-8: 0.95 training success on the built-in env
+    # in as few env steps as rsl_rl's PPO (scripts/bench_rsl_rl.py)
+    init: Init = Init.torch_default
     # torch.compile of the policy step and of the update step (CUDA graphs on CUDA); docs/gpu.md
     compile: bool = False

@@ -46,7 +46,12 @@ class PPO:
         self.device = device
         self.obs_shape, self.action_space = tuple(obs_space.shape), action_space
         self.agent = ActorCritic(
-            obs_space, action_space, list(cfg.hidden_sizes), cfg.activation, cfg.init_log_std
+            obs_space,
+            action_space,
+            list(cfg.hidden_sizes),
+            cfg.activation,
+            cfg.init_log_std,
+            cfg.init,
         ).to(device)
         # several ranks: one policy (rank 0's initial weights), gradients averaged every
         # minibatch, normaliser statistics merged every update, the KL stop on the mean KL
@@ -73,10 +78,12 @@ class PPO:
         self.optimizer: "torch.optim.Adam | FusedAdam"
         if self.compiled or not fused:
             self.optimizer = torch.optim.Adam(
-                self.agent.parameters(), lr=lr, eps=1e-5, **self._opt_flags
+                self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **self._opt_flags
             )
         else:  # the same kernel and state layout, without torch.optim's import of torch._dynamo
-            self.optimizer = FusedAdam(self.agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+            self.optimizer = FusedAdam(
+                self.agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps
+            )
         self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
         # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
@@ -406,9 +413,10 @@ class PPO:
     def load_state_dict(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
         optimizer = dict(state["optimizer"])
-        # this run's Adam implementation (fused, or the compiled one), not the saver's
+        # this run's Adam implementation (fused, or the compiled one) and eps, not the saver's
         optimizer["param_groups"] = [
-            {**g, **self._opt_flags, "lr": float(g["lr"])} for g in optimizer["param_groups"]
+            {**g, **self._opt_flags, "lr": float(g["lr"]), "eps": self.cfg.adam_eps}
+            for g in optimizer["param_groups"]
         ]
         self.optimizer.load_state_dict(optimizer)
         if self.compiled:

@@ -159,8 +159,8 @@ def test_checkpoints_load_across_modes():
     """A compiled run resumes an eager run's checkpoint and the other way round: the saved learning
     rate is a float in both, and each keeps its own Adam implementation and lr type."""
     space = gym.spaces.Box(-1, 1, (3,))
-    eager = PPO(PPOConfig(learning_rate=1e-3), space, space, CPU)
-    compiled = PPO(PPOConfig(learning_rate=5e-4, compile=True), space, space, CPU)
+    eager = PPO(PPOConfig(learning_rate=1e-3, anneal_lr=True), space, space, CPU)
+    compiled = PPO(PPOConfig(learning_rate=5e-4, anneal_lr=True, compile=True), space, space, CPU)
     eager.set_schedule(0.5)
     state = eager.state_dict()
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(5e-4)

@@ -158,7 +158,12 @@ def test_update_improves_the_clipped_objective_and_anneals():
     torch.manual_seed(0)
     env = AutoReset(PointReach(16))
     cfg = PPOConfig(
-        num_steps=8, num_minibatches=2, update_epochs=4, target_kl=None, anneal_clip=True
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=4,
+        target_kl=None,
+        anneal_lr=True,
+        anneal_clip=True,
     )
     ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
     s = RolloutStorage(
@@ -405,6 +410,72 @@ def test_grad_clip_per_network_clips_the_actor_and_the_critic_each_on_its_own():
         after = [p.grad for p in (*ppo.agent.actor.parameters(), ppo.agent.log_std)]
         clipped[mode] = all(torch.equal(a, b) for a, b in zip(actor, after))
     assert clipped == {GradClip.joint: False, GradClip.per_network: True}
+
+
+def _linears(net):
+    return [m for m in net if isinstance(m, torch.nn.Linear)]
+
+
+def test_init_torch_default_keeps_nn_linear_init_and_orthogonal_replaces_it():
+    """``algo.init=torch_default`` (rsl_rl's MLP): every layer's weights and biases are those
+    ``nn.Linear`` draws (the same numbers as plain layers built from the same seed, biases not
+    zero); ``orthogonal``: orthogonal weights with gain sqrt(2) in the hidden layers, 0.01 at the
+    actor's output and 1 at the critic's, zero biases."""
+    from rlrec.ppo.config import Init
+
+    space = PointReach(4)
+    obs_space, act_space = space.single_observation_space, space.single_action_space
+    nets = {}
+    for init in (Init.torch_default, Init.orthogonal):
+        torch.manual_seed(0)
+        ppo = PPO(PPOConfig(hidden_sizes=[8, 8], init=init), obs_space, act_space, CPU)
+        nets[init] = ppo.agent
+    torch.manual_seed(0)
+    plain = [torch.nn.Linear(i, o) for i, o in [(6, 8), (8, 8), (8, 1), (6, 8), (8, 8), (8, 2)]]
+    default = nets[Init.torch_default]
+    for layer, ref in zip(_linears(default.critic) + _linears(default.actor), plain):
+        assert torch.equal(layer.weight, ref.weight) and torch.equal(layer.bias, ref.bias)
+        assert layer.bias.abs().sum() > 0
+    ortho = nets[Init.orthogonal]
+    for net, out_gain in ((ortho.critic, 1.0), (ortho.actor, 0.01)):
+        layers = _linears(net)
+        for i, layer in enumerate(layers):
+            gain = out_gain if i == len(layers) - 1 else 2**0.5
+            w = layer.weight.detach()
+            small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            eye = torch.eye(small.shape[0])
+            assert torch.allclose(small, gain**2 * eye, atol=1e-5 * max(1.0, gain**2)), (i, gain)
+            assert not layer.bias.any()
+
+
+@pytest.mark.parametrize("compile_", [False, True])
+def test_adam_eps_reaches_the_optimizer_and_wins_over_a_loaded_state(compile_):
+    """``algo.adam_eps`` is the eps of the optimizer's step (fused on the CPU, torch.optim's
+    Adam with ``algo.compile``), also after loading a state saved with another eps."""
+    space = PointReach(4)
+    obs_space, act_space = space.single_observation_space, space.single_action_space
+    saved = PPO(PPOConfig(adam_eps=1e-5), obs_space, act_space, CPU).state_dict()
+    assert saved["optimizer"]["param_groups"][0]["eps"] == 1e-5
+    ppo = PPO(PPOConfig(adam_eps=3e-7, compile=compile_), obs_space, act_space, CPU)
+    assert [g["eps"] for g in ppo.optimizer.param_groups] == [3e-7]
+    ppo.load_state_dict(saved)
+    assert [g["eps"] for g in ppo.optimizer.param_groups] == [3e-7]
+
+
+def test_adam_eps_changes_the_step():
+    """The eps is the one the Adam step divides by: a huge eps (1.0 against gradients of 1e-4)
+    makes the first step about lr * 1e-4 instead of about lr."""
+    space = PointReach(4)
+    obs_space, act_space = space.single_observation_space, space.single_action_space
+    moved = {}
+    for eps in (1e-8, 1.0):
+        ppo = PPO(PPOConfig(adam_eps=eps, learning_rate=1e-2), obs_space, act_space, CPU)
+        before = ppo.agent.log_std.detach().clone()
+        ppo.agent.log_std.grad = torch.full_like(before, 1e-4)
+        ppo.optimizer.step()
+        moved[eps] = float((ppo.agent.log_std.detach() - before).abs().max())
+    assert moved[1e-8] == pytest.approx(1e-2, rel=1e-3)
+    assert moved[1.0] == pytest.approx(1e-6, rel=1e-2)
 
 
 @pytest.mark.parametrize("mode", ["joint", "per_network"])
