@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from metrics_tail import MetricsTail
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -168,21 +170,11 @@ def run_rlrec(seed: int, args) -> dict:
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     evals: List[dict] = []
-    pos, buf, last_step = 0, "", 0
+    tail, last_step = MetricsTail(metrics, t0), 0
 
     def read_new() -> None:
-        nonlocal pos, buf, last_step
-        if not metrics.exists():
-            return
-        with open(metrics) as f:
-            f.seek(pos)
-            chunk = f.read()
-            pos = f.tell()
-        now = time.time() - t0  # lines are timestamped when they appear (polled every 10 ms)
-        buf += chunk
-        *lines, buf = buf.split("\n")
-        for line in lines:
-            rec = json.loads(line)
+        nonlocal last_step
+        for now, rec in tail.read():
             last_step = max(last_step, rec.get("step", 0))
             if "eval/return" in rec:
                 evals.append({"t": now, "step": rec["step"], "return": rec["eval/return"]})

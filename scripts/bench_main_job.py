@@ -18,7 +18,6 @@ success; then per checkout the medians and, with two checkouts, the ratios secon
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
+
+from metrics_tail import MetricsTail
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,21 +49,11 @@ def run(tree: Path, overrides: List[str]) -> dict:
     )
     first: Optional[dict] = None
     last: Optional[dict] = None
-    pos, buf = 0, ""
+    tail = MetricsTail(metrics, t0)
 
     def read_new() -> None:
-        nonlocal pos, buf, first, last
-        if not metrics.exists():
-            return
-        with open(metrics) as f:
-            f.seek(pos)
-            chunk = f.read()
-            pos = f.tell()
-        now = time.time() - t0
-        buf += chunk
-        *lines, buf = buf.split("\n")
-        for line in lines:
-            rec = json.loads(line)
+        nonlocal first, last
+        for now, rec in tail.read():
             if "eval/success" not in rec:
                 continue
             last = {"t": now, "step": rec["step"], "success": rec["eval/success"]}

@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from metrics_tail import MetricsTail
+
 ROOT = Path(__file__).resolve().parent.parent
 NUM_ENVS, NUM_STEPS = 64, 32
 
@@ -221,21 +223,10 @@ def run_rlrec(seed: int, args) -> dict:
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(args)
     )
     iters: List[dict] = []
-    pos, buf = 0, ""
+    tail = MetricsTail(metrics, t0)
 
     def read_new() -> None:
-        nonlocal pos, buf
-        if not metrics.exists():
-            return
-        with open(metrics) as f:
-            f.seek(pos)
-            chunk = f.read()
-            pos = f.tell()
-        now = time.time() - t0  # lines are timestamped when they appear (polled every 10 ms)
-        buf += chunk
-        *lines, buf = buf.split("\n")
-        for line in lines:
-            rec = json.loads(line)
+        for now, rec in tail.read():
             if "loss/policy" in rec:  # an iteration's line
                 it = {"t": now, "step": rec["step"]}
                 if "train/success" in rec:
