@@ -103,10 +103,12 @@ def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
 def test_run_writes_its_report(lossless_run):
     page = (lossless_run / REPORT_FILE).read_text()
     run = read_run(lossless_run)
-    # every eval clip and the progress video are played inline, by relative path
+    # the progress video and every eval clip are played inline, by relative path, then again
+    # the clip of each failed episode that has one (the recorded env's), in the failures table
     sources = re.findall(r'<video [^>]*src="([^"]+)"', page)
     assert sources[0] == PROGRESS_VIDEO
-    assert sources[1:] == [ev.clip for ev in run.evaluations]
+    failed = [ep["clip"] for ep in run.failed_episodes() if ep.get("clip")]
+    assert sources[1:] == [ev.clip for ev in run.evaluations] + failed
     assert all(not s.startswith(("/", "http", "file:")) for s in sources)
     assert page.count("<svg") == 1 and "eval/return" in page  # the curves, inline
     assert 'http-equiv="Content-Security-Policy"' in page and "<script" not in page

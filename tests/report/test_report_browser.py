@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -88,7 +89,12 @@ def test_report_in_a_browser(kind, browser, request):
     assert browser.title.startswith("rlrec run")
 
     results = browser.execute_async_script(PLAY_ALL)
-    assert len(results) == 1 + len(list((run_dir / "videos" / "eval").glob("*.mp4")))
+    # the progress video, every eval clip, and again the clip of each failed episode that has one
+    page = (run_dir / "report.html").read_text()
+    assert len(results) == len(re.findall(r"<video ", page))
+    played = {Path(unquote(urlparse(r["src"]).path)) for r in results}
+    clips = set((run_dir / "videos" / "eval").glob("*.mp4"))
+    assert played == clips | {run_dir / "videos" / "progress.mp4"}
     for r in results:
         path = Path(unquote(urlparse(r["src"]).path))
         assert run_dir in path.parents, r
