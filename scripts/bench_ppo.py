@@ -82,17 +82,16 @@ def bench(
             for a in actions:
                 env.step(a)
         env_sps = iters * num_steps * num_envs / (time.perf_counter() - t0)
-        # rollout: policy + env + storage writes
+        # rollout: training's own calls (PPO.act, env step, PPO.process_env_step, GAE)
+        ppo.storage = storage
         t0 = time.perf_counter()
         for _ in range(iters):
-            for t in range(num_steps):
-                nobs = ppo.normalize(obs, update=True)
-                action, logprob, value = ppo.agent.act(nobs)
+            storage.clear()
+            for _t in range(num_steps):
+                action = ppo.act(obs)
                 obs, reward, term, trunc, info = env.step(action)
-                storage.obs[t], storage.actions[t], storage.logprobs[t] = nobs, action, logprob
-                storage.values[t], storage.rewards[t] = value, reward
-                storage.dones[t] = (term | trunc).float()
-            storage.compute_gae(ppo.agent.value(ppo.normalize(obs)), 0.99, 0.95)
+                ppo.process_env_step(reward, term, trunc, info)
+            ppo.compute_returns(obs)
         rollout_sps = iters * num_steps * num_envs / (time.perf_counter() - t0)
     out = {"env_sps": env_sps, "rollout_sps": rollout_sps}
     out["floor_s"] = _floor_s(ppo, storage, iters)
