@@ -18,22 +18,23 @@ success; then per checkout the medians and, with two checkouts, the ratios secon
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
 
-from metrics_tail import MetricsTail
+from metrics_tail import MetricsTail, RunDirs
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNS = RunDirs()  # the runs' folders, removed at exit unless --keep-runs
 
 
 def run(tree: Path, overrides: List[str]) -> dict:
-    run_dir = Path(tempfile.mkdtemp(prefix="bench_main_job_"))
+    run_dir = RUNS.new("bench_main_job_")
     metrics = run_dir / "metrics.jsonl"
     cmd = [
         sys.executable,
@@ -79,7 +80,12 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="runs per checkout, alternated")
     p.add_argument("--seed", type=int, default=None, help="default: the main job's own seed")
     p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
+    p.add_argument(
+        "--keep-runs", action="store_true", help="keep the runs' folders (removed by default)"
+    )
     args = p.parse_args()
+    RUNS.keep = args.keep_runs
+    atexit.register(RUNS.remove)
     trees = [Path(t).resolve() for t in args.trees]
     results = {t: [] for t in trees}
     for i in range(args.runs):

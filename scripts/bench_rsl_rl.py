@@ -45,6 +45,7 @@ steps/s (first to last iteration).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -55,9 +56,10 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from metrics_tail import MetricsTail
+from metrics_tail import MetricsTail, RunDirs
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNS = RunDirs()  # the runs' folders, removed at exit unless --keep-runs
 NUM_ENVS, NUM_STEPS = 64, 32
 
 
@@ -206,7 +208,7 @@ def run_rsl(seed: int, args) -> dict:
 
 
 def run_rlrec(seed: int, args) -> dict:
-    run_dir = Path(tempfile.mkdtemp(prefix=f"bench_rsl_rl_rlrec_s{seed}_"))
+    run_dir = RUNS.new(f"bench_rsl_rl_rlrec_s{seed}_")
     metrics = run_dir / "metrics.jsonl"
     cmd = [
         sys.executable,
@@ -293,7 +295,12 @@ def main() -> None:
     p.add_argument("--rsl-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--keep-runs", action="store_true", help="keep the runs' folders (removed by default)"
+    )
     args = p.parse_args()
+    RUNS.keep = args.keep_runs
+    atexit.register(RUNS.remove)
     if args.rsl_worker:
         rsl_worker(
             args.seed, args.t0 or time.time(), args.total_steps, args.threads, args.rsl_defaults

@@ -1,14 +1,40 @@
-"""A run's ``metrics.jsonl`` read while the run writes it, for the benchmarks under scripts/ that
-time a ``train.py`` process from outside: each read returns the complete lines that appeared
-since the last one, each with the seconds since the run was started (the benchmarks read every
-10 ms, so a line is timed within 10 ms of being written)."""
+"""For the benchmarks under scripts/ that time a ``train.py`` process from outside: its run
+folder (:class:`RunDirs`) and its ``metrics.jsonl`` read while the run writes it
+(:class:`MetricsTail`: each read returns the complete lines that appeared since the last one, each
+with the seconds since the run was started; the benchmarks read every 10 ms, so a line is timed
+within 10 ms of being written)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Tuple
+
+
+class RunDirs:
+    """The temporary run folders (``hydra.run.dir``) of a benchmark's ``train.py`` runs:
+    :meth:`new` makes one, :meth:`remove` deletes those it made (and only those: each is a new
+    ``mkdtemp`` folder that only that run wrote into), unless ``keep`` (``--keep-runs``)."""
+
+    def __init__(self) -> None:
+        self.keep = False
+        self.made: List[Path] = []
+
+    def new(self, prefix: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        self.made.append(path)
+        return path
+
+    def remove(self) -> None:
+        if self.keep:
+            if self.made:
+                print(f"run folders kept: {', '.join(map(str, self.made))}")
+            return
+        while self.made:
+            shutil.rmtree(self.made.pop(), ignore_errors=True)
 
 
 class MetricsTail:

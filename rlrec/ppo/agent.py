@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from rlrec.ppo.config import PPOConfig
+from rlrec.ppo.config import Init, PPOConfig
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -116,14 +116,14 @@ class ObsNormalizer(nn.Module):
 
 def _mlp(sizes: List[int], activation: str, out_gain: float, init: str) -> nn.Sequential:
     """An MLP; ``init="orthogonal"``: orthogonal weights (gain sqrt(2), ``out_gain`` for the
-    output layer) and zero biases; ``"torch_default"``: ``nn.Linear``'s own init, untouched."""
-    if init not in ("orthogonal", "torch_default"):
-        raise ValueError(f"unknown init {init!r}: orthogonal or torch_default")
+    output layer) and zero biases; ``"torch_default"``: ``nn.Linear``'s own init, untouched
+    (:class:`~rlrec.ppo.config.Init`, which refuses any other value)."""
+    init = Init(init)
     layers: List[nn.Module] = []
     for i in range(len(sizes) - 1):
         layer = nn.Linear(sizes[i], sizes[i + 1])
         last = i == len(sizes) - 2
-        if init == "orthogonal":
+        if init is Init.orthogonal:
             nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
             nn.init.constant_(layer.bias, 0.0)
         layers.append(layer)
