@@ -30,7 +30,6 @@ The two sides run one after the other, never at once, with the same torch thread
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import statistics
@@ -239,12 +238,9 @@ def main() -> None:
     p.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
-    p.add_argument(
-        "--keep-runs", action="store_true", help="keep the runs' folders (removed by default)"
-    )
+    RUNS.add_argument(p)
     args = p.parse_args()
-    RUNS.keep = args.keep_runs
-    atexit.register(RUNS.remove)
+    RUNS.start(args.keep_runs)
     if args.sb3_worker:
         sb3_worker(
             args.seed,

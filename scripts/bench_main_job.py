@@ -18,7 +18,6 @@ success; then per checkout the medians and, with two checkouts, the ratios secon
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import statistics
 import subprocess
@@ -80,12 +79,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="runs per checkout, alternated")
     p.add_argument("--seed", type=int, default=None, help="default: the main job's own seed")
     p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
-    p.add_argument(
-        "--keep-runs", action="store_true", help="keep the runs' folders (removed by default)"
-    )
+    RUNS.add_argument(p)
     args = p.parse_args()
-    RUNS.keep = args.keep_runs
-    atexit.register(RUNS.remove)
+    RUNS.start(args.keep_runs)
     trees = [Path(t).resolve() for t in args.trees]
     results = {t: [] for t in trees}
     for i in range(args.runs):

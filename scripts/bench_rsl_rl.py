@@ -45,7 +45,6 @@ steps/s (first to last iteration).
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import statistics
@@ -295,12 +294,9 @@ def main() -> None:
     p.add_argument("--rsl-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
-    p.add_argument(
-        "--keep-runs", action="store_true", help="keep the runs' folders (removed by default)"
-    )
+    RUNS.add_argument(p)
     args = p.parse_args()
-    RUNS.keep = args.keep_runs
-    atexit.register(RUNS.remove)
+    RUNS.start(args.keep_runs)
     if args.rsl_worker:
         rsl_worker(
             args.seed, args.t0 or time.time(), args.total_steps, args.threads, args.rsl_defaults

@@ -6,6 +6,7 @@ within 10 ms of being written)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import tempfile
@@ -22,6 +23,18 @@ class RunDirs:
     def __init__(self) -> None:
         self.keep = False
         self.made: List[Path] = []
+
+    @staticmethod
+    def add_argument(parser) -> None:
+        """The benchmark's ``--keep-runs`` flag."""
+        parser.add_argument(
+            "--keep-runs", action="store_true", help="keep the runs' folders (removed by default)"
+        )
+
+    def start(self, keep: bool) -> None:
+        """The folders made from now on are removed when the benchmark exits, unless ``keep``."""
+        self.keep = keep
+        atexit.register(self.remove)
 
     def new(self, prefix: str) -> Path:
         path = Path(tempfile.mkdtemp(prefix=prefix))
