@@ -313,7 +313,9 @@ def test_no_camera_runs_and_render_says_why():
 @pytest.mark.slow
 def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
     """``python train.py -m env=genesis seed=1,2``: Hydra's basic launcher runs both jobs in one
-    process, so the second run builds its scenes after the first closed its own (gs.init once)."""
+    process, so the second run builds its scenes after the first closed its own (gs.init once).
+    Episodes of 20 steps (FrankaReach's own: 100), so that each run still ends episodes, records
+    and evaluates (every rendered frame costs ~17 ms on the CPU rasterizer); no report."""
     from tests.helpers import read_metrics, run_train
 
     args = [
@@ -321,6 +323,7 @@ def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
         "env=genesis",
         "seed=1,2",
         "env.num_envs=4",
+        "env.max_episode_steps=20",
         "env.render_width=64",
         "env.render_height=64",
         "eval_env.num_envs=2",
@@ -330,6 +333,7 @@ def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
         "total_steps=128",
         "logger=none",
         "logger.progress=false",
+        "report.enabled=false",
         f"hydra.sweep.dir={tmp_path}/sweep",
     ]
     run_train(args, cwd=tmp_path, timeout=600)
