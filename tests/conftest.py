@@ -38,6 +38,19 @@ def run_dir(tmp_path):
     return path
 
 
+@pytest.fixture(scope="session")
+def uninterrupted_resumable(tmp_path_factory):
+    """The uninterrupted ``train.py`` run of ``tests.test_fault_tolerance.RESUMABLE`` that every
+    stopped-and-resumed run of tests/test_fault_tolerance.py and tests/test_signal_boundaries.py
+    must equal, bit for bit: one run per test process, which the tests only read."""
+    from tests.helpers import run_train
+    from tests.test_fault_tolerance import RESUMABLE
+
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    run_train([*RESUMABLE, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
+    return run_dir
+
+
 @pytest.fixture(scope="session", autouse=True)
 def sapien_render_device(request):
     """One small ManiSkill env alive for the whole session when any selected test is marked

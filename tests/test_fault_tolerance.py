@@ -298,12 +298,11 @@ def _drive(tmp_path: Path, action: str, where: str, at: str, args) -> subprocess
     )
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
-    """The run every stopped-and-resumed run must equal, bit for bit."""
-    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    run_train([*RESUMABLE, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
-    return run_dir
+@pytest.fixture
+def uninterrupted(uninterrupted_resumable) -> Path:
+    """The run every stopped-and-resumed run must equal, bit for bit (tests/conftest.py: one
+    for this module and tests/test_signal_boundaries.py, which only read it)."""
+    return uninterrupted_resumable
 
 
 def _differences(a, b, where: str = "") -> list:

@@ -96,12 +96,11 @@ main()
 """
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
-    """The run every stopped-and-resumed run must equal, bit for bit."""
-    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    run_train([*RESUMABLE, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
-    return run_dir
+@pytest.fixture
+def uninterrupted(uninterrupted_resumable) -> Path:
+    """The run every stopped-and-resumed run must equal, bit for bit (tests/conftest.py: one
+    for this module and tests/test_fault_tolerance.py, which only read it)."""
+    return uninterrupted_resumable
 
 
 NUM_UPDATES = 2 * 2  # FAST: algo.update_epochs x algo.num_minibatches backward passes
