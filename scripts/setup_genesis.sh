@@ -6,7 +6,9 @@
 #
 # First use compiles Genesis's kernels (about 100 s on 2 CPU cores); the compiled kernels are cached
 # under ~/.cache (Genesis/Quadrants defaults), so keep that directory within one CI run (or cache it
-# between runs) and the later scenes build in a few seconds.
+# between runs) and the later scenes build in a few seconds. The last step compiles them here, with
+# one tiny train.py run, once per Genesis/Quadrants version (a marker under ~/.cache/rlrec): else the
+# two test workers each compile the same kernels at once on a new machine (about 600 s of test time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -31,4 +33,21 @@ fi
 # find_spec, not import: importing genesis_forge costs seconds (genesis, skrl, rsl_rl)
 if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('genesis', 'genesis_forge', 'rsl_rl')))" 2>/dev/null; then
   "$PY" -m pip install -q -c scripts/constraints.txt -e ".[genesis,genesis-forge]"
+fi
+
+versions=$("$PY" -c "from importlib.metadata import version as v; print(v('genesis-world') + '-' + v('quadrants'))")
+marker="${XDG_CACHE_HOME:-$HOME/.cache}/rlrec/genesis-kernels-$versions"
+if [ ! -e "$marker" ]; then
+  echo "setup_genesis.sh: compiling Genesis's kernels once (about 100 s on 2 cores)"
+  work=$(mktemp -d)
+  if "$PY" train.py env=genesis env.num_envs=2 env.max_episode_steps=20 env.render_width=64 \
+      env.render_height=64 eval_env.num_envs=2 eval_env.every=1 algo.num_steps=8 \
+      algo.num_minibatches=1 total_steps=16 logger=none logger.progress=false report.enabled=false \
+      "hydra.run.dir=$work/run" >"$work/log" 2>&1; then
+    mkdir -p "$(dirname "$marker")" && touch "$marker"
+  else  # not fatal here: the Genesis tests then compile (and fail where Genesis is broken)
+    echo "setup_genesis.sh: the warm-up run failed; its log:" >&2
+    tail -20 "$work/log" >&2
+  fi
+  rm -rf "$work"  # made just above, by mktemp
 fi
