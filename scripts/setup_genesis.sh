@@ -40,7 +40,9 @@ marker="${XDG_CACHE_HOME:-$HOME/.cache}/rlrec/genesis-kernels-$versions"
 if [ ! -e "$marker" ]; then
   echo "setup_genesis.sh: compiling Genesis's kernels once (about 100 s on 2 cores)"
   work=$(mktemp -d)
-  if "$PY" train.py env=genesis env.num_envs=2 env.max_episode_steps=20 env.render_width=64 \
+  bound=()  # a bounded wait: a hung warm-up must not hold the test run
+  command -v timeout >/dev/null 2>&1 && bound=(timeout 900)
+  if ${bound[@]+"${bound[@]}"} "$PY" train.py env=genesis env.num_envs=2 env.max_episode_steps=20 env.render_width=64 \
       env.render_height=64 eval_env.num_envs=2 eval_env.every=1 algo.num_steps=8 \
       algo.num_minibatches=1 total_steps=16 logger=none logger.progress=false report.enabled=false \
       "hydra.run.dir=$work/run" >"$work/log" 2>&1; then
