@@ -298,13 +298,6 @@ def _drive(tmp_path: Path, action: str, where: str, at: str, args) -> subprocess
     )
 
 
-@pytest.fixture
-def uninterrupted(uninterrupted_resumable) -> Path:
-    """The run every stopped-and-resumed run must equal, bit for bit (tests/conftest.py: one
-    for this module and tests/test_signal_boundaries.py, which only read it)."""
-    return uninterrupted_resumable
-
-
 def _differences(a, b, where: str = "") -> list:
     """Where two checkpoint entries differ (tensors bit for bit)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -410,7 +403,7 @@ def _assert_same_run(reference: Path, run_dir: Path) -> None:
     ],
 )
 def test_stop_then_resume_equals_the_uninterrupted_run(
-    tmp_path, uninterrupted, signame, where, at, saved_step, eval_due
+    tmp_path, uninterrupted_resumable, signame, where, at, saved_step, eval_due
 ):
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
@@ -434,7 +427,7 @@ def test_stop_then_resume_equals_the_uninterrupted_run(
 
     resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
     assert "done" in resumed.stdout
-    _assert_same_run(uninterrupted, run_dir)
+    _assert_same_run(uninterrupted_resumable, run_dir)
     assert _temporaries(run_dir) == []
     _assert_checkpoints_load(run_dir)
     # what the stopped run wrote after its checkpoint was moved aside, not deleted, and said so
@@ -475,7 +468,9 @@ def _saved_steps(saved: dict, rel: str) -> int:
 
 
 @pytest.mark.slow
-def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(tmp_path, uninterrupted):
+def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(
+    tmp_path, uninterrupted_resumable
+):
     """recorder.on_error=raise: the recorder's directory turns into a file mid-rollout; the
     RecorderError ends the run, after the checkpoint of the last completed update is written."""
     run_dir, clips = tmp_path / "run", tmp_path / "clips"
@@ -501,7 +496,7 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(tmp_path,
     clips.unlink()
     (tmp_path / "clips.moved").rename(clips)
     run_train([*args, "resume=auto"], cwd=tmp_path)
-    ref = ckpt.load(uninterrupted / "checkpoints" / "last.pt")
+    ref = ckpt.load(uninterrupted_resumable / "checkpoints" / "last.pt")
     ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
     diffs = []
     for key in ("global_step", "ppo", "rng", "next_obs"):
@@ -511,7 +506,7 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(tmp_path,
             diffs += _differences(ref[stack][role], ours[stack][role], f"{stack}.{role}")
     assert not diffs, diffs
     # no train or eval line lost or repeated (its clips are other ones: another trigger)
-    assert _lines(run_dir, clips=False) == _lines(uninterrupted, clips=False)
+    assert _lines(run_dir, clips=False) == _lines(uninterrupted_resumable, clips=False)
 
 
 def test_stop_flag_keeps_the_first_signal_and_names_the_exit_status():

@@ -96,13 +96,6 @@ main()
 """
 
 
-@pytest.fixture
-def uninterrupted(uninterrupted_resumable) -> Path:
-    """The run every stopped-and-resumed run must equal, bit for bit (tests/conftest.py: one
-    for this module and tests/test_fault_tolerance.py, which only read it)."""
-    return uninterrupted_resumable
-
-
 NUM_UPDATES = 2 * 2  # FAST: algo.update_epochs x algo.num_minibatches backward passes
 
 
@@ -134,7 +127,7 @@ def _drive(tmp_path: Path, where: str, at: str, args) -> subprocess.CompletedPro
     ids=["mid-backward", "mid-last.pt-write", "mid-periodic-write"],
 )
 def test_sigterm_inside_backward_or_a_checkpoint_write_stops_at_the_boundary(
-    tmp_path, uninterrupted, where, at, saved_step
+    tmp_path, uninterrupted_resumable, where, at, saved_step
 ):
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
@@ -155,5 +148,5 @@ def test_sigterm_inside_backward_or_a_checkpoint_write_stops_at_the_boundary(
 
     resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
     assert "done" in resumed.stdout
-    _assert_same_run(uninterrupted, run_dir)
+    _assert_same_run(uninterrupted_resumable, run_dir)
     _assert_checkpoints_load(run_dir)
