@@ -19,7 +19,7 @@
   recorder made, so a test can compare each clip with the frames it must hold, frame for frame.
 - :func:`decode`: every frame of an mp4, and the fps written in it.
 
-Needs pytest (the ``dev`` extra).
+Needs pytest (the ``testing`` extra).
 """
 
 from __future__ import annotations
@@ -28,8 +28,12 @@ from typing import List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
-import pytest
 import torch
+
+try:
+    import pytest
+except ImportError as e:
+    raise ImportError(f"rlrec.testing needs pytest ({e}): pip install 'rlrec[testing]'") from None
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
 

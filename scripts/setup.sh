@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs rlrec (editable) with the given extras into the current Python, e.g.
-#   bash scripts/setup.sh            # just rlrec
-#   bash scripts/setup.sh dev        # + what the tests need
-# torch is taken from scripts/constraints.txt (CPU build) when it is not installed yet.
-# Idempotent: a second run installs nothing new.
+# Installs rlrec (editable) with the given extras into the Python that scripts/python.sh chooses
+# (the active venv, else the machine's python when pip may install into it, else .venv), e.g.
+#   bash scripts/setup.sh                        # just rlrec
+#   bash scripts/setup.sh dev maniskill          # + what the tests and env=maniskill need
+# torch is taken from scripts/constraints.txt (CPU build) when it is not installed yet; all
+# extras are resolved by one pip call. Idempotent: a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+. scripts/python.sh
 extras=$(IFS=,; echo "$*")
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"

@@ -7,18 +7,12 @@
 # browser test then skips, saying why). Installing the packages needs root (or sudo) and apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+. scripts/python.sh
+. scripts/apt.sh
 [ "${RLREC_SKIP_BROWSER:-0}" = "1" ] && exit 0
 
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
-  if ! command -v apt-get >/dev/null; then
-    echo "setup_browser: no apt-get here: install Chromium and chromedriver yourself" >&2
-    exit 0
-  fi
-  SUDO=""
-  [ "$(id -u)" = "0" ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  rlrec_apt_install chromium chromium-driver
 fi
 
 if ! "$PY" -c "import selenium" 2>/dev/null; then

@@ -11,7 +11,8 @@
 # two test workers each compile the same kernels at once on a new machine (about 600 s of test time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+. scripts/python.sh
+. scripts/apt.sh
 
 need_apt=()
 libs=$(ldconfig -p 2>/dev/null || true)  # read once: `ldconfig -p | grep -q` can die of SIGPIPE under pipefail
@@ -19,15 +20,7 @@ for lib in libEGL.so.1 libOSMesa.so.8 libGL.so.1; do
   grep -q "$lib" <<<"$libs" || need_apt+=("$lib")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
-  if command -v apt-get >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-      libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6 libglu1-mesa >/dev/null
-  else
-    echo "setup_genesis.sh: missing ${need_apt[*]} and no apt-get: install EGL or OSMesa yourself" >&2
-  fi
+  rlrec_apt_install --no-install-recommends libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6 libglu1-mesa
 fi
 
 # find_spec, not import: importing genesis_forge costs seconds (genesis, skrl, rsl_rl)

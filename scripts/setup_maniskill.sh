@@ -9,10 +9,11 @@
 # Idempotent, and it returns in about a second when everything is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+. scripts/python.sh
 MIN_MESA_MAJOR=23
 SUDO=""
 [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+. scripts/apt.sh
 
 mesa_major() {  # major version of the installed mesa-vulkan-drivers, 0 when absent
   local v
@@ -32,7 +33,6 @@ install_vulkan() {
   fi
   local codename=""
   [ -r /etc/os-release ] && codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-  export DEBIAN_FRONTEND=noninteractive
   local target=()
   if [ "$codename" = "bookworm" ]; then
     local dst=/etc/apt/sources.list.d/rlrec-bookworm-backports.sources
@@ -54,9 +54,8 @@ install_vulkan() {
     fi
     target=(-t bookworm-backports)
   fi
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends libvulkan1
-  $SUDO apt-get install -y -qq "${target[@]}" mesa-vulkan-drivers
+  rlrec_apt_install --no-install-recommends libvulkan1
+  rlrec_apt_install "${target[@]}" mesa-vulkan-drivers
   echo "setup_maniskill: mesa-vulkan-drivers $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers)"
 }
 

@@ -40,8 +40,11 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
 
 
 def _import_plotting() -> None:
-    import matplotlib.backends.backend_svg  # noqa: F401
-    import matplotlib.figure  # noqa: F401
+    try:
+        import matplotlib.backends.backend_svg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    except Exception:  # write_at_end meets the same error and says it in one line
+        pass
 
 
 def warm_up(cfg: ReportConfig) -> None:

@@ -31,7 +31,14 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
-from genesis_forge.wrappers.wrapper import Wrapper
+
+try:
+    from genesis_forge.wrappers.wrapper import Wrapper
+except ImportError as e:  # an optional library's drop-in: say which extra brings it
+    raise ImportError(
+        f"rlrec.record.wrappers.genesis_forge needs Genesis Forge ({e}): "
+        "pip install 'rlrec[genesis-forge]'"
+    ) from None
 
 from rlrec.checks import ConfigError
 from rlrec.envs.genesis import camera_rows, render_camera

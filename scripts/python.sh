@@ -1,0 +1,70 @@
+# Sourced by rlrec's set-up scripts (scripts/train.sh, setup*.sh, test.sh): chooses the Python that
+# rlrec is installed into and run with, sets PY to it and exports PYTHON=$PY for the scripts it
+# calls. The first of:
+#   1. $PYTHON, when set;
+#   2. the active virtual environment ($VIRTUAL_ENV);
+#   3. .venv in the repo, made by an earlier set-up;
+#   4. `python`, else `python3`, on PATH, when pip may install into it: not an externally managed
+#      Python (PEP 668: Debian's and Ubuntu's own) and its site-packages writable;
+#   5. a new .venv in the repo, made with that `python3` (or `python`).
+# Where none can work it says in one line what to install and exits 1, before anything is installed.
+# Never pip's --break-system-packages.
+
+_rlrec_fail() {
+  echo "rlrec set-up: $*" >&2
+  exit 1
+}
+
+# exit 0 when $1 runs Python >= 3.10 (rlrec's requires-python)
+_rlrec_new_enough() {
+  "$1" -c "import sys; sys.exit(sys.version_info < (3, 10))" 2>/dev/null
+}
+
+# exit 0 when pip may install into $1's own site-packages
+_rlrec_pip_may_install() {
+  "$1" - <<'PY' 2>/dev/null
+import os, sys, sysconfig
+in_venv = sys.prefix != sys.base_prefix
+managed = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+writable = os.access(sysconfig.get_path("purelib"), os.W_OK)
+import pip  # noqa: F401  (a Python without pip cannot install)
+sys.exit(not (writable and (in_venv or not managed)))
+PY
+}
+
+_rlrec_pick_python() {
+  local repo=$1 cand base=""
+  if [ -n "${PYTHON:-}" ]; then
+    PY=$PYTHON
+    return
+  fi
+  if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+    PY=$VIRTUAL_ENV/bin/python
+    return
+  fi
+  if [ -x "$repo/.venv/bin/python" ]; then
+    PY=$repo/.venv/bin/python
+    return
+  fi
+  for cand in python python3; do
+    command -v "$cand" >/dev/null 2>&1 || continue
+    _rlrec_new_enough "$cand" || continue
+    [ -n "$base" ] || base=$(command -v "$cand")
+    if _rlrec_pip_may_install "$cand"; then
+      PY=$(command -v "$cand")
+      return
+    fi
+  done
+  [ -n "$base" ] || _rlrec_fail "no Python >= 3.10 on PATH: install one (Debian/Ubuntu: apt-get install python3 python3-venv), or set PYTHON=/path/to/python"
+  # an externally managed or read-only Python: rlrec goes into its own venv, .venv in the repo
+  if ! "$base" -m venv "$repo/.venv" >/dev/null 2>&1; then
+    rm -rf "$repo/.venv"  # made just now by the failed command (3. found none before it)
+    _rlrec_fail "$base cannot make a virtual environment (its venv module or ensurepip is missing): install it (Debian/Ubuntu: apt-get install python3-venv), or activate a virtual environment, then run this again"
+  fi
+  echo "rlrec set-up: $base is externally managed (PEP 668); rlrec goes into $repo/.venv (source .venv/bin/activate gives its python)"
+  PY=$repo/.venv/bin/python
+}
+
+_rlrec_pick_python "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+_rlrec_new_enough "$PY" || _rlrec_fail "$PY is not a Python >= 3.10 (rlrec needs 3.10 or newer): set PYTHON to one"
+export PYTHON=$PY

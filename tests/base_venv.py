@@ -1,0 +1,64 @@
+"""A venv with only rlrec's declared base dependencies (``[project] dependencies``), for
+tests/test_dependencies.py: not rlrec itself (the tests run the checkout's train.py, which imports
+rlrec from beside it). Made once and cached under ``~/.cache/rlrec/test-venvs/`` by the digest of
+the dependency list, the constraints and the Python; torch comes from ``scripts/constraints.txt``
+as in the set-up scripts. scripts/test.sh makes it during set-up (``python -m tests.base_venv``),
+beside other work; a test that finds it missing makes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MARKER = ".rlrec-test-venv"  # written first into a venv made here: only those are ever removed
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    from pip._vendor import tomli as tomllib
+
+
+def base_dependencies() -> list:
+    return list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+
+
+def base_python() -> Path:
+    """The venv's python, made first where it is missing."""
+    deps = base_dependencies()
+    constraints = REPO / "scripts" / "constraints.txt"
+    key = json.dumps([sys.version, deps, constraints.read_text()]).encode()
+    cache = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlrec" / "test-venvs"
+    )
+    venv = cache / f"base-{hashlib.sha256(key).hexdigest()[:16]}"
+    python = venv / "bin" / "python"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:  # one builder at a time (xdist workers, checkouts)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / ".complete").exists():
+            return python
+        if venv.exists():
+            if not (venv / MARKER).exists():
+                raise RuntimeError(f"{venv} exists and was not made by {__name__}: remove it")
+            shutil.rmtree(venv)  # an unfinished build of this module's own (its marker says so)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        (venv / MARKER).write_text(f"made by {__name__}\n")
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+             "-c", str(constraints), *deps],
+            check=True, timeout=900,
+        )  # fmt: skip
+        (venv / ".complete").write_text("")
+    return python
+
+
+if __name__ == "__main__":
+    print(f"tests/base_venv.py: {base_python()}")
