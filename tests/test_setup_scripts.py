@@ -22,7 +22,7 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 def _externally_managed(python: Path) -> bool:
     if not python.exists():
         return False
-    code = "import os, sysconfig as s; print(os.path.join(s.get_path('stdlib'), 'EXTERNALLY-MANAGED'))"
+    code = "import os, sysconfig as s; print(s.get_path('stdlib') + '/EXTERNALLY-MANAGED')"
     marker = subprocess.run([str(python), "-c", code], capture_output=True, text=True).stdout
     return Path(marker.strip()).exists()
 
