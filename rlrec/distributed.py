@@ -380,8 +380,12 @@ def _to_bytes(obj: Any) -> torch.Tensor:
 
 
 def _from_bytes(data: torch.Tensor) -> Any:
-    # plain data only (tensors, containers, numbers, strings): never the full unpickler
-    return torch.load(io.BytesIO(data.cpu().numpy().tobytes()), weights_only=True)
+    # plain data only (tensors, containers, numbers, strings): never the full unpickler; on the
+    # CPU: without map_location torch.load restores each storage on the device it was saved from
+    # (torch/serialization.py default_restore_location), another rank's cuda:k
+    return torch.load(
+        io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu", weights_only=True
+    )
 
 
 def broadcast(obj: Any) -> Any:

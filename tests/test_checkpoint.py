@@ -211,3 +211,67 @@ def test_a_write_that_fails_with_enospc_keeps_the_older_file_and_says_how_to_res
     assert not os.path.lexists(tmp), "the temporary was left behind"
     assert (tmp_path / "last.pt").read_bytes() == before
     assert ckpt.load(tmp_path / "last.pt")["global_step"] == 5
+
+
+class _FakeCuda:
+    """Stands for torch.cuda's RNG functions on a machine with ``count`` visible GPUs, mirroring
+    torch/cuda/random.py (torch 2.13): ``get_rng_state(device="cuda")`` and
+    ``set_rng_state(state, device="cuda")`` take the current device when the device has no index
+    and index ``torch.cuda.default_generators`` (an IndexError past the visible ones);
+    ``get_rng_state_all`` reads every visible device, ``set_rng_state_all`` sets device i to the
+    i-th state."""
+
+    def __init__(self, count: int, current: int):
+        self.generators = [torch.Generator().manual_seed(100 + i) for i in range(count)]
+        self.current = current
+
+    def _index(self, device) -> int:
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        return self.current if device.index is None else device.index
+
+    def get_rng_state(self, device="cuda"):
+        return self.generators[self._index(device)].get_state()
+
+    def set_rng_state(self, state, device="cuda"):
+        self.generators[self._index(device)].set_state(state)
+
+    def get_rng_state_all(self):
+        return [self.get_rng_state(i) for i in range(len(self.generators))]
+
+    def set_rng_state_all(self, states):
+        for i, state in enumerate(states):
+            self.set_rng_state(state, i)
+
+    def install(self, monkeypatch):
+        for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: len(self.generators))
+
+
+def test_cuda_rng_state_resumes_on_a_machine_with_fewer_gpus(monkeypatch):
+    """Rank 3 of an 8-GPU node checkpoints; the run resumes (or is replayed) on a 1-GPU machine:
+    the checkpoint holds this process's own device's CUDA RNG state, which goes to the one device
+    there, so nothing indexes a GPU the machine does not have."""
+    node = _FakeCuda(count=8, current=3)
+    node.install(monkeypatch)
+    state = ckpt.rng_state()
+    expected = node.generators[3].get_state()
+    workstation = _FakeCuda(count=1, current=0)
+    workstation.install(monkeypatch)
+    ckpt.set_rng_state(state)  # IndexError when every saved device is restored by index
+    assert torch.equal(workstation.generators[0].get_state(), expected)
+
+
+def test_an_older_checkpoints_cuda_rng_list_restores_this_device(monkeypatch):
+    """Checkpoints written before held every visible device's state: the current device's entry
+    is restored, and none past the devices there are."""
+    node = _FakeCuda(count=4, current=0)
+    states = node.get_rng_state_all()
+    workstation = _FakeCuda(count=1, current=0)
+    workstation.install(monkeypatch)
+    state = {**ckpt.rng_state(), "cuda": states}
+    ckpt.set_rng_state(state)
+    assert torch.equal(workstation.generators[0].get_state(), states[0])

@@ -420,3 +420,16 @@ def test_normaliser_merge_equals_one_normaliser_of_all_observations():
     torch.testing.assert_close(ranks[0].var, one.var, rtol=1e-5, atol=1e-6)
     assert float(ranks[0].count) == pytest.approx(float(one.count))
     assert float(ranks[0]._pending.abs().sum()) == 0.0  # the next rollout starts afresh
+
+
+def test_another_ranks_cuda_tensors_arrive_on_the_cpu(monkeypatch):
+    """What rank k sends (gather into rank 0's checkpoint) is serialized with its storages' device
+    tags, cuda:k (torch/serialization.py: ``location = location_tag(storage)``). Rank 0 loads it
+    on the CPU: torch.load without map_location restores each storage on its saved device
+    (``default_restore_location``), which fails where cuda:k is not visible (here: no CUDA)."""
+    monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:3")
+    data = distributed._to_bytes({"next_obs": torch.arange(6.0).reshape(2, 3), "n": 7})
+    monkeypatch.undo()
+    out = distributed._from_bytes(data)
+    assert out["n"] == 7 and out["next_obs"].device == torch.device("cpu")
+    assert torch.equal(out["next_obs"], torch.arange(6.0).reshape(2, 3))

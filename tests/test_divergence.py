@@ -220,3 +220,26 @@ def test_a_diverging_sweep_job_fails_alone_with_its_line(tmp_path):
     assert rows[0]["error"].startswith("rlrec: diverged at iteration 1 (step 128): non-finite")
     assert "Traceback" not in proc.stderr
     assert ckpt.load(sweep_dir / "1" / "checkpoints" / "last.pt")["global_step"] == 256
+
+
+def test_after_a_sticky_cuda_error_the_original_error_stands(monkeypatch, tmp_path):
+    """A rollout raised a sticky CUDA error (a device-side assert, an illegal address): every
+    later CUDA call raises again, which a fake torch.isfinite stands for here. The watch's look
+    at the rollout's values must not replace the original error with that second one."""
+    watch = Watch(num_steps=2, num_envs=2, device=torch.device("cpu"), run_dir=tmp_path)
+    watch.begin(torch.zeros(2, 3))
+
+    def sticky(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch, "isfinite", sticky)
+    original = RuntimeError("CUDA error: device-side assert triggered")
+    with pytest.raises(RuntimeError) as raised:
+        try:
+            raise original
+        except RuntimeError as exc:  # the runner's handling of a rollout that raised
+            diverged = watch.after_error("iteration 1 (step 16)")
+            if diverged is not None:
+                raise diverged from exc
+            raise
+    assert raised.value is original

@@ -93,7 +93,10 @@ def rng_state() -> Dict[str, Any]:
         },
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # this process's own device only, the current one (rlrec.envs.device.use_device made it
+        # so; torch/cuda/random.py get_rng_state: the current device's default generator), so
+        # that the checkpoint resumes on a machine with any number of visible GPUs
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -111,8 +114,13 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     )
     py = state["python"]
     random.setstate((int(py["version"]), tuple(py["state"].tolist()), py["gauss_next"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if isinstance(cuda, (list, tuple)):  # an older checkpoint: every visible device's state
+            index = torch.cuda.current_device()
+            cuda = cuda[index] if index < len(cuda) else None
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda)  # the current device's (torch/cuda/random.py)
 
 
 # ---------------------------------------------------------------------- digest

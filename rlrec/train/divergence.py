@@ -113,8 +113,13 @@ class Watch:
     def after_error(self, at: str) -> Optional[Diverged]:
         """A rollout raised (a policy fed non-finite observations may, e.g. a categorical head's
         sampling): the :class:`Diverged` naming the env when its values went non-finite first,
-        else None. This rank's own values only (the others may not be there to ask)."""
-        if bool(torch.isfinite(self._obs).all()) and bool(torch.isfinite(self._reward).all()):
+        else None. This rank's own values only (the others may not be there to ask). None too
+        where the check itself fails: after a sticky CUDA error (a device-side assert, an illegal
+        address) every later CUDA call raises again, and the original error is the one to see."""
+        try:
+            if bool(torch.isfinite(self._obs).all()) and bool(torch.isfinite(self._reward).all()):
+                return None
+        except Exception:  # the device is unusable: the caller re-raises the original error
             return None
         return Diverged(self._message(at, self._env_source(agree=False)))
 
