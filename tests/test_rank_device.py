@@ -182,9 +182,9 @@ def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_p
     assert seen["sim_backend"] == "physx_cuda:1" and seen["render_backend"] == "sapien_cuda:1"
 
 
-def test_genesis_is_initialised_on_the_rank_gpu(two_gpus, monkeypatch):
-    """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device):
-    the adapter makes the rank's GPU current before gs.init."""
+def test_genesis_is_initialised_on_the_first_visible_gpu(two_gpus, monkeypatch):
+    """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device,
+    lines 211-213): the adapter makes the rank's GPU (cuda:0 here) current before gs.init."""
     from rlrec.envs import genesis
     from rlrec.envs.genesis import GenesisEnvConfig
 
@@ -201,5 +201,39 @@ def test_genesis_is_initialised_on_the_rank_gpu(two_gpus, monkeypatch):
     monkeypatch.setattr(genesis, "import_object", lambda target, key: object)
     monkeypatch.setattr(genesis, "init_genesis", init_genesis)
     with pytest.raises(Stop):
+        genesis.make(GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 0), seed=0)
+    assert current_at_init == [0]
+
+
+@pytest.mark.parametrize(
+    "rank, overrides", [(1, []), (None, ["sim.device=cuda:1"])], ids=["rank-1", "cuda-1"]
+)
+def test_genesis_on_another_gpu_than_the_first_is_refused_before_work(
+    two_gpus, monkeypatch, rank, overrides
+):
+    """Quadrants (Genesis's kernels) makes its CUDA context on device 0 whatever torch's current
+    device is (quadrants rhi/cuda/cuda_context.cpp; its binary logs "Using CUDA device [id=0]"),
+    so rank 1 of a shared node, or sim.device=cuda:1, would keep rlrec's tensors on cuda:1 and
+    Genesis's on cuda:0. Refused by the entry point's checks, naming CUDA_VISIBLE_DEVICES, and by
+    make for callers that skip them; nothing of Genesis is imported or initialised."""
+    from omegaconf import OmegaConf
+
+    from rlrec.checks import ConfigError
+    from rlrec.envs import genesis
+    from rlrec.envs.genesis import GenesisEnvConfig
+    from rlrec.run.preflight import refuse_before_work
+    from tests.helpers import compose_cfg
+
+    def never(*args, **kwargs):
+        raise AssertionError("Genesis imported or initialised")
+
+    monkeypatch.setattr(genesis, "import_genesis", never)
+    monkeypatch.setattr(genesis, "init_genesis", never)
+    if rank is not None:
+        as_rank(monkeypatch, rank)
+    cfg = compose_cfg([*FAST, "env=genesis", "sim=gpu", *overrides])
+    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    with pytest.raises(ConfigError, match=r"cuda:1.*CUDA_VISIBLE_DEVICES"):
+        refuse_before_work(cfg)
+    with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES"):
         genesis.make(GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 1), seed=0)
-    assert current_at_init == [1]

@@ -150,6 +150,33 @@ def _check_on_cuda(gs) -> None:
         )
 
 
+def refuse_device(device: torch.device) -> None:
+    """Refuses Genesis on a CUDA device other than the first one visible. Quadrants, Genesis's
+    kernel backend, creates its CUDA context on device 0 whatever torch's current device is (its
+    ``rhi/cuda/cuda_context.cpp``; quadrants 1.3.3's binary logs "Using CUDA device [id=0]"), so
+    on ``cuda:N`` (rank N >= 1 on a shared node, ``sim.device=cuda:N``) Genesis's zero-copy state
+    tensors would live on device 0 while rlrec's adapter, policy and buffers are on device N.
+    Until Genesis follows the device, each process must see its own GPU as its cuda:0."""
+    device = torch.device(device)
+    if device.type == "cuda" and (device.index or 0) != 0:
+        raise ConfigError(
+            f"env=genesis runs on the first visible GPU only (Genesis's CUDA context takes "
+            f"device 0), but this process's device is {device}: give each process its own GPU as "
+            "cuda:0 with CUDA_VISIBLE_DEVICES (SLURM: --gpus-per-task=1; torchrun: each rank with "
+            "CUDA_VISIBLE_DEVICES=$LOCAL_RANK and distributed.share_gpus=true: docs/distributed.md), "
+            "or use sim.device=cuda:0"
+        )
+
+
+def check_ready(env_cfg: GenesisEnvConfig, sim) -> None:
+    """What the entry point refuses before anything is built: the rank's CUDA device, when it is
+    not the first visible one (:func:`refuse_device`). Imports no Genesis."""
+    if sim.name == "gpu" or str(sim.device).startswith("cuda"):
+        from rlrec.envs.factory import resolve_device
+
+        refuse_device(resolve_device(sim))
+
+
 def init_genesis(sim_name: str):
     """Initialises Genesis once per process for ``sim=cpu`` (gs.cpu) or ``sim=gpu`` (gs.gpu).
 
@@ -384,6 +411,7 @@ def make(
     seed: Optional[int] = None,
 ) -> GenesisAdapter:
     """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
+    refuse_device(device)  # for callers that did not ask check_ready (the entry point does)
     target = env_cfg._target_
     import_genesis()
     if "." not in target:

@@ -136,3 +136,29 @@ def test_a_recording_step_reads_the_device_a_bounded_number_of_times(tmp_path, m
     for ours in steps[:-1]:
         assert len(ours) <= 4, ours  # AutoReset, done flag, frame copy, overlay figures
     assert len(steps[-1]) <= 5, steps[-1]  # and the sidecar's figures
+
+
+def test_per_episode_clips_read_the_device_once_per_step_for_all_envs(tmp_path):
+    """EpisodeClips (eval_env.clips) with every env's clip open, 16 envs, the overlay on: a step
+    reads the step's values once and copies the frames once for all the engines together, not
+    each engine its own (16 to 64 syncs a step on a GPU sim). The built-in env's own render is
+    counted apart: it is the env's business."""
+    from rlrec.record.wrappers.episodes import EpisodeClips
+
+    n = 16
+    adapter = PointReach(n, max_episode_steps=6, render_width=16, render_height=16, seed=0)
+    cfg = RecorderConfig(overlay=True)
+    gen = torch.Generator().manual_seed(0)
+    with HostReads() as reads:
+        env = EpisodeClips(adapter, cfg, str(tmp_path))
+        env.reset(seed=0)
+        assert all(engine.recording for engine in env.engines)
+        steps = []
+        for _ in range(4):  # the episodes run on (they end at step 6)
+            reads.reset()
+            env.step(torch.rand(n, 2, generator=gen) * 2 - 1)
+            steps.append([w for w in reads.where if not w[1].startswith("envs/builtin.py")])
+        assert all(engine.recording for engine in env.engines)
+    env.close()
+    for ours in steps:
+        assert len(ours) <= 2, ours  # the step's values, the frames

@@ -7,7 +7,10 @@ env recorded alone: the reset state first, a frame every ``steps_per_frame`` ste
 frame last. What it adds:
 
 - one batched render per frame step for all the envs whose clip is open (not one per env): the
-  first engine to ask renders them together, the others take their row;
+  first engine to ask renders them together and copies them to the host at once, the others
+  take their row;
+- one read of a step's values (reward, done flags, success) for all the engines whose clip is
+  open: they get host tensors, which they read in place (not one device read per env);
 - ``keep(env, success, ret)``, asked as each clip ends (its episode's success, None where the env
   reports none, and its return): False drops the clip before it is written;
 - the encoding memory of all its engines together is about one recorder's: each engine gets
@@ -127,7 +130,8 @@ class EpisodeClips(EnvWrapper):
         cached = self._cached
         if cached is None or cached[0] != self._step or i not in cached[1]:
             idx = [j for j, e in enumerate(self.engines) if e.recording or j == i]
-            cached = self._cached = (self._step, idx, self.env.render(idx))
+            # one copy to the host for all of them (each engine's encoder would copy its own row)
+            cached = self._cached = (self._step, idx, self.env.render(idx).cpu())
         pos = cached[1].index(i)
         return cached[2][pos : pos + 1]
 
@@ -136,7 +140,7 @@ class EpisodeClips(EnvWrapper):
         self._step += 1
         if env_idx is None:  # a full reset: every engine starts its clip, rendered together
             every = list(range(self.num_envs))
-            self._cached = (self._step, every, self.env.render(every))
+            self._cached = (self._step, every, self.env.render(every).cpu())
         for engine in self.engines:
             engine.on_reset(env_idx, seed)
         self._cached = None
@@ -145,8 +149,11 @@ class EpisodeClips(EnvWrapper):
     def step(self, action):
         out = self.env.step(action)
         self._step += 1
+        reward, terminated, truncated, info = out[1], out[2], out[3], out[4]
+        if any(engine.recording for engine in self.engines):
+            reward, terminated, truncated, info = _on_host(reward, terminated, truncated, info)
         for engine in self.engines:
-            engine.on_step(out[1], out[2], out[3], out[4])
+            engine.on_step(reward, terminated, truncated, info)
         self._cached = None  # frames are not kept past their step
         return out
 
@@ -178,3 +185,16 @@ class EpisodeClips(EnvWrapper):
                 engine.close()
         finally:
             self.env.close()
+
+
+def _on_host(reward, terminated, truncated, info):
+    """The step's per-env values (and ``info["success"]``) as CPU tensors, in one copy from
+    wherever they are (on a device: the step's one read back, for every engine)."""
+    success = info.get("success") if info else None
+    values = [reward, terminated, truncated] + ([] if success is None else [success])
+    device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
+    # one [rows, num_envs] tensor, one copy: bools become 0/1, rewards keep their values
+    rows = torch.stack([torch.as_tensor(v, device=device).double() for v in values]).cpu()
+    host = rows.unbind(0)
+    info = info if success is None else {**info, "success": host[3].bool()}
+    return host[0], host[1].bool(), host[2].bool(), info
