@@ -163,8 +163,8 @@ def refuse_device(device: torch.device) -> None:
             f"env=genesis runs on the first visible GPU only (Genesis's CUDA context takes "
             f"device 0), but this process's device is {device}: give each process its own GPU as "
             "cuda:0 with CUDA_VISIBLE_DEVICES (SLURM: --gpus-per-task=1; torchrun: each rank with "
-            "CUDA_VISIBLE_DEVICES=$LOCAL_RANK and distributed.share_gpus=true: docs/distributed.md), "
-            "or use sim.device=cuda:0"
+            "CUDA_VISIBLE_DEVICES=$LOCAL_RANK and distributed.share_gpus=true; "
+            "docs/distributed.md), or use sim.device=cuda:0"
         )
 
 
