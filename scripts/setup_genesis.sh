@@ -9,24 +9,33 @@
 # between runs) and the later scenes build in a few seconds. The last step compiles them here, with
 # one tiny train.py run, once per Genesis/Quadrants version (a marker under ~/.cache/rlrec): else the
 # two test workers each compile the same kernels at once on a new machine (about 600 s of test time).
+#   bash scripts/setup_genesis.sh              # the libraries, the extras, the kernel compile
+#   bash scripts/setup_genesis.sh --install    # the libraries and the extras only
+#   bash scripts/setup_genesis.sh --warm-up    # the kernel compile only (scripts/test.sh runs it
+#                                              # beside other set-up steps)
 set -euo pipefail
+mode=${1:-all}
+case "$mode" in all | --install | --warm-up) ;; *) echo "usage: $0 [--install | --warm-up]" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 . scripts/python.sh
 . scripts/apt.sh
 
-need_apt=()
-libs=$(ldconfig -p 2>/dev/null || true)  # read once: `ldconfig -p | grep -q` can die of SIGPIPE under pipefail
-for lib in libEGL.so.1 libOSMesa.so.8 libGL.so.1; do
-  grep -q "$lib" <<<"$libs" || need_apt+=("$lib")
-done
-if [ ${#need_apt[@]} -gt 0 ]; then
-  rlrec_apt_install --no-install-recommends libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6 libglu1-mesa
-fi
+if [ "$mode" != --warm-up ]; then
+  need_apt=()
+  libs=$(ldconfig -p 2>/dev/null || true)  # read once: `ldconfig -p | grep -q` can die of SIGPIPE under pipefail
+  for lib in libEGL.so.1 libOSMesa.so.8 libGL.so.1; do
+    grep -q "$lib" <<<"$libs" || need_apt+=("$lib")
+  done
+  if [ ${#need_apt[@]} -gt 0 ]; then
+    rlrec_apt_install --no-install-recommends libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6 libglu1-mesa
+  fi
 
-# find_spec, not import: importing genesis_forge costs seconds (genesis, skrl, rsl_rl)
-if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('genesis', 'genesis_forge', 'rsl_rl')))" 2>/dev/null; then
-  "$PY" -m pip install -q -c scripts/constraints.txt -e ".[genesis,genesis-forge]"
+  # find_spec, not import: importing genesis_forge costs seconds (genesis, skrl, rsl_rl)
+  if ! "$PY" -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('genesis', 'genesis_forge', 'rsl_rl')))" 2>/dev/null; then
+    "$PY" -m pip install -q -c scripts/constraints.txt -e ".[genesis,genesis-forge]"
+  fi
 fi
+[ "$mode" = --install ] && exit 0
 
 versions=$("$PY" -c "from importlib.metadata import version as v; print(v('genesis-world') + '-' + v('quadrants'))")
 marker="${XDG_CACHE_HOME:-$HOME/.cache}/rlrec/genesis-kernels-$versions"

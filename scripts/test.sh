@@ -10,18 +10,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/python.sh
 start=$SECONDS
+step() {  # runs a set-up step and says how long it took
+  local t=$SECONDS
+  "$@"
+  echo "scripts/test.sh: $* took $((SECONDS - t)) s"
+}
 # rlrec and every extra the tests use, in one pip resolve: the setup_*.sh below then find their
 # extra installed and do only their system packages (one apt-get update for all) and warm-ups
-bash scripts/setup.sh dev maniskill genesis genesis-forge launchers
-bash scripts/setup_maniskill.sh
-bash scripts/setup_browser.sh
-# Genesis's kernel compile (minutes on one core, the longest step) runs beside the pip-only steps:
-# the Ray launcher's venv and the base-dependency venv of tests/test_dependencies.py
-bash scripts/setup_genesis.sh &
+step bash scripts/setup.sh dev maniskill genesis genesis-forge launchers
+step bash scripts/setup_genesis.sh --install
+# Genesis's kernel compile (minutes on one core, the longest step) runs beside the other steps
+step bash scripts/setup_genesis.sh --warm-up &
 genesis=$!
 trap 'kill "$genesis" 2>/dev/null || true' EXIT  # a failed step below ends it too
-bash scripts/setup_launchers.sh
-"$PY" -m tests.base_venv
+step bash scripts/setup_maniskill.sh
+step bash scripts/setup_browser.sh
+step bash scripts/setup_launchers.sh   # the Ray launcher's venv
+step "$PY" -m tests.base_venv          # the venv of tests/test_dependencies.py
 wait "$genesis"
 trap - EXIT
 echo "scripts/test.sh: set-up took $((SECONDS - start)) s"
