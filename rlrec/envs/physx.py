@@ -112,6 +112,8 @@ def require_gpu_library() -> None:
         )
     path = library_path(version, plat)
     if path.is_file():
+        if plat.startswith("linux"):
+            require_libcuda()
         return
     raise ConfigError(
         f"sim=gpu env=maniskill needs SAPIEN's PhysX GPU library {path}, which is missing; "
@@ -119,6 +121,58 @@ def require_gpu_library() -> None:
         f"is built. On a machine with internet run `{COMMAND}` (or `python -m rlrec.envs.physx`; "
         f"`{COMMAND} --dest DIR` fetches it for another machine: copy DIR's files to "
         f"~/.sapien/physx/{version}/ there); see {DOCS}"
+    )
+
+
+def _loaded_path(name: str) -> Optional[str]:
+    """Where the shared library ``name`` this process loaded lies (/proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if os.path.basename(path) == name:
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+def require_libcuda(load=None) -> None:
+    """ConfigError (one line, before anything is built) when the CUDA driver cannot be loaded by
+    the unversioned name SAPIEN loads it by: ``ctypes.CDLL("libcuda.so", ctypes.RTLD_GLOBAL)``
+    (sapien 3.0.3 ``sapien/physx/__init__.py`` line 64), which a driver that ships only
+    ``libcuda.so.1`` (a container with the driver mounted, ManiSkill issue #647) fails. The
+    message gives the fix: the symlink next to the ``libcuda.so.1`` found, or the package that
+    provides the driver. ``load``: ``ctypes.CDLL`` (a test's stand-in)."""
+    import ctypes
+
+    load = load or ctypes.CDLL
+    try:
+        load("libcuda.so", ctypes.RTLD_GLOBAL)
+        return
+    except OSError as e:
+        missing = str(e)
+    try:
+        load("libcuda.so.1", ctypes.RTLD_GLOBAL)
+        found = _loaded_path("libcuda.so.1")
+    except OSError:
+        found = None
+    if found:
+        link = os.path.join(os.path.dirname(found), "libcuda.so")
+        fix = (
+            f"the driver's {found} is there: link it under that name (as root: ln -s {found} "
+            f"{link}; without root: ln -s {found} DIR/libcuda.so and add DIR to LD_LIBRARY_PATH)"
+        )
+    else:
+        fix = (
+            "no libcuda.so.1 either: install the NVIDIA driver's CUDA library (Debian: "
+            "libcuda1; Ubuntu: libnvidia-compute-<driver version>) or, in a container, run it "
+            "with the NVIDIA container toolkit's compute capability"
+        )
+    raise ConfigError(
+        "sim=gpu env=maniskill: SAPIEN loads the CUDA driver as libcuda.so "
+        f"(sapien/physx/__init__.py: ctypes.CDLL('libcuda.so')), which fails here ({missing}); "
+        + fix
     )
 
 

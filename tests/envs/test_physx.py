@@ -123,6 +123,7 @@ def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home
 
 
 def test_the_library_in_place_passes_the_check(monkeypatch, home):
+    monkeypatch.setattr(physx, "require_libcuda", lambda: None)  # a driver is there (below)
     monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
     monkeypatch.setattr(physx, "gpu_enabled", lambda: False)
     monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
@@ -146,6 +147,7 @@ def test_the_path_and_url_are_the_ones_sapien_uses():
 
 
 def test_fetch_unpacks_a_local_zip_where_sapien_looks(monkeypatch, home, tmp_path, no_network):
+    monkeypatch.setattr(physx, "require_libcuda", lambda: None)  # a driver is there (below)
     archive = tmp_path / "linux-so.zip"
     archive.write_bytes(_zip({LIB: b"the library", "LICENSE.txt": b"license"}))
     monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
@@ -159,6 +161,55 @@ def test_fetch_unpacks_a_local_zip_where_sapien_looks(monkeypatch, home, tmp_pat
     physx.require_gpu_library()  # the check now passes
     assert physx.main(["--zip", str(archive)]) == 0  # already there: left as it is
     assert no_network == []
+
+
+def test_sapien_loads_the_driver_by_the_unversioned_name():
+    """What require_libcuda mirrors, read against the installed sapien's own source."""
+    sapien_physx = pytest.importorskip("sapien.physx")
+    source = inspect.getsource(sapien_physx.enable_gpu)
+    assert 'ctypes.CDLL("libcuda.so", ctypes.RTLD_GLOBAL)' in source
+
+
+def _loader(available):
+    """A stand-in for ctypes.CDLL that loads only the names in ``available``."""
+
+    def load(name, mode=0):
+        if name not in available:
+            raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+        return object()
+
+    return load
+
+
+def test_libcuda_by_its_unversioned_name_passes():
+    physx.require_libcuda(load=_loader({"libcuda.so", "libcuda.so.1"}))
+
+
+def test_only_libcuda_so_1_gives_the_symlink_to_make(monkeypatch):
+    """A container with the driver mounted as libcuda.so.1 only (ManiSkill issue #647)."""
+    lib = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    monkeypatch.setattr(physx, "_loaded_path", lambda name: lib if name == "libcuda.so.1" else None)
+    with pytest.raises(ConfigError) as err:
+        physx.require_libcuda(load=_loader({"libcuda.so.1"}))
+    message = str(err.value)
+    assert "\n" not in message and "ctypes.CDLL('libcuda.so')" in message
+    assert f"ln -s {lib} /usr/lib/x86_64-linux-gnu/libcuda.so" in message
+
+
+def test_no_driver_at_all_is_refused_before_anything_is_built(monkeypatch, home):
+    """This machine has no CUDA driver: with the PhysX library in place, the real ctypes finds
+    neither name, and the check names the packages that bring the driver."""
+    monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
+    monkeypatch.setattr(physx, "gpu_enabled", lambda: False)
+    monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
+    (home / ".sapien" / "physx" / VERSION).mkdir(parents=True)
+    (home / ".sapien" / "physx" / VERSION / LIB).write_bytes(b"x")
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("this machine has a CUDA driver")
+    with pytest.raises(ConfigError, match=r"no libcuda\.so\.1 either: install .*libcuda1"):
+        physx.require_gpu_library()
 
 
 def test_fetch_into_dest_says_where_to_copy_it(tmp_path, capsys, no_network):
