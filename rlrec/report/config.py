@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
 
-from rlrec.checks import positive
+from rlrec.checks import ConfigError, positive
 
-__all__ = ["ReportConfig"]
+__all__ = ["ReportConfig", "run_settings"]
 
 
 @dataclass
@@ -22,3 +25,38 @@ class ReportConfig:
     def check(self, key: str = "report") -> None:
         positive(self.max_tiles, f"{key}.max_tiles")
         positive(self.max_failures, f"{key}.max_failures")
+
+
+def run_settings(run_dir: Path, overrides: Iterable[str] = ()) -> ReportConfig:
+    """The report settings of the run dir ``run_dir``: its own ``report.*`` (``.hydra/config.yaml``;
+    the defaults where it has none), then ``overrides`` (``report.KEY=VALUE``), checked.
+    ConfigError names a bad override and the allowed keys."""
+    import yaml
+
+    fields = {f.name: f for f in dataclasses.fields(ReportConfig)}
+    values = {}
+    try:
+        saved = yaml.safe_load((Path(run_dir) / ".hydra" / "config.yaml").read_text()) or {}
+        saved = saved.get("report") if isinstance(saved, dict) else None
+    except (OSError, yaml.YAMLError):
+        saved = None
+    for key, value in (saved or {}).items():
+        if key in fields:
+            values[key] = value
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        name = key[len("report.") :] if key.startswith("report.") else None
+        if not sep or name not in fields:
+            raise ConfigError(
+                f"{item!r} is not a report setting: give report.KEY=VALUE with KEY one of "
+                f"{', '.join(fields)}"
+            )
+        values[name] = yaml.safe_load(text)
+    for name, value in values.items():
+        kind = type(fields[name].default)
+        if type(value) is not kind:  # bool is no int here, nor int a bool
+            want = "true or false" if kind is bool else "an integer"
+            raise ConfigError(f"report.{name}={value!r} is invalid: must be {want}")
+    cfg = ReportConfig(**values)
+    cfg.check()
+    return cfg

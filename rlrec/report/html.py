@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import csv
 import html
-import shlex
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 from urllib.parse import quote
 
 from rlrec.files import write_atomic
-from rlrec.report.config import ReportConfig
+from rlrec.report.config import ReportConfig, run_settings
 from rlrec.report.curves import curves_svg
 from rlrec.report.progress import PROGRESS_VIDEO, write_progress
 from rlrec.report.rundata import Evaluation, RunData, read_run
@@ -109,16 +108,16 @@ def _page(title: str, body: List[str]) -> str:
 def replay_command(
     run_dir: Path, episode: Dict[str, Any], last_step: Optional[int] = None
 ) -> Optional[str]:
-    """The command that replays eval episode ``episode`` (an eval_episodes.jsonl line) from the
-    checkpoint of its step (``rlrec.run.replay``): its iteration's periodic checkpoint, last.pt
-    when the episode is of the run's last evaluation (``last_step``), or none at step 0 (the
-    untrained policy is rebuilt from the run's seed). None when no such checkpoint is kept, or
-    the episode began at an autoreset (no seed restarts it)."""
+    """The command, run in the run dir (``.``: it holds wherever the dir is moved), that replays
+    eval episode ``episode`` (an eval_episodes.jsonl line) from the checkpoint of its step
+    (``rlrec.run.replay``): its iteration's periodic checkpoint, last.pt when the episode is of
+    the run's last evaluation (``last_step``), or none at step 0 (the untrained policy is rebuilt
+    from the run's seed). None when no such checkpoint is kept, or the episode began at an
+    autoreset (no seed restarts it)."""
     iteration, step = episode.get("iteration"), episode.get("step")
     if not isinstance(iteration, int) or not isinstance(step, int) or episode.get("seed") is None:
         return None
-    run_dir = Path(run_dir).resolve()
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = Path(run_dir) / "checkpoints"
     kept = (
         step == 0
         or (checkpoints / f"iter_{iteration:06d}.pt").is_file()
@@ -126,10 +125,7 @@ def replay_command(
     )
     if not kept:
         return None
-    return (
-        f"python -m rlrec.run.replay {shlex.quote(str(run_dir))} "
-        f"replay.step={step} replay.env={int(episode['env'])}"
-    )
+    return f"python -m rlrec.run.replay . replay.step={step} replay.env={int(episode['env'])}"
 
 
 def _summary(run: RunData) -> str:
@@ -261,7 +257,7 @@ def _failures(run: RunData, max_rows: int) -> str:
             [_fmt(ep.get("step")), _fmt(ep.get("env")), _fmt(ep.get("seed")),
              _fmt(ep.get("return")), _fmt(ep.get("length")), _e(ep.get("ended", "")), cell, replay]
         )  # fmt: skip
-    head = ["step", "env", "seed", "return", "length", "ended", "clip", "replay"]
+    head = ["step", "env", "seed", "return", "length", "ended", "clip", "replay (in the run dir)"]
     out.append(_table(head, rows))
     return "\n".join(out)
 
@@ -429,21 +425,24 @@ def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
     return path
 
 
-def write_report(path: Path, cfg: Optional[ReportConfig] = None) -> Path:
+def write_report(
+    path: Path, cfg: Optional[ReportConfig] = None, overrides: Sequence[str] = ()
+) -> Path:
     """The report of a run dir, or of a sweep dir (with each job's own report); returns the
-    page's path."""
-    cfg = cfg or ReportConfig()
+    page's path. ``cfg``: the settings of every page; None: each run's own ``report.*``
+    (:func:`~rlrec.report.config.run_settings`) under ``overrides``."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory")
     if not is_sweep_dir(path):
-        return write_run_report(path, cfg)
+        return write_run_report(path, cfg or run_settings(path, overrides))
+    sweep_cfg = cfg or run_settings(path, overrides)
     job_reports: Dict[int, str] = {}
     for row in _sweep_rows(path):
         job_dir = _job_dir(path, row)
         if job_dir is not None and (job_dir / "metrics.jsonl").is_file():
-            page = write_run_report(job_dir, cfg)
+            page = write_run_report(job_dir, cfg or run_settings(job_dir, overrides))
             job_reports[int(row.get("job") or 0)] = page.relative_to(path.resolve()).as_posix()
     out = path / REPORT_FILE
-    write_atomic(out, sweep_page(path, cfg, job_reports))
+    write_atomic(out, sweep_page(path, sweep_cfg, job_reports))
     return out

@@ -147,8 +147,10 @@ def test_failed_episodes_with_seed_clip_and_replay_command(lossless_run, tmp_pat
     assert "1000000" in failures and "1000001" in failures
     assert f'src="{ev.clip}"' in failures and "frames 0&ndash;99" in failures
     assert (run_dir / "checkpoints" / "iter_000002.pt").is_file()
-    replay = f"python -m rlrec.run.replay {run_dir.resolve()} replay.step={ev.step} replay.env=0"
-    assert replay in failures  # rlrec.run.replay finds the checkpoint of that step
+    # run in the run dir, so that the page's commands hold wherever the dir is moved
+    replay = f"python -m rlrec.run.replay . replay.step={ev.step} replay.env=0"
+    assert replay in failures and "replay (in the run dir)" in failures
+    assert str(run_dir.resolve()) not in failures
     assert "no checkpoint of its step kept" in failures  # iteration 77 has none
     assert failures.count("<tr>") == 3  # the header and the two failed episodes
 
@@ -205,7 +207,7 @@ def test_command_writes_the_report_of_a_run_dir(lossless_run, tmp_path):
     run_dir = _copy(lossless_run, tmp_path)
     (run_dir / REPORT_FILE).unlink()
     (run_dir / PROGRESS_VIDEO).unlink()
-    cmd = [sys.executable, "-m", "rlrec.report", str(run_dir), "--max-tiles", "3"]
+    cmd = [sys.executable, "-m", "rlrec.report", str(run_dir), "report.max_tiles=3"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str((run_dir / REPORT_FILE).resolve())
@@ -217,6 +219,39 @@ def test_command_writes_the_report_of_a_run_dir(lossless_run, tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2 and "is not a run dir" in bad.stderr
     assert not (tmp_path / REPORT_FILE).exists()
+
+
+def test_command_takes_the_runs_own_settings_and_overrides(lossless_run, tmp_path):
+    """``python -m rlrec.report RUN`` writes with the run's own report.* (its .hydra/config.yaml),
+    under report.KEY=VALUE overrides; a bad override is refused before anything is written."""
+    import yaml
+
+    run_dir = _copy(lossless_run, tmp_path)
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    config["report"]["max_tiles"] = 2
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (run_dir / PROGRESS_VIDEO).unlink()
+
+    def report(*overrides):
+        return subprocess.run(
+            [sys.executable, "-m", "rlrec.report", str(run_dir), *overrides],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    assert report().returncode == 0
+    assert len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"]) == 2
+    assert report("report.progress_video=false", "report.max_tiles=3").returncode == 0
+    assert len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"]) == 2
+    before = (run_dir / REPORT_FILE).read_bytes()
+    for bad, words in (
+        ("report.max_tile=3", "max_tiles, max_failures"),
+        ("report.max_tiles=many", "must be an integer"),
+        ("report.max_failures=0", "report.max_failures"),
+    ):
+        proc = report(bad)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert (run_dir / REPORT_FILE).read_bytes() == before
 
 
 def test_report_options_are_checked():
