@@ -141,12 +141,14 @@ def _summary(run: RunData) -> str:
 
 def _health(run: RunData) -> str:
     """One row: what the recorders lost, and the run's stops and resumes (each event below)."""
+    # named and not on disk, or lost before they were written ("eval/clip_lost")
     lost = sum(1 for ev in run.evaluations if ev.clip and not ev.clip_ok)
+    lost += run.health.get("eval/clips_lost", 0.0)
     figures = [
         ("clips dropped", "clips_dropped", run.health.get("record/clips_dropped", 0.0), True),
         ("frames dropped", "frames_dropped", run.health.get("record/frames_dropped", 0.0), True),
         ("encoder stalls", "encoder_stalls", run.health.get("record/encoder_stalls", 0.0), True),
-        ("eval clips missing", "clips_missing", lost, True),
+        ("eval clips missing or lost", "clips_missing", lost, True),
         ("stops (signals, preemptions)", "stops", run.count_events("stop"), True),
         ("resumes", "resumes", run.count_events("resume"), False),
     ]
@@ -172,7 +174,7 @@ def _evaluations(run: RunData) -> str:
     keys: List[str] = []
     for ev in run.evaluations:
         for k in ev.metrics:
-            if k.startswith("eval/") and k != "eval/clip" and k not in keys:
+            if k.startswith("eval/") and k not in ("eval/clip", "eval/clip_lost") and k not in keys:
                 keys.append(k)
     rows = []
     for ev in run.evaluations:
@@ -181,6 +183,8 @@ def _evaluations(run: RunData) -> str:
             clip = _video(str(ev.clip), sc.get("width"), sc.get("height"))
         elif ev.clip:
             clip = f'<span class="bad">clip missing</span> <code>{_e(ev.clip)}</code>'
+        elif ev.metrics.get("eval/clip_lost") is True:
+            clip = '<span class="bad">clip lost</span>'
         else:
             clip = '<span class="muted">no clip</span>'
         rows.append([_fmt(ev.step), *(_fmt(ev.metrics.get(k)) for k in keys), clip])

@@ -160,6 +160,38 @@ def _inside(run_dir: Path, clip: Any) -> Optional[str]:
     return path.as_posix()
 
 
+def _health(run_dir: Path, lines: List[Dict[str, Any]]) -> Dict[str, float]:
+    """The recorders' losses of the whole run (:data:`HEALTH_KEYS`) and ``eval/clips_lost``, the
+    eval lines whose clip was lost. Each process counts its losses from 0 and writes them
+    cumulated, so each process's part (the lines up to a resume event, with what that resume
+    moved aside: the killed process's lines after its checkpoint) adds its largest value."""
+    total = {k: 0.0 for k in HEALTH_KEYS}
+    part = dict(total)
+
+    def take(recs) -> None:
+        for rec in recs:
+            for key in HEALTH_KEYS:
+                value = _number(rec.get(key))
+                if value is not None:
+                    part[key] = max(part[key], value)
+
+    def close_part() -> None:
+        for key in HEALTH_KEYS:
+            total[key] += part[key]
+            part[key] = 0.0
+
+    for rec in lines:
+        if rec.get("event") == "resume":
+            moved = _inside(run_dir, rec.get("moved"))
+            if moved is not None:
+                take(read_jsonl(run_dir / moved / METRICS_FILE))
+            close_part()
+        take([rec])
+    close_part()
+    total["eval/clips_lost"] = float(sum(1 for rec in lines if rec.get("eval/clip_lost") is True))
+    return total
+
+
 def read_run(run_dir: Path) -> RunData:
     """Reads the run dir ``run_dir``."""
     run_dir = Path(run_dir)
@@ -171,15 +203,9 @@ def read_run(run_dir: Path) -> RunData:
         if "step" in ep:
             by_step.setdefault(int(ep["step"]), []).append(ep)
     evaluations: List[Evaluation] = []
-    health: Dict[str, float] = {k: 0.0 for k in HEALTH_KEYS}
-    events: List[Dict[str, Any]] = []
+    events: List[Dict[str, Any]] = [rec for rec in lines if "event" in rec]
+    health = _health(run_dir, lines)
     for rec in lines:
-        if "event" in rec:
-            events.append(rec)
-        for key in HEALTH_KEYS:
-            value = _number(rec.get(key))
-            if value is not None:
-                health[key] = value
         if "eval/return" in rec and "step" in rec:
             step = int(rec["step"])
             clip = _inside(run_dir, rec.get("eval/clip"))

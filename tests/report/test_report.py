@@ -156,13 +156,24 @@ def test_failed_episodes_with_seed_clip_and_replay_command(lossless_run, tmp_pat
 
 
 def test_health_counts_drops_stops_and_resumes(lossless_run, tmp_path):
+    """Each process counts its recording losses from 0: the row adds each process's part (its
+    lines up to a resume, with what that resume moved to superseded/), and counts the eval clips
+    named but missing and those lost before they were written, which read as lost."""
     run_dir = _copy(lossless_run, tmp_path)
+    moved = run_dir / "superseded" / "1-step000000256"
+    moved.mkdir(parents=True)
+    (moved / "metrics.jsonl").write_text(
+        json.dumps({"step": 384, "record/clips_dropped": 4, "record/frames_dropped": 9}) + "\n"
+    )  # the first process, after its checkpoint: it dropped 4 clips in all
     extra = [
         {"step": 256, "record/clips_dropped": 1, "record/frames_dropped": 7},
         {"step": 256, "event": "stop", "signal": "SIGTERM"},
-        {"step": 256, "event": "resume", "from": "checkpoints/last.pt"},
+        {"step": 256, "event": "resume", "from": "checkpoints/last.pt",
+         "moved": "superseded/1-step000000256"},
         {"step": 512, "record/clips_dropped": 2, "record/encoder_stalls": 1},
-    ]
+        {"step": 512, "eval/return": 1.0, "eval/length": 10, "eval/clip": None,
+         "eval/clip_lost": True},
+    ]  # fmt: skip
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write("".join(json.dumps(x) + "\n" for x in extra))
     page = write_run_report(run_dir).read_text()
@@ -171,13 +182,15 @@ def test_health_counts_drops_stops_and_resumes(lossless_run, tmp_path):
     def count(key: str) -> str:
         return re.search(rf'data-health="{key}">(\d+)<', health)[1]
 
-    assert count("clips_dropped") == "2"  # the counters' last values
-    assert count("frames_dropped") == "7"
+    assert count("clips_dropped") == "6"  # the first process's 4, the resumed one's 2
+    assert count("frames_dropped") == "9"
     assert count("encoder_stalls") == "1"
     assert count("stops") == "1"
     assert count("resumes") == "1"
-    assert count("clips_missing") == "0"
+    assert count("clips_missing") == "1"  # the lost one
     assert "SIGTERM" in health
+    evaluations = page[page.index('id="evaluations"') : page.index('id="failures"')]
+    assert evaluations.count("clip lost") == 1 and "clip_lost" not in evaluations
 
 
 def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
