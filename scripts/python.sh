@@ -57,8 +57,9 @@ _rlrec_pick_python() {
   done
   [ -n "$base" ] || _rlrec_fail "no Python >= 3.10 on PATH: install one (Debian/Ubuntu: apt-get install python3 python3-venv), or set PYTHON=/path/to/python"
   # an externally managed or read-only Python: rlrec goes into its own venv, .venv in the repo
+  [ ! -e "$repo/.venv" ] || _rlrec_fail "$repo/.venv exists but holds no bin/python: move it aside (set-up makes its own there), or set PYTHON=/path/to/python"
   if ! "$base" -m venv "$repo/.venv" >/dev/null 2>&1; then
-    rm -rf "$repo/.venv"  # made just now by the failed command (3. found none before it)
+    rm -rf "$repo/.venv"  # made just now by the failed command (it did not exist before it)
     _rlrec_fail "$base cannot make a virtual environment (its venv module or ensurepip is missing): install it (Debian/Ubuntu: apt-get install python3-venv), or activate a virtual environment, then run this again"
   fi
   echo "rlrec set-up: $base is externally managed (PEP 668); rlrec goes into $repo/.venv (source .venv/bin/activate gives its python)"

@@ -109,3 +109,16 @@ def test_a_python_without_venv_says_what_to_install_and_stops(tmp_path):
     assert len(lines) == 1 and "apt-get install python3-venv" in lines[0], proc.stderr
     assert "PY=" not in proc.stdout
     assert not (tmp_path / "repo" / ".venv").exists()
+
+
+@needs_debian_python
+def test_a_foreign_dot_venv_is_never_touched(tmp_path):
+    """A .venv in the repo that set-up did not make (no bin/python): refused in one line, left
+    as it is."""
+    foreign = tmp_path / "repo" / ".venv"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    proc = _pick(tmp_path, "/usr/local/bin:/usr/bin:/bin")
+    assert proc.returncode == 1
+    assert len(proc.stderr.splitlines()) == 1 and "holds no bin/python" in proc.stderr
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
