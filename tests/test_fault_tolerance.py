@@ -454,6 +454,33 @@ def test_stop_then_resume_equals_the_uninterrupted_run(
     assert all(after_again[p] == b for p, b in before.items() if p.name != "train.log")
 
 
+@pytest.mark.slow
+def test_a_kill_before_the_first_checkpoint_then_resume_equals_the_uninterrupted_run(
+    tmp_path, uninterrupted_resumable
+):
+    """SIGKILL in iteration 3 (RESUMABLE checkpoints every 4): no checkpoint yet. resume=auto
+    starts again from step 0 and moves all the first attempt wrote to superseded/ (as after a
+    later checkpoint), so the run dir equals the uninterrupted run's: no line twice, no `-1`
+    clip beside the first attempt's."""
+    run_dir = tmp_path / "run"
+    args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
+    killed = _drive(tmp_path, "SIGKILL", "rollout", str(2 * NUM_STEPS + 5), args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not list(run_dir.glob("checkpoints/*.pt"))
+    first = (run_dir / "metrics.jsonl").read_text()
+    assert _train_steps(run_dir) == [BATCH, 2 * BATCH]
+    assert '"eval/return"' in first and _clips(run_dir, "eval")
+    resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
+    assert "found no checkpoint: the run starts again from step 0" in resumed.stderr
+    _assert_same_run(uninterrupted_resumable, run_dir)
+    moved = "superseded/1-step000000000"
+    assert _events(run_dir) == [{"step": 0, "event": "resume", "from": None, "moved": moved}]
+    assert (run_dir / moved / "metrics.jsonl").read_text() == first
+    assert (run_dir / moved / "videos" / "eval").is_dir()
+    assert not [p for p in run_dir.rglob("*.mp4") if re.search(r"-\d+\.mp4$", p.name)
+                and "-env" not in p.name and "superseded" not in p.parts]  # fmt: skip
+
+
 def _first_step(clip: Path) -> int:
     """The recorder's step count at a clip's first frame (its sidecar's; a sidecar: its clip's)."""
     return json.loads(clip.with_suffix(".json").read_text())["first_step"]

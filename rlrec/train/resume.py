@@ -117,7 +117,22 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     if start is not None:
         _check_world(start, world, cfg.eval_only)
         start = _continue(cfg, Path(run_dir), rank, world, start)
+    elif rank == 0 and _restarts(cfg):
+        # no checkpoint (killed or diverged before the first): all the first attempt wrote goes
+        timeline.supersede(run_dir, None, None, _video_dirs(cfg, Path(run_dir)))
     return start
+
+
+def _restarts(cfg: Config) -> bool:
+    """Whether this is a training run that ``resume=auto`` continues in its own run dir."""
+    return not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
+
+
+def _video_dirs(cfg: Config, run_dir: Path) -> Dict[str, Path]:
+    return {
+        "train": cfg.recorder.dir or run_dir / "videos" / "train",
+        "eval": cfg.eval_env.recorder.dir or run_dir / "videos" / "eval",
+    }
 
 
 def iterations(cfg: Config, world: int) -> int:
@@ -130,16 +145,12 @@ def _continue(cfg: Config, run_dir: Path, rank: int, world: int, start: Start) -
     """``resume=auto`` of a training run: whether it already ended (then nothing changes), and
     else, on rank 0, what the run wrote after the checkpoint moved aside
     (``rlrec.train.timeline``)."""
-    if cfg.eval_only or cfg.checkpoint is not None or cfg.resume != "auto":
+    if not _restarts(cfg):
         return start
     if int(start.data["iteration"]) >= iterations(cfg, world) and not start.eval_due:
         return replace(start, finished=True)
     if rank == 0:
-        videos = {
-            "train": cfg.recorder.dir or run_dir / "videos" / "train",
-            "eval": cfg.eval_env.recorder.dir or run_dir / "videos" / "eval",
-        }
-        timeline.supersede(run_dir, Path(start.path), start.data, videos)
+        timeline.supersede(run_dir, Path(start.path), start.data, _video_dirs(cfg, run_dir))
     return start
 
 

@@ -27,6 +27,10 @@ What is after the checkpoint (:class:`Point`):
   began at the checkpoint's count is the resumed run's next evaluation, and goes. A clip's
   ``video/<kind>`` line goes or stays with the clip. Clips in a ``recorder.dir`` outside the run
   dir (other runs may share it) stay where they are.
+
+A run killed (or diverged) before its first checkpoint leaves none: ``resume=auto`` then starts
+again from step 0, and everything the first attempt wrote is after that start
+(:meth:`Point.origin`), moved to ``superseded/<n>-step000000000/``.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ class Point:
             steps[kind] = int(rec["steps"]) if isinstance(rec, dict) and "steps" in rec else None
         return cls(int(data["global_step"]), bool(data.get("eval_due")), steps)
 
+    @classmethod
+    def origin(cls) -> "Point":
+        """Before anything a run writes: where a run that left no checkpoint starts again."""
+        return cls(-1, True, {"train": -1, "eval": -1})
+
     def line_after(self, line: Any, is_eval: bool) -> bool:
         """Whether a JSON line (``is_eval``: an evaluation's) was written after this point."""
         if not isinstance(line, dict) or not isinstance(line.get("step"), int):
@@ -109,14 +118,19 @@ class Moved:
 
 
 def supersede(
-    run_dir: Path, checkpoint: Path, data: Mapping[str, Any], video_dirs: Mapping[str, Path]
+    run_dir: Path,
+    checkpoint: Optional[Path],
+    data: Optional[Mapping[str, Any]],
+    video_dirs: Mapping[str, Path],
 ) -> Moved:
-    """Moves what the run in ``run_dir`` wrote after ``checkpoint`` (its contents ``data``) into a
-    new ``superseded/<n>-step<step>/`` folder (see the module doc), says so in one line, and
-    appends the ``resume`` event line to metrics.jsonl. ``video_dirs``: each clip kind's
-    directory; those outside the run dir are left alone. Returns what it moved."""
+    """Moves what the run in ``run_dir`` wrote after ``checkpoint`` (its contents ``data``; None
+    and None: the run left no checkpoint and starts again, :meth:`Point.origin`) into a new
+    ``superseded/<n>-step<step>/`` folder (see the module doc), says so in one line, and appends
+    the ``resume`` event line to metrics.jsonl (none for a restart that finds nothing written).
+    ``video_dirs``: each clip kind's directory; those outside the run dir are left alone.
+    Returns what it moved."""
     run_dir = Path(run_dir)
-    point = Point.of(data)
+    point = Point.origin() if data is None else Point.of(data)
     plan = _Plan(run_dir, point)
     for kind, directory in video_dirs.items():
         if _inside(Path(directory), run_dir):
@@ -125,9 +139,12 @@ def supersede(
     plan.jsonl(EVAL_EPISODES, lambda line: True)
     plan.tensorboard()
     moved = plan.carry_out()
-    rel = os.path.relpath(checkpoint, run_dir)
+    if checkpoint is None and moved.folder is None:
+        return moved  # a new run: nothing to say
+    rel = None if checkpoint is None else os.path.relpath(checkpoint, run_dir)
+    step = max(point.step, 0)
     event = {
-        "step": point.step,
+        "step": step,
         "event": "resume",
         "from": rel,
         "moved": None if moved.folder is None else os.path.relpath(moved.folder, run_dir),
@@ -135,9 +152,14 @@ def supersede(
     with open(run_dir / METRICS, "a") as f:
         f.write(json.dumps(event) + "\n")
     if moved.folder is not None:
+        start = (
+            "found no checkpoint: the run starts again from step 0"
+            if rel is None
+            else f"continues from {rel} (step {step:,})"
+        )
         print(
-            f"rlrec: resume=auto continues from {rel} (step {point.step:,}); what the run wrote "
-            f"after it ({moved.describe()}) is moved to {event['moved']}/",
+            f"rlrec: resume=auto {start}; what the run wrote after it ({moved.describe()}) is "
+            f"moved to {event['moved']}/",
             file=sys.stderr,
             flush=True,
         )
@@ -216,7 +238,7 @@ class _Plan:
     def carry_out(self) -> Moved:
         if not self.files and not self.split:
             return self.moved
-        folder = _new_folder(self.run_dir / SUPERSEDED, self.point.step)
+        folder = _new_folder(self.run_dir / SUPERSEDED, max(self.point.step, 0))
         self.moved.folder = folder
         # the moved part first: a kill in between leaves a line in both places, never in none
         for path, (_, moved) in self.split.items():
