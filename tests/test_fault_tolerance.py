@@ -481,6 +481,59 @@ def test_a_kill_before_the_first_checkpoint_then_resume_equals_the_uninterrupted
                 and "-env" not in p.name and "superseded" not in p.parts]  # fmt: skip
 
 
+_READ_ONLY_DRIVER = """
+import errno, os, sys
+sys.argv = [sys.argv[0], *sys.argv[2:]]
+fail_at, calls, real_open = int(os.environ["FAIL_AT"]), [0], os.open
+
+
+def read_only_open(path, flags, *args, **kwargs):
+    # stands for the run dir's file system turning read-only: from the FAIL_AT-th write of
+    # eval_episodes.jsonl on, opening it for writing fails as the kernel does (EROFS)
+    if str(path).endswith("eval_episodes.jsonl") and flags & (os.O_WRONLY | os.O_RDWR):
+        calls[0] += 1
+        if calls[0] >= fail_at:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    return real_open(path, flags, *args, **kwargs)
+
+
+os.open = read_only_open
+from rlrec.run.cli import main  # noqa: E402
+
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_read_only_run_dir_ends_in_one_line_and_resume_completes(
+    tmp_path, uninterrupted_resumable
+):
+    """The output file system turns read-only mid-run (the 4th evaluation's episode records, at
+    step 6 * BATCH; the checkpoint of iteration 4 is on disk): exit 1 and one line naming the
+    file, that nothing written before is lost, and the command that continues; that command,
+    once the dir can be written, ends as the uninterrupted run."""
+    run_dir = tmp_path / "run"
+    args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
+    driver = tmp_path / "read_only.py"
+    driver.write_text(_READ_ONLY_DRIVER)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAIL_AT": "4"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, str(driver), "-", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rlrec: could not write {run_dir / 'eval_episodes.jsonl'}: "), last
+    assert "(the file system is read-only)" in last and "nothing was replaced" in last
+    assert f"python train.py resume=auto hydra.run.dir={run_dir}" in last
+    assert "(step 512)" in last
+    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 4 * BATCH
+    run_train([*args, "resume=auto"], cwd=tmp_path)
+    _assert_same_run(uninterrupted_resumable, run_dir)
+
+
 def _first_step(clip: Path) -> int:
     """The recorder's step count at a clip's first frame (its sidecar's; a sidecar: its clip's)."""
     return json.loads(clip.with_suffix(".json").read_text())["first_step"]

@@ -117,7 +117,7 @@ def run(cfg: DictConfig) -> Optional[float]:
 def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
     import torch
 
-    from rlrec.train.checkpoint import CheckpointWriteError
+    from rlrec.train.checkpoint import STORAGE_ERRNOS, CheckpointWriteError, storage_failure
     from rlrec.train.divergence import EXIT_STATUS, Diverged
 
     threads = torch.get_num_threads()
@@ -142,6 +142,11 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
                 report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
         except CheckpointWriteError as exc:  # e.g. a full disk: the message says how to resume
             print(f"rlrec: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
+        except OSError as exc:  # any other output file: a full or read-only file system
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            print(f"rlrec: {storage_failure(exc, run_dir)}", file=sys.stderr)
             raise SystemExit(1) from None
         except Diverged as exc:  # one line (every rank stops at the same iteration)
             if distributed.is_main():

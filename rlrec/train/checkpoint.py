@@ -259,12 +259,47 @@ def write(
     return directory / "last.pt"
 
 
-def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
+# what a full or read-only output file system raises, wherever the run writes
+STORAGE_ERRNOS = frozenset(
+    e for e in (errno.ENOSPC, errno.EROFS, getattr(errno, "EDQUOT", None)) if e is not None
+)
+
+
+def _cause(exc: OSError) -> str:
     cause = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno == errno.ENOSPC:
         cause += " (the disk is full)"
     elif exc.errno == getattr(errno, "EDQUOT", None):
         cause += " (the disk quota is used up)"
+    elif exc.errno == errno.EROFS:
+        cause += " (the file system is read-only)"
+    return cause
+
+
+def storage_failure(exc: OSError, run_dir: Path) -> str:
+    """One line for a run that could not write a file of its output (``exc.errno`` in
+    :data:`STORAGE_ERRNOS`, outside a checkpoint write): which file, that what was written before
+    it stays on disk, and how to continue."""
+    target = shlex.quote(f"hydra.run.dir={run_dir}")
+    try:
+        found = find_resume(Path(run_dir) / "checkpoints", key="resume")
+    except Exception:  # unreadable: say there is none to continue from
+        found = None
+    if found is None:
+        then = (
+            "no checkpoint was written yet, so the run starts again (what it wrote is moved aside)"
+        )
+    else:
+        then = f"it continues from {found[0]} (step {int(found[1]['global_step']):,})"
+    return (
+        f"could not write {exc.filename or 'the run output'}: {_cause(exc)}. What the run wrote "
+        f"before it is on disk, nothing was replaced. Once the run dir can be written again, "
+        f"python train.py resume=auto {target} (with the run's other overrides): {then}"
+    )
+
+
+def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
+    cause = _cause(exc)
     try:
         periodic, last = _candidates(path.parent)
         kept = ([last.name] if last.is_file() else []) + [p.name for p in periodic]
