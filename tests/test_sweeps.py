@@ -566,3 +566,27 @@ def test_final_figures_take_the_last_eval_line(tmp_path):
         [{"job": 0, "status": "COMPLETED", "eval/return": 2.0, "swept": "seed=1"}]
     )
     assert "seed=1" in table and "return" in table
+
+
+def test_a_job_dir_left_without_a_row_by_a_stop_reads_not_started(tmp_path):
+    """The race of a process-per-job launcher's stop: a worker is handed job 2 as the sweep
+    stops, Hydra makes its dir, and the worker ends with the launching process before the job
+    writes its row. The launching process's summary says it was not started, as the job itself
+    would have (the resumed sweep then runs it)."""
+    sweep_dir = tmp_path / "sweep"
+    for job in (0, 1):
+        (sweep_dir / str(job)).mkdir(parents=True)
+        sweep.write_summary(sweep_dir, {"job": job, "status": sweep.STOPPED, "error": "stopped"})
+    (sweep_dir / "2" / ".hydra").mkdir(parents=True)
+    (sweep_dir / "2" / ".hydra" / "overrides.yaml").write_text("- seed=3\n")
+    (sweep_dir / "multirun.yaml").write_text("{}\n")  # not a job dir
+    state = sweep._state()
+    state.sweep_dir = sweep_dir
+    try:
+        sweep.report_stopped()
+    finally:
+        sweep.finish()
+    rows = _rows(sweep_dir)
+    assert [int(r["job"]) for r in rows] == [0, 1, 2]
+    assert rows[2]["status"] == "STOPPED" and rows[2]["error"].startswith("not started"), rows
+    assert rows[2]["overrides"] == "seed=3"

@@ -419,6 +419,27 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         )
 
 
+def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
+    """A "not started" row for each job dir without a row: a job handed to a worker as the sweep
+    stopped, whose worker ended (with the launching process) after Hydra made the job's dir and
+    before the job wrote its own "not started" row. No job trains without a row of its own: one
+    still building when the stop came checks the stop before it trains."""
+    have = {int(r.get("job", -1)) for r in read_rows(sweep_dir)}
+    for job_dir in sorted(Path(sweep_dir).iterdir()):
+        if not (job_dir.is_dir() and job_dir.name.isdigit()) or int(job_dir.name) in have:
+            continue
+        row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir),
+               "error": f"not started: the sweep was stopped by {name}"}  # fmt: skip
+        try:
+            import yaml
+
+            overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+            row["overrides"] = " ".join(str(x) for x in overrides or [])
+        except Exception:  # Hydra had not written it yet: the row names no overrides
+            pass
+        write_summary(sweep_dir, row)
+
+
 def report_stopped() -> None:
     """In ``rlrec.run.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
     status."""
@@ -427,6 +448,7 @@ def report_stopped() -> None:
     sweep_dir = st.sweep_dir
     rows: List[Dict[str, Any]] = []
     if sweep_dir is not None and (sweep_dir / ROWS_DIR).is_dir():
+        _rows_of_unstarted(sweep_dir, _signal_name(_signum() or signal.SIGINT))
         rows = write_summary(sweep_dir)
         if rows:
             print(
