@@ -7,8 +7,9 @@
 # First use compiles Genesis's kernels (about 100 s on 2 CPU cores); the compiled kernels are cached
 # under ~/.cache (Genesis/Quadrants defaults), so keep that directory within one CI run (or cache it
 # between runs) and the later scenes build in a few seconds. The last step compiles them here, with
-# one tiny train.py run, once per Genesis/Quadrants version (a marker under ~/.cache/rlrec): else the
-# two test workers each compile the same kernels at once on a new machine (about 600 s of test time).
+# one tiny train.py run, once per Genesis/Quadrants version and install (a marker under
+# ~/.cache/rlrec): else the two test workers each compile the same kernels at once on a new machine
+# (about 600 s of test time).
 #   bash scripts/setup_genesis.sh              # the libraries, the extras, the kernel compile
 #   bash scripts/setup_genesis.sh --install    # the libraries and the extras only
 #   bash scripts/setup_genesis.sh --warm-up    # the kernel compile only (scripts/test.sh runs it
@@ -37,7 +38,22 @@ if [ "$mode" != --warm-up ]; then
 fi
 [ "$mode" = --install ] && exit 0
 
-versions=$("$PY" -c "from importlib.metadata import version as v; print(v('genesis-world') + '-' + v('quadrants'))")
+# A process killed while Quadrants writes its kernel cache leaves the cache's lock file behind, and
+# every later process then skips the cache ("Lock .../qdcache.lock failed") and compiles again. A
+# lock older than 10 minutes is such a leftover (a write takes seconds): it is removed, saying so.
+lock="${XDG_CACHE_HOME:-$HOME/.cache}/quadrants/qdcache/kernel_compilation_manager/qdcache.lock"
+if [ -n "$(find "$lock" -mmin +10 2>/dev/null)" ]; then
+  echo "setup_genesis.sh: removing Quadrants's stale kernel-cache lock $lock (left by a killed process)"
+  rm -f "$lock"
+fi
+
+# Quadrants keys its kernel cache by the kernels' source files, so the marker names the versions
+# and where Genesis is installed (another venv compiles again); find_spec: no import
+versions=$("$PY" -c "
+import hashlib, importlib.util as u
+from importlib.metadata import version as v
+where = hashlib.sha256(u.find_spec('genesis').origin.encode()).hexdigest()[:12]
+print(v('genesis-world') + '-' + v('quadrants') + '-' + where)")
 marker="${XDG_CACHE_HOME:-$HOME/.cache}/rlrec/genesis-kernels-$versions"
 if [ ! -e "$marker" ]; then
   echo "setup_genesis.sh: compiling Genesis's kernels once (about 100 s on 2 cores)"
