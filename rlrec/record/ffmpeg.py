@@ -120,7 +120,10 @@ class FFmpegProcess:
             "-i", "-", "-an",
         ]  # fmt: skip
         if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
+            # primaries and transfer tagged: without them Chromium ignores the stream's GBR
+            # matrix and shows the G/B/R planes as Y/U/V (false colours)
             cmd += ["-c:v", "libx264rgb", "-qp", "0", "-pix_fmt", "rgb24"]
+            cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
         else:
             cmd += ["-c:v", "libx264", "-crf", str(quality_to_crf(quality)), "-pix_fmt", "yuv420p"]
         preset = str(getattr(preset, "value", preset))

@@ -1,10 +1,11 @@
 """report.html of a real run in a real browser: Debian's headless Chromium driven by selenium
 (``scripts/setup_browser.sh`` installs both). The page opens from disk with no console error and
-no request outside the run dir, every video on it plays and lasts its sidecar's frames / fps, the
-curves are drawn, and a screenshot is not blank."""
+no request outside the run dir, every video on it plays and lasts its sidecar's frames / fps and
+shows the colours of its decoded frames, the curves are drawn, and a screenshot is not blank."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -32,6 +33,7 @@ FLAGS = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
+    "--allow-file-access-from-files",  # a canvas may read a video's pixels on a file:// page
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",
@@ -57,6 +59,23 @@ const play = (v) => new Promise((resolve) => {
 Promise.all(Array.from(document.querySelectorAll('video')).map(play)).then(done);
 """
 
+# each video paused at the given time (seconds), drawn to a canvas: what it shows, as a PNG
+SHOW_AT = """
+const [times, done] = [arguments[0], arguments[arguments.length - 1]];
+const show = (v, t) => new Promise((resolve) => {
+  v.pause();
+  v.addEventListener('seeked', () => {
+    const c = document.createElement('canvas');
+    [c.width, c.height] = [v.videoWidth, v.videoHeight];
+    c.getContext('2d').drawImage(v, 0, 0);
+    resolve(c.toDataURL('image/png'));
+  }, {once: true});
+  v.currentTime = t;
+});
+Promise.all(Array.from(document.querySelectorAll('video')).map((v, i) => show(v, times[i])))
+  .then(done);
+"""
+
 
 @pytest.fixture
 def browser():
@@ -80,7 +99,9 @@ def browser():
 
 @pytest.mark.parametrize("kind", ["default_run", "lossless_run"])
 def test_report_in_a_browser(kind, browser, request):
-    """Both encodings play in Chromium: H.264 yuv420p (the default) and lossless libx264rgb."""
+    """Both encodings play in Chromium with their true colours: H.264 yuv420p (the default) and
+    lossless libx264rgb (whose stream must say its planes are RGB, or Chromium reads them as
+    YUV: the built-in env's dark background showed bright green)."""
     run_dir: Path = request.getfixturevalue(kind).resolve()
     browser.get("about:blank")  # the logs from here on are the report's (the first tab's drained)
     browser.get_log("performance")
@@ -101,6 +122,20 @@ def test_report_in_a_browser(kind, browser, request):
         side = json.loads(Path(sidecar_path(str(path))).read_text())
         assert r["error"] is None and r["ended"] and r["decoded"] > 0, r  # it played, decoded
         assert abs(r["duration"] - side["frames"] / side["fps"]) <= 1 / side["fps"] + 1e-6, r
+
+    # each video's middle frame as the page shows it, against the frame that ffmpeg decodes
+    paths = [Path(unquote(urlparse(r["src"]).path)) for r in results]
+    sides = [json.loads(Path(sidecar_path(str(p))).read_text()) for p in paths]
+    shown = browser.execute_async_script(
+        SHOW_AT, [(s["frames"] // 2 + 0.5) / s["fps"] for s in sides]
+    )
+    colours = []  # mean absolute difference per channel, of each video on the page
+    for path, side, png in zip(paths, sides, shown):
+        seen, frame = _png(png).astype(int), _decoded_frame(path, side["frames"] // 2).astype(int)
+        assert seen.shape == frame.shape, (path, seen.shape, frame.shape)
+        diff = np.abs(seen - frame).mean(axis=(0, 1)).round(1).tolist()
+        colours.append((path.name, side["encoder"]["codec"], diff))
+    assert all(max(diff) < 3 for *_, diff in colours), colours
 
     # the curves: one inline svg with drawn lines
     svgs = browser.find_elements("css selector", "svg")
@@ -127,6 +162,28 @@ def test_report_in_a_browser(kind, browser, request):
 
     shot = np.asarray(Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("RGB"))
     assert shot.std() > 10 and len(np.unique(shot.reshape(-1, 3), axis=0)) > 50
+
+
+def _png(data_url: str) -> np.ndarray:
+    from PIL import Image
+
+    png = base64.b64decode(data_url.split(",", 1)[1])
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def _decoded_frame(path: Path, index: int) -> np.ndarray:
+    """Frame ``index`` of the mp4 at ``path`` as ffmpeg (imageio-ffmpeg's) decodes it to rgb24."""
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    try:
+        w, h = next(reader)["size"]
+        for i, data in enumerate(reader):
+            if i == index:
+                return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 3)
+    finally:
+        reader.close()
+    raise AssertionError(f"{path} has no frame {index}")
 
 
 def _parents(url: str) -> list:
