@@ -243,3 +243,117 @@ def test_after_a_sticky_cuda_error_the_original_error_stands(monkeypatch, tmp_pa
                 raise diverged from exc
             raise
     assert raised.value is original
+
+
+# ---------------------------------------------------------------------- a blow-up under way
+BLOWUP = [*QUIET, "checkpoint_every=1", "checkpoint_keep=2", "algo.max_grad_norm=1e6"]
+
+
+def _line(proc) -> str:
+    lines = [s for s in proc.stderr.splitlines() if s.startswith("rlrec: diverged")]
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_blow_up_names_the_checkpoint_before_it_and_the_printed_advice_reaches_the_end(
+    tmp_path,
+):
+    """Four sane iterations, then resume=auto with a learning rate far too high: the first update
+    moves the policy by thousands of nats and the run goes non-finite iterations later. Every
+    checkpoint written in between is finite but ruined; the line names the one before the blow-up
+    (which checkpoint_keep=2 would otherwise have removed), and its command, run as printed with a
+    sane learning rate, reaches the end with a sane policy."""
+    run_dir = tmp_path / "run"
+    run_train([*BLOWUP, "total_steps=512", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    command = [*BLOWUP, "total_steps=4096", "algo.learning_rate=30", "resume=auto"]
+    command += [f"hydra.run.dir={run_dir}"]
+    proc = run_train(command, cwd=tmp_path, check=False)
+    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
+    line = _line(proc)
+    before = run_dir / "checkpoints" / "iter_000004.pt"
+    assert "the blow-up began at iteration 5 (step 640) with loss/approx_kl" in line, line
+    assert f"the checkpoint before it is {before} (step 512)" in line, line
+    assert "last finite checkpoint" not in line
+    assert before.is_file()  # kept, though two newer periodic ones were written after it
+    assert len(list(before.parent.glob("iter_*.pt"))) == 3
+
+    advice = line.split("the same command + ")[1].split()
+    assert advice == [
+        "resume=null",
+        f"checkpoint={before}",
+        f"hydra.run.dir={run_dir}-from-step512",
+    ]
+    run_train([*command, *advice, "algo.learning_rate=0.0003"], cwd=tmp_path)
+    new_dir = Path(f"{run_dir}-from-step512")
+    final = ckpt.load(new_dir / "checkpoints" / "last.pt")
+    assert final["global_step"] == 4096
+    params = final["ppo"]["agent"]
+    assert all(torch.isfinite(v).all() for v in params.values())
+    assert float(params["log_std"].abs().max()) < 0.5  # a sane policy: std near its start, 1
+    kls = [m["loss/approx_kl"] for m in read_metrics(new_dir) if "loss/approx_kl" in m]
+    assert len(kls) == 28 and max(kls) < 0.1, kls
+
+
+@pytest.mark.slow
+def test_a_blow_up_from_the_first_update_names_no_checkpoint(tmp_path):
+    """The first update already blows up: no checkpoint is named as finite and good, though the
+    ruined ones of the iterations before the non-finite one were written."""
+    run_dir = tmp_path / "run"
+    args = [*BLOWUP, "total_steps=4096", "algo.learning_rate=30", f"hydra.run.dir={run_dir}"]
+    proc = run_train(args, cwd=tmp_path, check=False)
+    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
+    line = _line(proc)
+    assert "the blow-up began at iteration 1 (step 128) with loss/approx_kl" in line, line
+    assert "no checkpoint was written before it; to start again with other settings" in line
+    assert "checkpoint=" not in line and "resume=auto" not in line
+
+
+@pytest.mark.slow
+def test_a_spike_the_run_survives_does_not_stop_it(tmp_path):
+    """Env 3 returns a reward of 1e6 once (iteration 6): the value loss and gradient norm jump
+    ten orders of magnitude, the clipped update survives it, and the run goes on to its end."""
+    run_dir = tmp_path / "run"
+    spike = ["+env.kwargs.seed=4", "+env.kwargs.step=88", "+env.kwargs.what=reward"]
+    spike += ["+env.kwargs.value=1e6", "total_steps=1024", f"hydra.run.dir={run_dir}"]
+    proc = run_train([*QUIET, *NAN_ENV, *spike], cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert "rlrec: iteration 6 (step 384): loss/value" in out, out
+    assert "came back into range after the spike at iteration 6 (step 384)" in out
+    assert _train_steps(run_dir) == [k * BATCH for k in range(1, 17)]
+    assert "diverged" not in out
+
+
+def test_the_checkpoint_before_a_spike_is_protected_until_the_run_settles(tmp_path):
+    watch = _watch(tmp_path)
+    calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
+    for i in range(1, 5):
+        _rollout(watch, 3, 4)
+        watch.check(calm, _params(), f"iteration {i}")
+        watch.saved(tmp_path / "last.pt", i * 12, periodic=tmp_path / f"iter_00000{i}.pt")
+    assert watch.protected is None
+    _rollout(watch, 3, 4)
+    watch.check({**calm, "loss/value": 5e3}, _params(), "iteration 5")  # finite: no stop
+    assert watch.protected == "iter_000004.pt"
+    for i in range(6, 8):
+        _rollout(watch, 3, 4)
+        watch.check(calm, _params(), f"iteration {i}")
+        watch.saved(tmp_path / "last.pt", i * 12, periodic=tmp_path / f"iter_00000{i}.pt")
+        assert watch.protected == "iter_000004.pt"  # two updates back in range: not yet
+    _rollout(watch, 3, 4)
+    watch.check(calm, _params(), "iteration 8")
+    assert watch.protected is None  # three: the run survived the spike
+
+
+def test_retention_keeps_the_protected_checkpoint(tmp_path):
+    keep = ckpt.Retention(2)
+    state = {"global_step": 0, "iteration": 0}
+    for i in range(1, 6):
+        ckpt.write(tmp_path, state, i, keep, protected="iter_000002.pt" if i < 5 else None)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["iter_000004.pt", "iter_000005.pt", "last.pt"]
+    keep = ckpt.Retention(2)
+    for i in range(1, 5):
+        ckpt.write(tmp_path / "b", state, i, keep, protected="iter_000002.pt")
+    names = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
+    assert names == ["iter_000002.pt", "iter_000003.pt", "iter_000004.pt", "last.pt"]

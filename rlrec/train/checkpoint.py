@@ -220,15 +220,19 @@ class Retention:
         own = [n for n in self.own if n != name]
         return sorted([*own, name] if name else own, key=_iteration)
 
-    def prune(self, directory: Path, own: List[str]) -> None:
+    def prune(self, directory: Path, own: List[str], protected: Optional[str] = None) -> None:
         """After the checkpoints naming ``own`` are durable: removes the older ones beyond the
-        newest ``keep`` (the newest, just written, always stays)."""
+        newest ``keep`` (the newest, just written, always stays), except ``protected`` (the name
+        of the checkpoint before a blow-up, while the divergence watch names it)."""
         self.own = own
         if self.keep <= 0 or len(own) <= self.keep:
             return
-        for name in own[: -self.keep]:
-            remove_quietly(directory / name)
-        self.own = own[-self.keep :]
+        old, self.own = own[: -self.keep], own[-self.keep :]
+        for name in old:
+            if name == protected:
+                self.own = [name, *self.own]  # removed once no longer protected
+            else:
+                remove_quietly(directory / name)
 
 
 def _iteration(name: str) -> int:
@@ -236,17 +240,26 @@ def _iteration(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
+def periodic_twin(path: str | Path, data: Mapping) -> Optional[Path]:
+    """The periodic checkpoint beside ``path`` (last.pt) of the same iteration, if it is there:
+    the file of that state that the run's next checkpoint does not write again."""
+    twin = Path(path).with_name(f"iter_{int(data['iteration']):06d}.pt")
+    return twin if twin != Path(path) and twin.is_file() else None
+
+
 def write(
     run_dir: Path,
     state: Dict[str, Any],
     iteration: Optional[int] = None,
     retention: Optional[Retention] = None,
-) -> Path:
+    protected: Optional[str] = None,
+) -> Tuple[Path, Optional[Path]]:
     """Saves a run's ``state`` as ``run_dir``/checkpoints/last.pt and, with an ``iteration``, as
     the periodic iter_NNNNNN.pt beside it: the files that ``resume=auto`` reads
     (:func:`find_resume`). Then, with ``checkpoint_keep`` (``retention``), once both are durable
     (written, fsynced, renamed, the rename fsynced), the run's older periodic checkpoints beyond
-    the newest N are removed. Returns the path of last.pt."""
+    the newest N are removed, but never ``protected`` (a file name in checkpoints/). Returns the
+    paths of last.pt and of the periodic checkpoint (None without ``iteration``)."""
     directory = Path(run_dir) / "checkpoints"
     retention = retention or Retention()
     name = f"iter_{iteration:06d}.pt" if iteration is not None else ""
@@ -255,8 +268,8 @@ def write(
     save(directory / "last.pt", state, run_dir=run_dir)
     if name:
         save(directory / name, state, run_dir=run_dir)
-    retention.prune(directory, own)
-    return directory / "last.pt"
+    retention.prune(directory, own, protected)
+    return directory / "last.pt", (directory / name if name else None)
 
 
 # what a full or read-only output file system raises, wherever the run writes

@@ -11,15 +11,24 @@ that every rank stops at the same iteration), :class:`Watch` checks that
 
 On the first non-finite one it raises :class:`Diverged`, whose message is one line: the
 iteration, the global step, what went non-finite (the env, its index and whether it was the
-observation or the reward, when the env is the source), the last checkpoint (every checkpoint is
-written after a passed check, so it holds finite values) and how to continue from it with other
-settings. The runner writes no checkpoint, no metrics line and no evaluation of that state; the
-process exits with :data:`EXIT_STATUS`.
+observation or the reward, when the env is the source), the checkpoint to continue from and how to
+continue from it with other settings. The runner writes no checkpoint, no metrics line and no
+evaluation of that state; the process exits with :data:`EXIT_STATUS`.
+
+A blow-up is usually under way before anything is non-finite: an update that moves the policy by
+nats (its ``loss/approx_kl``; a healthy PPO update moves it by about 0.01), or whose KL, value
+loss, gradient norm or policy std is far outside the run's own recent range (:data:`SPIKE`),
+begins one. From then on the checkpoint before it is the one the line names (every checkpoint
+written since holds finite but ruined values), and ``checkpoint_keep`` does not remove it; a run
+whose figures come back into range for :data:`SETTLED` updates survived the spike and goes on as
+before.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections import deque
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -27,7 +36,15 @@ import torch
 
 from rlrec import distributed
 
+log = logging.getLogger(__name__)
+
 EXIT_STATUS = 3  # README: "Exit statuses"
+
+# an update's figure begins a blow-up above this many times the largest of its last WINDOW
+# values (asked once HISTORY of them are known); the KL also above KL_LIMIT nats, from the first
+SPIKE = {"loss/approx_kl": 100.0, "policy/std": 100.0, "loss/value": 1e3, "train/grad_norm": 1e3}
+KL_LIMIT = 1.0
+WINDOW, HISTORY, SETTLED = 20, 3, 3
 
 # what PPO.update returns that must be finite (loss/explained_variance is NaN for constant
 # returns, legitimately)
@@ -57,6 +74,12 @@ class Watch:
         self._t = 0
         self.checkpoint: Optional[Tuple[str, int]] = None  # the last one written or started from
         self.from_run_dir = True  # whether resume=auto in the run dir finds it
+        self._kept: Optional[Tuple[str, int]] = None  # the same, the periodic file where written
+        self._recent: Dict[str, deque] = {k: deque(maxlen=WINDOW) for k in SPIKE}
+        # the blow-up under way: where it began, what, and the checkpoint (path, step) before it
+        self.blowup: Optional[Tuple[str, str, Optional[Tuple[str, int]]]] = None
+        self._settled = 0  # updates in range since the blow-up's last spike
+        self._lost = False  # the checkpoint before the blow-up was last.pt, and it was rewritten
 
     # ------------------------------------------------------------------ collection
     def begin(self, obs: torch.Tensor) -> None:
@@ -99,6 +122,7 @@ class Watch:
             distributed.all_reduce_(flags, "max")
         env_obs, env_reward, params, n_losses = flags.tolist()  # the one host read
         if not (env_obs or env_reward or params or n_losses):
+            self._spikes(losses, at)
             return
         if env_obs or env_reward:
             what = self._env_source(agree=True)
@@ -123,9 +147,65 @@ class Watch:
             return None
         return Diverged(self._message(at, self._env_source(agree=False)))
 
-    def saved(self, path: str, step: int, in_run_dir: bool = True) -> None:
-        """A checkpoint of ``step`` env steps was written (or the run started from it)."""
+    def _spikes(self, losses: Dict[str, float], at: str) -> None:
+        """Whether this finite update begins (or continues) a blow-up; see the module docstring."""
+        values = {k: losses[k] for k in SPIKE if losses.get(k) is not None}
+        out = []
+        for k, v in values.items():
+            recent = self._recent[k]
+            limit = SPIKE[k] * max(recent) if len(recent) >= HISTORY else math.inf
+            if k == "loss/approx_kl":
+                limit = max(KL_LIMIT, limit if recent else KL_LIMIT)
+            if v > limit:
+                before = f" (up to {max(recent):.3g} before)" if recent else ""
+                out.append(f"{k} {v:.3g}{before}")
+        if not out:
+            for k, v in values.items():
+                self._recent[k].append(v)
+            self._settled += 1
+            if self.blowup is not None and self._settled >= SETTLED:
+                log.warning(
+                    "rlrec: the run came back into range after the spike at %s", self.blowup[0]
+                )
+                self.blowup = None
+            return
+        self._settled = 0
+        if self.blowup is None:
+            self.blowup, self._lost = (at, ", ".join(out), self._kept), False
+            named = (
+                "no checkpoint was written before it"
+                if self._kept is None
+                else f"{self._kept[0]}, the checkpoint before it, is kept"
+            )
+            log.warning(
+                "rlrec: %s: %s, far outside the run's recent range: a blow-up may be under way "
+                "(%s until the run is back in range for %d updates)",
+                at,
+                self.blowup[1],
+                named,
+                SETTLED,
+            )
+
+    @property
+    def protected(self) -> Optional[str]:
+        """The file name (in checkpoints/) of the checkpoint before the blow-up under way, which
+        ``checkpoint_keep`` must not remove; None when none is under way."""
+        if self.blowup is None or self.blowup[2] is None:
+            return None
+        return Path(self.blowup[2][0]).name
+
+    def saved(
+        self, path: str, step: int, in_run_dir: bool = True, periodic: Optional[str] = None
+    ) -> None:
+        """A checkpoint of ``step`` env steps was written (or the run started from it), as
+        ``path`` (last.pt) and, where it was periodic, ``periodic`` (a blow-up names that one:
+        the next checkpoint writes last.pt again)."""
+        if self.blowup is not None and self.blowup[2] is not None:
+            if self.blowup[2][0] == str(path):  # the one before the blow-up is written over
+                self.blowup = (*self.blowup[:2], None)
+                self._lost = True
         self.checkpoint = (str(path), int(step))
+        self._kept = (str(periodic or path), int(step))
         self.from_run_dir = in_run_dir
 
     # ------------------------------------------------------------------ the message
@@ -160,10 +240,25 @@ class Watch:
             other = "once the env gives finite values (or with other settings)"
         else:
             other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
-        if self.checkpoint is None:
-            last = f"no checkpoint was written before it; to start again {other}: the same command"
+        checkpoint, began = self.checkpoint, ""
+        if self.blowup is not None:
+            began = f"the blow-up began at {self.blowup[0]} with {self.blowup[1]}; "
+            checkpoint = self.blowup[2]
+        if checkpoint is None:
+            none = "no checkpoint was written before it"
+            if self._lost:
+                none = "the checkpoint before it (last.pt) was written over since"
+            last = f"{none}; to start again {other}: the same command"
+        elif began:
+            # the checkpoints since are finite but ruined: a new run dir from the one before
+            path, step = checkpoint
+            last = (
+                f"the checkpoint before it is {path} (step {step}); to continue from it {other}: "
+                f"the same command + resume=null checkpoint={path} "
+                f"hydra.run.dir={self.run_dir}-from-step{step}"
+            )
         else:
-            path, step = self.checkpoint
+            path, step = checkpoint
             if self.from_run_dir:
                 how = f"resume=auto hydra.run.dir={self.run_dir}"
             else:
@@ -172,7 +267,9 @@ class Watch:
                 f"last finite checkpoint {path} (step {step}); to continue from it {other}: the "
                 f"same command + {how}"
             )
-        return f"rlrec: diverged at {at}: {what}; nothing was written from that state | {last}"
+        return (
+            f"rlrec: diverged at {at}: {what}; nothing was written from that state | {began}{last}"
+        )
 
 
 def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:

@@ -160,8 +160,10 @@ class Runner:
             self.logger.write_awaiting()
         # a full disk: CheckpointWriteError names the file and the resume command
         iteration = self.iteration if periodic else None
-        path = ckpt.write(self.run_dir, state, iteration, self.retention)
-        self.watch.saved(path, state["global_step"])
+        last, periodic = ckpt.write(
+            self.run_dir, state, iteration, self.retention, self.watch.protected
+        )
+        self.watch.saved(last, state["global_step"], periodic=periodic)
 
     def _restore(self) -> Optional[torch.Tensor]:
         """Loads the checkpoint found at start-up; returns the saved next observation when the
@@ -170,7 +172,9 @@ class Runner:
             return None
         self.global_step = int(self.start.data["global_step"])
         self.iteration = int(self.start.data["iteration"])
-        self.watch.saved(self.start.path, self.global_step, in_run_dir=self.cfg.resume == "auto")
+        twin = ckpt.periodic_twin(self.start.path, self.start.data)
+        in_run_dir = self.cfg.resume == "auto"
+        self.watch.saved(self.start.path, self.global_step, in_run_dir, periodic=twin)
         envs = {"train_env": self.train_env, "eval_env": self.eval_env}
         return self.start.restore(self.rank, self.ppo, envs, self.rollout_mode())
 
