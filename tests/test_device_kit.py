@@ -15,6 +15,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -297,3 +298,50 @@ def test_the_rehearsal_parses_and_the_physx_parts_are_named_only():
     assert gpu_check.parse_args(["--parts", "physx_pushcube"]).parts == ["physx_pushcube"]
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["--call", "1", "--parts", "train_cuda"])
+
+
+def test_the_preflight_names_what_this_machine_lacks(tmp_path, monkeypatch):
+    """A distribution the bundle should have installed, and a Vulkan driver manifest whose library
+    does not load, are named with the parts that need them (which then do not run)."""
+    gpu_check = _load("gpu_check")
+    manifest = tmp_path / "icd.json"
+    manifest.write_text(json.dumps({"ICD": {"library_path": "/nonexistent/libvulkan_x.so"}}))
+    monkeypatch.setenv("VK_DRIVER_FILES", str(manifest))
+    table = {
+        "a": gpu_check.Part(1, 5, 1, 5, "a", ("gymnasium", "rlrec-no-such-dist")),
+        "b": gpu_check.Part(1, 5, 1, 5, "b", ("vulkan",)),
+    }
+    rep = gpu_check.Report(None, {})
+    rep.start("preflight")
+    args = gpu_check.parse_args(["--device", "cpu"])
+    missing = gpu_check.preflight(args, rep, ["a", "b"], table)
+    assert sorted(missing) == ["rlrec-no-such-dist", "vulkan"]
+    checks = {c["name"]: c for c in rep.data["parts"]["preflight"]["checks"]}
+    assert checks["rlrec-no-such-dist is installed"]["ok"] is False
+    assert "skipped: a" in checks["rlrec-no-such-dist is installed"]["detail"]
+    assert "skipped: b" in checks["this machine has vulkan"]["skipped"]
+
+
+def test_a_part_that_overruns_is_cut_and_the_next_keeps_its_time(tmp_path, monkeypatch):
+    gpu_check = _load("gpu_check")
+    ran = {}
+
+    def slow(args, rep, tmp, budget):
+        time.sleep(60)
+
+    def after(args, rep, tmp, budget):
+        ran["budget"] = budget
+        rep.check(True, "the next part ran")
+
+    parts = {"slow": gpu_check.Part(1, 2, 1, 2, "sleeps"), "next": gpu_check.Part(1, 3, 3, 3, "")}
+    monkeypatch.setattr(gpu_check, "PARTS", parts)
+    monkeypatch.setattr(gpu_check, "FUNCS", {"slow": slow, "next": after})
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # main tees them into its log
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    t = time.perf_counter()
+    rc = gpu_check.main(["--device", "cpu", "--parts", "slow", "next", "--out", str(tmp_path)])
+    assert rc == 1 and time.perf_counter() - t < 20
+    data = json.loads((tmp_path / "gpu_check.json").read_text())["parts"]
+    assert data["slow"]["status"] == "cut" and data["slow"]["s"] < 10
+    assert data["slow"]["checks"][0]["ok"] is False
+    assert data["next"]["status"] == "done" and ran["budget"] > 2.9  # its 3 s

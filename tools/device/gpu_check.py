@@ -416,6 +416,7 @@ def preflight(args, rep: Report, parts: List[str], table: Dict[str, Part]) -> Di
             missing["vulkan"] += "$VK_DRIVER_FILES/$VK_ICD_FILENAMES or " + ", ".join(ICD_DIRS)
     if "libcuda.so" in wanted and loads["libcuda.so"]:
         missing["libcuda.so"] = f"{loads['libcuda.so']} (SAPIEN's PhysX loads it by this name)"
+    print("preflight: " + "; ".join(f"{n}: {e or 'loads'}" for n, e in loads.items()), flush=True)
     for item, why in sorted(missing.items()):
         users = " ".join(p for p in parts if item in table[p].needs)
         if item in SYSTEM:
@@ -1167,7 +1168,7 @@ def main(argv=None) -> int:
 
         funcs.update({n: pp.PARTS[n][0] for n in pp.PARTS})
     bank = 0.0  # seconds earlier parts left unused: a later part may take them
-    signal.signal(signal.SIGALRM, _cut)
+    alarm = signal.signal(signal.SIGALRM, _cut)
     with tempfile.TemporaryDirectory(prefix="rlrec_gpu_check_") as tmp:
         args.tmp = tmp
         for name in parts:
@@ -1214,6 +1215,7 @@ def main(argv=None) -> int:
             bank = max(0.0, budget - took)
             over = " (OVER its budget)" if took > limit[name] else ""
             print(f"   {name}: {took:.1f}s of {limit[name]:.0f}s{over}", flush=True)
+    signal.signal(signal.SIGALRM, alarm)
     results = rep.results()
     ok = bool(results) and all(results)
     total = time.perf_counter() - start
