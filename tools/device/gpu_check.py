@@ -357,9 +357,15 @@ ICD_DIRS = [  # where Vulkan loaders look for driver manifests, and the NVIDIA d
 
 
 def vulkan_drivers() -> Dict[str, str]:
-    """The Vulkan driver manifests the loader would read here: file -> the library it names."""
+    """The Vulkan driver manifests the loader would read here (with SAPIEN's own NVIDIA one, which
+    it falls back to): file -> the library it names."""
+    import importlib.util
+
     named = os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")
     files = named.split(":") if named else [str(f) for d in ICD_DIRS for f in Path(d).glob("*")]
+    spec = importlib.util.find_spec("sapien")
+    if not named and spec is not None and spec.origin:
+        files.append(str(Path(spec.origin).parent / "vulkan_library" / "nvidia_icd.json"))
     out = {}
     for f in files:
         try:
