@@ -19,11 +19,13 @@ There every wheel is installed with ``--no-deps`` into ``build/device_kit/site``
 Here (any Python with pip; ``check`` needs a Python 3.12, found on PATH or under pyenv)::
 
     python tools/device/device_kit.py build   # downloads (cached), slims, packs; prints the calls
-    python tools/device/device_kit.py plan    # prints the calls again, with the bundle sizes
-    python tools/device/device_kit.py check   # installs both bundles into a clean Python 3.12
-                                              # venv as the device will, imports everything,
-                                              # builds PushCube-v1 on the CPU sim and runs the
-                                              # CPU rehearsal (gpu_check --device cpu --quick)
+    python tools/device/device_kit.py plan    # prints the calls (a fresh clone: and the build
+                                              # command), their time and carried bytes
+    python tools/device/device_kit.py check   # installs each bundle into its own site of a clean
+                                              # Python 3.12 venv as the device will, imports
+                                              # everything, builds PushCube-v1 on the CPU sim and
+                                              # runs each call's CPU rehearsal (gpu_check
+                                              # --device cpu --quick --call N)
 
 There, as the printed calls say (this file runs there on the standard library alone)::
 
