@@ -17,34 +17,11 @@ its own budget (time an earlier part left unused is added to it), so that an ove
 the next part's time; a part that cannot start with its minimum left of ``--budget`` is skipped,
 and says so:
 
-Call 1 (bundle-1: rlrec's imports and ffmpeg):
-
-- ``compiled_update``: ``PPO(algo.compile=true)`` on CUDA, three ``update()`` calls on a filled
-  synthetic ``RolloutStorage`` with a fresh compile cache: finite losses, parameters changed; the
-  first call's seconds are the cold compile, a figure (a compile that outlasts the part is
-  reported as such, not as a defect).
-- ``train_cuda``: ``train.py`` on the built-in env on CUDA for 4 iterations with a recorder on
-  every episode and an evaluation: finite losses, clips that exist and decode.
-- ``memory_budget``: a run too large for the GPU's memory is refused before any work, naming the
-  keys (rlrec/run/budget.py's GPU branch).
-- ``recorder_cost``: the built-in env on CUDA (16,384 envs): an idle recorder's cost per step
-  (goal: < 1% of a step), and the throughput while a 4x4 grid clip of CUDA-resident frames is
-  recorded (goal: >= 0.5x of not recording).
-- ``frames_are_states``: ``tests/record/test_frames_are_states.py``'s check with the env on CUDA:
-  every frame of every clip equals a re-render of the state it stands for, pixel for pixel.
-
-Call 2 (bundle-2: the same, sapien and mani_skill):
-
-- ``maniskill_render``: ManiSkill's CPU sim with SAPIEN's renderer on CUDA
-  (``render_backend=gpu``), through examples/maniskill_own_loop.py: frame 0 of every eval clip is
-  a fresh seeded reset.
-- ``physx_refusal``: ``train.py env=maniskill sim=gpu`` with no PhysX GPU library (a fresh
-  ``HOME``, no network) exits non-zero within 20 s, naming ``libPhysXGpu``; nothing downloaded.
-- ``compile_speedup``: ``train.py`` on the built-in env, ``sim.device=cuda``, 4,096 envs, eager
-  and ``algo.compile=true`` side by side: steady env steps/s (goal: compiled >= 1.3x eager).
-- ``two_ranks``: two ranks sharing the GPU (``distributed.share_gpus=true``) hold identical
-  parameters after every update (gloo); NCCL with two ranks on one GPU runs or is refused before
-  any work, said which.
+Call 1 (bundle-1: rlrec's imports and ffmpeg): ``compiled_update`` (the cold compile is a figure;
+a compile that outlasts the part is reported as such, not as a defect), ``train_cuda``,
+``memory_budget``, ``recorder_cost``, ``frames_are_states``. Call 2 (bundle-2: the same, sapien and
+mani_skill): ``maniskill_render``, ``physx_refusal``, ``compile_speedup``, ``two_ranks``. What each
+checks, its goal and budget: ``PARTS`` below and the table in tools/device/README.md.
 
 The parts that need SAPIEN's PhysX GPU library (``sim=gpu`` ManiSkill training, the regression,
 the contract suite; ``physx_parts.py``) run only where ``--parts`` names them.
@@ -102,21 +79,13 @@ RENDERER = (*SAPIEN, "mani-skill", "vulkan")  # SAPIEN's renderer under ManiSkil
 
 # Each call's parts in the order they run: the most valuable first.
 PARTS: Dict[str, Part] = {
-    "compiled_update": Part(
-        1, 60, 30, 300, "three compiled PPO.update() on synthetic storage", ("gymnasium",)
-    ),
-    "train_cuda": Part(
-        1, 25, 15, 120, "train.py, built-in env on CUDA, recorder, clips decode", TRAIN + CLIPS
-    ),
-    "memory_budget": Part(1, 15, 10, 60, "a size that does not fit is refused before work", TRAIN),
-    "recorder_cost": Part(1, 25, 15, 120, "idle recorder cost; 4x4 grid clip throughput", CLIPS),
-    "frames_are_states": Part(1, 20, 10, 120, "every frame equals a re-render of its state", CLIPS),
-    "maniskill_render": Part(
-        2, 50, 30, 240, "ManiSkill CPU sim, SAPIEN renderer on CUDA", CLIPS + RENDERER
-    ),
-    "physx_refusal": Part(
-        2, 20, 15, 60, "env=maniskill sim=gpu refused in seconds", TRAIN + SAPIEN
-    ),
+    "compiled_update": Part(1, 60, 30, 300, "three compiled PPO.update()", ("gymnasium",)),
+    "train_cuda": Part(1, 25, 15, 120, "train.py, built-in env, recorder", TRAIN + CLIPS),
+    "memory_budget": Part(1, 15, 10, 60, "a size that does not fit is refused", TRAIN),
+    "recorder_cost": Part(1, 25, 15, 120, "idle recorder cost; 4x4 grid clip", CLIPS),
+    "frames_are_states": Part(1, 20, 10, 120, "every frame is a re-render of its state", CLIPS),
+    "maniskill_render": Part(2, 50, 30, 240, "SAPIEN's renderer on the device", CLIPS + RENDERER),
+    "physx_refusal": Part(2, 20, 15, 60, "env=maniskill sim=gpu refused", TRAIN + SAPIEN),
     "compile_speedup": Part(2, 90, 60, 420, "eager vs algo.compile=true env steps/s", TRAIN),
     "two_ranks": Part(2, 40, 30, 240, "two ranks on one GPU: identical parameters", TRAIN),
 }
@@ -337,17 +306,13 @@ FAKE_CUDA = (
 
 # Loads each shared library named on the command line in a fresh process (a failed or odd load
 # stays out of gpu_check's own), printing {name: "" or why it did not load}.
-PROBE = (
-    "import ctypes, json, sys\n"
-    "out = {}\n"
-    "for name in sys.argv[1:]:\n"
-    "    try:\n"
-    "        ctypes.CDLL(name)\n"
-    "        out[name] = ''\n"
-    "    except OSError as e:\n"
-    "        out[name] = str(e)\n"
-    "print(json.dumps(out))\n"
-)
+PROBE = """import ctypes, json, sys
+def load(name):
+    try:
+        return ctypes.CDLL(name) and ""
+    except OSError as e:
+        return str(e)
+print(json.dumps({name: load(name) for name in sys.argv[1:]}))"""
 ICD_DIRS = [  # where Vulkan loaders look for driver manifests, and the NVIDIA driver's own
     "/usr/local/nvidia/share/vulkan/icd.d",
     "/etc/vulkan/icd.d",
