@@ -5,25 +5,27 @@ at most 64 MiB each (the working tree and the carried paths together). tools/dev
 the walk-through, for that machine and for an offline cluster node.
 
 The kit downloads pinned cp312 manylinux wheels here, slims the big ones (sapien without its C++
-headers; mani_skill with only the assets PushCube-v1 and PickCube-v1 load), takes imageio-ffmpeg's
-ffmpeg binary out of its wheel xz-compressed, and packs two bundles, one per call, each under the
-call's limit:
+headers, its denoiser's CUDA module or its stereo-depth patterns; mani_skill with only the assets
+PushCube-v1 and PickCube-v1 load), takes the largest binaries (imageio-ffmpeg's ffmpeg, sapien's
+renderer libraries) out of their wheels xz-compressed, and packs two bundles, one per call, each
+with everything its call's parts need (a call never relies on an earlier call's install: the
+machine may have gone back in between):
 
-- bundle-1 (Call 1): hydra-core, omegaconf, antlr4, gymnasium, imageio-ffmpeg and its ffmpeg,
-  sapien (the PhysX refusal reads sapien's PhysX version; the renderer part uses it).
-- bundle-2 (Call 2): the same first five, and mani_skill with what it imports. sapien does not
-  fit beside them: Call 2 finds it installed by Call 1 while the machine is still warm.
+- bundle-1 (Call 1): hydra-core, omegaconf, antlr4, gymnasium, imageio-ffmpeg and its ffmpeg.
+- bundle-2 (Call 2): the same, sapien, and mani_skill with what it imports.
 
 There every wheel is installed with ``--no-deps`` into ``build/device_kit/site``.
 
 Here (any Python with pip; ``check`` needs a Python 3.12, found on PATH or under pyenv)::
 
     python tools/device/device_kit.py build   # downloads (cached), slims, packs; prints the calls
-    python tools/device/device_kit.py plan    # prints the calls again, with the bundle sizes
-    python tools/device/device_kit.py check   # installs both bundles into a clean Python 3.12
-                                              # venv as the device will, imports everything,
-                                              # builds PushCube-v1 on the CPU sim and runs the
-                                              # CPU rehearsal (gpu_check --device cpu --quick)
+    python tools/device/device_kit.py plan    # prints the calls (a fresh clone: and the build
+                                              # command), their time and carried bytes
+    python tools/device/device_kit.py check   # installs each bundle into its own site of a clean
+                                              # Python 3.12 venv as the device will, imports
+                                              # everything, builds PushCube-v1 on the CPU sim and
+                                              # runs each call's CPU rehearsal (gpu_check
+                                              # --device cpu --quick --call N)
 
 There, as the printed calls say (this file runs there on the standard library alone)::
 
@@ -100,13 +102,13 @@ MANISKILL: Dict[str, str] = {
     "asttokens==3.0.1": "stack-data",
     "pure-eval==0.2.3": "stack-data",
 }
-# the bundles: the pins each carries (the device installs a bundle into one site, kept while the
-# machine is warm; bundle-2 relies on bundle-1's sapien)
-BUNDLES: Dict[int, List[str]] = {1: [*CORE, *SAPIEN], 2: [*CORE, *MANISKILL]}
+# the bundles: the pins each carries, call N carrying bundle-N (gpu_check's parts of a call need
+# nothing else beside the device image: tests/test_device_kit.py checks their ``needs``)
+BUNDLES: Dict[int, List[str]] = {1: [*CORE], 2: [*CORE, *SAPIEN, *MANISKILL]}
 NEEDS: Dict[str, str] = {**CORE, **SAPIEN, **MANISKILL}
 # each bundle's size as last built (MiB): tests/test_device_kit.py checks that it fits beside the
 # working tree as it is now; build says when a bundle outgrew its figure here
-BUNDLE_MIB: Dict[int, float] = {1: 58.7, 2: 29.3}
+BUNDLE_MIB: Dict[int, float] = {1: 18.8, 2: 58.2}
 SDIST_ONLY = {"antlr4-python3-runtime"}  # no wheel on the registry: a pure-Python wheel built here
 
 # The device image's Python packages (the tool library's list of them, 2026-11): nothing here
@@ -181,12 +183,21 @@ SLIM: Dict[str, dict] = {
             "mani_skill/utils/building/assets/grid_texture*.png",
         ],
     },
-    # sapien: C++ headers, macOS libraries and the stereo-depth sensor's IR patterns
+    # sapien: C++ headers, macOS libraries, the stereo-depth sensor's IR patterns and the
+    # denoiser's CUDA module (loaded only when a ray-traced denoiser is made); its renderer
+    # libraries travel xz-compressed (31 MB of libsvulkan2 -> 7.5 MiB, libsimsense 8 MB -> 0.6)
     "sapien": {
-        "drop": ["sapien/include/*", "sapien/vulkan_library/*.dylib", "sapien/sensor/assets/*"]
+        "drop": [
+            "sapien/include/*",
+            "sapien/vulkan_library/*.dylib",
+            "sapien/sensor/assets/*",
+            "sapien/oidn_library/libOpenImageDenoise_device_cuda.so*",
+        ],
+        "split": ["sapien.libs/libs*.so", "sapien/vulkan_library/libvulkan.so*"],
     },
+    "transforms3d": {"drop": ["transforms3d/tests/*"]},
     # imageio-ffmpeg: the ffmpeg binary travels beside the wheel, xz-compressed
-    "imageio_ffmpeg": {"split": "imageio_ffmpeg/binaries/ffmpeg-*"},
+    "imageio_ffmpeg": {"split": ["imageio_ffmpeg/binaries/ffmpeg-*"]},
 }
 
 
@@ -340,13 +351,13 @@ def slim_wheel(
 ) -> Tuple[Path, dict]:
     """A copy of wheel ``src`` in ``dst_dir`` without the files ``rules`` drop (its RECORD
     rewritten to match), and what was dropped or split out. ``rules``: ``drop`` (patterns),
-    ``drop_ext`` (suffixes) with ``keep`` (patterns kept anyway), ``split`` (one pattern: that
-    file leaves the wheel and is written beside it xz-compressed, as ``<name>.xz``, cached in
+    ``drop_ext`` (suffixes) with ``keep`` (patterns kept anyway), ``split`` (patterns: those
+    files leave the wheel and are written beside it xz-compressed, as ``<name>.xz``, cached in
     ``cache``, by default the download cache)."""
     drop, drop_ext, keep = rules.get("drop", []), rules.get("drop_ext", ()), rules.get("keep", [])
-    split = rules.get("split")
+    split = rules.get("split", [])
     dst = dst_dir / src.name
-    dropped, kept_bytes, split_out = [], 0, None
+    dropped, kept_bytes, split_out = [], 0, []
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED, 9) as zout:
         record_name = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
         removed = set()
@@ -354,8 +365,8 @@ def slim_wheel(
             path = info.filename
             if path == record_name or path.endswith("/"):
                 continue
-            if split and fnmatch.fnmatch(path, split):
-                split_out = _split_xz(zin, info, dst_dir, CACHE if cache is None else cache)
+            if any(fnmatch.fnmatch(path, p) for p in split):
+                split_out.append(_split_xz(zin, info, dst_dir, CACHE if cache is None else cache))
                 removed.add(path)
                 continue
             if any(fnmatch.fnmatch(path, p) for p in drop) or (
@@ -450,8 +461,7 @@ def build(kit: Path = KIT, margin: int = MARGIN) -> dict:
         slimmed[out.name] = {"from_bytes": w.stat().st_size, **report}
         files[out.name] = out
         by_pin[pin] = [out.name]
-        if report["split"]:
-            split = report["split"]
+        for split in report["split"]:
             files[split["file"]] = stage / split["file"]
             unpack[split["file"]] = split
             by_pin[pin].append(split["file"])
@@ -459,7 +469,7 @@ def build(kit: Path = KIT, margin: int = MARGIN) -> dict:
     members = {n: [f for pin in pins for f in by_pin[pin]] for n, pins in BUNDLES.items()}
     sizes = {n: p.stat().st_size for n, p in files.items()}
     for n, size in bundle_bytes(sizes, members, CALL_LIMIT - tree - margin).items():
-        if size > BUNDLE_MIB[n] * MIB:
+        if round(size / MIB, 1) > BUNDLE_MIB[n]:
             print(f"bundle-{n} is {_mib(size)}: raise BUNDLE_MIB[{n}] in {_rel(Path(__file__))}")
     for old in sorted(kit.glob("bundle-*")):
         _remove_owned(old)  # refuses a directory the kit did not make
@@ -478,7 +488,6 @@ def build(kit: Path = KIT, margin: int = MARGIN) -> dict:
             entries.append(entry)
         manifest = {
             "bundle": i,
-            "of": len(members),
             "pins": BUNDLES[i],
             "files": entries,
             "bytes": sum(e["bytes"] for e in entries),
@@ -502,32 +511,49 @@ def build(kit: Path = KIT, margin: int = MARGIN) -> dict:
 # --------------------------------------------------------------------------- the calls
 
 
-# The device lends 15 minutes in all, each machine start included (a minute or more), and keeps a
-# machine warm 30 s after a call. Two calls: Call 1 short (its failure leaves time for a fix and a
-# second try), Call 2 the measurements. Each call's limit is at most 600 s.
-DEVICE_COMMAND_S = 540  # the calls' limits together
-INSTALL_S = {1: 25, 2: 25}  # each bundle's install (check: 18 s and 21 s, a loaded 2-core machine)
-CALL_TIMEOUT_S = {1: 120, 2: 420}
-START_S = 5  # gpu_check starting (imports) before its --budget clock runs
-CHECK_BUDGET_S = {1: 90, 2: 390}  # gpu_check's --budget in each call (gpu_check.CALL_BUDGET)
-CALL_PARTS = {  # gpu_check.CALL_PARTS (this file runs on the standard library alone)
-    1: ["basics", "physx_refusal", "train_cuda", "compiled_update"],
-    2: [
-        "compile_speedup",
-        "recorder_cost",
-        "frames_are_states",
-        "two_ranks",
-        "memory_budget",
-        "maniskill_render",
-    ],
+# The device tool's limits (its README): 15 minutes of device time in all, each machine start,
+# command and idle wait counted; at most 600 s a command; a machine stays warm 30 s after a call;
+# no machine starts with under 4 minutes left. Each call may find the machine gone back and start
+# a fresh one, so each carries and installs all its parts need, and the plan holds with every
+# call starting a machine (device_timeline).
+DEVICE_S = 15 * 60
+COMMAND_MAX_S = 600
+MACHINE_START_S = 150  # a cold start, assumed ("a minute or more")
+WARM_S = 30  # the idle wait after a call (the last call is followed by give_back)
+NO_START_UNDER_S = 4 * 60
+SPARE = 0.2  # each call leaves this share of its timeout unallocated (a slow start or install)
+INSTALL_S = {1: 15, 2: 30}  # each bundle's install (measured: tools/device/README.md)
+START_S = 10  # gpu_check's imports and preflight, before its --budget clock runs
+CALL_TIMEOUT_S = {1: 225, 2: 310}
+CHECK_BUDGET_S = {1: 155, 2: 208}  # gpu_check's --budget in each call (gpu_check.CALL_BUDGET)
+CALL_PARTS = {  # gpu_check.CALL_PARTS, most valuable first (this file runs on the stdlib alone)
+    1: ["compiled_update", "train_cuda", "memory_budget", "recorder_cost", "frames_are_states"],
+    2: ["maniskill_render", "physx_refusal", "compile_speedup", "two_ranks"],
 }
 
 
+def allocated_s(n: int) -> int:
+    """Call ``n``'s planned seconds: its install, gpu_check's start and its --budget."""
+    return INSTALL_S[n] + START_S + CHECK_BUDGET_S[n]
+
+
+def device_timeline() -> List[dict]:
+    """Device seconds left before and after each call, every call starting a machine and running
+    to its timeout, then the warm wait (none after the last: give_back)."""
+    left, rows = DEVICE_S, []
+    for n in sorted(CALL_TIMEOUT_S):
+        wait = WARM_S if n < len(CALL_TIMEOUT_S) else 0
+        after = left - MACHINE_START_S - CALL_TIMEOUT_S[n] - wait
+        rows.append({"call": n, "left_before": left, "left_after": after})
+        left = after
+    return rows
+
+
 def plan_calls(kit_rel: str = "build/device_kit") -> List[dict]:
-    """The two ``run`` calls, in order: each installs its bundle, then runs its gpu_check parts
-    bounded by ``--budget`` (a part that does not fit is skipped and says so)."""
+    """The ``run`` calls, in order: each installs its bundle, then runs its gpu_check parts
+    bounded by ``--budget`` (each part cut at its own budget)."""
     calls = []
-    for n in (1, 2):
+    for n in sorted(CALL_TIMEOUT_S):
         run = "python3 tools/device/device_kit.py run --"
         check = f"python3 tools/device/gpu_check.py --call {n} --out $OUT"
         calls.append(
@@ -542,31 +568,52 @@ def plan_calls(kit_rel: str = "build/device_kit") -> List[dict]:
     return calls
 
 
-def print_plan(kit: Path = KIT) -> None:
+def print_plan(kit: Path = KIT) -> bool:
+    """Prints the calls with their time and carried bytes; False when the kit is not built (the
+    last line then gives the command that builds it)."""
     desc_path = kit / "kit.json"
-    if not desc_path.is_file():
-        raise KitError(f"no kit built in {kit}: run python tools/device/device_kit.py build first")
-    desc = json.loads(desc_path.read_text())
+    sizes = {}
+    if desc_path.is_file():
+        sizes = {b["bundle"]: b["bytes"] for b in json.loads(desc_path.read_text())["bundles"]}
     tree = working_tree_bytes()
-    print(f"working tree: {_mib(tree)} (travels with every call; limit {_mib(CALL_LIMIT)})")
-    for b in desc["bundles"]:
-        total = tree + b["bytes"]
-        print(
-            f"bundle-{b['bundle']}: {_mib(b['bytes'])} in {b['files']} files; with the tree "
-            f"{_mib(total)} {'OK' if total <= CALL_LIMIT else 'OVER THE LIMIT: rebuild'}"
-        )
     print(
-        "\nthe device calls, back to back: a warm machine goes back 30 s after a call, and "
-        "Call 2's ManiSkill part needs Call 1's sapien (it says so when the machine was fresh):"
+        f"The device calls, in order; each carries and installs all its parts need, and the times "
+        f"hold if each starts a machine ({MACHINE_START_S} s assumed) in {DEVICE_S // 60} minutes "
+        f"of device time. The working tree ({_mib(tree)}) travels with every call."
     )
-    for i, call in enumerate(plan_calls(), 1):
-        print(f"\n{i}. run(timeout_s={call['timeout_s']}, carry={json.dumps(call['carry'])})")
+    ready = True
+    for call, row in zip(plan_calls(), device_timeline()):
+        n, timeout = row["call"], call["timeout_s"]
+        print(f"\n{n}. run(timeout_s={timeout}, carry={json.dumps(call['carry'])})")
         print(f"   {call['command']}")
         print(f"   parts: {' '.join(call['parts'])}")
+        spare = timeout - allocated_s(n)
+        print(
+            f"   time: install {INSTALL_S[n]} + start {START_S} + parts {CHECK_BUDGET_S[n]} = "
+            f"{allocated_s(n)} s of {timeout} ({spare} s, {spare / timeout:.0%} unallocated); "
+            f"device time left {row['left_before']} s before, {row['left_after']} s after"
+        )
+        if n in sizes:
+            total = tree + sizes[n]
+            fits = "OK" if total <= CALL_LIMIT else "OVER THE LIMIT: slim the bundle"
+            print(
+                f"   carried: bundle-{n} {_mib(sizes[n])} + tree = {_mib(total)} of "
+                f"{_mib(CALL_LIMIT)} {fits}"
+            )
+            ready = ready and total <= CALL_LIMIT
+        else:
+            print(f"   carried: bundle-{n} is not built")
+            ready = False
     print(
-        "\nEach call's $OUT brings back gpu_check.log and gpu_check.json; tools/device/README.md "
-        "says what each part measures."
+        "\nThen give_back. Each call's $OUT brings back gpu_check.log and gpu_check.json; "
+        "tools/device/README.md says what each part measures."
     )
+    if not sizes:
+        print(
+            "NOT READY: the bundles are not built: run `python tools/device/device_kit.py build` "
+            "(downloads about 180 MB once, then minutes)"
+        )
+    return ready
 
 
 # --------------------------------------------------------------------------- device side
@@ -586,7 +633,6 @@ def install(n: int, kit: Path = KIT, site: Path = SITE, python: str = sys.execut
     manifest = json.loads(manifest_path.read_text())
     marker = site / f".installed-bundle-{n}"
     digest = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
-    of = int(manifest.get("of", n))
     if marker.is_file() and marker.read_text().split()[:1] == [digest]:
         print(f"bundle-{n} already installed in {site}")
         return 0.0
@@ -611,7 +657,7 @@ def install(n: int, kit: Path = KIT, site: Path = SITE, python: str = sys.execut
                 shutil.copyfileobj(src, out, 1 << 20)
             os.chmod(tmp, entry.get("mode", 0o755))
             os.replace(tmp, dst)
-    marker.write_text(f"{digest} {of}\n")
+    marker.write_text(f"{digest}\n")
     took = time.perf_counter() - t0
     print(
         f"bundle-{n}: {len(manifest['files'])} files ({_mib(manifest['bytes'])}) installed into "
@@ -637,27 +683,19 @@ def device_env(site: Path = SITE, base: Optional[Dict[str, str]] = None) -> Dict
     return env
 
 
-def installed_bundles(site: Path = SITE) -> Tuple[List[int], List[int]]:
-    """``(installed, missing)`` bundle numbers, from the markers ``install`` leaves in ``site``
-    (each marker also names how many bundles the kit has)."""
-    done, total = [], 0
-    for marker in site.glob(".installed-bundle-*"):
-        done.append(int(marker.name.rsplit("-", 1)[1]))
-        fields = marker.read_text().split()
-        total = max(total, int(fields[1]) if len(fields) > 1 else 0)
-    return sorted(done), [i for i in range(1, total + 1) if i not in done]
+def installed_bundles(site: Path = SITE) -> List[int]:
+    """The bundles installed in ``site``, from the markers ``install`` leaves there."""
+    return sorted(int(m.name.rsplit("-", 1)[1]) for m in site.glob(".installed-bundle-*"))
 
 
 def run_command(cmd: Sequence[str], timeout: float, site: Path = SITE) -> int:
     """Runs ``cmd`` in :func:`device_env` after checking that a bundle is installed (each call
-    installs its own; gpu_check names what a part lacks)."""
+    installs its own, which holds all its parts need; gpu_check's preflight names anything
+    missing)."""
     if not cmd:
         raise KitError("run needs a command after --: run -- python3 tools/device/gpu_check.py")
-    done, missing = installed_bundles(site)
-    if not done:
+    if not installed_bundles(site):
         raise KitError(f"no bundle installed in {site} (install 1 or 2 first, carrying its bundle)")
-    if missing:
-        print(f"device_kit run: bundle(s) {missing} not installed in {site}", flush=True)
     try:
         return subprocess.run(list(cmd), env=device_env(site), cwd=REPO, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
@@ -778,13 +816,16 @@ def check(kit: Path = KIT, python: Optional[str] = None, gpu_check: bool = True)
     dists = _venv_dists(py)
     result["venv_not_on_device"] = sorted(d for d in dists if d not in DEVICE_HAS)
     result["bundled_but_on_device"] = sorted(_name(r) for r in NEEDS if _name(r) in DEVICE_HAS)
-    site = _make_owned_dir(check_dir / "site")
-    result["install_s"] = {}
-    for b in desc["bundles"]:
-        result["install_s"][b["bundle"]] = round(install(b["bundle"], kit, site, py), 1)
+    # each call's bundle in a site of its own, as a fresh machine has it
+    sites = {
+        b["bundle"]: _make_owned_dir(check_dir / f"site-{b['bundle']}") for b in desc["bundles"]
+    }
+    result["install_s"] = {n: round(install(n, kit, site, py), 1) for n, site in sites.items()}
+    last = sites[max(sites)]  # the bundle with mani_skill
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
-        [py, "-c", SMOKE, _abs(site), _abs(REPO)],
-        env=device_env(site, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}),
+        [py, "-c", SMOKE, _abs(last), _abs(REPO)],
+        env=device_env(last, clean),
         cwd=tempfile.gettempdir(),
         capture_output=True,
         text=True,
@@ -796,22 +837,20 @@ def check(kit: Path = KIT, python: Optional[str] = None, gpu_check: bool = True)
             f"the smoke test failed in the check venv:\n{(proc.stdout + proc.stderr)[-4000:]}"
         )
     result["smoke"] = json.loads(line[6:])
-    if gpu_check:
-        out = _make_owned_dir(check_dir / "gpu_check")
-        t = time.perf_counter()
+    result["gpu_check_cpu_rehearsal"] = {}
+    for n, site in sites.items() if gpu_check else ():
+        out = _make_owned_dir(check_dir / f"gpu_check-{n}")
         cmd = [py, _abs(REPO / "tools" / "device" / "gpu_check.py"), "--device", "cpu", "--quick"]
-        # the rehearsal's parts sum to about 29 minutes of budget on a slow CPU (a cold
-        # inductor cache compiles for minutes); it bounds each of them itself
-        rc, text, _ = _bounded(
-            [*cmd, "--out", _abs(out)],
-            env=device_env(site, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}),
-            timeout=2400,
+        # a call's rehearsal takes up to about 15 minutes on a slow CPU (a cold inductor cache
+        # compiles for minutes); it bounds each part itself
+        rc, text, took = _bounded(
+            [*cmd, "--call", str(n), "--out", _abs(out)], env=device_env(site, clean), timeout=1800
         )
         lines = text.strip().splitlines()
         summary = [x for x in lines if x.startswith(("PASS gpu_check", "FAIL gpu_check"))]
-        result["gpu_check_cpu_rehearsal"] = {
+        result["gpu_check_cpu_rehearsal"][n] = {
             "rc": rc,
-            "s": round(time.perf_counter() - t, 1),
+            "s": round(took, 1),
             "summary": (summary or lines or [""])[-1],
             "failed": [x for x in lines if x.startswith("FAIL ")][:20],
         }
@@ -822,7 +861,7 @@ def check(kit: Path = KIT, python: Optional[str] = None, gpu_check: bool = True)
         and not smoke["modules_from_elsewhere"]
         and smoke["ffmpeg_ok"]
         and all(e["ok"] for e in smoke["envs"].values())
-        and (not gpu_check or result["gpu_check_cpu_rehearsal"]["rc"] == 0)
+        and all(r["rc"] == 0 for r in result["gpu_check_cpu_rehearsal"].values())
     )
     (check_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -853,7 +892,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"built {len(desc['bundles'])} bundles in {desc['built_in_s']:.0f}s under {KIT}")
             print_plan()
         elif args.cmd == "plan":
-            print_plan()
+            return 0 if print_plan() else 1
         elif args.cmd == "check":
             res = check(python=args.python, gpu_check=not args.no_gpu_check)
             print(json.dumps(res, indent=1))
