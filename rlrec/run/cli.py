@@ -153,6 +153,7 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
                 print(exc, file=sys.stderr, flush=True)
             raise SystemExit(EXIT_STATUS) from None
     finally:
+        report.end_warm_up()  # no thread of this run is left running as the interpreter exits
         torch.set_num_threads(threads)
         if claim is not None:
             claim.release()
