@@ -191,7 +191,7 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
             runner = _build(cfg, run_dir)
         except ConfigError as exc:
             print(f"rlrec: config error: {exc}", file=sys.stderr)
-            sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}")
+            sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}", refused=True)
             return None
         signum = distributed.broadcast(sweep.stop_signal(sweep_dir))  # rank 0's decision
         if signum is not None:  # the stop came while the job was being built
