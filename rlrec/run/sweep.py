@@ -417,10 +417,8 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     st = _state()
     rundir.remove_created(sweep_dir, st.before, st.made, ours=frozenset((ROWS_DIR, SUMMARY_FILE)))
     jobs: Dict[str, List[str]] = {}
-    for r in rows:
-        jobs.setdefault(str(r.get("error", "")).removeprefix("ConfigError: "), []).append(
-            str(r.get("job"))
-        )
+    for r in rows:  # one line for each refusal, naming its jobs
+        jobs.setdefault(r["error"].removeprefix("ConfigError: "), []).append(str(r["job"]))
     for error, nums in jobs.items():
         print(f"rlrec: config error: {error} (job {', '.join(nums)})", file=sys.stderr, flush=True)
     st.result[REFUSED] = True
