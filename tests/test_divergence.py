@@ -5,6 +5,9 @@ parameters, and an env that returns a non-finite observation or reward, named as
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from rlrec.train import checkpoint as ckpt
 from rlrec.train.divergence import EXIT_STATUS, Diverged, Watch
 from rlrec.train.runner import Runner
 from tests import nan_env
-from tests.helpers import FAST, make_config, read_metrics, run_train
+from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
 
 QUIET = [*FAST, "recorder=none", "eval_env.enabled=false"]
 NAN_ENV = [
@@ -49,6 +52,49 @@ def test_a_diverging_run_stops_with_one_line_and_its_own_exit_status(tmp_path):
     # nothing of that state: no checkpoint, no metrics line
     assert not (run_dir / "checkpoints").exists()
     assert _train_steps(run_dir) == []
+
+
+# train.py's main, then the names of the threads of rlrec still alive as the interpreter exits
+THREADS_AT_EXIT = """
+import sys, threading
+sys.path.insert(0, sys.argv.pop(1))
+from rlrec.run.cli import main
+try:
+    main()
+finally:
+    names = sorted(t.name for t in threading.enumerate() if t.name.startswith("rlrec"))
+    print("threads at exit:", names, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_diverging_run_leaves_no_thread_of_its_own_running_at_exit(tmp_path):
+    """Before: once in 24 runs the process aborted (SIGABRT, "terminate called without an active
+    exception") after the divergence line; the one thread of rlrec still running as the
+    interpreter exited was the report's warm-up import of matplotlib. With a fresh matplotlib
+    cache (MPLCONFIGDIR) that import takes seconds, and the run diverges at its first update. The
+    train recorder's encoder thread and TensorBoard's preview thread (a clip at step 0) are
+    stopped too."""
+    threads = ["report.enabled=true", "logger=tensorboard", "eval_env.enabled=false"]  # FAST: off
+    args = [*FAST, *threads, "algo.learning_rate=1000", "algo.max_grad_norm=1e6"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            THREADS_AT_EXIT,
+            str(REPO),
+            *args,
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
+    assert "rlrec: diverged at iteration 1" in proc.stderr
+    assert proc.stdout.splitlines()[-1] == "threads at exit: []", proc.stdout
 
 
 @pytest.mark.parametrize(

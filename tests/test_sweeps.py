@@ -373,6 +373,28 @@ def test_an_invalid_job_fails_alone_on_joblib(tmp_path):
         _check_job_dir(sweep_dir / str(job), seed=1)
 
 
+@pytest.mark.slow
+def test_a_sweep_whose_jobs_are_all_refused_writes_nothing_and_exits_2(tmp_path):
+    """As a refused run: exit 2, the refusals as the last lines, nothing left of the sweep: the
+    dirs it made are gone, a sweep dir that was there holds what it held (before: exit 1, "2 of 2
+    jobs failed", summary.csv, .rlrec_summary/ and the job dirs)."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("the user's own")
+    for sweep_dir in (tmp_path / "made" / "sweep", kept):
+        args = ["-m", "algo.learning_rate=-1,-2", *TINY, f"hydra.sweep.dir={sweep_dir}"]
+        proc = run_train(args, cwd=tmp_path, check=False)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        invalid = "is invalid: must be a finite number > 0"
+        assert proc.stderr.splitlines()[-2:] == [
+            f"rlrec: config error: algo.learning_rate=-1.0 {invalid} (job 0)",
+            f"rlrec: config error: algo.learning_rate=-2.0 {invalid} (job 1)",
+        ], proc.stderr
+        assert "rlrec sweep summary" not in proc.stdout and "failed" not in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+    assert sorted(os.listdir(kept)) == ["notes.txt"]
+
+
 STOP_TOTAL = 48 * 128  # 48 iterations of FAST: job 0 is still running when job 1 got going
 
 

@@ -47,14 +47,28 @@ def _import_plotting() -> None:
         pass
 
 
+WARM_UP_WAIT_S = 30.0  # how long the end of a run waits for the warm-up's import at most
+_warming: list = []  # the warm-up's thread while it may run
+
+
 def warm_up(cfg: ReportConfig) -> None:
     """Imports what the report draws its curves with (matplotlib: about a second) on a daemon
-    thread while the run trains, so that the end of the run does not wait for it. Nothing waits
-    for the thread: the report's own import takes what is loaded by then."""
+    thread while the run trains, so that the end of the run does not wait for it. The report's
+    own import takes what is loaded by then; :func:`end_warm_up` waits for the rest."""
     if cfg.enabled:
         import threading
 
-        threading.Thread(target=_import_plotting, name="rlrec-report-import", daemon=True).start()
+        thread = threading.Thread(target=_import_plotting, name="rlrec-report-import", daemon=True)
+        thread.start()
+        _warming.append(thread)
 
 
-__all__ += ["warm_up", "write_at_end"]
+def end_warm_up() -> None:
+    """Every end of a run (also a divergence, a refusal, an interrupt) waits here, at most
+    :data:`WARM_UP_WAIT_S`, for the warm-up's import: a thread still in an extension module's
+    code as the interpreter exits can abort the process (SIGABRT) after the run's last line."""
+    while _warming:
+        _warming.pop().join(WARM_UP_WAIT_S)
+
+
+__all__ += ["end_warm_up", "warm_up", "write_at_end"]

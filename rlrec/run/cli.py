@@ -153,6 +153,7 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
                 print(exc, file=sys.stderr, flush=True)
             raise SystemExit(EXIT_STATUS) from None
     finally:
+        report.end_warm_up()  # no thread of this run is left running as the interpreter exits
         torch.set_num_threads(threads)
         if claim is not None:
             claim.release()
@@ -190,7 +191,7 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
             runner = _build(cfg, run_dir)
         except ConfigError as exc:
             print(f"rlrec: config error: {exc}", file=sys.stderr)
-            sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}")
+            sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}", refused=True)
             return None
         signum = distributed.broadcast(sweep.stop_signal(sweep_dir))  # rank 0's decision
         if signum is not None:  # the stop came while the job was being built

@@ -34,6 +34,7 @@ from rlrec.checks import ConfigError
 
 LOCK_FILE = ".rlrec.lock"
 HYDRA_DIR = ".hydra"  # Hydra's output_subdir (config.yaml, hydra.yaml, overrides.yaml)
+HYDRA_SWEEP_FILE = "multirun.yaml"  # Hydra's config of a sweep, in the sweep dir
 
 
 class RunDirBusy(ConfigError):
@@ -209,7 +210,7 @@ class Claim:
         self.release()
         if self.before is None:
             return []
-        return _remove_created(self.run_dir, self.before, self.created_dirs)
+        return remove_created(self.run_dir, self.before, self.created_dirs)
 
 
 _CLAIMS: Dict[str, Claim] = {}  # this process's claims, by run dir
@@ -220,7 +221,7 @@ def _key(path: Path) -> str:
     return os.path.realpath(path)
 
 
-def _missing_dirs(path: Path) -> List[Path]:
+def missing_dirs(path: Path) -> List[Path]:
     """``path`` and those of its ancestors that do not exist, top-most first."""
     missing = []
     p = path
@@ -242,7 +243,7 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     before: Optional[FrozenSet[str]] = None
     if record:
         before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
-    for d in _missing_dirs(run_dir):
+    for d in missing_dirs(run_dir):
         try:
             d.mkdir()
             created.append(d)
@@ -278,22 +279,28 @@ def taken_over_from(run_dir: Path) -> Optional[Holder]:
 
 
 def _only_hydra_files(path: Path) -> bool:
-    """A created entry the run may remove: Hydra's output subdir, its ``*.log``, or dirs that
-    hold no files."""
+    """A created entry the run may remove: Hydra's output subdir, its ``*.log``, its sweep file,
+    or dirs that hold only these (a refused sweep job's dir)."""
     if path.is_symlink():
         return False
     if path.is_dir():
-        if path.name == HYDRA_DIR:
-            return True
-        return all(p.is_dir() and not p.is_symlink() for p in path.rglob("*"))
-    return path.is_file() and path.name.endswith(".log")
+        return path.name == HYDRA_DIR or all(_only_hydra_files(p) for p in path.iterdir())
+    return path.is_file() and (path.name.endswith(".log") or path.name == HYDRA_SWEEP_FILE)
 
 
-def _remove_created(run_dir: Path, before: FrozenSet[str], created_dirs: List[Path]) -> List[Path]:
+def remove_created(
+    run_dir: Path,
+    before: FrozenSet[str],
+    created_dirs: List[Path],
+    ours: FrozenSet[str] = frozenset(),
+) -> List[Path]:
+    """Removes the entries of ``run_dir`` that are not in ``before``, when each is Hydra's or
+    named in ``ours`` (the caller's own), then the dirs of ``created_dirs`` that are empty, last
+    first; nothing when the run wrote anything else. Returns the removed paths."""
     if not run_dir.is_dir():
         return []
     new = [run_dir / name for name in sorted(set(os.listdir(run_dir)) - before)]
-    if not all(_only_hydra_files(p) for p in new):
+    if not all(p.name in ours or _only_hydra_files(p) for p in new):
         return []  # the run wrote something of its own: keep everything
     removed = []
     for p in new:

@@ -13,7 +13,9 @@ A job's status is COMPLETED, FAILED (it raised, or its config was refused: the t
 tells :func:`set_outcome`, returns no result and the sweep goes on) or STOPPED (a signal stopped
 it after its checkpoint, or it was not started because the sweep was stopping). The launching
 process's exit status says how the sweep went (:func:`exit_status`: 1 when a job failed, 128 +
-the signal when it was stopped).
+the signal when it was stopped). A sweep whose jobs were all refused before work ends as a refused
+run does: its refusals, exit 2, and nothing left of it (what it created in the sweep dir is
+removed, and the sweep dir too when it made it: :func:`rlrec.run.rundir.remove_created`).
 
 Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each process of the
 sweep holds its one stop flag (``rlrec.run.preempt.hold``, with :class:`_Sweep` as the behaviour
@@ -41,7 +43,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, FrozenSet, List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -53,6 +55,7 @@ from rlrec.run import preempt, rundir
 SUMMARY_FILE = "summary.csv"
 ROWS_DIR = ".rlrec_summary"
 COMPLETED, FAILED, STOPPED = "COMPLETED", "FAILED", "STOPPED"
+REFUSED = "refused"  # a FAILED row's mark: refused before work (not a column of summary.csv)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # stop the sweep (submitit's USR2 requeues a job)
 GRACE_S = 60.0  # after a stop, how long the launching process waits for running jobs to stop
 # figures of the last eval line copied into the summary, in this order
@@ -103,11 +106,12 @@ def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
 # --------------------------------------------------------------------------- a job's outcome
 
 
-def set_outcome(status: str, error: str) -> None:
-    """Told by the task function of a job that returns without a result: FAILED (its config was
-    refused) or STOPPED (by a signal, or not started); :meth:`SweepSummary.on_job_end`, which
-    Hydra calls next in the same process, puts it into the job's row."""
-    _state().outcome = {"status": status, "error": error}
+def set_outcome(status: str, error: str, refused: bool = False) -> None:
+    """Told by the task function of a job that returns without a result: FAILED (``refused``: its
+    config was refused before work) or STOPPED (by a signal, or not started);
+    :meth:`SweepSummary.on_job_end`, which Hydra calls next in the same process, puts it into the
+    job's row."""
+    _state().outcome = {"status": status, "error": error, **({"refused": True} if refused else {})}
 
 
 def _take_outcome() -> Dict[str, str]:
@@ -138,7 +142,7 @@ def job_row(
             row[key.lstrip("+~")] = value
     row.update(final_figures(run_dir))
     if outcome:
-        row["error"] = outcome["error"]
+        row.update((k, outcome[k]) for k in ("error", REFUSED) if k in outcome)
     elif status == FAILED:
         # JobReturn.return_value re-raises a failed job's exception: read the stored one
         err = job_return._return_value
@@ -159,7 +163,7 @@ def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
 
 
 def columns(rows: List[Dict[str, Any]]) -> List[str]:
-    keys = {k for r in rows for k in r}
+    keys = {k for r in rows for k in r} - {REFUSED}
     first = [k for k in _FIRST if k in keys]
     last = [k for k in _LAST if k in keys]
     middle = sorted(keys - set(first) - set(last))
@@ -227,6 +231,9 @@ class _Sweep(preempt.Behaviour):
         self.outcome: Dict[str, str] = {}  # set_outcome's, for on_job_end
         self.result: Dict[str, Any] = {}  # how the sweep launched by this process ended
         self.running: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
+        # in the launching process: the sweep dir's entries before the sweep, the dirs it made
+        self.before: FrozenSet[str] = frozenset()
+        self.made: List[Path] = []
 
     @property
     def launcher(self) -> bool:
@@ -398,7 +405,23 @@ def exit_status() -> int:
     result = {} if st is None else st.result
     if result.get("signum") is not None:
         return 128 + int(result["signum"])
+    if result.get(REFUSED):
+        return 2
     return 1 if result.get("failed") else 0
+
+
+def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
+    """Every job was refused before work: removes what the sweep created (its rows, summary.csv,
+    Hydra's files and job dirs; the sweep dir and its parents when it made them, once empty) and
+    ends with the refusals, as a refused run does (exit 2)."""
+    st = _state()
+    rundir.remove_created(sweep_dir, st.before, st.made, ours=frozenset((ROWS_DIR, SUMMARY_FILE)))
+    jobs: Dict[str, List[str]] = {}
+    for r in rows:  # one line for each refusal, naming its jobs
+        jobs.setdefault(r["error"].removeprefix("ConfigError: "), []).append(str(r["job"]))
+    for error, nums in jobs.items():
+        print(f"rlrec: config error: {error} (job {', '.join(nums)})", file=sys.stderr, flush=True)
+    st.result[REFUSED] = True
 
 
 def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
@@ -486,6 +509,9 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # the launching process knows which keys are swept; jobs (maybe elsewhere) read it back
         sweep_dir = Path(str(config.hydra.sweep.dir))
+        st = _state()  # what was there before: a sweep whose jobs are all refused removes the rest
+        st.before = frozenset(os.listdir(sweep_dir)) if sweep_dir.is_dir() else frozenset()
+        st.made = rundir.missing_dirs(sweep_dir.absolute())
         rows_dir = sweep_dir / ROWS_DIR
         rows_dir.mkdir(parents=True, exist_ok=True)
         task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
@@ -495,7 +521,6 @@ class SweepSummary(Callback):
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
         write_atomic(rows_dir / "attempt.json", json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        st = _state()
         st.launcher_pid = self._launcher_pid = os.getpid()
         st.sweep_dir, st.attempt = sweep_dir, attempt
         st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
@@ -537,6 +562,9 @@ class SweepSummary(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if not (sweep_dir / ROWS_DIR).is_dir():
             return
+        rows = read_rows(sweep_dir)
+        if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
+            return _refused(sweep_dir, rows)
         rows = write_summary(sweep_dir)
         if self.print_table and rows:
             print(
