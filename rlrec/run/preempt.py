@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from rlrec import distributed
 from rlrec.files import temporary_owner
+from rlrec.layout import CHECKPOINTS, SUPERSEDED, TENSORBOARD, VIDEOS
 from rlrec.run import rundir
 
 
@@ -271,7 +272,7 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     run_dir = Path(run_dir)
     holder = rundir.taken_over_from(run_dir)
     candidates = []
-    for sub in ("checkpoints", "videos", "superseded", "tensorboard"):
+    for sub in (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD):
         base = run_dir / sub
         if base.is_dir():
             candidates += [(p, True) for p in base.rglob(".*")]

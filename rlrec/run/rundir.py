@@ -31,9 +31,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional
 
 from rlrec.checks import ConfigError
-
-LOCK_FILE = ".rlrec.lock"
-HYDRA_DIR = ".hydra"  # Hydra's output_subdir (config.yaml, hydra.yaml, overrides.yaml)
+from rlrec.layout import HYDRA, RunDir
 
 
 class RunDirBusy(ConfigError):
@@ -102,7 +100,7 @@ class RunDirLock:
     """An exclusive flock on ``<run dir>/.rlrec.lock``, which names its holder."""
 
     def __init__(self, run_dir: Path, key: str):
-        self.path = Path(run_dir) / LOCK_FILE
+        self.path = RunDir(run_dir).lock
         self.key = key
         self.run_dir = Path(run_dir)
         self._fd: Optional[int] = None
@@ -283,7 +281,7 @@ def _only_hydra_files(path: Path) -> bool:
     if path.is_symlink():
         return False
     if path.is_dir():
-        if path.name == HYDRA_DIR:
+        if path.name == HYDRA:
             return True
         return all(p.is_dir() and not p.is_symlink() for p in path.rglob("*"))
     return path.is_file() and path.name.endswith(".log")

@@ -41,6 +41,7 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.files import atomic_file, remove_quietly
+from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
 
 FORMAT = "rlrec-checkpoint"
 # 3: loads with weights_only=True (the numpy/Python RNG states as tensors), sha256 digest
@@ -213,12 +214,12 @@ class Retention:
         checkpoints become this run's; None for a new run (``checkpoint=PATH`` included)."""
         self.keep = int(keep)
         names = [] if start is None else start.get("periodic") or []
-        self.own: List[str] = [str(n) for n in names if _PERIODIC.match(str(n))]
+        self.own: List[str] = [str(n) for n in names if periodic_iteration(str(n)) is not None]
 
     def written(self, name: str) -> List[str]:
         """The names to record in the checkpoint ``name`` (a new periodic one, or None)."""
         own = [n for n in self.own if n != name]
-        return sorted([*own, name] if name else own, key=_iteration)
+        return sorted([*own, name] if name else own, key=periodic_iteration)
 
     def prune(self, directory: Path, own: List[str]) -> None:
         """After the checkpoints naming ``own`` are durable: removes the older ones beyond the
@@ -229,11 +230,6 @@ class Retention:
         for name in own[: -self.keep]:
             remove_quietly(directory / name)
         self.own = own[-self.keep :]
-
-
-def _iteration(name: str) -> int:
-    m = _PERIODIC.match(name)
-    return int(m.group(1)) if m else -1
 
 
 def write(
@@ -247,16 +243,16 @@ def write(
     (:func:`find_resume`). Then, with ``checkpoint_keep`` (``retention``), once both are durable
     (written, fsynced, renamed, the rename fsynced), the run's older periodic checkpoints beyond
     the newest N are removed. Returns the path of last.pt."""
-    directory = Path(run_dir) / "checkpoints"
+    paths = RunDir(run_dir)
     retention = retention or Retention()
-    name = f"iter_{iteration:06d}.pt" if iteration is not None else ""
+    name = paths.periodic_checkpoint(iteration).name if iteration is not None else ""
     own = retention.written(name)
     state = {**state, "periodic": own}  # what a resumed run removes in its turn
-    save(directory / "last.pt", state, run_dir=run_dir)
+    save(paths.last_checkpoint, state, run_dir=run_dir)
     if name:
-        save(directory / name, state, run_dir=run_dir)
-    retention.prune(directory, own)
-    return directory / "last.pt"
+        save(paths.checkpoints / name, state, run_dir=run_dir)
+    retention.prune(paths.checkpoints, own)
+    return paths.last_checkpoint
 
 
 # what a full or read-only output file system raises, wherever the run writes
@@ -282,7 +278,7 @@ def storage_failure(exc: OSError, run_dir: Path) -> str:
     it stays on disk, and how to continue."""
     target = shlex.quote(f"hydra.run.dir={run_dir}")
     try:
-        found = find_resume(Path(run_dir) / "checkpoints", key="resume")
+        found = find_resume(RunDir(run_dir).checkpoints, key="resume")
     except Exception:  # unreadable: say there is none to continue from
         found = None
     if found is None:
@@ -465,14 +461,13 @@ def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
 
 
 # ---------------------------------------------------------------------- resume=auto
-_PERIODIC = re.compile(r"^iter_(\d+)\.pt$")
-
-
 def _candidates(directory: Path) -> Tuple[List[Path], Path]:
     periodic = sorted(
-        (int(m.group(1)), p) for p in directory.glob("iter_*.pt") if (m := _PERIODIC.match(p.name))
+        (i, p)
+        for p in directory.glob(CHECKPOINT_FILES)
+        if (i := periodic_iteration(p.name)) is not None
     )
-    return [p for _, p in reversed(periodic)], directory / "last.pt"
+    return [p for _, p in reversed(periodic)], directory / LAST_CHECKPOINT
 
 
 def _scan(

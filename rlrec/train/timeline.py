@@ -45,11 +45,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from rlrec.files import write_atomic
-
-SUPERSEDED = "superseded"  # the folder under the run dir
-METRICS = "metrics.jsonl"
-EVAL_EPISODES = "eval_episodes.jsonl"
-TENSORBOARD = "tensorboard"
+from rlrec.layout import EVAL_EPISODES, METRICS, SUPERSEDED, TENSORBOARD, TENSORBOARD_EVENTS
 
 _DEFAULT_CLIP = re.compile(r"^(?P<kind>[a-z]+)-ep\d+-step(?P<step>\d+)(?:-\d+)?\.mp4$")
 _FOLDER = re.compile(r"^(?P<n>\d+)-step\d+$")
@@ -228,7 +224,7 @@ class _Plan:
         directory = self.run_dir / TENSORBOARD
         if not directory.is_dir():
             return
-        for path in sorted(directory.glob("events.out.tfevents.*")):
+        for path in sorted(directory.glob(TENSORBOARD_EVENTS)):
             if path.is_file():
                 parts = _split_events(path.read_bytes(), self.point.step)
                 if parts is not None:
