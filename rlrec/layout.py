@@ -15,6 +15,7 @@ from typing import Optional, Union
 
 # the names that others read alone (relative to the run dir, or a folder's entries)
 METRICS = "metrics.jsonl"  # every logged dict, one JSON object a line
+EVAL_EPISODES = "eval_episodes.jsonl"  # one line per eval episode
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
 PERIODIC_CHECKPOINT = "iter_"  # iter_NNNNNN.pt, NNNNNN: the iteration
@@ -43,7 +44,7 @@ class RunDir:
     root: Union[str, os.PathLike]
 
     metrics = property(lambda self: Path(self.root, METRICS))
-    eval_episodes = property(lambda self: Path(self.root, "eval_episodes.jsonl"))
+    eval_episodes = property(lambda self: Path(self.root, EVAL_EPISODES))
     checkpoints = property(lambda self: Path(self.root, CHECKPOINTS))
     last_checkpoint = property(lambda self: Path(self.root, CHECKPOINTS, LAST_CHECKPOINT))
     progress_video = property(lambda self: Path(self.root, PROGRESS_VIDEO))
