@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from rlrec.files import write_atomic
+from rlrec.files import inside, write_atomic
 from rlrec.layout import EVAL_EPISODES, METRICS, SUPERSEDED, TENSORBOARD, TENSORBOARD_EVENTS
 
 _DEFAULT_CLIP = re.compile(r"^(?P<kind>[a-z]+)-ep\d+-step(?P<step>\d+)(?:-\d+)?\.mp4$")
@@ -129,7 +129,7 @@ def supersede(
     point = Point.origin() if data is None else Point.of(data)
     plan = _Plan(run_dir, point)
     for kind, directory in video_dirs.items():
-        if _inside(Path(directory), run_dir):
+        if inside(Path(directory), run_dir):
             plan.clips(kind, Path(directory))
     plan.jsonl(METRICS, lambda line: any(str(k).startswith("eval/") for k in line))
     plan.jsonl(EVAL_EPISODES, lambda line: True)
@@ -160,11 +160,6 @@ def supersede(
             flush=True,
         )
     return moved
-
-
-def _inside(path: Path, root: Path) -> bool:
-    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
-    return path == root or root in path.parents
 
 
 class _Plan:
