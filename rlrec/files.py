@@ -94,6 +94,12 @@ def write_atomic(path: PathLike, data: Union[str, bytes], *, durable: bool = Fal
         f.write(data)
 
 
+def inside(path: PathLike, root: PathLike) -> bool:
+    """Whether ``path`` is ``root`` or lies below it (symbolic links resolved)."""
+    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return path == root or root in path.parents
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` or its closest ancestor that exists."""
     p = path

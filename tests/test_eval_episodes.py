@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.train.evaluation import EPISODES_FILE, Evaluator
+from rlrec.layout import RunDir
+from rlrec.train.evaluation import Evaluator
 from rlrec.train.stack import make_env_stack, record_losses
 from tests.helpers import FAST, make_config, read_metrics, run_train
 from tests.record.recutil import decode_many
@@ -40,7 +41,7 @@ def _seek(obs):  # heads for the goal: obs = position, velocity, goal - position
 
 
 def _records(tmp_path):
-    return [json.loads(line) for line in (tmp_path / EPISODES_FILE).read_text().splitlines()]
+    return [json.loads(line) for line in RunDir(tmp_path).eval_episodes.read_text().splitlines()]
 
 
 def test_one_record_per_episode_with_the_seed_of_its_reset(fast_config, tmp_path):
@@ -146,7 +147,7 @@ def test_failure_only_run_and_replay_frame_for_frame(tmp_path):
     train = [m for m in read_metrics(run) if "train/lr" in m]
     assert train and all(m["record/clips_dropped"] == 0 for m in train)
     assert "recording lost" not in proc.stdout
-    lines = [json.loads(x) for x in (run / EPISODES_FILE).read_text().splitlines()]
+    lines = [json.loads(x) for x in RunDir(run).eval_episodes.read_text().splitlines()]
     assert sorted({r["step"] for r in lines}) == [0, 256, 512] and len(lines) == 12
     for r in lines:  # a clip of its own exactly for each failed episode
         own = r["clip"] is not None and "-env" in r["clip"]

@@ -14,9 +14,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rlrec"
 
 # lowest first; a module may import only modules of a lower layer (or of its own package)
 LAYERS = [
-    # value checks shared by every component's settings (plain Python); the two folders'
-    # __init__ import nothing
-    ["rlrec.checks", "rlrec.run", "rlrec.train"],
+    # value checks shared by every component's settings (plain Python), the names of a run dir's
+    # files (rlrec.layout); the two folders' __init__ import nothing
+    ["rlrec.checks", "rlrec.layout", "rlrec.run", "rlrec.train"],
     ["rlrec.files"],  # one temporary-name scheme, atomic writes, one directory probe
     ["rlrec.record"],  # the recorder: drops into any loop (tests/record/test_portable.py)
     ["rlrec.distributed"],  # the process group: PPO all-reduces, Preflight agrees on the run dir

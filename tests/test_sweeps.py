@@ -19,6 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlrec.layout import SweepDir
 from rlrec.run import sweep
 from rlrec.train import checkpoint as ckpt
 from tests.helpers import FAST, REPO, read_metrics, run_train, start_train
@@ -513,7 +514,7 @@ def test_kill_9_of_a_joblib_launcher_stops_its_jobs_and_resume_completes_them(tm
             launcher.kill()
             raise AssertionError(f"the sweep never got going:\n{launcher.communicate()[0]}")
         time.sleep(0.05)
-    entries = (sweep_dir / sweep.ROWS_DIR / "running").glob("*.json")
+    entries = SweepDir(sweep_dir).running.glob("*.json")
     workers = {json.loads(p.read_text())["pid"] for p in entries}
     assert len(workers) == 2 and launcher.pid not in workers
     launcher.kill()  # SIGKILL of the launcher alone, not of its process group

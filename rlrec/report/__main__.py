@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from rlrec.checks import ConfigError
+from rlrec.layout import RunDir, SweepDir
 from rlrec.report.config import run_settings
 
 
@@ -24,10 +25,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         help="e.g. report.max_failures=6 report.max_tiles=8 report.progress_video=false",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    if not args.dir.is_dir() or not (
-        (args.dir / "metrics.jsonl").is_file() or (args.dir / "summary.csv").is_file()
-        or (args.dir / ".rlrec_summary").is_dir()
-    ):  # fmt: skip
+    known = RunDir(args.dir).metrics.is_file() or SweepDir(args.dir).is_sweep()
+    if not args.dir.is_dir() or not known:
         print(f"rlrec-report: {args.dir} is not a run dir or a sweep dir of rlrec", file=sys.stderr)
         raise SystemExit(2)
     try:

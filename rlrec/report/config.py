@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rlrec.checks import ConfigError, positive
+from rlrec.layout import RunDir
 
 __all__ = ["ReportConfig", "run_settings"]
 
@@ -36,7 +37,7 @@ def run_settings(run_dir: Path, overrides: Iterable[str] = ()) -> ReportConfig:
     fields = {f.name: f for f in dataclasses.fields(ReportConfig)}
     values = {}
     try:
-        saved = yaml.safe_load((Path(run_dir) / ".hydra" / "config.yaml").read_text()) or {}
+        saved = yaml.safe_load(RunDir(run_dir).hydra_config.read_text()) or {}
         saved = saved.get("report") if isinstance(saved, dict) else None
     except (OSError, yaml.YAMLError):
         saved = None

@@ -20,16 +20,14 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 from urllib.parse import quote
 
 from rlrec.files import write_atomic
+from rlrec.layout import PROGRESS_VIDEO, ROW_FILES, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
 from rlrec.report.curves import curves_svg
-from rlrec.report.progress import PROGRESS_VIDEO, write_progress
+from rlrec.report.progress import write_progress
 from rlrec.report.rundata import Evaluation, RunData, read_run
 
-__all__ = ["REPORT_FILE", "is_sweep_dir", "replay_command", "write_report"]
+__all__ = ["replay_command", "write_report"]
 
-REPORT_FILE = "report.html"
-SWEEP_SUMMARY = "summary.csv"  # rlrec.run.sweep's table of a sweep's jobs
-SWEEP_ROWS = ".rlrec_summary"
 PROGRESS_TIMEOUT_S = 600.0  # the longest the page waits for its progress video
 
 # nothing but inline styles and the run dir's own files: a report never reaches a network
@@ -117,11 +115,11 @@ def replay_command(
     iteration, step = episode.get("iteration"), episode.get("step")
     if not isinstance(iteration, int) or not isinstance(step, int) or episode.get("seed") is None:
         return None
-    checkpoints = Path(run_dir) / "checkpoints"
+    paths = RunDir(run_dir)
     kept = (
         step == 0
-        or (checkpoints / f"iter_{iteration:06d}.pt").is_file()
-        or (step == last_step and (checkpoints / "last.pt").is_file())
+        or paths.periodic_checkpoint(iteration).is_file()
+        or (step == last_step and paths.last_checkpoint.is_file())
     )
     if not kept:
         return None
@@ -318,21 +316,15 @@ def _config_overrides_inline(run: RunData) -> str:
 # --------------------------------------------------------------------------- a sweep
 
 
-def is_sweep_dir(path: Path) -> bool:
-    return (Path(path) / SWEEP_SUMMARY).is_file() or (Path(path) / SWEEP_ROWS).is_dir()
-
-
 def _sweep_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     try:
-        with open(sweep_dir / SWEEP_SUMMARY, newline="") as f:
+        with open(SweepDir(sweep_dir).summary, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError:
         rows = []
     if not rows:  # the summary is rebuilt from the row files: read those
         rows = [
-            r
-            for r in (read_jsonl_obj(p) for p in (sweep_dir / SWEEP_ROWS).glob("[0-9]*.json"))
-            if r
+            r for r in (read_jsonl_obj(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)) if r
         ]
     return sorted(rows, key=lambda r: int(r.get("job") or 0))
 
@@ -406,10 +398,10 @@ def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
     """Writes ``videos/progress.mp4`` (``cfg.progress_video``) and ``report.html`` of the run dir
     ``run_dir``; returns the page's path."""
     cfg = cfg or ReportConfig()
-    run_dir = Path(run_dir)
-    run = read_run(run_dir)
+    paths = RunDir(run_dir)
+    run = read_run(paths.root)
     if not cfg.progress_video:
-        page = run_page(run, cfg, PROGRESS_VIDEO if (run_dir / PROGRESS_VIDEO).is_file() else None)
+        page = run_page(run, cfg, PROGRESS_VIDEO if paths.progress_video.is_file() else None)
     else:
         # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
         # curves (Python): together they take about as long as the longer of the two
@@ -424,9 +416,8 @@ def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
         finally:
             pool.shutdown(wait=False)
         page = run_page(run, cfg, None if progress is None else PROGRESS_VIDEO, svg, failed)
-    path = run_dir / REPORT_FILE
-    write_atomic(path, page)
-    return path
+    write_atomic(paths.report, page)
+    return paths.report
 
 
 def write_report(
@@ -438,15 +429,15 @@ def write_report(
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory")
-    if not is_sweep_dir(path):
+    if not SweepDir(path).is_sweep():
         return write_run_report(path, cfg or run_settings(path, overrides))
     sweep_cfg = cfg or run_settings(path, overrides)
     job_reports: Dict[int, str] = {}
     for row in _sweep_rows(path):
         job_dir = _job_dir(path, row)
-        if job_dir is not None and (job_dir / "metrics.jsonl").is_file():
+        if job_dir is not None and RunDir(job_dir).metrics.is_file():
             page = write_run_report(job_dir, cfg or run_settings(job_dir, overrides))
             job_reports[int(row.get("job") or 0)] = page.relative_to(path.resolve()).as_posix()
-    out = path / REPORT_FILE
+    out = SweepDir(path).report
     write_atomic(out, sweep_page(path, sweep_cfg, job_reports))
     return out

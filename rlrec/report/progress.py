@@ -23,14 +23,14 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from rlrec.files import remove_quietly, temporary_name
+from rlrec.layout import RunDir
 from rlrec.record.ffmpeg import FFmpegProcess, ffmpeg_output_path
 from rlrec.record.frames import grid_shape
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
 
-__all__ = ["BAND", "PROGRESS_VIDEO", "Layout", "Progress", "even_subset", "write_progress"]
+__all__ = ["BAND", "Layout", "Progress", "even_subset", "write_progress"]
 
-PROGRESS_VIDEO = "videos/progress.mp4"  # relative to the run dir
 BAND = 24  # pixels of label above each tile (two lines of PIL's default font)
 
 
@@ -132,7 +132,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
         _label(base, layout, i, ev.tile_label())
         y, x = layout.origin(i)
         tiles.append({"step": ev.step, "clip": ev.clip, "y": y, "x": x})
-    out = run.path / PROGRESS_VIDEO
+    out = RunDir(run.path).progress_video
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(out)
     readers = [_frames(run.path / str(ev.clip)) for ev in chosen]

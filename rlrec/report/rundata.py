@@ -15,20 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from rlrec.layout import METRICS, RunDir
 from rlrec.record.sidecar import sidecar_path
 
 __all__ = [
-    "EPISODES_FILE",
     "HEALTH_KEYS",
-    "METRICS_FILE",
     "Evaluation",
     "RunData",
     "read_jsonl",
     "read_run",
 ]
 
-METRICS_FILE = "metrics.jsonl"
-EPISODES_FILE = "eval_episodes.jsonl"
 # the recorders' loss counters (cumulative: the last value logged is the run's figure)
 HEALTH_KEYS = ("record/clips_dropped", "record/frames_dropped", "record/encoder_stalls")
 
@@ -184,7 +181,7 @@ def _health(run_dir: Path, lines: List[Dict[str, Any]]) -> Dict[str, float]:
         if rec.get("event") == "resume":
             moved = _inside(run_dir, rec.get("moved"))
             if moved is not None:
-                take(read_jsonl(run_dir / moved / METRICS_FILE))
+                take(read_jsonl(run_dir / moved / METRICS))
             close_part()
         take([rec])
     close_part()
@@ -195,9 +192,9 @@ def _health(run_dir: Path, lines: List[Dict[str, Any]]) -> Dict[str, float]:
 def read_run(run_dir: Path) -> RunData:
     """Reads the run dir ``run_dir``."""
     run_dir = Path(run_dir)
-    lines = read_jsonl(run_dir / METRICS_FILE)
-    episodes_path = run_dir / EPISODES_FILE
-    episodes = read_jsonl(episodes_path)
+    paths = RunDir(run_dir)
+    lines = read_jsonl(paths.metrics)
+    episodes = read_jsonl(paths.eval_episodes)
     by_step: Dict[int, List[Dict[str, Any]]] = {}
     for ep in episodes:
         if "step" in ep:
@@ -222,13 +219,13 @@ def read_run(run_dir: Path) -> RunData:
     try:
         import yaml  # PyYAML comes with Hydra (omegaconf depends on it)
 
-        loaded = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+        loaded = yaml.safe_load(paths.hydra_overrides.read_text())
         if isinstance(loaded, list):
             overrides = [str(x) for x in loaded]
     except Exception:  # no overrides file, or not YAML: the report lists none
         pass
     try:
-        config_text = (run_dir / ".hydra" / "config.yaml").read_text()
+        config_text = paths.hydra_config.read_text()
     except OSError:
         config_text = ""
     return RunData(
@@ -236,7 +233,7 @@ def read_run(run_dir: Path) -> RunData:
         lines=lines,
         evaluations=evaluations,
         episodes=episodes,
-        has_episode_file=episodes_path.is_file(),
+        has_episode_file=paths.eval_episodes.is_file(),
         events=events,
         health=health,
         overrides=overrides,

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from rlrec import distributed
-from rlrec.files import temporary_owner
+from rlrec.files import inside, temporary_owner
+from rlrec.layout import CHECKPOINTS, SUPERSEDED, TENSORBOARD, VIDEOS
 from rlrec.run import rundir
 
 
@@ -257,11 +258,6 @@ def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:
     return not rundir.pid_alive(pid)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
-    return path == root or root in path.parents
-
-
 def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -> List[Path]:
     """Deletes the temporary files that processes now gone left in ``run_dir`` (itself, and its
     ``checkpoints/``, ``videos/``, ``superseded/`` and ``tensorboard/``), and the clip
@@ -271,7 +267,7 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     run_dir = Path(run_dir)
     holder = rundir.taken_over_from(run_dir)
     candidates = []
-    for sub in ("checkpoints", "videos", "superseded", "tensorboard"):
+    for sub in (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD):
         base = run_dir / sub
         if base.is_dir():
             candidates += [(p, True) for p in base.rglob(".*")]
@@ -280,8 +276,8 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
         base = Path(d)
         if base.is_dir():
-            inside = _inside(base, run_dir)
-            candidates += [(p, inside) for p in base.glob(".*.part")]
+            below = inside(base, run_dir)
+            candidates += [(p, below) for p in base.glob(".*.part")]
     for p, in_run_dir in dict.fromkeys(candidates):
         pid = temporary_owner(p.name)
         if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 from rlrec.checks import ConfigError
 from rlrec.config import Config, EpisodeClips, to_dataclass
+from rlrec.layout import CHECKPOINT_FILES, RunDir
 from rlrec.record.settings import Trigger
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.evaluation import clip_name
@@ -39,7 +40,7 @@ USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALU
 def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
     """The checkpoint of ``step`` in ``run_dir/checkpoints`` (None for step 0 without one) and the
     data of a checkpoint of the run (for its config); ConfigError when there is none."""
-    files = sorted((Path(run_dir) / "checkpoints").glob("*.pt"))
+    files = sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES))
     any_data: Optional[dict] = None
     steps: List[int] = []  # of the readable checkpoints, for the message below
     for path in files:
@@ -52,7 +53,7 @@ def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
         if steps[-1] == int(step):
             return path, data
     if any_data is None:
-        raise ConfigError(f"replay: no readable checkpoint in {Path(run_dir) / 'checkpoints'}")
+        raise ConfigError(f"replay: no readable checkpoint in {RunDir(run_dir).checkpoints}")
     if int(step) == 0:
         return None, any_data
     raise ConfigError(
@@ -105,7 +106,7 @@ def replay(
         raise ConfigError(
             f"replay.env={env} is invalid: the run has eval_env.num_envs={cfg.eval_env.num_envs}"
         )
-    out = Path(out) if out is not None else run_dir / "replay" / f"step{step:09d}-env{env:03d}"
+    out = Path(out) if out is not None else RunDir(run_dir).replay(step, env)
     out.mkdir(parents=True, exist_ok=True)
     if path is not None:
         cfg.checkpoint, cfg.eval_only = str(path), True
@@ -118,7 +119,7 @@ def replay(
             runner.evaluate()
         finally:
             runner.close()
-    clip = out / "videos" / "eval" / clip_name(step)
+    clip = RunDir(out).videos("eval") / clip_name(step)
     if not clip.exists():
         raise RuntimeError(f"replay: the clip {clip} was not written (see the log above)")
     return clip

@@ -31,10 +31,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional
 
 from rlrec.checks import ConfigError
-
-LOCK_FILE = ".rlrec.lock"
-HYDRA_DIR = ".hydra"  # Hydra's output_subdir (config.yaml, hydra.yaml, overrides.yaml)
-HYDRA_SWEEP_FILE = "multirun.yaml"  # Hydra's config of a sweep, in the sweep dir
+from rlrec.layout import HYDRA, HYDRA_SWEEP, RunDir
 
 
 class RunDirBusy(ConfigError):
@@ -103,7 +100,7 @@ class RunDirLock:
     """An exclusive flock on ``<run dir>/.rlrec.lock``, which names its holder."""
 
     def __init__(self, run_dir: Path, key: str):
-        self.path = Path(run_dir) / LOCK_FILE
+        self.path = RunDir(run_dir).lock
         self.key = key
         self.run_dir = Path(run_dir)
         self._fd: Optional[int] = None
@@ -284,8 +281,8 @@ def _only_hydra_files(path: Path) -> bool:
     if path.is_symlink():
         return False
     if path.is_dir():
-        return path.name == HYDRA_DIR or all(_only_hydra_files(p) for p in path.iterdir())
-    return path.is_file() and (path.name.endswith(".log") or path.name == HYDRA_SWEEP_FILE)
+        return path.name == HYDRA or all(_only_hydra_files(p) for p in path.iterdir())
+    return path.is_file() and (path.name.endswith(".log") or path.name == HYDRA_SWEEP)
 
 
 def remove_created(

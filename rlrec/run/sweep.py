@@ -50,10 +50,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
 from rlrec.files import write_atomic
+from rlrec.layout import ROW_FILES, RunDir, SweepDir
 from rlrec.run import preempt, rundir
 
-SUMMARY_FILE = "summary.csv"
-ROWS_DIR = ".rlrec_summary"
 COMPLETED, FAILED, STOPPED = "COMPLETED", "FAILED", "STOPPED"
 REFUSED = "refused"  # a FAILED row's mark: refused before work (not a column of summary.csv)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # stop the sweep (submitit's USR2 requeues a job)
@@ -67,7 +66,7 @@ _LAST = ("run_dir", "error")
 def final_figures(run_dir: Path) -> Dict[str, Any]:
     """``step`` (the last logged env step) and the last eval line's figures of a run dir."""
     out: Dict[str, Any] = {}
-    path = Path(run_dir) / "metrics.jsonl"
+    path = RunDir(run_dir).metrics
     if not path.is_file():
         return out
     for line in path.read_text().splitlines():
@@ -97,7 +96,7 @@ def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
     """The overrides that tell this job apart (``seed=2`` of ``seed=1,2``, the learning rate an
     Optuna trial drew): those whose key the command line did not fix for the whole sweep."""
     try:
-        fixed = set(json.loads((Path(sweep_dir) / ROWS_DIR / "fixed.json").read_text()))
+        fixed = set(json.loads(SweepDir(sweep_dir).fixed.read_text()))
     except (OSError, ValueError):  # not written (yet): every override counts
         return overrides
     return [o for o in overrides if o.partition("=")[0] not in fixed]
@@ -154,7 +153,7 @@ def job_row(
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     """Every job row written so far, ordered by job number."""
     rows = []
-    for p in (Path(sweep_dir) / ROWS_DIR).glob("[0-9]*.json"):  # not fixed.json
+    for p in SweepDir(sweep_dir).rows.glob(ROW_FILES):  # not fixed.json
         try:
             rows.append(json.loads(p.read_text()))
         except (OSError, json.JSONDecodeError):
@@ -172,18 +171,18 @@ def columns(rows: List[Dict[str, Any]]) -> List[str]:
 
 def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """Adds ``row`` (if given) and rebuilds ``summary.csv``, holding the sweep's lock."""
-    rows_dir = Path(sweep_dir) / ROWS_DIR
-    rows_dir.mkdir(parents=True, exist_ok=True)
-    with open(rows_dir / "lock", "a") as lock:
+    paths = SweepDir(sweep_dir)
+    paths.rows.mkdir(parents=True, exist_ok=True)
+    with open(paths.rows_lock, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if row is not None:
-            write_atomic(rows_dir / f"{int(row['job']):06d}.json", json.dumps(row))
+            write_atomic(paths.row(row["job"]), json.dumps(row))
         rows = read_rows(sweep_dir)
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns(rows), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-        write_atomic(Path(sweep_dir) / SUMMARY_FILE, buf.getvalue())
+        write_atomic(paths.summary, buf.getvalue())
     return rows
 
 
@@ -256,7 +255,7 @@ class _Sweep(preempt.Behaviour):
         if self.sweep_dir is not None:
             try:
                 write_atomic(
-                    self.sweep_dir / ROWS_DIR / "stop.json",
+                    SweepDir(self.sweep_dir).stop,
                     json.dumps({"attempt": self.attempt, "signal": signum}),
                 )
             except OSError:
@@ -306,7 +305,7 @@ def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
     """Jobs of this attempt whose process still runs them (entries of dead processes are
     ignored)."""
     jobs = []
-    for p in (sweep_dir / ROWS_DIR / "running").glob("*.json"):
+    for p in SweepDir(sweep_dir).running.glob("*.json"):
         try:
             entry = json.loads(p.read_text())
         except (OSError, ValueError):
@@ -352,7 +351,7 @@ def begin_job(sweep_dir: Path) -> None:
 def _launcher(sweep_dir: Path) -> Optional[int]:
     """The pid of this sweep attempt's launching process when it runs on this host."""
     try:
-        attempt = json.loads((Path(sweep_dir) / ROWS_DIR / "attempt.json").read_text())
+        attempt = json.loads(SweepDir(sweep_dir).attempt.read_text())
         if attempt.get("host") == rundir.this_host():
             return int(attempt["pid"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -365,10 +364,10 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
     it for this attempt), else None: a job that has not started training yet must not start."""
     if _signum() is not None:
         return _signum()
-    rows = Path(sweep_dir) / ROWS_DIR
+    paths = SweepDir(sweep_dir)
     try:
-        attempt = json.loads((rows / "attempt.json").read_text())["id"]
-        stop = json.loads((rows / "stop.json").read_text())
+        attempt = json.loads(paths.attempt.read_text())["id"]
+        stop = json.loads(paths.stop.read_text())
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return int(stop["signal"]) if stop.get("attempt") == attempt else None
@@ -376,12 +375,12 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
 
 def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
-    rows = Path(sweep_dir) / ROWS_DIR
+    paths = SweepDir(sweep_dir)
     try:
-        attempt = json.loads((rows / "attempt.json").read_text())["id"]
+        attempt = json.loads(paths.attempt.read_text())["id"]
     except (OSError, ValueError, KeyError, TypeError):
         attempt = None
-    entry = rows / "running" / f"{int(job):06d}.json"
+    entry = paths.running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(
         entry,
@@ -415,7 +414,8 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     Hydra's files and job dirs; the sweep dir and its parents when it made them, once empty) and
     ends with the refusals, as a refused run does (exit 2)."""
     st = _state()
-    rundir.remove_created(sweep_dir, st.before, st.made, ours=frozenset((ROWS_DIR, SUMMARY_FILE)))
+    ours = frozenset(p.name for p in (SweepDir(sweep_dir).rows, SweepDir(sweep_dir).summary))
+    rundir.remove_created(sweep_dir, st.before, st.made, ours=ours)
     jobs: Dict[str, List[str]] = {}
     for r in rows:  # one line for each refusal, naming its jobs
         jobs.setdefault(r["error"].removeprefix("ConfigError: "), []).append(str(r["job"]))
@@ -432,7 +432,7 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         jobs = ", ".join(str(r.get("job")) for r in failed)
         _say(
             f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the error "
-            f"column of {sweep_dir / SUMMARY_FILE}"
+            f"column of {SweepDir(sweep_dir).summary}"
         )
     if _signum() is not None or stopped:
         _say(
@@ -456,7 +456,7 @@ def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
         try:
             import yaml
 
-            overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text())
+            overrides = yaml.safe_load(RunDir(job_dir).hydra_overrides.read_text())
             row["overrides"] = " ".join(str(x) for x in overrides or [])
         except Exception:  # Hydra had not written it yet: the row names no overrides
             pass
@@ -470,12 +470,12 @@ def report_stopped() -> None:
     st.done.set()
     sweep_dir = st.sweep_dir
     rows: List[Dict[str, Any]] = []
-    if sweep_dir is not None and (sweep_dir / ROWS_DIR).is_dir():
+    if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
         _rows_of_unstarted(sweep_dir, _signal_name(_signum() or signal.SIGINT))
         rows = write_summary(sweep_dir)
         if rows:
             print(
-                f"rlrec sweep summary ({sweep_dir / SUMMARY_FILE}):\n{format_table(rows)}",
+                f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}",
                 flush=True,
             )
         _result(sweep_dir, rows)
@@ -512,14 +512,13 @@ class SweepSummary(Callback):
         st = _state()  # what was there before: a sweep whose jobs are all refused removes the rest
         st.before = frozenset(os.listdir(sweep_dir)) if sweep_dir.is_dir() else frozenset()
         st.made = rundir.missing_dirs(sweep_dir.absolute())
-        rows_dir = sweep_dir / ROWS_DIR
-        rows_dir.mkdir(parents=True, exist_ok=True)
+        SweepDir(sweep_dir).rows.mkdir(parents=True, exist_ok=True)
         task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
-        write_atomic(rows_dir / "fixed.json", json.dumps(fixed_keys(task)))
+        write_atomic(SweepDir(sweep_dir).fixed, json.dumps(fixed_keys(task)))
         # this attempt of the sweep: a stop recorded by an earlier one (then resumed) is not ours
         attempt = uuid.uuid4().hex
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
-        write_atomic(rows_dir / "attempt.json", json.dumps(me))
+        write_atomic(SweepDir(sweep_dir).attempt, json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         st.launcher_pid = self._launcher_pid = os.getpid()
         st.sweep_dir, st.attempt = sweep_dir, attempt
@@ -542,7 +541,7 @@ class SweepSummary(Callback):
         swept = f" ({row['swept']})" if row["swept"] else ""
         print(
             f"rlrec sweep: job {row['job']} {row['status'].lower()}{swept}"
-            f"{': ' + figures if figures else ''} -> {sweep_dir / SUMMARY_FILE}",
+            f"{': ' + figures if figures else ''} -> {SweepDir(sweep_dir).summary}",
             flush=True,
         )
         flag = preempt.held()
@@ -560,7 +559,7 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         _state().done.set()
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        if not (sweep_dir / ROWS_DIR).is_dir():
+        if not SweepDir(sweep_dir).rows.is_dir():
             return
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
@@ -568,7 +567,7 @@ class SweepSummary(Callback):
         rows = write_summary(sweep_dir)
         if self.print_table and rows:
             print(
-                f"rlrec sweep summary ({sweep_dir / SUMMARY_FILE}):\n{format_table(rows)}",
+                f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}",
                 file=sys.stdout,
                 flush=True,
             )

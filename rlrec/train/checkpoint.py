@@ -41,6 +41,7 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.files import atomic_file, remove_quietly
+from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
 
 FORMAT = "rlrec-checkpoint"
 # 3: loads with weights_only=True (the numpy/Python RNG states as tensors), sha256 digest
@@ -213,12 +214,12 @@ class Retention:
         checkpoints become this run's; None for a new run (``checkpoint=PATH`` included)."""
         self.keep = int(keep)
         names = [] if start is None else start.get("periodic") or []
-        self.own: List[str] = [str(n) for n in names if _PERIODIC.match(str(n))]
+        self.own: List[str] = [str(n) for n in names if periodic_iteration(str(n)) is not None]
 
     def written(self, name: str) -> List[str]:
         """The names to record in the checkpoint ``name`` (a new periodic one, or None)."""
         own = [n for n in self.own if n != name]
-        return sorted([*own, name] if name else own, key=_iteration)
+        return sorted([*own, name] if name else own, key=periodic_iteration)
 
     def prune(self, directory: Path, own: List[str], protected: Optional[str] = None) -> None:
         """After the checkpoints naming ``own`` are durable: removes the older ones beyond the
@@ -235,15 +236,10 @@ class Retention:
                 remove_quietly(directory / name)
 
 
-def _iteration(name: str) -> int:
-    m = _PERIODIC.match(name)
-    return int(m.group(1)) if m else -1
-
-
 def periodic_twin(path: str | Path, data: Mapping) -> Optional[Path]:
     """The periodic checkpoint beside ``path`` (last.pt) of the same iteration, if it is there:
     the file of that state that the run's next checkpoint does not write again."""
-    twin = Path(path).with_name(f"iter_{int(data['iteration']):06d}.pt")
+    twin = Path(path).parent / RunDir("").periodic_checkpoint(int(data["iteration"])).name
     return twin if twin != Path(path) and twin.is_file() else None
 
 
@@ -260,16 +256,16 @@ def write(
     (written, fsynced, renamed, the rename fsynced), the run's older periodic checkpoints beyond
     the newest N are removed, but never ``protected`` (a file name in checkpoints/). Returns the
     paths of last.pt and of the periodic checkpoint (None without ``iteration``)."""
-    directory = Path(run_dir) / "checkpoints"
+    paths = RunDir(run_dir)
     retention = retention or Retention()
-    name = f"iter_{iteration:06d}.pt" if iteration is not None else ""
+    name = paths.periodic_checkpoint(iteration).name if iteration is not None else ""
     own = retention.written(name)
     state = {**state, "periodic": own}  # what a resumed run removes in its turn
-    save(directory / "last.pt", state, run_dir=run_dir)
+    save(paths.last_checkpoint, state, run_dir=run_dir)
     if name:
-        save(directory / name, state, run_dir=run_dir)
-    retention.prune(directory, own, protected)
-    return directory / "last.pt", (directory / name if name else None)
+        save(paths.checkpoints / name, state, run_dir=run_dir)
+    retention.prune(paths.checkpoints, own, protected)
+    return paths.last_checkpoint, (paths.checkpoints / name if name else None)
 
 
 # what a full or read-only output file system raises, wherever the run writes
@@ -295,7 +291,7 @@ def storage_failure(exc: OSError, run_dir: Path) -> str:
     it stays on disk, and how to continue."""
     target = shlex.quote(f"hydra.run.dir={run_dir}")
     try:
-        found = find_resume(Path(run_dir) / "checkpoints", key="resume")
+        found = find_resume(RunDir(run_dir).checkpoints, key="resume")
     except Exception:  # unreadable: say there is none to continue from
         found = None
     if found is None:
@@ -478,14 +474,13 @@ def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
 
 
 # ---------------------------------------------------------------------- resume=auto
-_PERIODIC = re.compile(r"^iter_(\d+)\.pt$")
-
-
 def _candidates(directory: Path) -> Tuple[List[Path], Path]:
     periodic = sorted(
-        (int(m.group(1)), p) for p in directory.glob("iter_*.pt") if (m := _PERIODIC.match(p.name))
+        (i, p)
+        for p in directory.glob(CHECKPOINT_FILES)
+        if (i := periodic_iteration(p.name)) is not None
     )
-    return [p for _, p in reversed(periodic)], directory / "last.pt"
+    return [p for _, p in reversed(periodic)], directory / LAST_CHECKPOINT
 
 
 def _scan(

@@ -29,12 +29,11 @@ from rlrec.config import EpisodeClips as ClipRule
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.autoreset import AutoReset
 from rlrec.files import remove_quietly
+from rlrec.layout import RunDir
 from rlrec.record import ClipInfo
 from rlrec.train.stack import episode_clips_of, recorder_of
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
-
-EPISODES_FILE = "eval_episodes.jsonl"
 
 
 def clip_name(step: int) -> str:
@@ -254,7 +253,8 @@ class Evaluator:
             for r in records
         )
         # one write in append mode: the evaluation's lines go out together
-        fd = os.open(self.run_dir / EPISODES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        path = RunDir(self.run_dir).eval_episodes
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, text.encode())
         finally:

@@ -19,8 +19,9 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.config import WANDB_MISSING, LoggerConfig
+from rlrec.config import WANDB_MISSING, LoggerConfig, LoggerName
 from rlrec.files import remove_quietly, temporary_name
+from rlrec.layout import RunDir
 
 # keys shown in the progress bar, in order
 _PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
@@ -103,14 +104,14 @@ class RunLogger:
         self._previews: Optional[_Previews] = None  # TensorBoard clip previews
         # W&B first: a missing extra fails here, before any file of the run is written
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
-        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self._metrics = open(RunDir(self.run_dir).metrics, "a", buffering=1)
         # lines waiting for their clips, by (clip kind, step): see log()
         self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}
         self._last_clip: Dict[str, Tuple[int, str]] = {}  # kind -> (step, path) of its last clip
-        if cfg.name in ("tensorboard", "wandb"):
+        if cfg.name in (LoggerName.tensorboard, LoggerName.wandb):
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(RunDir(self.run_dir).tensorboard))
         self.episodes = EpisodeStats()
         self._progress = None
         self._task = None

@@ -29,6 +29,7 @@ from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
+from rlrec.layout import RunDir
 from rlrec.ppo.ppo import PPO
 from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
@@ -130,8 +131,8 @@ def _restarts(cfg: Config) -> bool:
 
 def _video_dirs(cfg: Config, run_dir: Path) -> Dict[str, Path]:
     return {
-        "train": cfg.recorder.dir or run_dir / "videos" / "train",
-        "eval": cfg.eval_env.recorder.dir or run_dir / "videos" / "eval",
+        "train": cfg.recorder.dir or RunDir(run_dir).videos("train"),
+        "eval": cfg.eval_env.recorder.dir or RunDir(run_dir).videos("eval"),
     }
 
 
@@ -162,11 +163,11 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
         recorder_dirs = [r.dir for r in (cfg.recorder, cfg.eval_env.recorder) if r.dir]
         preempt.remove_stale_temporaries(run_dir, recorder_dirs)
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
-        found = ckpt.find_resume(run_dir / "checkpoints", key="resume")
+        found = ckpt.find_resume(RunDir(run_dir).checkpoints, key="resume")
         if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
             raise ConfigError(
                 f"eval_only=true resume=auto found no checkpoint to evaluate in "
-                f"{run_dir / 'checkpoints'}: give checkpoint=PATH, or "
+                f"{RunDir(run_dir).checkpoints}: give checkpoint=PATH, or "
                 "hydra.run.dir=<the run dir that holds checkpoints/>"
             )
         return None if found is None else Start(str(found[0]), found[1], key)

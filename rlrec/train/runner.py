@@ -21,6 +21,7 @@ from rlrec.config import Config, to_container
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.device import use_device
 from rlrec.envs.factory import resolve_device
+from rlrec.layout import RunDir
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
 from rlrec.run import preempt
@@ -115,7 +116,7 @@ class Runner:
             num_envs,
             seed,
             recorder,
-            video_dir=str(self.run_dir / "videos" / kind),
+            video_dir=str(RunDir(self.run_dir).videos(kind)),
             kind=kind,
             on_clip=self._on_clip,
             device=self.device,

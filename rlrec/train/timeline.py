@@ -44,12 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from rlrec.files import write_atomic
-
-SUPERSEDED = "superseded"  # the folder under the run dir
-METRICS = "metrics.jsonl"
-EVAL_EPISODES = "eval_episodes.jsonl"
-TENSORBOARD = "tensorboard"
+from rlrec.files import inside, write_atomic
+from rlrec.layout import EVAL_EPISODES, METRICS, SUPERSEDED, TENSORBOARD, TENSORBOARD_EVENTS
 
 _DEFAULT_CLIP = re.compile(r"^(?P<kind>[a-z]+)-ep\d+-step(?P<step>\d+)(?:-\d+)?\.mp4$")
 _FOLDER = re.compile(r"^(?P<n>\d+)-step\d+$")
@@ -133,7 +129,7 @@ def supersede(
     point = Point.origin() if data is None else Point.of(data)
     plan = _Plan(run_dir, point)
     for kind, directory in video_dirs.items():
-        if _inside(Path(directory), run_dir):
+        if inside(Path(directory), run_dir):
             plan.clips(kind, Path(directory))
     plan.jsonl(METRICS, lambda line: any(str(k).startswith("eval/") for k in line))
     plan.jsonl(EVAL_EPISODES, lambda line: True)
@@ -164,11 +160,6 @@ def supersede(
             flush=True,
         )
     return moved
-
-
-def _inside(path: Path, root: Path) -> bool:
-    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
-    return path == root or root in path.parents
 
 
 class _Plan:
@@ -228,7 +219,7 @@ class _Plan:
         directory = self.run_dir / TENSORBOARD
         if not directory.is_dir():
             return
-        for path in sorted(directory.glob("events.out.tfevents.*")):
+        for path in sorted(directory.glob(TENSORBOARD_EVENTS)):
             if path.is_file():
                 parts = _split_events(path.read_bytes(), self.point.step)
                 if parts is not None:

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from rlrec.checks import ConfigError
+from rlrec.layout import PROGRESS_VIDEO, RunDir
 from rlrec.report.config import ReportConfig
-from rlrec.report.html import REPORT_FILE, write_report, write_run_report
-from rlrec.report.progress import BAND, PROGRESS_VIDEO, even_subset, write_progress
+from rlrec.report.html import write_report, write_run_report
+from rlrec.report.progress import BAND, even_subset, write_progress
 from rlrec.report.rundata import read_run
 from tests.helpers import REPO, make_config
 
@@ -101,7 +102,7 @@ def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
 
 
 def test_run_writes_its_report(lossless_run):
-    page = (lossless_run / REPORT_FILE).read_text()
+    page = RunDir(lossless_run).report.read_text()
     run = read_run(lossless_run)
     # the progress video and every eval clip are played inline, by relative path, then again
     # the clip of each failed episode that has one (the recorded env's), in the failures table
@@ -198,7 +199,7 @@ def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
     rows = []
     for job in (0, 1):
         shutil.copytree(lossless_run, sweep / str(job))
-        (sweep / str(job) / REPORT_FILE).unlink()
+        RunDir(sweep / str(job)).report.unlink()
         rows.append({"job": job, "status": "COMPLETED", "step": 512, "eval/return": 1.5 + job,
                      "swept": f"seed={job}", "overrides": f"seed={job}",
                      "run_dir": str(sweep / str(job))})  # fmt: skip
@@ -210,7 +211,7 @@ def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
     assert "seed=0" in page and "seed=1" in page
     last = read_run(lossless_run).evaluations[-1].clip
     assert f'src="0/{last}"' in page and f'src="1/{last}"' in page
-    assert 'href="0/report.html"' in page and (sweep / "1" / REPORT_FILE).is_file()
+    assert 'href="0/report.html"' in page and RunDir(sweep / "1").report.is_file()
 
 
 # --------------------------------------------------------------------------- entry points
@@ -218,12 +219,12 @@ def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
 
 def test_command_writes_the_report_of_a_run_dir(lossless_run, tmp_path):
     run_dir = _copy(lossless_run, tmp_path)
-    (run_dir / REPORT_FILE).unlink()
+    RunDir(run_dir).report.unlink()
     (run_dir / PROGRESS_VIDEO).unlink()
     cmd = [sys.executable, "-m", "rlrec.report", str(run_dir), "report.max_tiles=3"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str((run_dir / REPORT_FILE).resolve())
+    assert proc.stdout.strip() == str(RunDir(run_dir).report.resolve())
     side = json.loads((run_dir / "videos" / "progress.json").read_text())
     assert len(side["tiles"]) == 3
     bad = subprocess.run(
@@ -231,7 +232,7 @@ def test_command_writes_the_report_of_a_run_dir(lossless_run, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "is not a run dir" in bad.stderr
-    assert not (tmp_path / REPORT_FILE).exists()
+    assert not RunDir(tmp_path).report.exists()
 
 
 def test_command_takes_the_runs_own_settings_and_overrides(lossless_run, tmp_path):
@@ -255,7 +256,7 @@ def test_command_takes_the_runs_own_settings_and_overrides(lossless_run, tmp_pat
     assert len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"]) == 2
     assert report("report.progress_video=false", "report.max_tiles=3").returncode == 0
     assert len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"]) == 2
-    before = (run_dir / REPORT_FILE).read_bytes()
+    before = RunDir(run_dir).report.read_bytes()
     for bad, words in (
         ("report.max_tile=3", "max_tiles, max_failures"),
         ("report.max_tiles=many", "must be an integer"),
@@ -264,7 +265,7 @@ def test_command_takes_the_runs_own_settings_and_overrides(lossless_run, tmp_pat
         proc = report(bad)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
-    assert (run_dir / REPORT_FILE).read_bytes() == before
+    assert RunDir(run_dir).report.read_bytes() == before
 
 
 def test_report_options_are_checked():
@@ -277,11 +278,11 @@ def test_end_of_run_writes_prints_or_says_why_not(lossless_run, tmp_path, capsys
     from rlrec.report import write_at_end
 
     run_dir = _copy(lossless_run, tmp_path)
-    (run_dir / REPORT_FILE).unlink()
+    RunDir(run_dir).report.unlink()
     assert write_at_end(run_dir, ReportConfig(enabled=False)) is None
-    assert not (run_dir / REPORT_FILE).exists() and capsys.readouterr().out == ""
+    assert not RunDir(run_dir).report.exists() and capsys.readouterr().out == ""
     assert write_at_end(run_dir, ReportConfig(), stopped=True) is None
-    assert not (run_dir / REPORT_FILE).exists()
+    assert not RunDir(run_dir).report.exists()
     assert f"python -m rlrec.report {run_dir} writes it" in capsys.readouterr().out
     path = write_at_end(run_dir, ReportConfig(progress_video=False))
     assert re.fullmatch(
