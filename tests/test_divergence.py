@@ -165,9 +165,9 @@ def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
     ],
 )
 def test_the_env_is_named_with_its_index_and_what_it_returned(tmp_path, bad, named):
-    watch = _watch(tmp_path)
+    last = (str(tmp_path / "checkpoints" / "last.pt"), 96, True)
+    watch = Watch(3, 4, torch.device("cpu"), tmp_path, last=lambda: last)
     _rollout(watch, 3, 4, bad)
-    watch.saved(tmp_path / "checkpoints" / "last.pt", 96)
     # the parameters went non-finite too (a NaN observation poisons the normaliser): the env is
     # the source, and it is what the line names
     with pytest.raises(Diverged) as e:

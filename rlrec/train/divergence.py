@@ -20,8 +20,9 @@ process exits with :data:`EXIT_STATUS`.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -39,11 +40,19 @@ class Diverged(RuntimeError):
 
 
 class Watch:
-    """The finite check of one rank's run (see the module docstring). The runner calls
-    :meth:`begin` at each rollout's start, :meth:`step` after each env step, :meth:`check` after
-    each update and :meth:`saved` after each checkpoint it wrote."""
+    """The finite check of one rank's run (see the module docstring). The runner wraps each
+    rollout in :meth:`rollout`, calls :meth:`step` after each env step and :meth:`check` after each
+    update. ``last()``: the last checkpoint written or started from (path, step, whether
+    ``resume=auto`` in the run dir finds it), or None."""
 
-    def __init__(self, num_steps: int, num_envs: int, device: torch.device, run_dir: Path):
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        device: torch.device,
+        run_dir: Path,
+        last: Callable[[], Optional[Tuple[str, int, bool]]] = lambda: None,
+    ):
         self.num_envs = num_envs
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.run_dir = Path(run_dir)
@@ -55,8 +64,7 @@ class Watch:
         self._reward = torch.zeros(num_steps, num_envs, dtype=f64, device=device)
         self._obs_rows, self._reward_rows = self._obs.unbind(0), self._reward.unbind(0)
         self._t = 0
-        self.checkpoint: Optional[Tuple[str, int]] = None  # the last one written or started from
-        self.from_run_dir = True  # whether resume=auto in the run dir finds it
+        self.last = last
 
     # ------------------------------------------------------------------ collection
     def begin(self, obs: torch.Tensor) -> None:
@@ -110,6 +118,19 @@ class Watch:
             what = _bad_tensors(tensors)
         raise Diverged(self._message(at, what))
 
+    @contextmanager
+    def rollout(self, obs: torch.Tensor, at: str) -> Iterator[None]:
+        """A rollout from ``obs`` (:meth:`begin`). One that raises raises the :class:`Diverged` of
+        :meth:`after_error` instead, when there is one. ``at``: "iteration I (step S)"."""
+        self.begin(obs)
+        try:
+            yield
+        except Exception as exc:
+            diverged = self.after_error(at)
+            if diverged is not None:
+                raise diverged from exc
+            raise
+
     def after_error(self, at: str) -> Optional[Diverged]:
         """A rollout raised (a policy fed non-finite observations may, e.g. a categorical head's
         sampling): the :class:`Diverged` naming the env when its values went non-finite first,
@@ -122,11 +143,6 @@ class Watch:
         except Exception:  # the device is unusable: the caller re-raises the original error
             return None
         return Diverged(self._message(at, self._env_source(agree=False)))
-
-    def saved(self, path: str, step: int, in_run_dir: bool = True) -> None:
-        """A checkpoint of ``step`` env steps was written (or the run started from it)."""
-        self.checkpoint = (str(path), int(step))
-        self.from_run_dir = in_run_dir
 
     # ------------------------------------------------------------------ the message
     def _env_source(self, agree: bool) -> str:
@@ -160,11 +176,12 @@ class Watch:
             other = "once the env gives finite values (or with other settings)"
         else:
             other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
-        if self.checkpoint is None:
+        saved = self.last()
+        if saved is None:
             last = f"no checkpoint was written before it; to start again {other}: the same command"
         else:
-            path, step = self.checkpoint
-            if self.from_run_dir:
+            path, step, in_run_dir = saved
+            if in_run_dir:
                 how = f"resume=auto hydra.run.dir={self.run_dir}"
             else:
                 how = f"checkpoint={path}"
