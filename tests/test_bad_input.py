@@ -376,6 +376,8 @@ def test_checkpoint_from_another_env(tmp_path, monkeypatch, capsys):
         also=["'gymnasium'", "(4,)", "Discrete(2)"],
     )
     assert "rlrec: config error" in out
+    # the envs had to be built to see it: the message says when it was found
+    assert "(found after the run dir was claimed: when the run read its checkpoint" in out
 
 
 # --------------------------------------------------------------------------- missing extras

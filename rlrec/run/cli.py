@@ -62,8 +62,12 @@ def _build(cfg: DictConfig, run_dir: Path):
     use_device(device)
     if distributed.launched():
         distributed.init(config.distributed, device)
-    # the stop flag: a sweep's, when this process runs its jobs
-    return Runner(config, run_dir, device, stop=preempt.run_flag())
+    try:  # the stop flag: a sweep's, when this process runs its jobs
+        return Runner(config, run_dir, device, stop=preempt.run_flag())
+    except ConfigError as exc:  # what only reading the checkpoint or building the envs shows
+        exc.args = (f"{exc} (found after the run dir was claimed: when the run read its "
+                    "checkpoint or built its envs)",)  # fmt: skip
+        raise
 
 
 def _lost_rank(exc: BaseException) -> None:

@@ -167,9 +167,7 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
                 "hydra.run.dir=<the run dir that holds checkpoints/>"
             )
         return None if found is None else Start(str(found[0]), found[1], key)
-    if cfg.eval_only:
-        raise ConfigError("eval_only=true needs checkpoint=PATH (the checkpoint to evaluate)")
-    return None
+    return None  # (eval_only=true without either: refused with the config)
 
 
 def _check_world(start: Start, world: int, eval_only: bool) -> None:
