@@ -98,7 +98,7 @@ class EpisodeStats:
 class RunLogger:
     """Writes every logged dict to ``metrics.jsonl`` (one JSON object per line, each with ``step``),
     to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases. Every rank
-    has one, and rank 0's alone writes: on the others each call does nothing.
+    has one, and rank 0's alone writes: the others' lines go nowhere (``os.devnull``).
 
     ``wait_clips``: waits (bounded) until the clips that lines wait for are on disk
     (:meth:`settle`)."""
@@ -112,27 +112,27 @@ class RunLogger:
         wait_clips: Optional[Callable[[], None]] = None,
     ):
         self.run_dir = Path(run_dir)
-        self.writes = distributed.is_main()
-        self.episodes = EpisodeStats(self.writes)
+        self.writes = writes = distributed.is_main()
+        self.episodes = EpisodeStats(writes)
         self._wait_clips = wait_clips
-        self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}  # lines waiting for clips
         self._tb = None
-        self._wandb = None
-        self._progress = None
         self._previews: Optional[_Previews] = None  # TensorBoard clip previews
-        if not self.writes:
-            return
         # W&B first: a missing extra fails here, before any file of the run is written
-        self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
-        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        wandb = cfg.name == "wandb" and writes
+        self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
+        metrics = self.run_dir / "metrics.jsonl" if writes else os.devnull
+        self._metrics = open(metrics, "a", buffering=1)
+        # lines waiting for their clips, by (clip kind, step): see log()
+        self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}
         self._last_clip: Dict[str, Tuple[int, str]] = {}  # kind -> (step, path) of its last clip
-        if cfg.name in ("tensorboard", "wandb"):
+        if cfg.name in ("tensorboard", "wandb") and writes:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        self._progress = None
         self._task = None
         self._latest: Dict[str, float] = {}
-        if cfg.progress:
+        if cfg.progress and writes:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -164,8 +164,6 @@ class RunLogger:
         clip is on disk (:meth:`log_clip`); the scalars go to TensorBoard/W&B now. A line whose
         clip never comes (an encoder failure) is written naming none by :meth:`settle` (before a
         checkpoint) or :meth:`close`."""
-        if not self.writes:
-            return
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
         if clip is None:
             self._metrics.write(json.dumps(line) + "\n")
@@ -191,8 +189,6 @@ class RunLogger:
     def event(self, step: int, name: str, **fields: Any) -> None:
         """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
         a signal; ``rlrec.train.timeline`` writes the ``resume`` ones): no scalars."""
-        if not self.writes:
-            return
         line = {"step": int(step), "event": name, **fields}
         self._metrics.write(json.dumps(line) + "\n")
 
@@ -210,8 +206,6 @@ class RunLogger:
         thread never waits for it. It decodes a private link to the clip made here, while
         ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
         there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
-        if not self.writes:
-            return
         rel = os.path.relpath(path, self.run_dir)
         self._last_clip[kind] = (int(step), rel)
         line = self._awaiting.pop((kind, int(step)), None)
@@ -256,9 +250,7 @@ class RunLogger:
         self._awaiting.clear()
 
     def close(self) -> None:
-        if not self.writes:
-            return
-        if not self._metrics.closed:
+        if self._metrics is not None and not self._metrics.closed:
             self.write_awaiting()
         if self._progress is not None:
             self._progress.stop()
