@@ -211,6 +211,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"resume={cfg.resume!r} is invalid: allowed values are auto, null")
     if cfg.checkpoint is not None and cfg.resume is not None:
         raise ConfigError("checkpoint and resume are both set: give one of them")
+    if cfg.eval_only and cfg.checkpoint is None and cfg.resume is None:
+        raise ConfigError("eval_only=true needs checkpoint=PATH (the checkpoint to evaluate)")
     check_seed(cfg.seed, "seed", env.num_envs, "env.num_envs")
     ev = cfg.eval_env
     positive(ev.num_envs, "eval_env.num_envs")

@@ -75,11 +75,6 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def under_torchrun() -> bool:
-    """True in a process that torchrun (torch.distributed.elastic) started."""
-    return "TORCHELASTIC_RUN_ID" in os.environ
-
-
 def _submitit_tasks() -> int:
     if not os.environ.get("SUBMITIT_EXECUTOR"):
         return 1

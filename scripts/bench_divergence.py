@@ -6,8 +6,8 @@ so that both see the same machine load and neither always goes first.
     python scripts/bench_divergence.py                 # builtin env, +experiment=smoke sizes, CPU
     python scripts/bench_divergence.py --rounds 10 sim=gpu env=maniskill   # any overrides
 
-Prints the median time of a rollout (``Runner.collect``) and of an update plus its check, for
-each, and their ratio (check on / off).
+Prints the median time of a rollout and of an update plus its check (``Runner.iterate``'s
+``time/collect`` and ``time/learn``), for each, and their ratio (check on / off).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rlrec.train.divergence import Watch, state_tensors  # noqa: E402
+from rlrec.train.divergence import Watch  # noqa: E402
 from rlrec.train.runner import Runner  # noqa: E402
 from tests.helpers import make_config  # noqa: E402
 
@@ -51,20 +50,16 @@ def main() -> None:
             on = runner.watch
             off = _Off(cfg.algo.num_steps, cfg.env.num_envs, runner.device, Path(tmp))
             runner.ppo.init_storage(runner.train_env.num_envs)
-            obs, _ = runner.train_env.reset(seed=cfg.seed)
+            runner._obs, _ = runner.train_env.reset(seed=cfg.seed)
+            runner.num_iterations = 2 * args.rounds + 2  # the schedule stays within [0, 1]
             times = {"on": ([], []), "off": ([], [])}
             for r in range(2 * args.rounds + 2):
                 name = ("on", "off")[(r + r // 2) % 2]  # on off off on ...: no order bias
                 runner.watch = on if name == "on" else off
-                t0 = time.perf_counter()
-                obs = runner.collect(obs)
-                t1 = time.perf_counter()
-                losses = runner.ppo.update()
-                runner.watch.check(losses, state_tensors(runner.ppo), "bench")
-                t2 = time.perf_counter()
+                figures = runner.iterate()
                 if r >= 2:  # the first round of each warms up
-                    times[name][0].append(t1 - t0)
-                    times[name][1].append(t2 - t1)
+                    times[name][0].append(figures["time/collect"])
+                    times[name][1].append(figures["time/learn"])
         finally:
             runner.close()
     for i, what in enumerate(("rollout", "update + check")):

@@ -336,7 +336,8 @@ def test_read_only_run_dir(tmp_path, monkeypatch, capsys):
 
 
 def test_missing_checkpoint(tmp_path, monkeypatch, capsys):
-    _assert_refused(
+    """Refused before work (refuse_before_work), not once the run dir is claimed."""
+    out = _assert_refused(
         [*FAST, f"checkpoint={tmp_path}/nope.pt"],
         "checkpoint=",
         tmp_path,
@@ -344,6 +345,7 @@ def test_missing_checkpoint(tmp_path, monkeypatch, capsys):
         capsys,
         also=["does not exist"],
     )
+    assert "found after the run dir was claimed" not in out
 
 
 def test_checkpoint_from_another_env(tmp_path, monkeypatch, capsys):
@@ -376,6 +378,8 @@ def test_checkpoint_from_another_env(tmp_path, monkeypatch, capsys):
         also=["'gymnasium'", "(4,)", "Discrete(2)"],
     )
     assert "rlrec: config error" in out
+    # the envs had to be built to see it: the message says when it was found
+    assert "(found after the run dir was claimed: when the run read its checkpoint" in out
 
 
 # --------------------------------------------------------------------------- missing extras

@@ -211,9 +211,9 @@ def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
     ],
 )
 def test_the_env_is_named_with_its_index_and_what_it_returned(tmp_path, bad, named):
-    watch = _watch(tmp_path)
+    last = (str(tmp_path / "checkpoints" / "last.pt"), 96, True, "iter_000008.pt")
+    watch = Watch(3, 4, torch.device("cpu"), tmp_path, last=lambda: last)
     _rollout(watch, 3, 4, bad)
-    watch.saved(tmp_path / "checkpoints" / "last.pt", 96)
     # the parameters went non-finite too (a NaN observation poisons the normaliser): the env is
     # the source, and it is what the line names
     with pytest.raises(Diverged) as e:
@@ -371,12 +371,13 @@ def test_a_spike_the_run_survives_does_not_stop_it(tmp_path):
 
 
 def test_the_checkpoint_before_a_spike_is_protected_until_the_run_settles(tmp_path):
-    watch = _watch(tmp_path)
+    saved = []  # what the resume point would say: the last checkpoint written
+    watch = Watch(3, 4, torch.device("cpu"), tmp_path, lambda: saved[-1] if saved else None)
     calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
     for i in range(1, 5):
         _rollout(watch, 3, 4)
         watch.check(calm, _params(), f"iteration {i}")
-        watch.saved(tmp_path / "last.pt", i * 12, periodic=tmp_path / f"iter_00000{i}.pt")
+        saved.append((str(tmp_path / "last.pt"), i * 12, True, str(tmp_path / f"iter_00000{i}.pt")))
     assert watch.protected is None
     _rollout(watch, 3, 4)
     watch.check({**calm, "loss/value": 5e3}, _params(), "iteration 5")  # finite: no stop
@@ -384,7 +385,7 @@ def test_the_checkpoint_before_a_spike_is_protected_until_the_run_settles(tmp_pa
     for i in range(6, 8):
         _rollout(watch, 3, 4)
         watch.check(calm, _params(), f"iteration {i}")
-        watch.saved(tmp_path / "last.pt", i * 12, periodic=tmp_path / f"iter_00000{i}.pt")
+        saved.append((str(tmp_path / "last.pt"), i * 12, True, str(tmp_path / f"iter_00000{i}.pt")))
         assert watch.protected == "iter_000004.pt"  # two updates back in range: not yet
     _rollout(watch, 3, 4)
     watch.check(calm, _params(), "iteration 8")

@@ -24,13 +24,8 @@ LAYERS = [
     ["rlrec.envs", "rlrec.ppo", "rlrec.report"],
     ["rlrec.record.wrappers", "rlrec.testing"],  # the drop-ins wrap other frameworks' envs
     ["rlrec.config"],  # the run's config, assembled from the components' schemas
-    # the run-dir lock: Preflight claims the dir, preempt asks whom it replaced
-    ["rlrec.run.rundir"],
-    # the memory estimate: preflight.refuse_before_work refuses what cannot fit
-    ["rlrec.run.budget"],
+    # rlrec/train/, the loop and what it owns: below rlrec/run/, and knows nothing of it
     [
-        "rlrec.run.preflight",
-        "rlrec.run.preempt",
         "rlrec.train.checkpoint",
         "rlrec.train.divergence",
         "rlrec.train.logger",
@@ -38,8 +33,15 @@ LAYERS = [
     ],
     ["rlrec.train.stack"],
     ["rlrec.train.evaluation", "rlrec.train.resume"],
-    ["rlrec.train.runner", "rlrec.run.sweep"],
-    ["rlrec.run.cli"],
+    ["rlrec.train.runner"],
+    # rlrec/run/, the process around a run. The run-dir lock: Preflight claims the dir, preempt
+    # asks whom it replaced
+    ["rlrec.run.rundir"],
+    # the memory estimate: preflight.refuse_before_work refuses what cannot fit
+    ["rlrec.run.budget"],
+    ["rlrec.run.preflight", "rlrec.run.preempt"],
+    ["rlrec.run.sweep"],
+    ["rlrec.run.cli"],  # makes the stop flag and hands it to the runner
     ["rlrec.run.replay"],  # re-runs an evaluation of a run: builds its config as the CLI does
     ["rlrec"],  # the package's own __init__ may name anything
 ]

@@ -97,9 +97,9 @@ def test_every_part_of_a_rank_uses_its_gpu(two_gpus, monkeypatch, tmp_path, rank
 
     real_watch = runner_mod.Watch
 
-    def watch(num_steps, num_envs, device, run_dir):  # the finite check's sums, on the meta device
+    def watch(num_steps, num_envs, device, *args):  # the finite check's sums, on the meta device
         asked["watch"].append(torch.device(device))
-        return real_watch(num_steps, num_envs, torch.device("meta"), run_dir)
+        return real_watch(num_steps, num_envs, torch.device("meta"), *args)
 
     monkeypatch.setattr(builtin, "make", make)
     monkeypatch.setattr(runner_mod, "PPO", ppo)

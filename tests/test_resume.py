@@ -10,10 +10,11 @@ from rlrec.train import resume
 from tests.helpers import FAST, make_config
 
 
-def test_the_resume_point_is_the_kept_state_until_cleared_then_the_state_as_of_now():
+def test_the_resume_point_is_the_kept_state_until_cleared_then_the_state_as_of_now(tmp_path):
     agent = {"w": torch.zeros(2)}
     live = {"global_step": 0, "next_obs": torch.zeros(3), "ppo": {"agent": agent, "obs_norm": {}}}
-    point = resume.ResumePoint(lambda: {**live, "ppo": dict(live["ppo"])})
+    cfg = make_config(FAST)
+    point = resume.ResumePoint(lambda: {**live, "ppo": dict(live["ppo"])}, tmp_path, cfg)
     assert point.state()["global_step"] == 0 and "eval_due" not in point.state()
     point.keep(eval_due=True)
     live["next_obs"].add_(1)  # the rollout changes the live state in place
@@ -55,13 +56,14 @@ def test_a_stop_in_the_last_update_leaves_the_final_evaluation_due_then_the_run_
     import signal
 
     from rlrec.ppo.ppo import PPO
+    from rlrec.run.preempt import StopRequested
     from rlrec.train.runner import Runner
     from tests.helpers import read_metrics
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     args = [*FAST, "total_steps=512", "recorder=none", "eval_env.recorder.enabled=false"]
-    runner = Runner(make_config(args), run_dir)
+    runner = Runner(make_config(args), run_dir, stop=StopRequested())
     update = PPO.update
 
     def last_update_stopped(self):

@@ -18,14 +18,13 @@ named sub-envs of a gymnasium vector env, and of no others).
 
 from __future__ import annotations
 
-import logging
+import importlib
 import sys
 from abc import ABC, abstractmethod
-from contextlib import contextmanager
+from types import ModuleType
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
-import hydra.utils
 import numpy as np
 import torch
 
@@ -221,21 +220,6 @@ def owned_info(
 # --------------------------------------------------------------------------- the user's code
 
 
-@contextmanager
-def _quiet_hydra_utils():
-    # hydra.utils.get_object logs its own error before raising: the ConfigError says it better
-    logger = logging.getLogger("hydra.utils")
-
-    def mute(record: logging.LogRecord) -> bool:
-        return False
-
-    logger.addFilter(mute)
-    try:
-        yield
-    finally:
-        logger.removeFilter(mute)
-
-
 def _first_unimported(path: str) -> str:
     parts = path.split(".")
     for i in range(1, len(parts) + 1):
@@ -246,7 +230,7 @@ def _first_unimported(path: str) -> str:
 
 
 def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
-    """The module or attribute at the dotted ``path``, imported by ``hydra.utils.get_object``.
+    """The module or attribute at the dotted ``path`` (a module, then attributes or submodules).
 
     Failures are a :class:`~rlrec.config.ConfigError` naming the config key (``key=value``,
     ``value`` defaulting to ``path``) and the module that cannot be imported or the attribute a
@@ -254,18 +238,19 @@ def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
     propagates unchanged.
     """
     where = f"{key}={path if value is None else value!r}"
+    parts = path.split(".")
+    if not all(parts):  # "", "a..b", ".a"
+        raise ConfigError(f"{where} is invalid: an invalid dotstring (no relative imports)")
     try:
-        with _quiet_hydra_utils():
-            return hydra.utils.get_object(path)
-    except ValueError as e:  # an empty part: "a..b", ".a"
-        raise ConfigError(f"{where} is invalid: {' '.join(str(e).split())}") from e
-    except ImportError as e:
-        error = e
-    cause = error.__cause__
-    if cause is None:  # hydra's own refusal (an empty path)
-        raise ConfigError(f"{where} is invalid: {error}") from error
-    if not isinstance(cause, (ImportError, AttributeError)):
-        raise cause  # the imported module failed on its own: its traceback says why
+        obj = importlib.import_module(parts[0])
+        for i, part in enumerate(parts[1:], 2):
+            if isinstance(obj, ModuleType) and not hasattr(obj, part):  # a submodule, maybe
+                obj = importlib.import_module(".".join(parts[:i]))
+            else:
+                obj = getattr(obj, part)
+        return obj
+    except (ImportError, AttributeError) as e:
+        cause = e
     missing = cause.name if isinstance(cause, ModuleNotFoundError) else None
     if missing and (path == missing or path.startswith(missing + ".")):
         parent, _, attr = missing.rpartition(".")
@@ -277,7 +262,7 @@ def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
         why = str(cause)
     else:  # the module was found, and importing it failed (e.g. a missing dependency)
         why = f"cannot import module {_first_unimported(path)!r} ({cause})"
-    raise ConfigError(f"{where} cannot be imported: {why}") from error
+    raise ConfigError(f"{where} cannot be imported: {why}") from cause
 
 
 # --------------------------------------------------------------------------- gymnasium sub-envs

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from omegaconf import MISSING
-
 from rlrec.checks import Choice, check_choices
 
 Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
@@ -34,7 +32,7 @@ class EnvConfig:
     """Fields every env backend understands. A backend's schema extends it; its ``name`` default
     is the backend's name (``env=<name>``, ``conf/env/<name>.yaml``)."""
 
-    name: str = MISSING
+    name: str = "???"  # OmegaConf's MISSING: each backend's schema gives its own
     # envs per stack (per rank on several ranks; the eval stack has its own: eval_env.num_envs)
     num_envs: int = 64
     max_episode_steps: Optional[int] = None  # None: the backend's own time limit

@@ -387,6 +387,12 @@ class GymnasiumEnv(EnvAdapter):
             self.vec.close()
 
 
+def check_ready(env_cfg: GymnasiumEnvConfig, sim) -> None:
+    """What the env's registry entry refuses, before any work: an ``env.id`` that is not
+    registered, an ``env.kwargs`` key the env does not take (the entry point asks; make again)."""
+    check_kwargs(env_cfg, resolve_spec(env_cfg))
+
+
 def make(
     env_cfg: GymnasiumEnvConfig,
     sim,

@@ -532,14 +532,29 @@ def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) 
 
 
 def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
-    """``sim=gpu`` refused before anything is imported or built: without CUDA, and without SAPIEN's
-    PhysX GPU library on disk (building a ``physx_cuda`` env would download it with no timeout:
-    rlrec/envs/physx.py). Imports sapien only, never mani_skill (seconds)."""
-    if sim.name != "gpu":
-        return
-    if not torch.cuda.is_available():
-        raise ConfigError("sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu")
-    require_gpu_library()
+    """What ManiSkill refuses, before any work: ``sim=gpu`` without CUDA or without SAPIEN's PhysX
+    GPU library on disk (building a ``physx_cuda`` env would download it with no timeout:
+    rlrec/envs/physx.py; checked before mani_skill is imported), ``sim=cpu`` on a CUDA device,
+    then the extra, ``env.imports``, an ``env.id`` that is not registered, a reward mode or start
+    method the task does not take, and missing assets (importing mani_skill: seconds, once)."""
+    if sim.name == "gpu":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu"
+            )
+        require_gpu_library()
+    elif torch.device(sim.device).type != "cpu":
+        raise ConfigError(
+            f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; "
+            "use sim.device=cpu"
+        )
+    _import_maniskill()
+    _import_user_modules(list(env_cfg.imports or []))
+    spec = _spec(env_cfg.id)
+    _check_config(env_cfg, spec)
+    missing = missing_assets(spec)
+    if missing:
+        raise _assets_error(env_cfg.id, ", ".join(missing))
 
 
 def make(
@@ -551,15 +566,8 @@ def make(
 ) -> ManiSkillEnv:
     """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs
     otherwise."""
-    check_ready(env_cfg, sim)
-    imports = list(env_cfg.imports or [])
-    _import_maniskill()
-    _import_user_modules(imports)
-    spec = _spec(env_cfg.id)
-    _check_config(env_cfg, spec)
-    missing = missing_assets(spec)
-    if missing:
-        raise _assets_error(env_cfg.id, ", ".join(missing))
+    check_ready(env_cfg, sim)  # for callers that did not ask (the entry point does)
+    imports, spec = list(env_cfg.imports or []), _spec(env_cfg.id)
     limit = (
         env_cfg.max_episode_steps
         if env_cfg.max_episode_steps is not None
@@ -568,11 +576,6 @@ def make(
     kw = env_kwargs(env_cfg)
     if sim.name == "gpu":
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
-    if torch.device(device).type != "cpu":
-        raise ConfigError(
-            f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; "
-            "use sim.device=cpu"
-        )
     return ManiSkillCPUEnv(
         env_cfg.id,
         kw,

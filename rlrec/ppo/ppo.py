@@ -129,6 +129,14 @@ class PPO:
         )
         return self.storage
 
+    def rollout_mode(self):
+        """The grad mode of rollouts (and of the env resets and restores whose tensors they update
+        in place): ``torch.inference_mode()``, or with ``algo.compile`` ``torch.no_grad()``: on
+        torch before 2.11 a first CUDA graph capture (the policy step's) inside inference mode
+        makes every later capture outside it (the update's) fail with "Inplace update to
+        inference tensor outside InferenceMode"."""
+        return torch.no_grad() if self.compiled else torch.inference_mode()
+
     # ------------------------------------------------------------------ acting
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Collection: normalises ``obs`` (updating the statistics), samples an action and keeps

@@ -55,10 +55,19 @@ def _build(cfg: DictConfig, run_dir: Path):
     checked = checked_for(run_dir, cfg) or refuse_before_work(cfg)
     config, device = checked.config, checked.device
     preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
+    if config.resume == "auto" and distributed.env_rank() == 0:
+        # what a killed run left half-written, here and in recorder dirs outside the run dir
+        recorder_dirs = [r.dir for r in (config.recorder, config.eval_env.recorder) if r.dir]
+        preempt.remove_stale_temporaries(run_dir, recorder_dirs)
     use_device(device)
     if distributed.launched():
         distributed.init(config.distributed, device)
-    return Runner(config, run_dir, device)
+    try:  # the stop flag: a sweep's, when this process runs its jobs
+        return Runner(config, run_dir, device, stop=preempt.run_flag())
+    except ConfigError as exc:  # what only reading the checkpoint or building the envs shows
+        exc.args = (f"{exc} (found after the run dir was claimed: when the run read its "
+                    "checkpoint or built its envs)",)  # fmt: skip
+        raise
 
 
 def _lost_rank(exc: BaseException) -> None:

@@ -96,6 +96,7 @@ class StopRequested:
         self._previous: Dict[int, Any] = {}  # handlers catch() replaced, until release()
         self._run_previous: Dict[int, Any] = {}  # handlers install() replaced besides
         self._parent: Optional[int] = None  # watch_parent's: the launching process
+        self._agreed = False  # whether agreed() said to stop
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -132,7 +133,14 @@ class StopRequested:
         signum = distributed.agree_signal(self.signum)
         if signum is not None and self.signum is None:
             self.signum = signum
-        return signum is not None
+        self._agreed = signum is not None
+        return self._agreed
+
+    def now(self) -> bool:
+        """Whether a stop cuts the work in progress short now, without asking the other ranks:
+        with one process once a stop signal came; with several once :meth:`agreed` said so (an
+        evaluation, rank 0's alone, runs to its end before that)."""
+        return self.signum is not None and (self._agreed or distributed.world_size() == 1)
 
     def _handle(self, signum, frame):
         if self.behaviour.ignoring():

@@ -95,9 +95,12 @@ def refuse_before_work(cfg: DictConfig) -> Checked:
     before the run dir exists and, where no Preflight checked the run (a sweep's jobs), by
     ``rlrec.run.cli``; :func:`checked_for` hands Preflight's result to the run."""
     from rlrec.envs.factory import check_ready, resolve_device
+    from rlrec.train.checkpoint import check_exists
 
     check_logger_extra(cfg)
     config = to_dataclass(cfg)
+    if config.checkpoint is not None:
+        check_exists(config.checkpoint)  # (a damaged file shows when the run reads it)
     distributed.check(config)
     # the rank's device, resolved once: the process group, the envs, the policy and the
     # normaliser all use it (cuda:<local rank> with several ranks, current for CUDA)

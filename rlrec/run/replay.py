@@ -29,6 +29,7 @@ from rlrec.checks import ConfigError
 from rlrec.config import Config, EpisodeClips, to_dataclass
 from rlrec.layout import CHECKPOINT_FILES, RunDir
 from rlrec.record.settings import Trigger
+from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.evaluation import clip_name
 
@@ -110,11 +111,11 @@ def replay(
     out.mkdir(parents=True, exist_ok=True)
     if path is not None:
         cfg.checkpoint, cfg.eval_only = str(path), True
-        Runner(cfg, out).run()
+        Runner(cfg, out, stop=preempt.run_flag()).run()
     else:
         # step 0 without a checkpoint: the untrained policy, built from the run's seed as the
         # training run built it (its train env too), then evaluated once
-        runner = Runner(cfg, out)
+        runner = Runner(cfg, out, stop=preempt.run_flag())
         try:
             runner.evaluate()
         finally:

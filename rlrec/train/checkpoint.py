@@ -337,14 +337,18 @@ def load(path: str | Path, key: str = "checkpoint") -> Dict[str, Any]:
     """Loads and verifies an rlrec checkpoint; a clear :class:`ConfigError` naming
     ``key=path`` otherwise (missing, not an rlrec checkpoint, needs code to load, other
     version, damaged)."""
-    p = Path(path)
-    label = f"{key}={path}"
-    if not p.is_file():
+    check_exists(path, key)
+    return _read(Path(path), f"{key}={path}")
+
+
+def check_exists(path: str | Path, key: str = "checkpoint") -> None:
+    """A :class:`ConfigError` naming ``key=path`` when no file is there (asked before any work by
+    ``rlrec.run.preflight.refuse_before_work``; what the file holds shows once it is read)."""
+    if not Path(path).is_file():
         raise ConfigError(
-            f"{label} does not exist (expected an rlrec checkpoint file such as "
+            f"{key}={path} does not exist (expected an rlrec checkpoint file such as "
             "<run dir>/checkpoints/last.pt)"
         )
-    return _read(p, label)
 
 
 def _read(p: Path, label: str, mmap: bool = False) -> Dict[str, Any]:

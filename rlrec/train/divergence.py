@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -56,11 +57,20 @@ class Diverged(RuntimeError):
 
 
 class Watch:
-    """The finite check of one rank's run (see the module docstring). The runner calls
-    :meth:`begin` at each rollout's start, :meth:`step` after each env step, :meth:`check` after
-    each update and :meth:`saved` after each checkpoint it wrote."""
+    """The finite check of one rank's run (see the module docstring). The runner wraps each
+    rollout in :meth:`rollout`, calls :meth:`step` after each env step and :meth:`check` after each
+    update. ``last()``: the last checkpoint written or started from (a ``resume.Saved``: its path,
+    its step, whether ``resume=auto`` in the run dir finds it, and the file of it that the next
+    checkpoint does not write again), or None."""
 
-    def __init__(self, num_steps: int, num_envs: int, device: torch.device, run_dir: Path):
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        device: torch.device,
+        run_dir: Path,
+        last: Callable[[], Optional[Tuple[str, int, bool, str]]] = lambda: None,
+    ):
         self.num_envs = num_envs
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.run_dir = Path(run_dir)
@@ -72,14 +82,11 @@ class Watch:
         self._reward = torch.zeros(num_steps, num_envs, dtype=f64, device=device)
         self._obs_rows, self._reward_rows = self._obs.unbind(0), self._reward.unbind(0)
         self._t = 0
-        self.checkpoint: Optional[Tuple[str, int]] = None  # the last one written or started from
-        self.from_run_dir = True  # whether resume=auto in the run dir finds it
-        self._kept: Optional[Tuple[str, int]] = None  # the same, the periodic file where written
+        self.last = last
         self._recent: Dict[str, deque] = {k: deque(maxlen=WINDOW) for k in SPIKE}
-        # the blow-up under way: where it began, what, and the checkpoint (path, step) before it
+        # the blow-up under way: where it began, what, and the checkpoint before it (file, step)
         self.blowup: Optional[Tuple[str, str, Optional[Tuple[str, int]]]] = None
         self._settled = 0  # updates in range since the blow-up's last spike
-        self._lost = False  # the checkpoint before the blow-up was last.pt, and it was rewritten
 
     # ------------------------------------------------------------------ collection
     def begin(self, obs: torch.Tensor) -> None:
@@ -134,6 +141,19 @@ class Watch:
             what = _bad_tensors(tensors)
         raise Diverged(self._message(at, what))
 
+    @contextmanager
+    def rollout(self, obs: torch.Tensor, at: str) -> Iterator[None]:
+        """A rollout from ``obs`` (:meth:`begin`). One that raises raises the :class:`Diverged` of
+        :meth:`after_error` instead, when there is one. ``at``: "iteration I (step S)"."""
+        self.begin(obs)
+        try:
+            yield
+        except Exception as exc:
+            diverged = self.after_error(at)
+            if diverged is not None:
+                raise diverged from exc
+            raise
+
     def after_error(self, at: str) -> Optional[Diverged]:
         """A rollout raised (a policy fed non-finite observations may, e.g. a categorical head's
         sampling): the :class:`Diverged` naming the env when its values went non-finite first,
@@ -171,11 +191,13 @@ class Watch:
             return
         self._settled = 0
         if self.blowup is None:
-            self.blowup, self._lost = (at, ", ".join(out), self._kept), False
+            saved = self.last()
+            kept = None if saved is None else (saved[3], saved[1])
+            self.blowup = (at, ", ".join(out), kept)
             named = (
                 "no checkpoint was written before it"
-                if self._kept is None
-                else f"{self._kept[0]}, the checkpoint before it, is kept"
+                if kept is None
+                else f"{kept[0]}, the checkpoint before it, is kept"
             )
             log.warning(
                 "rlrec: %s: %s, far outside the run's recent range: a blow-up may be under way "
@@ -193,20 +215,6 @@ class Watch:
         if self.blowup is None or self.blowup[2] is None:
             return None
         return Path(self.blowup[2][0]).name
-
-    def saved(
-        self, path: str, step: int, in_run_dir: bool = True, periodic: Optional[str] = None
-    ) -> None:
-        """A checkpoint of ``step`` env steps was written (or the run started from it), as
-        ``path`` (last.pt) and, where it was periodic, ``periodic`` (a blow-up names that one:
-        the next checkpoint writes last.pt again)."""
-        if self.blowup is not None and self.blowup[2] is not None:
-            if self.blowup[2][0] == str(path):  # the one before the blow-up is written over
-                self.blowup = (*self.blowup[:2], None)
-                self._lost = True
-        self.checkpoint = (str(path), int(step))
-        self._kept = (str(periodic or path), int(step))
-        self.from_run_dir = in_run_dir
 
     # ------------------------------------------------------------------ the message
     def _env_source(self, agree: bool) -> str:
@@ -240,26 +248,31 @@ class Watch:
             other = "once the env gives finite values (or with other settings)"
         else:
             other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
-        checkpoint, began = self.checkpoint, ""
+        saved, began = self.last(), ""
         if self.blowup is not None:
             began = f"the blow-up began at {self.blowup[0]} with {self.blowup[1]}; "
-            checkpoint = self.blowup[2]
-        if checkpoint is None:
-            none = "no checkpoint was written before it"
-            if self._lost:
-                none = "the checkpoint before it (last.pt) was written over since"
-            last = f"{none}; to start again {other}: the same command"
-        elif began:
-            # the checkpoints since are finite but ruined: a new run dir from the one before
-            path, step = checkpoint
-            last = (
-                f"the checkpoint before it is {path} (step {step}); to continue from it {other}: "
-                f"the same command + resume=null checkpoint={path} "
-                f"hydra.run.dir={self.run_dir}-from-step{step}"
-            )
+            kept = self.blowup[2]
+            # last.pt, when it was the one before the blow-up, is written again by each checkpoint
+            over = kept is not None and saved is not None and kept[0] == saved[0]
+            over = over and saved[1] != kept[1]
+            if kept is None or over:
+                none = "no checkpoint was written before it"
+                if over:
+                    none = "the checkpoint before it (last.pt) was written over since"
+                last = f"{none}; to start again {other}: the same command"
+            else:
+                # the checkpoints since are finite but ruined: a new run dir from the one before
+                path, step = kept
+                last = (
+                    f"the checkpoint before it is {path} (step {step}); to continue from it "
+                    f"{other}: the same command + resume=null checkpoint={path} "
+                    f"hydra.run.dir={self.run_dir}-from-step{step}"
+                )
+        elif saved is None:
+            last = f"no checkpoint was written before it; to start again {other}: the same command"
         else:
-            path, step = checkpoint
-            if self.from_run_dir:
+            path, step, in_run_dir, _ = saved
+            if in_run_dir:
                 how = f"resume=auto hydra.run.dir={self.run_dir}"
             else:
                 how = f"checkpoint={path}"

@@ -14,10 +14,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
+from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.config import WANDB_MISSING, LoggerConfig, LoggerName
 from rlrec.files import remove_quietly, temporary_name
@@ -62,13 +63,14 @@ class EpisodeStats:
 
     KEYS = ("return", "length", "success")
 
-    def __init__(self):
+    def __init__(self, on: bool = True):
+        self.on = on  # off: add() does nothing (a rank that does not log)
         # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
         # sum of successes
         self._acc: Optional[torch.Tensor] = None
 
     def add(self, info: Dict[str, Any]) -> None:
-        if "_final" not in info:
+        if "_final" not in info or not self.on:
             return
         ep = info["episode"]
         mask = ep["_mask"].bool()
@@ -96,27 +98,42 @@ class EpisodeStats:
 
 class RunLogger:
     """Writes every logged dict to ``metrics.jsonl`` (one JSON object per line, each with ``step``),
-    to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases."""
+    to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases. Every rank
+    has one, and rank 0's alone writes: the others' lines go nowhere (``os.devnull``).
 
-    def __init__(self, cfg: LoggerConfig, run_dir: Path, total_steps: int, config_dict: dict):
+    ``wait_clips``: waits (bounded) until the clips that lines wait for are on disk
+    (:meth:`settle`)."""
+
+    def __init__(
+        self,
+        cfg: LoggerConfig,
+        run_dir: Path,
+        total_steps: int,
+        config_dict: dict,
+        wait_clips: Optional[Callable[[], None]] = None,
+    ):
         self.run_dir = Path(run_dir)
+        self.writes = writes = distributed.is_main()
+        self.episodes = EpisodeStats(writes)
+        self._wait_clips = wait_clips
         self._tb = None
         self._previews: Optional[_Previews] = None  # TensorBoard clip previews
         # W&B first: a missing extra fails here, before any file of the run is written
-        self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
-        self._metrics = open(RunDir(self.run_dir).metrics, "a", buffering=1)
+        wandb = cfg.name == "wandb" and writes
+        self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
+        metrics = RunDir(self.run_dir).metrics if writes else os.devnull
+        self._metrics = open(metrics, "a", buffering=1)
         # lines waiting for their clips, by (clip kind, step): see log()
         self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}
         self._last_clip: Dict[str, Tuple[int, str]] = {}  # kind -> (step, path) of its last clip
-        if cfg.name in (LoggerName.tensorboard, LoggerName.wandb):
+        if cfg.name in (LoggerName.tensorboard, LoggerName.wandb) and writes:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(RunDir(self.run_dir).tensorboard))
-        self.episodes = EpisodeStats()
         self._progress = None
         self._task = None
         self._latest: Dict[str, float] = {}
-        if cfg.progress:
+        if cfg.progress and writes:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -146,8 +163,8 @@ class RunLogger:
         ``clip``: the kind of a clip recorded for this line (``"eval"``): the line names it, as
         ``"{clip}/clip"`` (its path in the run dir), so it is written to metrics.jsonl once that
         clip is on disk (:meth:`log_clip`); the scalars go to TensorBoard/W&B now. A line whose
-        clip never comes (an encoder failure) is written naming none by :meth:`write_awaiting`,
-        which the runner calls before a checkpoint, and :meth:`close`."""
+        clip never comes (an encoder failure) is written naming none by :meth:`settle` (before a
+        checkpoint) or :meth:`close`."""
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
         if clip is None:
             self._metrics.write(json.dumps(line) + "\n")
@@ -217,10 +234,12 @@ class RunLogger:
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
 
-    @property
-    def awaiting(self) -> bool:
-        """Whether lines wait for their clips."""
-        return bool(self._awaiting)
+    def settle(self) -> None:
+        """Before a checkpoint: the lines waiting for their clips go out (a resumed run would not
+        redo those evaluations), once their clips were waited for (``wait_clips``), else as lost."""
+        if self._awaiting and self._wait_clips is not None:
+            self._wait_clips()
+        self.write_awaiting()
 
     def write_awaiting(self) -> None:
         """Writes the lines still waiting for their clips, naming none (``null``) and saying that
@@ -261,7 +280,9 @@ def summary(
 ) -> None:
     """The run's last console line: done or stopped (by ``signum``: then, when ``resumable``, how to
     continue), in how long, its env steps, its last eval figures, what recording lost (``losses``:
-    ``record/clips_dropped``, ... when any is nonzero) and its run dir."""
+    ``record/clips_dropped``, ... when any is nonzero) and its run dir; rank 0's alone."""
+    if not distributed.is_main():
+        return
     parts = [
         f"rlrec: {'stopped by signal' if signum is not None else 'done'} in {seconds:.1f}s",
         f"{steps:,} env steps",

@@ -7,9 +7,10 @@
   refused before anything is built; :meth:`Start.check_compatible` refuses one of another env as
   soon as the envs are. :meth:`Start.restore` puts it back into PPO, the RNG streams and the env
   stacks.
-- **The resume point** (:class:`ResumePoint`): what a stop (or a recorder error) checkpoints, the
-  state as of the start of the rollout or evaluation in progress, kept while it runs: a state an
-  uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly.
+- **The resume point** (:class:`ResumePoint`): what every checkpoint holds, the state as of the
+  start of the rollout or evaluation in progress (kept while it runs), else as of now: a state an
+  uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly after a stop (or a
+  recorder error). It writes the checkpoints, and knows the last one (what a diverged run names).
 - **Several ranks** (docs/distributed.md): each rank's RNG streams, train env and next observation
   are its own. Rank 0 finds the checkpoint and tells the others which file; :func:`gather_ranks`
   puts the other ranks' own entries into rank 0's checkpoint, under ``ranks``, and
@@ -21,7 +22,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Optional
+from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
 
@@ -31,7 +32,6 @@ from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
 from rlrec.layout import RunDir
 from rlrec.ppo.ppo import PPO
-from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
 from rlrec.train.stack import load_stack_state, simulator_saved
@@ -159,9 +159,6 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
     if cfg.checkpoint is not None:
         return Start(str(cfg.checkpoint), ckpt.load(cfg.checkpoint), key)
     if cfg.resume == "auto":
-        # what a killed run left half-written, here and in recorder dirs outside the run dir
-        recorder_dirs = [r.dir for r in (cfg.recorder, cfg.eval_env.recorder) if r.dir]
-        preempt.remove_stale_temporaries(run_dir, recorder_dirs)
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
         found = ckpt.find_resume(RunDir(run_dir).checkpoints, key="resume")
         if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
@@ -171,9 +168,7 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
                 "hydra.run.dir=<the run dir that holds checkpoints/>"
             )
         return None if found is None else Start(str(found[0]), found[1], key)
-    if cfg.eval_only:
-        raise ConfigError("eval_only=true needs checkpoint=PATH (the checkpoint to evaluate)")
-    return None
+    return None  # (eval_only=true without either: refused with the config)
 
 
 def _check_world(start: Start, world: int, eval_only: bool) -> None:
@@ -202,14 +197,37 @@ def gather_ranks(state: dict, world: int) -> Optional[dict]:
 
 
 class ResumePoint:
-    """What a stop (or a recorder error) checkpoints: the state as of the start of the rollout or
-    evaluation in progress, kept in memory while it runs (:meth:`keep`, until :meth:`clear`), and
-    between them the state as of now. Either is a state that an uninterrupted run also goes
-    through, so ``resume=auto`` continues bit-exactly."""
+    """What a checkpoint holds: the state as of the start of the rollout or evaluation in progress,
+    kept in memory while it runs (:meth:`keep`, until :meth:`clear`), and between them the state as
+    of now. Either is a state that an uninterrupted run also goes through, so ``resume=auto``
+    continues bit-exactly from a stop (or a recorder error) too. :meth:`save` writes it."""
 
-    def __init__(self, now: Callable[[], dict]):
-        self._now = now  # the run's state as of now
+    def __init__(
+        self,
+        now: Callable[[], dict],
+        run_dir: Path,
+        cfg: Config,
+        start: Optional[Start] = None,
+        before_write: Callable[[], None] = lambda: None,
+        protect: Callable[[], Optional[str]] = lambda: None,
+    ):
+        """``now``: the run's state as of now; ``before_write``: what goes to disk before each
+        checkpoint (the eval lines of the steps it covers: a resumed run does not redo them);
+        ``protect()``: the checkpoint file name that ``checkpoint_keep`` must not remove now (the
+        one before a blow-up, ``Watch.protected``)."""
+        self._now, self.protect = now, protect
         self._kept: Optional[dict] = None
+        self.run_dir, self.world = Path(run_dir), distributed.world_size()
+        self._before_write, self.every = before_write, cfg.checkpoint_every
+        # checkpoint_keep: a resumed run's own periodic checkpoints are named in its checkpoint
+        resumed = start is not None and start.key == "resume"
+        self.retention = ckpt.Retention(cfg.checkpoint_keep, start.data if resumed else None)
+        # the last checkpoint written or started from: (path, its step, whether resume=auto in the
+        # run dir finds it, the file of it that the next checkpoint does not write again)
+        self.last: Optional[Tuple[str, int, bool, str]] = None
+        if start is not None:
+            twin = ckpt.periodic_twin(start.path, start.data) or start.path
+            self.last = (start.path, int(start.data["global_step"]), cfg.resume == "auto", twin)
 
     def keep(self, eval_due: bool = False) -> None:
         """A rollout (or, ``eval_due``, an evaluation, which a run resumed from this point redoes
@@ -232,8 +250,30 @@ class ResumePoint:
         self._kept = None
 
     def state(self) -> dict:
-        """The state to checkpoint on a stop."""
+        """The state a checkpoint holds now."""
         return self._now() if self._kept is None else self._kept
+
+    def periodic(self, iteration: int) -> None:
+        """After ``iteration``: its periodic checkpoint, every ``checkpoint_every`` iterations."""
+        if iteration % self.every == 0:
+            self.save(iteration)
+
+    def save(self, iteration: Optional[int] = None, alone: bool = False) -> int:
+        """Writes :meth:`state` to last.pt (and, given its ``iteration``, to iter_NNNNNN.pt) after
+        ``before_write``; returns its step. Several ranks: every rank calls it, and rank 0 writes,
+        with the other ranks' own entries; ``alone`` (a recorder error, which the other ranks do
+        not see): nothing, they are not there to gather (the periodic checkpoints stand). A full
+        disk: CheckpointWriteError names the file and the resume command."""
+        state = self.state()
+        step = int(state["global_step"])
+        gathered = None if alone and self.world > 1 else gather_ranks(state, self.world)
+        if gathered is not None:  # rank 0
+            self._before_write()
+            path, periodic = ckpt.write(
+                self.run_dir, gathered, iteration, self.retention, self.protect()
+            )
+            self.last = (str(path), step, True, str(periodic or path))
+        return step
 
 
 def _owned(value: Any) -> Any:

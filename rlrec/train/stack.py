@@ -14,7 +14,7 @@ Each role is restored on its own, so a checkpoint saved with a recorder resumes 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -83,6 +83,22 @@ def record_losses(*stacks: Optional[EnvAdapter]) -> Dict[str, int]:
             for k, v in losses.items():
                 out[f"record/{k}"] += v
     return out
+
+
+def close_all(stacks: Sequence[Optional[AutoReset]], *after: Any) -> None:
+    """Closes each stack's recorder (saving the episode in progress), then the stack, then each of
+    ``after`` (None: skipped), every one even when one fails (e.g. a RecorderError of a last
+    clip); then raises the first error."""
+    layers = [x for stack in stacks for x in (recorder_of(stack), stack)]
+    errors: List[BaseException] = []
+    for layer in [*layers, *after]:
+        try:
+            if layer is not None:
+                layer.close()
+        except BaseException as exc:  # the rest are still closed
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 def _roles(stack: AutoReset) -> Dict[str, Any]:

@@ -219,6 +219,18 @@ def test_bad_config_fails_before_building():
         make_env(imports=["no_such_module_xyz"])
 
 
+def test_what_only_maniskill_knows_is_refused_before_work():
+    """The entry point's refuse_before_work asks check_ready, before the run dir is claimed."""
+    from rlrec.envs.factory import check_ready
+
+    with pytest.raises(ConfigError, match="not a registered ManiSkill env"):
+        check_ready(make_cfg(id="NoSuchTask-v9"), SimConfig())
+    with pytest.raises(ConfigError, match="env.reward_mode"):
+        check_ready(make_cfg(reward_mode="shaped"), SimConfig())
+    with pytest.raises(ConfigError, match="sim=cpu with sim.device=cuda"):
+        check_ready(make_cfg(), SimConfig(name="cpu", device="cuda"))
+
+
 def test_env_needing_download_fails_without_prompt(monkeypatch):
     from mani_skill.utils.registration import REGISTERED_ENVS
 

@@ -295,7 +295,7 @@ def test_compiled_rollouts_run_under_no_grad_not_inference_mode(tmp_path, monkey
     assert resumed.global_step == 512
     eager, _ = _rollout_runner(tmp_path, "c", ["algo.compile=false"])
     try:
-        with eager.rollout_mode():  # eager rollouts keep inference mode
+        with eager.ppo.rollout_mode():  # eager rollouts keep inference mode
             assert torch.is_inference_mode_enabled()
     finally:
         eager.close()

@@ -30,3 +30,11 @@ def test_the_wrappers_are_named_by_rlrec_record_and_imported_on_first_use():
         "rlrec.record.wrappers.gymnasium",
         "rlrec.record.wrappers.adapter",
     ]
+
+
+def test_the_gymnasium_drop_in_loads_no_config_system():
+    """``RecordVectorVideo`` is used in plain Gymnasium loops: neither Hydra nor OmegaConf."""
+    code = "import json, sys, rlrec.record.wrappers.gymnasium; print(json.dumps(list(sys.modules)))"
+    loaded = json.loads(python_c(code))
+    found = [m for m in loaded if m.split(".")[0] in ("hydra", "omegaconf")]
+    assert not found, f"import rlrec.record.wrappers.gymnasium loaded {found}"
