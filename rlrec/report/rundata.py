@@ -23,6 +23,7 @@ __all__ = [
     "METRICS_FILE",
     "Evaluation",
     "RunData",
+    "read_json",
     "read_jsonl",
     "read_run",
 ]
@@ -127,26 +128,23 @@ class RunData:
         """The eval episodes that did not succeed (``success`` false), oldest first."""
         return [e for e in self.episodes if e.get("success") is False]
 
-    @property
-    def has_success(self) -> bool:
-        return any(e.get("success") is not None for e in self.episodes) or any(
-            ev.success is not None for ev in self.evaluations
-        )
-
     def count_events(self, name: str) -> int:
         return sum(1 for e in self.events if e.get("event") == name)
+
+
+def read_json(path: Path) -> Optional[Dict[str, Any]]:
+    """A JSON object file (None when absent, unreadable or no object)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_sidecar(run_dir: Path, clip: str) -> Optional[Dict[str, Any]]:
     """The sidecar of ``clip`` (relative to the run dir) when both files are there."""
     video = run_dir / clip
-    if not video.is_file():
-        return None
-    try:
-        data = json.loads(Path(sidecar_path(str(video))).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(Path(sidecar_path(str(video)))) if video.is_file() else None
 
 
 def _inside(run_dir: Path, clip: Any) -> Optional[str]:
