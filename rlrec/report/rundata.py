@@ -90,14 +90,12 @@ class Evaluation:
             success = None if success is None else (1.0 if success else 0.0)
         else:
             ret, success = self.ret, self.success
-        lines = [f"step {self.step}"]
-        second = "" if ret is None else f"R {ret:.2f}"
+        second = [] if ret is None else [f"R {ret:.2f}"]
         if success is not None:
-            second += (" " if second else "") + (
+            second.append(
                 ("ok" if success >= 1 else "fail") if len(envs) == 1 else f"s {success:.2f}"
             )
-        lines.append(second)
-        return lines
+        return [f"step {self.step}", " ".join(second)]
 
 
 @dataclass
