@@ -195,9 +195,7 @@ class FFmpegProcess:
                     n -= len(views.pop(0))
                 if n:
                     views[0] = views[0][n:]
-        except EncoderError:
-            raise
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError) as err:  # a stall's EncoderError is neither
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 
     def finish(self) -> None:

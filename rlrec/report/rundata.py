@@ -161,29 +161,18 @@ def _health(run_dir: Path, lines: List[Dict[str, Any]]) -> Dict[str, float]:
     eval lines whose clip was lost. Each process counts its losses from 0 and writes them
     cumulated, so each process's part (the lines up to a resume event, with what that resume
     moved aside: the killed process's lines after its checkpoint) adds its largest value."""
-    total = {k: 0.0 for k in HEALTH_KEYS}
-    part = dict(total)
-
-    def take(recs) -> None:
-        for rec in recs:
-            for key in HEALTH_KEYS:
-                value = _number(rec.get(key))
-                if value is not None:
-                    part[key] = max(part[key], value)
-
-    def close_part() -> None:
-        for key in HEALTH_KEYS:
-            total[key] += part[key]
-            part[key] = 0.0
-
+    parts: List[List[Dict[str, Any]]] = [[]]
     for rec in lines:
         if rec.get("event") == "resume":
             moved = _inside(run_dir, rec.get("moved"))
             if moved is not None:
-                take(read_jsonl(run_dir / moved / METRICS_FILE))
-            close_part()
-        take([rec])
-    close_part()
+                parts[-1] += read_jsonl(run_dir / moved / METRICS_FILE)
+            parts.append([])
+        parts[-1].append(rec)
+    total = {
+        key: sum(max([0.0, *(_number(rec.get(key)) or 0.0 for rec in part)]) for part in parts)
+        for key in HEALTH_KEYS
+    }
     total["eval/clips_lost"] = float(sum(1 for rec in lines if rec.get("eval/clip_lost") is True))
     return total
 
