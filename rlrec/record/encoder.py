@@ -163,7 +163,6 @@ class _Worker:
         self._frames = 0
         self._size = (0, 0)  # width, height of the current clip's file
         self._failed = False
-        self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
     def idle(self, since: float) -> float:
@@ -309,7 +308,6 @@ class _Worker:
                     self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
                     stall_timeout=self.stall_timeout,
                 )  # fmt: skip
-                self.current_pid = self.proc.pid
             return np.ascontiguousarray(image)
         except Exception as err:
             self._fail(err)
@@ -360,7 +358,7 @@ class _Worker:
                 self.report(serial, _failure(job, err))
             return
         finally:
-            self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
+            self.job, self.proc, self.tmp = None, None, None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
@@ -383,7 +381,7 @@ class _Worker:
 
     def _discard(self) -> None:
         proc, tmp = self.proc, self.tmp
-        self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
+        self.job, self.proc, self.tmp = None, None, None
         if proc is not None:
             with contextlib.suppress(Exception):  # best effort: the clip is lost anyway
                 proc.kill()
@@ -468,7 +466,8 @@ class Encoder:
     @property
     def current_pid(self) -> Optional[int]:
         """pid of the running ffmpeg, None between clips."""
-        return self._w.current_pid
+        proc = self._w.proc
+        return None if proc is None else proc.pid
 
     @property
     def thread(self) -> Optional[threading.Thread]:
