@@ -10,7 +10,7 @@ import enum
 import math
 import typing
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 
 class ConfigError(ValueError):
@@ -87,16 +87,6 @@ def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
             yield name, nullable
 
 
-def float_range(cls: type, name: str) -> Range:
-    """The range of float field ``name`` of ``cls``: its ``FLOAT_RANGES`` class attribute (a
-    schema declares the range of each of its float fields there; a subclass inherits its bases')."""
-    for klass in cls.__mro__:
-        ranges: Dict[str, Range] = vars(klass).get("FLOAT_RANGES", {})
-        if name in ranges:
-            return ranges[name]
-    return Range()
-
-
 def check_floats(obj: Any, prefix: str = "") -> None:
     """Every float field of dataclass ``obj`` and of the dataclasses it holds is a finite number
     in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and the range."""
@@ -110,7 +100,8 @@ def check_floats(obj: Any, prefix: str = "") -> None:
         value = getattr(obj, name)
         if value is None and nullable:
             continue
-        allowed = float_range(type(obj), name)
+        # its schema's FLOAT_RANGES (a subclass that sets its own restates its bases')
+        allowed = getattr(type(obj), "FLOAT_RANGES", {}).get(name, Range())
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or value not in allowed:
             rule = f"{allowed} or null" if nullable else str(allowed)
@@ -152,14 +143,11 @@ def check_device(value: Any, key: str = "sim.device") -> None:
         )
 
 
-def positive(value: Any, key: str, *, allow_none: bool = False, strict: bool = True) -> None:
+def positive(value: Any, key: str, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    bad = value is None or (value <= 0 if strict else value < 0)
-    if bad:
-        rule = "a positive number" if strict else "a number >= 0"
-        if allow_none:
-            rule += " or null"
+    if value is None or value <= 0:
+        rule = "a positive number or null" if allow_none else "a positive number"
         raise ConfigError(f"{key}={value!r} is invalid: must be {rule}")
 
 

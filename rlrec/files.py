@@ -56,16 +56,14 @@ def remove_quietly(path: Optional[PathLike]) -> None:
 
 def fsync_dir(directory: PathLike) -> None:
     """Makes a rename in ``directory`` survive a power cut, not only the data it names."""
-    try:
+    # a platform without directory handles, or a filesystem that cannot sync a directory: the
+    # rename is still atomic
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # a platform without directory handles: the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # a filesystem that cannot sync a directory: the rename is still atomic
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -100,14 +98,6 @@ def inside(path: PathLike, root: PathLike) -> bool:
     return path == root or root in path.parents
 
 
-def nearest_existing(path: Path) -> Path:
-    """``path`` or its closest ancestor that exists."""
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
 def probe_dir(path: PathLike, key: str, *, use: str = "a directory", create: bool = False) -> str:
     """ConfigError naming ``key`` unless files can be created in ``path``. ``create=False`` looks
     before any work: ``path`` is, or can be created as, a directory, probed with a temporary file
@@ -121,7 +111,9 @@ def probe_dir(path: PathLike, key: str, *, use: str = "a directory", create: boo
             os.makedirs(target, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"{refused}: {err}") from err
-    base = nearest_existing(target)
+    base = target  # its nearest existing ancestor
+    while not base.exists() and base != base.parent:
+        base = base.parent
     if not base.is_dir():
         raise ConfigError(f"{refused}: {base} is not a directory")
     try:

@@ -188,23 +188,20 @@ def init_genesis(sim_name: str):
     gs = import_genesis()
     want_cpu = sim_name != "gpu"
     if gs._initialized:  # by an earlier adapter, or by the user's own code
-        is_cpu = gs.backend == gs.cpu
-        if is_cpu != want_cpu:
+        if (gs.backend == gs.cpu) != want_cpu:
             raise ConfigError(
                 f"sim={sim_name} asks for Genesis backend {'cpu' if want_cpu else 'gpu'}, but "
                 f"Genesis is already initialised with backend {gs.backend} in this process and "
                 "gs.init may run only once: run this config in a new process"
             )
-        if not want_cpu:
-            _check_on_cuda(gs)
-        return gs
-    if not want_cpu and not torch.cuda.is_available():
+    elif not want_cpu and not torch.cuda.is_available():
         raise ConfigError(
             "sim=gpu needs CUDA, but torch.cuda.is_available() is False: Genesis would fall back "
             "to its CPU backend and train there. Use sim=cpu, or install a CUDA build of torch "
             "on a GPU machine"
         )
-    gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
+    else:
+        gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
     if not want_cpu:
         _check_on_cuda(gs)
     return gs
@@ -340,10 +337,7 @@ class GenesisAdapter(EnvAdapter):
             sp = self.single_action_space
             self._low = torch.as_tensor(sp.low, dtype=torch.float32, device=gs_device)
             self._high = torch.as_tensor(sp.high, dtype=torch.float32, device=gs_device)
-        self._rows = self._render_rows() if camera is not None else {}
-
-    def _render_rows(self) -> Dict[int, Optional[int]]:
-        return camera_rows(self.task.scene, self.camera, self.num_envs)
+        self._rows = camera_rows(task.scene, camera, num_envs) if camera is not None else {}
 
     # ------------------------------------------------------------------ episodes
     def _out(self, x: torch.Tensor, dtype=None) -> torch.Tensor:

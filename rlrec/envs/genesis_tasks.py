@@ -132,12 +132,12 @@ class FrankaReach:
         self.target[env_idx] = q
         self.goal_marker.set_pos(goal, envs_idx=env_idx)
         self.goal[env_idx] = goal
-        self._dist[env_idx] = (goal - self._hand_pos()[env_idx]).norm(dim=1)
+        self._dist[env_idx] = (goal - self.hand.get_pos()[env_idx]).norm(dim=1)
 
     def get_observations(self) -> torch.Tensor:
         q = self.robot.get_dofs_position()[:, :7]
         dq = self.robot.get_dofs_velocity()[:, :7]
-        hand = self._hand_pos()
+        hand = self.hand.get_pos()
         return torch.cat([q, 0.1 * dq, hand, self.goal, self.goal - hand], dim=1)
 
     def step(
@@ -153,6 +153,3 @@ class FrankaReach:
         reward = 10.0 * (self._dist - dist) + 10.0 * success.float() - 0.05
         self._dist = dist
         return obs, reward, success.clone(), {"success": success, "distance": dist}
-
-    def _hand_pos(self) -> torch.Tensor:
-        return self.hand.get_pos()

@@ -85,11 +85,6 @@ def library_dir(version: str) -> Path:
     return Path.home() / ".sapien" / "physx" / version
 
 
-def library_path(version: str, plat: str = "linux-x86_64") -> Path:
-    """The file SAPIEN loads for GPU PhysX."""
-    return library_dir(version) / PLATFORMS[plat][0]
-
-
 def download_url(version: str, plat: str = "linux-x86_64") -> str:
     """The URL SAPIEN downloads the library's zip from."""
     return f"{RELEASES}/{version}/{PLATFORMS[plat][1]}"
@@ -110,7 +105,7 @@ def require_gpu_library() -> None:
             f"(x86_64, aarch64) and Windows only, not {platform.system()} {platform.machine()}: "
             "use sim=cpu"
         )
-    path = library_path(version, plat)
+    path = library_dir(version) / PLATFORMS[plat][0]  # the file SAPIEN loads for GPU PhysX
     if path.is_file():
         if plat.startswith("linux"):
             require_libcuda()

@@ -54,11 +54,10 @@ class FusedAdam:
         self.state: Dict[torch.nn.Parameter, Dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drops the gradients (``set_to_none``: torch.optim's signature; only True is used)."""
+        assert set_to_none, "FusedAdam drops gradients, never zeroes them"
         for p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.detach_().zero_()
+            p.grad = None
 
     def _state(self, p: torch.nn.Parameter) -> Dict[str, torch.Tensor]:
         state = self.state.get(p)

@@ -173,24 +173,6 @@ class ActorCritic(nn.Module):
         which sampling, log-prob and entropy are read (fewer ops than a Categorical per call)."""
         return torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
 
-    def _sample(self, obs: torch.Tensor, deterministic: bool):
-        """``(action, log_prob)``: the mode when ``deterministic``, else a sample."""
-        if self.discrete:
-            logp = self._log_softmax(obs)
-            if deterministic:
-                action = logp.argmax(-1)
-            else:  # what Categorical.sample does
-                action = torch.multinomial(logp.exp(), 1, True).squeeze(-1)
-            return action, logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        dist = self.distribution(obs)
-        action = dist.mean if deterministic else dist.sample()
-        return action, dist.log_prob(action).sum(-1)
-
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """``(action, log_prob, value)`` for a batch of (normalised) observations."""
-        action, log_prob = self._sample(obs, deterministic)
-        return action, log_prob, self.value(obs)
-
     def noise_shape(self, batch: int) -> Tuple[int, ...]:
         """The shape of the noise :meth:`act_with_noise` takes for a batch of ``batch`` obs."""
         if self.discrete:
@@ -198,8 +180,9 @@ class ActorCritic(nn.Module):
         return (batch, self.log_std.shape[0])
 
     def act_with_noise(self, obs: torch.Tensor, noise: torch.Tensor):
-        """:meth:`act` with the randomness passed in, so the whole step is one graph for
-        ``torch.compile`` (no random op inside it) and the caller's generator draws it.
+        """``(action, log_prob, value)`` for a batch of (normalised) observations, with the
+        randomness passed in, so the whole step is one graph for ``torch.compile`` (no random op
+        inside it) and the caller's generator draws it.
 
         Gaussian head: ``noise`` is standard normal and the action ``mean + std * noise``, which is
         what ``Normal(mean, std).sample()`` computes from the same draw (``torch.randn``), so a
@@ -221,11 +204,14 @@ class ActorCritic(nn.Module):
         return action, log_prob, self.value(obs)
 
     def action(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """The action of :meth:`act` alone (evaluation): no critic pass."""
+        """The action for a batch of (normalised) observations (evaluation): the mode when
+        ``deterministic``, else a sample; no critic pass."""
         if deterministic:  # the mode, straight from the actor's output
             out = self.actor(obs.flatten(1))
             return out.argmax(-1) if self.discrete else out
-        return self._sample(obs, False)[0]
+        if self.discrete:  # what Categorical.sample does
+            return torch.multinomial(self._log_softmax(obs).exp(), 1, True).squeeze(-1)
+        return self.distribution(obs).sample()
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
         """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""

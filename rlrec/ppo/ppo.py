@@ -187,13 +187,10 @@ class PPO:
         """Evaluation: the action for raw observations (statistics untouched, no critic pass)."""
         return self.agent.action(self.normalize(obs), deterministic=deterministic)
 
-    def normalize(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` as the policy sees it (the statistics untouched)."""
         obs = obs.float()
-        if self.obs_norm is None:
-            return obs
-        if update:
-            self.obs_norm.update(obs)
-        return self.obs_norm(obs)
+        return obs if self.obs_norm is None else self.obs_norm(obs)
 
     def set_schedule(self, frac_remaining: float) -> float:
         """Anneals the learning rate (and, with ``anneal_clip``, the clip range) linearly to 0
@@ -258,16 +255,7 @@ class PPO:
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                stats = self._train_step_eager(
-                    mb["obs"],
-                    mb["actions"],
-                    mb["logprobs"],
-                    mb["values"],
-                    mb["advantages"],
-                    mb["returns"],
-                    clip,
-                    kl_limit=kl_limit,
-                )
+                stats = self._train_step_eager(**mb, clip=clip, kl_limit=kl_limit)
                 if stats is None:  # kl_check=minibatch: over target_kl, this minibatch took no step
                     stopped = True
                     break
@@ -302,14 +290,15 @@ class PPO:
         self,
         obs: torch.Tensor,
         actions: torch.Tensor,
-        old_logprobs: torch.Tensor,
-        old_values: torch.Tensor,
+        logprobs: torch.Tensor,
+        values: torch.Tensor,
         advantages: torch.Tensor,
         returns: torch.Tensor,
         clip: "float | torch.Tensor",
         kl_limit: Optional[float] = None,
     ) -> Optional[torch.Tensor]:
-        """One minibatch: the clipped PPO loss, its backward pass, the gradient clip and the Adam
+        """One minibatch (a :meth:`RolloutStorage.minibatches` item: ``logprobs`` and ``values``
+        are the rollout's): the clipped PPO loss, its backward pass, the gradient clip and the Adam
         step. Returns the :data:`UPDATE_STATS` of this minibatch as one tensor, so nothing is
         read back to the host here. With ``algo.compile`` the loss (with its backward) and the
         optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
@@ -326,7 +315,7 @@ class PPO:
         # _is_static_for_cudagraphs, lines 68-85; torch/_inductor/cudagraph_utils.py
         # check_for_mutation, lines 290-299)
         self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self._loss(obs, actions, old_logprobs, old_values, advantages, returns, clip)
+        loss, stats = self._loss(obs, actions, logprobs, values, advantages, returns, clip)
         if kl_limit is not None and self._kl_above(stats[3], kl_limit):
             return None
         loss.backward()

@@ -66,9 +66,7 @@ class RolloutStorage:
             self.advantages[t] = last
         self.returns.copy_(self.advantages + self.values)
 
-    def minibatches(
-        self, num_minibatches: int, generator: torch.Generator | None = None
-    ) -> Iterator[dict]:
+    def minibatches(self, num_minibatches: int) -> Iterator[dict]:
         """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch: one permutation
         and one gather per field per call (an epoch), each minibatch a view of the gathered
         batch, so a minibatch costs no indexing of its own."""
@@ -84,7 +82,7 @@ class RolloutStorage:
         if num_minibatches == 1:  # the whole batch: its losses are means, order does not matter
             yield flat
             return
-        perm = torch.randperm(size, device=self.obs.device, generator=generator)
+        perm = torch.randperm(size, device=self.obs.device)
         mb = size // num_minibatches
         idx = perm[: mb * num_minibatches]
         shuffled = {

@@ -19,6 +19,7 @@ No wait of the training thread on this thread is unbounded: see :class:`Encoder`
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import logging
 import os
@@ -31,7 +32,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 import numpy as np
 
 from rlrec.files import remove_quietly, temporary_name
-from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess, quality_to_crf
+from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess, encoder_settings
 from rlrec.record.frames import pad_even, tile
 from rlrec.record.sidecar import sha256_file, write_sidecar
 
@@ -162,14 +163,13 @@ class _Worker:
         self._frames = 0
         self._size = (0, 0)  # width, height of the current clip's file
         self._failed = False
-        self.current_pid: Optional[int] = None  # pid of the running ffmpeg (tests kill it)
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
     def idle(self, since: float) -> float:
         """Seconds without progress of the encoder thread (or of its ffmpeg), from ``since`` at
         the earliest."""
         proc = self.proc
-        last = max(self.alive_at, since, proc.progress.at if proc is not None else since)
+        last = max(self.alive_at, since, proc.progress_at if proc is not None else since)
         return time.monotonic() - last
 
     def abandon(self) -> None:
@@ -195,10 +195,8 @@ class _Worker:
             )
         proc = self.proc
         if proc is not None:  # unblocks a write or a finish the thread may be waiting in
-            try:
+            with contextlib.suppress(OSError):
                 proc.proc.kill()
-            except OSError:
-                pass
         if thread is threading.current_thread():  # collected on this thread: it ends by itself
             return
         thread.join(ABANDON_TIMEOUT_S)
@@ -235,10 +233,7 @@ class _Worker:
                 self.items.clear()
                 self.queued_frames = 0
                 self.urgent = False
-            if self._abandoned:
-                self._drop_everything()
-                return
-            if not items:  # woken for nothing: that is no progress
+            if not items and not self._abandoned:  # woken for nothing: that is no progress
                 continue
             self.alive_at = time.monotonic()
             stop = False
@@ -313,7 +308,6 @@ class _Worker:
                     self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
                     stall_timeout=self.stall_timeout,
                 )  # fmt: skip
-                self.current_pid = self.proc.pid
             return np.ascontiguousarray(image)
         except Exception as err:
             self._fail(err)
@@ -340,7 +334,7 @@ class _Worker:
             return
         job, proc, tmp, frames = self.job, self.proc, self.tmp, self._frames
         serial = self.job_serial
-        if job is None or proc is None:
+        if job is None or proc is None:  # no frame: no file
             self._discard()
             return
         try:
@@ -349,14 +343,13 @@ class _Worker:
             if serial in self.aborted:
                 raise EncoderError("given up on by the training thread")
             data = None if summary is None else self._sidecar(job, tmp, frames, summary)
+            info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
             if job.fixed_name:  # moved to its name when handed to the training thread
-                info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
                 info._pending, info._sidecar_data = tmp, data
             else:
-                path = _claim(tmp, job.path)  # type: ignore[arg-type]
-                info = ClipInfo(path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
+                info.path = _claim(tmp, job.path)  # type: ignore[arg-type]
                 if data is not None:  # the mp4 is complete under its name: now its sidecar
-                    info.sidecar = write_sidecar(path, data)
+                    info.sidecar = write_sidecar(info.path, data)
         except Exception as err:
             remove_quietly(tmp)
             if getattr(err, "stalled", False):
@@ -365,7 +358,7 @@ class _Worker:
                 self.report(serial, _failure(job, err))
             return
         finally:
-            self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
+            self.job, self.proc, self.tmp = None, None, None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
@@ -373,10 +366,7 @@ class _Worker:
     def _sidecar(self, job: ClipJob, tmp: Optional[str], frames: int, summary: dict) -> dict:
         """The sidecar of the finished file ``tmp``: the clip's summary and the file's figures."""
         w, h = self._size
-        if job.lossless:
-            encoder = {"codec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
-        else:
-            encoder = {"codec": "libx264", "crf": quality_to_crf(job.quality), "pix_fmt": "yuv420p"}
+        encoder = encoder_settings(job.quality, job.lossless)
         encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
         return {
             "sha256": sha256_file(tmp),  # type: ignore[arg-type]
@@ -391,12 +381,10 @@ class _Worker:
 
     def _discard(self) -> None:
         proc, tmp = self.proc, self.tmp
-        self.job, self.proc, self.tmp, self.current_pid = None, None, None, None
+        self.job, self.proc, self.tmp = None, None, None
         if proc is not None:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the clip is lost anyway
                 proc.kill()
-            except Exception:  # best effort: the clip is lost anyway
-                pass
             remove_quietly(tmp)
 
     def _fail(self, err: Exception) -> None:
@@ -476,13 +464,10 @@ class Encoder:
         self._finalizer = weakref.finalize(self, self._w.abandon)
 
     @property
-    def stall_timeout(self) -> float:
-        return self._w.stall_timeout
-
-    @property
     def current_pid(self) -> Optional[int]:
         """pid of the running ffmpeg, None between clips."""
-        return self._w.current_pid
+        proc = self._w.proc
+        return None if proc is None else proc.pid
 
     @property
     def thread(self) -> Optional[threading.Thread]:
@@ -695,8 +680,6 @@ class Encoder:
                 w.urgent = True
                 w.cv.notify_all()
                 w.cv.wait(self._slice)
-                if layout != w.layout:  # pragma: no cover - only one training thread
-                    raise RuntimeError("frame size changed while waiting for a buffer")
                 if not w.free and w.idle(start) > self._patience:
                     return None
             if w.free:
@@ -723,10 +706,8 @@ class Encoder:
             w.report(serial, _failure(job, err))
         proc = w.proc
         if proc is not None and w.job_serial == serial:
-            try:
+            with contextlib.suppress(OSError):
                 proc.proc.kill()  # unblocks the encoder thread; it reaps the process
-            except OSError:
-                pass
 
 
 def _failure(job: Optional[ClipJob], err: Exception) -> str:

@@ -16,6 +16,7 @@ can be read by ffmpeg as an option (``-vids``) or as another protocol (``pipe:1`
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -32,6 +33,7 @@ __all__ = [
     "FFmpegProcess",
     "FINISH_TIMEOUT_S",
     "STALL_TIMEOUT_S",
+    "encoder_settings",
     "ffmpeg_output_path",
     "quality_to_crf",
 ]
@@ -70,24 +72,11 @@ def _cpu_ticks(pid: int) -> Optional[int]:
         return None
 
 
-class _Progress:
-    """When a process last progressed: took input (:meth:`mark`) or used CPU time."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.at = time.monotonic()
-        self._ticks = _cpu_ticks(pid)
-
-    def mark(self) -> None:
-        self.at = time.monotonic()
-
-    def idle(self) -> float:
-        """Seconds since the last progress (CPU time used since the last call counts as now)."""
-        ticks = _cpu_ticks(self.pid)
-        if ticks is not None and ticks != self._ticks:
-            self._ticks = ticks
-            self.mark()
-        return time.monotonic() - self.at
+def encoder_settings(quality: int, lossless: bool) -> dict:
+    """The codec, its rate control and pixel format of a clip (as its sidecar names them)."""
+    if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
+        return {"codec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
+    return {"codec": "libx264", "crf": quality_to_crf(quality), "pix_fmt": "yuv420p"}
 
 
 class FFmpegProcess:
@@ -119,15 +108,14 @@ class FFmpegProcess:
             "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate),
             "-i", "-", "-an",
         ]  # fmt: skip
-        if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
-            # primaries and transfer tagged: without them Chromium ignores the stream's GBR
-            # matrix and shows the G/B/R planes as Y/U/V (false colours)
-            cmd += ["-c:v", "libx264rgb", "-qp", "0", "-pix_fmt", "rgb24"]
+        codec = encoder_settings(quality, lossless)
+        q = "qp" if lossless else "crf"
+        cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
+        if lossless:  # primaries and transfer tagged: without them Chromium ignores the stream's
+            # GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
             cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
-        else:
-            cmd += ["-c:v", "libx264", "-crf", str(quality_to_crf(quality)), "-pix_fmt", "yuv420p"]
-        preset = str(getattr(preset, "value", preset))
-        cmd += ["-preset", preset, "-f", "mp4", ffmpeg_output_path(path)]
+        # str: an X264Preset prints as its value
+        cmd += ["-preset", str(preset), "-f", "mp4", ffmpeg_output_path(path)]
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.
@@ -144,19 +132,29 @@ class FFmpegProcess:
             self._stderr.close()
             raise
         self.pid = self.proc.pid
-        self.progress = _Progress(self.pid)
+        # when ffmpeg last progressed: took frame data (write) or used CPU time (_idle)
+        self.progress_at = time.monotonic()
+        self._ticks = _cpu_ticks(self.pid)
         fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
-        try:  # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread
+        # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread (Linux
+        # only; a size above the user's pipe size limit is refused)
+        with contextlib.suppress(OSError):
             fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-        except (AttributeError, OSError):  # not Linux, or above the user's pipe size limit
-            pass
         os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
         self._poll = select.poll()
         self._poll.register(fd, select.POLLOUT)
-        try:  # where cores are scarce, the training thread goes first; the bounded queue
-            os.setpriority(os.PRIO_PROCESS, self.pid, 10)  # keeps ffmpeg from falling behind
-        except (AttributeError, OSError):
-            pass
+        # where cores are scarce, the training thread goes first; the bounded queue keeps ffmpeg
+        # from falling behind
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, self.pid, 10)
+
+    def _idle(self) -> float:
+        """Seconds since ffmpeg last progressed (CPU time used since the last call counts as
+        now)."""
+        ticks = _cpu_ticks(self.pid)
+        if ticks is not None and ticks != self._ticks:
+            self._ticks, self.progress_at = ticks, time.monotonic()
+        return time.monotonic() - self.progress_at
 
     def _error(self, what: str) -> EncoderError:
         self.proc.poll()
@@ -189,36 +187,31 @@ class FFmpegProcess:
                     n = 0
                 if n == 0:  # the pipe is full: wait until ffmpeg takes some of it
                     if not self._poll.poll(self._slice * 1000):
-                        if self.progress.idle() > self.stall_timeout:
+                        if self._idle() > self.stall_timeout:
                             raise self._stalled("taking frames")
                     continue
-                self.progress.mark()
+                self.progress_at = time.monotonic()
                 while views and n >= len(views[0]):
                     n -= len(views.pop(0))
                 if n:
                     views[0] = views[0][n:]
-        except EncoderError:
-            raise
-        except (BrokenPipeError, OSError, ValueError) as err:
+        except (OSError, ValueError) as err:  # a stall's EncoderError is neither
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 
     def finish(self) -> None:
         """Ends the stream and waits for ffmpeg; raises EncoderError unless it exited with 0."""
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError):
-            pass
         try:
             # a clip's tail takes ffmpeg well under a second; a slow preset on big frames longer,
             # and it is waited for as long as ffmpeg works on it (up to FINISH_TIMEOUT_S)
-            start = time.monotonic()
-            self.progress.mark()
+            start = self.progress_at = time.monotonic()
             while True:
                 try:
                     self.proc.wait(timeout=self._slice)
                     break
                 except subprocess.TimeoutExpired:
-                    if self.progress.idle() > self.stall_timeout:
+                    if self._idle() > self.stall_timeout:
                         raise self._stalled("finishing the clip") from None
                     if time.monotonic() - start > FINISH_TIMEOUT_S:
                         self._kill()
@@ -232,17 +225,14 @@ class FFmpegProcess:
 
     def _kill(self) -> None:
         """SIGKILL (which also ends a stopped process) and a bounded wait for its exit."""
-        try:
+        # gone already, or stuck in the kernel
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait(timeout=max(1.0, self.stall_timeout))
-        except (OSError, subprocess.TimeoutExpired):  # gone already, or stuck in the kernel
-            pass
 
     def kill(self) -> None:
         self._kill()
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError):
-            pass
         self._stderr.close()

@@ -51,11 +51,7 @@ def write_sidecar(video: str, data: Dict[str, Any]) -> str:
     body = {"version": SIDECAR_VERSION, "video": os.path.basename(video), **data}
     # the one temporary-name scheme (.NAME.PID-N.part): a resumed run removes one left by a kill
     with atomic_file(path, "w") as f:
-        json.dump(body, f, indent=1, default=_plain)
+        # anything json cannot write (a tag of the caller's, say) is written as its repr
+        json.dump(body, f, indent=1, default=repr)
         f.write("\n")
     return path
-
-
-def _plain(value: Any) -> Any:
-    """Anything json cannot write (a tag of the caller's, say) is written as its repr."""
-    return repr(value)

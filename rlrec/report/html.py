@@ -24,7 +24,7 @@ from rlrec.layout import PROGRESS_VIDEO, ROW_FILES, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
 from rlrec.report.curves import curves_svg
 from rlrec.report.progress import write_progress
-from rlrec.report.rundata import Evaluation, RunData, read_run
+from rlrec.report.rundata import Evaluation, RunData, read_json, read_run, read_sidecar
 
 __all__ = ["replay_command", "write_report"]
 
@@ -63,12 +63,11 @@ def _fmt(value: Any) -> str:
     return _e(value)
 
 
-def _video(
-    rel: str, width: Optional[int] = None, height: Optional[int] = None, least: int = 128
-) -> str:
+def _video(rel: str, sidecar: Optional[Dict[str, Any]], least: int = 128) -> str:
     """An inline player of the run dir's file ``rel``, shown at least ``least`` px tall (an
-    integer scale: pixels stay sharp)."""
+    integer scale: pixels stay sharp) when its ``sidecar`` gives its size."""
     size = ""
+    width, height = (sidecar or {}).get("width"), (sidecar or {}).get("height")
     if width and height:
         scale = max(1, -(-least // int(height)))
         size = f' width="{int(width) * scale}" height="{int(height) * scale}"'
@@ -177,8 +176,7 @@ def _evaluations(run: RunData) -> str:
     rows = []
     for ev in run.evaluations:
         if ev.clip_ok:
-            sc = ev.sidecar or {}
-            clip = _video(str(ev.clip), sc.get("width"), sc.get("height"))
+            clip = _video(str(ev.clip), ev.sidecar)
         elif ev.clip:
             clip = f'<span class="bad">clip missing</span> <code>{_e(ev.clip)}</code>'
         elif ev.metrics.get("eval/clip_lost") is True:
@@ -199,24 +197,12 @@ def _progress(run: RunData, progress_rel: Optional[str], failed: Optional[str] =
     if progress_rel is None:
         out.append("<p>No progress video: the run has no eval clip on disk.</p>")
         return "\n".join(out)
-    sidecar = read_jsonl_obj(run.path / Path(progress_rel).with_suffix(".json"))
     out.append(
         "<p>The eval clips across evaluations, played in sync (the same start states: every "
         "evaluation resets with the same seed); a finished tile holds its last frame.</p>"
     )
-    out.append(_video(progress_rel, sidecar.get("width"), sidecar.get("height"), least=300))
+    out.append(_video(progress_rel, read_sidecar(run.path, progress_rel), least=300))
     return "\n".join(out)
-
-
-def read_jsonl_obj(path: Path) -> Dict[str, Any]:
-    """A JSON object file ({} when absent or unreadable)."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _failures(run: RunData, max_rows: int) -> str:
@@ -242,8 +228,7 @@ def _failures(run: RunData, max_rows: int) -> str:
         clip = ep.get("clip")
         cell = '<span class="muted">no clip</span>'
         if isinstance(clip, str) and (run.path / clip).is_file():
-            sc = read_jsonl_obj(run.path / Path(clip).with_suffix(".json"))
-            cell = _video(clip, sc.get("width"), sc.get("height"))
+            cell = _video(clip, read_sidecar(run.path, clip))
             frames = ep.get("frames")
             if frames:
                 cell += (
@@ -323,9 +308,7 @@ def _sweep_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     except OSError:
         rows = []
     if not rows:  # the summary is rebuilt from the row files: read those
-        rows = [
-            r for r in (read_jsonl_obj(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)) if r
-        ]
+        rows = [r for r in map(read_json, SweepDir(sweep_dir).rows.glob(ROW_FILES)) if r]
     return sorted(rows, key=lambda r: int(r.get("job") or 0))
 
 
@@ -340,17 +323,14 @@ def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
     return None
 
 
-def sweep_page(sweep_dir: Path, cfg: ReportConfig, job_reports: Dict[int, str]) -> str:
-    sweep_dir = Path(sweep_dir)
-    rows = _sweep_rows(sweep_dir)
+def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
+    """The page of a sweep: ``jobs`` holds each job's summary row, its run dir inside the sweep dir
+    and its report (relative to the sweep dir), where it has them."""
     table, cards = [], []
-    for row in rows:
+    for row, job_dir, report in jobs:
         job = int(row.get("job") or 0)
-        job_dir = _job_dir(sweep_dir, row)
         rel = None if job_dir is None else job_dir.relative_to(sweep_dir.resolve()).as_posix()
-        link = _e(job)
-        if job in job_reports:
-            link = f'<a href="{_src(job_reports[job])}">{_e(job)}</a>'
+        link = _e(job) if report is None else f'<a href="{_src(report)}">{_e(job)}</a>'
         status = row.get("status", "")
         cls = "ok" if status == "COMPLETED" else "bad"
         swept = row.get("swept") or row.get("overrides", "")
@@ -365,15 +345,14 @@ def sweep_page(sweep_dir: Path, cfg: ReportConfig, job_reports: Dict[int, str]) 
                 (ev for ev in reversed(run.evaluations) if ev.clip_ok), None
             )
             if last is not None:
-                sc = last.sidecar or {}
                 caption = f"job {job} &middot; step {last.step:,} &middot; return {_fmt(last.ret)}"
                 cards.append(
-                    f"<figure>{_video(f'{rel}/{last.clip}', sc.get('width'), sc.get('height'))}"
+                    f"<figure>{_video(f'{rel}/{last.clip}', last.sidecar)}"
                     f"<figcaption>{caption}<br><code>{_e(swept)}</code></figcaption></figure>"
                 )
     body = [
         f"<h1>rlrec sweep {_e(sweep_dir.resolve().name)}</h1>",
-        f"<p>{len(rows)} jobs &middot; <code>{_e(sweep_dir.resolve())}</code></p>",
+        f"<p>{len(jobs)} jobs &middot; <code>{_e(sweep_dir.resolve())}</code></p>",
         '<h2 id="jobs">Jobs</h2>',
         _table(["job", "status", "overrides", "step", "return", "success", "error"], table, left=3)
         if table
@@ -431,13 +410,15 @@ def write_report(
         raise FileNotFoundError(f"{path} is not a directory")
     if not SweepDir(path).is_sweep():
         return write_run_report(path, cfg or run_settings(path, overrides))
-    sweep_cfg = cfg or run_settings(path, overrides)
-    job_reports: Dict[int, str] = {}
+    if cfg is None:
+        run_settings(path, overrides)  # a bad override is refused before any job's report
+    jobs = []
     for row in _sweep_rows(path):
-        job_dir = _job_dir(path, row)
+        job_dir, report = _job_dir(path, row), None
         if job_dir is not None and RunDir(job_dir).metrics.is_file():
             page = write_run_report(job_dir, cfg or run_settings(job_dir, overrides))
-            job_reports[int(row.get("job") or 0)] = page.relative_to(path.resolve()).as_posix()
+            report = page.relative_to(path.resolve()).as_posix()
+        jobs.append((row, job_dir, report))
     out = SweepDir(path).report
-    write_atomic(out, sweep_page(path, sweep_cfg, job_reports))
+    write_atomic(out, sweep_page(path, jobs))
     return out

@@ -22,6 +22,7 @@ __all__ = [
     "HEALTH_KEYS",
     "Evaluation",
     "RunData",
+    "read_json",
     "read_jsonl",
     "read_run",
 ]
@@ -86,14 +87,12 @@ class Evaluation:
             success = None if success is None else (1.0 if success else 0.0)
         else:
             ret, success = self.ret, self.success
-        lines = [f"step {self.step}"]
-        second = "" if ret is None else f"R {ret:.2f}"
+        second = [] if ret is None else [f"R {ret:.2f}"]
         if success is not None:
-            second += (" " if second else "") + (
+            second.append(
                 ("ok" if success >= 1 else "fail") if len(envs) == 1 else f"s {success:.2f}"
             )
-        lines.append(second)
-        return lines
+        return [f"step {self.step}", " ".join(second)]
 
 
 @dataclass
@@ -124,26 +123,23 @@ class RunData:
         """The eval episodes that did not succeed (``success`` false), oldest first."""
         return [e for e in self.episodes if e.get("success") is False]
 
-    @property
-    def has_success(self) -> bool:
-        return any(e.get("success") is not None for e in self.episodes) or any(
-            ev.success is not None for ev in self.evaluations
-        )
-
     def count_events(self, name: str) -> int:
         return sum(1 for e in self.events if e.get("event") == name)
+
+
+def read_json(path: Path) -> Optional[Dict[str, Any]]:
+    """A JSON object file (None when absent, unreadable or no object)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_sidecar(run_dir: Path, clip: str) -> Optional[Dict[str, Any]]:
     """The sidecar of ``clip`` (relative to the run dir) when both files are there."""
     video = run_dir / clip
-    if not video.is_file():
-        return None
-    try:
-        data = json.loads(Path(sidecar_path(str(video))).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(Path(sidecar_path(str(video)))) if video.is_file() else None
 
 
 def _inside(run_dir: Path, clip: Any) -> Optional[str]:
@@ -162,29 +158,18 @@ def _health(run_dir: Path, lines: List[Dict[str, Any]]) -> Dict[str, float]:
     eval lines whose clip was lost. Each process counts its losses from 0 and writes them
     cumulated, so each process's part (the lines up to a resume event, with what that resume
     moved aside: the killed process's lines after its checkpoint) adds its largest value."""
-    total = {k: 0.0 for k in HEALTH_KEYS}
-    part = dict(total)
-
-    def take(recs) -> None:
-        for rec in recs:
-            for key in HEALTH_KEYS:
-                value = _number(rec.get(key))
-                if value is not None:
-                    part[key] = max(part[key], value)
-
-    def close_part() -> None:
-        for key in HEALTH_KEYS:
-            total[key] += part[key]
-            part[key] = 0.0
-
+    parts: List[List[Dict[str, Any]]] = [[]]
     for rec in lines:
         if rec.get("event") == "resume":
             moved = _inside(run_dir, rec.get("moved"))
             if moved is not None:
-                take(read_jsonl(run_dir / moved / METRICS))
-            close_part()
-        take([rec])
-    close_part()
+                parts[-1] += read_jsonl(run_dir / moved / METRICS)
+            parts.append([])
+        parts[-1].append(rec)
+    total = {
+        key: sum(max([0.0, *(_number(rec.get(key)) or 0.0 for rec in part)]) for part in parts)
+        for key in HEALTH_KEYS
+    }
     total["eval/clips_lost"] = float(sum(1 for rec in lines if rec.get("eval/clip_lost") is True))
     return total
 

@@ -126,14 +126,15 @@ def test_the_rollout_policy_step_is_one_graph_without_breaks(action_space):
 
 def test_noise_driven_samples_follow_the_policy_distribution():
     """``act_with_noise`` (the compiled path's sampler) draws from the same distributions as
-    ``act``: the Gaussian head the very numbers of ``Normal.sample`` for the same draw, the
+    ``action``: the Gaussian head the very numbers of ``Normal.sample`` for the same draw, the
     categorical head (Gumbel-max) the softmax probabilities, with consistent log-probabilities."""
     gauss = ActorCritic(
         gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [16], "tanh", -0.5
     )
     obs = torch.randn(5, 6)
     torch.manual_seed(3)
-    a_ref, lp_ref, v_ref = gauss.act(obs)
+    a_ref = gauss.action(obs)
+    lp_ref, _, v_ref = gauss.evaluate(obs, a_ref)
     torch.manual_seed(3)
     a, lp, v = gauss.act_with_noise(obs, torch.randn(gauss.noise_shape(5)))
     torch.testing.assert_close(a, a_ref, rtol=0, atol=1e-6)

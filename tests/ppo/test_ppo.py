@@ -130,28 +130,25 @@ def test_obs_normalizer_merges_outside_inference_mode_after_updates_inside_it():
 def test_categorical_head_for_discrete_actions():
     agent = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), [16])
     obs = torch.randn(5, 4)
-    a, lp, v = agent.act(obs)
+    a = agent.action(obs)
+    lp, ent, v = agent.evaluate(obs, a)
     assert a.dtype == torch.long and a.shape == (5,) and lp.shape == (5,) and v.shape == (5,)
-    det, _, _ = agent.act(obs, deterministic=True)
+    det = agent.action(obs, deterministic=True)  # the eval path's mode
     assert torch.equal(det, agent.distribution(obs).probs.argmax(-1))
-    assert torch.equal(agent.action(obs, deterministic=True), det)  # the eval path: same mode
-    lp2, ent, _ = agent.evaluate(obs, a)
-    torch.testing.assert_close(lp, lp2)
+    torch.testing.assert_close(lp, agent.distribution(obs).log_prob(a))
     torch.testing.assert_close(ent, agent.distribution(obs).entropy())
     assert (ent > 0).all()
     # sampled actions follow the categorical distribution of the logits
     torch.manual_seed(0)
     one = obs[:1].expand(20000, 4)
-    freq = torch.bincount(agent.act(one)[0], minlength=3).float() / 20000
+    freq = torch.bincount(agent.action(one), minlength=3).float() / 20000
     torch.testing.assert_close(freq, agent.distribution(obs[:1]).probs[0], atol=0.015, rtol=0)
 
 
 def test_gaussian_deterministic_action_is_the_mean():
     agent = ActorCritic(gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [16])
     obs = torch.randn(4, 6)
-    a, _, _ = agent.act(obs, deterministic=True)
-    torch.testing.assert_close(a, agent.actor(obs))
-    torch.testing.assert_close(agent.action(obs, deterministic=True), a)
+    torch.testing.assert_close(agent.action(obs, deterministic=True), agent.actor(obs))
 
 
 def test_update_improves_the_clipped_objective_and_anneals():
@@ -172,8 +169,10 @@ def test_update_improves_the_clipped_objective_and_anneals():
     obs, _ = env.reset(seed=0)
     with torch.inference_mode():
         for t in range(8):
-            nobs = ppo.normalize(obs, update=True)
-            a, lp, v = ppo.agent.act(nobs)
+            ppo.obs_norm.update(obs)
+            nobs = ppo.normalize(obs)
+            a = ppo.agent.action(nobs)
+            lp, _, v = ppo.agent.evaluate(nobs, a)
             obs, r, term, trunc, _ = env.step(a)
             s.obs[t], s.actions[t], s.logprobs[t], s.values[t], s.rewards[t] = nobs, a, lp, v, r
             s.dones[t] = (term | trunc).float()
@@ -202,7 +201,8 @@ def test_target_kl_stops_early():
     obs, _ = env.reset(seed=0)
     with torch.inference_mode():
         for t in range(4):
-            a, lp, v = ppo.agent.act(obs)
+            a = ppo.agent.action(obs)
+            lp, _, v = ppo.agent.evaluate(obs, a)
             s.obs[t], s.actions[t], s.logprobs[t], s.values[t] = obs, a, lp, v
             obs, r, *_ = env.step(a)
             s.rewards[t] = r
