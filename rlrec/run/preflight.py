@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, NoReturn, Optional, Tuple, Union
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -124,7 +124,8 @@ def checked_for(run_dir: Union[str, Path], cfg: DictConfig) -> Optional[Checked]
     return _CHECKED.pop(_checked_key(run_dir, cfg), None)
 
 
-def _fail(err: ConfigError) -> None:
+def refuse(err: ConfigError) -> NoReturn:
+    """The one way a config error ends the process: ``rlrec: config error: ...``, exit 2."""
     print(f"rlrec: config error: {err}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
@@ -134,7 +135,7 @@ def check_argv(argv: Optional[Iterable[str]] = None) -> None:
     try:
         check_plugin_extras(sys.argv[1:] if argv is None else argv)
     except ConfigError as err:
-        _fail(err)
+        refuse(err)
 
 
 class Preflight(Callback):
@@ -157,7 +158,7 @@ class Preflight(Callback):
                 Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir"
             )
         except ConfigError as err:
-            _fail(err)
+            refuse(err)
         self._keep(claimed.run_dir, task, checked)
 
     def _on_rank_start(self, config: DictConfig) -> None:
@@ -173,7 +174,7 @@ class Preflight(Callback):
             try:
                 run_dir = distributed.wait_for("run_dir", timeout)
             except ConfigError as err:
-                _fail(err)
+                refuse(err)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
             self._keep(run_dir, task, checked)
@@ -185,7 +186,7 @@ class Preflight(Callback):
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
             distributed.publish_error("run_dir", str(err), timeout)
-            _fail(err)
+            refuse(err)
         distributed.publish("run_dir", str(claimed.run_dir), timeout)
         self._keep(claimed.run_dir, task, checked)
 
@@ -195,14 +196,14 @@ class Preflight(Callback):
             # values set for the whole sweep (each job checks its own: refuse_before_work)
             check_logger_extra(config)
         except ConfigError as err:
-            _fail(err)
+            refuse(err)
 
     @staticmethod
     def _check_dir(config: DictConfig, key: str) -> None:
         try:
             probe_dir(str(OmegaConf.select(config, key)), key, use=OUTPUT_DIR)
         except ConfigError as err:
-            _fail(err)
+            refuse(err)
 
     @staticmethod
     def _task(config: DictConfig) -> DictConfig:
@@ -220,7 +221,7 @@ class Preflight(Callback):
         except ConfigError as err:
             if not fail:
                 raise
-            _fail(err)
+            refuse(err)
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             return None
 

@@ -150,15 +150,19 @@ def job_row(
     return row
 
 
+def _read(path: Path) -> Dict[str, Any]:
+    """One of the sweep's JSON records (a row, the attempt, the stop, a running job); empty when
+    it is not there (yet) or unreadable."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     """Every job row written so far, ordered by job number."""
-    rows = []
-    for p in SweepDir(sweep_dir).rows.glob(ROW_FILES):  # not fixed.json
-        try:
-            rows.append(json.loads(p.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return sorted(rows, key=lambda r: r.get("job", 0))
+    rows = [_read(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not fixed.json
+    return sorted((r for r in rows if r), key=lambda r: r.get("job", 0))
 
 
 def columns(rows: List[Dict[str, Any]]) -> List[str]:
@@ -306,11 +310,8 @@ def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
     ignored)."""
     jobs = []
     for p in SweepDir(sweep_dir).running.glob("*.json"):
-        try:
-            entry = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if entry.get("attempt") != attempt:
+        entry = _read(p)
+        if not entry or entry.get("attempt") != attempt:
             continue
         pid, host = int(entry.get("pid", 0)), entry.get("host")
         if host != rundir.this_host() or rundir.pid_alive(pid):
@@ -350,13 +351,8 @@ def begin_job(sweep_dir: Path) -> None:
 
 def _launcher(sweep_dir: Path) -> Optional[int]:
     """The pid of this sweep attempt's launching process when it runs on this host."""
-    try:
-        attempt = json.loads(SweepDir(sweep_dir).attempt.read_text())
-        if attempt.get("host") == rundir.this_host():
-            return int(attempt["pid"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return None
+    attempt = _read(SweepDir(sweep_dir).attempt)
+    return int(attempt["pid"]) if attempt.get("host") == rundir.this_host() else None
 
 
 def stop_signal(sweep_dir: Path) -> Optional[int]:
@@ -365,21 +361,14 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
     if _signum() is not None:
         return _signum()
     paths = SweepDir(sweep_dir)
-    try:
-        attempt = json.loads(paths.attempt.read_text())["id"]
-        stop = json.loads(paths.stop.read_text())
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return int(stop["signal"]) if stop.get("attempt") == attempt else None
+    attempt, stop = _read(paths.attempt).get("id"), _read(paths.stop)
+    return int(stop["signal"]) if attempt and stop.get("attempt") == attempt else None
 
 
 def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
     paths = SweepDir(sweep_dir)
-    try:
-        attempt = json.loads(paths.attempt.read_text())["id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        attempt = None
+    attempt = _read(paths.attempt).get("id")
     entry = paths.running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(
@@ -424,7 +413,12 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     st.result[REFUSED] = True
 
 
-def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
+def _result(sweep_dir: Path, rows: List[Dict[str, Any]], table: bool = True) -> None:
+    """The end of a sweep this process launched: the summary table (``table``), what failed or
+    was stopped, and the exit status it makes."""
+    if table and rows:
+        summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
+        print(summary, flush=True)
     failed = [r for r in rows if r.get("status") == FAILED]
     stopped = [r for r in rows if r.get("status") == STOPPED]
     _state().result.update(failed=len(failed), stopped=len(stopped), signum=_signum())
@@ -469,16 +463,9 @@ def report_stopped() -> None:
     st = _state()
     st.done.set()
     sweep_dir = st.sweep_dir
-    rows: List[Dict[str, Any]] = []
     if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
         _rows_of_unstarted(sweep_dir, _signal_name(_signum() or signal.SIGINT))
-        rows = write_summary(sweep_dir)
-        if rows:
-            print(
-                f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}",
-                flush=True,
-            )
-        _result(sweep_dir, rows)
+        _result(sweep_dir, write_summary(sweep_dir))
     st.result["signum"] = _signum() or signal.SIGINT
 
 
@@ -500,7 +487,6 @@ class SweepSummary(Callback):
 
     def __init__(self, print_table: bool = True):
         self.print_table = print_table
-        self._launcher_pid: Optional[int] = None
 
     @staticmethod
     def _multirun(config: DictConfig) -> bool:
@@ -520,7 +506,7 @@ class SweepSummary(Callback):
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
         write_atomic(SweepDir(sweep_dir).attempt, json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        st.launcher_pid = self._launcher_pid = os.getpid()
+        st.launcher_pid = os.getpid()
         st.sweep_dir, st.attempt = sweep_dir, attempt
         st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
         preempt.hold(st).catch(STOP_SIGNALS)
@@ -552,7 +538,7 @@ class SweepSummary(Callback):
             sys.stdout.flush()
             os._exit(128 + signal.SIGHUP)
         signum = _signum()
-        if signum is not None and _state().launcher and self._launcher_pid == os.getpid():
+        if signum is not None and _state().launcher:
             # the jobs run in this process (basic launcher): end the sweep here, start no more
             raise SweepStopped(signum)
 
@@ -564,11 +550,4 @@ class SweepSummary(Callback):
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
             return _refused(sweep_dir, rows)
-        rows = write_summary(sweep_dir)
-        if self.print_table and rows:
-            print(
-                f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}",
-                file=sys.stdout,
-                flush=True,
-            )
-        _result(sweep_dir, rows)
+        _result(sweep_dir, write_summary(sweep_dir), self.print_table)
