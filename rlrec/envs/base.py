@@ -307,6 +307,23 @@ class SubEnv(gym.Wrapper):
         return self.frame()
 
 
+def vector_env(fns, vectorization: str, context: Optional[str] = None, **kwargs):
+    """A gymnasium vector env of the sub-envs ``fns`` (``sync``: in this process, ``async``: a
+    worker process each, started by ``context``) whose autoreset is disabled: the adapter resets
+    finished envs by name (:func:`reset_options`)."""
+    mode = gym.vector.AutoresetMode.DISABLED
+    if vectorization == "async":
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context=context, **kwargs)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode, **kwargs)
+
+
+def reset_options(idx: torch.Tensor, num_envs: int) -> Dict[str, Any]:
+    """The ``options`` of a vector env reset of the envs ``idx`` alone (its ``reset_mask``)."""
+    mask = np.zeros(num_envs, dtype=np.bool_)
+    mask[idx.cpu().numpy()] = True
+    return {"reset_mask": mask}
+
+
 def render_sub_envs(vec: gym.vector.VectorEnv, env_idx: Sequence[int]) -> torch.Tensor:
     """uint8 ``[k, H, W, 3]`` frames of the sub-envs ``env_idx`` (in that order) of a vector env of
     :class:`SubEnv` s, as a new CPU tensor; no other sub-env renders."""

@@ -41,6 +41,8 @@ from rlrec.envs.base import (
     import_object,
     owned_info,
     render_sub_envs,
+    reset_options,
+    vector_env,
 )
 from rlrec.envs.config import EnvConfig, StartMethod, Vectorization
 
@@ -263,8 +265,7 @@ class GymnasiumEnv(EnvAdapter):
         self._resize = resize  # (H, W) or None for the env's own frame size
         self._seed = seed  # used by the first reset when it gets no seed
         self._closed = False
-        kwargs = dict(kwargs or {})
-        make_kwargs: Dict[str, Any] = dict(kwargs, disable_env_checker=True)
+        make_kwargs: Dict[str, Any] = dict(kwargs or {}, disable_env_checker=True)
         if max_episode_steps is not None:
             make_kwargs["max_episode_steps"] = int(max_episode_steps)
         if render:
@@ -293,26 +294,16 @@ class GymnasiumEnv(EnvAdapter):
         finally:
             probe.close()
         space = self.single_action_space
-        if isinstance(space, gym.spaces.Discrete):
-            self._discrete, self._low, self._high = True, None, None
-        elif isinstance(space, gym.spaces.Box):
-            self._discrete = False
-            self._low, self._high = space.low, space.high
-        else:
+        self._discrete = isinstance(space, gym.spaces.Discrete)
+        if not (self._discrete or isinstance(space, gym.spaces.Box)):
             raise ConfigError(
                 f"env.id={env_id!r} has action space {space}: rlrec's gymnasium adapter supports "
                 "Box and Discrete action spaces"
             )
         self.env_id = env_id
 
-        mode = gym.vector.AutoresetMode.DISABLED
         fns = [functools.partial(make_one, i) for i in range(self.num_envs)]
-        if vectorization == "sync":
-            self.vec = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
-        else:
-            self.vec = gym.vector.AsyncVectorEnv(
-                fns, copy=False, autoreset_mode=mode, context=async_context
-            )
+        self.vec = vector_env(fns, vectorization, async_context, copy=False)
         self._obs = torch.zeros(
             self.num_envs, *self.single_observation_space.shape, device=self.device
         )
@@ -328,15 +319,13 @@ class GymnasiumEnv(EnvAdapter):
         a = action.detach().to("cpu")
         if self._discrete:
             return a.reshape(self.num_envs).to(torch.int64).numpy()
-        a = a.reshape(self.num_envs, *self.single_action_space.shape).numpy()
-        return np.clip(a, self._low, self._high).astype(self.single_action_space.dtype, copy=False)
+        space = self.single_action_space
+        a = a.reshape(self.num_envs, *space.shape).numpy()
+        return np.clip(a, space.low, space.high).astype(space.dtype, copy=False)
 
     # ------------------------------------------------------------------ interface
     def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None):
-        if seed is None and self._seed is not None:
-            seed, self._seed = self._seed, None
-        elif seed is not None:
-            self._seed = None
+        seed, self._seed = (self._seed if seed is None else seed), None
         seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
         if env_idx is None:
             obs, info = self.vec.reset(seed=seeds)
@@ -344,9 +333,7 @@ class GymnasiumEnv(EnvAdapter):
             idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
             if idx.numel() == 0:
                 return self._obs.clone(), {}
-            mask = np.zeros(self.num_envs, dtype=np.bool_)
-            mask[idx.numpy()] = True
-            obs, info = self.vec.reset(seed=seeds, options={"reset_mask": mask})
+            obs, info = self.vec.reset(seed=seeds, options=reset_options(idx, self.num_envs))
         self._obs = self._obs_tensor(obs)
         return self._obs.clone(), owned_info(info, self.num_envs, self.device)
 

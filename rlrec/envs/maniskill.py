@@ -27,7 +27,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -42,6 +41,8 @@ from rlrec.envs.base import (
     import_object,
     owned_info,
     render_sub_envs,
+    reset_options,
+    vector_env,
 )
 from rlrec.envs.config import EnvConfig, SimConfig, StartMethod, Vectorization
 from rlrec.envs.device import explicit
@@ -287,14 +288,9 @@ class ManiSkillEnv(EnvAdapter):
     def reset(
         self, seed: Optional[int] = None, env_idx: EnvIdx = None
     ) -> Tuple[torch.Tensor, Info]:
-        full = env_idx is None
         idx = as_env_index(env_idx, self.num_envs, self.device)
-        if (
-            not full
-            and idx.numel() == self.num_envs
-            and bool((idx.sort().values == torch.arange(self.num_envs, device=self.device)).all())
-        ):
-            full = True
+        n = self.num_envs
+        full = env_idx is None or (idx.numel() == n and idx.unique().numel() == n)
         if not full and idx.numel() == 0:
             if self._last_obs is None:  # nothing reset or stepped yet
                 shape = (self.num_envs, *self.single_observation_space.shape)
@@ -387,11 +383,9 @@ class _CPUSubEnv(SubEnv):
     def _info(info: Dict[str, Any]) -> Dict[str, Any]:
         # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give
         # object arrays)
-        out = {}
-        for k, v in info.items():
-            if isinstance(v, torch.Tensor) and v.numel() == 1:
-                out[k] = v.item()
-        return out
+        return {
+            k: v.item() for k, v in info.items() if isinstance(v, torch.Tensor) and v.numel() == 1
+        }
 
     def reset(self, *, seed=None, options=None):
         options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
@@ -439,28 +433,20 @@ class ManiSkillCPUEnv(ManiSkillEnv):
             functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports))
             for i in range(num_envs)
         ]
-        mode = gym.vector.AutoresetMode.DISABLED
-        if vectorization == "async":
-            try:
-                self.vec = gym.vector.AsyncVectorEnv(fns, context=context, autoreset_mode=mode)
-            except (EOFError, ConnectionError) as e:  # a worker died building its env
-                raise RuntimeError(
-                    "a ManiSkill worker process failed while building its env (its traceback is "
-                    "printed above); env.cpu_vectorization=sync raises the same error in this "
-                    "process"
-                ) from e
-        else:
-            self.vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        try:
+            self.vec = vector_env(fns, vectorization, context)
+        except (EOFError, ConnectionError) as e:  # an async worker died building its env
+            raise RuntimeError(
+                "a ManiSkill worker process failed while building its env (its traceback is "
+                "printed above); env.cpu_vectorization=sync raises the same error in this "
+                "process"
+            ) from e
         self.dt = float(self.vec.get_attr("dt")[0])
         self.single_observation_space = self.vec.single_observation_space
         self.single_action_space = self.vec.single_action_space
 
     def _reset_sim(self, seeds, idx):
-        options = None
-        if idx is not None:
-            mask = np.zeros(self.num_envs, dtype=np.bool_)
-            mask[idx.cpu().numpy()] = True
-            options = {"reset_mask": mask}
+        options = None if idx is None else reset_options(idx, self.num_envs)
         obs, info = self.vec.reset(seed=seeds, options=options)
         obs = torch.as_tensor(obs, dtype=torch.float32).clone()
         return obs, owned_info(info, self.num_envs, self.device, masks=False)
