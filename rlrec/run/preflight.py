@@ -11,13 +11,14 @@ other config error, and leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, NoReturn, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, NoReturn, Optional, Tuple, Union
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -130,12 +131,19 @@ def refuse(err: ConfigError) -> NoReturn:
     raise SystemExit(2)
 
 
-def check_argv(argv: Optional[Iterable[str]] = None) -> None:
-    """Entry-point check of the command line (before Hydra composes anything)."""
+@contextlib.contextmanager
+def refusing() -> Iterator[None]:
+    """A :class:`ConfigError` raised inside ends the process as :func:`refuse` does."""
     try:
-        check_plugin_extras(sys.argv[1:] if argv is None else argv)
+        yield
     except ConfigError as err:
         refuse(err)
+
+
+def check_argv(argv: Optional[Iterable[str]] = None) -> None:
+    """Entry-point check of the command line (before Hydra composes anything)."""
+    with refusing():
+        check_plugin_extras(sys.argv[1:] if argv is None else argv)
 
 
 class Preflight(Callback):
@@ -153,12 +161,10 @@ class Preflight(Callback):
         checked = self._validate(task)
         # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
         # was there (a later config error removes only what this run created: rlrec/run/rundir.py)
-        try:
+        with refusing():
             claimed = rundir.claim(
                 Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir"
             )
-        except ConfigError as err:
-            refuse(err)
         self._keep(claimed.run_dir, task, checked)
 
     def _on_rank_start(self, config: DictConfig) -> None:
@@ -171,10 +177,8 @@ class Preflight(Callback):
         task = self._task(config)
         if distributed.env_rank() > 0:
             checked = self._validate(task)
-            try:
+            with refusing():
                 run_dir = distributed.wait_for("run_dir", timeout)
-            except ConfigError as err:
-                refuse(err)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
             self._keep(run_dir, task, checked)
@@ -192,18 +196,13 @@ class Preflight(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")
-        try:
-            # values set for the whole sweep (each job checks its own: refuse_before_work)
+        with refusing():  # values set for the whole sweep (each job checks its own)
             check_logger_extra(config)
-        except ConfigError as err:
-            refuse(err)
 
     @staticmethod
     def _check_dir(config: DictConfig, key: str) -> None:
-        try:
+        with refusing():
             probe_dir(str(OmegaConf.select(config, key)), key, use=OUTPUT_DIR)
-        except ConfigError as err:
-            refuse(err)
 
     @staticmethod
     def _task(config: DictConfig) -> DictConfig:
