@@ -306,10 +306,9 @@ def all_reduce_(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """In place: the sum (``op="sum"``), mean or max of ``tensor`` over the ranks."""
     if not _group:
         return tensor
-    ops = {"sum": torch.distributed.ReduceOp.SUM, "mean": torch.distributed.ReduceOp.SUM}
-    ops["max"] = torch.distributed.ReduceOp.MAX
+    reduce = torch.distributed.ReduceOp
     buf = tensor if tensor.device == _comm_device else tensor.to(_comm_device)
-    torch.distributed.all_reduce(buf, op=ops[op])
+    torch.distributed.all_reduce(buf, op=reduce.MAX if op == "max" else reduce.SUM)
     if op == "mean":
         buf /= world_size()
     if buf is not tensor:

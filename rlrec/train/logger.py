@@ -251,8 +251,9 @@ class RunLogger:
         self._awaiting.clear()
 
     def close(self) -> None:
-        if self._metrics is not None and not self._metrics.closed:
+        if not self._metrics.closed:
             self.write_awaiting()
+            self._metrics.close()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -265,8 +266,6 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
-        if not self._metrics.closed:
-            self._metrics.close()
 
 
 def summary(
