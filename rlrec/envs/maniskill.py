@@ -100,13 +100,12 @@ def _import_maniskill():
     return REGISTERED_ENVS
 
 
-def _import_user_modules(imports: Sequence[str]) -> None:
+def _spec(env_id: str, imports: Sequence[str] = ()):
+    """The registry entry of ``env_id``, once mani_skill and the modules of ``env.imports`` (which
+    register envs of their own) are imported."""
+    registry = _import_maniskill()
     for i, name in enumerate(imports):
         import_object(name, f"env.imports[{i}]")
-
-
-def _spec(env_id: str):
-    registry = _import_maniskill()
     if env_id not in registry:
         near = sorted(
             k
@@ -134,6 +133,12 @@ def missing_assets(spec) -> List[str]:
             ids = [asset_id]
         missing += [i for i in ids if not assets.is_data_source_downloaded(i)]
     return missing
+
+
+def _require_assets(env_id: str, spec) -> None:
+    missing = missing_assets(spec)
+    if missing:
+        raise _assets_error(env_id, ", ".join(missing))
 
 
 def _assets_error(env_id: str, what: str) -> AssetsMissing:
@@ -177,11 +182,8 @@ def _vulkan_hint(e: BaseException) -> Optional[str]:
 
 def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
     """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing)."""
-    _import_user_modules(imports)
-    spec = _spec(env_id)
-    missing = missing_assets(spec)
-    if missing:
-        raise _assets_error(env_id, ", ".join(missing))
+    spec = _spec(env_id, imports)
+    _require_assets(env_id, spec)
     try:
         with _no_download_prompt(env_id):
             return spec.cls(**{**spec.default_kwargs, **kwargs})
@@ -534,13 +536,9 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
             f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; "
             "use sim.device=cpu"
         )
-    _import_maniskill()
-    _import_user_modules(list(env_cfg.imports or []))
-    spec = _spec(env_cfg.id)
+    spec = _spec(env_cfg.id, list(env_cfg.imports or []))
     _check_config(env_cfg, spec)
-    missing = missing_assets(spec)
-    if missing:
-        raise _assets_error(env_cfg.id, ", ".join(missing))
+    _require_assets(env_cfg.id, spec)
 
 
 def make(

@@ -213,11 +213,8 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 class SweepStopped(BaseException):
     """Raised in the launching process to end a stopped sweep: a BaseException, so that Hydra's
-    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.run.cli``."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = int(signum)
+    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.run.cli``.
+    Its argument: the signal that stopped the sweep."""
 
 
 class _Sweep(preempt.Behaviour):

@@ -453,7 +453,9 @@ def _pickle_globals(p: Path, limit: int = 1 << 16) -> List[str]:
 
 def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
     """The format tag and version at the head of a torch zip archive's pickle, read by scanning
-    its opcodes (nothing is unpickled); (None, None) when they are not there."""
+    its opcodes (nothing is unpickled); (None, None) when they are not there. :func:`save` puts
+    them first, so the dict's first strings and ints are ``format``, its tag, ``version`` and its
+    number."""
     try:
         with zipfile.ZipFile(p) as z:
             name = next(n for n in z.namelist() if n.endswith("data.pkl"))
@@ -461,20 +463,10 @@ def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
                 raw = f.read(4096)
     except Exception:
         return None, None
-    fmt, version, pending = None, None, None
-    for name, arg in _ops(raw, 64):
-        if name in _STRINGS:
-            if pending == "format":
-                fmt, pending = str(arg), None
-            else:
-                pending = arg if arg in ("format", "version") else None
-        elif name in _INTS:
-            if pending == "version":
-                return fmt, int(arg)
-            pending = None
-        elif name not in ("BINPUT", "LONG_BINPUT", "MEMOIZE", "MARK", "EMPTY_DICT", "PROTO"):
-            pending = None
-    return fmt, version
+    head = [arg for name, arg in _ops(raw, 64) if name in _STRINGS or name in _INTS][:4]
+    found = dict(zip(head[::2], head[1::2]))
+    version = found.get("version")
+    return found.get("format"), version if isinstance(version, int) else None
 
 
 # ---------------------------------------------------------------------- resume=auto
