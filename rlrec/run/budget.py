@@ -109,11 +109,9 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
     frame = _frame_bytes(cfg)
     if frame is not None:
         size = f"env.render_width={env.render_width} x env.render_height={env.render_height}"
-        recorders = [(cfg.eval_env.recorder, "eval_env.recorder")]
-        if training:
-            recorders.insert(0, (cfg.recorder, "recorder"))
-        if not (cfg.eval_env.enabled or cfg.eval_only):
-            recorders = [r for r in recorders if r[1] == "recorder"]
+        recorders = [(cfg.recorder, "recorder")] if training else []
+        if cfg.eval_env.enabled or cfg.eval_only:
+            recorders.append((cfg.eval_env.recorder, "eval_env.recorder"))
         for rec, key in recorders:
             if not recording(rec):
                 continue

@@ -339,17 +339,12 @@ def begin_job(sweep_dir: Path) -> None:
     if not preempt.under_submitit():
         flag = preempt.hold(_state())
         flag.catch(STOP_SIGNALS)
-        launcher = _launcher(sweep_dir)
+        attempt = _read(SweepDir(sweep_dir).attempt)  # its launching process, if on this host
+        launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
         if launcher is not None and launcher == os.getppid() and launcher != os.getpid():
             # a worker process of the launching process (joblib's): a launcher killed with
             # SIGKILL sends no signal, so the job watches it and stops with a checkpoint
             flag.watch_parent(launcher)
-
-
-def _launcher(sweep_dir: Path) -> Optional[int]:
-    """The pid of this sweep attempt's launching process when it runs on this host."""
-    attempt = _read(SweepDir(sweep_dir).attempt)
-    return int(attempt["pid"]) if attempt.get("host") == rundir.this_host() else None
 
 
 def stop_signal(sweep_dir: Path) -> Optional[int]:
