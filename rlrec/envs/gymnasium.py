@@ -95,8 +95,7 @@ class HoldOnDone(SubEnv):
         if terminated or truncated:
             code = 1 if terminated else 2
             self._held = (obs, code)
-            info = dict(info)
-            info[_DONE_KEY] = code
+            info = {**info, _DONE_KEY: code}
         return obs, reward, False, False, info
 
 
@@ -339,14 +338,10 @@ class GymnasiumEnv(EnvAdapter):
 
     def step(self, action: torch.Tensor):
         obs, reward, _, _, info = self.vec.step(self._np_action(action))
-        code = info.pop(_DONE_KEY, None)
+        # no sub-env ended this step: the vector env's info has no done codes at all
+        code = torch.as_tensor(info.pop(_DONE_KEY, np.zeros(self.num_envs)), device=self.device)
         info.pop("_" + _DONE_KEY, None)
-        if code is None:
-            terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-            truncated = terminated.clone()
-        else:
-            code_t = torch.as_tensor(code, device=self.device)
-            terminated, truncated = code_t == 1, code_t == 2
+        terminated, truncated = code == 1, code == 2
         self._obs = self._obs_tensor(obs)
         rew = torch.tensor(reward, dtype=torch.float32, device=self.device)
         info = owned_info(info, self.num_envs, self.device)

@@ -250,8 +250,8 @@ class _Sweep(preempt.Behaviour):
         if not self.launcher:
             return
         _say(
-            f"rlrec sweep: {_signal_name(signum)}: stopping the sweep; running jobs checkpoint "
-            "and stop, no new job starts (a second Ctrl-C stops at once)"
+            f"rlrec sweep: {signal.Signals(signum).name}: stopping the sweep; running jobs "
+            "checkpoint and stop, no new job starts (a second Ctrl-C stops at once)"
         )
         if self.sweep_dir is not None:
             try:
@@ -293,13 +293,6 @@ def _signum() -> Optional[int]:
 def _say(text: str) -> None:
     # os.write: a signal handler may run while the main thread is inside print()
     os.write(2, (text + "\n").encode())
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
@@ -422,9 +415,9 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]], table: bool = True) -> 
         )
     if _signum() is not None or stopped:
         _say(
-            f"rlrec sweep: stopped by {_signal_name(_signum() or signal.SIGINT)}; run the same "
-            f"command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped and "
-            "unstarted jobs"
+            f"rlrec sweep: stopped by {signal.Signals(_signum() or signal.SIGINT).name}; run the "
+            f"same command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped "
+            "and unstarted jobs"
         )
 
 
@@ -456,7 +449,7 @@ def report_stopped() -> None:
     st.done.set()
     sweep_dir = st.sweep_dir
     if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
-        _rows_of_unstarted(sweep_dir, _signal_name(_signum() or signal.SIGINT))
+        _rows_of_unstarted(sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
         _result(sweep_dir, write_summary(sweep_dir))
     st.result["signum"] = _signum() or signal.SIGINT
 
