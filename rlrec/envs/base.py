@@ -12,8 +12,10 @@ Everything is batched over envs as torch tensors on ``adapter.device``.
 Besides the interface, this module holds what several adapters share, each once:
 :class:`EpisodeClock` (the time limit of the adapters that count steps themselves),
 :func:`owned_info` (a backend's info as owned per-env tensors), :func:`import_object` (the
-user's code named in the config) and :class:`SubEnv` / :func:`render_sub_envs` (frames of the
-named sub-envs of a gymnasium vector env, and of no others).
+user's code named in the config), :func:`vector_env` / :func:`reset_options` (a gymnasium vector
+env without autoreset, and a reset of some of its sub-envs) and :class:`SubEnv` /
+:func:`render_sub_envs` (frames of the named sub-envs of a gymnasium vector env, and of no
+others).
 """
 
 from __future__ import annotations

@@ -473,10 +473,6 @@ class SweepSummary(Callback):
     def __init__(self, print_table: bool = True):
         self.print_table = print_table
 
-    @staticmethod
-    def _multirun(config: DictConfig) -> bool:
-        return str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
-
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # the launching process knows which keys are swept; jobs (maybe elsewhere) read it back
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -497,7 +493,7 @@ class SweepSummary(Callback):
         preempt.hold(st).catch(STOP_SIGNALS)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if not self._multirun(config):
+        if str(OmegaConf.select(config, "hydra.mode")) != "RunMode.MULTIRUN":
             return
         if distributed.env_rank() != 0:  # a job of several tasks: rank 0 writes its row
             _take_outcome()

@@ -34,17 +34,13 @@ def _private_link(path: str) -> str:
     replaces (``recorder.filename`` replaces ``path`` with every clip). ``path`` itself if
     neither can be made. The caller removes it."""
     private = temporary_name(path, tag="preview")
-    try:
-        os.link(path, private)
-        return private
-    except OSError:
-        pass
-    try:
-        shutil.copyfile(path, private)
-        return private
-    except OSError:
-        remove_quietly(private)
-        return path
+    for make in (os.link, shutil.copyfile):
+        try:
+            make(path, private)
+            return private
+        except OSError:
+            remove_quietly(private)
+    return path
 
 
 def _jsonable(v: Any) -> Any:
