@@ -126,9 +126,7 @@ def job_row(
     hydra = config.hydra
     run_dir = Path(hydra.runtime.output_dir)
     overrides: List[str] = list(OmegaConf.to_container(hydra.overrides.task))  # type: ignore[arg-type]
-    status = getattr(getattr(job_return, "status", None), "name", "UNKNOWN")
-    if outcome:
-        status = outcome["status"]
+    status = outcome["status"] if outcome else job_return.status.name
     row: Dict[str, Any] = {
         "job": int(hydra.job.num),
         "status": status,
