@@ -269,16 +269,14 @@ def write(
 
 
 # what a full or read-only output file system raises, wherever the run writes
-STORAGE_ERRNOS = frozenset(
-    e for e in (errno.ENOSPC, errno.EROFS, getattr(errno, "EDQUOT", None)) if e is not None
-)
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 
 
 def _cause(exc: OSError) -> str:
     cause = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno == errno.ENOSPC:
         cause += " (the disk is full)"
-    elif exc.errno == getattr(errno, "EDQUOT", None):
+    elif exc.errno == errno.EDQUOT:
         cause += " (the disk quota is used up)"
     elif exc.errno == errno.EROFS:
         cause += " (the file system is read-only)"
