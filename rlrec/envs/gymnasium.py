@@ -190,20 +190,18 @@ def check_kwargs(env_cfg, spec=None) -> None:
         )
 
 
-def _render_modes(spec, env_id: Any = None) -> Optional[List[str]]:
-    """The env class's declared render modes, without building it (None: not declared)."""
-    creator = _creator(spec, spec.id if env_id is None else env_id)
-    meta = getattr(creator, "metadata", None)
-    if isinstance(meta, dict):
-        return list(meta.get("render_modes") or [])
-    return None
+def _render_modes(env_cfg) -> Tuple[gym.envs.registration.EnvSpec, Optional[List[str]]]:
+    """The registry entry of ``env.id``, once ``env.kwargs`` is checked against it, and the render
+    modes its class declares, without building it (None: not declared)."""
+    spec = resolve_spec(env_cfg)
+    check_kwargs(env_cfg, spec)  # before any env is built
+    meta = getattr(_creator(spec, env_cfg.id), "metadata", None)
+    return spec, list(meta.get("render_modes") or []) if isinstance(meta, dict) else None
 
 
 def check_renderable(env_cfg) -> None:
     """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
-    spec = resolve_spec(env_cfg)
-    check_kwargs(env_cfg, spec)
-    modes = _render_modes(spec, env_cfg.id)
+    spec, modes = _render_modes(env_cfg)
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
@@ -384,9 +382,7 @@ def make(
 ) -> GymnasiumEnv:
     """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is
     built."""
-    spec = resolve_spec(env_cfg)
-    check_kwargs(env_cfg, spec)  # before any env is built
-    modes = _render_modes(spec, env_cfg.id)
+    _, modes = _render_modes(env_cfg)
     render = modes is None or "rgb_array" in modes
     resize = (env_cfg.render_height, env_cfg.render_width) if env_cfg.resize_frames else None
     return GymnasiumEnv(
