@@ -27,17 +27,17 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from rlrec.checks import (
     Choice,
     ConfigError,
+    check_choices,
     check_device,
     check_floats,
     check_seed,
-    choice,
     one_of,
     positive,
 )
-from rlrec.distributed import Backend, DistributedConfig
+from rlrec.distributed import DistributedConfig
 from rlrec.envs import factory
 from rlrec.envs.config import SimConfig, SimName
-from rlrec.ppo.config import Activation, BootstrapAt, GradClip, KLCheck, PPOConfig
+from rlrec.ppo.config import PPOConfig
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.report.config import ReportConfig
 
@@ -197,7 +197,8 @@ def validate(cfg: Config) -> None:
     positive(env.max_episode_steps, "env.max_episode_steps", allow_none=True)
     positive(env.render_width, "env.render_width")
     positive(env.render_height, "env.render_height")
-    choice(cfg.sim, "name", SimName, "sim.name")
+    for key in ("sim", "eval_env", "algo", "logger", "distributed"):  # each closed choice
+        check_choices(getattr(cfg, key), f"{key}.")
     positive(cfg.total_steps, "total_steps")
     positive(cfg.checkpoint_every, "checkpoint_every")
     if cfg.checkpoint_keep < 0 or cfg.checkpoint_keep == 1:
@@ -219,7 +220,6 @@ def validate(cfg: Config) -> None:
     check_seed(ev.seed, "eval_env.seed", ev.num_envs, "eval_env.num_envs")
     positive(ev.every, "eval_env.every")
     positive(ev.episodes, "eval_env.episodes", allow_none=True)
-    choice(ev, "clips", EpisodeClips, "eval_env.clips")
     positive(ev.clips_k, "eval_env.clips_k")
     a = cfg.algo
     for k in ("num_steps", "num_minibatches", "update_epochs"):
@@ -229,16 +229,9 @@ def validate(cfg: Config) -> None:
             f"algo.num_minibatches={a.num_minibatches} must divide env.num_envs * algo.num_steps "
             f"= {env.num_envs * a.num_steps}"
         )
-    choice(a, "activation", Activation, "algo.activation")
-    choice(a, "kl_check", KLCheck, "algo.kl_check")
-    choice(a, "bootstrap_at", BootstrapAt, "algo.bootstrap_at")
-    choice(a, "grad_clip", GradClip, "algo.grad_clip")
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
-    choice(cfg.logger, "name", LoggerName, "logger.name")
-    choice(cfg.logger, "wandb_mode", WandbMode, "logger.wandb_mode")
     positive(cfg.logger.log_every, "logger.log_every")
-    choice(cfg.distributed, "backend", Backend, "distributed.backend")
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")

@@ -216,9 +216,7 @@ def check(cfg: Any) -> None:
     if cuda:
         visible = torch.cuda.device_count()
         local = env_local_world_size()
-        per_task = bool(os.environ.get("SLURM_GPUS_PER_TASK"))  # SLURM gave each task its own
-        index = torch.device(cfg.sim.device).index
-        if index is not None:
+        if torch.device(cfg.sim.device).index is not None:
             raise ConfigError(
                 f"sim.device={cfg.sim.device} names one GPU for every rank: use sim.device=cuda "
                 "(rank with local rank k uses cuda:k)"
@@ -229,7 +227,7 @@ def check(cfg: Any) -> None:
                 "put two ranks on one GPU; use distributed.backend=auto (gloo when GPUs are "
                 "shared) or one rank per GPU"
             )
-        if not per_task and visible < local and not cfg.distributed.share_gpus:
+        if gpus_shared() and not cfg.distributed.share_gpus:
             raise ConfigError(
                 f"sim={cfg.sim.name} with {local} ranks on this node (LOCAL_WORLD_SIZE) but "
                 f"{visible} visible GPU(s) (CUDA_VISIBLE_DEVICES="
@@ -306,10 +304,9 @@ def all_reduce_(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """In place: the sum (``op="sum"``), mean or max of ``tensor`` over the ranks."""
     if not _group:
         return tensor
-    ops = {"sum": torch.distributed.ReduceOp.SUM, "mean": torch.distributed.ReduceOp.SUM}
-    ops["max"] = torch.distributed.ReduceOp.MAX
+    reduce = torch.distributed.ReduceOp
     buf = tensor if tensor.device == _comm_device else tensor.to(_comm_device)
-    torch.distributed.all_reduce(buf, op=ops[op])
+    torch.distributed.all_reduce(buf, op=reduce.MAX if op == "max" else reduce.SUM)
     if op == "mean":
         buf /= world_size()
     if buf is not tensor:
@@ -412,16 +409,6 @@ def gather(obj: Any) -> Optional[List[Any]]:
     if not is_main():
         return None
     return [_from_bytes(p[: int(s.item())]) for p, s in zip(parts, sizes)]
-
-
-def barrier() -> None:
-    """Waits for every rank, at most ``distributed.timeout_sec`` (gloo names a missing rank)."""
-    if not _group:
-        return
-    if torch.distributed.get_backend() == "gloo":
-        torch.distributed.monitored_barrier(wait_all_ranks=True)
-    else:
-        torch.distributed.barrier()
 
 
 _LOST = ("gloo", "nccl", "connection closed", "timed out", "timeout", "processgroup", "c10d")

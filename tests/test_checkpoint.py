@@ -23,21 +23,27 @@ def _save(path, step):
     ckpt.save(path, {"global_step": step})
 
 
-def test_newest_prefers_most_steps_and_skips_unreadable_files(tmp_path):
-    assert ckpt.newest(tmp_path) is None
+def _resumes_from(checkpoint_dir):
+    """The file resume=auto continues from (None: a new run)."""
+    found = ckpt.find_resume(checkpoint_dir)
+    return None if found is None else found[0]
+
+
+def test_resume_prefers_most_steps_and_skips_unreadable_files(tmp_path):
+    assert _resumes_from(tmp_path) is None
     _save(tmp_path / "iter_000001.pt", 10)
     _save(tmp_path / "iter_000002.pt", 20)
     (tmp_path / "iter_000003.pt").write_bytes(b"half-written")  # a kill mid-write
     (tmp_path / "notes.pt").write_bytes(b"not ours")
-    assert ckpt.newest(tmp_path) == tmp_path / "iter_000002.pt"
+    assert _resumes_from(tmp_path) == tmp_path / "iter_000002.pt"
     _save(tmp_path / "last.pt", 20)
-    assert ckpt.newest(tmp_path) == tmp_path / "last.pt"  # last.pt wins ties
+    assert _resumes_from(tmp_path) == tmp_path / "last.pt"  # last.pt wins ties
     _save(tmp_path / "last.pt", 10)  # older than the newest periodic one (killed between writes)
-    assert ckpt.newest(tmp_path) == tmp_path / "iter_000002.pt"
+    assert _resumes_from(tmp_path) == tmp_path / "iter_000002.pt"
     (tmp_path / "last.pt").write_bytes(b"")
-    assert ckpt.newest(tmp_path) == tmp_path / "iter_000002.pt"
+    assert _resumes_from(tmp_path) == tmp_path / "iter_000002.pt"
     _save(tmp_path / "iter_000010.pt", 100)  # iterations sort numerically, not by name length
-    assert ckpt.newest(tmp_path) == tmp_path / "iter_000010.pt"
+    assert _resumes_from(tmp_path) == tmp_path / "iter_000010.pt"
 
 
 def test_save_leaves_no_temporary_file(tmp_path):
@@ -78,7 +84,10 @@ def test_a_file_that_would_run_code_is_refused_unloaded(tmp_path, kind):
     assert isinstance(e.value, ckpt.UnsafeCheckpoint)
     assert f"checkpoint={tmp_path / 'evil.pt'}" in str(e.value)
     assert "would run code" in str(e.value) and "open" in str(e.value)
-    assert ckpt.newest(tmp_path) is None and not marker.exists()
+    (tmp_path / "evil.pt").rename(tmp_path / "last.pt")
+    with pytest.raises(ckpt.UnsafeCheckpoint, match="resume=auto: .* would run code"):
+        ckpt.find_resume(tmp_path)
+    assert not marker.exists()
 
 
 def test_rng_states_are_plain_data_and_restore_every_stream(tmp_path):
@@ -144,7 +153,7 @@ def test_flipped_tensor_bytes_are_detected(tmp_path):
     assert "digest" in str(e.value)
 
 
-def test_newest_skips_damaged_files_and_reads_only_the_newest(tmp_path, monkeypatch):
+def test_resume_skips_damaged_files_and_reads_only_the_newest(tmp_path, monkeypatch):
     for i in range(1, 10):
         ckpt.save(tmp_path / f"iter_{i:06d}.pt", {"global_step": 10 * i, "w": torch.ones(512)})
     ckpt.save(tmp_path / "iter_000010.pt", {"global_step": 100, "w": torch.ones(512)})
@@ -155,13 +164,13 @@ def test_newest_skips_damaged_files_and_reads_only_the_newest(tmp_path, monkeypa
     real_load = torch.load
 
     def spy(f, *args, **kwargs):
-        opened.append((Path(f).name, kwargs.get("mmap")))
+        opened.append(Path(f).name)
         return real_load(f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "load", spy)
-    assert ckpt.newest(tmp_path) == tmp_path / "iter_000009.pt"
-    # memory-mapped, and the older periodic checkpoints are not opened
-    assert sorted(opened) == [("iter_000009.pt", True), ("iter_000010.pt", True), ("last.pt", True)]
+    assert _resumes_from(tmp_path) == tmp_path / "iter_000009.pt"
+    # the older periodic checkpoints are not opened
+    assert sorted(opened) == ["iter_000009.pt", "iter_000010.pt", "last.pt"]
 
 
 def test_resume_falls_back_past_damaged_files_with_a_warning(tmp_path, capsys):

@@ -94,8 +94,7 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
 
     killed_at = max(_train_steps(run_dir))
     assert killed_at < total, "the kill came after the end: nothing to resume"
-    newest = ckpt.newest(run_dir / "checkpoints")
-    saved = ckpt.load(newest)
+    newest, saved = ckpt.find_resume(run_dir / "checkpoints")
     resumed_from = saved["global_step"]
     assert 8 * BATCH <= resumed_from <= killed_at
     saved_rec = saved["train_env"]["recorder"]

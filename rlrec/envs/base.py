@@ -12,8 +12,10 @@ Everything is batched over envs as torch tensors on ``adapter.device``.
 Besides the interface, this module holds what several adapters share, each once:
 :class:`EpisodeClock` (the time limit of the adapters that count steps themselves),
 :func:`owned_info` (a backend's info as owned per-env tensors), :func:`import_object` (the
-user's code named in the config) and :class:`SubEnv` / :func:`render_sub_envs` (frames of the
-named sub-envs of a gymnasium vector env, and of no others).
+user's code named in the config), :func:`vector_env` / :func:`reset_options` (a gymnasium vector
+env without autoreset, and a reset of some of its sub-envs) and :class:`SubEnv` /
+:func:`render_sub_envs` (frames of the named sub-envs of a gymnasium vector env, and of no
+others).
 """
 
 from __future__ import annotations
@@ -305,6 +307,23 @@ class SubEnv(gym.Wrapper):
         if terminal and self.terminal_frame is not None:
             return self.terminal_frame
         return self.frame()
+
+
+def vector_env(fns, vectorization: str, context: Optional[str] = None, **kwargs):
+    """A gymnasium vector env of the sub-envs ``fns`` (``sync``: in this process, ``async``: a
+    worker process each, started by ``context``) whose autoreset is disabled: the adapter resets
+    finished envs by name (:func:`reset_options`)."""
+    mode = gym.vector.AutoresetMode.DISABLED
+    if vectorization == "async":
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context=context, **kwargs)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode, **kwargs)
+
+
+def reset_options(idx: torch.Tensor, num_envs: int) -> Dict[str, Any]:
+    """The ``options`` of a vector env reset of the envs ``idx`` alone (its ``reset_mask``)."""
+    mask = np.zeros(num_envs, dtype=np.bool_)
+    mask[idx.cpu().numpy()] = True
+    return {"reset_mask": mask}
 
 
 def render_sub_envs(vec: gym.vector.VectorEnv, env_idx: Sequence[int]) -> torch.Tensor:

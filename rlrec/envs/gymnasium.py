@@ -41,6 +41,8 @@ from rlrec.envs.base import (
     import_object,
     owned_info,
     render_sub_envs,
+    reset_options,
+    vector_env,
 )
 from rlrec.envs.config import EnvConfig, StartMethod, Vectorization
 
@@ -93,8 +95,7 @@ class HoldOnDone(SubEnv):
         if terminated or truncated:
             code = 1 if terminated else 2
             self._held = (obs, code)
-            info = dict(info)
-            info[_DONE_KEY] = code
+            info = {**info, _DONE_KEY: code}
         return obs, reward, False, False, info
 
 
@@ -189,20 +190,18 @@ def check_kwargs(env_cfg, spec=None) -> None:
         )
 
 
-def _render_modes(spec, env_id: Any = None) -> Optional[List[str]]:
-    """The env class's declared render modes, without building it (None: not declared)."""
-    creator = _creator(spec, spec.id if env_id is None else env_id)
-    meta = getattr(creator, "metadata", None)
-    if isinstance(meta, dict):
-        return list(meta.get("render_modes") or [])
-    return None
+def _render_modes(env_cfg) -> Tuple[gym.envs.registration.EnvSpec, Optional[List[str]]]:
+    """The registry entry of ``env.id``, once ``env.kwargs`` is checked against it, and the render
+    modes its class declares, without building it (None: not declared)."""
+    spec = resolve_spec(env_cfg)
+    check_kwargs(env_cfg, spec)  # before any env is built
+    meta = getattr(_creator(spec, env_cfg.id), "metadata", None)
+    return spec, list(meta.get("render_modes") or []) if isinstance(meta, dict) else None
 
 
 def check_renderable(env_cfg) -> None:
     """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
-    spec = resolve_spec(env_cfg)
-    check_kwargs(env_cfg, spec)
-    modes = _render_modes(spec, env_cfg.id)
+    spec, modes = _render_modes(env_cfg)
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
@@ -263,8 +262,7 @@ class GymnasiumEnv(EnvAdapter):
         self._resize = resize  # (H, W) or None for the env's own frame size
         self._seed = seed  # used by the first reset when it gets no seed
         self._closed = False
-        kwargs = dict(kwargs or {})
-        make_kwargs: Dict[str, Any] = dict(kwargs, disable_env_checker=True)
+        make_kwargs: Dict[str, Any] = dict(kwargs or {}, disable_env_checker=True)
         if max_episode_steps is not None:
             make_kwargs["max_episode_steps"] = int(max_episode_steps)
         if render:
@@ -293,26 +291,16 @@ class GymnasiumEnv(EnvAdapter):
         finally:
             probe.close()
         space = self.single_action_space
-        if isinstance(space, gym.spaces.Discrete):
-            self._discrete, self._low, self._high = True, None, None
-        elif isinstance(space, gym.spaces.Box):
-            self._discrete = False
-            self._low, self._high = space.low, space.high
-        else:
+        self._discrete = isinstance(space, gym.spaces.Discrete)
+        if not (self._discrete or isinstance(space, gym.spaces.Box)):
             raise ConfigError(
                 f"env.id={env_id!r} has action space {space}: rlrec's gymnasium adapter supports "
                 "Box and Discrete action spaces"
             )
         self.env_id = env_id
 
-        mode = gym.vector.AutoresetMode.DISABLED
         fns = [functools.partial(make_one, i) for i in range(self.num_envs)]
-        if vectorization == "sync":
-            self.vec = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
-        else:
-            self.vec = gym.vector.AsyncVectorEnv(
-                fns, copy=False, autoreset_mode=mode, context=async_context
-            )
+        self.vec = vector_env(fns, vectorization, async_context, copy=False)
         self._obs = torch.zeros(
             self.num_envs, *self.single_observation_space.shape, device=self.device
         )
@@ -328,15 +316,13 @@ class GymnasiumEnv(EnvAdapter):
         a = action.detach().to("cpu")
         if self._discrete:
             return a.reshape(self.num_envs).to(torch.int64).numpy()
-        a = a.reshape(self.num_envs, *self.single_action_space.shape).numpy()
-        return np.clip(a, self._low, self._high).astype(self.single_action_space.dtype, copy=False)
+        space = self.single_action_space
+        a = a.reshape(self.num_envs, *space.shape).numpy()
+        return np.clip(a, space.low, space.high).astype(space.dtype, copy=False)
 
     # ------------------------------------------------------------------ interface
     def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None):
-        if seed is None and self._seed is not None:
-            seed, self._seed = self._seed, None
-        elif seed is not None:
-            self._seed = None
+        seed, self._seed = (self._seed if seed is None else seed), None
         seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
         if env_idx is None:
             obs, info = self.vec.reset(seed=seeds)
@@ -344,22 +330,16 @@ class GymnasiumEnv(EnvAdapter):
             idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
             if idx.numel() == 0:
                 return self._obs.clone(), {}
-            mask = np.zeros(self.num_envs, dtype=np.bool_)
-            mask[idx.numpy()] = True
-            obs, info = self.vec.reset(seed=seeds, options={"reset_mask": mask})
+            obs, info = self.vec.reset(seed=seeds, options=reset_options(idx, self.num_envs))
         self._obs = self._obs_tensor(obs)
         return self._obs.clone(), owned_info(info, self.num_envs, self.device)
 
     def step(self, action: torch.Tensor):
         obs, reward, _, _, info = self.vec.step(self._np_action(action))
-        code = info.pop(_DONE_KEY, None)
+        # no sub-env ended this step: the vector env's info has no done codes at all
+        code = torch.as_tensor(info.pop(_DONE_KEY, np.zeros(self.num_envs)), device=self.device)
         info.pop("_" + _DONE_KEY, None)
-        if code is None:
-            terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-            truncated = terminated.clone()
-        else:
-            code_t = torch.as_tensor(code, device=self.device)
-            terminated, truncated = code_t == 1, code_t == 2
+        terminated, truncated = code == 1, code == 2
         self._obs = self._obs_tensor(obs)
         rew = torch.tensor(reward, dtype=torch.float32, device=self.device)
         info = owned_info(info, self.num_envs, self.device)
@@ -402,9 +382,7 @@ def make(
 ) -> GymnasiumEnv:
     """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is
     built."""
-    spec = resolve_spec(env_cfg)
-    check_kwargs(env_cfg, spec)  # before any env is built
-    modes = _render_modes(spec, env_cfg.id)
+    _, modes = _render_modes(env_cfg)
     render = modes is None or "rgb_array" in modes
     resize = (env_cfg.render_height, env_cfg.render_width) if env_cfg.resize_frames else None
     return GymnasiumEnv(

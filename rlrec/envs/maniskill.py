@@ -27,7 +27,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -42,6 +41,8 @@ from rlrec.envs.base import (
     import_object,
     owned_info,
     render_sub_envs,
+    reset_options,
+    vector_env,
 )
 from rlrec.envs.config import EnvConfig, SimConfig, StartMethod, Vectorization
 from rlrec.envs.device import explicit
@@ -99,13 +100,12 @@ def _import_maniskill():
     return REGISTERED_ENVS
 
 
-def _import_user_modules(imports: Sequence[str]) -> None:
+def _spec(env_id: str, imports: Sequence[str] = ()):
+    """The registry entry of ``env_id``, once mani_skill and the modules of ``env.imports`` (which
+    register envs of their own) are imported."""
+    registry = _import_maniskill()
     for i, name in enumerate(imports):
         import_object(name, f"env.imports[{i}]")
-
-
-def _spec(env_id: str):
-    registry = _import_maniskill()
     if env_id not in registry:
         near = sorted(
             k
@@ -133,6 +133,12 @@ def missing_assets(spec) -> List[str]:
             ids = [asset_id]
         missing += [i for i in ids if not assets.is_data_source_downloaded(i)]
     return missing
+
+
+def _require_assets(env_id: str, spec) -> None:
+    missing = missing_assets(spec)
+    if missing:
+        raise _assets_error(env_id, ", ".join(missing))
 
 
 def _assets_error(env_id: str, what: str) -> AssetsMissing:
@@ -176,11 +182,8 @@ def _vulkan_hint(e: BaseException) -> Optional[str]:
 
 def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
     """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing)."""
-    _import_user_modules(imports)
-    spec = _spec(env_id)
-    missing = missing_assets(spec)
-    if missing:
-        raise _assets_error(env_id, ", ".join(missing))
+    spec = _spec(env_id, imports)
+    _require_assets(env_id, spec)
     try:
         with _no_download_prompt(env_id):
             return spec.cls(**{**spec.default_kwargs, **kwargs})
@@ -287,14 +290,9 @@ class ManiSkillEnv(EnvAdapter):
     def reset(
         self, seed: Optional[int] = None, env_idx: EnvIdx = None
     ) -> Tuple[torch.Tensor, Info]:
-        full = env_idx is None
         idx = as_env_index(env_idx, self.num_envs, self.device)
-        if (
-            not full
-            and idx.numel() == self.num_envs
-            and bool((idx.sort().values == torch.arange(self.num_envs, device=self.device)).all())
-        ):
-            full = True
+        n = self.num_envs
+        full = env_idx is None or (idx.numel() == n and idx.unique().numel() == n)
         if not full and idx.numel() == 0:
             if self._last_obs is None:  # nothing reset or stepped yet
                 shape = (self.num_envs, *self.single_observation_space.shape)
@@ -387,11 +385,9 @@ class _CPUSubEnv(SubEnv):
     def _info(info: Dict[str, Any]) -> Dict[str, Any]:
         # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give
         # object arrays)
-        out = {}
-        for k, v in info.items():
-            if isinstance(v, torch.Tensor) and v.numel() == 1:
-                out[k] = v.item()
-        return out
+        return {
+            k: v.item() for k, v in info.items() if isinstance(v, torch.Tensor) and v.numel() == 1
+        }
 
     def reset(self, *, seed=None, options=None):
         options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
@@ -439,28 +435,20 @@ class ManiSkillCPUEnv(ManiSkillEnv):
             functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports))
             for i in range(num_envs)
         ]
-        mode = gym.vector.AutoresetMode.DISABLED
-        if vectorization == "async":
-            try:
-                self.vec = gym.vector.AsyncVectorEnv(fns, context=context, autoreset_mode=mode)
-            except (EOFError, ConnectionError) as e:  # a worker died building its env
-                raise RuntimeError(
-                    "a ManiSkill worker process failed while building its env (its traceback is "
-                    "printed above); env.cpu_vectorization=sync raises the same error in this "
-                    "process"
-                ) from e
-        else:
-            self.vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        try:
+            self.vec = vector_env(fns, vectorization, context)
+        except (EOFError, ConnectionError) as e:  # an async worker died building its env
+            raise RuntimeError(
+                "a ManiSkill worker process failed while building its env (its traceback is "
+                "printed above); env.cpu_vectorization=sync raises the same error in this "
+                "process"
+            ) from e
         self.dt = float(self.vec.get_attr("dt")[0])
         self.single_observation_space = self.vec.single_observation_space
         self.single_action_space = self.vec.single_action_space
 
     def _reset_sim(self, seeds, idx):
-        options = None
-        if idx is not None:
-            mask = np.zeros(self.num_envs, dtype=np.bool_)
-            mask[idx.cpu().numpy()] = True
-            options = {"reset_mask": mask}
+        options = None if idx is None else reset_options(idx, self.num_envs)
         obs, info = self.vec.reset(seed=seeds, options=options)
         obs = torch.as_tensor(obs, dtype=torch.float32).clone()
         return obs, owned_info(info, self.num_envs, self.device, masks=False)
@@ -548,13 +536,9 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
             f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; "
             "use sim.device=cpu"
         )
-    _import_maniskill()
-    _import_user_modules(list(env_cfg.imports or []))
-    spec = _spec(env_cfg.id)
+    spec = _spec(env_cfg.id, list(env_cfg.imports or []))
     _check_config(env_cfg, spec)
-    missing = missing_assets(spec)
-    if missing:
-        raise _assets_error(env_cfg.id, ", ".join(missing))
+    _require_assets(env_cfg.id, spec)
 
 
 def make(

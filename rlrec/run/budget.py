@@ -16,8 +16,9 @@ the env is built), frames only where their size comes from ``env.render_width`` 
 - per recorder: the frame buffers of its encoder queue (``queue_size`` frames of the recorded
   envs, in host memory) and one render of them (on the sim device).
 
-Host memory is ``MemTotal`` of ``/proc/meminfo`` (or ``os.sysconf``), lowered to the cgroup limit
-of a container or batch job; GPU memory is the device's total (``torch.cuda.mem_get_info``).
+Host memory is the physical memory (``os.sysconf``: ``MemTotal`` of ``/proc/meminfo`` on Linux),
+lowered to the cgroup limit of a container or batch job; GPU memory is the device's total
+(``torch.cuda.mem_get_info``).
 """
 
 from __future__ import annotations
@@ -109,11 +110,9 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
     frame = _frame_bytes(cfg)
     if frame is not None:
         size = f"env.render_width={env.render_width} x env.render_height={env.render_height}"
-        recorders = [(cfg.eval_env.recorder, "eval_env.recorder")]
-        if training:
-            recorders.insert(0, (cfg.recorder, "recorder"))
-        if not (cfg.eval_env.enabled or cfg.eval_only):
-            recorders = [r for r in recorders if r[1] == "recorder"]
+        recorders = [(cfg.recorder, "recorder")] if training else []
+        if cfg.eval_env.enabled or cfg.eval_only:
+            recorders.append((cfg.eval_env.recorder, "eval_env.recorder"))
         for rec, key in recorders:
             if not recording(rec):
                 continue
@@ -149,24 +148,14 @@ def _cgroup_limit() -> Optional[int]:
 
 def host_memory() -> Tuple[Optional[int], str]:
     """Bytes of host memory this process can have, and where that figure comes from."""
-    total, source = None, ""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                total, source = int(line.split()[1]) * 1024, "MemTotal in /proc/meminfo"
-                break
-    except (OSError, ValueError, IndexError):
-        pass
-    if total is None:
-        try:
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            source = "os.sysconf"
-        except (ValueError, OSError, AttributeError):
-            return None, "unknown"
+    try:  # on Linux what /proc/meminfo calls MemTotal
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
     limit = _cgroup_limit()
     if limit is not None and limit < total:
         return limit, "the cgroup memory limit"
-    return total, source
+    return total, "the physical memory (os.sysconf)"
 
 
 def device_memory(device) -> Tuple[Optional[int], str]:

@@ -18,7 +18,7 @@ from rlrec import distributed, report
 from rlrec.checks import ConfigError
 from rlrec.config import register_configs
 from rlrec.run import preempt, rundir, sweep
-from rlrec.run.preflight import check_argv, checked_for, refuse_before_work
+from rlrec.run.preflight import check_argv, checked_for, refuse, refuse_before_work
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -90,10 +90,12 @@ def _lost_rank(exc: BaseException) -> None:
 
 def _refuse_torchrun_sweep() -> None:
     if distributed.launched() and not preempt.under_submitit():
-        raise ConfigError(
-            "-m (a sweep) under torchrun is refused: torchrun starts ranks of ONE run; sweep "
-            "with python train.py -m and hydra/launcher=slurm (tasks_per_node, nodes) for "
-            "jobs of several ranks, or run torchrun once per setting"
+        refuse(
+            ConfigError(
+                "-m (a sweep) under torchrun is refused: torchrun starts ranks of ONE run; sweep "
+                "with python train.py -m and hydra/launcher=slurm (tasks_per_node, nodes) for "
+                "jobs of several ranks, or run torchrun once per setting"
+            )
         )
 
 
@@ -105,11 +107,7 @@ def run(cfg: DictConfig) -> Optional[float]:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if hydra_cfg.mode == RunMode.MULTIRUN:
-        try:
-            _refuse_torchrun_sweep()
-        except ConfigError as exc:
-            print(f"rlrec: config error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+        _refuse_torchrun_sweep()
     try:
         if hydra_cfg.mode == RunMode.MULTIRUN:
             sweep_dir = Path(str(hydra_cfg.sweep.dir))
@@ -141,8 +139,7 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
         except ConfigError as exc:
             if claim is not None:
                 claim.discard()  # removes only what this run created
-            print(f"rlrec: config error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            refuse(exc)
         try:
             if runner.main:
                 report.warm_up(runner.cfg.report)
@@ -247,12 +244,8 @@ def main() -> None:
     signal when it was stopped (rlrec.run.sweep.exit_status)."""
     check_argv()
     if distributed.launched():
-        try:
-            if any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
-                _refuse_torchrun_sweep()
-        except ConfigError as exc:
-            print(f"rlrec: config error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+        if any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
+            _refuse_torchrun_sweep()
         if distributed.env_rank() > 0:
             # rank 0 alone writes Hydra's files (.hydra/, the job log) into the shared run dir
             sys.argv += ["hydra.output_subdir=null"]

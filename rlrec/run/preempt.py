@@ -274,18 +274,14 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     removed = []
     run_dir = Path(run_dir)
     holder = rundir.taken_over_from(run_dir)
-    candidates = []
-    for sub in (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD):
-        base = run_dir / sub
-        if base.is_dir():
-            candidates += [(p, True) for p in base.rglob(".*")]
-    if run_dir.is_dir():  # metrics.jsonl rewritten by a resume (rlrec.train.timeline)
-        candidates += [(p, True) for p in run_dir.glob(".*.part")]
+    # (a glob of a dir that is not there finds nothing)
+    subs = (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD)
+    candidates = [(p, True) for sub in subs for p in (run_dir / sub).rglob(".*")]
+    # metrics.jsonl rewritten by a resume (rlrec.train.timeline)
+    candidates += [(p, True) for p in run_dir.glob(".*.part")]
     for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
-        base = Path(d)
-        if base.is_dir():
-            below = inside(base, run_dir)
-            candidates += [(p, below) for p in base.glob(".*.part")]
+        below = inside(Path(d), run_dir)
+        candidates += [(p, below) for p in Path(d).glob(".*.part")]
     for p, in_run_dir in dict.fromkeys(candidates):
         pid = temporary_owner(p.name)
         if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):

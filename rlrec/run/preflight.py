@@ -11,13 +11,14 @@ other config error, and leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, NoReturn, Optional, Tuple, Union
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -124,17 +125,25 @@ def checked_for(run_dir: Union[str, Path], cfg: DictConfig) -> Optional[Checked]
     return _CHECKED.pop(_checked_key(run_dir, cfg), None)
 
 
-def _fail(err: ConfigError) -> None:
+def refuse(err: ConfigError) -> NoReturn:
+    """The one way a config error ends the process: ``rlrec: config error: ...``, exit 2."""
     print(f"rlrec: config error: {err}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
 
+@contextlib.contextmanager
+def refusing() -> Iterator[None]:
+    """A :class:`ConfigError` raised inside ends the process as :func:`refuse` does."""
+    try:
+        yield
+    except ConfigError as err:
+        refuse(err)
+
+
 def check_argv(argv: Optional[Iterable[str]] = None) -> None:
     """Entry-point check of the command line (before Hydra composes anything)."""
-    try:
+    with refusing():
         check_plugin_extras(sys.argv[1:] if argv is None else argv)
-    except ConfigError as err:
-        _fail(err)
 
 
 class Preflight(Callback):
@@ -152,12 +161,10 @@ class Preflight(Callback):
         checked = self._validate(task)
         # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
         # was there (a later config error removes only what this run created: rlrec/run/rundir.py)
-        try:
+        with refusing():
             claimed = rundir.claim(
                 Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir"
             )
-        except ConfigError as err:
-            _fail(err)
         self._keep(claimed.run_dir, task, checked)
 
     def _on_rank_start(self, config: DictConfig) -> None:
@@ -170,10 +177,8 @@ class Preflight(Callback):
         task = self._task(config)
         if distributed.env_rank() > 0:
             checked = self._validate(task)
-            try:
+            with refusing():
                 run_dir = distributed.wait_for("run_dir", timeout)
-            except ConfigError as err:
-                _fail(err)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
             self._keep(run_dir, task, checked)
@@ -185,24 +190,19 @@ class Preflight(Callback):
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
             distributed.publish_error("run_dir", str(err), timeout)
-            _fail(err)
+            refuse(err)
         distributed.publish("run_dir", str(claimed.run_dir), timeout)
         self._keep(claimed.run_dir, task, checked)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_dir(config, "hydra.sweep.dir")
-        try:
-            # values set for the whole sweep (each job checks its own: refuse_before_work)
+        with refusing():  # values set for the whole sweep (each job checks its own)
             check_logger_extra(config)
-        except ConfigError as err:
-            _fail(err)
 
     @staticmethod
     def _check_dir(config: DictConfig, key: str) -> None:
-        try:
+        with refusing():
             probe_dir(str(OmegaConf.select(config, key)), key, use=OUTPUT_DIR)
-        except ConfigError as err:
-            _fail(err)
 
     @staticmethod
     def _task(config: DictConfig) -> DictConfig:
@@ -220,7 +220,7 @@ class Preflight(Callback):
         except ConfigError as err:
             if not fail:
                 raise
-            _fail(err)
+            refuse(err)
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             return None
 

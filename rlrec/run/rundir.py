@@ -211,7 +211,6 @@ class Claim:
 
 
 _CLAIMS: Dict[str, Claim] = {}  # this process's claims, by run dir
-_TAKEN_OVER: Dict[str, Holder] = {}  # run dir -> the dead holder its lock was taken over from
 
 
 def _key(path: Path) -> str:
@@ -250,18 +249,10 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     try:
         lock.acquire()
     except BaseException:
-        for d in reversed(created):
-            try:
-                d.rmdir()
-            except OSError:
-                break
+        _remove_empty(created)
         raise
     result = Claim(run_dir, lock, created, before)
     _CLAIMS[_key(run_dir)] = result
-    if lock.previous is not None:
-        _TAKEN_OVER[_key(run_dir)] = lock.previous
-    else:
-        _TAKEN_OVER.pop(_key(run_dir), None)
     return result
 
 
@@ -271,8 +262,10 @@ def claim_of(run_dir: Path) -> Optional[Claim]:
 
 
 def taken_over_from(run_dir: Path) -> Optional[Holder]:
-    """The holder whose lock on ``run_dir`` this process took over (it had died), if any."""
-    return _TAKEN_OVER.get(_key(run_dir))
+    """The holder whose lock on ``run_dir`` this process's claim took over (it had died), if
+    any."""
+    claim = claim_of(run_dir)
+    return None if claim is None else claim.previous
 
 
 def _only_hydra_files(path: Path) -> bool:
@@ -306,9 +299,16 @@ def remove_created(
         else:
             p.unlink()
         removed.append(p)
-    for d in reversed(created_dirs):  # the run dir, then the parents this run made
+    return removed + _remove_empty(created_dirs)
+
+
+def _remove_empty(dirs: List[Path]) -> List[Path]:
+    """Removes ``dirs`` (the run dir and the parents a claim made), last first, while each is
+    empty; returns the removed ones."""
+    removed = []
+    for d in reversed(dirs):
         try:
-            d.rmdir()  # only when empty
+            d.rmdir()
         except OSError:
             break
         removed.append(d)

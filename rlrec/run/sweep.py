@@ -126,9 +126,7 @@ def job_row(
     hydra = config.hydra
     run_dir = Path(hydra.runtime.output_dir)
     overrides: List[str] = list(OmegaConf.to_container(hydra.overrides.task))  # type: ignore[arg-type]
-    status = getattr(getattr(job_return, "status", None), "name", "UNKNOWN")
-    if outcome:
-        status = outcome["status"]
+    status = outcome["status"] if outcome else job_return.status.name
     row: Dict[str, Any] = {
         "job": int(hydra.job.num),
         "status": status,
@@ -150,15 +148,19 @@ def job_row(
     return row
 
 
+def _read(path: Path) -> Dict[str, Any]:
+    """One of the sweep's JSON records (a row, the attempt, the stop, a running job); empty when
+    it is not there (yet) or unreadable."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     """Every job row written so far, ordered by job number."""
-    rows = []
-    for p in SweepDir(sweep_dir).rows.glob(ROW_FILES):  # not fixed.json
-        try:
-            rows.append(json.loads(p.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return sorted(rows, key=lambda r: r.get("job", 0))
+    rows = [_read(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not fixed.json
+    return sorted((r for r in rows if r), key=lambda r: r.get("job", 0))
 
 
 def columns(rows: List[Dict[str, Any]]) -> List[str]:
@@ -209,11 +211,8 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 class SweepStopped(BaseException):
     """Raised in the launching process to end a stopped sweep: a BaseException, so that Hydra's
-    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.run.cli``."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = int(signum)
+    ``run_job`` and callback runner (which catch Exception) let it through to ``rlrec.run.cli``.
+    Its argument: the signal that stopped the sweep."""
 
 
 class _Sweep(preempt.Behaviour):
@@ -249,8 +248,8 @@ class _Sweep(preempt.Behaviour):
         if not self.launcher:
             return
         _say(
-            f"rlrec sweep: {_signal_name(signum)}: stopping the sweep; running jobs checkpoint "
-            "and stop, no new job starts (a second Ctrl-C stops at once)"
+            f"rlrec sweep: {signal.Signals(signum).name}: stopping the sweep; running jobs "
+            "checkpoint and stop, no new job starts (a second Ctrl-C stops at once)"
         )
         if self.sweep_dir is not None:
             try:
@@ -294,23 +293,13 @@ def _say(text: str) -> None:
     os.write(2, (text + "\n").encode())
 
 
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
     """Jobs of this attempt whose process still runs them (entries of dead processes are
     ignored)."""
     jobs = []
     for p in SweepDir(sweep_dir).running.glob("*.json"):
-        try:
-            entry = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if entry.get("attempt") != attempt:
+        entry = _read(p)
+        if not entry or entry.get("attempt") != attempt:
             continue
         pid, host = int(entry.get("pid", 0)), entry.get("host")
         if host != rundir.this_host() or rundir.pid_alive(pid):
@@ -341,22 +330,12 @@ def begin_job(sweep_dir: Path) -> None:
     if not preempt.under_submitit():
         flag = preempt.hold(_state())
         flag.catch(STOP_SIGNALS)
-        launcher = _launcher(sweep_dir)
+        attempt = _read(SweepDir(sweep_dir).attempt)  # its launching process, if on this host
+        launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
         if launcher is not None and launcher == os.getppid() and launcher != os.getpid():
             # a worker process of the launching process (joblib's): a launcher killed with
             # SIGKILL sends no signal, so the job watches it and stops with a checkpoint
             flag.watch_parent(launcher)
-
-
-def _launcher(sweep_dir: Path) -> Optional[int]:
-    """The pid of this sweep attempt's launching process when it runs on this host."""
-    try:
-        attempt = json.loads(SweepDir(sweep_dir).attempt.read_text())
-        if attempt.get("host") == rundir.this_host():
-            return int(attempt["pid"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return None
 
 
 def stop_signal(sweep_dir: Path) -> Optional[int]:
@@ -365,21 +344,14 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
     if _signum() is not None:
         return _signum()
     paths = SweepDir(sweep_dir)
-    try:
-        attempt = json.loads(paths.attempt.read_text())["id"]
-        stop = json.loads(paths.stop.read_text())
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return int(stop["signal"]) if stop.get("attempt") == attempt else None
+    attempt, stop = _read(paths.attempt).get("id"), _read(paths.stop)
+    return int(stop["signal"]) if attempt and stop.get("attempt") == attempt else None
 
 
 def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
     paths = SweepDir(sweep_dir)
-    try:
-        attempt = json.loads(paths.attempt.read_text())["id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        attempt = None
+    attempt = _read(paths.attempt).get("id")
     entry = paths.running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(
@@ -424,7 +396,12 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     st.result[REFUSED] = True
 
 
-def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
+def _result(sweep_dir: Path, rows: List[Dict[str, Any]], table: bool = True) -> None:
+    """The end of a sweep this process launched: the summary table (``table``), what failed or
+    was stopped, and the exit status it makes."""
+    if table and rows:
+        summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
+        print(summary, flush=True)
     failed = [r for r in rows if r.get("status") == FAILED]
     stopped = [r for r in rows if r.get("status") == STOPPED]
     _state().result.update(failed=len(failed), stopped=len(stopped), signum=_signum())
@@ -436,9 +413,9 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         )
     if _signum() is not None or stopped:
         _say(
-            f"rlrec sweep: stopped by {_signal_name(_signum() or signal.SIGINT)}; run the same "
-            f"command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped and "
-            "unstarted jobs"
+            f"rlrec sweep: stopped by {signal.Signals(_signum() or signal.SIGINT).name}; run the "
+            f"same command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped "
+            "and unstarted jobs"
         )
 
 
@@ -469,16 +446,9 @@ def report_stopped() -> None:
     st = _state()
     st.done.set()
     sweep_dir = st.sweep_dir
-    rows: List[Dict[str, Any]] = []
     if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
-        _rows_of_unstarted(sweep_dir, _signal_name(_signum() or signal.SIGINT))
-        rows = write_summary(sweep_dir)
-        if rows:
-            print(
-                f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}",
-                flush=True,
-            )
-        _result(sweep_dir, rows)
+        _rows_of_unstarted(sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
+        _result(sweep_dir, write_summary(sweep_dir))
     st.result["signum"] = _signum() or signal.SIGINT
 
 
@@ -500,11 +470,6 @@ class SweepSummary(Callback):
 
     def __init__(self, print_table: bool = True):
         self.print_table = print_table
-        self._launcher_pid: Optional[int] = None
-
-    @staticmethod
-    def _multirun(config: DictConfig) -> bool:
-        return str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # the launching process knows which keys are swept; jobs (maybe elsewhere) read it back
@@ -520,13 +485,13 @@ class SweepSummary(Callback):
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
         write_atomic(SweepDir(sweep_dir).attempt, json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        st.launcher_pid = self._launcher_pid = os.getpid()
+        st.launcher_pid = os.getpid()
         st.sweep_dir, st.attempt = sweep_dir, attempt
         st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
         preempt.hold(st).catch(STOP_SIGNALS)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if not self._multirun(config):
+        if str(OmegaConf.select(config, "hydra.mode")) != "RunMode.MULTIRUN":
             return
         if distributed.env_rank() != 0:  # a job of several tasks: rank 0 writes its row
             _take_outcome()
@@ -552,7 +517,7 @@ class SweepSummary(Callback):
             sys.stdout.flush()
             os._exit(128 + signal.SIGHUP)
         signum = _signum()
-        if signum is not None and _state().launcher and self._launcher_pid == os.getpid():
+        if signum is not None and _state().launcher:
             # the jobs run in this process (basic launcher): end the sweep here, start no more
             raise SweepStopped(signum)
 
@@ -564,11 +529,4 @@ class SweepSummary(Callback):
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
             return _refused(sweep_dir, rows)
-        rows = write_summary(sweep_dir)
-        if self.print_table and rows:
-            print(
-                f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}",
-                file=sys.stdout,
-                flush=True,
-            )
-        _result(sweep_dir, rows)
+        _result(sweep_dir, write_summary(sweep_dir), self.print_table)

@@ -269,16 +269,14 @@ def write(
 
 
 # what a full or read-only output file system raises, wherever the run writes
-STORAGE_ERRNOS = frozenset(
-    e for e in (errno.ENOSPC, errno.EROFS, getattr(errno, "EDQUOT", None)) if e is not None
-)
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 
 
 def _cause(exc: OSError) -> str:
     cause = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno == errno.ENOSPC:
         cause += " (the disk is full)"
-    elif exc.errno == getattr(errno, "EDQUOT", None):
+    elif exc.errno == errno.EDQUOT:
         cause += " (the disk quota is used up)"
     elif exc.errno == errno.EROFS:
         cause += " (the file system is read-only)"
@@ -351,7 +349,7 @@ def check_exists(path: str | Path, key: str = "checkpoint") -> None:
         )
 
 
-def _read(p: Path, label: str, mmap: bool = False) -> Dict[str, Any]:
+def _read(p: Path, label: str) -> Dict[str, Any]:
     """The verified contents of ``p``; :class:`UnsafeCheckpoint` for a file that would run code,
     :class:`ConfigError` for any other reason it cannot be used."""
     try:
@@ -369,7 +367,7 @@ def _read(p: Path, label: str, mmap: bool = False) -> Dict[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
-            data = torch.load(p, map_location="cpu", weights_only=True, mmap=mmap)
+            data = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:
         fmt, version = _peek_header(p)
         if fmt == FORMAT and version != VERSION:
@@ -453,7 +451,9 @@ def _pickle_globals(p: Path, limit: int = 1 << 16) -> List[str]:
 
 def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
     """The format tag and version at the head of a torch zip archive's pickle, read by scanning
-    its opcodes (nothing is unpickled); (None, None) when they are not there."""
+    its opcodes (nothing is unpickled); (None, None) when they are not there. :func:`save` puts
+    them first, so the dict's first strings and ints are ``format``, its tag, ``version`` and its
+    number."""
     try:
         with zipfile.ZipFile(p) as z:
             name = next(n for n in z.namelist() if n.endswith("data.pkl"))
@@ -461,20 +461,10 @@ def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
                 raw = f.read(4096)
     except Exception:
         return None, None
-    fmt, version, pending = None, None, None
-    for name, arg in _ops(raw, 64):
-        if name in _STRINGS:
-            if pending == "format":
-                fmt, pending = str(arg), None
-            else:
-                pending = arg if arg in ("format", "version") else None
-        elif name in _INTS:
-            if pending == "version":
-                return fmt, int(arg)
-            pending = None
-        elif name not in ("BINPUT", "LONG_BINPUT", "MEMOIZE", "MARK", "EMPTY_DICT", "PROTO"):
-            pending = None
-    return fmt, version
+    head = [arg for name, arg in _ops(raw, 64) if name in _STRINGS or name in _INTS][:4]
+    found = dict(zip(head[::2], head[1::2]))
+    version = found.get("version")
+    return found.get("format"), version if isinstance(version, int) else None
 
 
 # ---------------------------------------------------------------------- resume=auto
@@ -487,22 +477,34 @@ def _candidates(directory: Path) -> Tuple[List[Path], Path]:
     return [p for _, p in reversed(periodic)], directory / LAST_CHECKPOINT
 
 
-def _scan(
-    directory: Path, mmap: bool
-) -> Tuple[Optional[Tuple[Path, Dict[str, Any]]], List[Tuple[Path, str]]]:
-    """The usable checkpoint with the most env steps (``last.pt`` wins ties) and the files found
-    unusable on the way, each with its reason. Reads ``last.pt`` and the periodic checkpoints from
-    the highest iteration down to the first good one (iterations only grow within a run), not all
-    of them. :class:`UnsafeCheckpoint` propagates."""
+def _global_step(data: Dict[str, Any], p: Path) -> int:
+    step = data.get("global_step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ConfigError(f"{p} holds no env step count (global_step={step!r})")
+    return step
+
+
+def find_resume(checkpoint_dir: Path, key: str = "resume") -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """``resume=auto``: the newest good checkpoint of ``checkpoint_dir`` (the one with the most env
+    steps, ``last.pt`` winning ties) and its verified contents, or None when the directory holds
+    no checkpoint at all (a new run). It reads ``last.pt`` and the periodic checkpoints from the
+    highest iteration down to the first good one (iterations only grow within a run), not all of
+    them.
+
+    A damaged or unreadable file is skipped with a warning that names it; when every checkpoint
+    there is unusable a :class:`ConfigError` names them all (a restart at step 0 would append
+    duplicate steps to the run's metrics.jsonl). A file that would run code stops the run with
+    :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by guesswork."""
+    directory = Path(checkpoint_dir)
     periodic, last = _candidates(directory)
     bad: List[Tuple[Path, str]] = []
 
     def usable(p: Path) -> Optional[Tuple[Dict[str, Any], int]]:
         try:
-            data = _read(p, str(p), mmap=mmap)
+            data = _read(p, str(p))
             return data, _global_step(data, p)
-        except UnsafeCheckpoint:
-            raise
+        except UnsafeCheckpoint as exc:
+            raise UnsafeCheckpoint(f"{key}=auto: {exc}") from None
         except ConfigError as exc:
             bad.append((p, str(exc)))
             return None
@@ -517,40 +519,6 @@ def _scan(
     found = usable(last) if last.is_file() else None
     if found is not None and found[1] >= best_step:
         best = (last, found[0])
-    return best, bad
-
-
-def _global_step(data: Dict[str, Any], p: Path) -> int:
-    step = data.get("global_step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ConfigError(f"{p} holds no env step count (global_step={step!r})")
-    return step
-
-
-def newest(checkpoint_dir: Path) -> Optional[Path]:
-    """The checkpoint of ``checkpoint_dir`` that ``resume=auto`` continues from: the good one
-    with the most env steps (``last.pt`` wins ties); unreadable, damaged and refused files are
-    skipped. Memory-mapped, and it opens ``last.pt`` and the newest periodic checkpoints only."""
-    try:
-        best, _ = _scan(Path(checkpoint_dir), mmap=True)
-    except UnsafeCheckpoint:
-        return None
-    return None if best is None else best[0]
-
-
-def find_resume(checkpoint_dir: Path, key: str = "resume") -> Optional[Tuple[Path, Dict[str, Any]]]:
-    """``resume=auto``: the newest good checkpoint of ``checkpoint_dir`` and its verified
-    contents, or None when the directory holds no checkpoint at all (a new run).
-
-    A damaged or unreadable file is skipped with a warning that names it; when every checkpoint
-    there is unusable a :class:`ConfigError` names them all (a restart at step 0 would append
-    duplicate steps to the run's metrics.jsonl). A file that would run code stops the run with
-    :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by guesswork."""
-    directory = Path(checkpoint_dir)
-    try:
-        best, bad = _scan(directory, mmap=False)
-    except UnsafeCheckpoint as exc:
-        raise UnsafeCheckpoint(f"{key}=auto: {exc}") from None
     if best is None:
         if not bad:
             return None

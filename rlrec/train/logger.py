@@ -34,17 +34,13 @@ def _private_link(path: str) -> str:
     replaces (``recorder.filename`` replaces ``path`` with every clip). ``path`` itself if
     neither can be made. The caller removes it."""
     private = temporary_name(path, tag="preview")
-    try:
-        os.link(path, private)
-        return private
-    except OSError:
-        pass
-    try:
-        shutil.copyfile(path, private)
-        return private
-    except OSError:
-        remove_quietly(private)
-        return path
+    for make in (os.link, shutil.copyfile):
+        try:
+            make(path, private)
+            return private
+        except OSError:
+            remove_quietly(private)
+    return path
 
 
 def _jsonable(v: Any) -> Any:
@@ -219,7 +215,7 @@ class RunLogger:
                 self._previews = _Previews()
             source = _private_link(path)
             self._previews.submit(
-                _tb_add_clip_or_warn,
+                _tb_add_clip,
                 self._tb,
                 f"video/{kind}",
                 source,
@@ -251,8 +247,9 @@ class RunLogger:
         self._awaiting.clear()
 
     def close(self) -> None:
-        if self._metrics is not None and not self._metrics.closed:
+        if not self._metrics.closed:
             self.write_awaiting()
+            self._metrics.close()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -265,8 +262,6 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
-        if not self._metrics.closed:
-            self._metrics.close()
 
 
 def summary(
@@ -360,61 +355,50 @@ class _Previews:
             )
 
 
-def _tb_add_clip_or_warn(
+def _tb_add_clip(
     writer,
     tag: str,
     path: str,
     fps: float,
     step: int,
     num_frames: int,
-    rel: str,
+    rel: str = "",
     remove: bool = False,
-) -> None:
-    try:
-        _tb_add_clip(writer, tag, path, fps, step, num_frames)
-    except Exception as exc:  # a clip that cannot be previewed must not stop training
-        print(f"rlrec: could not add {rel} to TensorBoard: {exc}", file=sys.stderr)
-    finally:
-        if remove:  # the private link made for this preview
-            remove_quietly(path)
-
-
-def _tb_add_clip(
-    writer, tag: str, path: str, fps: float, step: int, num_frames: int, max_frames: int = 150
+    max_frames: int = 150,
 ) -> None:
     """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
     without needing moviepy). Long clips are subsampled to ``max_frames`` while they are
-    decoded, so at most that many frames are ever held."""
+    decoded, so at most that many frames are ever held. A clip that cannot be previewed is
+    reported (as ``rel``), never raised: it must not stop training. ``remove``: ``path`` is the
+    private link made for this preview, removed after it."""
     import imageio_ffmpeg
     import numpy as np
     from PIL import Image
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    decoded = imageio_ffmpeg.read_frames(path)
-    w, h = next(decoded)["size"]
-    stride = max(1, math.ceil(num_frames / max_frames))
-    images = [
-        Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
-        for i, b in enumerate(decoded)
-        if i % stride == 0
-    ]
-    buf = io.BytesIO()
-    images[0].save(
-        buf,
-        format="GIF",
-        save_all=True,
-        append_images=images[1:],
-        duration=max(20, int(1000 * stride / fps)),
-        loop=0,
-    )
-    summary = Summary(
-        value=[
-            Summary.Value(
-                tag=tag,
-                image=Summary.Image(
-                    height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue()
-                ),
-            )
+    try:
+        decoded = imageio_ffmpeg.read_frames(path)
+        w, h = next(decoded)["size"]
+        stride = max(1, math.ceil(num_frames / max_frames))
+        images = [
+            Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
+            for i, b in enumerate(decoded)
+            if i % stride == 0
         ]
-    )
-    writer._get_file_writer().add_summary(summary, step)
+        buf = io.BytesIO()
+        images[0].save(
+            buf,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            duration=max(20, int(1000 * stride / fps)),
+            loop=0,
+        )
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue())
+        summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+        writer._get_file_writer().add_summary(summary, step)
+    except Exception as exc:
+        print(f"rlrec: could not add {rel or path} to TensorBoard: {exc}", file=sys.stderr)
+    finally:
+        if remove:
+            remove_quietly(path)
