@@ -37,11 +37,6 @@ Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 EPISODES_FILE = "eval_episodes.jsonl"
 
 
-def clip_name(step: int) -> str:
-    """The file name of the evaluation clip of training step ``step``."""
-    return f"eval-step{int(step):09d}.mp4"
-
-
 class Evaluator:
     """Owns the eval env stack's episodes: resets it, runs the policy, returns the eval figures,
     and writes the episodes' records to ``run_dir/eval_episodes.jsonl`` (no file when
@@ -60,7 +55,6 @@ class Evaluator:
         self._saved: Optional[ClipInfo] = None  # the last evaluation clip reported
         if self.recorder is not None:
             engine = self.recorder.engine
-            engine.clip_name = lambda: clip_name(engine.tag)
             caller = engine.on_clip  # the caller's (the runner logs the clip), then the records
 
             def on_clip(clip: ClipInfo) -> None:

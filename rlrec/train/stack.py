@@ -22,7 +22,7 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter
 from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.factory import backend_module, make_adapter
-from rlrec.record import Recorder
+from rlrec.record import Recorder, names
 from rlrec.record.settings import RecorderConfig, recording
 from rlrec.record.wrappers.episodes import EpisodeClips
 
@@ -41,7 +41,9 @@ def make_env_stack(
     device: Optional[torch.device] = None,
     episode_clips: bool = False,
 ) -> AutoReset:
-    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
+    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``; an
+    eval recorder names its clips by their tag, the evaluation's training step
+    (:func:`rlrec.record.names.by_tag`).
     When recording, an env that cannot render is refused before it is built. ``device``: the one
     the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here).
     ``episode_clips``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
@@ -53,7 +55,8 @@ def make_env_stack(
             check(env_cfg)
     env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
     if record:
-        env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
+        name = names.by_tag if kind == "eval" else None
+        env = Recorder(env, recorder_cfg, video_dir, kind=kind, on_clip=on_clip, name=name)
     if episode_clips:
         cfg = recorder_cfg if recorder_cfg is not None else RecorderConfig()
         env = EpisodeClips(env, cfg, video_dir=video_dir, kind=kind, key=f"{kind}_env.recorder")

@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from rlrec.files import write_atomic
+from rlrec.record import names
 
 SUPERSEDED = "superseded"  # the folder under the run dir
 METRICS = "metrics.jsonl"
 EVAL_EPISODES = "eval_episodes.jsonl"
 TENSORBOARD = "tensorboard"
 
-_DEFAULT_CLIP = re.compile(r"^(?P<kind>[a-z]+)-ep\d+-step(?P<step>\d+)(?:-\d+)?\.mp4$")
 _FOLDER = re.compile(r"^(?P<n>\d+)-step\d+$")
 
 
@@ -276,10 +276,7 @@ def _first_step(video: Path, kind: str) -> Optional[int]:
             return side["first_step"]
     except (OSError, ValueError, AttributeError):
         pass
-    m = _DEFAULT_CLIP.match(video.name)
-    if m and m.group("kind") == kind:
-        return int(m.group("step"))
-    return None
+    return names.first_step(video.name, kind)
 
 
 def _clip_named(line: Any) -> Optional[str]:
