@@ -352,7 +352,6 @@ class ClipEngine:
         self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
         self.steps = 0  # steps seen
         self.clips_saved = 0
-        # runtime state
         self.clips_started = 0  # in this process (a caller compares it before and after)
         # each recorded env's episode index, on the CPU (numpy): a reset costs no torch op (a
         # cold one costs far more than a step of a small env), read when a clip starts
@@ -370,9 +369,8 @@ class ClipEngine:
         int tensor or a bool mask ``[num_envs]``) with ``seed`` (kept for the sidecar)."""
         if self.closed:
             return
-        # A full reset is reset(env_idx=None), as the runner does to start an evaluation.
-        # AutoReset always names the envs it resets, even when all of them finished on the same
-        # step (or num_envs == 1), and such a reset must not count as a new evaluation.
+        # A full reset is reset(env_idx=None), as the runner does to start an evaluation; AutoReset
+        # always names the envs it resets (even all of them): not a new evaluation.
         full = env_idx is None
         if full:
             hit = True

@@ -347,8 +347,8 @@ def _check_arguments(env, video_folder, video_aspect_ratio, video_length, length
             f"{_KEY}: video_aspect_ratio={tuple(video_aspect_ratio)!r} is not supported: "
             "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
         )
-    names = ("episode_trigger", "step_trigger", "gc_trigger", "on_clip")
-    for name, fn in zip(names, callables):
+    arguments = ("episode_trigger", "step_trigger", "gc_trigger", "on_clip")
+    for name, fn in zip(arguments, callables):
         if fn is not None and not callable(fn):
             raise ConfigError(f"{_KEY}: {name}={fn!r} is invalid: give a callable or None")
     if isinstance(video_length, bool) or not isinstance(video_length, (int, np.integer)):
