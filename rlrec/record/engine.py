@@ -630,7 +630,7 @@ class ClipEngine:
         if keep and clip is not None and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
             clip.fold()
-            keep = self.schedule.keeps(self._first, success, float(clip.ret[0]))
+            keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep and clip is not None else None
         self.encoder.end(keep, summary)
 

@@ -19,17 +19,8 @@ from typing import Any, Callable, Optional
 
 from rlrec.checks import ConfigError
 
-__all__ = [
-    "ClipStart",
-    "Name",
-    "by_tag",
-    "default",
-    "episode_clip",
-    "evaluation",
-    "first_step",
-    "fixed",
-    "prefixed",
-]
+__all__ = ["ClipStart", "Name", "by_tag", "default", "episode_clip", "evaluation", "first_step"]
+__all__ += ["fixed", "prefixed"]
 
 
 @dataclass(frozen=True)

@@ -150,10 +150,6 @@ class Schedule:
             return bool(self.step_fn(steps))
         return steps % self.every == 0  # type: ignore[operator]
 
-    def keeps(self, env: int, success: Optional[bool], ret: float) -> bool:
-        """Whether a clip that ended is written (``keep``; None: every clip)."""
-        return self.keep is None or bool(self.keep(env, success, ret))
-
     def _episode_fires(self, episode: int, full_reset: bool) -> bool:
         if self.episode_fn is not None:
             return bool(self.episode_fn(episode))
