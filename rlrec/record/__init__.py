@@ -24,7 +24,7 @@ Importing it loads torch and numpy, and of rlrec only ``rlrec.checks`` and ``rlr
 """
 
 from rlrec.record.encoder import ClipInfo, Encoder
-from rlrec.record.engine import ClipEngine, RecorderError
+from rlrec.record.engine import ClipEngine, RecorderError, Source
 from rlrec.record.ffmpeg import EncoderError
 from rlrec.record.frames import FrameMeta
 from rlrec.record.schedule import Schedule
@@ -43,6 +43,7 @@ __all__ = [
     "RecorderError",
     "RenderHook",
     "Schedule",
+    "Source",
     "Trigger",
     "VideoWrapper",
 ]

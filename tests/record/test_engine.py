@@ -12,8 +12,7 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.builtin import PointReach
-from rlrec.record import ClipEngine, Schedule, names
-from rlrec.record.engine import Source
+from rlrec.record import ClipEngine, Schedule, Source, names
 from rlrec.record.sidecar import sidecar_path
 from tests.record.recutil import Spy, decode, listing, make_stack, random_actions, rec_cfg
 
