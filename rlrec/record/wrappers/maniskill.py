@@ -324,15 +324,8 @@ def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_
 def _settings(recorder: Dict[str, Any], info_on_video: bool, max_steps_per_video: Optional[int],
               save_on_reset: bool) -> RecorderConfig:  # fmt: skip
     """The recorder's settings from RecordEpisode's arguments and rlrec's own (``recorder``)."""
+    # a trigger's name becomes a Trigger in the settings' check (ConfigError naming the values)
     fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
-    if isinstance(fields["trigger"], str):
-        try:
-            fields["trigger"] = Trigger(fields["trigger"])
-        except ValueError:
-            raise ConfigError(
-                f"{KEY}: trigger={fields['trigger']!r} is invalid: allowed values are "
-                f"{', '.join(t.value for t in Trigger)}"
-            ) from None
     if "env_idx" in fields:
         fields["env_idx"] = list(fields["env_idx"])
     return RecorderConfig(
