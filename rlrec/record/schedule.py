@@ -84,9 +84,8 @@ class Schedule:
         self.provisional = self.record_final_episode and bool(provisional)
         self.keep = keep
         # checkpointed
-        self._step_pending = (
-            False  # the step trigger fell on a terminal step: start at the next reset
-        )
+        # the step trigger fell on a terminal step: start at the next reset
+        self._step_pending = False
         self._step_fired_at = -1  # step count at which the step trigger last fired
         # this process only
         self._record_next = False
