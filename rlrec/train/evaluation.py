@@ -20,56 +20,86 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
 from rlrec.config import EpisodeClips as ClipRule
 from rlrec.config import EvalEnvConfig
-from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.files import remove_quietly
 from rlrec.record import ClipInfo
-from rlrec.train.stack import episode_clips_of, recorder_of
+from rlrec.train.stack import compose
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 
 EPISODES_FILE = "eval_episodes.jsonl"
 
 
-class Evaluator:
-    """Owns the eval env stack's episodes: resets it, runs the policy, returns the eval figures,
-    and writes the episodes' records to ``run_dir/eval_episodes.jsonl`` (no file when
-    ``run_dir`` is None)."""
+@dataclass(frozen=True)
+class ClipChoice:
+    """Which per-episode clips an evaluation keeps (``eval_env.clips``, ``eval_env.clips_k``),
+    decided here alone: ``failed`` as each clip ends, before it is written (:meth:`keep`);
+    ``worst`` / ``best`` once every clip of the evaluation is (:meth:`chosen`)."""
 
-    def __init__(self, env: AutoReset, cfg: EvalEnvConfig, run_dir: Optional[Path] = None):
-        self.env = env
+    rule: ClipRule = ClipRule.none
+    k: int = 3
+
+    def keep(self, env: int, success: Optional[bool], ret: float) -> bool:
+        return self.rule is not ClipRule.failed or success is not True
+
+    def chosen(self, firsts: List[Dict[str, Any]]) -> Optional[Set[int]]:
+        """The envs whose clip stays, of the first episodes' records that have one (None: every
+        clip written stays)."""
+        if self.rule not in (ClipRule.worst, ClipRule.best):
+            return None
+        sign = 1 if self.rule is ClipRule.worst else -1
+        ranked = sorted(firsts, key=lambda r: (sign * r["return"], r["env"]))
+        return {r["env"] for r in ranked[: self.k]}
+
+
+class Evaluator:
+    """Composes the eval env stack (``rlrec.train.stack.compose``: ``cfg.recorder``'s clip of each
+    evaluation, and with ``cfg.clips`` per-episode clips kept by one :class:`ClipChoice`), resets
+    it, runs the policy, returns the eval figures, and writes the episodes' records to
+    ``run_dir/eval_episodes.jsonl`` (no file when ``run_dir`` is None). ``on_clip``: called with
+    each evaluation clip on disk (the runner logs it); ``video_dir``: where clips go; ``device``:
+    the eval env's."""
+
+    def __init__(
+        self,
+        env_cfg: EnvConfig,
+        sim: SimConfig,
+        cfg: EvalEnvConfig,
+        run_dir: Optional[Path] = None,
+        *,
+        video_dir: Optional[str] = None,
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        device: Optional[torch.device] = None,
+    ):
         self.cfg = cfg
         self.run_dir = None if run_dir is None else Path(run_dir)
-        self.recorder = recorder_of(env)
-        self.clips = episode_clips_of(env)
+        self.choice = ClipChoice(ClipRule(cfg.clips), cfg.clips_k)
+        self._on_clip = on_clip
+        per_episode = self.choice.rule is not ClipRule.none
+        stack = compose(
+            env_cfg, sim, cfg.num_envs, cfg.seed, cfg.recorder, video_dir, "eval",
+            self._clip, device, self._episode_clip if per_episode else None, self.choice.keep,
+        )  # fmt: skip
+        self.env, self.recorder, self.clips = stack.env, stack.recorder, stack.clips
         self.recorded = False  # whether the last evaluation started a clip
         # the records of evaluations whose clip is still being encoded, by step
         self._pending: Dict[int, List[Dict[str, Any]]] = {}
         self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
         self._saved: Optional[ClipInfo] = None  # the last evaluation clip reported
-        if self.recorder is not None:
-            engine = self.recorder.engine
-            caller = engine.on_clip  # the caller's (the runner logs the clip), then the records
 
-            def on_clip(clip: ClipInfo) -> None:
-                if caller is not None:
-                    caller(clip)
-                self.clip_saved(clip)
-
-            engine.on_clip = on_clip
-        if self.clips is not None:
-            self.clips.on_clip = self._episode_clip
-            self.clips.keep = self._keep
-
-    def _keep(self, env: int, success: Optional[bool], ret: float) -> bool:
-        """Whether a per-episode clip is written (worst / best are chosen once all are)."""
-        return self.cfg.clips is not ClipRule.failed or success is not True
+    def _clip(self, clip: ClipInfo) -> None:
+        """The evaluation clip is on disk: the caller's ``on_clip``, then its records."""
+        if self._on_clip is not None:
+            self._on_clip(clip)
+        self.clip_saved(clip)
 
     def _episode_clip(self, env: int, clip: ClipInfo) -> None:
         self._episode_clips[env] = clip
@@ -196,16 +226,11 @@ class Evaluator:
         if self.clips is None:
             return
         firsts = [r for r in records if r["_first"] and r["env"] in self._episode_clips]
-        rule = self.cfg.clips
-        if rule in (ClipRule.worst, ClipRule.best):
-            ranked = sorted(firsts, key=lambda r: (r["return"], r["env"]))
-            if rule is ClipRule.best:
-                ranked = sorted(firsts, key=lambda r: (-r["return"], r["env"]))
-            chosen = {r["env"] for r in ranked[: self.cfg.clips_k]}
-            for env in [e for e in self._episode_clips if e not in chosen]:
-                clip = self._episode_clips.pop(env)
-                remove_quietly(clip.path)
-                remove_quietly(clip.sidecar)
+        chosen = self.choice.chosen(firsts)
+        for env in [e for e in self._episode_clips if chosen is not None and e not in chosen]:
+            clip = self._episode_clips.pop(env)
+            remove_quietly(clip.path)
+            remove_quietly(clip.sidecar)
         for r in records:
             clip = self._episode_clips.get(r["env"]) if r["_first"] else None
             if clip is not None:

@@ -40,7 +40,7 @@ __all__ = ["EpisodeClips"]
 class EpisodeClips(EnvWrapper):
     """Records every env's first episode after each full reset as its own clip (see the module
     docstring). ``on_clip(env, clip)``: called with each clip on disk; ``keep``: see the module
-    docstring (None: keep every clip); both attributes, read when used. ``tag`` (set it before a
+    docstring (None: keep every clip). ``tag`` (set it before a
     full reset) goes onto the clips, as a recorder's ``engine.tag`` does, and an int tag into
     their names: ``{kind}-step{tag:09d}-env{env:03d}.mp4`` (``{kind}-env{env:03d}.mp4`` without)."""
 
@@ -56,8 +56,6 @@ class EpisodeClips(EnvWrapper):
     ):
         super().__init__(env)
         self.kind = kind
-        self.on_clip = on_clip  # read as each clip is reported: a caller may set it later
-        self.keep = keep
         n = env.num_envs
         self._step = 0  # the render cache's clock: one batched render per step
         self._cached: Optional[tuple] = None  # (clock, env indices, frames)
@@ -77,18 +75,11 @@ class EpisodeClips(EnvWrapper):
             )
             engine = ClipEngine(
                 one, source, video_dir, kind=kind, key=key,
-                on_clip=lambda c, i=i: self._clip_done(i, c),
-                schedule=Schedule.of(one, keep=self._keep),
+                on_clip=None if on_clip is None else (lambda c, i=i: on_clip(i, c)),
+                schedule=Schedule.of(one, keep=keep),
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )  # fmt: skip
             self.engines.append(engine)
-
-    def _keep(self, i: int, success: Optional[bool], ret: float) -> bool:
-        return True if self.keep is None else bool(self.keep(i, success, ret))
-
-    def _clip_done(self, i: int, clip: ClipInfo) -> None:
-        if self.on_clip is not None:
-            self.on_clip(i, clip)
 
     @property
     def tag(self):
