@@ -31,7 +31,7 @@ from rlrec.config import EvalEnvConfig
 from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.files import remove_quietly
 from rlrec.record import ClipInfo
-from rlrec.train.stack import compose
+from rlrec.train.stack import make_env_stack
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 
@@ -61,8 +61,9 @@ class ClipChoice:
 
 
 class Evaluator:
-    """Composes the eval env stack (``rlrec.train.stack.compose``: ``cfg.recorder``'s clip of each
-    evaluation, and with ``cfg.clips`` per-episode clips kept by one :class:`ClipChoice`), resets
+    """Composes the eval env stack (``rlrec.train.stack.make_env_stack``: ``cfg.recorder``'s clip
+    of each evaluation, and with ``cfg.clips`` per-episode clips kept by one :class:`ClipChoice`),
+    resets
     it, runs the policy, returns the eval figures, and writes the episodes' records to
     ``run_dir/eval_episodes.jsonl`` (no file when ``run_dir`` is None). ``on_clip``: called with
     each evaluation clip on disk (the runner logs it); ``video_dir``: where clips go; ``device``:
@@ -84,7 +85,7 @@ class Evaluator:
         self.choice = ClipChoice(ClipRule(cfg.clips), cfg.clips_k)
         self._on_clip = on_clip
         per_episode = self.choice.rule is not ClipRule.none
-        stack = compose(
+        stack = make_env_stack(
             env_cfg, sim, cfg.num_envs, cfg.seed, cfg.recorder, video_dir, "eval",
             self._clip, device, self._episode_clip if per_episode else None, self.choice.keep,
         )  # fmt: skip

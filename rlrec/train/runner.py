@@ -121,7 +121,7 @@ class Runner:
             kind=kind,
             on_clip=self._on_clip,
             device=self.device,
-        )
+        ).env
 
     def _on_clip(self, clip: ClipInfo) -> None:
         """A clip is on disk: log it at the step its caller tagged it with (an eval clip finishes

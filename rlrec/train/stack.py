@@ -50,27 +50,12 @@ def make_env_stack(
     kind: str = "train",
     on_clip: Optional[Callable] = None,
     device: Optional[torch.device] = None,
-) -> AutoReset:
-    """``AutoReset(Recorder(adapter))`` (:func:`compose`'s env)."""
-    return compose(env_cfg, sim, num_envs, seed, recorder_cfg, video_dir, kind, on_clip, device).env
-
-
-def compose(
-    env_cfg: EnvConfig,
-    sim: SimConfig,
-    num_envs: int,
-    seed: Optional[int],
-    recorder_cfg: Optional[RecorderConfig] = None,
-    video_dir: Optional[str] = None,
-    kind: str = "train",
-    on_clip: Optional[Callable] = None,
-    device: Optional[torch.device] = None,
     on_episode_clip: Optional[Callable[[int, ClipInfo], None]] = None,
     keep: Optional[Keep] = None,
 ) -> Stack:
-    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``; an
-    eval recorder names its clips by their tag, the evaluation's training step
-    (:func:`rlrec.record.names.by_tag`).
+    """``AutoReset(Recorder(adapter))`` (``.env``) and its recording layers; the recorder is left
+    out when disabled or ``none``; an eval recorder names its clips by their tag, the
+    evaluation's training step (:func:`rlrec.record.names.by_tag`).
     When recording, an env that cannot render is refused before it is built. ``device``: the one
     the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here).
     ``on_episode_clip``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
