@@ -31,6 +31,7 @@ from rlrec.config import EvalEnvConfig
 from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.files import remove_quietly
 from rlrec.record import ClipInfo
+from rlrec.train.logger import Held
 from rlrec.train.stack import make_env_stack
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
@@ -91,10 +92,9 @@ class Evaluator:
         )  # fmt: skip
         self.env, self.recorder, self.clips = stack.env, stack.recorder, stack.clips
         self.recorded = False  # whether the last evaluation started a clip
-        # the records of evaluations whose clip is still being encoded, by step
-        self._pending: Dict[int, List[Dict[str, Any]]] = {}
+        # the records of evaluations whose clip is still being encoded
+        self._held = Held(self._name_clip, self._write)
         self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
-        self._saved: Optional[ClipInfo] = None  # the last evaluation clip reported
 
     def _clip(self, clip: ClipInfo) -> None:
         """The evaluation clip is on disk: the caller's ``on_clip``, then its records."""
@@ -215,11 +215,8 @@ class Evaluator:
         self._choose_clips(records)
         if not self.recorded:
             self._write(records)
-            return
-        self._pending[int(step)] = records  # written once its clip is reported (or lost)
-        saved = self._saved
-        if saved is not None and saved.tag is not None and int(saved.tag) == int(step):
-            self.clip_saved(saved)  # it was on disk before the evaluation ended
+        else:  # written once its clip is reported (or lost)
+            self._held.hold(step, records)
 
     def _choose_clips(self, records: List[Dict[str, Any]]) -> None:
         """Names each first episode's own clip; with worst / best, removes the clips of the
@@ -240,12 +237,15 @@ class Evaluator:
 
     def clip_saved(self, clip: ClipInfo) -> None:
         """The evaluation clip of step ``clip.tag`` is on disk: its records name it, and go out."""
-        self._saved = clip
-        if clip.tag is None or int(clip.tag) not in self._pending:
+        if clip.tag is not None:
+            self._held.clip(clip.tag, clip)
+
+    def _name_clip(self, records: List[Dict[str, Any]], clip: Optional[ClipInfo]) -> None:
+        """Names the evaluation clip in the records of the episodes it shows."""
+        if clip is None or self.recorder is None:  # lost: the records name none
             return
-        records = self._pending.pop(int(clip.tag))
-        env_idx = list(self.recorder.engine.env_idx) if self.recorder is not None else []
-        spf = self.recorder.engine.steps_per_frame if self.recorder is not None else 1
+        env_idx = list(self.recorder.engine.env_idx)
+        spf = self.recorder.engine.steps_per_frame
         last = clip.num_frames - 1
         for r in records:
             if r["_first"] and r["env"] in env_idx and r["clip"] is None:
@@ -254,12 +254,10 @@ class Evaluator:
                 # its terminal step's frame (or the clip's end)
                 end = last if r["env"] == env_idx[0] else min(last, r["length"] // spf)
                 r["frames"] = [0, end]
-        self._write(records)
 
     def write_pending(self) -> None:
         """Writes the records still waiting for their clips, naming none (the clip was lost)."""
-        for step in sorted(self._pending):
-            self._write(self._pending.pop(step))
+        self._held.lost()
 
     close = write_pending  # the runner closes it after the eval env's recorder: nothing comes then
 

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -93,6 +93,42 @@ class EpisodeStats:
         return out
 
 
+class Held:
+    """Lines held until their clip is on disk, the one such mechanism (metrics.jsonl's eval lines,
+    eval_episodes.jsonl's records): :meth:`hold` the lines of a step; :meth:`clip` fills them
+    (``fill(lines, clip)``) and writes them (``write(lines)``), or, come first, is kept for them;
+    :meth:`lost` writes those whose clip never came, filled with None."""
+
+    def __init__(self, fill: Callable[[Any, Any], None], write: Callable[[Any], None]):
+        self.fill, self.write = fill, write
+        self._held: Dict[int, Any] = {}  # step -> its lines
+        self._came: Optional[Tuple[int, Any]] = None  # (step, clip) of the last clip
+
+    def hold(self, step: int, lines: Any) -> None:
+        if self._came is not None and self._came[0] == int(step):  # the clip came first
+            self._out(lines, self._came[1])
+        else:
+            self._held[int(step)] = lines
+
+    def clip(self, step: int, clip: Any) -> None:
+        self._came = (int(step), clip)
+        lines = self._held.pop(int(step), None)
+        if lines is not None:
+            self._out(lines, clip)
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._held)
+
+    def lost(self) -> None:
+        for step in sorted(self._held):
+            self._out(self._held.pop(step), None)
+
+    def _out(self, lines: Any, clip: Any) -> None:
+        self.fill(lines, clip)
+        self.write(lines)
+
+
 class RunLogger:
     """Writes every logged dict to ``metrics.jsonl`` (one JSON object per line, each with ``step``),
     to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases."""
@@ -104,9 +140,7 @@ class RunLogger:
         # W&B first: a missing extra fails here, before any file of the run is written
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if cfg.name == "wandb" else None
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
-        # lines waiting for their clips, by (clip kind, step): see log()
-        self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}
-        self._last_clip: Dict[str, Tuple[int, str]] = {}  # kind -> (step, path) of its last clip
+        self._held: Dict[str, Held] = {}  # lines waiting for their clips, by clip kind: log()
         if cfg.name in ("tensorboard", "wandb"):
             from torch.utils.tensorboard import SummaryWriter
 
@@ -150,11 +184,8 @@ class RunLogger:
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
         if clip is None:
             self._metrics.write(json.dumps(line) + "\n")
-        elif self._last_clip.get(clip, (None,))[0] == int(step):  # the clip came first
-            line[f"{clip}/clip"] = self._last_clip[clip][1]
-            self._metrics.write(json.dumps(line) + "\n")
         else:
-            self._awaiting[(clip, int(step))] = line
+            self._held_lines(clip).hold(step, line)
         numeric = {
             k: float(v)
             for k, v in metrics.items()
@@ -190,11 +221,7 @@ class RunLogger:
         ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
         there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
         rel = os.path.relpath(path, self.run_dir)
-        self._last_clip[kind] = (int(step), rel)
-        line = self._awaiting.pop((kind, int(step)), None)
-        if line is not None:
-            line[f"{kind}/clip"] = rel
-            self._metrics.write(json.dumps(line) + "\n")
+        self._held_lines(kind).clip(step, rel)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
             if self._previews is None:
@@ -216,19 +243,27 @@ class RunLogger:
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
 
+    def _held_lines(self, kind: str) -> Held:
+        if kind not in self._held:
+
+            def fill(line: Dict[str, Any], rel: Optional[str]) -> None:
+                line[f"{kind}/clip"] = rel
+                if rel is None:
+                    line[f"{kind}/clip_lost"] = True
+
+            self._held[kind] = Held(fill, lambda line: self._metrics.write(json.dumps(line) + "\n"))
+        return self._held[kind]
+
     @property
     def awaiting(self) -> bool:
         """Whether lines wait for their clips."""
-        return bool(self._awaiting)
+        return any(held.waiting for held in self._held.values())
 
     def write_awaiting(self) -> None:
         """Writes the lines still waiting for their clips, naming none (``null``) and saying that
         their clip was lost (``"{kind}/clip_lost": true``)."""
-        for (kind, _), line in sorted(self._awaiting.items(), key=lambda kv: kv[0][1]):
-            line[f"{kind}/clip"] = None
-            line[f"{kind}/clip_lost"] = True
-            self._metrics.write(json.dumps(line) + "\n")
-        self._awaiting.clear()
+        for held in self._held.values():
+            held.lost()
 
     def close(self) -> None:
         if self._metrics is not None and not self._metrics.closed:
