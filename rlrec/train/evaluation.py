@@ -88,19 +88,13 @@ class Evaluator:
         per_episode = self.choice.rule is not ClipRule.none
         stack = make_env_stack(
             env_cfg, sim, cfg.num_envs, cfg.seed, cfg.recorder, video_dir, "eval",
-            self._clip, device, self._episode_clip if per_episode else None, self.choice.keep,
+            self.clip_saved, device, self._episode_clip if per_episode else None, self.choice.keep,
         )  # fmt: skip
         self.env, self.recorder, self.clips = stack.env, stack.recorder, stack.clips
         self.recorded = False  # whether the last evaluation started a clip
         # the records of evaluations whose clip is still being encoded
         self._held = Held(self._name_clip, self._write)
         self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
-
-    def _clip(self, clip: ClipInfo) -> None:
-        """The evaluation clip is on disk: the caller's ``on_clip``, then its records."""
-        if self._on_clip is not None:
-            self._on_clip(clip)
-        self.clip_saved(clip)
 
     def _episode_clip(self, env: int, clip: ClipInfo) -> None:
         self._episode_clips[env] = clip
@@ -216,7 +210,7 @@ class Evaluator:
         if not self.recorded:
             self._write(records)
         else:  # written once its clip is reported (or lost)
-            self._held.hold(step, records)
+            self._held.hold(int(step), records)
 
     def _choose_clips(self, records: List[Dict[str, Any]]) -> None:
         """Names each first episode's own clip; with worst / best, removes the clips of the
@@ -236,9 +230,12 @@ class Evaluator:
                 r["frames"] = [0, clip.num_frames - 1]
 
     def clip_saved(self, clip: ClipInfo) -> None:
-        """The evaluation clip of step ``clip.tag`` is on disk: its records name it, and go out."""
+        """The evaluation clip of step ``clip.tag`` is on disk: the caller's ``on_clip``, then its
+        records name it, and go out."""
+        if self._on_clip is not None:
+            self._on_clip(clip)
         if clip.tag is not None:
-            self._held.clip(clip.tag, clip)
+            self._held.clip(int(clip.tag), clip)
 
     def _name_clip(self, records: List[Dict[str, Any]], clip: Optional[ClipInfo]) -> None:
         """Names the evaluation clip in the records of the episodes it shows."""

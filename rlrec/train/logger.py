@@ -97,32 +97,28 @@ class Held:
     """Lines held until their clip is on disk, the one such mechanism (metrics.jsonl's eval lines,
     eval_episodes.jsonl's records): :meth:`hold` the lines of a step; :meth:`clip` fills them
     (``fill(lines, clip)``) and writes them (``write(lines)``), or, come first, is kept for them;
-    :meth:`lost` writes those whose clip never came, filled with None."""
+    :meth:`lost` writes those whose clip never came, filled with None. ``lines``: those held, by
+    step."""
 
     def __init__(self, fill: Callable[[Any, Any], None], write: Callable[[Any], None]):
         self.fill, self.write = fill, write
-        self._held: Dict[int, Any] = {}  # step -> its lines
+        self.lines: Dict[int, Any] = {}
         self._came: Optional[Tuple[int, Any]] = None  # (step, clip) of the last clip
 
     def hold(self, step: int, lines: Any) -> None:
-        if self._came is not None and self._came[0] == int(step):  # the clip came first
+        if self._came is not None and self._came[0] == step:  # the clip came first
             self._out(lines, self._came[1])
         else:
-            self._held[int(step)] = lines
+            self.lines[step] = lines
 
     def clip(self, step: int, clip: Any) -> None:
-        self._came = (int(step), clip)
-        lines = self._held.pop(int(step), None)
-        if lines is not None:
-            self._out(lines, clip)
-
-    @property
-    def waiting(self) -> bool:
-        return bool(self._held)
+        self._came = (step, clip)
+        if step in self.lines:
+            self._out(self.lines.pop(step), clip)
 
     def lost(self) -> None:
-        for step in sorted(self._held):
-            self._out(self._held.pop(step), None)
+        for step in sorted(self.lines):
+            self._out(self.lines.pop(step), None)
 
     def _out(self, lines: Any, clip: Any) -> None:
         self.fill(lines, clip)
@@ -185,7 +181,7 @@ class RunLogger:
         if clip is None:
             self._metrics.write(json.dumps(line) + "\n")
         else:
-            self._held_lines(clip).hold(step, line)
+            self._held_lines(clip).hold(int(step), line)
         numeric = {
             k: float(v)
             for k, v in metrics.items()
@@ -221,7 +217,7 @@ class RunLogger:
         ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
         there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
         rel = os.path.relpath(path, self.run_dir)
-        self._held_lines(kind).clip(step, rel)
+        self._held_lines(kind).clip(int(step), rel)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
             if self._previews is None:
@@ -257,7 +253,7 @@ class RunLogger:
     @property
     def awaiting(self) -> bool:
         """Whether lines wait for their clips."""
-        return any(held.waiting for held in self._held.values())
+        return any(held.lines for held in self._held.values())
 
     def write_awaiting(self) -> None:
         """Writes the lines still waiting for their clips, naming none (``null``) and saying that

@@ -254,19 +254,12 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     def _done_flags(self, terminated, truncated, resets):
         """The step's flags, with every env reset inside the step marked done (truncated where
         the env did not say terminated): the engine must end the clip where the env reset."""
-        n = int(self.num_envs)
-        dev = self.engine.device
-        term = (
-            torch.zeros(n, dtype=torch.bool, device=dev)
-            if terminated is None
-            else torch.as_tensor(terminated).to(dev).bool()
-        )
-        trunc = (
-            torch.zeros(n, dtype=torch.bool, device=dev)
-            if truncated is None
-            else torch.as_tensor(truncated).to(dev).bool()
-        )
+        n, dev = int(self.num_envs), self.engine.device
         reset = torch.zeros(n, dtype=torch.bool, device=dev)
+        term, trunc = (
+            reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
+            for flags in (terminated, truncated)
+        )
         for envs in resets:
             reset[envs.to(dev).long()] = True
         return term, trunc | (reset & ~term)
