@@ -83,17 +83,12 @@ def recorder_of(stack: Optional[EnvAdapter]) -> Optional[Recorder]:
     return None if stack is None else stack.find(Recorder)
 
 
-def episode_clips_of(stack: Optional[EnvAdapter]) -> Optional[EpisodeClips]:
-    """The per-episode clips layer of ``stack``, or None."""
-    return None if stack is None else stack.find(EpisodeClips)
-
-
 def record_losses(*stacks: Optional[EnvAdapter]) -> Dict[str, int]:
     """What the recorders of ``stacks`` lost so far, summed: ``record/clips_dropped``,
     ``record/frames_dropped``, ``record/encoder_stalls`` (``ClipEngine.losses``)."""
     out = {"record/clips_dropped": 0, "record/frames_dropped": 0, "record/encoder_stalls": 0}
     for stack in stacks:
-        rec, eps = recorder_of(stack), episode_clips_of(stack)
+        rec, eps = recorder_of(stack), None if stack is None else stack.find(EpisodeClips)
         for losses in (
             rec.engine.losses() if rec is not None and rec.engine is not None else {},
             eps.losses() if eps is not None else {},

@@ -55,7 +55,6 @@ class EpisodeClips(EnvWrapper):
         keep: Optional[Keep] = None,
     ):
         super().__init__(env)
-        self.kind = kind
         n = env.num_envs
         self._step = 0  # the render cache's clock: one batched render per step
         self._cached: Optional[tuple] = None  # (clock, env indices, frames)
@@ -140,10 +139,6 @@ class EpisodeClips(EnvWrapper):
             for k, v in engine.losses().items():
                 out[k] = out.get(k, 0) + v
         return out
-
-    @property
-    def errors(self) -> List[str]:
-        return [e for engine in self.engines for e in engine.errors]
 
     def close(self) -> None:
         try:
