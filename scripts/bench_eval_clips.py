@@ -25,7 +25,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlrec.train.evaluation import Evaluator  # noqa: E402
-from rlrec.train.stack import make_env_stack  # noqa: E402
 from tests.helpers import make_config  # noqa: E402
 
 
@@ -41,17 +40,8 @@ def _evaluator(rule: str, envs: int, size: int, root: Path) -> Evaluator:
     )
     run = root / rule
     run.mkdir()
-    env = make_env_stack(
-        cfg.env,
-        cfg.sim,
-        envs,
-        cfg.eval_env.seed,
-        cfg.eval_env.recorder,
-        video_dir=str(run / "videos" / "eval"),
-        kind="eval",
-        episode_clips=rule != "none",
-    )
-    return Evaluator(env, cfg.eval_env, run)
+    video_dir = str(run / "videos" / "eval")
+    return Evaluator(cfg.env, cfg.sim, cfg.eval_env, run, video_dir=video_dir)
 
 
 def main() -> None:

@@ -13,23 +13,14 @@ import torch
 from rlrec.checks import ConfigError
 from rlrec.layout import RunDir
 from rlrec.train.evaluation import Evaluator
-from rlrec.train.stack import make_env_stack, record_losses
+from rlrec.train.stack import record_losses
 from tests.helpers import FAST, make_config, read_metrics, run_train
 from tests.record.recutil import decode_many
 
 
 def _evaluator(cfg, tmp_path):
-    env = make_env_stack(
-        cfg.env,
-        cfg.sim,
-        cfg.eval_env.num_envs,
-        cfg.eval_env.seed,
-        cfg.eval_env.recorder,
-        video_dir=str(tmp_path / "videos" / "eval"),
-        kind="eval",
-        episode_clips=cfg.eval_env.clips != "none",
-    )
-    return Evaluator(env, cfg.eval_env, tmp_path)
+    video_dir = str(tmp_path / "videos" / "eval")
+    return Evaluator(cfg.env, cfg.sim, cfg.eval_env, tmp_path, video_dir=video_dir)
 
 
 def _still(obs):  # does not move: every episode runs to the time limit

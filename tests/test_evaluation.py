@@ -6,21 +6,11 @@ from __future__ import annotations
 import torch
 
 from rlrec.train.evaluation import Evaluator
-from rlrec.train.stack import make_env_stack, recorder_of
 
 
 def _evaluator(cfg, tmp_path, clips):
-    env = make_env_stack(
-        cfg.env,
-        cfg.sim,
-        cfg.eval_env.num_envs,
-        cfg.eval_env.seed,
-        cfg.eval_env.recorder,
-        video_dir=str(tmp_path / "eval"),
-        kind="eval",
-        on_clip=clips.append,
-    )
-    return Evaluator(env, cfg.eval_env)
+    video_dir = str(tmp_path / "eval")
+    return Evaluator(cfg.env, cfg.sim, cfg.eval_env, video_dir=video_dir, on_clip=clips.append)
 
 
 def _still(obs):  # a policy that does not move: every episode runs to the time limit
@@ -34,9 +24,9 @@ def test_one_episode_per_eval_env_and_a_tagged_clip(fast_config, tmp_path):
     try:
         first = ev.run(_still, tag=640)
         second = ev.run(_still, tag=1280)
-        recorder_of(ev.env).flush()
+        ev.recorder.flush()
     finally:
-        recorder_of(ev.env).close()
+        ev.recorder.close()
         ev.env.close()
     assert first["eval/episodes"] == 3 and first["eval/length"] == 12.0
     assert first == second  # the same seed: the same episodes

@@ -24,7 +24,7 @@ ENV = BuiltinEnvConfig(num_envs=3, max_episode_steps=7, render_width=16, render_
 
 def _stack(tmp_path, record: bool, seed: int = 0) -> AutoReset:
     rec = RecorderConfig(trigger=Trigger.always) if record else RecorderConfig(enabled=False)
-    return make_env_stack(ENV, SimConfig(), 3, seed, rec, video_dir=str(tmp_path / "v"))
+    return make_env_stack(ENV, SimConfig(), 3, seed, rec, video_dir=str(tmp_path / "v")).env
 
 
 def _advance(stack: AutoReset, steps: int = 11) -> None:

@@ -7,6 +7,7 @@ The core knows no framework and imports neither Hydra nor any simulator or env l
 - :mod:`~rlrec.record.engine`: :class:`ClipEngine`, every clip of one recorder, driven by two
   events (``on_reset``, ``on_step``) from whatever wraps the env;
 - :mod:`~rlrec.record.schedule`: :class:`Schedule`, every decision of when a clip starts;
+- :mod:`~rlrec.record.names`: every clip's file name, and the parse of a name back;
 - :mod:`~rlrec.record.timing`: which steps become frames, and the file's fps;
 - :mod:`~rlrec.record.frames`: a frame's layout (grid, even size) and its overlay;
 - :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
@@ -23,7 +24,7 @@ Importing it loads torch and numpy, and of rlrec only ``rlrec.checks`` and ``rlr
 """
 
 from rlrec.record.encoder import ClipInfo, Encoder
-from rlrec.record.engine import ClipEngine, RecorderError
+from rlrec.record.engine import ClipEngine, RecorderError, Source
 from rlrec.record.ffmpeg import EncoderError
 from rlrec.record.frames import FrameMeta
 from rlrec.record.schedule import Schedule
@@ -42,6 +43,7 @@ __all__ = [
     "RecorderError",
     "RenderHook",
     "Schedule",
+    "Source",
     "Trigger",
     "VideoWrapper",
 ]

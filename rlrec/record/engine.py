@@ -20,8 +20,9 @@ While no clip is open it renders nothing and reads nothing back from the device 
 reads the recorded env's done flag once every ``every`` steps), so an armed idle engine costs a call
 and two counter increments per step.
 
-The layers it delegates to: every decision of when a clip starts is the
-:class:`~rlrec.record.schedule.Schedule`'s; which steps become frames and the file's fps come from
+The layers it delegates to: every decision of when a clip starts (and whether an ended clip is
+kept) is its :class:`~rlrec.record.schedule.Schedule`'s; each clip's file name is its ``name``
+callable's (:mod:`rlrec.record.names`); which steps become frames and the file's fps come from
 :mod:`rlrec.record.timing`; frames go to an :class:`~rlrec.record.encoder.Encoder` thread, which
 writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through
 ``on_clip`` from the caller's thread.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -38,15 +40,16 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.files import probe_dir
+from rlrec.record import names
 from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
 from rlrec.record.frames import FrameMeta, draw_overlay
-from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.record.schedule import Schedule, Start
+from rlrec.record.settings import RecorderConfig
 from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClipEngine", "RecorderError", "ensure_video_dir"]
+__all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
@@ -59,11 +62,32 @@ class RecorderError(RuntimeError):
     """An encoder failure, raised in the caller's thread when ``on_error=raise``."""
 
 
-def ensure_video_dir(path: Optional[str], key: str) -> str:
-    """Creates ``path`` and checks that files can be created in it; ConfigError naming ``key``."""
-    if not path:
-        raise ConfigError(f"{key} is not set: the recorder needs a directory for its videos")
-    return probe_dir(path, key, use="the video directory", create=True)
+@dataclass
+class Source:
+    """The envs a recorder records: ``render(env_idx) -> uint8 [k, H, W, 3]`` of the current
+    state, ``max_episode_steps`` the time limit (for ``record_final_episode``). An
+    :class:`~rlrec.envs.base.EnvAdapter` is one as it is."""
+
+    num_envs: int
+    dt: float
+    device: Any
+    render: Render
+    max_episode_steps: Optional[int] = None
+
+
+def _video_dir(cfg: RecorderConfig, default: Optional[str], key: str) -> str:
+    """The absolute directory of the clips, created: ``cfg.dir`` (probed by the settings'
+    check), else ``default``, probed here; ConfigError naming ``key``."""
+    if cfg.dir:
+        try:
+            os.makedirs(cfg.dir, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"{key}.dir={cfg.dir!r}: cannot create the directory: {err}") from err
+        return os.path.abspath(cfg.dir)
+    where = f"{key}.dir (or the run's video dir)"
+    if not default:
+        raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
+    return os.path.abspath(probe_dir(default, where, use="the video directory", create=True))
 
 
 def _tensor(value: Any, device: torch.device) -> torch.Tensor:
@@ -88,6 +112,8 @@ class _Recorded:
 
     def __init__(self, env_idx: List[int], device: torch.device):
         first, k = env_idx[0], len(env_idx)
+        self.first, self.env_np = first, np.asarray(env_idx, dtype=np.int64)
+        self.hit_one = np.ones(1, dtype=bool)  # what hits() says of one recorded env, named
         contiguous = env_idx == list(range(first, first + k))
         self.take: Any = slice(first, first + k) if contiguous else np.asarray(env_idx)
         # a CPU tensor's recorded entries: a view (contiguous) or one index_select
@@ -107,6 +133,27 @@ class _Recorded:
         if isinstance(value, np.ndarray):
             return value[self.take].tolist()
         return np.asarray(value)[self.take].tolist()
+
+    def hits(self, env_idx: Any) -> Optional[np.ndarray]:
+        """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
+        list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
+        ``[num_envs]``. Only the recorded envs are looked at."""
+        if isinstance(env_idx, (list, tuple, range)) and not (
+            env_idx and isinstance(env_idx[0], (bool, np.bool_))
+        ):  # a list of indices: no tensor, no device round trip
+            if len(self.env_np) == 1:  # one recorded env: a membership test
+                return self.hit_one if self.first in env_idx else None
+            idx = np.asarray(env_idx, dtype=np.int64)
+        else:
+            if isinstance(env_idx, torch.Tensor):
+                # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
+                idx = env_idx.cpu().numpy()
+            else:
+                idx = np.asarray(env_idx)
+            if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
+                return idx.reshape(-1)[self.env_np]
+            idx = idx.reshape(-1)
+        return (idx[:, None] == self.env_np).any(axis=0)
 
     def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> tuple:
         host = self.host
@@ -154,7 +201,7 @@ class _Clip:
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
         self.episodes: List[int] = []
-        # provisional (keep_last_episode): dropped when its episode ends, kept only by close()
+        # provisional (Schedule.provisional): dropped when its episode ends, kept only by close()
         self.provisional = False
         self.autoreset = False  # it began at a partial reset (an autoreset)
 
@@ -169,110 +216,134 @@ class _Clip:
             self.length += len(pending)
             pending.clear()
 
+    def add_step(self, r: list, term: list, trunc: list, s: Optional[list]) -> bool:
+        """Adds a step's values of the recorded envs (plain lists); whether the first recorded
+        env's episode ended."""
+        live = self.live
+        done = False
+        if self.all_live and not (any(term) or any(trunc)):
+            # every recorded episode runs on: its rewards wait to be summed
+            self.pending.append(r)
+            if len(self.pending) >= _FOLD_ROWS:
+                self.fold()
+        else:  # an episode ended (or ended before): numpy over the recorded envs
+            self.fold()
+            t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+            ended = t | u
+            self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
+            self.length += live
+            self.terminated |= live & t
+            self.truncated |= live & u & ~t
+            self.live = live & ~ended
+            self.all_live = bool(self.live.all())
+            done = bool(ended[0])
+        if s is not None:
+            if self.success is None:  # the env reports success
+                self.success = np.zeros(len(live), dtype=bool)
+            if any(s):
+                self.success |= np.asarray(s, dtype=bool) & live
+        return done
+
+    def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
+        """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
+        self.fold()
+        returns, lengths = self.ret.tolist(), self.length.tolist()  # float32 -> exact floats
+        success = None if self.success is None else self.success.tolist()
+        ends = [
+            "terminated" if t else "truncated" if u else "cut"
+            for t, u in zip(self.terminated.tolist(), self.truncated.tolist())
+        ]
+        envs = [
+            {"env": env, "episode": episode, "return": ret, "length": length,
+             "success": None if success is None else success[i], "end": ends[i]}
+            for i, (env, episode, ret, length) in enumerate(
+                zip(env_idx, self.episodes, returns, lengths)
+            )
+        ]  # fmt: skip
+        seed = self.seed
+        if isinstance(seed, (np.integer, torch.Tensor)):
+            seed = seed.tolist()
+        elif seed is not None and not isinstance(seed, (int, list)):
+            seed = repr(seed)
+        return {
+            "kind": kind,
+            "env_idx": list(env_idx),
+            "episodes": list(self.episodes),
+            "seed": seed,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "envs": envs,
+        }
+
+
+def _check_frames(frames: Any, k: int, key: str, env_idx: List[int]) -> Any:
+    """``frames``' shape unless they are not a uint8 ``[k, H, W, 3]`` tensor (TypeError)."""
+    if (
+        not isinstance(frames, torch.Tensor)
+        or frames.dtype != torch.uint8
+        or frames.dim() != 4
+        or frames.shape[0] != k
+        or frames.shape[-1] != 3
+    ):
+        what = (
+            f"{frames.dtype} {tuple(frames.shape)}"
+            if isinstance(frames, torch.Tensor)
+            else type(frames).__name__
+        )
+        raise TypeError(
+            f"{key}: render({env_idx}) returned {what}; the recorder needs uint8 [{k}, H, W, 3]"
+        )
+    return frames.shape
+
 
 class ClipEngine:
-    """Records clips of ``cfg.env_idx`` of a batch of ``num_envs`` envs into ``video_dir``
-    (``cfg.dir`` overrides it). See the module docstring for the two events that drive it.
+    """Records clips of ``cfg.env_idx`` of ``source`` (a :class:`Source`, or an env adapter)
+    into ``video_dir`` (``cfg.dir`` overrides it). See the module docstring for its two events.
 
-    ``kind`` ("train", "eval", ...) goes into file names and :class:`ClipInfo`; ``key`` names the
-    settings in error messages; ``on_clip`` is called with each clip once it (and its sidecar) is
-    complete on disk, from the caller's thread (during a later event, ``poll``, ``flush`` or
-    ``close``). ``max_episode_steps``: the env's time limit, for ``record_final_episode``.
-    ``episode_trigger`` / ``step_trigger``: callables (Gymnasium's ``RecordVideo`` style) that
-    replace ``cfg.trigger`` (both: a clip starts when either fires); ``name_prefix``:
-    Gymnasium-style file names,
-    ``{name_prefix}-episode-{episode}.mp4`` (``-step-{step}`` for a clip of the step trigger).
-    Bad settings raise ConfigError here (:meth:`RecorderConfig.check`, naming ``names[field]``
-    where given), before any work; then the video directory is created.
-
-    ``keep_last_episode`` (with ``record_final_episode``), for callers that cannot announce the end
-    with :meth:`expect_end`: every episode that no trigger selects is recorded provisionally (a
-    render per frame and its encoding), dropped when the episode ends, and kept only if
-    :meth:`close` finds it in progress; a provisional clip never holds back a trigger.
-
-    ``tag``: any value the caller sets (e.g. the training step of the evaluation being recorded);
-    each clip keeps the tag current at its first frame, and its :class:`ClipInfo` carries it.
-    """
+    ``kind`` ("train", "eval", ...) goes into :class:`ClipInfo` and the sidecars; ``key`` names
+    the settings in error messages; ``on_clip`` is called with each clip once it (and its
+    sidecar) is on disk, from the caller's thread (during a later event, ``poll``, ``flush`` or
+    ``close``). ``schedule``: when clips start and which are kept (default: ``cfg``'s);
+    ``name``: each clip's file name (:mod:`rlrec.record.names`; ``cfg.filename`` wins). Bad
+    settings raise ConfigError here, before any work (:meth:`RecorderConfig.check`); then the
+    video directory is created. ``tag``: any value the caller sets; each clip keeps the tag
+    current at its first frame (its name and :class:`ClipInfo` carry it)."""
 
     def __init__(
         self,
         cfg: RecorderConfig,
+        source: Any,
+        video_dir: Optional[str] = None,
         *,
-        num_envs: int,
-        dt: float,
-        device: Any,
-        render: Render,
-        video_dir: Optional[str],
         kind: str = "train",
         key: Optional[str] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        max_episode_steps: Optional[int] = None,
-        episode_trigger: Optional[Callable[[int], bool]] = None,
-        step_trigger: Optional[Callable[[int], bool]] = None,
-        name_prefix: Optional[str] = None,
-        keep_last_episode: bool = False,
-        names: Optional[Dict[str, str]] = None,
+        schedule: Optional[Schedule] = None,
+        name: Optional[names.Name] = None,
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
-        for name, fn in (("episode_trigger", episode_trigger), ("step_trigger", step_trigger)):
-            if fn is not None and not callable(fn):
-                raise ConfigError(f"{self.key}: {name}={fn!r} is not callable")
-        if name_prefix is not None:
-            bad = not isinstance(name_prefix, str) or not name_prefix.strip()
-            if bad or "/" in name_prefix or name_prefix.startswith((".", "-")):
-                raise ConfigError(
-                    f"{self.key}: name_prefix={name_prefix!r} is invalid: a plain file-name "
-                    "prefix (no '/', not starting with '.' or '-')"
-                )
-        cfg.check(num_envs, self.key, names)
-        check_dt(dt, self.key)
+        self.num_envs = int(source.num_envs)
+        cfg.check(self.num_envs, self.key)
+        check_dt(source.dt, self.key)
         self.cfg = cfg
-        self.num_envs = int(num_envs)
-        self.dt = float(dt)
-        self.device = torch.device(device)
-        self.render = render
+        self.dt = float(source.dt)
+        self.device = torch.device(source.device)
+        self.render = source.render
+        self.max_episode_steps = getattr(source, "max_episode_steps", None)
         self.kind = kind
         self.on_clip = on_clip
         self.tag: Any = None
-        # the caller's name for the next clips (a file name in the video dir), or None
-        self.clip_name: Optional[Callable[[], str]] = None
-        self.max_episode_steps = max_episode_steps
-        self.name_prefix = name_prefix
-        # record_final_episode for a caller that cannot announce the end (no expect_end): every
-        # episode no trigger selects gets a provisional clip, so close() has one to keep
-        self.keep_last_episode = bool(keep_last_episode) and bool(cfg.record_final_episode)
-        # both callables (Gymnasium's RecordVideo takes both: a clip starts when either fires):
-        # the step trigger is the schedule's, and the episode trigger asks at each new episode
-        # and, when it fires, has the schedule record that episode (record_next_episode)
-        both = episode_trigger is not None and step_trigger is not None
-        self._episode_fn = episode_trigger if both else None
-        self._by_episode = False  # the clip about to start was asked for by _episode_fn
-        self.schedule = Schedule(
-            cfg.trigger,
-            cfg.every,
-            cfg.record_final_episode,
-            episode_fn=None if both else episode_trigger,
-            step_fn=step_trigger,
-        )
+        self.schedule = schedule if schedule is not None else Schedule.of(cfg)
         self._asks_steps = self.schedule.asks_steps
+        self.name = names.fixed(cfg.filename) if cfg.filename else name or names.default
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._recorded = _Recorded(self.env_idx, self.device)
-        self._env_np = np.asarray(self.env_idx, dtype=np.int64)
-        self._single = len(self.env_idx) == 1
-        self._hit_one = np.ones(1, dtype=bool)  # what _reset_hits says of that one env, named
         self.steps_per_frame = steps_per_frame(cfg.fps, self.dt)
         self.fps = real_fps(self.steps_per_frame, self.dt)  # written into the file
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
-        if cfg.dir:
-            video_dir = ensure_video_dir(cfg.dir, f"{self.key}.dir")
-        else:
-            video_dir = ensure_video_dir(video_dir, f"{self.key}.dir (or the run's video dir)")
-        # absolute: a relative dir means the working directory at start-up, whatever happens later
-        self.video_dir = os.path.abspath(video_dir)
-        # RecorderConfig.check refused names that are not one plain file; .mp4 is added when missing
-        name = cfg.filename
-        self.filename = name if name is None or name.lower().endswith(".mp4") else name + ".mp4"
+        # absolute: a relative dir means the working directory at start-up
+        self.video_dir = _video_dir(cfg, video_dir, self.key)
         self.encoder = Encoder(
             cfg.queue_size, name=f"rlrec-encoder-{kind}", stall_timeout=cfg.stall_timeout_sec
         )
@@ -281,7 +352,6 @@ class ClipEngine:
         self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
         self.steps = 0  # steps seen
         self.clips_saved = 0
-        # runtime state
         self.clips_started = 0  # in this process (a caller compares it before and after)
         # each recorded env's episode index, on the CPU (numpy): a reset costs no torch op (a
         # cold one costs far more than a step of a small env), read when a clip starts
@@ -299,15 +369,14 @@ class ClipEngine:
         int tensor or a bool mask ``[num_envs]``) with ``seed`` (kept for the sidecar)."""
         if self.closed:
             return
-        # A full reset is reset(env_idx=None), as the runner does to start an evaluation.
-        # AutoReset always names the envs it resets, even when all of them finished on the same
-        # step (or num_envs == 1), and such a reset must not count as a new evaluation.
+        # A full reset is reset(env_idx=None), as the runner does to start an evaluation; AutoReset
+        # always names the envs it resets (even all of them): not a new evaluation.
         full = env_idx is None
         if full:
             hit = True
             self._episodes += 1
         else:
-            hits = self._reset_hits(env_idx)
+            hits = self._recorded.hits(env_idx)
             hit = hits is not None
             if hit:
                 self._episodes += hits
@@ -337,64 +406,38 @@ class ClipEngine:
             return
         if self.closed:
             return
-        first = self._first
         clip = self._clip
         idle = clip is None or clip.provisional  # a provisional clip does not hold triggers back
-        if clip is not None:
-            if stepped:
-                clip.steps += 1
-                success = info.get("success") if info else None
-                # the recorded envs' values on the host, as plain values (the only device
-                # read-back per step, and only while recording)
-                r, term, trunc, s = self._recorded.rows(reward, terminated, truncated, success)
-                live = clip.live
-                if clip.all_live and not (any(term) or any(trunc)):
-                    # every recorded episode runs on: its rewards wait to be summed
-                    pending = clip.pending
-                    pending.append(r)
-                    if len(pending) >= _FOLD_ROWS:
-                        clip.fold()
-                    done = False
-                else:  # an episode ended (or ended before): numpy over the recorded envs
-                    clip.fold()
-                    t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
-                    ended = t | u
-                    clip.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
-                    clip.length += live
-                    clip.terminated |= live & t
-                    clip.truncated |= live & u & ~t
-                    clip.live = live & ~ended
-                    clip.all_live = bool(clip.live.all())
-                    done = bool(ended[0])
-                if s is not None:
-                    if clip.success is None:  # the env reports success
-                        clip.success = np.zeros(len(live), dtype=bool)
-                    if any(s):
-                        clip.success |= np.asarray(s, dtype=bool) & live
+        if clip is not None and stepped:
+            clip.steps += 1
+            success = info.get("success") if info else None
+            # the recorded envs' values on the host, as plain values (the only device read-back
+            # per step, and only while recording)
+            r, term, trunc, s = self._recorded.rows(reward, terminated, truncated, success)
+            done = clip.add_step(r, term, trunc, s)
+            full = self.length is not None and clip.frames >= self.length
+            if not full and (done or clip.steps % self.steps_per_frame == 0):
+                # the terminal frame is always taken: it is rendered here, before anything
+                # resets the env and replaces it
+                self._capture(r, s)
                 full = self.length is not None and clip.frames >= self.length
-                if not full and (done or clip.steps % self.steps_per_frame == 0):
-                    # the terminal frame is always taken: it is rendered here, before anything
-                    # resets the env and replaces it
-                    self._capture(r, s)
-                    full = self.length is not None and clip.frames >= self.length
-                # a full provisional clip stays open, taking no more frames, until its episode
-                # ends (dropped) or close() keeps it
-                if done or (full and not clip.provisional):
-                    self._end_clip(keep=not clip.provisional)
-        if (
-            idle
-            and stepped
-            and self.schedule.on_step(
+            # a full provisional clip stays open, taking no more frames, until its episode ends
+            # (dropped) or close() keeps it
+            if done or (full and not clip.provisional):
+                self._end_clip(keep=not clip.provisional)
+        if idle and stepped:
+            first, device = self._first, self.device
+            start = self.schedule.on_step(
                 self.steps,
                 lambda: (
-                    bool(_tensor(terminated, self.device)[first])
-                    or bool(_tensor(truncated, self.device)[first])
+                    bool(_tensor(terminated, device)[first])
+                    or bool(_tensor(truncated, device)[first])
                 ),
-            )
-        ):
-            if self._clip is not None:
-                self._end_clip(keep=False)  # a provisional clip gives way to the triggered one
-            self._start_clip()  # a step trigger, idle: the done flag is read when it falls
+            )  # a step trigger, idle: the done flag is read when it falls
+            if start:
+                if self._clip is not None:
+                    self._end_clip(keep=False)  # a provisional clip gives way to it
+                self._start_clip(start)
         if self._waiting:
             self.poll()
 
@@ -404,15 +447,11 @@ class ClipEngine:
         self.schedule.record_next_episode()
 
     def expect_end(self, steps_left: int) -> None:
-        """The caller will report ``steps_left`` more steps, then call :meth:`close`.
-
-        With ``record_final_episode``, every episode of the recorded env that begins within the
-        last ``max_episode_steps`` steps (every episode from now on if the env has no limit) is
-        recorded, so the episode in progress at ``close()`` has a clip, which ``close()`` saves.
-        Call it before the final episode begins (e.g. once, before the training loop). It turns
-        ``keep_last_episode`` off: the schedule now knows which episodes to record."""
+        """The caller will report ``steps_left`` more steps, then call :meth:`close`: with
+        ``record_final_episode``, every episode of the recorded env that begins within the last
+        ``max_episode_steps`` steps (every one if the env has no limit) is recorded, so the
+        episode in progress at ``close()`` has a clip (:meth:`Schedule.expect_end`)."""
         self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
-        self.keep_last_episode = False
 
     def end_clip(self) -> None:
         """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
@@ -475,13 +514,10 @@ class ClipEngine:
                 f"missing keys {sorted(missing)}"
             )
         schedule = state.get("schedule")
-        # version 1 kept the schedule's keys at the top level; none: a fresh one
-        if schedule is None:
+        if schedule is None:  # version 1 kept the schedule's keys at the top level
             keys = ("step_pending", "step_fired_at")
-            schedule = {
-                "version": Schedule.STATE_VERSION,
-                **{k: state[k] for k in keys if k in state},
-            }
+            schedule = {k: state[k] for k in keys if k in state}
+            schedule["version"] = Schedule.STATE_VERSION
         self.schedule.load_state_dict(schedule)
         if self._clip is not None:
             self._end_clip(keep=False)
@@ -513,69 +549,33 @@ class ClipEngine:
                 raise
 
     # ------------------------------------------------------------------ internals
-    def _reset_hits(self, env_idx: Any) -> Optional[np.ndarray]:
-        """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
-        list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
-        ``[num_envs]``. Only the recorded envs are looked at."""
-        if isinstance(env_idx, (list, tuple, range)) and not (
-            env_idx and isinstance(env_idx[0], (bool, np.bool_))
-        ):  # a list of indices: no tensor, no device round trip
-            if self._single:  # one recorded env: a membership test
-                return self._hit_one if self._first in env_idx else None
-            idx = np.asarray(env_idx, dtype=np.int64)
-        else:
-            if isinstance(env_idx, torch.Tensor):
-                # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
-                idx = env_idx.cpu().numpy()
-            else:
-                idx = np.asarray(env_idx)
-            if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
-                return idx.reshape(-1)[self._env_np]
-            idx = idx.reshape(-1)
-        return (idx[:, None] == self._env_np).any(axis=0)
-
     def _new_episode(self, full_reset: bool) -> None:
         if self._clip is not None:
-            # an episode boundary always ends the clip. Dropped: a provisional clip
-            # (keep_last_episode), and one that a partial reset (an autoreset) began and that saw
-            # no step, only that reset's frame (an autoreset right before the caller's full
-            # reset). Kept: a step trigger's clip cut before its next step (a real state, "cut")
+            # an episode boundary always ends the clip. Dropped: a provisional clip, and one that
+            # a partial reset (an autoreset) began and that saw no step, only that reset's frame
+            # (an autoreset right before the caller's full reset). Kept: a step trigger's clip
+            # cut before its next step (a real state, "cut")
             clip = self._clip
             self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
         self.episode += 1
         self._episode_steps = 0
-        if self._episode_fn is not None and self._episode_fn(self.episode):
-            self.schedule.record_next_episode()
-            self._by_episode = True
-        if self.schedule.on_reset(self.episode, self.steps, full_reset):
-            self._start_clip()
+        start = self.schedule.on_reset(self.episode, self.steps, full_reset)
+        if start:
+            self._start_clip(start)
             if self._clip is not None:
                 self._clip.autoreset = not full_reset
-        elif self.keep_last_episode:
-            self._start_clip(provisional=True)
 
-    def _file_name(self) -> str:
-        if self.filename is not None:
-            return self.filename
-        if self.clip_name is not None:
-            return self.clip_name()
-        if self.name_prefix is not None:
-            by_step = self.schedule.trigger is Trigger.step or self.schedule.step_fn is not None
-            if by_step and not self._by_episode:
-                return f"{self.name_prefix}-step-{self.steps}.mp4"
-            return f"{self.name_prefix}-episode-{self.episode}.mp4"
-        return f"{self.kind}-ep{self.episode:06d}-step{self.steps:09d}.mp4"
-
-    def _start_clip(self, provisional: bool = False) -> None:
-        path = os.path.join(self.video_dir, self._file_name())
-        self._by_episode = False
+    def _start_clip(self, start: Start) -> None:
+        provisional = start is Start.provisional
+        by_step = start is Start.step or (provisional and self._asks_steps)
+        at = names.ClipStart(self.kind, self.episode, self.steps, by_step, self.tag)
         self.clips_started += not provisional
         clip = self._clip = _Clip(len(self.env_idx), self.steps, self._seed)
         clip.provisional = provisional
         clip.episodes = self._episodes.tolist()
         job = ClipJob(
-            path=path,
-            fixed_name=self.filename is not None,
+            path=os.path.join(self.video_dir, self.name(at)),
+            fixed_name=bool(self.cfg.filename),
             kind=self.kind,
             episode=self.episode,
             step=self.steps,
@@ -603,8 +603,8 @@ class ClipEngine:
             isinstance(frames, torch.Tensor)
             and frames.dtype is _UINT8
             and frames.shape == self._frame_shape
-        ):
-            self._check_frames(frames)  # a first frame, or one of another size or type
+        ):  # a first frame, or one of another size or type
+            self._frame_shape = _check_frames(frames, len(self.env_idx), self.key, self.env_idx)
         meta = None
         if self.cfg.overlay:
             # what the overlay shows (host arrays over the recorded envs, made here: the encoder
@@ -625,69 +625,13 @@ class ClipEngine:
         clip.frames += 1
         clip.last_step = clip.first_step + clip.steps
 
-    def _check_frames(self, frames: Any) -> None:
-        """TypeError unless ``frames`` is a uint8 ``[k, H, W, 3]`` tensor; remembers its shape,
-        so that frames of that shape and type are let through with one comparison."""
-        k = len(self.env_idx)
-        if (
-            not isinstance(frames, torch.Tensor)
-            or frames.dtype != torch.uint8
-            or frames.dim() != 4
-            or frames.shape[0] != k
-            or frames.shape[-1] != 3
-        ):
-            what = (
-                f"{frames.dtype} {tuple(frames.shape)}"
-                if isinstance(frames, torch.Tensor)
-                else type(frames).__name__
-            )
-            raise TypeError(
-                f"{self.key}: render({self.env_idx}) returned {what}; the recorder needs "
-                f"uint8 [{k}, H, W, 3]"
-            )
-        self._frame_shape = frames.shape
-
-    def _summary(self, clip: _Clip) -> Dict[str, Any]:
-        """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
-        clip.fold()
-        terminated, truncated = clip.terminated.tolist(), clip.truncated.tolist()
-        returns, lengths = clip.ret.tolist(), clip.length.tolist()  # float32 -> exact floats
-        success = None if clip.success is None else clip.success.tolist()
-        end = [
-            "terminated" if t else "truncated" if u else "cut"
-            for t, u in zip(terminated, truncated)
-        ]
-        envs = [
-            {
-                "env": env,
-                "episode": episode,
-                "return": ret,
-                "length": length,
-                "success": None if success is None else success[i],
-                "end": end[i],
-            }
-            for i, (env, episode, ret, length) in enumerate(
-                zip(self.env_idx, clip.episodes, returns, lengths)
-            )
-        ]
-        seed = clip.seed
-        if isinstance(seed, (np.integer, torch.Tensor)):
-            seed = seed.tolist()
-        elif seed is not None and not isinstance(seed, (int, list)):
-            seed = repr(seed)
-        return {
-            "kind": self.kind,
-            "env_idx": list(self.env_idx),
-            "episodes": list(clip.episodes),
-            "seed": seed,
-            "first_step": clip.first_step,
-            "last_step": clip.last_step,
-            "envs": envs,
-        }
-
     def _end_clip(self, keep: bool) -> None:
         clip, self._clip = self._clip, None
-        summary = self._summary(clip) if keep and clip is not None else None
+        if keep and clip is not None and self.schedule.keep is not None:
+            success = None if clip.success is None else bool(clip.success[0])
+            clip.fold()
+            keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
+        summary = clip.summary(self.kind, self.env_idx) if keep and clip is not None else None
         self.encoder.end(keep, summary)
 
     def _report(self, message: str) -> None:

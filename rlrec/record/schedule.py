@@ -11,16 +11,30 @@ The recorder counts steps (calls of ``step``) and episodes of the recorded env a
 
 Beyond the trigger, two requests start a clip at a reset: :meth:`Schedule.record_next_episode`
 (the next episode, once) and :meth:`Schedule.expect_end` (with ``record_final_episode``: every
-episode that may still be in progress when the run ends).
+episode that may still be in progress when the run ends). Each decision says why a clip starts
+(:class:`Start`), which its name may tell; ``keep`` (asked as each clip ends) may drop it.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable, Dict, Optional
 
-from rlrec.record.settings import Trigger
+from rlrec.record.settings import RecorderConfig, Trigger
 
-__all__ = ["Schedule", "capped_cubic"]
+__all__ = ["Keep", "Schedule", "Start", "capped_cubic"]
+
+Keep = Callable[[int, Optional[bool], float], bool]  # env, success, return -> keep the clip
+
+
+class Start(enum.Enum):
+    """Why a clip starts: at an episode's reset (``episode``), by the step trigger (``step``), or
+    provisionally (``provisional``: recorded in case it is the last episode, see ``provisional``
+    of :class:`Schedule`)."""
+
+    episode = "episode"
+    step = "step"
+    provisional = "provisional"
 
 
 def capped_cubic(episode: int) -> bool:
@@ -38,9 +52,12 @@ class Schedule:
     :meth:`expect_end` arms the final episodes. The settings are checked by
     :meth:`rlrec.record.settings.RecorderConfig.check`, not here.
 
-    ``episode_fn`` / ``step_fn``: a callable trigger (Gymnasium's ``episode_trigger`` /
-    ``step_trigger``), at most one, replacing ``trigger``: ``episode_fn(episode)`` is asked once at
-    each new episode, ``step_fn(steps)`` in place of ``steps % every == 0``.
+    ``episode_fn`` / ``step_fn``: callable triggers (Gymnasium's ``episode_trigger`` /
+    ``step_trigger``) replacing ``trigger``: ``episode_fn(episode)`` is asked once at each new
+    episode, ``step_fn(steps)`` in place of ``steps % every == 0``; both: a clip starts when either
+    fires. ``provisional`` (with ``record_final_episode``, until :meth:`expect_end`): every
+    episode no trigger selects starts a provisional clip, which only ``close()`` keeps.
+    ``keep(env, success, return)``: asked as each clip ends; False drops it.
     """
 
     STATE_VERSION = 1
@@ -52,28 +69,34 @@ class Schedule:
         record_final_episode: bool = False,
         episode_fn: Optional[Callable[[int], bool]] = None,
         step_fn: Optional[Callable[[int], bool]] = None,
+        provisional: bool = False,
+        keep: Optional[Keep] = None,
     ):
-        if episode_fn is not None and step_fn is not None:
-            raise ValueError("Schedule: give at most one of episode_fn and step_fn")
         self.episode_fn = episode_fn
         self.step_fn = step_fn
         self.trigger = Trigger(trigger)
-        if episode_fn is not None:
-            self.trigger = Trigger.episode
-        elif step_fn is not None:
+        if step_fn is not None:
             self.trigger = Trigger.step
+        elif episode_fn is not None:
+            self.trigger = Trigger.episode
         self.every = None if every is None else int(every)
         self.record_final_episode = bool(record_final_episode)
+        self.provisional = self.record_final_episode and bool(provisional)
+        self.keep = keep
         # checkpointed
-        self._step_pending = (
-            False  # the step trigger fell on a terminal step: start at the next reset
-        )
+        # the step trigger fell on a terminal step: start at the next reset
+        self._step_pending = False
         self._step_fired_at = -1  # step count at which the step trigger last fired
         # this process only
         self._record_next = False
         self._end: Optional[int] = None  # step count at which the caller will close the recorder
         self._horizon: Optional[int] = None  # longest episode; None: unknown
         self._asked: Optional[int] = None  # the episode on_reset was last asked about
+
+    @classmethod
+    def of(cls, cfg: RecorderConfig, **kw: Any) -> "Schedule":
+        """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``keep``)."""
+        return cls(cfg.trigger, cfg.every, cfg.record_final_episode, **kw)
 
     @property
     def asks_steps(self) -> bool:
@@ -82,39 +105,44 @@ class Schedule:
         return self.trigger is Trigger.step
 
     # ------------------------------------------------------------------ decisions
-    def on_reset(self, episode: int, steps: int, full_reset: bool) -> bool:
-        """Whether a clip starts with the first frame of ``episode`` of the recorded env, reset
-        after ``steps`` steps. ``full_reset``: it was ``reset(env_idx=None)`` (an AutoReset naming
-        every env is not one); ``trigger=eval`` records the first episode after each, i.e. one
-        clip per evaluation. Asked again about the same episode, it says False."""
+    def on_reset(self, episode: int, steps: int, full_reset: bool) -> Optional[Start]:
+        """Whether (and why) a clip starts with the first frame of ``episode`` of the recorded
+        env, reset after ``steps`` steps; None: none. ``full_reset``: it was
+        ``reset(env_idx=None)`` (an AutoReset naming every env is not one); ``trigger=eval``
+        records the first episode after each, i.e. one clip per evaluation. Asked again about the
+        same episode, it says None."""
         if episode == self._asked:
-            return False
+            return None
         self._asked = episode
+        by_episode = False
         if self.trigger is Trigger.step:
             due = self._step_due(steps) and steps != self._step_fired_at
             fire = self._step_pending or due
+            # both callables: the episode trigger too, and its clip is the episode's
+            by_episode = self.episode_fn is not None and bool(self.episode_fn(episode))
         else:
             fire = self._episode_fires(episode, full_reset)
-        fire = fire or self._record_next or self._final(steps)
-        if fire:
-            if self.trigger is Trigger.step:
-                self._step_fired_at = steps
-            self._step_pending = self._record_next = False
-        return fire
+        fire = fire or by_episode or self._record_next or self._final(steps)
+        if not fire:
+            return Start.provisional if self.provisional else None
+        if self.trigger is Trigger.step:
+            self._step_fired_at = steps
+        self._step_pending = self._record_next = False
+        return Start.step if self.trigger is Trigger.step and not by_episode else Start.episode
 
-    def on_step(self, steps: int, terminal: Callable[[], bool]) -> bool:
+    def on_step(self, steps: int, terminal: Callable[[], bool]) -> Optional[Start]:
         """Whether a clip starts on the state after step ``steps`` (asked only while no clip is
         open, and only where :attr:`asks_steps`). ``terminal()`` says whether that step ended the
         recorded env's episode; it is called only when the step trigger falls (a device read-back
         every ``every`` steps). On a terminal step the clip starts at the next reset instead: a
         clip of the terminal frame alone is useless."""
         if self.trigger is not Trigger.step or not self._step_due(steps):
-            return False
+            return None
         self._step_fired_at = steps
         if terminal():
             self._step_pending = True
-            return False
-        return True
+            return None
+        return Start.step
 
     def _step_due(self, steps: int) -> bool:
         if self.step_fn is not None:
@@ -155,10 +183,11 @@ class Schedule:
         clip, so the episode in progress at the end has one. An idle recorder renders nothing, so
         an episode already running when this is called cannot get a clip any more: announce the
         end at least ``horizon`` steps before it. Not checkpointed: a resumed run announces its
-        own end. Without ``record_final_episode`` it does nothing.
+        own end. Without ``record_final_episode`` it does nothing; it ends ``provisional``.
         """
         if not self.record_final_episode:
             return
+        self.provisional = False
         if steps_left < 0:
             raise ValueError(f"expect_end: steps_left={steps_left} must be >= 0")
         self._end = int(steps) + int(steps_left)

@@ -83,11 +83,12 @@ class RecorderConfig:
         """ConfigError unless these settings fit a batch of ``num_envs`` envs: the one check of a
         recorder's settings. Messages name ``{key}.{field}``; ``names`` maps a field to the
         caller's own argument name (a drop-in wrapper's: ``RecordVectorVideo.video_length``, not
-        ``RecordVectorVideo.length_frames``). Settings that passed for the same ``num_envs``,
-        ``key`` and ``names`` and have not changed since are not checked again (a run's config is
-        checked before any work, and its recorder's engine is then built from the same object)."""
+        ``RecordVectorVideo.length_frames``). Settings that passed for the same ``num_envs``
+        and have not changed since are not checked again (a run's config, or a drop-in's with its
+        ``names``, is checked before any work, and its engine is then built from the same
+        object)."""
         names = names or {}
-        passed = (num_envs, key, sorted(names.items()), astuple(self))
+        passed = (num_envs, astuple(self))
         if vars(self).get("_passed") == passed:
             return
 
@@ -155,7 +156,7 @@ class RecorderConfig:
                 )
         if recording(self) and self.dir:
             probe_dir(self.dir, n("dir"))
-        self._passed = (num_envs, key, sorted(names.items()), astuple(self))
+        self._passed = passed
 
 
 def recording(cfg: Optional[RecorderConfig]) -> bool:

@@ -28,10 +28,10 @@ from omegaconf import OmegaConf
 from rlrec.checks import ConfigError
 from rlrec.config import Config, EpisodeClips, to_dataclass
 from rlrec.layout import CHECKPOINT_FILES, RunDir
+from rlrec.record import names
 from rlrec.record.settings import Trigger
 from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
-from rlrec.train.evaluation import clip_name
 
 __all__ = ["find_checkpoint", "main", "replay", "replay_config"]
 
@@ -120,7 +120,7 @@ def replay(
             runner.evaluate()
         finally:
             runner.close()
-    clip = RunDir(out).videos("eval") / clip_name(step)
+    clip = RunDir(out).videos("eval") / names.evaluation(step)
     if not clip.exists():
         raise RuntimeError(f"replay: the clip {clip} was not written (see the log above)")
     return clip

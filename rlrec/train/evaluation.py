@@ -20,61 +20,80 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
 from rlrec.config import EpisodeClips as ClipRule
 from rlrec.config import EvalEnvConfig
-from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.files import remove_quietly
 from rlrec.layout import RunDir
 from rlrec.record import ClipInfo
-from rlrec.train.stack import episode_clips_of, recorder_of
+from rlrec.train.logger import Held
+from rlrec.train.stack import make_env_stack
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 
 
-def clip_name(step: int) -> str:
-    """The file name of the evaluation clip of training step ``step``."""
-    return f"eval-step{int(step):09d}.mp4"
+@dataclass(frozen=True)
+class ClipChoice:
+    """Which per-episode clips an evaluation keeps (``eval_env.clips``, ``eval_env.clips_k``),
+    decided here alone: ``failed`` as each clip ends, before it is written (:meth:`keep`);
+    ``worst`` / ``best`` once every clip of the evaluation is (:meth:`chosen`)."""
+
+    rule: ClipRule = ClipRule.none
+    k: int = 3
+
+    def keep(self, env: int, success: Optional[bool], ret: float) -> bool:
+        return self.rule is not ClipRule.failed or success is not True
+
+    def chosen(self, firsts: List[Dict[str, Any]]) -> Optional[Set[int]]:
+        """The envs whose clip stays, of the first episodes' records that have one (None: every
+        clip written stays)."""
+        if self.rule not in (ClipRule.worst, ClipRule.best):
+            return None
+        sign = 1 if self.rule is ClipRule.worst else -1
+        ranked = sorted(firsts, key=lambda r: (sign * r["return"], r["env"]))
+        return {r["env"] for r in ranked[: self.k]}
 
 
 class Evaluator:
-    """Owns the eval env stack's episodes: resets it, runs the policy, returns the eval figures,
-    and writes the episodes' records to ``run_dir/eval_episodes.jsonl`` (no file when
-    ``run_dir`` is None)."""
+    """Composes the eval env stack (``rlrec.train.stack.make_env_stack``: ``cfg.recorder``'s clip
+    of each evaluation, and with ``cfg.clips`` per-episode clips kept by one :class:`ClipChoice`),
+    resets
+    it, runs the policy, returns the eval figures, and writes the episodes' records to
+    ``run_dir/eval_episodes.jsonl`` (no file when ``run_dir`` is None). ``on_clip``: called with
+    each evaluation clip on disk (the runner logs it); ``video_dir``: where clips go; ``device``:
+    the eval env's."""
 
-    def __init__(self, env: AutoReset, cfg: EvalEnvConfig, run_dir: Optional[Path] = None):
-        self.env = env
+    def __init__(
+        self,
+        env_cfg: EnvConfig,
+        sim: SimConfig,
+        cfg: EvalEnvConfig,
+        run_dir: Optional[Path] = None,
+        *,
+        video_dir: Optional[str] = None,
+        on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        device: Optional[torch.device] = None,
+    ):
         self.cfg = cfg
         self.run_dir = None if run_dir is None else Path(run_dir)
-        self.recorder = recorder_of(env)
-        self.clips = episode_clips_of(env)
+        self.choice = ClipChoice(ClipRule(cfg.clips), cfg.clips_k)
+        self._on_clip = on_clip
+        per_episode = self.choice.rule is not ClipRule.none
+        stack = make_env_stack(
+            env_cfg, sim, cfg.num_envs, cfg.seed, cfg.recorder, video_dir, "eval",
+            self.clip_saved, device, self._episode_clip if per_episode else None, self.choice.keep,
+        )  # fmt: skip
+        self.env, self.recorder, self.clips = stack.env, stack.recorder, stack.clips
         self.recorded = False  # whether the last evaluation started a clip
-        # the records of evaluations whose clip is still being encoded, by step
-        self._pending: Dict[int, List[Dict[str, Any]]] = {}
+        # the records of evaluations whose clip is still being encoded
+        self._held = Held(self._name_clip, self._write)
         self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
-        self._saved: Optional[ClipInfo] = None  # the last evaluation clip reported
-        if self.recorder is not None:
-            engine = self.recorder.engine
-            engine.clip_name = lambda: clip_name(engine.tag)
-            caller = engine.on_clip  # the caller's (the runner logs the clip), then the records
-
-            def on_clip(clip: ClipInfo) -> None:
-                if caller is not None:
-                    caller(clip)
-                self.clip_saved(clip)
-
-            engine.on_clip = on_clip
-        if self.clips is not None:
-            self.clips.on_clip = self._episode_clip
-            self.clips.keep = self._keep
-
-    def _keep(self, env: int, success: Optional[bool], ret: float) -> bool:
-        """Whether a per-episode clip is written (worst / best are chosen once all are)."""
-        return self.cfg.clips is not ClipRule.failed or success is not True
 
     def _episode_clip(self, env: int, clip: ClipInfo) -> None:
         self._episode_clips[env] = clip
@@ -189,11 +208,8 @@ class Evaluator:
         self._choose_clips(records)
         if not self.recorded:
             self._write(records)
-            return
-        self._pending[int(step)] = records  # written once its clip is reported (or lost)
-        saved = self._saved
-        if saved is not None and saved.tag is not None and int(saved.tag) == int(step):
-            self.clip_saved(saved)  # it was on disk before the evaluation ended
+        else:  # written once its clip is reported (or lost)
+            self._held.hold(int(step), records)
 
     def _choose_clips(self, records: List[Dict[str, Any]]) -> None:
         """Names each first episode's own clip; with worst / best, removes the clips of the
@@ -201,16 +217,11 @@ class Evaluator:
         if self.clips is None:
             return
         firsts = [r for r in records if r["_first"] and r["env"] in self._episode_clips]
-        rule = self.cfg.clips
-        if rule in (ClipRule.worst, ClipRule.best):
-            ranked = sorted(firsts, key=lambda r: (r["return"], r["env"]))
-            if rule is ClipRule.best:
-                ranked = sorted(firsts, key=lambda r: (-r["return"], r["env"]))
-            chosen = {r["env"] for r in ranked[: self.cfg.clips_k]}
-            for env in [e for e in self._episode_clips if e not in chosen]:
-                clip = self._episode_clips.pop(env)
-                remove_quietly(clip.path)
-                remove_quietly(clip.sidecar)
+        chosen = self.choice.chosen(firsts)
+        for env in [e for e in self._episode_clips if chosen is not None and e not in chosen]:
+            clip = self._episode_clips.pop(env)
+            remove_quietly(clip.path)
+            remove_quietly(clip.sidecar)
         for r in records:
             clip = self._episode_clips.get(r["env"]) if r["_first"] else None
             if clip is not None:
@@ -218,13 +229,19 @@ class Evaluator:
                 r["frames"] = [0, clip.num_frames - 1]
 
     def clip_saved(self, clip: ClipInfo) -> None:
-        """The evaluation clip of step ``clip.tag`` is on disk: its records name it, and go out."""
-        self._saved = clip
-        if clip.tag is None or int(clip.tag) not in self._pending:
+        """The evaluation clip of step ``clip.tag`` is on disk: the caller's ``on_clip``, then its
+        records name it, and go out."""
+        if self._on_clip is not None:
+            self._on_clip(clip)
+        if clip.tag is not None:
+            self._held.clip(int(clip.tag), clip)
+
+    def _name_clip(self, records: List[Dict[str, Any]], clip: Optional[ClipInfo]) -> None:
+        """Names the evaluation clip in the records of the episodes it shows."""
+        if clip is None or self.recorder is None:  # lost: the records name none
             return
-        records = self._pending.pop(int(clip.tag))
-        env_idx = list(self.recorder.engine.env_idx) if self.recorder is not None else []
-        spf = self.recorder.engine.steps_per_frame if self.recorder is not None else 1
+        env_idx = list(self.recorder.engine.env_idx)
+        spf = self.recorder.engine.steps_per_frame
         last = clip.num_frames - 1
         for r in records:
             if r["_first"] and r["env"] in env_idx and r["clip"] is None:
@@ -233,12 +250,10 @@ class Evaluator:
                 # its terminal step's frame (or the clip's end)
                 end = last if r["env"] == env_idx[0] else min(last, r["length"] // spf)
                 r["frames"] = [0, end]
-        self._write(records)
 
     def write_pending(self) -> None:
         """Writes the records still waiting for their clips, naming none (the clip was lost)."""
-        for step in sorted(self._pending):
-            self._write(self._pending.pop(step))
+        self._held.lost()
 
     close = write_pending  # the runner closes it after the eval env's recorder: nothing comes then
 

@@ -92,6 +92,38 @@ class EpisodeStats:
         return out
 
 
+class Held:
+    """Lines held until their clip is on disk, the one such mechanism (metrics.jsonl's eval lines,
+    eval_episodes.jsonl's records): :meth:`hold` the lines of a step; :meth:`clip` fills them
+    (``fill(lines, clip)``) and writes them (``write(lines)``), or, come first, is kept for them;
+    :meth:`lost` writes those whose clip never came, filled with None. ``lines``: those held, by
+    step."""
+
+    def __init__(self, fill: Callable[[Any, Any], None], write: Callable[[Any], None]):
+        self.fill, self.write = fill, write
+        self.lines: Dict[int, Any] = {}
+        self._came: Optional[Tuple[int, Any]] = None  # (step, clip) of the last clip
+
+    def hold(self, step: int, lines: Any) -> None:
+        if self._came is not None and self._came[0] == step:  # the clip came first
+            self._out(lines, self._came[1])
+        else:
+            self.lines[step] = lines
+
+    def clip(self, step: int, clip: Any) -> None:
+        self._came = (step, clip)
+        if step in self.lines:
+            self._out(self.lines.pop(step), clip)
+
+    def lost(self) -> None:
+        for step in sorted(self.lines):
+            self._out(self.lines.pop(step), None)
+
+    def _out(self, lines: Any, clip: Any) -> None:
+        self.fill(lines, clip)
+        self.write(lines)
+
+
 class RunLogger:
     """Writes every logged dict to ``metrics.jsonl`` (one JSON object per line, each with ``step``),
     to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases. Every rank
@@ -119,9 +151,7 @@ class RunLogger:
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull
         self._metrics = open(metrics, "a", buffering=1)
-        # lines waiting for their clips, by (clip kind, step): see log()
-        self._awaiting: Dict[Tuple[str, int], Dict[str, Any]] = {}
-        self._last_clip: Dict[str, Tuple[int, str]] = {}  # kind -> (step, path) of its last clip
+        self._held: Dict[str, Held] = {}  # lines waiting for their clips, by clip kind: log()
         if cfg.name in (LoggerName.tensorboard, LoggerName.wandb) and writes:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -164,11 +194,8 @@ class RunLogger:
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
         if clip is None:
             self._metrics.write(json.dumps(line) + "\n")
-        elif self._last_clip.get(clip, (None,))[0] == int(step):  # the clip came first
-            line[f"{clip}/clip"] = self._last_clip[clip][1]
-            self._metrics.write(json.dumps(line) + "\n")
         else:
-            self._awaiting[(clip, int(step))] = line
+            self._held_lines(clip).hold(int(step), line)
         numeric = {
             k: float(v)
             for k, v in metrics.items()
@@ -204,11 +231,7 @@ class RunLogger:
         ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
         there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
         rel = os.path.relpath(path, self.run_dir)
-        self._last_clip[kind] = (int(step), rel)
-        line = self._awaiting.pop((kind, int(step)), None)
-        if line is not None:
-            line[f"{kind}/clip"] = rel
-            self._metrics.write(json.dumps(line) + "\n")
+        self._held_lines(kind).clip(int(step), rel)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
             if self._previews is None:
@@ -233,18 +256,31 @@ class RunLogger:
     def settle(self) -> None:
         """Before a checkpoint: the lines waiting for their clips go out (a resumed run would not
         redo those evaluations), once their clips were waited for (``wait_clips``), else as lost."""
-        if self._awaiting and self._wait_clips is not None:
+        if self.awaiting and self._wait_clips is not None:
             self._wait_clips()
         self.write_awaiting()
+
+    def _held_lines(self, kind: str) -> Held:
+        if kind not in self._held:
+
+            def fill(line: Dict[str, Any], rel: Optional[str]) -> None:
+                line[f"{kind}/clip"] = rel
+                if rel is None:
+                    line[f"{kind}/clip_lost"] = True
+
+            self._held[kind] = Held(fill, lambda line: self._metrics.write(json.dumps(line) + "\n"))
+        return self._held[kind]
+
+    @property
+    def awaiting(self) -> bool:
+        """Whether lines wait for their clips."""
+        return any(held.lines for held in self._held.values())
 
     def write_awaiting(self) -> None:
         """Writes the lines still waiting for their clips, naming none (``null``) and saying that
         their clip was lost (``"{kind}/clip_lost": true``)."""
-        for (kind, _), line in sorted(self._awaiting.items(), key=lambda kv: kv[0][1]):
-            line[f"{kind}/clip"] = None
-            line[f"{kind}/clip_lost"] = True
-            self._metrics.write(json.dumps(line) + "\n")
-        self._awaiting.clear()
+        for held in self._held.values():
+            held.lost()
 
     def close(self) -> None:
         if not self._metrics.closed:

@@ -70,9 +70,11 @@ class Runner:
             recorder = cfg.recorder if self.main else None  # rank 0 alone records
             self.train_env = self._stack("train", cfg.env.num_envs, self.env_seed, recorder)
         if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
-            eval_env = cfg.eval_env
-            self.eval_env = self._stack("eval", eval_env.num_envs, eval_env.seed, eval_env.recorder)
-            self.evaluator = Evaluator(self.eval_env, cfg.eval_env, self.run_dir)
+            self.evaluator = Evaluator(
+                cfg.env, cfg.sim, cfg.eval_env, self.run_dir, on_clip=self._on_clip,
+                video_dir=str(RunDir(self.run_dir).videos("eval")), device=self.device,
+            )  # fmt: skip
+            self.eval_env = self.evaluator.env
         env = self.train_env or self.eval_env
         self.obs_shape = tuple(env.single_observation_space.shape)
         self.action_space = env.single_action_space
@@ -106,8 +108,7 @@ class Runner:
             kind=kind,
             on_clip=self._on_clip,
             device=self.device,
-            episode_clips=kind == "eval" and self.cfg.eval_env.clips != "none",
-        )
+        ).env
 
     def _on_clip(self, clip: ClipInfo) -> None:
         """A clip is on disk: log it at the step its caller tagged it with (an eval clip finishes

@@ -14,6 +14,7 @@ Each role is restored on its own, so a checkpoint saved with a recorder resumes 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -22,11 +23,21 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter
 from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.factory import backend_module, make_adapter
-from rlrec.record import Recorder
+from rlrec.record import ClipInfo, Recorder, names
+from rlrec.record.schedule import Keep
 from rlrec.record.settings import RecorderConfig, recording
 from rlrec.record.wrappers.episodes import EpisodeClips
 
 ROLES = ("adapter", "recorder", "autoreset")
+
+
+@dataclass
+class Stack:
+    """An env stack and its recording layers (None where it has none), for who composed it."""
+
+    env: AutoReset
+    recorder: Optional[Recorder] = None
+    clips: Optional[EpisodeClips] = None
 
 
 def make_env_stack(
@@ -39,25 +50,32 @@ def make_env_stack(
     kind: str = "train",
     on_clip: Optional[Callable] = None,
     device: Optional[torch.device] = None,
-    episode_clips: bool = False,
-) -> AutoReset:
-    """``AutoReset(Recorder(adapter))``; the recorder is left out when disabled or ``none``.
+    on_episode_clip: Optional[Callable[[int, ClipInfo], None]] = None,
+    keep: Optional[Keep] = None,
+) -> Stack:
+    """``AutoReset(Recorder(adapter))`` (``.env``) and its recording layers; the recorder is left
+    out when disabled or ``none``; an eval recorder names its clips by their tag, the
+    evaluation's training step (:func:`rlrec.record.names.by_tag`).
     When recording, an env that cannot render is refused before it is built. ``device``: the one
     the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here).
-    ``episode_clips``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
-    episode after a full reset, encoded with ``recorder_cfg``'s settings (its trigger aside)."""
+    ``on_episode_clip``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
+    episode after a full reset, encoded with ``recorder_cfg``'s settings (its trigger aside), those
+    ``keep`` selects written and reported to ``on_episode_clip(env, clip)``."""
     record = recording(recorder_cfg)
-    if record or episode_clips:
+    if record or on_episode_clip is not None:
         check = getattr(backend_module(env_cfg.name), "check_renderable", None)
         if check is not None:
             check(env_cfg)
     env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
+    recorder = clips = None
     if record:
-        env = Recorder(env, recorder_cfg, video_dir=video_dir, kind=kind, on_clip=on_clip)
-    if episode_clips:
+        name = names.by_tag if kind == "eval" else None
+        env = recorder = Recorder(env, recorder_cfg, video_dir, kind, on_clip, name)
+    if on_episode_clip is not None:
         cfg = recorder_cfg if recorder_cfg is not None else RecorderConfig()
-        env = EpisodeClips(env, cfg, video_dir=video_dir, kind=kind, key=f"{kind}_env.recorder")
-    return AutoReset(env)
+        key = f"{kind}_env.recorder"
+        env = clips = EpisodeClips(env, cfg, video_dir, kind, key, on_episode_clip, keep)
+    return Stack(AutoReset(env), recorder, clips)
 
 
 def recorder_of(stack: Optional[EnvAdapter]) -> Optional[Recorder]:
@@ -65,17 +83,12 @@ def recorder_of(stack: Optional[EnvAdapter]) -> Optional[Recorder]:
     return None if stack is None else stack.find(Recorder)
 
 
-def episode_clips_of(stack: Optional[EnvAdapter]) -> Optional[EpisodeClips]:
-    """The per-episode clips layer of ``stack``, or None."""
-    return None if stack is None else stack.find(EpisodeClips)
-
-
 def record_losses(*stacks: Optional[EnvAdapter]) -> Dict[str, int]:
     """What the recorders of ``stacks`` lost so far, summed: ``record/clips_dropped``,
     ``record/frames_dropped``, ``record/encoder_stalls`` (``ClipEngine.losses``)."""
     out = {"record/clips_dropped": 0, "record/frames_dropped": 0, "record/encoder_stalls": 0}
     for stack in stacks:
-        rec, eps = recorder_of(stack), episode_clips_of(stack)
+        rec, eps = recorder_of(stack), None if stack is None else stack.find(EpisodeClips)
         for losses in (
             rec.engine.losses() if rec is not None and rec.engine is not None else {},
             eps.losses() if eps is not None else {},

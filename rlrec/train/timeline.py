@@ -46,8 +46,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from rlrec.files import inside, write_atomic
 from rlrec.layout import EVAL_EPISODES, METRICS, SUPERSEDED, TENSORBOARD, TENSORBOARD_EVENTS
+from rlrec.record import names
 
-_DEFAULT_CLIP = re.compile(r"^(?P<kind>[a-z]+)-ep\d+-step(?P<step>\d+)(?:-\d+)?\.mp4$")
 _FOLDER = re.compile(r"^(?P<n>\d+)-step\d+$")
 
 
@@ -267,10 +267,7 @@ def _first_step(video: Path, kind: str) -> Optional[int]:
             return side["first_step"]
     except (OSError, ValueError, AttributeError):
         pass
-    m = _DEFAULT_CLIP.match(video.name)
-    if m and m.group("kind") == kind:
-        return int(m.group("step"))
-    return None
+    return names.first_step(video.name, kind)
 
 
 def _clip_named(line: Any) -> Optional[str]:

@@ -76,7 +76,7 @@ def test_example_records_through_the_env_stack(tmp_path):
     clips = []
     env = make_env_stack(
         cfg, SimConfig(), 3, 0, rec, video_dir=str(tmp_path), kind="eval", on_clip=clips.append
-    )
+    ).env
     try:
         obs, _ = env.reset(seed=1)
         assert obs.shape == (3, 6)

@@ -12,7 +12,7 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.builtin import PointReach
-from rlrec.record import ClipEngine
+from rlrec.record import ClipEngine, Schedule, Source, names
 from rlrec.record.sidecar import sidecar_path
 from tests.record.recutil import Spy, decode, listing, make_stack, random_actions, rec_cfg
 
@@ -94,20 +94,15 @@ def test_a_clip_cut_by_its_length_says_cut(tmp_path):
     assert side["envs"][0]["length"] == 3 and side["last_step"] == 3
 
 
-def _engine(tmp_path, env, **kw):
+def _engine(tmp_path, env, name_prefix=None, **kw):
+    """An engine of ``env`` (an adapter: a Source as it is); ``kw``: settings, and the
+    schedule's ``episode_fn``, ``step_fn``, ``provisional``."""
     clips: list = []
-    names = ("trigger", "every", "length_frames", "record_final_episode")
-    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in names}
+    fields = ("trigger", "every", "length_frames", "record_final_episode")
+    cfg = rec_cfg(**{k: kw.pop(k) for k in list(kw) if k in fields})
+    name = None if name_prefix is None else names.prefixed(name_prefix, "recorder")
     engine = ClipEngine(
-        rec_cfg(**cfg_kw),
-        num_envs=env.num_envs,
-        dt=env.dt,
-        device=env.device,
-        render=env.render,
-        video_dir=str(tmp_path),
-        on_clip=clips.append,
-        max_episode_steps=env.max_episode_steps,
-        **kw,
+        cfg, env, str(tmp_path), on_clip=clips.append, schedule=Schedule.of(cfg, **kw), name=name
     )
     return engine, clips
 
@@ -118,7 +113,7 @@ def test_callable_episode_trigger_is_asked_once_per_episode_and_names_like_gymna
     engine, clips = _engine(
         tmp_path,
         env,
-        episode_trigger=lambda ep: asked.append(ep) or ep % 2 == 0,
+        episode_fn=lambda ep: asked.append(ep) or ep % 2 == 0,
         name_prefix="rl-video",
         length_frames=2,  # short clips end long before their episodes: no re-firing
     )
@@ -136,7 +131,7 @@ def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
     """Driven the way an autoreset-on-the-next-step vector env is: the step after the terminal
     one resets the env; it is counted but is not a frame (the reset frame is taken at on_reset)."""
     env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path, env, step_trigger=lambda s: s == 2, name_prefix="v")
+    engine, clips = _engine(tmp_path, env, step_fn=lambda s: s == 2, name_prefix="v")
     env.reset(seed=0)
     engine.on_reset(None, seed=0)
     pending_reset = False
@@ -165,8 +160,8 @@ def test_episode_and_step_triggers_together_start_a_clip_when_either_fires(tmp_p
     engine, clips = _engine(
         tmp_path,
         env,
-        episode_trigger=lambda ep: asked.append(ep) or ep == 2,
-        step_trigger=lambda s: s == 1,
+        episode_fn=lambda ep: asked.append(ep) or ep == 2,
+        step_fn=lambda s: s == 1,
         name_prefix="v",
         length_frames=2,
     )
@@ -180,15 +175,12 @@ def test_episode_and_step_triggers_together_start_a_clip_when_either_fires(tmp_p
 
 def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
     env = PointReach(1, render_width=16, render_height=16)
-    with pytest.raises(ConfigError, match="step_trigger=3 is not callable"):
-        _engine(tmp_path, env, step_trigger=3)
     with pytest.raises(ConfigError, match="name_prefix='../x'"):
         _engine(tmp_path, env, name_prefix="../x")
-    with pytest.raises(ConfigError, match=r"env_idx=\[3\]"):
-        ClipEngine(
-            rec_cfg(env_idx=[3]), num_envs=1, dt=0.1, device="cpu", render=env.render,
-            video_dir=str(tmp_path),
-        )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"recorder.env_idx=\[3\]"):
+        ClipEngine(rec_cfg(env_idx=[3]), Source(1, 0.1, "cpu", env.render), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"recorder.dir \(or the run's video dir\) is not set"):
+        ClipEngine(rec_cfg(), env)
     assert listing(tmp_path) == []  # nothing written before the arguments were checked
 
 
@@ -203,11 +195,9 @@ def test_settings_are_checked_once_and_again_only_when_changed(tmp_path, monkeyp
     env = PointReach(2, render_width=16, render_height=16)
     cfg = rec_cfg(dir=str(tmp_path / "videos"))
     cfg.check(2, "recorder")
-    engine = ClipEngine(
-        cfg, num_envs=2, dt=env.dt, device="cpu", render=env.render, video_dir=cfg.dir
-    )
+    engine = ClipEngine(cfg, env)
     engine.close()
-    assert len(probes) == 1
+    assert len(probes) == 1 and os.path.isdir(cfg.dir)  # probed once, then created
     cfg.env_idx = [2]
     with pytest.raises(ConfigError, match=r"recorder.env_idx=\[2\] is invalid"):
         cfg.check(2, "recorder")
@@ -240,11 +230,9 @@ def _drive(engine, env, steps):
             engine.on_reset(done.nonzero().flatten())
 
 
-def test_keep_last_episode_saves_the_untriggered_episode_in_progress_at_close(tmp_path):
+def test_provisional_clips_saves_the_untriggered_episode_in_progress_at_close(tmp_path):
     env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(
-        tmp_path, env, episode_trigger=lambda ep: ep == 0, keep_last_episode=True
-    )
+    engine, clips = _engine(tmp_path, env, episode_fn=lambda ep: ep == 0, provisional=True)
     _drive(engine, env, 11)  # episodes 0, 1 (untriggered, dropped), 2 (in progress: 3 steps)
     engine.close()
     assert [c.episode for c in clips] == [0, 2]
@@ -257,10 +245,10 @@ def test_keep_last_episode_saves_the_untriggered_episode_in_progress_at_close(tm
     assert engine.clips_started == 1  # provisional clips are not counted as started
 
 
-def test_keep_last_episode_with_a_length_keeps_the_first_frames_of_the_last_episode(tmp_path):
+def test_provisional_clips_with_a_length_keeps_the_first_frames_of_the_last_episode(tmp_path):
     env = Spy(PointReach(1, max_episode_steps=6, render_width=16, render_height=16, seed=0))
     engine, clips = _engine(
-        tmp_path, env, episode_trigger=lambda ep: False, length_frames=2, keep_last_episode=True
+        tmp_path, env, episode_fn=lambda ep: False, length_frames=2, provisional=True
     )
     _drive(engine, env, 10)  # episode 1 in progress (4 steps)
     engine.close()
@@ -271,7 +259,7 @@ def test_keep_last_episode_with_a_length_keeps_the_first_frames_of_the_last_epis
 def test_a_provisional_clip_never_holds_back_a_step_trigger(tmp_path):
     env = Spy(PointReach(1, max_episode_steps=5, render_width=16, render_height=16, seed=0))
     engine, clips = _engine(
-        tmp_path, env, step_trigger=lambda s: s == 2, keep_last_episode=True, name_prefix="v"
+        tmp_path, env, step_fn=lambda s: s == 2, provisional=True, name_prefix="v"
     )
     _drive(engine, env, 5)  # the step trigger at step 2, mid-episode 0, which ends at step 5
     engine.close()
@@ -281,15 +269,13 @@ def test_a_provisional_clip_never_holds_back_a_step_trigger(tmp_path):
     assert np.array_equal(decode(clips[1].path)[0], np.stack(env.episodes[1]))
 
 
-def test_expect_end_turns_keep_last_episode_off(tmp_path):
+def test_expect_end_turns_provisional_clips_off(tmp_path):
     env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(
-        tmp_path, env, episode_trigger=lambda ep: ep == 0, keep_last_episode=True
-    )
+    engine, clips = _engine(tmp_path, env, episode_fn=lambda ep: ep == 0, provisional=True)
     engine.expect_end(11)
     _drive(engine, env, 11)
     engine.close()
-    assert not engine.keep_last_episode
+    assert not engine.schedule.provisional
     # the schedule's arming: only episode 2 (begun within the last 4 steps) besides episode 0
     assert [c.episode for c in clips] == [0, 2]
     assert env.render_calls == 5 + 4  # episode 1 was never rendered
@@ -350,7 +336,7 @@ def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_
     the clip holds one real state of the episode (the one the trigger fired at), so it is kept,
     ending "cut", unlike the reset frame alone of an autoreset's clip (above)."""
     env = Spy(PointReach(1, max_episode_steps=10, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path, env, step_trigger=lambda s: s == 2, name_prefix="v")
+    engine, clips = _engine(tmp_path, env, step_fn=lambda s: s == 2, name_prefix="v")
     env.reset(seed=0)
     engine.on_reset(None, seed=0)
     for _ in range(2):
@@ -369,14 +355,17 @@ def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_
     assert engine.clips_started == engine.clips_saved == 1
 
 
+# three envs, each a black 4x4 frame
+_BLANK = Source(3, 0.1, "cpu", lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8))
+
+
 def _drive_forms(tmp_path, name, events, host):
     """Drives a trigger=always engine of 3 envs recording [0, 2] through ``events``, each value
     handed over as ``host(array)``; returns its sidecars (the parts that say what they show)."""
     sidecars = []
     engine = ClipEngine(
-        rec_cfg(env_idx=[0, 2]), num_envs=3, dt=0.1, device="cpu",
-        render=lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8),
-        video_dir=str(tmp_path / name), on_clip=lambda c: sidecars.append(c.sidecar),
+        rec_cfg(env_idx=[0, 2]), _BLANK,
+        str(tmp_path / name), on_clip=lambda c: sidecars.append(c.sidecar),
     )  # fmt: skip
     for event in events:
         if event[0] == "reset":
@@ -445,9 +434,8 @@ def test_a_long_clips_returns_are_the_float32_sums_in_step_order(tmp_path, env_i
     rewards = rng.standard_normal((steps, 3)) * 10.0 ** rng.integers(-3, 4, (steps, 3))
     rewards = rewards.astype(np.float32)
     engine = ClipEngine(
-        rec_cfg(env_idx=env_idx), num_envs=3, dt=0.1, device="cpu",
-        render=lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8),
-        video_dir=str(tmp_path), on_clip=lambda c: None,
+        rec_cfg(env_idx=env_idx), _BLANK,
+        str(tmp_path), on_clip=lambda c: None,
     )  # fmt: skip
     sidecars = []
     engine.on_clip = lambda c: sidecars.append(c.sidecar)

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.genesis
 
 from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.record import VideoWrapper  # noqa: E402
+from rlrec.record.names import ClipStart  # noqa: E402
 from rlrec.testing import decode  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff  # noqa: E402
 from tests.record.thrown_box import (  # noqa: E402
@@ -291,7 +292,8 @@ def test_both_signatures_are_accepted(env, tmp_path):
     # the older revision's, positionally: env, camera_attr, video_length_sec, episode_trigger,
     # step_trigger, out_dir, fps, env_idx, filename, record_final_episode, logging
     w = VideoWrapper(env, "camera", 8, None, None, str(tmp_path), 20, 0, "latest.mp4", True, False)
-    assert w.engine.cfg.record_final_episode and w.engine.filename == "latest.mp4"
+    assert w.engine.cfg.record_final_episode
+    assert w.engine.name(ClipStart("train", 3, 99)) == "latest.mp4"  # every clip's file name
     # 0.5.3's, by keyword (no record_final_episode): rlrec's default keeps the final episode
     w = VideoWrapper(
         env,

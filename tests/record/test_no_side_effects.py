@@ -82,7 +82,7 @@ def run(
         )  # fmt: skip
     stack = make_env_stack(
         env_cfg, SimConfig(), num_envs, SEED, rec_cfg, str(video_dir), on_clip=clips.append
-    )
+    ).env
     adapter = stack.unwrapped
     if record:
         assert stack.env.engine.steps_per_frame == steps_per_frame

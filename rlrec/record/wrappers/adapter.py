@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Optional
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
+from rlrec.record.names import Name
 from rlrec.record.settings import RecorderConfig
 from rlrec.record.wrappers.base import RecorderWrapper
 
@@ -25,8 +26,9 @@ class Recorder(RecorderWrapper, EnvWrapper):
 
     ``kind`` ("train" or "eval") goes into file names and :class:`ClipInfo`; ``on_clip`` is called
     with each clip once it is complete on disk, from the training thread (during a later
-    ``step``/``reset``/``flush``/``close``). Bad settings raise ConfigError here, before any work;
-    then the video directory is created.
+    ``step``/``reset``/``flush``/``close``); ``name``: the clips' file names
+    (:mod:`rlrec.record.names`). Bad settings raise ConfigError here, before any work; then the
+    video directory is created.
 
     The clips' figures, the schedule and the caller's ``tag`` (each clip keeps the tag current at
     its first frame, and its :class:`ClipInfo` carries it) are the engine's: ``recorder.engine``.
@@ -39,19 +41,10 @@ class Recorder(RecorderWrapper, EnvWrapper):
         video_dir: Optional[str],
         kind: str = "train",
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        name: Optional[Name] = None,
     ):
         super().__init__(env)
-        self.engine: ClipEngine = ClipEngine(
-            cfg,
-            num_envs=env.num_envs,
-            dt=env.dt,
-            device=env.device,
-            render=env.render,
-            video_dir=video_dir,
-            kind=kind,
-            on_clip=on_clip,
-            max_episode_steps=getattr(env, "max_episode_steps", None),
-        )
+        self.engine = ClipEngine(cfg, env, video_dir, kind=kind, on_clip=on_clip, name=name)
         self._on_step = self.engine.on_step
 
     def reset(self, seed=None, env_idx=None):

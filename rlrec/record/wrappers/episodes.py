@@ -28,32 +28,19 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper
+from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
+from rlrec.record.engine import ClipEngine, Source
+from rlrec.record.schedule import Keep, Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
 
 __all__ = ["EpisodeClips"]
-
-Keep = Callable[[int, Optional[bool], float], bool]  # env, success, return -> keep the clip
-
-
-class _EpisodeEngine(ClipEngine):
-    """The engine of one env's clips: asks ``keep`` as a clip ends."""
-
-    keep: Optional[Keep] = None
-
-    def _end_clip(self, keep: bool) -> None:
-        clip = self._clip
-        if keep and clip is not None and self.keep is not None:
-            success = None if clip.success is None else bool(clip.success[0])
-            keep = bool(self.keep(self.env_idx[0], success, float(clip.ret[0])))
-        super()._end_clip(keep)
 
 
 class EpisodeClips(EnvWrapper):
     """Records every env's first episode after each full reset as its own clip (see the module
     docstring). ``on_clip(env, clip)``: called with each clip on disk; ``keep``: see the module
-    docstring (None: keep every clip); both attributes, read when used. ``tag`` (set it before a
+    docstring (None: keep every clip). ``tag`` (set it before a
     full reset) goes onto the clips, as a recorder's ``engine.tag`` does, and an int tag into
     their names: ``{kind}-step{tag:09d}-env{env:03d}.mp4`` (``{kind}-env{env:03d}.mp4`` without)."""
 
@@ -68,13 +55,12 @@ class EpisodeClips(EnvWrapper):
         keep: Optional[Keep] = None,
     ):
         super().__init__(env)
-        self.kind = kind
-        self.on_clip = on_clip  # read as each clip is reported: a caller may set it later
-        self.keep = keep
         n = env.num_envs
         self._step = 0  # the render cache's clock: one batched render per step
         self._cached: Optional[tuple] = None  # (clock, env indices, frames)
-        self.engines: List[_EpisodeEngine] = []
+        self.engines: List[ClipEngine] = []
+        horizon = getattr(env, "max_episode_steps", None)
+        source = Source(n, env.dt, env.device, self._render, horizon)
         for i in range(n):
             one = dataclasses.replace(
                 cfg,
@@ -86,34 +72,13 @@ class EpisodeClips(EnvWrapper):
                 record_final_episode=False,
                 queue_size=max(2, cfg.queue_size // n),
             )
-            engine = _EpisodeEngine(
-                one,
-                num_envs=n,
-                dt=env.dt,
-                device=env.device,
-                render=self._render,
-                video_dir=video_dir,
-                kind=kind,
-                key=key,
-                on_clip=lambda c, i=i: self._clip_done(i, c),
-                max_episode_steps=getattr(env, "max_episode_steps", None),
-            )
-            engine.keep = self._keep
-            engine.clip_name = (lambda i=i: self._name(i))  # fmt: skip
+            engine = ClipEngine(
+                one, source, video_dir, kind=kind, key=key,
+                on_clip=None if on_clip is None else (lambda c, i=i: on_clip(i, c)),
+                schedule=Schedule.of(one, keep=keep),
+                name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
+            )  # fmt: skip
             self.engines.append(engine)
-
-    def _name(self, i: int) -> str:
-        tag = self.tag
-        if isinstance(tag, int) and not isinstance(tag, bool):
-            return f"{self.kind}-step{tag:09d}-env{i:03d}.mp4"
-        return f"{self.kind}-env{i:03d}.mp4"
-
-    def _keep(self, i: int, success: Optional[bool], ret: float) -> bool:
-        return True if self.keep is None else bool(self.keep(i, success, ret))
-
-    def _clip_done(self, i: int, clip: ClipInfo) -> None:
-        if self.on_clip is not None:
-            self.on_clip(i, clip)
 
     @property
     def tag(self):
@@ -174,10 +139,6 @@ class EpisodeClips(EnvWrapper):
             for k, v in engine.losses().items():
                 out[k] = out.get(k, 0) + v
         return out
-
-    @property
-    def errors(self) -> List[str]:
-        return [e for engine in self.engines for e in engine.errors]
 
     def close(self) -> None:
         try:

@@ -43,8 +43,8 @@ except ImportError as e:  # an optional library's drop-in: say which extra bring
 from rlrec.checks import ConfigError
 from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
-from rlrec.record.schedule import capped_cubic
+from rlrec.record.engine import ClipEngine, Source
+from rlrec.record.schedule import Schedule, capped_cubic
 from rlrec.record.settings import RecorderConfig
 from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
 
@@ -113,6 +113,9 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             raise ConfigError(
                 f"{KEY}: episode_trigger and step_trigger are both given: pass at most one"
             )
+        for name, fn in (("episode_trigger", episode_trigger), ("step_trigger", step_trigger)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{KEY}: {name}={fn!r} is not callable")
         cfg = _settings(camera_attr, video_length_sec, fps, env_idx, filename,
                         record_final_episode, options)  # fmt: skip
         # Genesis Forge's attributes: the trigger as given (neither: the capped cubic schedule)
@@ -123,14 +126,15 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
         base = self.unwrapped
         horizon = getattr(base, "max_episode_length_steps", None)
-        self.engine = ClipEngine(
-            cfg, num_envs=int(self.num_envs), dt=float(self.dt),
-            device=torch.device(getattr(base, "device", "cpu")), render=self._render,
-            video_dir=out_dir, kind="train", key=KEY, on_clip=self._on_clip,
-            max_episode_steps=None if horizon is None else int(horizon),
-            episode_trigger=episode_trigger, step_trigger=step_trigger,
-            keep_last_episode=bool(record_final_episode), names=_NAMES,
-        )  # fmt: skip
+        cfg.check(int(self.num_envs), KEY, _NAMES)
+        source = Source(int(self.num_envs), float(self.dt), getattr(base, "device", "cpu"),
+                        self._render, None if horizon is None else int(horizon))  # fmt: skip
+        # record_final_episode without expect_end: every untriggered episode is recorded
+        # provisionally, so close() has the one in progress to keep
+        schedule = Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_trigger,
+                               provisional=True)  # fmt: skip
+        self.engine = ClipEngine(cfg, source, out_dir, key=KEY, on_clip=self._on_clip,
+                                 schedule=schedule)  # fmt: skip
         self._cam = None
         self._rows: dict = {}
         self._base_reset: Optional[Callable] = None
@@ -250,19 +254,12 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     def _done_flags(self, terminated, truncated, resets):
         """The step's flags, with every env reset inside the step marked done (truncated where
         the env did not say terminated): the engine must end the clip where the env reset."""
-        n = int(self.num_envs)
-        dev = self.engine.device
-        term = (
-            torch.zeros(n, dtype=torch.bool, device=dev)
-            if terminated is None
-            else torch.as_tensor(terminated).to(dev).bool()
-        )
-        trunc = (
-            torch.zeros(n, dtype=torch.bool, device=dev)
-            if truncated is None
-            else torch.as_tensor(truncated).to(dev).bool()
-        )
+        n, dev = int(self.num_envs), self.engine.device
         reset = torch.zeros(n, dtype=torch.bool, device=dev)
+        term, trunc = (
+            reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
+            for flags in (terminated, truncated)
+        )
         for envs in resets:
             reset[envs.to(dev).long()] = True
         return term, trunc | (reset & ~term)

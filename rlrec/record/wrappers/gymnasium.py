@@ -31,9 +31,10 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from rlrec.checks import ConfigError
 from rlrec.envs.base import RENDER_METHOD, SubEnv
+from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
-from rlrec.record.schedule import capped_cubic
+from rlrec.record.engine import ClipEngine, Source
+from rlrec.record.schedule import Schedule, capped_cubic
 from rlrec.record.settings import OnError, RecorderConfig, X264Preset
 from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
 
@@ -151,11 +152,13 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
         self.step_trigger, self.name_prefix = step_trigger, name_prefix
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
+        cfg.check(env.num_envs, _KEY, _NAMES)
+        source = Source(env.num_envs, self._step_dt(env, dt), "cpu", self._render,
+                        self._max_episode_steps(base))  # fmt: skip
         self.engine = ClipEngine(
-            cfg, num_envs=env.num_envs, dt=self._step_dt(env, dt), device="cpu",
-            render=self._render, video_dir=None, key=_KEY, on_clip=self._on_clip,
-            max_episode_steps=self._max_episode_steps(base), episode_trigger=episode_trigger,
-            step_trigger=step_trigger, name_prefix=name_prefix, names=_NAMES,
+            cfg, source, key=_KEY, on_clip=self._on_clip,
+            schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_trigger),
+            name=names.prefixed(name_prefix, _KEY),
         )  # fmt: skip
         self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
         self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
@@ -344,8 +347,8 @@ def _check_arguments(env, video_folder, video_aspect_ratio, video_length, length
             f"{_KEY}: video_aspect_ratio={tuple(video_aspect_ratio)!r} is not supported: "
             "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
         )
-    names = ("episode_trigger", "step_trigger", "gc_trigger", "on_clip")
-    for name, fn in zip(names, callables):
+    arguments = ("episode_trigger", "step_trigger", "gc_trigger", "on_clip")
+    for name, fn in zip(arguments, callables):
         if fn is not None and not callable(fn):
             raise ConfigError(f"{_KEY}: {name}={fn!r} is invalid: give a callable or None")
     if isinstance(video_length, bool) or not isinstance(video_length, (int, np.integer)):
@@ -360,11 +363,7 @@ def _check_arguments(env, video_folder, video_aspect_ratio, video_length, length
             f"{_KEY}: video_length={video_length} and length_sec={length_sec} are both set: "
             "give at most one clip length"
         )
-    if not isinstance(name_prefix, str) or not name_prefix or "/" in name_prefix:
-        raise ConfigError(
-            f"{_KEY}: name_prefix={name_prefix!r} is invalid: a non-empty file name prefix "
-            "without '/'"
-        )
+    names.prefixed(name_prefix, _KEY)
 
 
 def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]:

@@ -29,8 +29,10 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.maniskill import render_rows
+from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
-from rlrec.record.engine import ClipEngine
+from rlrec.record.engine import ClipEngine, Source
+from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger, recording
 from rlrec.record.wrappers.base import RecorderWrapper, positive_number
 
@@ -171,20 +173,21 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
 
     def _engine(self, env, cfg, video_fps, step_trigger, name_prefix, on_clip):
         """The engine of ``cfg``; None when the settings record nothing (checked all the same)."""
+        base = self._base
+        cfg.check(base.num_envs, KEY, NAMES)
+        name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
         if not recording(cfg):
-            cfg.check(self._base.num_envs, KEY, NAMES)
             return None
         from mani_skill.utils import gym_utils
 
         # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
         # engine times frames as if a step lasted 1 / video_fps seconds
-        base = self._base
         dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
+        source = Source(base.num_envs, dt, base.device, self._render,
+                        gym_utils.find_max_episode_steps_value(env))  # fmt: skip
         return ClipEngine(
-            cfg, num_envs=base.num_envs, dt=dt, device=base.device, render=self._render,
-            video_dir=self.output_dir, kind="video", key=KEY, on_clip=on_clip,
-            max_episode_steps=gym_utils.find_max_episode_steps_value(env),
-            step_trigger=step_trigger, name_prefix=name_prefix, names=NAMES,
+            cfg, source, self.output_dir, kind="video", key=KEY, on_clip=on_clip,
+            schedule=Schedule.of(cfg, step_fn=step_trigger), name=name,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the engine's events
@@ -321,15 +324,8 @@ def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_
 def _settings(recorder: Dict[str, Any], info_on_video: bool, max_steps_per_video: Optional[int],
               save_on_reset: bool) -> RecorderConfig:  # fmt: skip
     """The recorder's settings from RecordEpisode's arguments and rlrec's own (``recorder``)."""
+    # a trigger's name becomes a Trigger in the settings' check (ConfigError naming the values)
     fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
-    if isinstance(fields["trigger"], str):
-        try:
-            fields["trigger"] = Trigger(fields["trigger"])
-        except ValueError:
-            raise ConfigError(
-                f"{KEY}: trigger={fields['trigger']!r} is invalid: allowed values are "
-                f"{', '.join(t.value for t in Trigger)}"
-            ) from None
     if "env_idx" in fields:
         fields["env_idx"] = list(fields["env_idx"])
     return RecorderConfig(
