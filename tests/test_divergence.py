@@ -404,3 +404,16 @@ def test_retention_keeps_the_protected_checkpoint(tmp_path):
         ckpt.write(tmp_path / "b", state, i, keep, protected="iter_000002.pt")
     names = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
     assert names == ["iter_000002.pt", "iter_000003.pt", "iter_000004.pt", "last.pt"]
+
+
+def test_an_update_that_moves_the_policy_by_nats_begins_a_blow_up_before_any_history(tmp_path):
+    """The KL limit holds from the first update on, also while the window of recent values is
+    still too short for the relative limits (updates 2 and 3)."""
+    watch = _watch(tmp_path)
+    calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
+    _rollout(watch, 3, 4)
+    watch.check(calm, _params(), "iteration 1")
+    assert watch.blowup is None
+    _rollout(watch, 3, 4)
+    watch.check({**calm, "loss/approx_kl": 5.0}, _params(), "iteration 2")
+    assert watch.blowup is not None and watch.blowup[0] == "iteration 2"

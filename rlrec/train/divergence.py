@@ -59,9 +59,9 @@ class Diverged(RuntimeError):
 class Watch:
     """The finite check of one rank's run (see the module docstring). The runner wraps each
     rollout in :meth:`rollout`, calls :meth:`step` after each env step and :meth:`check` after each
-    update. ``last()``: the last checkpoint written or started from (a ``resume.Saved``: its path,
-    its step, whether ``resume=auto`` in the run dir finds it, and the file of it that the next
-    checkpoint does not write again), or None."""
+    update. ``last()``: the last checkpoint written or started from (``ResumePoint.last``: its
+    path, its step, whether ``resume=auto`` in the run dir finds it, and the file of it that the
+    next checkpoint does not write again), or None."""
 
     def __init__(
         self,
@@ -174,8 +174,8 @@ class Watch:
         for k, v in values.items():
             recent = self._recent[k]
             limit = SPIKE[k] * max(recent) if len(recent) >= HISTORY else math.inf
-            if k == "loss/approx_kl":
-                limit = max(KL_LIMIT, limit if recent else KL_LIMIT)
+            if k == "loss/approx_kl":  # KL_LIMIT from the first update on, whatever the history
+                limit = max(KL_LIMIT, limit if len(recent) >= HISTORY else 0.0)
             if v > limit:
                 before = f" (up to {max(recent):.3g} before)" if recent else ""
                 out.append(f"{k} {v:.3g}{before}")
