@@ -131,10 +131,15 @@ def test_report_in_a_browser(kind, browser, request):
     )
     colours = []  # mean absolute difference per channel, of each video on the page
     for path, side, png in zip(paths, sides, shown):
-        seen, frame = _png(png).astype(int), _decoded_frame(path, side["frames"] // 2).astype(int)
-        assert seen.shape == frame.shape, (path, seen.shape, frame.shape)
-        diff = np.abs(seen - frame).mean(axis=(0, 1)).round(1).tolist()
-        colours.append((path.name, side["encoder"]["codec"], diff))
+        seen, middle = _png(png).astype(int), side["frames"] // 2
+        # a seek may land on a neighbour of the frame asked for (the browser's frame timing, not
+        # its colours): the frame it shows is the decoded one it differs least from
+        diffs = []
+        for index in range(max(0, middle - 1), min(side["frames"], middle + 2)):
+            frame = _decoded_frame(path, index).astype(int)
+            assert seen.shape == frame.shape, (path, seen.shape, frame.shape)
+            diffs.append(np.abs(seen - frame).mean(axis=(0, 1)).round(1).tolist())
+        colours.append((path.name, side["encoder"]["codec"], min(diffs, key=max)))
     assert all(max(diff) < 3 for *_, diff in colours), colours
 
     # the curves: one inline svg with drawn lines
