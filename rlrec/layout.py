@@ -54,6 +54,7 @@ class RunDir:
     hydra_config = property(lambda self: Path(self.root, HYDRA, "config.yaml"))
     hydra_overrides = property(lambda self: Path(self.root, HYDRA, "overrides.yaml"))
     lock = property(lambda self: Path(self.root, ".rlrec.lock"))
+    exported = property(lambda self: Path(self.root, "exported"))  # python -m rlrec.export
 
     def periodic_checkpoint(self, iteration: int) -> Path:
         return self.checkpoints / f"{PERIODIC_CHECKPOINT}{int(iteration):06d}.pt"

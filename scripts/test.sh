@@ -17,7 +17,7 @@ step() {  # runs a set-up step and says how long it took
 }
 # rlrec and every extra the tests use, in one pip resolve: the setup_*.sh below then find their
 # extra installed and do only their system packages (one apt-get update for all) and warm-ups
-step bash scripts/setup.sh dev maniskill genesis genesis-forge launchers
+step bash scripts/setup.sh dev maniskill genesis genesis-forge launchers export
 step bash scripts/setup_genesis.sh --install
 # Genesis's kernel compile (minutes on one core, the longest step) runs beside the other steps
 step bash scripts/setup_genesis.sh --warm-up &

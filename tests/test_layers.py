@@ -31,7 +31,8 @@ LAYERS = [
         "rlrec.train.logger",
         "rlrec.train.timeline",
     ],
-    ["rlrec.train.stack"],
+    # a run's policy exported (checkpoint -> TorchScript/ONNX); eval_only reads an export
+    ["rlrec.train.stack", "rlrec.export"],
     ["rlrec.train.evaluation", "rlrec.train.resume"],
     ["rlrec.train.runner"],
     # rlrec/run/, the process around a run. The run-dir lock: Preflight claims the dir, preempt

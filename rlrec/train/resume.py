@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
 
-from rlrec import distributed
+from rlrec import distributed, export
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
@@ -75,6 +75,8 @@ class Start:
         the saved next observation when the simulator state was saved with it (else collection
         starts new episodes)."""
         data = self.data
+        if "policy" in data:  # an export (eval_only): the policy acts by itself
+            return None
         if rank > 0:  # this rank's own entries; the rest is the same on every rank
             data = {**data, **data["ranks"][rank - 1], "eval_env": None}
         ppo.load_state_dict(data["ppo"])
@@ -156,8 +158,9 @@ def _continue(cfg: Config, run_dir: Path, rank: int, world: int, start: Start) -
 
 
 def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
-    if cfg.checkpoint is not None:
-        return Start(str(cfg.checkpoint), ckpt.load(cfg.checkpoint), key)
+    if cfg.checkpoint is not None:  # eval_only=true: an export too (rlrec.export)
+        data = export.start_data(cfg.checkpoint) if cfg.eval_only else None
+        return Start(str(cfg.checkpoint), data or ckpt.load(cfg.checkpoint), key)
     if cfg.resume == "auto":
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
         found = ckpt.find_resume(RunDir(run_dir).checkpoints, key="resume")

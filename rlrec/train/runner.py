@@ -150,6 +150,8 @@ class Runner:
             return False
         t0, deterministic = time.perf_counter(), self.cfg.eval_env.deterministic
         policy = lambda obs: self.ppo.act_inference(obs, deterministic)  # noqa: E731
+        if self.start is not None and "policy" in self.start.data:  # eval_only of an export
+            policy = self.start.data["policy"]
         metrics = self.evaluator.run(
             policy, tag=self.global_step, stop=self.stop.now, iteration=self.iteration
         )

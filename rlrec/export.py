@@ -1,0 +1,320 @@
+"""A run's policy for a robot or a user's own loop: ``python -m rlrec.export RUN_DIR
+[export.step=S] [export.format=torchscript|onnx|both]`` (``rlrec-export``) writes, in the run
+dir's ``exported/``, the deterministic policy of the checkpoint of step ``S`` (default: the last)
+as TorchScript (``policy.pt``) and/or ONNX (``policy.onnx``, the ``export`` extra), with
+``policy.json`` beside it. The policy takes raw observations ``float32 [batch, *obs_shape]``
+(any batch size) and returns the Gaussian's mean clamped to the action space's bounds, or the
+categorical's argmax (int64): the observation normaliser is folded in.
+
+:func:`load_policy` turns a checkpoint or an export into a callable ``obs -> action`` (no Hydra,
+no simulator); ``eval_only=true checkpoint=EXPORT`` evaluates an export (:func:`start_data`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import re
+import sys
+import warnings
+import zipfile
+from enum import Enum
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlrec import __version__
+from rlrec.checks import ConfigError
+from rlrec.files import write_atomic
+from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
+from rlrec.ppo.agent import ActorCritic, ObsNormalizer
+from rlrec.train import checkpoint as ckpt
+
+OPSET = 17  # onnxruntime >= 1.13 runs it
+FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
+META = "policy.json"
+EXTRA = "pip install 'rlrec[export]' (or pip install -e '.[export]' in a checkout)"
+
+
+class ExportFormat(str, Enum):
+    torchscript = "torchscript"
+    onnx = "onnx"
+    both = "both"
+
+
+class DeterministicPolicy(nn.Module):
+    """Raw observations -> the deterministic action, as ``PPO.act_inference`` computes it, then
+    clamped to the action space's bounds as the env adapters clamp it."""
+
+    def __init__(self, agent: ActorCritic, norm: Optional[ObsNormalizer], space: gym.Space):
+        super().__init__()
+        self.agent, self.norm = agent, norm
+        self.box = isinstance(space, gym.spaces.Box)
+        if self.box:
+            self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32).flatten())
+            self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32).flatten())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = obs.float()
+        action = self.agent.action(obs if self.norm is None else self.norm(obs), deterministic=True)
+        return torch.clamp(action, self.low, self.high) if self.box else action
+
+
+def action_space(desc: str) -> gym.Space:
+    """The action space a checkpoint names (its ``action_space`` entry: gymnasium's repr)."""
+    if m := re.fullmatch(r"Discrete\((\d+)(?:, start=(-?\d+))?\)", desc):
+        return gym.spaces.Discrete(int(m[1]), start=int(m[2] or 0))
+    m = re.fullmatch(r"Box\((.+?), (.+?), \(([\d, ]*)\), (\w+)\)", desc, re.S)
+    if m is None:
+        raise ConfigError(f"action space {desc} cannot be exported: Box or Discrete only")
+    shape = tuple(int(n) for n in m[3].replace(",", " ").split())
+    low, high = (
+        np.array(s.replace("[", " ").replace("]", " ").split(), float) for s in m.group(1, 2)
+    )
+    bound = lambda a: a.reshape(shape) if a.size > 1 else a[0]  # noqa: E731
+    return gym.spaces.Box(bound(low), bound(high), shape, np.dtype(m[4]))
+
+
+def policy_of(data: Dict[str, Any]) -> DeterministicPolicy:
+    """The deterministic policy of a checkpoint's verified contents (no critic)."""
+    algo, shape = data["config"]["algo"], tuple(data["obs_shape"])
+    space = action_space(data["action_space"])
+    obs_space = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+    agent = ActorCritic(obs_space, space, list(algo["hidden_sizes"]), algo["activation"])
+    agent.load_state_dict(data["ppo"]["agent"])
+    del agent.critic
+    norm = None
+    if data["ppo"].get("obs_norm") is not None:
+        norm = ObsNormalizer(shape)
+        norm.load_state_dict(data["ppo"]["obs_norm"])
+    return DeterministicPolicy(agent, norm, space).eval()
+
+
+class LoadedPolicy:
+    """``policy(obs) -> action``: a torch tensor for a torch tensor (on its device), a numpy
+    array otherwise; ``meta``: the export's policy.json (None for a checkpoint)."""
+
+    def __init__(self, run, meta: Optional[Dict[str, Any]] = None):
+        self.run, self.meta = run, meta
+
+    def __call__(self, obs):
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        with torch.no_grad():
+            action = self.run(x)
+        return action.to(x.device) if isinstance(obs, torch.Tensor) else action.cpu().numpy()
+
+
+def _need(module: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"{what} needs the 'export' extra ({module} is missing): {EXTRA}")
+
+
+def _is_torchscript(path: Path) -> bool:
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return any(n.endswith("/constants.pkl") for n in z.namelist())
+
+
+def _module_on_device(module):
+    """Runs ``module`` on the device of its input (moved there on the first call of each)."""
+    where = [torch.device("cpu")]
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if x.device != where[0]:
+            where[0] = x.device
+            module.to(x.device)
+        return module(x)
+
+    return run
+
+
+def load_policy(path) -> LoadedPolicy:
+    """The deterministic policy of an rlrec checkpoint (``checkpoints/*.pt``, verified as any
+    load is) or of an export (``exported/policy.pt``, ``exported/policy.onnx``)."""
+    p = Path(path)
+    ckpt.check_exists(p, "load_policy")
+    meta_path = p.parent / META
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    if p.suffix == ".onnx":
+        _need("onnxruntime", f"running {p}")
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+        run = lambda x: torch.from_numpy(session.run(None, {"obs": x.cpu().numpy()})[0])  # noqa: E731
+        return LoadedPolicy(run, meta)
+    if _is_torchscript(p):
+        return LoadedPolicy(_module_on_device(torch.jit.load(str(p), map_location="cpu")), meta)
+    return LoadedPolicy(_module_on_device(policy_of(ckpt.load(p, "load_policy"))))
+
+
+def start_data(path) -> Optional[Dict[str, Any]]:
+    """What ``eval_only=true checkpoint=PATH`` reads of an export (its step, its spaces and its
+    policy, from the policy.json beside it); None when ``PATH`` is no export."""
+    p = Path(path)
+    if not p.is_file() or not (p.suffix == ".onnx" or _is_torchscript(p)):
+        return None
+    if not (p.parent / META).is_file():
+        raise ConfigError(f"checkpoint={p} is an export without its {META} beside it: export again")
+    policy = load_policy(p)
+    meta = policy.meta
+    return {
+        "global_step": meta["step"],
+        "iteration": meta["iteration"],
+        "obs_shape": tuple(meta["observation_space"]["shape"]),
+        "action_space": meta["action_space"]["repr"],
+        "env_name": meta["env"],
+        "policy": policy,
+    }
+
+
+# ---------------------------------------------------------------------- the export
+def _checkpoint(run_dir: Path, step: Optional[int]) -> Tuple[Path, Dict[str, Any]]:
+    """The file and verified contents of the checkpoint of ``step`` (None: the last)."""
+    folder = RunDir(run_dir).checkpoints
+    periodic = sorted(folder.glob(CHECKPOINT_FILES), key=lambda p: periodic_iteration(p.name) or 0)
+    files = [p for p in [folder / LAST_CHECKPOINT, *reversed(periodic)] if p.is_file()]
+    if not files:
+        raise ConfigError(
+            f"{run_dir} holds no checkpoint ({folder} has no *.pt): give the run dir of a run "
+            "that wrote one (python -m rlrec.export RUN_DIR)"
+        )
+    steps = []
+    for p in files:
+        try:
+            data = ckpt.load(p, "export")
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}: export another step (export.step=S)") from None
+        if step is None or data["global_step"] == step:
+            return p, data
+        steps.append(data["global_step"])
+    raise ConfigError(
+        f"{folder} holds no checkpoint of step {step}: export.step= one of "
+        f"{', '.join(map(str, sorted(set(steps))))}"
+    )
+
+
+def _space_meta(space: gym.Space) -> Dict[str, Any]:
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": "int64"}
+    low, high = (np.where(np.isfinite(b), b, None).tolist() for b in (space.low, space.high))
+    return {"type": "Box", "shape": list(space.shape), "dtype": "float32", "low": low, "high": high}
+
+
+def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> List[Path]:
+    """Writes ``exported/`` of ``run_dir`` (the files of ``fmt``, then policy.json) and returns
+    the paths written. Everything is checked before anything is written: the format's extra, the
+    checkpoint (missing, damaged), and an earlier export of another step (never replaced)."""
+    try:
+        fmt = ExportFormat(fmt)
+    except ValueError:
+        allowed = ", ".join(f.value for f in ExportFormat)
+        raise ConfigError(f"export.format={fmt} is invalid: allowed values are {allowed}") from None
+    kinds = ["torchscript", "onnx"] if fmt is ExportFormat.both else [fmt.value]
+    if "onnx" in kinds:
+        _need("onnx", "export.format=onnx")
+    path, data = _checkpoint(Path(run_dir), step)
+    out = RunDir(run_dir).exported
+    old = json.loads((out / META).read_text()) if (out / META).is_file() else {}
+    if old and old["step"] != data["global_step"]:
+        raise ConfigError(
+            f"{out} holds the export of step {old['step']}, which an export of step "
+            f"{data['global_step']} would replace: move it aside first "
+            f"(mv {out} {out}-step{old['step']})"
+        )
+    policy = policy_of(data)
+    example = torch.zeros(1, *data["obs_shape"])
+    blobs: Dict[str, bytes] = {}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy ONNX exporter's notes
+        if "torchscript" in kinds:
+            buf = io.BytesIO()
+            torch.jit.save(torch.jit.trace(policy, example), buf)
+            blobs[FILES["torchscript"]] = buf.getvalue()
+        if "onnx" in kinds:
+            import onnx
+
+            buf = io.BytesIO()
+            torch.onnx.export(
+                policy,
+                (example,),
+                buf,
+                input_names=["obs"],
+                output_names=["action"],
+                dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+                opset_version=OPSET,
+                dynamo=False,
+            )
+            onnx.checker.check_model(onnx.load_from_string(buf.getvalue()))
+            blobs[FILES["onnx"]] = buf.getvalue()
+    out.mkdir(exist_ok=True)
+    for name, blob in blobs.items():
+        write_atomic(out / name, blob)
+    norm = policy.norm
+    stats = None if norm is None else {k: v.tolist() for k, v in norm.state_dict().items()}
+    meta = {
+        "step": data["global_step"],
+        "iteration": data["iteration"],
+        "env": data["env_name"],
+        "observation_space": {"shape": list(data["obs_shape"]), "dtype": "float32"},
+        "action_space": {
+            **_space_meta(action_space(data["action_space"])),
+            "repr": data["action_space"],
+        },
+        "normalizer": stats and {**stats, "eps": norm.eps, "clip": norm.clip},
+        "checkpoint": {
+            "path": str(path.relative_to(run_dir)),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        },
+        "files": {
+            **old.get("files", {}),
+            **{n: {"sha256": hashlib.sha256(b).hexdigest()} for n, b in blobs.items()},
+        },
+        "onnx_opset": OPSET,
+        "rlrec_version": __version__,
+        "torch_version": torch.__version__,
+        "config": data["config"],
+    }
+    write_atomic(out / META, json.dumps(meta, indent=2) + "\n")
+    return [out / n for n in blobs] + [out / META]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]``."""
+    args = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]"
+    try:
+        if len(args) < 1 or "=" in args[0]:
+            raise ConfigError(f"no run dir given: {usage}")
+        options: Dict[str, str] = {}
+        for item in args[1:]:
+            key, sep, value = item.partition("=")
+            if key not in ("export.step", "export.format") or not sep:
+                raise ConfigError(
+                    f"{item} is not an option: allowed keys are export.step, export.format"
+                )
+            options[key] = value
+        step = options.get("export.step")
+        if step is not None and not step.isdigit():
+            raise ConfigError(f"export.step={step} is invalid: an env step with a checkpoint")
+        written = export(
+            args[0],
+            None if step is None else int(step),
+            options.get("export.format", "torchscript"),
+        )
+    except ConfigError as exc:
+        print(f"rlrec-export: {exc}", file=sys.stderr)
+        return 2
+    for p in written:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
