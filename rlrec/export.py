@@ -185,18 +185,21 @@ def _checkpoint(run_dir: Path, step: Optional[int]) -> Tuple[Path, Dict[str, Any
             f"{run_dir} holds no checkpoint ({folder} has no *.pt): give the run dir of a run "
             "that wrote one (python -m rlrec.export RUN_DIR)"
         )
-    steps = []
+    steps, damaged = [], ""
     for p in files:
         try:
             data = ckpt.load(p, "export")
         except ConfigError as exc:
-            raise ConfigError(f"{exc}: export another step (export.step=S)") from None
+            if step is None:  # the last is not replaced by an older one unasked
+                raise ConfigError(f"{exc}: export another step (export.step=S)") from None
+            damaged += f", {p.name} (unusable)"
+            continue
         if step is None or data["global_step"] == step:
             return p, data
         steps.append(data["global_step"])
     raise ConfigError(
         f"{folder} holds no checkpoint of step {step}: export.step= one of "
-        f"{', '.join(map(str, sorted(set(steps))))}"
+        f"{', '.join(map(str, sorted(set(steps))))}{damaged}"
     )
 
 

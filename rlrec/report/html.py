@@ -133,6 +133,8 @@ def _summary(run: RunData) -> str:
         parts.append(f"last eval return {_fmt(last.ret)}")
         if last.success is not None:
             parts.append(f"success {_fmt(last.success)}")
+    if RunDir(run.path).checkpoints.is_dir():  # its policy for a robot (rlrec.export)
+        parts.append("export its policy (in the run dir): <code>python -m rlrec.export .</code>")
     return f"<p>{' &middot; '.join(parts)} &middot; <code>{_e(run.path.resolve())}</code></p>"
 
 

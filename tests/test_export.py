@@ -1,0 +1,227 @@
+"""rlrec.export: the exported policy acts as the checkpoint does (TorchScript exactly, ONNX within
+1e-5, on 1,000 observations of the env), eval_only of an export evaluates and records as eval_only
+of its checkpoint does, and bad input is refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio_ffmpeg
+import numpy as np
+import pytest
+import torch
+
+import rlrec
+from rlrec.export import export, main
+from rlrec.ppo.ppo import PPO
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.runner import Runner
+from rlrec.train.stack import make_env_stack
+from tests.helpers import FAST, REPO, make_config
+from tests.test_checkpoint import flip_tensor_bytes
+
+onnx = pytest.importorskip("onnx", reason="needs the export extra: pip install 'rlrec[export]'")
+ort = pytest.importorskip("onnxruntime", reason="needs the export extra")
+
+QUIET = ["recorder=none", "eval_env.enabled=false"]
+ENVS = {
+    "builtin": [],
+    "cartpole": ["env=gymnasium", "env.id=CartPole-v1"],
+    "mujoco": ["env=gymnasium", "env.id=InvertedPendulum-v5"],
+}
+
+
+def _train(run_dir: Path, overrides) -> Path:
+    run_dir.mkdir(parents=True)
+    Runner(make_config([*FAST, *overrides]), run_dir).run()
+    return run_dir
+
+
+def _observations(cfg, policy, n=1000) -> torch.Tensor:
+    """``n`` observations the env gives under ``policy`` (with autoresets)."""
+    env = make_env_stack(cfg.env, cfg.sim, cfg.env.num_envs, seed=cfg.seed + 100).env
+    obs, _ = env.reset(seed=cfg.seed + 100)
+    seen = [obs]
+    while sum(len(o) for o in seen) < n:
+        obs = env.step(policy(obs))[0]
+        seen.append(obs)
+    env.close()
+    return torch.cat(seen)[:n]
+
+
+def _reference(data, env_cfg_overrides) -> callable:
+    """The checkpoint's deterministic action through PPO itself, clamped to the action space's
+    bounds as the adapters clamp it."""
+    cfg = make_config([*FAST, *env_cfg_overrides])
+    env = make_env_stack(cfg.env, cfg.sim, 1, seed=0).env
+    space, obs_space = env.single_action_space, env.single_observation_space
+    env.close()
+    ppo = PPO(cfg.algo, obs_space, space, torch.device("cpu"))
+    ppo.load_state_dict(data["ppo"])
+
+    def act(obs):
+        with torch.no_grad():
+            action = ppo.act_inference(obs)
+        if hasattr(space, "low"):
+            action = torch.clamp(action, torch.as_tensor(space.low), torch.as_tensor(space.high))
+        return action
+
+    return act, cfg
+
+
+def _check_equal(run_dir: Path, overrides) -> dict:
+    export(run_dir, fmt="both")
+    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    act, cfg = _reference(data, overrides)
+    obs = _observations(cfg, act)
+    assert obs.shape[0] == 1000
+    want = act(obs)
+    script = rlrec.load_policy(run_dir / "exported" / "policy.pt")(obs)
+    onnx_path = run_dir / "exported" / "policy.onnx"
+    onnx.checker.check_model(onnx.load(str(onnx_path)))
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"obs": obs.numpy()})[0]  # onnxruntime itself, batch of 1,000
+    assert torch.equal(script, want)
+    diff = float(np.abs(got.astype(np.float64) - want.numpy()).max())
+    assert diff <= 1e-5, diff
+    assert not torch.equal(want, want[:1].expand_as(want)), "the observations vary the action"
+    return {"onnx_max_abs_diff": diff}
+
+
+@pytest.fixture(scope="module")
+def builtin_run(tmp_path_factory) -> Path:
+    """A short built-in run with its eval clips, exported as both formats."""
+    run_dir = tmp_path_factory.mktemp("export") / "run"
+    _train(run_dir, ["recorder=none", "total_steps=512", "checkpoint_every=2"])
+    return run_dir
+
+
+@pytest.mark.parametrize("name", ["cartpole", "mujoco"])
+def test_export_acts_as_the_checkpoint(tmp_path, name):
+    if name == "mujoco":
+        pytest.importorskip("mujoco", reason="needs gymnasium[mujoco] (the dev extra)")
+    run_dir = _train(tmp_path / name, [*QUIET, *ENVS[name], "total_steps=256"])
+    _check_equal(run_dir, ENVS[name])
+
+
+def test_builtin_export_acts_as_the_checkpoint(builtin_run):
+    _check_equal(builtin_run, [])
+    meta = json.loads((builtin_run / "exported" / "policy.json").read_text())
+    assert meta["step"] == 512 and meta["env"] == "builtin"
+    assert meta["action_space"]["low"] == [-1.0, -1.0]
+    assert len(meta["normalizer"]["mean"]) == 6 and meta["observation_space"]["shape"] == [6]
+    for name, entry in meta["files"].items():
+        raw = (builtin_run / "exported" / name).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(raw).hexdigest()
+    saved = (builtin_run / meta["checkpoint"]["path"]).read_bytes()
+    assert meta["checkpoint"]["sha256"] == hashlib.sha256(saved).hexdigest()
+
+
+def _frames(path: Path) -> list:
+    reader = imageio_ffmpeg.read_frames(str(path))
+    next(reader)  # the metadata
+    return [bytes(f) for f in reader]
+
+
+def _evaluate(tmp_path: Path, name: str, checkpoint: Path) -> Path:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    cfg = make_config([*FAST, "recorder=none", "eval_only=true", f"checkpoint={checkpoint}"])
+    Runner(cfg, run_dir).run()
+    return run_dir
+
+
+def test_eval_only_of_an_export_equals_eval_only_of_its_checkpoint(builtin_run, tmp_path):
+    export(builtin_run, fmt="both")
+    runs = {
+        "checkpoint": _evaluate(tmp_path, "c", builtin_run / "checkpoints" / "last.pt"),
+        "torchscript": _evaluate(tmp_path, "t", builtin_run / "exported" / "policy.pt"),
+        "onnx": _evaluate(tmp_path, "o", builtin_run / "exported" / "policy.onnx"),
+    }
+    keys = ("step", "env", "return", "length")
+    episodes = {
+        k: [{x: json.loads(e)[x] for x in keys} for e in (d / "eval_episodes.jsonl").open()]
+        for k, d in runs.items()
+    }
+    assert episodes["checkpoint"] and episodes["checkpoint"][0]["step"] == 512
+    assert episodes["torchscript"] == episodes["checkpoint"]  # bit for bit
+    # onnxruntime's kernels round otherwise (actions within 1e-6): the same within 1e-5
+    for got, want in zip(episodes["onnx"], episodes["checkpoint"], strict=True):
+        assert got == {**want, "return": pytest.approx(want["return"], abs=1e-5)}
+    clips = {k: sorted((d / "videos" / "eval").glob("*.mp4")) for k, d in runs.items()}
+    assert [p.name for p in clips["checkpoint"]] == ["eval-step000000512.mp4"]
+    frames = _frames(clips["checkpoint"][0])
+    assert len(frames) > 10
+    for kind in ("torchscript", "onnx"):
+        assert [p.name for p in clips[kind]] == [p.name for p in clips["checkpoint"]]
+        assert _frames(clips[kind][0]) == frames, kind
+
+
+def test_load_policy_needs_no_hydra_and_no_simulator(builtin_run):
+    """In a fresh process: the loaded export and checkpoint act on numpy batches of any size."""
+    export(builtin_run, fmt="both")
+    code = (
+        "import sys, numpy as np, rlrec\n"
+        "for p in sys.argv[1:]:\n"
+        "    a = rlrec.load_policy(p)(np.zeros((3, 6), np.float32))\n"
+        "    assert a.shape == (3, 2), a.shape\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in\n"
+        "       ('hydra', 'omegaconf', 'mujoco', 'mani_skill', 'genesis', 'rlrec.envs')]\n"
+        "print(bad)\n"
+    )
+    paths = [builtin_run / "checkpoints" / "last.pt", *(builtin_run / "exported").glob("policy.*")]
+    paths = [str(p) for p in paths if p.suffix != ".json"]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *paths], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------- bad input
+def _refused(argv, capsys) -> str:
+    assert main([str(a) for a in argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_bad_input_is_refused_in_one_line_before_anything_is_written(
+    builtin_run, tmp_path, capsys, monkeypatch
+):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    assert "holds no checkpoint" in _refused([run], capsys)
+    shutil.copytree(builtin_run / "checkpoints", run / "checkpoints", dirs_exist_ok=True)
+    line = _refused([run, "export.step=100"], capsys)
+    assert "no checkpoint of step 100: export.step= one of 256, 512" in line
+    assert "export.format=tflite is invalid: allowed values are torchscript, onnx, both" in (
+        _refused([run, "export.format=tflite"], capsys)
+    )
+    assert "allowed keys are export.step, export.format" in _refused([run, "step=3"], capsys)
+    monkeypatch.setitem(sys.modules, "onnx", None)  # the extra is not installed
+    line = _refused([run, "export.format=both"], capsys)
+    assert "needs the 'export' extra" in line and "pip install 'rlrec[export]'" in line
+    monkeypatch.undo()
+    flip_tensor_bytes(run / "checkpoints" / "last.pt")
+    line = _refused([run], capsys)
+    assert "last.pt is damaged" in line and "export.step=S" in line
+    assert "one of 256, 512, last.pt (unusable)" in _refused([run, "export.step=100"], capsys)
+    assert not (run / "exported").exists()
+    # another step's export is never replaced; the same step's is completed
+    assert main([str(run), "export.step=256", "export.format=onnx"]) == 0
+    assert "move it aside first" in _refused([run, "export.step=512"], capsys)
+    assert main([str(run), "export.step=256"]) == 0
+    meta = json.loads((run / "exported" / "policy.json").read_text())
+    assert meta["step"] == 256 and set(meta["files"]) == {"policy.onnx", "policy.pt"}
+
+
+def test_report_links_the_export_command(builtin_run):
+    from rlrec.report.html import write_report
+
+    html = write_report(builtin_run).read_text()
+    assert "python -m rlrec.export ." in html
