@@ -238,7 +238,7 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
         warnings.simplefilter("ignore")  # the legacy ONNX exporter's notes
         if "torchscript" in kinds:
             buf = io.BytesIO()
-            torch.jit.save(torch.jit.trace(policy, example), buf)
+            torch.jit.save(torch.jit.trace(policy, example, check_trace=False), buf)
             blobs[FILES["torchscript"]] = buf.getvalue()
         if "onnx" in kinds:
             import onnx
