@@ -74,11 +74,11 @@ def action_space(desc: str) -> gym.Space:
     if m is None:
         raise ConfigError(f"action space {desc} cannot be exported: Box or Discrete only")
     shape = tuple(int(n) for n in m[3].replace(",", " ").split())
+    # a bound is one number (all equal) or numpy's print of the array
     low, high = (
-        np.array(s.replace("[", " ").replace("]", " ").split(), float) for s in m.group(1, 2)
+        np.resize(np.array(re.findall(r"[^\s\[\]]+", s), m[4]), shape) for s in m.group(1, 2)
     )
-    bound = lambda a: a.reshape(shape) if a.size > 1 else a[0]  # noqa: E731
-    return gym.spaces.Box(bound(low), bound(high), shape, np.dtype(m[4]))
+    return gym.spaces.Box(low, high, shape, np.dtype(m[4]))
 
 
 def policy_of(data: Dict[str, Any]) -> DeterministicPolicy:
@@ -154,12 +154,17 @@ def load_policy(path) -> LoadedPolicy:
     return LoadedPolicy(_module_on_device(policy_of(ckpt.load(p, "load_policy"))))
 
 
-def start_data(path) -> Optional[Dict[str, Any]]:
+def start_data(path, eval_only: bool) -> Optional[Dict[str, Any]]:
     """What ``eval_only=true checkpoint=PATH`` reads of an export (its step, its spaces and its
     policy, from the policy.json beside it); None when ``PATH`` is no export."""
     p = Path(path)
     if not p.is_file() or not (p.suffix == ".onnx" or _is_torchscript(p)):
         return None
+    if not eval_only:
+        raise ConfigError(
+            f"checkpoint={p} is an export: eval_only=true evaluates it; training "
+            "continues from a checkpoint (<run dir>/checkpoints/*.pt)"
+        )
     if not (p.parent / META).is_file():
         raise ConfigError(f"checkpoint={p} is an export without its {META} beside it: export again")
     policy = load_policy(p)
@@ -178,8 +183,9 @@ def start_data(path) -> Optional[Dict[str, Any]]:
 def _checkpoint(run_dir: Path, step: Optional[int]) -> Tuple[Path, Dict[str, Any]]:
     """The file and verified contents of the checkpoint of ``step`` (None: the last)."""
     folder = RunDir(run_dir).checkpoints
-    periodic = sorted(folder.glob(CHECKPOINT_FILES), key=lambda p: periodic_iteration(p.name) or 0)
-    files = [p for p in [folder / LAST_CHECKPOINT, *reversed(periodic)] if p.is_file()]
+    periodic = [p for p in folder.glob(CHECKPOINT_FILES) if periodic_iteration(p.name) is not None]
+    periodic.sort(key=lambda p: -periodic_iteration(p.name))  # newest first, after last.pt
+    files = [p for p in [folder / LAST_CHECKPOINT, *periodic] if p.is_file()]
     if not files:
         raise ConfigError(
             f"{run_dir} holds no checkpoint ({folder} has no *.pt): give the run dir of a run "
@@ -188,7 +194,7 @@ def _checkpoint(run_dir: Path, step: Optional[int]) -> Tuple[Path, Dict[str, Any
     steps, damaged = [], ""
     for p in files:
         try:
-            data = ckpt.load(p, "export")
+            data = ckpt.load(p)
         except ConfigError as exc:
             if step is None:  # the last is not replaced by an older one unasked
                 raise ConfigError(f"{exc}: export another step (export.step=S)") from None

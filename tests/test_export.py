@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import rlrec
+from rlrec.checks import ConfigError
 from rlrec.export import export, main
 from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
@@ -154,6 +155,14 @@ def test_eval_only_of_an_export_equals_eval_only_of_its_checkpoint(builtin_run, 
     for kind in ("torchscript", "onnx"):
         assert [p.name for p in clips[kind]] == [p.name for p in clips["checkpoint"]]
         assert _frames(clips[kind][0]) == frames, kind
+
+
+def test_training_from_an_export_is_refused(builtin_run, tmp_path):
+    export(builtin_run)
+    cfg = make_config([*FAST, f"checkpoint={builtin_run / 'exported' / 'policy.pt'}"])
+    with pytest.raises(ConfigError, match="is an export: eval_only=true evaluates it"):
+        Runner(cfg, tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_load_policy_needs_no_hydra_and_no_simulator(builtin_run):

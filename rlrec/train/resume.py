@@ -159,7 +159,7 @@ def _continue(cfg: Config, run_dir: Path, rank: int, world: int, start: Start) -
 
 def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
     if cfg.checkpoint is not None:  # eval_only=true: an export too (rlrec.export)
-        data = export.start_data(cfg.checkpoint) if cfg.eval_only else None
+        data = export.start_data(cfg.checkpoint, cfg.eval_only)
         return Start(str(cfg.checkpoint), data or ckpt.load(cfg.checkpoint), key)
     if cfg.resume == "auto":
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
