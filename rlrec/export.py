@@ -297,10 +297,10 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]``."""
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]"
+    usage = "usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format=torchscript|onnx|both]"
     try:
-        if len(args) < 1 or "=" in args[0]:
-            raise ConfigError(f"no run dir given: {usage}")
+        if not args or "=" in args[0] or args[0].startswith("-"):
+            raise ConfigError(usage)
         options: Dict[str, str] = {}
         for item in args[1:]:
             key, sep, value = item.partition("=")
@@ -311,7 +311,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             options[key] = value
         step = options.get("export.step")
         if step is not None and not step.isdigit():
-            raise ConfigError(f"export.step={step} is invalid: an env step with a checkpoint")
+            raise ConfigError(
+                f"export.step={step} is invalid: the env step of a checkpoint, an integer"
+            )
         written = export(
             args[0],
             None if step is None else int(step),
