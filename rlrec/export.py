@@ -297,7 +297,8 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]``."""
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format=torchscript|onnx|both]"
+    formats = "|".join(f.value for f in ExportFormat)
+    usage = f"usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format={formats}]"
     try:
         if not args or "=" in args[0] or args[0].startswith("-"):
             raise ConfigError(usage)
