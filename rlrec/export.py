@@ -101,10 +101,13 @@ class LoadedPolicy:
     array otherwise; ``meta``: the export's policy.json (None for a checkpoint)."""
 
     def __init__(self, run, meta: Optional[Dict[str, Any]] = None):
-        self.run, self.meta = run, meta
+        self.run, self.meta, self.device = run, meta, torch.device("cpu")
 
     def __call__(self, obs):
         x = torch.as_tensor(obs, dtype=torch.float32)
+        if isinstance(self.run, nn.Module) and x.device != self.device:  # moved once
+            self.device = x.device
+            self.run.to(x.device)
         with torch.no_grad():
             action = self.run(x)
         return action.to(x.device) if isinstance(obs, torch.Tensor) else action.cpu().numpy()
@@ -122,19 +125,6 @@ def _is_torchscript(path: Path) -> bool:
         return any(n.endswith("/constants.pkl") for n in z.namelist())
 
 
-def _module_on_device(module):
-    """Runs ``module`` on the device of its input (moved there on the first call of each)."""
-    where = [torch.device("cpu")]
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        if x.device != where[0]:
-            where[0] = x.device
-            module.to(x.device)
-        return module(x)
-
-    return run
-
-
 def load_policy(path) -> LoadedPolicy:
     """The deterministic policy of an rlrec checkpoint (``checkpoints/*.pt``, verified as any
     load is) or of an export (``exported/policy.pt``, ``exported/policy.onnx``)."""
@@ -150,8 +140,8 @@ def load_policy(path) -> LoadedPolicy:
         run = lambda x: torch.from_numpy(session.run(None, {"obs": x.cpu().numpy()})[0])  # noqa: E731
         return LoadedPolicy(run, meta)
     if _is_torchscript(p):
-        return LoadedPolicy(_module_on_device(torch.jit.load(str(p), map_location="cpu")), meta)
-    return LoadedPolicy(_module_on_device(policy_of(ckpt.load(p, "load_policy"))))
+        return LoadedPolicy(torch.jit.load(str(p), map_location="cpu"), meta)
+    return LoadedPolicy(policy_of(ckpt.load(p, "load_policy")))
 
 
 def start_data(path, eval_only: bool) -> Optional[Dict[str, Any]]:
