@@ -129,27 +129,6 @@ def import_genesis():
     return gs
 
 
-def _check_on_cuda(gs) -> None:
-    """``sim=gpu``: refuses a Genesis that ended up on the CPU instead of training there.
-
-    ``gs.init(backend=gs.gpu)`` tries cuda, amdgpu, metal and then cpu, and takes the CPU with
-    only a warning ("Backend gpu not available on this machine. Falling back to CPU.",
-    genesis/__init__.py lines 93-105 in genesis-world 1.4.5; ``get_device`` in
-    genesis/utils/misc.py raises for CUDA when torch has no CUDA build or no device). With
-    ``GS_TORCH_FORCE_CPU_DEVICE=1`` its tensors go to the CPU even on a GPU backend (lines
-    112-114). Either way the run would train on the CPU while the config says ``sim=gpu``.
-    """
-    device = torch.device(gs.device)
-    if gs.backend == gs.cpu or device.type != "cuda":
-        raise ConfigError(
-            f"sim=gpu: Genesis runs on backend {gs.backend} with its tensors on {device}, not "
-            "on CUDA (gs.init falls back to the CPU with only a warning when no CUDA backend "
-            "works, and GS_TORCH_FORCE_CPU_DEVICE=1 keeps its tensors on the CPU). Training "
-            "would run on the CPU: make CUDA usable (a CUDA build of torch, a visible GPU, "
-            "GS_TORCH_FORCE_CPU_DEVICE unset), or use sim=cpu"
-        )
-
-
 def refuse_device(device: torch.device) -> None:
     """Refuses Genesis on a CUDA device other than the first one visible. Quadrants, Genesis's
     kernel backend, creates its CUDA context on device 0 whatever torch's current device is (its
@@ -202,8 +181,21 @@ def init_genesis(sim_name: str):
         )
     else:
         gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
-    if not want_cpu:
-        _check_on_cuda(gs)
+    # gs.init(backend=gs.gpu) tries cuda, amdgpu, metal and then cpu, and takes the CPU with only a
+    # warning ("Backend gpu not available on this machine. Falling back to CPU.",
+    # genesis/__init__.py lines 93-105 in genesis-world 1.4.5; get_device in
+    # genesis/utils/misc.py raises for CUDA when torch has no CUDA build or no device). With
+    # GS_TORCH_FORCE_CPU_DEVICE=1 its tensors go to the CPU even on a GPU backend (lines 112-114).
+    # Either way the run would train on the CPU while the config says sim=gpu.
+    device = torch.device(gs.device)
+    if not want_cpu and (gs.backend == gs.cpu or device.type != "cuda"):
+        raise ConfigError(
+            f"sim=gpu: Genesis runs on backend {gs.backend} with its tensors on {device}, not "
+            "on CUDA (gs.init falls back to the CPU with only a warning when no CUDA backend "
+            "works, and GS_TORCH_FORCE_CPU_DEVICE=1 keeps its tensors on the CPU). Training "
+            "would run on the CPU: make CUDA usable (a CUDA build of torch, a visible GPU, "
+            "GS_TORCH_FORCE_CPU_DEVICE unset), or use sim=cpu"
+        )
     return gs
 
 
@@ -324,7 +316,6 @@ class GenesisAdapter(EnvAdapter):
         self.max_episode_steps = max_episode_steps
         self.single_observation_space, self.single_action_space = _spaces(task, target)
         self._target, self._camera_attr = target, camera_attr
-        self._closed = False
         import genesis as gs
 
         gs_device = torch.device(gs.device)
@@ -387,10 +378,7 @@ class GenesisAdapter(EnvAdapter):
             )
         return render_camera(self.camera, self._rows, envs)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         scene = getattr(self.task, "scene", None)
         self.task = self.camera = None
         if scene is not None:
@@ -416,18 +404,10 @@ def make(
     # gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device, lines 211-213)
     use_device(device)
     init_genesis(sim.name)
-    kwargs = dict(env_cfg.kwargs or {})
-    task = cls(
-        num_envs=num_envs,
-        render_width=env_cfg.render_width,
-        render_height=env_cfg.render_height,
-        **kwargs,
-    )
-    missing = [
-        m
-        for m in ("build", "reset_idx", "get_observations", "step")
-        if not callable(getattr(task, m, None))
-    ]
+    size = dict(render_width=env_cfg.render_width, render_height=env_cfg.render_height)
+    task = cls(num_envs=num_envs, **size, **dict(env_cfg.kwargs or {}))
+    methods = ("build", "reset_idx", "get_observations", "step")
+    missing = [m for m in methods if not callable(getattr(task, m, None))]
     missing += [a for a in ("scene", "dt") if getattr(task, a, None) is None]
     if missing:
         raise ConfigError(
