@@ -193,6 +193,12 @@ class EpisodeClock:
 # --------------------------------------------------------------------------- info
 
 
+def owned(x: Any, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``x`` (a tensor, a simulator's tensor subclass, an array) as a plain tensor of its own on
+    ``device``: one copy, so that it never aliases a buffer the simulator reuses."""
+    return torch.as_tensor(x).as_subclass(torch.Tensor).to(device=device, dtype=dtype, copy=True)
+
+
 def owned_info(
     info: Optional[Dict[str, Any]], num_envs: int, device: torch.device, masks: bool = True
 ) -> Info:
@@ -207,12 +213,8 @@ def owned_info(
             continue
         numeric = isinstance(v, np.ndarray) and v.dtype.kind in "biufc"
         if (numeric or isinstance(v, torch.Tensor)) and (masks or not k.startswith("_")):
-            # as_subclass: simulators hand out tensor subclasses (Genesis); copy: vector envs
-            # reuse their info arrays, simulators their state buffers
-            t = torch.as_tensor(v).as_subclass(torch.Tensor)
-            if t.ndim >= 1 and t.shape[0] == num_envs:
-                dtype = torch.bool if k in ("success", "fail") else None
-                out[k] = t.to(device=device, dtype=dtype, copy=True)
+            if v.ndim >= 1 and v.shape[0] == num_envs:
+                out[k] = owned(v, device, torch.bool if k in ("success", "fail") else None)
     if "is_success" in out and "success" not in out:
         out["success"] = out["is_success"].bool()
     return out

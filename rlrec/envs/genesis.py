@@ -37,6 +37,7 @@ from rlrec.envs.base import (
     Info,
     as_env_index,
     import_object,
+    owned,
     owned_info,
 )
 from rlrec.envs.config import EnvConfig
@@ -265,17 +266,12 @@ def _camera(task, camera_attr: Optional[str], target: str):
         return cam
     names = sorted(n for n in vars(task) if not n.startswith("_"))
     cams = [n for n in names if isinstance(getattr(task, n, None), Camera)]
+    what = f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
     if cam is None:
         what = f"has no attribute {camera_attr!r}"
-    else:
-        what = (
-            f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
-        )
-    found = (
-        f"its cameras: {', '.join(cams)}"
-        if cams
-        else f"it has no camera; attributes: {', '.join(names)}"
-    )
+    found = f"its cameras: {', '.join(cams)}"
+    if not cams:
+        found = f"it has no camera; attributes: {', '.join(names)}"
     raise ConfigError(
         f"env.camera_attr={camera_attr!r} is invalid: {target} {what} ({found}). "
         "Set env.camera_attr to the attribute holding the camera, or env.camera_attr=null to run "
@@ -331,11 +327,6 @@ class GenesisAdapter(EnvAdapter):
         self._rows = camera_rows(task.scene, camera, num_envs) if camera is not None else {}
 
     # ------------------------------------------------------------------ episodes
-    def _out(self, x: torch.Tensor, dtype=None) -> torch.Tensor:
-        # an owned tensor on rlrec's device (Genesis may hand out views of its state buffers)
-        x = torch.as_tensor(x).as_subclass(torch.Tensor)
-        return x.to(device=self.device, dtype=dtype, copy=True)
-
     def reset(
         self, seed: Optional[int] = None, env_idx: EnvIdx = None
     ) -> Tuple[torch.Tensor, Info]:
@@ -345,7 +336,7 @@ class GenesisAdapter(EnvAdapter):
         if idx.numel():
             self.task.reset_idx(idx, self._gen)
             self.clock.reset(idx)
-        obs = self._out(self.task.get_observations(), torch.float32)
+        obs = owned(self.task.get_observations(), self.device, torch.float32)
         return obs, {}
 
     def step(self, action: torch.Tensor):
@@ -353,9 +344,10 @@ class GenesisAdapter(EnvAdapter):
         if self._box:
             action = torch.clamp(action.float(), self._low, self._high)
         obs, reward, terminated, info = self.task.step(action)
-        terminated = self._out(terminated, torch.bool)
+        terminated = owned(terminated, self.device, torch.bool)
         truncated = self.clock.step(terminated, self.max_episode_steps)
-        obs, reward = self._out(obs, torch.float32), self._out(reward, torch.float32)
+        obs = owned(obs, self.device, torch.float32)
+        reward = owned(reward, self.device, torch.float32)
         return obs, reward, terminated, truncated, owned_info(info, self.num_envs, self.device)
 
     # ------------------------------------------------------------------ frames

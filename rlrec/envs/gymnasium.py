@@ -86,17 +86,14 @@ def construction_errors(env_id: Any):
     gymnasium's words, what to install."""
     try:
         yield
-    except gym.error.DependencyNotInstalled as err:
+    except (gym.error.DependencyNotInstalled, ImportError) as err:
         text = " ".join(str(err).split())
-        raise ConfigError(
-            f"env.id={env_id!r} cannot be built, a dependency of the env is missing: {text}"
-        ) from None
-    except ImportError as err:
-        text = " ".join(str(err).split())
-        missing = f" (install the package that provides {err.name})" if err.name else ""
-        raise ConfigError(
-            f"env.id={env_id!r} cannot be built, importing the env failed: {text}{missing}"
-        ) from None
+        if isinstance(err, ImportError):
+            hint = f" (install the package that provides {err.name})" if err.name else ""
+            text = f"importing the env failed: {text}{hint}"
+        else:
+            text = f"a dependency of the env is missing: {text}"
+        raise ConfigError(f"env.id={env_id!r} cannot be built, {text}") from None
 
 
 def _creator(spec, env_id: Any):

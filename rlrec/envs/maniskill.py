@@ -43,6 +43,7 @@ from rlrec.envs.base import (
     VectorEnvAdapter,
     as_env_index,
     import_object,
+    owned,
     owned_info,
 )
 from rlrec.envs.config import EnvConfig, SimConfig, Vectorization
@@ -108,11 +109,8 @@ def _spec(env_id: str, imports: Sequence[str] = ()):
     for i, name in enumerate(imports):
         import_object(name, f"env.imports[{i}]")
     if env_id not in registry:
-        near = sorted(
-            k
-            for k in registry
-            if k.split("-")[0].lower() in env_id.lower() or env_id.lower() in k.lower()
-        )
+        low = env_id.lower()
+        near = sorted(k for k in registry if k.split("-")[0].lower() in low or low in k.lower())
         hint = f" Did you mean: {', '.join(near[:5])}?" if near else ""
         raise ConfigError(
             f"env.id={env_id!r} is not a registered ManiSkill env.{hint} Envs of your own are "
@@ -278,15 +276,15 @@ class ManiSkillGPUEnv(EnvAdapter):
             seed=seeds, options={} if full else {"env_idx": idx.to(self.env.device)}
         )
         self.clock.reset(idx)
-        self._obs = obs.to(self.device).clone()
+        self._obs = owned(obs, self.device)
         return self._obs.clone(), owned_info(info, self.num_envs, self.device)
 
     def step(self, action: torch.Tensor):
         obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
-        terminated = terminated.to(self.device, torch.bool).clone()
+        terminated = owned(terminated, self.device, torch.bool)
         truncated = self.clock.step(terminated, self.max_episode_steps)
-        self._obs = obs.to(self.device).clone()
-        reward = reward.to(self.device, torch.float32).clone()
+        self._obs = owned(obs, self.device)
+        reward = owned(reward, self.device, torch.float32)
         info = owned_info(info, self.num_envs, self.device)
         return self._obs.clone(), reward, terminated, truncated, info
 
