@@ -136,12 +136,8 @@ def test_no_adapter_is_built_on_a_bare_cuda(two_gpus, monkeypatch):
 
 def test_maniskill_gets_the_rank_gpu_for_its_sim_and_renderer(two_gpus, monkeypatch):
     """ManiSkill's kwargs carry the index (a bare ``physx_cuda`` is SAPIEN's first CUDA device)."""
-    from rlrec.envs.maniskill import gpu_backends, gpu_env_kwargs
+    from rlrec.envs.maniskill import gpu_env_kwargs
 
-    assert gpu_backends(torch.device("cuda", 1)) == {
-        "sim_backend": "physx_cuda:1",
-        "render_backend": "sapien_cuda:1",
-    }
     kw = gpu_env_kwargs({"obs_mode": "state"}, 4, torch.device("cuda", 1))
     assert kw == {
         "obs_mode": "state",
@@ -153,7 +149,8 @@ def test_maniskill_gets_the_rank_gpu_for_its_sim_and_renderer(two_gpus, monkeypa
     kw = gpu_env_kwargs({"render_backend": "none", "sim_backend": "x", "num_envs": 9}, 4, "cuda:1")
     assert (kw["render_backend"], kw["sim_backend"], kw["num_envs"]) == ("none", "physx_cuda:1", 4)
     torch.cuda.set_device(1)  # a bare "cuda" means torch's current device, made explicit
-    assert gpu_backends(torch.device("cuda"))["sim_backend"] == "physx_cuda:1"
+    kw = gpu_env_kwargs({}, 4, torch.device("cuda"))
+    assert (kw["sim_backend"], kw["render_backend"]) == ("physx_cuda:1", "sapien_cuda:1")
 
 
 def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_path):

@@ -12,10 +12,10 @@ Everything is batched over envs as torch tensors on ``adapter.device``.
 Besides the interface, this module holds what several adapters share, each once:
 :class:`EpisodeClock` (the time limit of the adapters that count steps themselves),
 :func:`owned_info` (a backend's info as owned per-env tensors), :func:`import_object` (the
-user's code named in the config), :func:`vector_env` / :func:`reset_options` (a gymnasium vector
-env without autoreset, and a reset of some of its sub-envs) and :class:`SubEnv` /
-:func:`render_sub_envs` (frames of the named sub-envs of a gymnasium vector env, and of no
-others).
+user's code named in the config), :class:`VectorEnvAdapter` (sub-envs held on their end by
+:class:`HoldOnDone` in a gymnasium vector env without autoreset: ``env=gymnasium`` and ManiSkill's
+CPU sim) and :class:`SubEnv` / :func:`render_sub_envs` (frames of the named sub-envs of a
+gymnasium vector env, and of no others).
 """
 
 from __future__ import annotations
@@ -102,10 +102,17 @@ class EnvAdapter(ABC):
         """uint8 ``[k, H, W, 3]`` frames of the current state of ``env_idx``, owned by the
         caller."""
 
+    _closed = False
+
     def close(self) -> None:
-        """Releases simulator resources. Idempotent."""
-        # a no-op hook, deliberately not abstract: adapters override it when they hold resources
-        return None
+        """Releases simulator resources (:meth:`_release`), once: a second call does nothing."""
+        if not self._closed:
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        """What :meth:`close` releases; adapters that hold resources override it."""
+        return None  # deliberately not abstract: most adapters hold nothing to release
 
     @property
     def unwrapped(self) -> "EnvAdapter":
@@ -160,7 +167,8 @@ def layers(env: EnvAdapter) -> Iterator[EnvAdapter]:
 
 class EpisodeClock:
     """Steps since each env's reset, and the truncation they imply: the one time limit of the
-    adapters that count steps themselves (built-in, ManiSkill, Genesis; gymnasium keeps its own).
+    adapters that count steps themselves (built-in, ManiSkill on the GPU, Genesis); the sub-envs of
+    a :class:`VectorEnvAdapter` count theirs in :class:`HoldOnDone` (or gymnasium's TimeLimit).
 
     ``elapsed`` (long ``[num_envs]`` on the adapter's device) is all of its state. The limit is
     passed to :meth:`step`, so an adapter's ``max_episode_steps`` stays the one place it is set.
@@ -185,15 +193,10 @@ class EpisodeClock:
 # --------------------------------------------------------------------------- info
 
 
-def _per_env_tensor(value: Any, num_envs: int) -> Optional[torch.Tensor]:
-    """``value`` as a tensor if it is a numeric array or tensor with leading dim ``num_envs``."""
-    if isinstance(value, torch.Tensor):
-        value = value.as_subclass(torch.Tensor)  # simulators hand out tensor subclasses (Genesis)
-    elif isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-        value = torch.tensor(value)  # a copy: vector envs reuse their info arrays
-    else:
-        return None
-    return value if value.ndim >= 1 and value.shape[0] == num_envs else None
+def owned(x: Any, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``x`` (a tensor, a simulator's tensor subclass, an array) as a plain tensor of its own on
+    ``device``: one copy, so that it never aliases a buffer the simulator reuses."""
+    return torch.as_tensor(x).as_subclass(torch.Tensor).to(device=device, dtype=dtype, copy=True)
 
 
 def owned_info(
@@ -208,12 +211,10 @@ def owned_info(
         if isinstance(v, dict):
             out[k] = owned_info(v, num_envs, device, masks)
             continue
-        if not masks and k.startswith("_"):
-            continue
-        t = _per_env_tensor(v, num_envs)
-        if t is not None:
-            dtype = torch.bool if k in ("success", "fail") else None
-            out[k] = t.to(device=device, dtype=dtype, copy=True)
+        numeric = isinstance(v, np.ndarray) and v.dtype.kind in "biufc"
+        if (numeric or isinstance(v, torch.Tensor)) and (masks or not k.startswith("_")):
+            if v.ndim >= 1 and v.shape[0] == num_envs:
+                out[k] = owned(v, device, torch.bool if k in ("success", "fail") else None)
     if "is_success" in out and "success" not in out:
         out["success"] = out["is_success"].bool()
     return out
@@ -294,36 +295,129 @@ class SubEnv(gym.Wrapper):
         self.terminal_frame = None
         out = self.env.step(action)
         if self.armed and (out[2] or out[3]):
-            self.terminal_frame = np.array(self.frame(), dtype=np.uint8)
+            self.terminal_frame = np.array(self.render(), dtype=np.uint8)
         return out
-
-    def frame(self) -> np.ndarray:
-        """This env's current frame, ``uint8 [H, W, 3]``."""
-        return self.render()
 
     def rlrec_render(self, idx: Tuple[int, ...], terminal: bool = False) -> Optional[np.ndarray]:
         if self.index not in idx:
             return None
         if terminal and self.terminal_frame is not None:
             return self.terminal_frame
-        return self.frame()
+        return self.render()
 
 
-def vector_env(fns, vectorization: str, context: Optional[str] = None, **kwargs):
-    """A gymnasium vector env of the sub-envs ``fns`` (``sync``: in this process, ``async``: a
-    worker process each, started by ``context``) whose autoreset is disabled: the adapter resets
-    finished envs by name (:func:`reset_options`)."""
-    mode = gym.vector.AutoresetMode.DISABLED
-    if vectorization == "async":
-        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context=context, **kwargs)
-    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode, **kwargs)
+DONE_KEY = "rlrec_done"  # info key carrying a held sub-env's end: 1 terminated, 2 truncated
 
 
-def reset_options(idx: torch.Tensor, num_envs: int) -> Dict[str, Any]:
-    """The ``options`` of a vector env reset of the envs ``idx`` alone (its ``reset_mask``)."""
-    mask = np.zeros(num_envs, dtype=np.bool_)
-    mask[idx.cpu().numpy()] = True
-    return {"reset_mask": mask}
+class HoldOnDone(SubEnv):
+    """Sub-env ``index``, frozen on its terminal state until ``reset``.
+
+    The done flags travel to the adapter in ``info["rlrec_done"]`` (1 terminated, 2 truncated)
+    while the vector env itself is always told ``terminated=truncated=False``: so it never
+    autoresets, and stepping a finished env (which disabled-autoreset vector envs refuse) is a
+    no-op that repeats the terminal observation with reward 0 and the same flag. ``limit``: a
+    time limit of its own, in steps since the last reset or since it was built (None: the env's).
+    """
+
+    def __init__(self, env: gym.Env, index: int = 0, limit: Optional[int] = None):
+        super().__init__(env, index)
+        self.limit = limit
+        self.elapsed = 0
+        self._held: Optional[tuple] = None  # (obs, done code) once finished
+
+    def reset(self, **kwargs):
+        self._held = None
+        self.elapsed = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        if self._held is not None:
+            obs, code = self._held
+            return obs, 0.0, False, False, {DONE_KEY: code}
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.elapsed += 1
+        truncated = truncated or (self.limit is not None and self.elapsed >= self.limit)
+        if terminated or truncated:
+            code = 1 if terminated else 2
+            self._held = (obs, code)
+            info = {**info, DONE_KEY: code}
+        return obs, reward, False, False, info
+
+
+class VectorEnvAdapter(EnvAdapter):
+    """The sub-envs ``fns`` (each a :class:`HoldOnDone`, time limit included) in a gymnasium
+    vector env whose autoreset is disabled (``sync``: in this process, ``async``: a worker process
+    each, started by ``context``), batched as torch tensors on ``device``: ``env=gymnasium`` and
+    ManiSkill's CPU sim.
+
+    A partial reset is the vector env's ``reset_mask`` reset; ``seed`` (None: unseeded) is given
+    to the first reset that gets no seed of its own; ``render`` renders the named sub-envs only
+    (:func:`render_sub_envs`). Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box
+    (clipped to its bounds when ``clip_actions``); observations ``float32 [N, *shape]``.
+    """
+
+    clip_actions = True
+    info_masks = True  # keep the ``_key`` masks a vector env adds to its info
+
+    def __init__(self, fns, device, vectorization: str, context: Optional[str], seed, **kwargs):
+        self.num_envs = len(fns)
+        self.device = torch.device(device)
+        self._seed = seed  # used by the first reset when it gets no seed
+        kwargs["autoreset_mode"] = gym.vector.AutoresetMode.DISABLED
+        if vectorization == "async":
+            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kwargs)
+        else:
+            self.vec = gym.vector.SyncVectorEnv(fns, **kwargs)
+        self.single_observation_space = self.vec.single_observation_space
+        self.single_action_space = self.vec.single_action_space
+        self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
+        self.dt = float(self.vec.get_attr("dt")[0])  # each sub-env's dt (seconds per step)
+        self._obs = torch.zeros(self.num_envs, *self.single_observation_space.shape, device=device)
+
+    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        # torch.tensor copies: the vector env may reuse its buffer (copy=False)
+        self._obs = torch.tensor(obs, dtype=torch.float32, device=self.device)
+        return self._obs.clone()
+
+    def _np_action(self, action: torch.Tensor) -> np.ndarray:
+        if not isinstance(action, torch.Tensor):
+            action = torch.as_tensor(np.asarray(action))
+        a = action.detach().to("cpu")
+        if self._discrete:
+            return a.reshape(self.num_envs).to(torch.int64).numpy()
+        space = self.single_action_space
+        a = a.reshape(self.num_envs, *space.shape).numpy()
+        if self.clip_actions:
+            a = np.clip(a, space.low, space.high)
+        return a.astype(space.dtype, copy=False)
+
+    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None):
+        seed, self._seed = (self._seed if seed is None else seed), None
+        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
+        options = None
+        if env_idx is not None:
+            idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
+            if idx.numel() == 0:
+                return self._obs.clone(), {}
+            options = {"reset_mask": np.zeros(self.num_envs, dtype=np.bool_)}
+            options["reset_mask"][idx.numpy()] = True
+        obs, info = self.vec.reset(seed=seeds, options=options)
+        return self._obs_tensor(obs), owned_info(info, self.num_envs, self.device, self.info_masks)
+
+    def step(self, action: torch.Tensor):
+        obs, reward, _, _, info = self.vec.step(self._np_action(action))
+        # no sub-env ended this step: the vector env's info has no done codes at all
+        code = torch.as_tensor(info.pop(DONE_KEY, np.zeros(self.num_envs)), device=self.device)
+        info.pop("_" + DONE_KEY, None)
+        rew = torch.tensor(reward, dtype=torch.float32, device=self.device)
+        info = owned_info(info, self.num_envs, self.device, self.info_masks)
+        return self._obs_tensor(obs), rew, code == 1, code == 2, info
+
+    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+        return render_sub_envs(self.vec, as_env_index(env_idx, self.num_envs, "cpu").tolist())
+
+    def _release(self) -> None:
+        self.vec.close()
 
 
 def render_sub_envs(vec: gym.vector.VectorEnv, env_idx: Sequence[int]) -> torch.Tensor:

@@ -99,6 +99,7 @@ class PointReach(EnvAdapter):
     ACCEL = 4.0
     MAX_SPEED = 2.0
     AGENT_RADIUS = 0.06
+    STATE = ("pos", "vel", "goal", "t")  # the checkpointed state, with the random streams
 
     def __init__(
         self,
@@ -182,16 +183,12 @@ class PointReach(EnvAdapter):
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict:
         """The full simulator state, so a resumed run continues bit-exactly."""
-        return {
-            "pos": self.pos.clone(),
-            "vel": self.vel.clone(),
-            "goal": self.goal.clone(),
-            "t": self.t.clone(),
-            "rng": torch.stack([self.streams.key, self.streams.count], dim=1),  # long [N, 2]
-        }
+        state = {k: getattr(self, k).clone() for k in self.STATE}
+        state["rng"] = torch.stack([self.streams.key, self.streams.count], dim=1)  # long [N, 2]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        for k in ("pos", "vel", "goal", "t"):
+        for k in self.STATE:
             getattr(self, k).copy_(state[k].to(self.device))
         rng = state["rng"].to(self.device)
         if rng.dtype != torch.long or tuple(rng.shape) != (self.num_envs, 2):
@@ -235,14 +232,7 @@ def make(
     device: torch.device,
     seed: Optional[int] = None,
 ) -> PointReach:
-    """Factory entry point for ``env=builtin``."""
-    return PointReach(
-        num_envs=num_envs,
-        device=device,
-        max_episode_steps=env_cfg.max_episode_steps,
-        goal_radius=env_cfg.goal_radius,
-        dt=env_cfg.dt,
-        render_width=env_cfg.render_width,
-        render_height=env_cfg.render_height,
-        seed=seed,
-    )
+    """Factory entry point for ``env=builtin``: every field of the schema but its name and
+    ``num_envs`` (the stack's own) is a keyword argument of :class:`PointReach`."""
+    kwargs = {k: v for k, v in vars(env_cfg).items() if k not in ("name", "num_envs")}
+    return PointReach(num_envs=num_envs, device=device, seed=seed, **kwargs)

@@ -37,6 +37,7 @@ from rlrec.envs.base import (
     Info,
     as_env_index,
     import_object,
+    owned,
     owned_info,
 )
 from rlrec.envs.config import EnvConfig
@@ -129,27 +130,6 @@ def import_genesis():
     return gs
 
 
-def _check_on_cuda(gs) -> None:
-    """``sim=gpu``: refuses a Genesis that ended up on the CPU instead of training there.
-
-    ``gs.init(backend=gs.gpu)`` tries cuda, amdgpu, metal and then cpu, and takes the CPU with
-    only a warning ("Backend gpu not available on this machine. Falling back to CPU.",
-    genesis/__init__.py lines 93-105 in genesis-world 1.4.5; ``get_device`` in
-    genesis/utils/misc.py raises for CUDA when torch has no CUDA build or no device). With
-    ``GS_TORCH_FORCE_CPU_DEVICE=1`` its tensors go to the CPU even on a GPU backend (lines
-    112-114). Either way the run would train on the CPU while the config says ``sim=gpu``.
-    """
-    device = torch.device(gs.device)
-    if gs.backend == gs.cpu or device.type != "cuda":
-        raise ConfigError(
-            f"sim=gpu: Genesis runs on backend {gs.backend} with its tensors on {device}, not "
-            "on CUDA (gs.init falls back to the CPU with only a warning when no CUDA backend "
-            "works, and GS_TORCH_FORCE_CPU_DEVICE=1 keeps its tensors on the CPU). Training "
-            "would run on the CPU: make CUDA usable (a CUDA build of torch, a visible GPU, "
-            "GS_TORCH_FORCE_CPU_DEVICE unset), or use sim=cpu"
-        )
-
-
 def refuse_device(device: torch.device) -> None:
     """Refuses Genesis on a CUDA device other than the first one visible. Quadrants, Genesis's
     kernel backend, creates its CUDA context on device 0 whatever torch's current device is (its
@@ -202,8 +182,21 @@ def init_genesis(sim_name: str):
         )
     else:
         gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
-    if not want_cpu:
-        _check_on_cuda(gs)
+    # gs.init(backend=gs.gpu) tries cuda, amdgpu, metal and then cpu, and takes the CPU with only a
+    # warning ("Backend gpu not available on this machine. Falling back to CPU.",
+    # genesis/__init__.py lines 93-105 in genesis-world 1.4.5; get_device in
+    # genesis/utils/misc.py raises for CUDA when torch has no CUDA build or no device). With
+    # GS_TORCH_FORCE_CPU_DEVICE=1 its tensors go to the CPU even on a GPU backend (lines 112-114).
+    # Either way the run would train on the CPU while the config says sim=gpu.
+    device = torch.device(gs.device)
+    if not want_cpu and (gs.backend == gs.cpu or device.type != "cuda"):
+        raise ConfigError(
+            f"sim=gpu: Genesis runs on backend {gs.backend} with its tensors on {device}, not "
+            "on CUDA (gs.init falls back to the CPU with only a warning when no CUDA backend "
+            "works, and GS_TORCH_FORCE_CPU_DEVICE=1 keeps its tensors on the CPU). Training "
+            "would run on the CPU: make CUDA usable (a CUDA build of torch, a visible GPU, "
+            "GS_TORCH_FORCE_CPU_DEVICE unset), or use sim=cpu"
+        )
     return gs
 
 
@@ -273,17 +266,12 @@ def _camera(task, camera_attr: Optional[str], target: str):
         return cam
     names = sorted(n for n in vars(task) if not n.startswith("_"))
     cams = [n for n in names if isinstance(getattr(task, n, None), Camera)]
+    what = f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
     if cam is None:
         what = f"has no attribute {camera_attr!r}"
-    else:
-        what = (
-            f"has {camera_attr!r} = {type(cam).__name__}, not a Genesis camera (scene.add_camera)"
-        )
-    found = (
-        f"its cameras: {', '.join(cams)}"
-        if cams
-        else f"it has no camera; attributes: {', '.join(names)}"
-    )
+    found = f"its cameras: {', '.join(cams)}"
+    if not cams:
+        found = f"it has no camera; attributes: {', '.join(names)}"
     raise ConfigError(
         f"env.camera_attr={camera_attr!r} is invalid: {target} {what} ({found}). "
         "Set env.camera_attr to the attribute holding the camera, or env.camera_attr=null to run "
@@ -324,7 +312,6 @@ class GenesisAdapter(EnvAdapter):
         self.max_episode_steps = max_episode_steps
         self.single_observation_space, self.single_action_space = _spaces(task, target)
         self._target, self._camera_attr = target, camera_attr
-        self._closed = False
         import genesis as gs
 
         gs_device = torch.device(gs.device)
@@ -340,11 +327,6 @@ class GenesisAdapter(EnvAdapter):
         self._rows = camera_rows(task.scene, camera, num_envs) if camera is not None else {}
 
     # ------------------------------------------------------------------ episodes
-    def _out(self, x: torch.Tensor, dtype=None) -> torch.Tensor:
-        # an owned tensor on rlrec's device (Genesis may hand out views of its state buffers)
-        x = torch.as_tensor(x).as_subclass(torch.Tensor)
-        return x.to(device=self.device, dtype=dtype, copy=True)
-
     def reset(
         self, seed: Optional[int] = None, env_idx: EnvIdx = None
     ) -> Tuple[torch.Tensor, Info]:
@@ -354,7 +336,7 @@ class GenesisAdapter(EnvAdapter):
         if idx.numel():
             self.task.reset_idx(idx, self._gen)
             self.clock.reset(idx)
-        obs = self._out(self.task.get_observations(), torch.float32)
+        obs = owned(self.task.get_observations(), self.device, torch.float32)
         return obs, {}
 
     def step(self, action: torch.Tensor):
@@ -362,9 +344,10 @@ class GenesisAdapter(EnvAdapter):
         if self._box:
             action = torch.clamp(action.float(), self._low, self._high)
         obs, reward, terminated, info = self.task.step(action)
-        terminated = self._out(terminated, torch.bool)
+        terminated = owned(terminated, self.device, torch.bool)
         truncated = self.clock.step(terminated, self.max_episode_steps)
-        obs, reward = self._out(obs, torch.float32), self._out(reward, torch.float32)
+        obs = owned(obs, self.device, torch.float32)
+        reward = owned(reward, self.device, torch.float32)
         return obs, reward, terminated, truncated, owned_info(info, self.num_envs, self.device)
 
     # ------------------------------------------------------------------ frames
@@ -387,10 +370,7 @@ class GenesisAdapter(EnvAdapter):
             )
         return render_camera(self.camera, self._rows, envs)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         scene = getattr(self.task, "scene", None)
         self.task = self.camera = None
         if scene is not None:
@@ -416,18 +396,10 @@ def make(
     # gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device, lines 211-213)
     use_device(device)
     init_genesis(sim.name)
-    kwargs = dict(env_cfg.kwargs or {})
-    task = cls(
-        num_envs=num_envs,
-        render_width=env_cfg.render_width,
-        render_height=env_cfg.render_height,
-        **kwargs,
-    )
-    missing = [
-        m
-        for m in ("build", "reset_idx", "get_observations", "step")
-        if not callable(getattr(task, m, None))
-    ]
+    size = dict(render_width=env_cfg.render_width, render_height=env_cfg.render_height)
+    task = cls(num_envs=num_envs, **size, **dict(env_cfg.kwargs or {}))
+    methods = ("build", "reset_idx", "get_observations", "step")
+    missing = [m for m in methods if not callable(getattr(task, m, None))]
     missing += [a for a in ("scene", "dt") if getattr(task, a, None) is None]
     if missing:
         raise ConfigError(

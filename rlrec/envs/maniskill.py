@@ -9,8 +9,10 @@ start method: ``fork`` hangs in SAPIEN) whose autoreset is DISABLED; partial res
 What this module guarantees on top of ManiSkill:
 
 - No autoreset and no ManiSkill ``TimeLimit``: the env class is built directly (not through
-  ``gym.make``), the adapter counts steps itself and reports ``truncated`` at
-  ``max_episode_steps`` (never together with ``terminated``).
+  ``gym.make``); the adapter reports ``truncated`` at ``max_episode_steps`` (never together with
+  ``terminated``): the GPU adapter counts steps itself, each CPU sub-env's
+  :class:`~rlrec.envs.base.HoldOnDone` counts its own (in the vector env of
+  :class:`~rlrec.envs.base.VectorEnvAdapter`, as ``env=gymnasium``'s).
 - ``render(env_idx)`` shows the current state as an owned copy: on GPU, pending GPU writes are
   finished (kinematics update + fetch) before rendering, and the selected rows of SAPIEN's
   persistent camera buffer are copied out before anything else can overwrite them.
@@ -27,6 +29,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -35,16 +38,15 @@ from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,
     EpisodeClock,
+    HoldOnDone,
     Info,
-    SubEnv,
+    VectorEnvAdapter,
     as_env_index,
     import_object,
+    owned,
     owned_info,
-    render_sub_envs,
-    reset_options,
-    vector_env,
 )
-from rlrec.envs.config import EnvConfig, SimConfig, StartMethod, Vectorization
+from rlrec.envs.config import EnvConfig, SimConfig, Vectorization
 from rlrec.envs.device import explicit
 from rlrec.envs.physx import require_gpu_library
 
@@ -54,6 +56,14 @@ class ObsMode(Choice):
     wired to the policy)."""
 
     state = "state"
+
+
+class SapienStartMethod(Choice):
+    """The start methods of async CPU envs that SAPIEN survives (``fork`` hangs: its render device
+    does not survive a fork)."""
+
+    spawn = "spawn"
+    forkserver = "forkserver"
 
 
 @dataclass
@@ -69,13 +79,10 @@ class ManiSkillEnvConfig(EnvConfig):
     max_episode_steps: Optional[int] = 50  # None: the env's registered limit
     imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
     cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
-    async_context: StartMethod = (
-        StartMethod.spawn
-    )  # async start method: spawn | forkserver (fork hangs)
+    async_context: SapienStartMethod = SapienStartMethod.spawn  # async only
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
 
 
-ASYNC_CONTEXTS = ["spawn", "forkserver"]  # "fork" deadlocks SAPIEN's renderer in the child
 INSTALL_HINT = (
     "pip install -e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs "
     "Vulkan)"
@@ -89,29 +96,21 @@ class AssetsMissing(ConfigError):
 # --------------------------------------------------------------------------- checks before any work
 
 
-def _import_maniskill():
+def _spec(env_id: str, imports: Sequence[str] = ()):
+    """The registry entry of ``env_id``, once mani_skill and the modules of ``env.imports`` (which
+    register envs of their own) are imported."""
     try:
         import mani_skill.envs  # noqa: F401  registers the built-in tasks
-        from mani_skill.utils.registration import REGISTERED_ENVS
+        from mani_skill.utils.registration import REGISTERED_ENVS as registry
     except ImportError as e:
         raise ConfigError(
             f"env=maniskill needs the maniskill extra, which is not installed ({e}): {INSTALL_HINT}"
         ) from e
-    return REGISTERED_ENVS
-
-
-def _spec(env_id: str, imports: Sequence[str] = ()):
-    """The registry entry of ``env_id``, once mani_skill and the modules of ``env.imports`` (which
-    register envs of their own) are imported."""
-    registry = _import_maniskill()
     for i, name in enumerate(imports):
         import_object(name, f"env.imports[{i}]")
     if env_id not in registry:
-        near = sorted(
-            k
-            for k in registry
-            if k.split("-")[0].lower() in env_id.lower() or env_id.lower() in k.lower()
-        )
+        low = env_id.lower()
+        near = sorted(k for k in registry if k.split("-")[0].lower() in low or low in k.lower())
         hint = f" Did you mean: {', '.join(near[:5])}?" if near else ""
         raise ConfigError(
             f"env.id={env_id!r} is not a registered ManiSkill env.{hint} Envs of your own are "
@@ -166,20 +165,6 @@ def _no_download_prompt(env_id: str):
         download_asset.prompt_yes_no = saved
 
 
-def _vulkan_hint(e: BaseException) -> Optional[str]:
-    text = str(e).lower()
-    if any(
-        w in text
-        for w in ("vulkan", "vk::", "render device", "physical device", "descriptorbinding")
-    ):
-        return (
-            f"SAPIEN could not create a Vulkan render device ({e}). ManiSkill needs Vulkan even "
-            "for state observations: on Debian without a GPU run bash scripts/setup_maniskill.sh "
-            "(Mesa >= 23 lavapipe)."
-        )
-    return None
-
-
 def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
     """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing)."""
     spec = _spec(env_id, imports)
@@ -194,131 +179,54 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
             ) from e
         raise
     except RuntimeError as e:
-        hint = _vulkan_hint(e)
-        if hint:
-            raise RuntimeError(hint) from e
+        vulkan = ("vulkan", "vk::", "render device", "physical device", "descriptorbinding")
+        if any(w in str(e).lower() for w in vulkan):
+            raise RuntimeError(
+                f"SAPIEN could not create a Vulkan render device ({e}). ManiSkill needs Vulkan "
+                "even for state observations: on Debian without a GPU run bash "
+                "scripts/setup_maniskill.sh (Mesa >= 23 lavapipe)."
+            ) from e
         raise
 
 
-def _check_config(cfg: ManiSkillEnvConfig, spec) -> None:
-    """What only ManiSkill knows: the task's reward modes, and the start methods SAPIEN survives
-    (the schema's choices are refused by the schema)."""
-    rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
-    if rewards and cfg.reward_mode not in rewards:
-        raise ConfigError(
-            f"env.reward_mode={cfg.reward_mode!r} is invalid: allowed values are "
-            f"{', '.join(rewards)}"
-        )
-    if cfg.async_context not in ASYNC_CONTEXTS:
-        raise ConfigError(
-            f"env.async_context={cfg.async_context!r} is invalid: allowed values are "
-            f"{', '.join(ASYNC_CONTEXTS)} "
-            "(fork hangs: SAPIEN's render device does not survive a fork)"
-        )
-
-
 # --------------------------------------------------------------------------- rendering
-
-
-def sync_gpu_state(base_env) -> None:
-    """Finish pending GPU writes of a ManiSkill ``BaseEnv`` so a render shows the state it holds.
-
-    ManiSkill ends reset with apply -> kinematics update -> fetch and step with a fetch. If
-    something wrote to the GPU buffers since (apply without fetch), finish that sequence so the
-    render reads the state the sim now holds, not the last fetched one. Nothing is re-applied.
-    A no-op on the CPU sim.
-    """
-    if not getattr(base_env, "gpu_sim_enabled", False):
-        return
-    scene = base_env.scene
-    if getattr(scene, "_needs_fetch", False):
-        scene.px.gpu_update_articulation_kinematics()
-        scene._gpu_fetch_all()
-
-
-def owned_rows(frames, idx: List[int]) -> torch.Tensor:
-    """Rows ``idx`` of a batched ``[N, H, W, C]`` frame tensor as uint8 RGB on the CPU, in storage
-    of their own: ``index_select`` allocates and ``.to("cpu")`` copies again, so the result never
-    aliases the camera buffer that the next render overwrites."""
-    frames = torch.as_tensor(frames)
-    if frames.ndim == 3:  # one env, unbatched
-        frames = frames.unsqueeze(0)
-    rows = torch.as_tensor(idx, dtype=torch.long, device=frames.device)
-    return frames.index_select(0, rows)[..., :3].to("cpu", torch.uint8).contiguous()
 
 
 def render_rows(
     base_env, idx: List[int], render: Optional[Callable[[], Any]] = None
 ) -> torch.Tensor:
     """Envs ``idx`` of a ManiSkill ``BaseEnv`` (CPU or GPU sim) as ``uint8 [k, H, W, 3]``, an owned
-    CPU copy of the current state (pending GPU writes finished first). ``render`` gives the batched
-    image (default: the human render camera, ``render_rgb_array``). ManiSkill renders every
-    sub-scene at once; only the rows asked for are copied."""
-    sync_gpu_state(base_env)
-    return owned_rows((render or base_env.render_rgb_array)(), idx)
+    CPU copy of the current state. ``render`` gives the batched image (default: the human render
+    camera, ``render_rgb_array``). ManiSkill renders every sub-scene at once; only the rows asked
+    for are copied.
+
+    On the GPU sim, pending GPU writes are finished first: ManiSkill ends reset with apply ->
+    kinematics update -> fetch and step with a fetch. If something wrote to the GPU buffers since
+    (apply without fetch), that sequence is finished so the render reads the state the sim now
+    holds, not the last fetched one. Nothing is re-applied. The rows are copied into storage of
+    their own (``index_select`` allocates and ``.to("cpu")`` copies again), so the result never
+    aliases the camera buffer that the next render overwrites.
+    """
+    scene = base_env.scene if getattr(base_env, "gpu_sim_enabled", False) else None
+    if getattr(scene, "_needs_fetch", False):
+        scene.px.gpu_update_articulation_kinematics()
+        scene._gpu_fetch_all()
+    frames = torch.as_tensor((render or base_env.render_rgb_array)())
+    if frames.ndim == 3:  # one env, unbatched
+        frames = frames.unsqueeze(0)
+    rows = torch.as_tensor(idx, dtype=torch.long, device=frames.device)
+    return frames.index_select(0, rows)[..., :3].to("cpu", torch.uint8).contiguous()
 
 
 # --------------------------------------------------------------------------- the adapter
 
 
-class ManiSkillEnv(EnvAdapter):
-    """Common part of both sims: time limit, seeding, info conventions. Subclasses drive the sim.
+class ManiSkillGPUEnv(EnvAdapter):
+    """One batched ``physx_cuda`` ManiSkill env, with the time limit counted here.
 
     Nothing is reset here: ManiSkill's env resets itself once while it is built (with its own
     seeds), and the adapter's first reset is the caller's. ``seed`` (None: a random one) is given
-    to the first reset that gets no seed of its own."""
-
-    def __init__(
-        self,
-        num_envs: int,
-        device: torch.device,
-        max_episode_steps: Optional[int],
-        seed: Optional[int],
-    ):
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.max_episode_steps = max_episode_steps
-        self.clock = EpisodeClock(num_envs, self.device)
-        self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
-        self._last_obs: Optional[torch.Tensor] = None  # None: no reset or step yet
-        self._closed = False
-
-    # subclasses: _reset_sim(seeds, idx) -> (obs, info), seeds: None or one per env;
-    # _step_sim(action) -> (obs, reward, term, info);
-    # _render_sim(idx list) -> uint8 [k, H, W, 3] on CPU, owned
-
-    def reset(
-        self, seed: Optional[int] = None, env_idx: EnvIdx = None
-    ) -> Tuple[torch.Tensor, Info]:
-        idx = as_env_index(env_idx, self.num_envs, self.device)
-        n = self.num_envs
-        full = env_idx is None or (idx.numel() == n and idx.unique().numel() == n)
-        if not full and idx.numel() == 0:
-            if self._last_obs is None:  # nothing reset or stepped yet
-                shape = (self.num_envs, *self.single_observation_space.shape)
-                self._last_obs = torch.zeros(shape, device=self.device)
-            return self._last_obs.clone(), {}
-        seed, self._seed = (self._seed if seed is None else seed), None
-        # env i is seeded seed + i, as gymnasium's vector envs do for an int seed
-        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
-        obs, info = self._reset_sim(seeds, None if full else idx)
-        self.clock.reset(idx)
-        self._last_obs = obs
-        return obs.clone(), info
-
-    def step(self, action: torch.Tensor):
-        obs, reward, terminated, info = self._step_sim(action)
-        truncated = self.clock.step(terminated, self.max_episode_steps)
-        self._last_obs = obs
-        return obs.clone(), reward, terminated, truncated, info
-
-    def render(self, env_idx: EnvIdx) -> torch.Tensor:
-        idx = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
-        return self._render_sim(idx)
-
-
-class ManiSkillGPUEnv(ManiSkillEnv):
-    """One batched ``physx_cuda`` ManiSkill env.
+    to the first reset that gets no seed of its own.
 
     Seeds (``seed_per_env = False``): ``reset(seed=s)`` gives ManiSkill the seeds ``s + i``, so
     sub-scene ``i``'s episode seed is ``s + i`` (``_batched_episode_rng``, which tasks use for
@@ -343,40 +251,55 @@ class ManiSkillGPUEnv(ManiSkillEnv):
         imports: Sequence[str] = (),
         seed: Optional[int] = None,
     ):
-        super().__init__(num_envs, device, max_episode_steps, seed)
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.max_episode_steps = max_episode_steps
+        self.clock = EpisodeClock(num_envs, self.device)
+        self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
         self.env = build_maniskill_env(env_id, gpu_env_kwargs(kwargs, num_envs, device), imports)
         self.dt = float(self.env.control_timestep)
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
+        self._obs = torch.zeros(num_envs, *self.single_observation_space.shape, device=self.device)
 
-    def _reset_sim(self, seeds, idx):
-        options = {} if idx is None else {"env_idx": idx.to(self.env.device)}
-        obs, info = self.env.reset(seed=seeds, options=options)
-        return obs.to(self.device).clone(), owned_info(info, self.num_envs, self.device)
-
-    def _step_sim(self, action):
-        obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
-        return (
-            obs.to(self.device).clone(),
-            reward.to(self.device, torch.float32).clone(),
-            terminated.to(self.device, torch.bool).clone(),
-            owned_info(info, self.num_envs, self.device),
+    def reset(
+        self, seed: Optional[int] = None, env_idx: EnvIdx = None
+    ) -> Tuple[torch.Tensor, Info]:
+        idx = as_env_index(env_idx, self.num_envs, self.device)
+        if idx.numel() == 0:
+            return self._obs.clone(), {}
+        seed, self._seed = (self._seed if seed is None else seed), None
+        # env i is seeded seed + i, as gymnasium's vector envs do for an int seed
+        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
+        full = env_idx is None or idx.unique().numel() == self.num_envs
+        obs, info = self.env.reset(
+            seed=seeds, options={} if full else {"env_idx": idx.to(self.env.device)}
         )
+        self.clock.reset(idx)
+        self._obs = owned(obs, self.device)
+        return self._obs.clone(), owned_info(info, self.num_envs, self.device)
 
-    def _render_sim(self, idx: List[int]) -> torch.Tensor:
-        return render_rows(self.env, idx)
+    def step(self, action: torch.Tensor):
+        obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
+        terminated = owned(terminated, self.device, torch.bool)
+        truncated = self.clock.step(terminated, self.max_episode_steps)
+        self._obs = owned(obs, self.device)
+        reward = owned(reward, self.device, torch.float32)
+        info = owned_info(info, self.num_envs, self.device)
+        return self._obs.clone(), reward, terminated, truncated, info
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.env.close()
+    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+        return render_rows(self.env, as_env_index(env_idx, self.num_envs, "cpu").tolist())
+
+    def _release(self) -> None:
+        self.env.close()
 
 
-class _CPUSubEnv(SubEnv):
-    """CPU ManiSkill env ``index`` as a plain gymnasium env (numpy, unbatched), for a vector env."""
+class _CPUSubEnv(gym.Wrapper):
+    """A CPU ManiSkill env (one env per object) as a plain gymnasium env: numpy, unbatched."""
 
-    def __init__(self, env, index: int):
-        super().__init__(env, index)
+    def __init__(self, env):
+        super().__init__(env)
         self.observation_space = env.single_observation_space
         self.action_space = env.single_action_space
         self.dt = float(env.control_timestep)
@@ -398,26 +321,28 @@ class _CPUSubEnv(SubEnv):
         obs, reward, terminated, _, info = self.env.step(np.asarray(action))
         return obs[0].numpy(), float(reward[0]), bool(terminated[0]), False, self._info(info)
 
-    def frame(self) -> np.ndarray:
-        return np.array(
-            self.env.render_rgb_array()[0, ..., :3].cpu().numpy(), dtype=np.uint8, copy=True
-        )
+    def render(self) -> np.ndarray:
+        return render_rows(self.env, [0])[0].numpy()
 
 
 def _make_cpu_sub_env(
-    index: int, env_id: str, kwargs: Dict[str, Any], imports: Tuple[str, ...]
-) -> _CPUSubEnv:
+    index: int, env_id: str, kwargs: Dict[str, Any], imports: Tuple[str, ...], limit: Optional[int]
+) -> HoldOnDone:
     # module-level (picklable) so spawn/forkserver workers can build their env
     env = build_maniskill_env(
         env_id,
         {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"},
         imports,
     )
-    return _CPUSubEnv(env, index)
+    return HoldOnDone(_CPUSubEnv(env), index, limit)
 
 
-class ManiSkillCPUEnv(ManiSkillEnv):
-    """N single CPU ManiSkill envs in a gymnasium vector env with autoreset disabled."""
+class ManiSkillCPUEnv(VectorEnvAdapter):
+    """N single CPU ManiSkill envs in a gymnasium vector env with autoreset disabled, each held on
+    its end with the time limit ``max_episode_steps``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
+
+    clip_actions = False  # as on the GPU sim: ManiSkill's controllers get the actions as given
+    info_masks = False
 
     def __init__(
         self,
@@ -430,73 +355,35 @@ class ManiSkillCPUEnv(ManiSkillEnv):
         vectorization: str = "sync",
         context: str = "spawn",
     ):
-        super().__init__(num_envs, torch.device("cpu"), max_episode_steps, seed)
-        fns = [
-            functools.partial(_make_cpu_sub_env, i, env_id, dict(kwargs), tuple(imports))
-            for i in range(num_envs)
-        ]
+        self.max_episode_steps = max_episode_steps
+        args = (env_id, dict(kwargs), tuple(imports), max_episode_steps)
+        fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
+        seed = random.randrange(2**31) if seed is None else seed
         try:
-            self.vec = vector_env(fns, vectorization, context)
+            super().__init__(fns, "cpu", vectorization, context, seed)
         except (EOFError, ConnectionError) as e:  # an async worker died building its env
             raise RuntimeError(
                 "a ManiSkill worker process failed while building its env (its traceback is "
                 "printed above); env.cpu_vectorization=sync raises the same error in this "
                 "process"
             ) from e
-        self.dt = float(self.vec.get_attr("dt")[0])
-        self.single_observation_space = self.vec.single_observation_space
-        self.single_action_space = self.vec.single_action_space
-
-    def _reset_sim(self, seeds, idx):
-        options = None if idx is None else reset_options(idx, self.num_envs)
-        obs, info = self.vec.reset(seed=seeds, options=options)
-        obs = torch.as_tensor(obs, dtype=torch.float32).clone()
-        return obs, owned_info(info, self.num_envs, self.device, masks=False)
-
-    def _step_sim(self, action):
-        act = action.detach().cpu().numpy().astype(self.single_action_space.dtype, copy=False)
-        obs, reward, terminated, _, info = self.vec.step(act)
-        return (
-            torch.as_tensor(obs, dtype=torch.float32).clone(),
-            torch.as_tensor(reward, dtype=torch.float32),
-            torch.as_tensor(terminated, dtype=torch.bool).clone(),
-            owned_info(info, self.num_envs, self.device, masks=False),
-        )
-
-    def _render_sim(self, idx: List[int]) -> torch.Tensor:
-        return render_sub_envs(self.vec, idx)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.vec.close()
 
 
 # --------------------------------------------------------------------------- factory entry point
 
 
-def env_kwargs(cfg: ManiSkillEnvConfig) -> Dict[str, Any]:
-    """Keyword arguments for the ManiSkill env class (sim backend and num_envs are added per
-    sim)."""
-    kw = dict(
-        obs_mode=cfg.obs_mode,
-        control_mode=cfg.control_mode,
-        reward_mode=cfg.reward_mode,
-        render_mode="rgb_array",
-        human_render_camera_configs=dict(width=cfg.render_width, height=cfg.render_height),
-    )
-    kw.update(dict(cfg.kwargs or {}))
-    return kw
+def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) -> Dict[str, Any]:
+    """The keyword arguments of the batched GPU env on the CUDA device ``device``: the sim backend
+    and num_envs are rlrec's; ``render_backend`` defaults to the same GPU (``env.kwargs`` may set
+    another).
 
-
-def gpu_backends(device: torch.device) -> Dict[str, str]:
-    """ManiSkill's sim and render backends on the CUDA device ``device``, with its index
-    (``physx_cuda:1``, ``sapien_cuda:1``). ManiSkill 3.0.1 takes ``<backend>:<index>`` for both
-    (``mani_skill/envs/utils/system/backend.py`` lines 46-49 split it off, lines 61-64 build
-    ``torch.device``/``sapien.Device("cuda:<index>")`` for the sim, lines 79-81 the render device).
-    A bare ``physx_cuda``/``sapien_cuda`` would be ``sapien.Device("cuda")``, which SAPIEN resolves
-    to the first CUDA device it enumerated (SAPIEN ``src/device.cpp`` ``findDevice``), not to
-    torch's current device: rank k's sim would sit on another GPU than its policy."""
+    Both backends carry the device's index (``physx_cuda:1``, ``sapien_cuda:1``). ManiSkill 3.0.1
+    takes ``<backend>:<index>`` for both (``mani_skill/envs/utils/system/backend.py`` lines 46-49
+    split it off, lines 61-64 build ``torch.device``/``sapien.Device("cuda:<index>")`` for the
+    sim, lines 79-81 the render device). A bare ``physx_cuda``/``sapien_cuda`` would be
+    ``sapien.Device("cuda")``, which SAPIEN resolves to the first CUDA device it enumerated
+    (SAPIEN ``src/device.cpp`` ``findDevice``), not to torch's current device: rank k's sim would
+    sit on another GPU than its policy."""
     device = torch.device(device)
     if device.type != "cuda":
         raise ConfigError(
@@ -504,32 +391,23 @@ def gpu_backends(device: torch.device) -> Dict[str, str]:
             "use sim.device=cuda"
         )
     index = explicit(device).index
-    return {"sim_backend": f"physx_cuda:{index}", "render_backend": f"sapien_cuda:{index}"}
-
-
-def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) -> Dict[str, Any]:
-    """The keyword arguments of the batched GPU env on ``device``: the sim backend and num_envs
-    are rlrec's; ``render_backend`` defaults to the same GPU (``env.kwargs`` may set another)."""
-    backends = gpu_backends(device)
     return {
-        "render_backend": backends["render_backend"],
+        "render_backend": f"sapien_cuda:{index}",
         **kwargs,
         "num_envs": num_envs,
-        "sim_backend": backends["sim_backend"],
+        "sim_backend": f"physx_cuda:{index}",
     }
 
 
-def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
-    """What ManiSkill refuses, before any work: ``sim=gpu`` without CUDA or without SAPIEN's PhysX
-    GPU library on disk (building a ``physx_cuda`` env would download it with no timeout:
-    rlrec/envs/physx.py; checked before mani_skill is imported), ``sim=cpu`` on a CUDA device,
-    then the extra, ``env.imports``, an ``env.id`` that is not registered, a reward mode or start
-    method the task does not take, and missing assets (importing mani_skill: seconds, once)."""
+def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig):
+    """The registry entry of ``env.id``, once what ManiSkill refuses before any work is refused
+    (``sim=gpu`` without CUDA: ``rlrec.envs.factory.resolve_device``, asked first by the entry point
+    and by ``make_adapter``): ``sim=gpu`` without SAPIEN's PhysX GPU library on disk (building a
+    ``physx_cuda`` env would download it with no timeout: rlrec/envs/physx.py; checked before
+    mani_skill is imported), ``sim=cpu`` on a CUDA device, then the extra, ``env.imports``, an
+    ``env.id`` that is not registered, a reward mode the task does not take, and missing assets
+    (importing mani_skill: seconds, once)."""
     if sim.name == "gpu":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "sim=gpu needs CUDA, but torch.cuda.is_available() is False: use sim=cpu"
-            )
         require_gpu_library()
     elif torch.device(sim.device).type != "cpu":
         raise ConfigError(
@@ -537,8 +415,14 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig) -> None:
             "use sim.device=cpu"
         )
     spec = _spec(env_cfg.id, list(env_cfg.imports or []))
-    _check_config(env_cfg, spec)
+    rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
+    if rewards and env_cfg.reward_mode not in rewards:
+        raise ConfigError(
+            f"env.reward_mode={env_cfg.reward_mode!r} is invalid: allowed values are "
+            f"{', '.join(rewards)}"
+        )
     _require_assets(env_cfg.id, spec)
+    return spec
 
 
 def make(
@@ -547,26 +431,24 @@ def make(
     num_envs: int,
     device: torch.device,
     seed: Optional[int] = None,
-) -> ManiSkillEnv:
+) -> EnvAdapter:
     """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs
-    otherwise."""
-    check_ready(env_cfg, sim)  # for callers that did not ask (the entry point does)
-    imports, spec = list(env_cfg.imports or []), _spec(env_cfg.id)
-    limit = (
-        env_cfg.max_episode_steps
-        if env_cfg.max_episode_steps is not None
-        else spec.max_episode_steps
-    )
-    kw = env_kwargs(env_cfg)
+    otherwise. ``env.kwargs`` wins over rlrec's keyword arguments of the env class (the sim
+    backend and num_envs are added per sim)."""
+    spec = check_ready(env_cfg, sim)  # for callers that did not ask (the entry point does)
+    limit = env_cfg.max_episode_steps
+    limit = spec.max_episode_steps if limit is None else limit
+    camera = dict(width=env_cfg.render_width, height=env_cfg.render_height)
+    kw = {
+        "obs_mode": env_cfg.obs_mode,
+        "control_mode": env_cfg.control_mode,
+        "reward_mode": env_cfg.reward_mode,
+        "render_mode": "rgb_array",
+        "human_render_camera_configs": camera,
+        **(env_cfg.kwargs or {}),
+    }
+    imports = list(env_cfg.imports or [])
     if sim.name == "gpu":
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
-    return ManiSkillCPUEnv(
-        env_cfg.id,
-        kw,
-        num_envs,
-        limit,
-        imports,
-        seed,
-        vectorization=env_cfg.cpu_vectorization,
-        context=env_cfg.async_context,
-    )
+    vectorization, context = env_cfg.cpu_vectorization, env_cfg.async_context
+    return ManiSkillCPUEnv(env_cfg.id, kw, num_envs, limit, imports, seed, vectorization, context)

@@ -52,14 +52,11 @@ MAX_ZIP_BYTES = 1 << 30  # a download larger than this is not SAPIEN's zip
 
 def this_platform() -> Optional[str]:
     """This machine's key of :data:`PLATFORMS` (as SAPIEN tells them apart), or None."""
-    system, machine = platform.system(), platform.machine()
-    if system == "Windows":
+    if platform.system() == "Windows":
         return "windows"
-    if system == "Linux" and machine in ("x86_64", "AMD64"):
-        return "linux-x86_64"
-    if system == "Linux" and machine in ("aarch64", "arm64"):
-        return "linux-aarch64"
-    return None
+    arch = {"x86_64": "x86_64", "AMD64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+    linux = platform.system() == "Linux" and platform.machine() in arch
+    return f"linux-{arch[platform.machine()]}" if linux else None
 
 
 def physx_version() -> Optional[str]:
@@ -219,20 +216,14 @@ def unpack(data: bytes, dest: Path, library: str) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
+    where = "~/.sapien/physx/<version>/, where SAPIEN looks"
     p = argparse.ArgumentParser(
         prog=COMMAND,
-        description=(
-            "Fetch SAPIEN's PhysX GPU library (needed by ManiSkill's GPU sim, sim=gpu "
-            "env=maniskill) into ~/.sapien/physx/<version>/, where SAPIEN looks for it, or into "
-            "--dest DIR to copy there on a machine without internet."
-        ),
+        description=f"Fetch SAPIEN's PhysX GPU library (needed by ManiSkill's GPU sim, sim=gpu "
+        f"env=maniskill) into {where}, or into --dest DIR to copy there on a machine without "
+        "internet.",
     )
-    p.add_argument(
-        "--dest",
-        metavar="DIR",
-        help="folder to unpack into (default: ~/.sapien/physx/<version>/, where SAPIEN looks); "
-        "on the GPU node, DIR's files belong in ~/.sapien/physx/<version>/",
-    )
+    p.add_argument("--dest", metavar="DIR", help=f"folder to unpack into (default: {where})")
     p.add_argument(
         "--version",
         dest="physx_version",
@@ -245,12 +236,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(PLATFORMS),
         help="the GPU node's platform (default: this machine's)",
     )
-    p.add_argument(
-        "--zip",
-        dest="zip_file",
-        metavar="FILE",
-        help="unpack this local copy of the zip instead of downloading it",
-    )
+    p.add_argument("--zip", dest="zip_file", metavar="FILE", help="unpack this zip, not a download")
     p.add_argument(
         "--timeout",
         type=float,

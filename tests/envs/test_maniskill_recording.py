@@ -162,7 +162,7 @@ def test_partial_reset_renders_only_the_reset_env():
     try:
         calls = []
         for i, sub in enumerate(env.vec.envs):
-            inner = sub.env
+            inner = sub.unwrapped  # the ManiSkill env below the sub-env's wrappers
             original = inner.render_rgb_array
 
             def counted(*a, _i=i, _orig=original, **k):

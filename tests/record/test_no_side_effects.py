@@ -185,7 +185,7 @@ def test_gymnasium_cartpole(tmp_path):
 def _maniskill_state(env) -> torch.Tensor:
     """ManiSkill's full sim state of each CPU env (every actor's and articulation's pose and
     velocity, joint positions and velocities), as ``BaseEnv.get_state`` gives it."""
-    return torch.cat([sub.env.get_state().clone() for sub in env.vec.envs])
+    return torch.cat([sub.unwrapped.get_state().clone() for sub in env.vec.envs])
 
 
 @pytest.mark.maniskill
