@@ -50,7 +50,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
 from rlrec.files import write_atomic
-from rlrec.layout import ROW_FILES, RunDir, SweepDir
+from rlrec.layout import RunDir, SweepDir
+from rlrec.report.rundata import read_json, read_jsonl, read_overrides, read_rows
 from rlrec.run import preempt, rundir
 
 COMPLETED, FAILED, STOPPED = "COMPLETED", "FAILED", "STOPPED"
@@ -65,31 +66,12 @@ _LAST = ("run_dir", "error")
 
 def final_figures(run_dir: Path) -> Dict[str, Any]:
     """``step`` (the last logged env step) and the last eval line's figures of a run dir."""
-    out: Dict[str, Any] = {}
-    path = RunDir(run_dir).metrics
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill: the earlier ones still count
-            continue
-        out["step"] = max(int(rec.get("step", 0)), int(out.get("step", 0)))
-        if "eval/return" in rec:
-            for k in EVAL_KEYS:
-                if k in rec:
-                    out[k] = rec[k]
-                else:
-                    out.pop(k, None)
+    lines = read_jsonl(RunDir(run_dir).metrics)  # a line cut by a kill is skipped
+    evals = [rec for rec in lines if "eval/return" in rec]
+    out = {k: evals[-1][k] for k in EVAL_KEYS if evals and k in evals[-1]}
+    if lines:
+        out["step"] = max(int(rec.get("step", 0)) for rec in lines)
     return out
-
-
-def fixed_keys(task_overrides: List[str]) -> List[str]:
-    """Keys the sweep's command line sets to one value for every job (not sweeps)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(list(task_overrides))
-    return sorted(o.get_key_element() for o in parsed if not o.is_sweep_override())
 
 
 def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
@@ -149,26 +131,9 @@ def job_row(
 
 
 def _read(path: Path) -> Dict[str, Any]:
-    """One of the sweep's JSON records (a row, the attempt, the stop, a running job); empty when
-    it is not there (yet) or unreadable."""
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return {}
-
-
-def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
-    """Every job row written so far, ordered by job number."""
-    rows = [_read(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not fixed.json
-    return sorted((r for r in rows if r), key=lambda r: r.get("job", 0))
-
-
-def columns(rows: List[Dict[str, Any]]) -> List[str]:
-    keys = {k for r in rows for k in r} - {REFUSED}
-    first = [k for k in _FIRST if k in keys]
-    last = [k for k in _LAST if k in keys]
-    middle = sorted(keys - set(first) - set(last))
-    return first + middle + last
+    """One of the sweep's JSON records (the attempt, the stop, a running job); empty when it is
+    not there (yet) or unreadable."""
+    return read_json(path) or {}
 
 
 def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
@@ -180,8 +145,11 @@ def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List
         if row is not None:
             write_atomic(paths.row(row["job"]), json.dumps(row))
         rows = read_rows(sweep_dir)
+        keys = {k for r in rows for k in r} - {REFUSED}
+        first, last = [k for k in _FIRST if k in keys], [k for k in _LAST if k in keys]
+        columns = first + sorted(keys - set(first) - set(last)) + last
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=columns(rows), extrasaction="ignore")
+        writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         write_atomic(paths.summary, buf.getvalue())
@@ -227,7 +195,7 @@ class _Sweep(preempt.Behaviour):
         self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
         self.watcher: Optional[threading.Thread] = None
         self.outcome: Dict[str, str] = {}  # set_outcome's, for on_job_end
-        self.result: Dict[str, Any] = {}  # how the sweep launched by this process ended
+        self.status = 0  # the exit status of the sweep this process launched (exit_status)
         self.running: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
         # in the launching process: the sweep dir's entries before the sweep, the dirs it made
         self.before: FrozenSet[str] = frozenset()
@@ -251,12 +219,10 @@ class _Sweep(preempt.Behaviour):
             f"rlrec sweep: {signal.Signals(signum).name}: stopping the sweep; running jobs "
             "checkpoint and stop, no new job starts (a second Ctrl-C stops at once)"
         )
+        stop = {"attempt": self.attempt, "signal": signum}
         if self.sweep_dir is not None:
             try:
-                write_atomic(
-                    SweepDir(self.sweep_dir).stop,
-                    json.dumps({"attempt": self.attempt, "signal": signum}),
-                )
+                write_atomic(SweepDir(self.sweep_dir).stop, json.dumps(stop))
             except OSError:
                 pass
         if self.watch and self.watcher is None:
@@ -293,18 +259,15 @@ def _say(text: str) -> None:
     os.write(2, (text + "\n").encode())
 
 
-def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
-    """Jobs of this attempt whose process still runs them (entries of dead processes are
+def _jobs_running(sweep_dir: Path, attempt: Optional[str]) -> bool:
+    """Whether a job of this attempt is still run by its process (entries of dead processes are
     ignored)."""
-    jobs = []
-    for p in SweepDir(sweep_dir).running.glob("*.json"):
-        entry = _read(p)
-        if not entry or entry.get("attempt") != attempt:
-            continue
-        pid, host = int(entry.get("pid", 0)), entry.get("host")
-        if host != rundir.this_host() or rundir.pid_alive(pid):
-            jobs.append(int(entry.get("job", -1)))
-    return jobs
+    entries = [_read(p) for p in SweepDir(sweep_dir).running.glob("*.json")]
+    return any(
+        e.get("attempt") == attempt
+        and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
+        for e in entries
+    )
 
 
 def _watch(st: _Sweep) -> None:
@@ -314,7 +277,7 @@ def _watch(st: _Sweep) -> None:
     while time.monotonic() < deadline:
         if st.done.wait(0.1):
             return
-        if st.sweep_dir is None or not _running_jobs(st.sweep_dir, st.attempt):
+        if st.sweep_dir is None or not _jobs_running(st.sweep_dir, st.attempt):
             break
     else:
         _say(f"rlrec sweep: jobs still running {GRACE_S:.0f} s after the stop: ending them")
@@ -350,16 +313,11 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
 
 def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
-    paths = SweepDir(sweep_dir)
-    attempt = _read(paths.attempt).get("id")
-    entry = paths.running_entry(job)
+    entry = SweepDir(sweep_dir).running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(
-        entry,
-        json.dumps(
-            {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
-        ),
-    )
+    attempt = _read(SweepDir(sweep_dir).attempt).get("id")
+    me = {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
+    write_atomic(entry, json.dumps(me))
     _state().running.append(entry)
 
 
@@ -373,12 +331,7 @@ def exit_status() -> int:
     """The exit status of the sweep this process launched: 128 + the signal that stopped it, 1
     when a job failed, else 0 (also when this process launched no sweep)."""
     st = _current()
-    result = {} if st is None else st.result
-    if result.get("signum") is not None:
-        return 128 + int(result["signum"])
-    if result.get(REFUSED):
-        return 2
-    return 1 if result.get("failed") else 0
+    return 0 if st is None else st.status
 
 
 def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
@@ -393,18 +346,18 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         jobs.setdefault(r["error"].removeprefix("ConfigError: "), []).append(str(r["job"]))
     for error, nums in jobs.items():
         print(f"rlrec: config error: {error} (job {', '.join(nums)})", file=sys.stderr, flush=True)
-    st.result[REFUSED] = True
+    st.status = 2
 
 
-def _result(sweep_dir: Path, rows: List[Dict[str, Any]], table: bool = True) -> None:
-    """The end of a sweep this process launched: the summary table (``table``), what failed or
-    was stopped, and the exit status it makes."""
-    if table and rows:
+def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
+    """The end of a sweep this process launched: the summary table, what failed or was stopped,
+    and the exit status it makes."""
+    if rows:
         summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
         print(summary, flush=True)
     failed = [r for r in rows if r.get("status") == FAILED]
     stopped = [r for r in rows if r.get("status") == STOPPED]
-    _state().result.update(failed=len(failed), stopped=len(stopped), signum=_signum())
+    _state().status = 128 + _signum() if _signum() is not None else int(bool(failed))
     if failed:
         jobs = ", ".join(str(r.get("job")) for r in failed)
         _say(
@@ -430,13 +383,7 @@ def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
             continue
         row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir),
                "error": f"not started: the sweep was stopped by {name}"}  # fmt: skip
-        try:
-            import yaml
-
-            overrides = yaml.safe_load(RunDir(job_dir).hydra_overrides.read_text())
-            row["overrides"] = " ".join(str(x) for x in overrides or [])
-        except Exception:  # Hydra had not written it yet: the row names no overrides
-            pass
+        row["overrides"] = " ".join(read_overrides(job_dir))  # none: Hydra had not written them
         write_summary(sweep_dir, row)
 
 
@@ -449,7 +396,7 @@ def report_stopped() -> None:
     if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
         _rows_of_unstarted(sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
         _result(sweep_dir, write_summary(sweep_dir))
-    st.result["signum"] = _signum() or signal.SIGINT
+    st.status = 128 + (_signum() or signal.SIGINT)
 
 
 def finish() -> None:
@@ -468,9 +415,6 @@ class SweepSummary(Callback):
     """Hydra callback: ``<sweep dir>/summary.csv`` as jobs finish, a table at the end of the
     sweep; in the launching process, the stop signals (see the module doc)."""
 
-    def __init__(self, print_table: bool = True):
-        self.print_table = print_table
-
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # the launching process knows which keys are swept; jobs (maybe elsewhere) read it back
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -479,7 +423,11 @@ class SweepSummary(Callback):
         st.made = rundir.missing_dirs(sweep_dir.absolute())
         SweepDir(sweep_dir).rows.mkdir(parents=True, exist_ok=True)
         task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
-        write_atomic(SweepDir(sweep_dir).fixed, json.dumps(fixed_keys(task)))
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(task)  # keys set for every job
+        fixed = sorted(o.get_key_element() for o in parsed if not o.is_sweep_override())
+        write_atomic(SweepDir(sweep_dir).fixed, json.dumps(fixed))
         # this attempt of the sweep: a stop recorded by an earlier one (then resumed) is not ours
         attempt = uuid.uuid4().hex
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
@@ -529,4 +477,4 @@ class SweepSummary(Callback):
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
             return _refused(sweep_dir, rows)
-        _result(sweep_dir, write_summary(sweep_dir), self.print_table)
+        _result(sweep_dir, write_summary(sweep_dir))
