@@ -52,16 +52,6 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def _frame_bytes(cfg: Config) -> Optional[int]:
-    """Bytes of one rendered frame of one env, or None when the env chooses its frame size."""
-    size = cfg.env.frame_size()  # the env's schema knows (gymnasium: with resize_frames)
-    return None if size is None else int(size[0]) * int(size[1]) * 3
-
-
-def _mlp_params(sizes: List[int]) -> int:
-    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-
-
 def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
     """The large allocations of a run of ``cfg`` (a lower bound of each), largest first."""
     a, env = cfg.algo, cfg.env
@@ -70,7 +60,8 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
     hidden_keys = f"algo.hidden_sizes={hidden}"
     needs: List[Need] = []
     training = not cfg.eval_only
-    params = 2 * _mlp_params([1, *hidden, 1])  # actor and critic, one input and one output each
+    sizes = [1, *hidden, 1]  # actor and critic, one input and one output each
+    params = 2 * sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     copies = PARAM_COPIES if training else 1  # evaluation: no gradients, no Adam state
     what = "the model with its gradients and Adam state" if training else "the model"
     needs.append(Need(what, hidden_keys, params * copies * FLOAT, device))
@@ -107,8 +98,9 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
             device,
         )
     )
-    frame = _frame_bytes(cfg)
-    if frame is not None:
+    frame_size = env.frame_size()  # None: the env chooses it (gymnasium: without resize_frames)
+    if frame_size is not None:
+        frame = int(frame_size[0]) * int(frame_size[1]) * 3  # bytes of one env's frame
         size = f"env.render_width={env.render_width} x env.render_height={env.render_height}"
         recorders = [(cfg.recorder, "recorder")] if training else []
         if cfg.eval_env.enabled or cfg.eval_only:

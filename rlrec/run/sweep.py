@@ -18,8 +18,8 @@ run does: its refusals, exit 2, and nothing left of it (what it created in the s
 removed, and the sweep dir too when it made it: :func:`rlrec.run.rundir.remove_created`).
 
 Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each process of the
-sweep holds its one stop flag (``rlrec.run.preempt.hold``, with :class:`_Sweep` as the behaviour
-of its signal handler), which its jobs' runs use too: each running job checkpoints and stops, no
+sweep holds its one stop flag (``rlrec.run.preempt.hold``: a :class:`_Sweep`, which says what its
+signal handler does), which its jobs' runs use too: each running job checkpoints and stops, no
 job starts after the signal, and the launching process ends once the running jobs have written
 their rows (at most :data:`GRACE_S` later; a second signal stops at once). With the basic
 launcher the jobs run in the launching process, which ends after the stopped job's row
@@ -183,11 +183,12 @@ class SweepStopped(BaseException):
     Its argument: the signal that stopped the sweep."""
 
 
-class _Sweep(preempt.Behaviour):
-    """This process's part in a sweep, held with its stop flag (``rlrec.run.preempt.hold``): what
+class _Sweep(preempt.StopRequested):
+    """This process's stop flag while it takes part in a sweep (``rlrec.run.preempt.hold``): what
     a stop signal does here, and what the task function tells the callbacks."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.launcher_pid: Optional[int] = None  # set in the process that launches the sweep
         self.sweep_dir: Optional[Path] = None
         self.attempt: Optional[str] = None
@@ -233,8 +234,7 @@ class _Sweep(preempt.Behaviour):
 
 
 def _state() -> _Sweep:
-    """This process's :class:`_Sweep`, held with the process's stop flag from the first call
-    until :func:`finish`."""
+    """This process's :class:`_Sweep`, its stop flag from the first call until :func:`finish`."""
     st = _current()
     if st is None:
         st = _Sweep()
@@ -245,7 +245,7 @@ def _state() -> _Sweep:
 def _current() -> Optional[_Sweep]:
     """This process's :class:`_Sweep`, if it takes part in a sweep (nothing is held otherwise)."""
     flag = preempt.held()
-    return flag.behaviour if flag is not None and isinstance(flag.behaviour, _Sweep) else None
+    return flag if isinstance(flag, _Sweep) else None
 
 
 def _signum() -> Optional[int]:
@@ -289,9 +289,9 @@ def begin_job(sweep_dir: Path) -> None:
     """At the start of a job's task function: a stop signal that reaches this process between
     jobs or while the job is being built is recorded, not fatal (a joblib worker that died of it
     would take the other workers with it). submitit handles the signals of its own jobs."""
-    _state().outcome = {}
+    flag = _state()
+    flag.outcome = {}
     if not preempt.under_submitit():
-        flag = preempt.hold(_state())
         flag.catch(STOP_SIGNALS)
         attempt = _read(SweepDir(sweep_dir).attempt)  # its launching process, if on this host
         launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
@@ -436,7 +436,7 @@ class SweepSummary(Callback):
         st.launcher_pid = os.getpid()
         st.sweep_dir, st.attempt = sweep_dir, attempt
         st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
-        preempt.hold(st).catch(STOP_SIGNALS)
+        st.catch(STOP_SIGNALS)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if str(OmegaConf.select(config, "hydra.mode")) != "RunMode.MULTIRUN":

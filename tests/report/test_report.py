@@ -86,7 +86,7 @@ def test_max_tiles_takes_an_even_subset(lossless_run, tmp_path):
     progress = write_progress(run, max_tiles=2)
     steps = [ev.step for ev in run.evaluations]
     assert [t["step"] for t in progress.tiles] == [steps[0], steps[-1]]
-    assert progress.layout.rows * progress.layout.cols == 2
+    assert progress.grid == (1, 2)  # a grid of the two tiles
 
 
 def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
