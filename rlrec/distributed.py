@@ -307,13 +307,9 @@ def mean_grads_(params: List[torch.nn.Parameter]) -> None:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    all_reduce_(flat, "mean")
-    offset = 0
-    for g in grads:
-        n = g.numel()
-        g.copy_(flat[offset : offset + n].view_as(g))
-        offset += n
+    flat = all_reduce_(torch.cat([g.reshape(-1) for g in grads]), "mean")
+    for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
 
 
 def broadcast_module_(module: torch.nn.Module) -> None:

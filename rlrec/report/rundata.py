@@ -205,21 +205,11 @@ def read_run(run_dir: Path) -> RunData:
         if "step" in ep:
             by_step.setdefault(int(ep["step"]), []).append(ep)
     evaluations: List[Evaluation] = []
-    events: List[Dict[str, Any]] = [rec for rec in lines if "event" in rec]
-    health = _health(run_dir, lines)
     for rec in lines:
         if "eval/return" in rec and "step" in rec:
-            step = int(rec["step"])
-            clip = _inside(run_dir, rec.get("eval/clip"))
-            evaluations.append(
-                Evaluation(
-                    step=step,
-                    metrics=rec,
-                    clip=clip,
-                    sidecar=None if clip is None else read_sidecar(run_dir, clip),
-                    episodes=by_step.get(step, []),
-                )
-            )
+            step, clip = int(rec["step"]), _inside(run_dir, rec.get("eval/clip"))
+            sidecar = None if clip is None else read_sidecar(run_dir, clip)
+            evaluations.append(Evaluation(step, rec, clip, sidecar, by_step.get(step, [])))
     try:
         config_text = paths.hydra_config.read_text()
     except OSError:
@@ -230,8 +220,8 @@ def read_run(run_dir: Path) -> RunData:
         evaluations=evaluations,
         episodes=episodes,
         has_episode_file=paths.eval_episodes.is_file(),
-        events=events,
-        health=health,
+        events=[rec for rec in lines if "event" in rec],
+        health=_health(run_dir, lines),
         overrides=read_overrides(run_dir),
         config_text=config_text,
     )

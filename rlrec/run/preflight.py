@@ -154,30 +154,16 @@ class Preflight(Callback):
     created, and only that: rlrec/run/rundir.py.)"""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if distributed.launched():
-            return self._on_rank_start(config)
-        self._check_dir(config, "hydra.run.dir")
-        task = self._task(config)
-        checked = self._validate(task)
-        # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
-        # was there (a later config error removes only what this run created: rlrec/run/rundir.py)
-        with refusing():
-            claimed = rundir.claim(
-                Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir"
-            )
-        self._keep(claimed.run_dir, task, checked)
-
-    def _on_rank_start(self, config: DictConfig) -> None:
-        """One rank of several (torchrun): rank 0 checks, claims the run dir and publishes it;
-        every other rank validates (writing nothing) and takes rank 0's run dir as its own, so
-        that ``${now:...}`` in hydra.run.dir names one dir for the run. A refusal on rank 0 is
-        every rank's."""
+        """A single run, or one rank of several (torchrun): rank 0 checks, claims the run dir and
+        (several ranks) publishes it; every other rank validates (writing nothing) and takes rank
+        0's run dir as its own, so that ``${now:...}`` in hydra.run.dir names one dir for the run.
+        A refusal on rank 0 is every rank's."""
         timeout = OmegaConf.select(config, "distributed.timeout_sec", default=None)
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 600.0
         task = self._task(config)
         if distributed.env_rank() > 0:
-            checked = self._validate(task)
             with refusing():
+                checked = self._validate(task)
                 run_dir = distributed.wait_for("run_dir", timeout)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
@@ -186,23 +172,22 @@ class Preflight(Callback):
         run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
         try:
             probe_dir(run_dir, "hydra.run.dir", use=OUTPUT_DIR)
-            checked = self._validate(task, fail=False)
+            checked = self._validate(task)
+            # last, once the checks passed: lock the run dir before Hydra writes into it, noting
+            # what was there (a later config error removes only what this run created)
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
-            distributed.publish_error("run_dir", str(err), timeout)
+            if distributed.launched():
+                distributed.publish_error("run_dir", str(err), timeout)
             refuse(err)
-        distributed.publish("run_dir", str(claimed.run_dir), timeout)
+        if distributed.launched():
+            distributed.publish("run_dir", str(claimed.run_dir), timeout)
         self._keep(claimed.run_dir, task, checked)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._check_dir(config, "hydra.sweep.dir")
         with refusing():  # values set for the whole sweep (each job checks its own)
+            probe_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir", use=OUTPUT_DIR)
             check_logger_extra(config)
-
-    @staticmethod
-    def _check_dir(config: DictConfig, key: str) -> None:
-        with refusing():
-            probe_dir(str(OmegaConf.select(config, key)), key, use=OUTPUT_DIR)
 
     @staticmethod
     def _task(config: DictConfig) -> DictConfig:
@@ -213,14 +198,12 @@ class Preflight(Callback):
         return task
 
     @staticmethod
-    def _validate(task: DictConfig, fail: bool = True) -> Optional[Checked]:
-        """:func:`refuse_before_work`; ``fail=False``: the ConfigError is raised, not reported."""
+    def _validate(task: DictConfig) -> Optional[Checked]:
+        """:func:`refuse_before_work` (its ConfigError raised); None where it could not check."""
         try:
             return refuse_before_work(task)
-        except ConfigError as err:
-            if not fail:
-                raise
-            refuse(err)
+        except ConfigError:
+            raise
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             return None
 

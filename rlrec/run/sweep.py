@@ -95,12 +95,6 @@ def set_outcome(status: str, error: str, refused: bool = False) -> None:
     _state().outcome = {"status": status, "error": error, **({"refused": True} if refused else {})}
 
 
-def _take_outcome() -> Dict[str, str]:
-    st = _state()
-    outcome, st.outcome = st.outcome, {}
-    return outcome
-
-
 def job_row(
     config: DictConfig, job_return: Any, outcome: Optional[Dict[str, str]] = None
 ) -> Dict[str, Any]:
@@ -441,10 +435,11 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if str(OmegaConf.select(config, "hydra.mode")) != "RunMode.MULTIRUN":
             return
+        st = _state()
+        outcome, st.outcome = st.outcome, {}
         if distributed.env_rank() != 0:  # a job of several tasks: rank 0 writes its row
-            _take_outcome()
             return
-        row = job_row(config, job_return, _take_outcome())
+        row = job_row(config, job_return, outcome)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
             write_summary(sweep_dir, row)
