@@ -124,12 +124,10 @@ def store(timeout_sec: float) -> Any:
     """The ``env://`` rendezvous store of this run (made on first use; rank 0 hosts it, or
     torchrun's agent does). The other ranks wait at most ``timeout_sec`` for it."""
     global _store
-    if _store is None:
-        _store, _, _ = next(
-            torch.distributed.rendezvous(
-                "env://", env_rank(), env_world_size(), timeout=timedelta(seconds=timeout_sec)
-            )
-        )
+    if _store is None:  # torch reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself
+        _store = next(
+            torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
+        )[0]
     return _store
 
 

@@ -114,13 +114,9 @@ def replay_command(
     if not isinstance(iteration, int) or not isinstance(step, int) or episode.get("seed") is None:
         return None
     paths = RunDir(run_dir)
-    kept = (
-        step == 0
-        or paths.periodic_checkpoint(iteration).is_file()
-        or (step == last_step and paths.last_checkpoint.is_file())
-    )
-    if not kept:
-        return None
+    if step != 0 and not paths.periodic_checkpoint(iteration).is_file():
+        if step != last_step or not paths.last_checkpoint.is_file():
+            return None  # no checkpoint of its step kept
     return f"python -m rlrec.run.replay . replay.step={step} replay.env={int(episode['env'])}"
 
 
@@ -168,11 +164,9 @@ def _health(run: RunData) -> str:
 def _evaluations(run: RunData) -> str:
     if not run.evaluations:
         return _section("evaluations", "Evaluations", "<p>No evaluation was logged.</p>")
-    keys: List[str] = []
-    for ev in run.evaluations:
-        for k in ev.metrics:
-            if k.startswith("eval/") and k not in ("eval/clip", "eval/clip_lost") and k not in keys:
-                keys.append(k)
+    skip = ("eval/clip", "eval/clip_lost")  # the clip column says these
+    metrics = [k for ev in run.evaluations for k in ev.metrics if k.startswith("eval/")]
+    keys = [k for k in dict.fromkeys(metrics) if k not in skip]
     rows = []
     for ev in run.evaluations:
         if ev.clip_ok:
