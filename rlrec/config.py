@@ -160,32 +160,28 @@ def register_configs() -> None:
 # --------------------------------------------------------------------------- validation
 
 
-def check_keys(cfg: DictConfig) -> None:
+def check_keys(node: DictConfig, prefix: str = "") -> None:
     """Every key of a composed config is declared by its schema. Hydra's ``+key=value`` adds a
     key even to a struct config (it merges with ``force_add``), and ``OmegaConf.to_object`` keeps
     such a key as a stray attribute, so a mistyped ``+evn=gymnasium`` would be ignored. Free-form
     fields (``env.kwargs``) are not schemas and take any key."""
-
-    def walk(node: DictConfig, prefix: str) -> None:
-        schema = OmegaConf.get_type(node)
-        if not is_dataclass(schema):
-            return
-        allowed = [f.name for f in fields(schema)]
-        for key in node.keys():
-            if key in allowed or (not prefix and key == "hydra"):
-                continue
-            where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
-            extra = " (+experiment=NAME adds a preset)" if not prefix else ""
-            raise ConfigError(
-                f"{prefix}{key} is not a config key: allowed keys at {where} are "
-                f"{', '.join(allowed)}{extra}"
-            )
-        for key in allowed:
-            child = node._get_node(key)
-            if isinstance(child, DictConfig):
-                walk(child, f"{prefix}{key}.")
-
-    walk(cfg, "")
+    schema = OmegaConf.get_type(node)
+    if not is_dataclass(schema):
+        return
+    allowed = [f.name for f in fields(schema)]
+    for key in node.keys():
+        if key in allowed or (not prefix and key == "hydra"):
+            continue
+        where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
+        extra = " (+experiment=NAME adds a preset)" if not prefix else ""
+        raise ConfigError(
+            f"{prefix}{key} is not a config key: allowed keys at {where} are "
+            f"{', '.join(allowed)}{extra}"
+        )
+    for key in allowed:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            check_keys(child, f"{prefix}{key}.")
 
 
 # the counts that must be positive, and those that may also be null

@@ -71,19 +71,13 @@ def _frames(path: Path) -> Iterator[np.ndarray]:
         reader.close()  # ends ffmpeg
 
 
-def _label(width: int, lines: List[str]) -> np.ndarray:
-    from PIL import Image, ImageDraw
-
-    band = Image.new("RGB", (width, BAND), (24, 24, 24))
-    ImageDraw.Draw(band).multiline_text((2, 1), "\n".join(lines), fill=(255, 255, 255), spacing=1)
-    return np.asarray(band)
-
-
 def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
     """Writes ``videos/progress.mp4`` (and its sidecar) of ``run``; None when the run has no eval
     clip on disk. The file appears complete or not at all (a temporary, then a rename). Each
     tile's cell (its label band above its clip's frame) holds the frame last written into it, and
     the cells are tiled as the recorder tiles its envs (``rlrec.record.frames``)."""
+    from PIL import Image, ImageDraw
+
     evaluations: List[Evaluation] = [e for e in run.evaluations if e.clip_ok and e.clip]
     if not evaluations:
         return None
@@ -99,7 +93,10 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
     rows, cols = grid_shape(len(chosen))
     tiles = []
     for i, ev in enumerate(chosen):
-        cells[i, :BAND] = _label(tile_w, ev.tile_label())
+        band = Image.new("RGB", (tile_w, BAND), (24, 24, 24))  # the label above the tile
+        label = "\n".join(ev.tile_label())
+        ImageDraw.Draw(band).multiline_text((2, 1), label, fill=(255, 255, 255), spacing=1)
+        cells[i, :BAND] = np.asarray(band)
         y, x = (i // cols) * (BAND + tile_h) + BAND, (i % cols) * tile_w
         tiles.append({"step": ev.step, "clip": ev.clip, "y": y, "x": x, "h": tile_h, "w": tile_w})
     height, width = pad_even(tile(cells)).shape[:2]

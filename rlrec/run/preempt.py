@@ -49,21 +49,12 @@ def requeue_signal() -> Optional[int]:
     return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}", signal.SIGUSR2))
 
 
-def stop_signals() -> List[int]:
-    """The signals that make a run checkpoint and stop."""
-    sigs = [signal.SIGTERM, signal.SIGINT]
-    usr = requeue_signal()
-    if usr is not None and usr not in sigs:
-        sigs.append(usr)
-    return sigs
-
-
 class StopRequested:
-    """The stop flag and the process's one signal handler: installed for a run's life, the
-    :func:`stop_signals` set it and the loop checks it every env step; a second SIGINT interrupts
-    at once (KeyboardInterrupt). Otherwise the handler only sets the flag (and calls
-    :meth:`first`: a sweep's launcher writes its stop file there): no
-    checkpoint and no state of the run is touched from it (a handler runs between any two
+    """The stop flag and the process's one signal handler: installed for a run's life, the stop
+    signals (SIGTERM, SIGINT, submitit's :func:`requeue_signal`) set it and the loop checks it
+    every env step; a second SIGINT interrupts at once (KeyboardInterrupt). Otherwise the handler
+    only sets the flag (and calls :meth:`first`: a sweep's launcher writes its stop file there):
+    no checkpoint and no state of the run is touched from it (a handler runs between any two
     bytecodes, e.g. inside ``loss.backward()`` or a checkpoint write), so the work it lands in
     finishes and the run stops at the next boundary.
 
@@ -170,10 +161,11 @@ class StopRequested:
         previous.clear()
 
     def install(self) -> None:
-        """A run starts: the :func:`stop_signals` set this flag until :meth:`uninstall`."""
+        """A run starts: the stop signals set this flag until :meth:`uninstall`."""
         self._runs += 1
-        if self._runs == 1:
-            self._hook(stop_signals(), self._run_previous)
+        if self._runs == 1:  # (a signal hooked already is skipped)
+            usr = requeue_signal()
+            self._hook([signal.SIGTERM, signal.SIGINT, *([usr] if usr else [])], self._run_previous)
 
     def uninstall(self) -> None:
         self._runs = max(0, self._runs - 1)

@@ -33,18 +33,14 @@ OUTPUT_DIR = "the output dir"  # probe_dir's wording for hydra.run.dir and hydra
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
 # conf/hydra/launcher/slurm.yaml builds on submitit_slurm, so it needs the same extra.
-PLUGINS: Dict[str, Dict[str, Tuple[str, str]]] = {
-    "hydra/launcher": {
-        "joblib": ("hydra_plugins.hydra_joblib_launcher", "launchers"),
-        "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
-        "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
-        "slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
-        "ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
-    },
-    "hydra/sweeper": {
-        "optuna": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
-        "lr_search": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
-    },
+PLUGINS: Dict[str, Tuple[str, str]] = {
+    "hydra/launcher=joblib": ("hydra_plugins.hydra_joblib_launcher", "launchers"),
+    "hydra/launcher=submitit_local": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    "hydra/launcher=submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    "hydra/launcher=slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    "hydra/launcher=ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
+    "hydra/sweeper=optuna": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
+    "hydra/sweeper=lr_search": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
 }
 
 
@@ -59,13 +55,10 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
     """ConfigError naming the override and the extra to install when a launcher/sweeper plugin
     chosen on the command line is not installed (Hydra alone would only say it is not found)."""
     for item in overrides:
-        key, sep, value = item.lstrip("+").partition("=")
-        if not sep or key not in PLUGINS or value not in PLUGINS[key]:
-            continue
-        module, extra = PLUGINS[key][value]
-        if not _installed(module):
+        module, extra = PLUGINS.get(item.lstrip("+"), ("", ""))
+        if module and not _installed(module):
             raise ConfigError(
-                f"{key}={value} needs the '{extra}' extra, which is not installed "
+                f"{item.lstrip('+')} needs the '{extra}' extra, which is not installed "
                 f"({module} is missing): pip install 'rlrec[{extra}]' "
                 f"(or pip install -e '.[{extra}]' in a checkout)"
             )
@@ -78,6 +71,12 @@ def check_logger_extra(config: DictConfig) -> None:
         from rlrec.config import WANDB_MISSING
 
         raise ConfigError(WANDB_MISSING)
+
+
+def check_argv() -> None:
+    """Entry-point check of the command line (before Hydra composes anything)."""
+    with refusing():
+        check_plugin_extras(sys.argv[1:])
 
 
 @dataclass
@@ -138,12 +137,6 @@ def refusing() -> Iterator[None]:
         yield
     except ConfigError as err:
         refuse(err)
-
-
-def check_argv(argv: Optional[Iterable[str]] = None) -> None:
-    """Entry-point check of the command line (before Hydra composes anything)."""
-    with refusing():
-        check_plugin_extras(sys.argv[1:] if argv is None else argv)
 
 
 class Preflight(Callback):

@@ -427,8 +427,7 @@ class SweepSummary(Callback):
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
         write_atomic(SweepDir(sweep_dir).attempt, json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        st.launcher_pid = os.getpid()
-        st.sweep_dir, st.attempt = sweep_dir, attempt
+        st.launcher_pid, st.sweep_dir, st.attempt = os.getpid(), sweep_dir, attempt
         st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
         st.catch(STOP_SIGNALS)
 
@@ -452,17 +451,15 @@ class SweepSummary(Callback):
             f"{': ' + figures if figures else ''} -> {SweepDir(sweep_dir).summary}",
             flush=True,
         )
-        flag = preempt.held()
-        if flag is not None and flag.orphaned:
+        if st.orphaned:
             # a worker of a launching process that is gone: no one will hand it another job or
             # take its result (loky's worker would wait for one), so it ends here
             _say(f"rlrec sweep: job {row['job']}: the launching process is gone; this worker exits")
             sys.stdout.flush()
             os._exit(128 + signal.SIGHUP)
-        signum = _signum()
-        if signum is not None and _state().launcher:
+        if st.signum is not None and st.launcher:
             # the jobs run in this process (basic launcher): end the sweep here, start no more
-            raise SweepStopped(signum)
+            raise SweepStopped(st.signum)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         _state().done.set()
