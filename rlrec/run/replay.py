@@ -111,14 +111,15 @@ def replay(
     out.mkdir(parents=True, exist_ok=True)
     if path is not None:
         cfg.checkpoint, cfg.eval_only = str(path), True
-    runner = Runner(cfg, out, stop=preempt.run_flag())
-    try:
-        if path is not None:
-            runner.run()  # evaluates the checkpoint
-        else:  # step 0 without a checkpoint: the untrained policy, built from the run's seed as
-            runner.evaluate()  # the training run built it (its train env too), evaluated once
-    finally:
-        runner.close()
+        Runner(cfg, out, stop=preempt.run_flag()).run()
+    else:
+        # step 0 without a checkpoint: the untrained policy, built from the run's seed as the
+        # training run built it (its train env too), then evaluated once
+        runner = Runner(cfg, out, stop=preempt.run_flag())
+        try:
+            runner.evaluate()
+        finally:
+            runner.close()
     clip = RunDir(out).videos("eval") / names.evaluation(step)
     if not clip.exists():
         raise RuntimeError(f"replay: the clip {clip} was not written (see the log above)")
