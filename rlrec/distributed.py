@@ -359,35 +359,31 @@ def _from_bytes(data: torch.Tensor) -> Any:
     )
 
 
+def _all_gather(obj: Any) -> List[torch.Tensor]:
+    """Every rank's ``obj`` as bytes, in rank order, on every rank."""
+    data = _to_bytes(obj).to(_comm_device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
+    torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
+    padded = torch.zeros(max(int(s.item()) for s in sizes), dtype=torch.uint8, device=_comm_device)
+    padded[: data.numel()] = data
+    parts = [torch.zeros_like(padded) for _ in range(world_size())]
+    torch.distributed.all_gather(parts, padded)
+    return [p[: int(s.item())] for p, s in zip(parts, sizes)]
+
+
 def broadcast(obj: Any) -> Any:
     """Rank 0's ``obj`` (plain data: tensors, containers, numbers, strings) on every rank."""
     if not _group:
         return obj
-    data = _to_bytes(obj) if is_main() else torch.empty(0, dtype=torch.uint8)
-    size = torch.tensor([data.numel()], dtype=torch.int64)
-    all_reduce_(size, "max")
-    buf = torch.zeros(int(size.item()), dtype=torch.uint8, device=_comm_device)
-    if is_main():
-        buf.copy_(data)
-    torch.distributed.broadcast(buf, src=0)
-    return _from_bytes(buf)
+    return _from_bytes(_all_gather(obj if is_main() else None)[0])  # (the others send None)
 
 
 def gather(obj: Any) -> Optional[List[Any]]:
     """Every rank's ``obj`` (plain data), in rank order, on rank 0; None on the other ranks."""
     if not _group:
         return [obj]
-    data = _to_bytes(obj).to(_comm_device)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
-    torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
-    longest = max(int(s.item()) for s in sizes)
-    padded = torch.zeros(longest, dtype=torch.uint8, device=_comm_device)
-    padded[: data.numel()] = data
-    parts = [torch.zeros_like(padded) for _ in range(world_size())]
-    torch.distributed.all_gather(parts, padded)
-    if not is_main():
-        return None
-    return [_from_bytes(p[: int(s.item())]) for p, s in zip(parts, sizes)]
+    parts = _all_gather(obj)
+    return [_from_bytes(p) for p in parts] if is_main() else None
 
 
 _LOST = ("gloo", "nccl", "connection closed", "timed out", "timeout", "processgroup", "c10d")
