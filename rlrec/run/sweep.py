@@ -159,9 +159,8 @@ def _fmt(value: Any) -> str:
 def format_table(rows: List[Dict[str, Any]]) -> str:
     """A plain-text table (job, status, step, eval figures, swept overrides) for the console."""
     cols = [c for c in _FIRST if c != "overrides" and any(c in r for r in rows)]
-    cells = [[c.replace("eval/", "") for c in cols]] + [
-        [_fmt(r.get(c)) for c in cols] for r in rows
-    ]
+    head = [c.replace("eval/", "") for c in cols]
+    cells = [head, *([_fmt(r.get(c)) for c in cols] for r in rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
