@@ -39,13 +39,9 @@ class Range:
     high_open: bool = False
 
     def __contains__(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            return False
-        return True
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return math.isfinite(value) and above and below
 
     def __str__(self) -> str:
         if self.low is not None and self.high is not None:
@@ -131,13 +127,10 @@ def check_device(value: Any, key: str = "sim.device") -> None:
 
     try:
         device = torch.device(value)
+        valid = device.type in DEVICE_TYPES and (device.type == "cuda" or device.index is None)
     except (RuntimeError, TypeError, ValueError):
-        device = None
-    if (
-        device is None
-        or device.type not in DEVICE_TYPES
-        or (device.type == "cpu" and device.index is not None)
-    ):
+        valid = False
+    if not valid:
         raise ConfigError(
             f"{key}={value!r} is invalid: allowed values are cpu, cuda, cuda:N (N: a GPU index)"
         )

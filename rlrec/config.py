@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields, is_dataclass
+from operator import attrgetter
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -136,9 +137,8 @@ class Config:
     # periodic checkpoints kept, the newest (the older ones of this run are removed once a new one
     # is on disk); 0 keeps all. 1 is refused: resume=auto could fall back to none
     checkpoint_keep: int = 0
-    torch_threads: Optional[int] = (
-        1  # None: torch's default (all cores); docs/architecture.md says why 1
-    )
+    # None: torch's default (all cores); docs/architecture.md says why 1
+    torch_threads: Optional[int] = 1
 
 
 def register_configs() -> None:
@@ -160,32 +160,37 @@ def register_configs() -> None:
 # --------------------------------------------------------------------------- validation
 
 
-def check_keys(cfg: DictConfig) -> None:
+def check_keys(node: DictConfig, prefix: str = "") -> None:
     """Every key of a composed config is declared by its schema. Hydra's ``+key=value`` adds a
     key even to a struct config (it merges with ``force_add``), and ``OmegaConf.to_object`` keeps
     such a key as a stray attribute, so a mistyped ``+evn=gymnasium`` would be ignored. Free-form
     fields (``env.kwargs``) are not schemas and take any key."""
+    schema = OmegaConf.get_type(node)
+    if not is_dataclass(schema):
+        return
+    allowed = [f.name for f in fields(schema)]
+    for key in node.keys():
+        if key in allowed or (not prefix and key == "hydra"):
+            continue
+        where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
+        extra = " (+experiment=NAME adds a preset)" if not prefix else ""
+        raise ConfigError(
+            f"{prefix}{key} is not a config key: allowed keys at {where} are "
+            f"{', '.join(allowed)}{extra}"
+        )
+    for key in allowed:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            check_keys(child, f"{prefix}{key}.")
 
-    def walk(node: DictConfig, prefix: str) -> None:
-        schema = OmegaConf.get_type(node)
-        if not is_dataclass(schema):
-            return
-        allowed = [f.name for f in fields(schema)]
-        for key in node.keys():
-            if key in allowed or (not prefix and key == "hydra"):
-                continue
-            where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
-            extra = " (+experiment=NAME adds a preset)" if not prefix else ""
-            raise ConfigError(
-                f"{prefix}{key} is not a config key: allowed keys at {where} are "
-                f"{', '.join(allowed)}{extra}"
-            )
-        for key in allowed:
-            child = node._get_node(key)
-            if isinstance(child, DictConfig):
-                walk(child, f"{prefix}{key}.")
 
-    walk(cfg, "")
+# the counts that must be positive, and those that may also be null
+POSITIVE_KEYS = (
+    "env.num_envs env.render_width env.render_height total_steps checkpoint_every "
+    "eval_env.num_envs eval_env.every eval_env.clips_k algo.num_steps algo.num_minibatches "
+    "algo.update_epochs logger.log_every"
+).split()
+POSITIVE_OR_NULL_KEYS = ("env.max_episode_steps", "torch_threads", "eval_env.episodes")
 
 
 def validate(cfg: Config) -> None:
@@ -193,21 +198,18 @@ def validate(cfg: Config) -> None:
     env = cfg.env
     one_of(env.name, "env.name", list(factory.BACKENDS))
     check_floats(cfg)  # every float of every schema: finite and in its range
-    positive(env.num_envs, "env.num_envs")
-    positive(env.max_episode_steps, "env.max_episode_steps", allow_none=True)
-    positive(env.render_width, "env.render_width")
-    positive(env.render_height, "env.render_height")
+    for key in POSITIVE_KEYS:
+        positive(attrgetter(key)(cfg), key)
+    for key in POSITIVE_OR_NULL_KEYS:
+        positive(attrgetter(key)(cfg), key, allow_none=True)
     for key in ("sim", "eval_env", "algo", "logger", "distributed"):  # each closed choice
         check_choices(getattr(cfg, key), f"{key}.")
-    positive(cfg.total_steps, "total_steps")
-    positive(cfg.checkpoint_every, "checkpoint_every")
     if cfg.checkpoint_keep < 0 or cfg.checkpoint_keep == 1:
         raise ConfigError(
             f"checkpoint_keep={cfg.checkpoint_keep} is invalid: allowed values are 0 (keep every "
             "periodic checkpoint) or 2 and more (the newest N); a single one is refused: it leaves "
             "resume=auto nothing to fall back to when the newest is damaged"
         )
-    positive(cfg.torch_threads, "torch_threads", allow_none=True)
     if cfg.resume not in (None, "auto"):
         raise ConfigError(f"resume={cfg.resume!r} is invalid: allowed values are auto, null")
     if cfg.checkpoint is not None and cfg.resume is not None:
@@ -215,15 +217,8 @@ def validate(cfg: Config) -> None:
     if cfg.eval_only and cfg.checkpoint is None and cfg.resume is None:
         raise ConfigError("eval_only=true needs checkpoint=PATH (the checkpoint to evaluate)")
     check_seed(cfg.seed, "seed", env.num_envs, "env.num_envs")
-    ev = cfg.eval_env
-    positive(ev.num_envs, "eval_env.num_envs")
+    ev, a = cfg.eval_env, cfg.algo
     check_seed(ev.seed, "eval_env.seed", ev.num_envs, "eval_env.num_envs")
-    positive(ev.every, "eval_env.every")
-    positive(ev.episodes, "eval_env.episodes", allow_none=True)
-    positive(ev.clips_k, "eval_env.clips_k")
-    a = cfg.algo
-    for k in ("num_steps", "num_minibatches", "update_epochs"):
-        positive(getattr(a, k), f"algo.{k}")
     if (env.num_envs * a.num_steps) % a.num_minibatches:
         raise ConfigError(
             f"algo.num_minibatches={a.num_minibatches} must divide env.num_envs * algo.num_steps "
@@ -231,7 +226,6 @@ def validate(cfg: Config) -> None:
         )
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
-    positive(cfg.logger.log_every, "logger.log_every")
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")
@@ -248,9 +242,7 @@ def to_dataclass(cfg: DictConfig) -> Config:
     it."""
     check_keys(cfg)  # before to_object, which would keep a stray key as an attribute
     obj = OmegaConf.to_object(cfg)
-    if isinstance(obj, dict):  # composed without the top-level schema (e.g. a bare compose())
-        obj = Config(**{k: v for k, v in obj.items() if k != "hydra"})
-    assert is_dataclass(obj)
+    assert isinstance(obj, Config), "a config composed from rlrec's conf/ (its schema)"
     validate(obj)
     return obj
 

@@ -4,13 +4,13 @@ One run trains one policy on ``WORLD_SIZE`` processes (``torchrun``, or SLURM/su
 
 - **Start-up.** The rendezvous is ``env://`` (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``,
   ``WORLD_SIZE``, ``LOCAL_RANK``), as torchrun exports it; in a submitit job with several tasks,
-  :func:`prepare_env` exports it from submitit's job environment first. The rendezvous store is
-  made once (:func:`store`) and serves twice: before Hydra creates the run dir, rank 0 publishes
-  the run dir it resolved and every other rank takes it (:func:`publish`, :func:`wait_for`), so a
-  ``${now:...}`` in ``hydra.run.dir`` names one dir for the whole run; then the process group
-  (:func:`init`) is built on the same store, gloo on CPU and NCCL on CUDA, with
-  ``distributed.timeout_sec`` as the timeout of every collective: no rank waits longer than that
-  for a rank that died or hangs.
+  the first read of one (:func:`env_rank`, ...) exports it from submitit's job environment. The
+  rendezvous store is made once (:func:`store`) and serves twice: before Hydra creates the run
+  dir, rank 0 publishes the run dir it resolved and every other rank takes it (:func:`publish`,
+  :func:`wait_for`), so a ``${now:...}`` in ``hydra.run.dir`` names one dir for the whole run;
+  then the process group (:func:`init`) is built on the same store, gloo on CPU and NCCL on
+  CUDA, with ``distributed.timeout_sec`` as the timeout of every collective: no rank waits
+  longer than that for a rank that died or hangs.
 - **Training.** Gradients are averaged every minibatch (:func:`mean_grads_`, one all-reduce of the
   flat gradient), the normaliser's statistics are merged once per update and the KL early stop is
   decided on the mean KL (:func:`all_reduce_`), the stop flag once per rollout
@@ -33,7 +33,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from rlrec.checks import SECONDS, Choice, ConfigError
+from rlrec.checks import SECONDS, SEED_MAX, Choice, ConfigError
 
 _KEY_PREFIX = "rlrec/"
 _ERROR = "!error:"  # a published value that says the publishing rank failed, and why
@@ -67,49 +67,36 @@ class DistributedConfig:
 
 
 # ---------------------------------------------------------------------- the environment
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
+def _int(name: str, default: int) -> int:
     try:
-        return int(value) if value not in (None, "") else default
+        return int(os.environ.get(name) or default)
     except ValueError:
         return default
 
 
-def _submitit_tasks() -> int:
-    if not os.environ.get("SUBMITIT_EXECUTOR"):
-        return 1
-    return _env_int("SUBMITIT_LOCAL_NTASKS", _env_int("SLURM_NTASKS", 1))
+def _env_int(name: str, default: int) -> int:
+    """A variable of the ``env://`` rendezvous. In a submitit job of several tasks
+    (``tasks_per_node``, ``nodes``), exported first from submitit's job environment
+    (``TorchDistributedEnvironment``: the first host, a port derived from the job id, RANK,
+    WORLD_SIZE, LOCAL_RANK), unless they are set already; CUDA_VISIBLE_DEVICES is left as SLURM
+    set it."""
+    tasks = _int("SUBMITIT_LOCAL_NTASKS", _int("SLURM_NTASKS", 1))
+    if os.environ.get("SUBMITIT_EXECUTOR") and tasks > 1 and "RANK" not in os.environ:
+        from submitit.helpers import TorchDistributedEnvironment
 
-
-def prepare_env() -> None:
-    """In a submitit job of several tasks (``tasks_per_node``, ``nodes``), exports the ``env://``
-    variables from submitit's job environment (``TorchDistributedEnvironment``: the first host,
-    a port derived from the job id, RANK, WORLD_SIZE, LOCAL_RANK), unless they are set already.
-    CUDA_VISIBLE_DEVICES is left as SLURM set it."""
-    if _submitit_tasks() <= 1 or "RANK" in os.environ:
-        return
-    from submitit.helpers import TorchDistributedEnvironment
-
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return _int(name, default)
 
 
 def env_world_size() -> int:
-    prepare_env()
     return max(1, _env_int("WORLD_SIZE", 1))
 
 
 def env_rank() -> int:
-    prepare_env()
     return _env_int("RANK", 0)
 
 
-def env_local_rank() -> int:
-    prepare_env()
-    return _env_int("LOCAL_RANK", 0)
-
-
 def env_local_world_size() -> int:
-    prepare_env()
     return max(1, _env_int("LOCAL_WORLD_SIZE", env_world_size()))
 
 
@@ -137,12 +124,10 @@ def store(timeout_sec: float) -> Any:
     """The ``env://`` rendezvous store of this run (made on first use; rank 0 hosts it, or
     torchrun's agent does). The other ranks wait at most ``timeout_sec`` for it."""
     global _store
-    if _store is None:
-        _store, _, _ = next(
-            torch.distributed.rendezvous(
-                "env://", env_rank(), env_world_size(), timeout=timedelta(seconds=timeout_sec)
-            )
-        )
+    if _store is None:  # torch reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself
+        _store = next(
+            torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
+        )[0]
     return _store
 
 
@@ -185,8 +170,6 @@ def check(cfg: Any) -> None:
     world = env_world_size()
     if world <= 1:
         return
-    from rlrec.checks import SEED_MAX
-
     if cfg.eval_only:
         raise ConfigError(
             f"eval_only=true runs on one process, this is rank {env_rank()} of WORLD_SIZE={world}:"
@@ -250,7 +233,7 @@ def rank_device(device: torch.device) -> torch.device:
         return device
     if os.environ.get("SLURM_GPUS_PER_TASK"):
         return torch.device("cuda", 0)
-    return torch.device("cuda", env_local_rank() % max(1, torch.cuda.device_count()))
+    return torch.device("cuda", _env_int("LOCAL_RANK", 0) % max(1, torch.cuda.device_count()))
 
 
 # ---------------------------------------------------------------------- the process group
@@ -322,13 +305,9 @@ def mean_grads_(params: List[torch.nn.Parameter]) -> None:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    all_reduce_(flat, "mean")
-    offset = 0
-    for g in grads:
-        n = g.numel()
-        g.copy_(flat[offset : offset + n].view_as(g))
-        offset += n
+    flat = all_reduce_(torch.cat([g.reshape(-1) for g in grads]), "mean")
+    for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
 
 
 def broadcast_module_(module: torch.nn.Module) -> None:
@@ -380,35 +359,31 @@ def _from_bytes(data: torch.Tensor) -> Any:
     )
 
 
+def _all_gather(obj: Any) -> List[torch.Tensor]:
+    """Every rank's ``obj`` as bytes, in rank order, on every rank."""
+    data = _to_bytes(obj).to(_comm_device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
+    torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
+    padded = torch.zeros(max(int(s.item()) for s in sizes), dtype=torch.uint8, device=_comm_device)
+    padded[: data.numel()] = data
+    parts = [torch.zeros_like(padded) for _ in range(world_size())]
+    torch.distributed.all_gather(parts, padded)
+    return [p[: int(s.item())] for p, s in zip(parts, sizes)]
+
+
 def broadcast(obj: Any) -> Any:
     """Rank 0's ``obj`` (plain data: tensors, containers, numbers, strings) on every rank."""
     if not _group:
         return obj
-    data = _to_bytes(obj) if is_main() else torch.empty(0, dtype=torch.uint8)
-    size = torch.tensor([data.numel()], dtype=torch.int64)
-    all_reduce_(size, "max")
-    buf = torch.zeros(int(size.item()), dtype=torch.uint8, device=_comm_device)
-    if is_main():
-        buf.copy_(data)
-    torch.distributed.broadcast(buf, src=0)
-    return _from_bytes(buf)
+    return _from_bytes(_all_gather(obj if is_main() else None)[0])  # (the others send None)
 
 
 def gather(obj: Any) -> Optional[List[Any]]:
     """Every rank's ``obj`` (plain data), in rank order, on rank 0; None on the other ranks."""
     if not _group:
         return [obj]
-    data = _to_bytes(obj).to(_comm_device)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
-    torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
-    longest = max(int(s.item()) for s in sizes)
-    padded = torch.zeros(longest, dtype=torch.uint8, device=_comm_device)
-    padded[: data.numel()] = data
-    parts = [torch.zeros_like(padded) for _ in range(world_size())]
-    torch.distributed.all_gather(parts, padded)
-    if not is_main():
-        return None
-    return [_from_bytes(p[: int(s.item())]) for p, s in zip(parts, sizes)]
+    parts = _all_gather(obj)
+    return [_from_bytes(p) for p in parts] if is_main() else None
 
 
 _LOST = ("gloo", "nccl", "connection closed", "timed out", "timeout", "processgroup", "c10d")

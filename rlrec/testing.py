@@ -200,10 +200,6 @@ class FrameSpy(EnvWrapper):
         self.episodes: List[List[Optional[np.ndarray]]] = []
         self.render_requests: List[List[int]] = []  # env indices of each render() from above
 
-    @property
-    def render_calls(self) -> int:
-        return len(self.render_requests)
-
     def _frame(self) -> Optional[np.ndarray]:
         return self.env.render([self.watch])[0].cpu().numpy().copy() if self.keep_frames else None
 

@@ -26,10 +26,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     known = RunDir(args.dir).metrics.is_file() or SweepDir(args.dir).is_sweep()
-    if not args.dir.is_dir() or not known:
-        print(f"rlrec-report: {args.dir} is not a run dir or a sweep dir of rlrec", file=sys.stderr)
-        raise SystemExit(2)
     try:
+        if not args.dir.is_dir() or not known:
+            raise ConfigError(f"{args.dir} is not a run dir or a sweep dir of rlrec")
         run_settings(args.dir, args.overrides)  # a bad override is refused before anything
     except ConfigError as err:
         print(f"rlrec-report: {err}", file=sys.stderr)

@@ -35,15 +35,12 @@ def run_settings(run_dir: Path, overrides: Iterable[str] = ()) -> ReportConfig:
     import yaml
 
     fields = {f.name: f for f in dataclasses.fields(ReportConfig)}
-    values = {}
     try:
-        saved = yaml.safe_load(RunDir(run_dir).hydra_config.read_text()) or {}
-        saved = saved.get("report") if isinstance(saved, dict) else None
+        saved = yaml.safe_load(RunDir(run_dir).hydra_config.read_text())
     except (OSError, yaml.YAMLError):
         saved = None
-    for key, value in (saved or {}).items():
-        if key in fields:
-            values[key] = value
+    saved = saved.get("report") if isinstance(saved, dict) else None
+    values = {k: v for k, v in (saved or {}).items() if k in fields}
     for item in overrides:
         key, sep, text = item.partition("=")
         name = key[len("report.") :] if key.startswith("report.") else None

@@ -68,7 +68,5 @@ def _thin(steps: list, values: list) -> tuple:
     k = -(-len(steps) // MAX_POINTS)
     if k <= 1:
         return steps, values
-    idx = list(range(0, len(steps), k))
-    if idx[-1] != len(steps) - 1:
-        idx.append(len(steps) - 1)
+    idx = sorted({*range(0, len(steps), k), len(steps) - 1})
     return [steps[i] for i in idx], [values[i] for i in idx]

@@ -12,7 +12,6 @@ and final figures, a link to the job's own page) and each job's last eval clip s
 
 from __future__ import annotations
 
-import csv
 import html
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,11 +19,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 from urllib.parse import quote
 
 from rlrec.files import write_atomic
-from rlrec.layout import PROGRESS_VIDEO, ROW_FILES, RunDir, SweepDir
+from rlrec.layout import PROGRESS_VIDEO, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
 from rlrec.report.curves import curves_svg
 from rlrec.report.progress import write_progress
-from rlrec.report.rundata import Evaluation, RunData, read_json, read_run, read_sidecar
+from rlrec.report.rundata import Evaluation, RunData, read_rows, read_run, read_sidecar
 
 __all__ = ["replay_command", "write_report"]
 
@@ -115,13 +114,9 @@ def replay_command(
     if not isinstance(iteration, int) or not isinstance(step, int) or episode.get("seed") is None:
         return None
     paths = RunDir(run_dir)
-    kept = (
-        step == 0
-        or paths.periodic_checkpoint(iteration).is_file()
-        or (step == last_step and paths.last_checkpoint.is_file())
-    )
-    if not kept:
-        return None
+    if step != 0 and not paths.periodic_checkpoint(iteration).is_file():
+        if step != last_step or not paths.last_checkpoint.is_file():
+            return None  # no checkpoint of its step kept
     return f"python -m rlrec.run.replay . replay.step={step} replay.env={int(episode['env'])}"
 
 
@@ -136,6 +131,10 @@ def _summary(run: RunData) -> str:
     if RunDir(run.path).checkpoints.is_dir():  # its policy for a robot (rlrec.export)
         parts.append("export its policy (in the run dir): <code>python -m rlrec.export .</code>")
     return f"<p>{' &middot; '.join(parts)} &middot; <code>{_e(run.path.resolve())}</code></p>"
+
+
+def _section(anchor: str, title: str, *parts: str) -> str:
+    return "\n".join([f'<h2 id="{anchor}">{title}</h2>', *parts])
 
 
 def _health(run: RunData) -> str:
@@ -155,26 +154,21 @@ def _health(run: RunData) -> str:
     for _, key, value, bad in figures:
         cls = ("bad" if value else "ok") if bad else "muted"
         cells.append(f'<span class="{cls}" data-health="{key}">{int(value)}</span>')
-    out = ['<h2 id="health">Health</h2>', _table([f[0] for f in figures], [cells])]
-    if run.events:
-        detail = [
-            [_e(e.get("event")), _fmt(e.get("step")),
-             _e(", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step")))]
-            for e in run.events
-        ]  # fmt: skip
-        out.append(_table(["event", "step", "details"], detail, left=1))
-    return "\n".join(out)
+    detail = [
+        [_e(e.get("event")), _fmt(e.get("step")),
+         _e(", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step")))]
+        for e in run.events
+    ]  # fmt: skip
+    events = [_table(["event", "step", "details"], detail, left=1)] if detail else []
+    return _section("health", "Health", _table([f[0] for f in figures], [cells]), *events)
 
 
 def _evaluations(run: RunData) -> str:
-    out = ['<h2 id="evaluations">Evaluations</h2>']
     if not run.evaluations:
-        return out[0] + "<p>No evaluation was logged.</p>"
-    keys: List[str] = []
-    for ev in run.evaluations:
-        for k in ev.metrics:
-            if k.startswith("eval/") and k not in ("eval/clip", "eval/clip_lost") and k not in keys:
-                keys.append(k)
+        return _section("evaluations", "Evaluations", "<p>No evaluation was logged.</p>")
+    skip = ("eval/clip", "eval/clip_lost")  # the clip column says these
+    metrics = [k for ev in run.evaluations for k in ev.metrics if k.startswith("eval/")]
+    keys = [k for k in dict.fromkeys(metrics) if k not in skip]
     rows = []
     for ev in run.evaluations:
         if ev.clip_ok:
@@ -187,105 +181,90 @@ def _evaluations(run: RunData) -> str:
             clip = '<span class="muted">no clip</span>'
         rows.append([_fmt(ev.step), *(_fmt(ev.metrics.get(k)) for k in keys), clip])
     head = ["step", *(k.split("/", 1)[1] for k in keys), "clip"]
-    out.append(_table(head, rows))
-    return "\n".join(out)
+    return _section("evaluations", "Evaluations", _table(head, rows))
 
 
-def _progress(run: RunData, progress_rel: Optional[str], failed: Optional[str] = None) -> str:
-    out = ['<h2 id="progress">Progress</h2>']
+def _progress(run: RunData, progress_rel: Optional[str], failed: Optional[str]) -> str:
     if failed is not None:
-        out.append(f'<p class="bad">The progress video could not be written: {_e(failed)}</p>')
-        return "\n".join(out)
-    if progress_rel is None:
-        out.append("<p>No progress video: the run has no eval clip on disk.</p>")
-        return "\n".join(out)
-    out.append(
-        "<p>The eval clips across evaluations, played in sync (the same start states: every "
-        "evaluation resets with the same seed); a finished tile holds its last frame.</p>"
-    )
-    out.append(_video(progress_rel, read_sidecar(run.path, progress_rel), least=300))
-    return "\n".join(out)
+        text = f'<p class="bad">The progress video could not be written: {_e(failed)}</p>'
+    elif progress_rel is None:
+        text = "<p>No progress video: the run has no eval clip on disk.</p>"
+    else:
+        text = (
+            "<p>The eval clips across evaluations, played in sync (the same start states: every "
+            "evaluation resets with the same seed); a finished tile holds its last frame.</p>\n"
+            + _video(progress_rel, read_sidecar(run.path, progress_rel), least=300)
+        )
+    return _section("progress", "Progress", text)
 
 
 def _failures(run: RunData, max_rows: int) -> str:
-    out = ['<h2 id="failures">Failed eval episodes</h2>']
+    failed = run.failed_episodes()
+    shown = failed[-max_rows:]
     if not run.has_episode_file:
-        out.append(
+        text = (
             "<p>This run wrote no per-episode eval records (<code>eval_episodes.jsonl</code>).</p>"
         )
-        return "\n".join(out)
-    if not any(e.get("success") is not None for e in run.episodes):
-        out.append("<p>The env reports no success: no episode counts as failed.</p>")
-        return "\n".join(out)
-    failed = run.failed_episodes()
-    if not failed:
-        out.append(f'<p class="ok">None of {len(run.episodes)} eval episodes failed.</p>')
-        return "\n".join(out)
-    shown = failed[-max_rows:]
-    note = f" (the last {len(shown)} shown)" if len(shown) < len(failed) else ""
-    out.append(f"<p>{len(failed)} of {len(run.episodes)} eval episodes failed{note}.</p>")
+    elif not any(e.get("success") is not None for e in run.episodes):
+        text = "<p>The env reports no success: no episode counts as failed.</p>"
+    elif not failed:
+        text = f'<p class="ok">None of {len(run.episodes)} eval episodes failed.</p>'
+    else:
+        note = f" (the last {len(shown)} shown)" if len(shown) < len(failed) else ""
+        text = f"<p>{len(failed)} of {len(run.episodes)} eval episodes failed{note}.</p>"
+    if not shown:
+        return _section("failures", "Failed eval episodes", text)
     rows = []
     last_step = run.evaluations[-1].step if run.evaluations else None  # last.pt's, if it ended
     for ep in shown:
-        clip = ep.get("clip")
+        clip, frames = ep.get("clip"), ep.get("frames")
         cell = '<span class="muted">no clip</span>'
         if isinstance(clip, str) and (run.path / clip).is_file():
             cell = _video(clip, read_sidecar(run.path, clip))
-            frames = ep.get("frames")
             if frames:
                 cell += (
                     f'<br><span class="muted">frames {_e(frames[0])}&ndash;{_e(frames[-1])}</span>'
                 )
         command = replay_command(run.path, ep, last_step)
-        replay = (
-            f"<code>{_e(command)}</code>"
-            if command
-            else '<span class="muted">no checkpoint of its step kept</span>'
-        )
+        replay = '<span class="muted">no checkpoint of its step kept</span>'
+        if command:
+            replay = f"<code>{_e(command)}</code>"
         rows.append(
             [_fmt(ep.get("step")), _fmt(ep.get("env")), _fmt(ep.get("seed")),
              _fmt(ep.get("return")), _fmt(ep.get("length")), _e(ep.get("ended", "")), cell, replay]
         )  # fmt: skip
     head = ["step", "env", "seed", "return", "length", "ended", "clip", "replay (in the run dir)"]
-    out.append(_table(head, rows))
-    return "\n".join(out)
+    return _section("failures", "Failed eval episodes", text, _table(head, rows))
 
 
 def _config(run: RunData) -> str:
-    out = ['<h2 id="config">Config</h2>']
+    items = "".join(f"<li><code>{_e(o)}</code></li>" for o in run.overrides)
+    parts = ["<p>No overrides: the defaults.</p>"]
     if run.overrides:
-        items = "".join(f"<li><code>{_e(o)}</code></li>" for o in run.overrides)
-        out.append(f"<p>The command line's overrides:</p><ul>{items}</ul>")
-    else:
-        out.append("<p>No overrides: the defaults.</p>")
+        parts = [f"<p>The command line's overrides:</p><ul>{items}</ul>"]
     if run.config_text:
         whole = f"<pre>{_e(run.config_text)}</pre>"
-        out.append(f"<details><summary>The whole config</summary>{whole}</details>")
-    return "\n".join(out)
+        parts.append(f"<details><summary>The whole config</summary>{whole}</details>")
+    return _section("config", "Config", *parts)
 
 
 def run_page(
-    run: RunData,
-    cfg: ReportConfig,
-    progress_rel: Optional[str],
-    svg: Optional[str] = None,
-    progress_failed: Optional[str] = None,
+    run: RunData, cfg: ReportConfig, progress_rel: Optional[str], svg: str, failed: Optional[str]
 ) -> str:
-    """The page of ``run``; ``svg``: its curves when drawn already; ``progress_failed``: why the
-    progress video could not be written."""
+    """The page of ``run``: ``svg`` its curves, ``failed`` why the progress video could not be
+    written."""
     name = run.path.resolve().name
-    svg = curves_svg(run) if svg is None else svg
+    inline = " ".join(f"<code>{_e(o)}</code>" for o in run.overrides)  # what it changed, first
     body = [
         f"<h1>rlrec run {_e(name)}</h1>",
         _summary(run),
         '<p><a href="#health">health</a> &middot; <a href="#progress">progress</a> &middot; '
         '<a href="#curves">curves</a> &middot; <a href="#evaluations">evaluations</a> &middot; '
         '<a href="#failures">failed episodes</a> &middot; <a href="#config">config</a></p>',
-        _config_overrides_inline(run),
+        f"<p>Overrides: {inline}</p>" if inline else "",
         _health(run),
-        _progress(run, progress_rel, progress_failed),
-        '<h2 id="curves">Learning curves</h2>',
-        svg or "<p>No metrics logged.</p>",
+        _progress(run, progress_rel, failed),
+        _section("curves", "Learning curves", svg or "<p>No metrics logged.</p>"),
         _evaluations(run),
         _failures(run, cfg.max_failures),
         _config(run),
@@ -293,25 +272,7 @@ def run_page(
     return _page(f"rlrec run {name}", body)
 
 
-def _config_overrides_inline(run: RunData) -> str:
-    """The overrides under the title: what this run changed, seen first."""
-    if not run.overrides:
-        return ""
-    return "<p>Overrides: " + " ".join(f"<code>{_e(o)}</code>" for o in run.overrides) + "</p>"
-
-
 # --------------------------------------------------------------------------- a sweep
-
-
-def _sweep_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
-    try:
-        with open(SweepDir(sweep_dir).summary, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError:
-        rows = []
-    if not rows:  # the summary is rebuilt from the row files: read those
-        rows = [r for r in map(read_json, SweepDir(sweep_dir).rows.glob(ROW_FILES)) if r]
-    return sorted(rows, key=lambda r: int(r.get("job") or 0))
 
 
 def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
@@ -331,45 +292,36 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
     table, cards = [], []
     for row, job_dir, report in jobs:
         job = int(row.get("job") or 0)
-        rel = None if job_dir is None else job_dir.relative_to(sweep_dir.resolve()).as_posix()
         link = _e(job) if report is None else f'<a href="{_src(report)}">{_e(job)}</a>'
         status = row.get("status", "")
         cls = "ok" if status == "COMPLETED" else "bad"
         swept = row.get("swept") or row.get("overrides", "")
         table.append(
             [link, f'<span class="{cls}">{_e(status)}</span>', f"<code>{_e(swept)}</code>",
-             _fmt(_num(row.get("step"))), _fmt(_num(row.get("eval/return"))),
-             _fmt(_num(row.get("eval/success"))), _e(row.get("error", "") or "")]
+             _fmt(row.get("step")), _fmt(row.get("eval/return")), _fmt(row.get("eval/success")),
+             _e(row.get("error") or "")]
         )  # fmt: skip
-        if rel is not None:
-            run = read_run(job_dir)
-            last: Optional[Evaluation] = next(
-                (ev for ev in reversed(run.evaluations) if ev.clip_ok), None
+        evals = [] if job_dir is None else read_run(job_dir).evaluations
+        last: Optional[Evaluation] = next((ev for ev in reversed(evals) if ev.clip_ok), None)
+        if last is not None:
+            rel = job_dir.relative_to(sweep_dir.resolve()).as_posix()
+            caption = f"job {job} &middot; step {last.step:,} &middot; return {_fmt(last.ret)}"
+            cards.append(
+                f"<figure>{_video(f'{rel}/{last.clip}', last.sidecar)}"
+                f"<figcaption>{caption}<br><code>{_e(swept)}</code></figcaption></figure>"
             )
-            if last is not None:
-                caption = f"job {job} &middot; step {last.step:,} &middot; return {_fmt(last.ret)}"
-                cards.append(
-                    f"<figure>{_video(f'{rel}/{last.clip}', last.sidecar)}"
-                    f"<figcaption>{caption}<br><code>{_e(swept)}</code></figcaption></figure>"
-                )
+    head = ["job", "status", "overrides", "step", "return", "success", "error"]
+    jobs_table = _table(head, table, left=3) if table else "<p>No job has finished yet.</p>"
+    clips = (
+        f'<div class="cards">{"".join(cards)}</div>' if cards else "<p>No eval clip on disk.</p>"
+    )
     body = [
         f"<h1>rlrec sweep {_e(sweep_dir.resolve().name)}</h1>",
         f"<p>{len(jobs)} jobs &middot; <code>{_e(sweep_dir.resolve())}</code></p>",
-        '<h2 id="jobs">Jobs</h2>',
-        _table(["job", "status", "overrides", "step", "return", "success", "error"], table, left=3)
-        if table
-        else "<p>No job has finished yet.</p>",
-        '<h2 id="clips">Last eval clip of each job</h2>',
-        f'<div class="cards">{"".join(cards)}</div>' if cards else "<p>No eval clip on disk.</p>",
+        _section("jobs", "Jobs", jobs_table),
+        _section("clips", "Last eval clip of each job", clips),
     ]
     return _page(f"rlrec sweep {sweep_dir.resolve().name}", body)
-
-
-def _num(value: Any) -> Any:
-    try:
-        return float(value) if value not in (None, "") else None
-    except (TypeError, ValueError):
-        return value
 
 
 # --------------------------------------------------------------------------- writing
@@ -381,23 +333,22 @@ def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
     cfg = cfg or ReportConfig()
     paths = RunDir(run_dir)
     run = read_run(paths.root)
-    if not cfg.progress_video:
-        page = run_page(run, cfg, PROGRESS_VIDEO if paths.progress_video.is_file() else None)
-    else:
-        # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
-        # curves (Python): together they take about as long as the longer of the two
-        pool = ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress")
-        try:
-            job = pool.submit(write_progress, run, cfg.max_tiles)
-            svg = curves_svg(run)
-            try:  # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this
-                progress, failed = job.result(timeout=PROGRESS_TIMEOUT_S), None
-            except Exception as exc:  # the page without it, saying why
-                progress, failed = None, f"{type(exc).__name__}: {exc}"
-        finally:
-            pool.shutdown(wait=False)
-        page = run_page(run, cfg, None if progress is None else PROGRESS_VIDEO, svg, failed)
-    write_atomic(paths.report, page)
+    progress = PROGRESS_VIDEO if paths.progress_video.is_file() else None
+    failed = None
+    # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
+    # curves (Python): together they take about as long as the longer of the two
+    pool = ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress")
+    try:
+        job = pool.submit(write_progress, run, cfg.max_tiles) if cfg.progress_video else None
+        svg = curves_svg(run)
+        try:  # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this
+            if job is not None:
+                progress = job.result(timeout=PROGRESS_TIMEOUT_S) and PROGRESS_VIDEO
+        except Exception as exc:  # the page without it, saying why
+            progress, failed = None, f"{type(exc).__name__}: {exc}"
+    finally:
+        pool.shutdown(wait=False)
+    write_atomic(paths.report, run_page(run, cfg, progress, svg, failed))
     return paths.report
 
 
@@ -415,7 +366,7 @@ def write_report(
     if cfg is None:
         run_settings(path, overrides)  # a bad override is refused before any job's report
     jobs = []
-    for row in _sweep_rows(path):
+    for row in read_rows(path):
         job_dir, report = _job_dir(path, row), None
         if job_dir is not None and RunDir(job_dir).metrics.is_file():
             page = write_run_report(job_dir, cfg or run_settings(job_dir, overrides))

@@ -18,18 +18,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from rlrec.files import remove_quietly, temporary_name
 from rlrec.layout import RunDir
 from rlrec.record.ffmpeg import FFmpegProcess, ffmpeg_output_path
-from rlrec.record.frames import grid_shape
+from rlrec.record.frames import grid_shape, pad_even, tile
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
 
-__all__ = ["BAND", "Layout", "Progress", "even_subset", "write_progress"]
+__all__ = ["BAND", "Progress", "even_subset", "write_progress"]
 
 BAND = 24  # pixels of label above each tile (two lines of PIL's default font)
 
@@ -46,42 +46,14 @@ def even_subset(items: Sequence[Any], k: int) -> List[Any]:
 
 
 @dataclass
-class Layout:
-    """Where each tile sits in the progress video's frame: a grid of ``rows`` x ``cols`` cells,
-    each a label band of :data:`BAND` pixels above a ``tile_h`` x ``tile_w`` tile."""
-
-    count: int
-    tile_h: int
-    tile_w: int
-
-    def __post_init__(self) -> None:
-        self.rows, self.cols = grid_shape(self.count)
-
-    @property
-    def cell_h(self) -> int:
-        return BAND + self.tile_h
-
-    @property
-    def size(self) -> tuple:
-        """(height, width) of the frame, padded to even sizes (H.264 in yuv420p)."""
-        h, w = self.rows * self.cell_h, self.cols * self.tile_w
-        return h + h % 2, w + w % 2
-
-    def origin(self, i: int) -> tuple:
-        """(y, x) of tile ``i``'s top-left pixel (below its band)."""
-        r, c = divmod(i, self.cols)
-        return r * self.cell_h + BAND, c * self.tile_w
-
-
-@dataclass
 class Progress:
     """What :func:`write_progress` wrote."""
 
     path: Path
     frames: int
     fps: float
-    layout: Layout
-    tiles: List[Dict[str, Any]] = field(default_factory=list)  # step, clip, y, x of each tile
+    grid: Tuple[int, int]  # (rows, cols) of tiles
+    tiles: List[Dict[str, Any]] = field(default_factory=list)  # step, clip, y, x, h, w of each
 
 
 def _frames(path: Path) -> Iterator[np.ndarray]:
@@ -99,64 +71,51 @@ def _frames(path: Path) -> Iterator[np.ndarray]:
         reader.close()  # ends ffmpeg
 
 
-def _label(image: np.ndarray, layout: Layout, i: int, lines: List[str]) -> None:
-    from PIL import Image, ImageDraw
-
-    y, x = layout.origin(i)
-    band = Image.new("RGB", (layout.tile_w, BAND), (24, 24, 24))
-    ImageDraw.Draw(band).multiline_text((2, 1), "\n".join(lines), fill=(255, 255, 255), spacing=1)
-    image[y - BAND : y, x : x + layout.tile_w] = np.asarray(band)
-
-
 def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
     """Writes ``videos/progress.mp4`` (and its sidecar) of ``run``; None when the run has no eval
-    clip on disk. The file appears complete or not at all (a temporary, then a rename)."""
+    clip on disk. The file appears complete or not at all (a temporary, then a rename). Each
+    tile's cell (its label band above its clip's frame) holds the frame last written into it, and
+    the cells are tiled as the recorder tiles its envs (``rlrec.record.frames``)."""
+    from PIL import Image, ImageDraw
+
     evaluations: List[Evaluation] = [e for e in run.evaluations if e.clip_ok and e.clip]
     if not evaluations:
         return None
     chosen = even_subset(evaluations, max_tiles)
     sidecars = [e.sidecar or {} for e in chosen]
-    layout = Layout(
-        len(chosen),
-        max(int(s.get("height", 0)) for s in sidecars),
-        max(int(s.get("width", 0)) for s in sidecars),
-    )
+    tile_h = max(int(s.get("height", 0)) for s in sidecars)
+    tile_w = max(int(s.get("width", 0)) for s in sidecars)
     fps = float(sidecars[0].get("fps") or 30.0)
     encoders = [s.get("encoder") or {} for s in sidecars]
     lossless = all(bool(e.get("lossless")) for e in encoders)
     quality = int(encoders[0].get("quality") or 7)
-    height, width = layout.size
-    base = np.zeros((height, width, 3), dtype=np.uint8)
+    cells = np.zeros((len(chosen), BAND + tile_h, tile_w, 3), dtype=np.uint8)
+    rows, cols = grid_shape(len(chosen))
     tiles = []
     for i, ev in enumerate(chosen):
-        _label(base, layout, i, ev.tile_label())
-        y, x = layout.origin(i)
-        tiles.append({"step": ev.step, "clip": ev.clip, "y": y, "x": x})
+        band = Image.new("RGB", (tile_w, BAND), (24, 24, 24))  # the label above the tile
+        label = "\n".join(ev.tile_label())
+        ImageDraw.Draw(band).multiline_text((2, 1), label, fill=(255, 255, 255), spacing=1)
+        cells[i, :BAND] = np.asarray(band)
+        y, x = (i // cols) * (BAND + tile_h) + BAND, (i % cols) * tile_w
+        tiles.append({"step": ev.step, "clip": ev.clip, "y": y, "x": x, "h": tile_h, "w": tile_w})
+    height, width = pad_even(tile(cells)).shape[:2]
     out = RunDir(run.path).progress_video
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(out)
     readers = [_frames(run.path / str(ev.clip)) for ev in chosen]
-    last: List[Optional[np.ndarray]] = [None] * len(chosen)
     proc = FFmpegProcess(tmp, width, height, fps, quality, lossless, "ultrafast")
     frames = 0
     try:
         while True:
-            image = base.copy()
             live = False
-            for i, reader in enumerate(readers):
-                if reader is not None:
-                    frame = next(reader, None)
-                    if frame is None:
-                        readers[i] = None  # finished: the tile holds its last frame
-                    else:
-                        last[i], live = frame, True
-                if last[i] is not None:
-                    y, x = layout.origin(i)
-                    h, w = last[i].shape[:2]
-                    image[y : y + h, x : x + w] = last[i]
+            for i, frame in enumerate(next(reader, None) for reader in readers):
+                if frame is not None:  # a finished clip's cell holds its last frame
+                    cells[i, BAND : BAND + frame.shape[0], : frame.shape[1]] = frame
+                    live = True
             if not live:
                 break
-            proc.write([image])
+            proc.write([pad_even(tile(cells))])
             frames += 1
         proc.finish()
         if frames == 0:
@@ -169,8 +128,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
         raise
     finally:
         for reader in readers:
-            if reader is not None:
-                reader.close()
+            reader.close()
     codec = "libx264rgb" if lossless else "libx264"
     write_sidecar(
         str(out),
@@ -181,7 +139,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
             "height": height,
             "encoder": {"codec": codec, "lossless": lossless, "quality": quality},
             "kind": "progress",
-            "tiles": [{**t, "h": layout.tile_h, "w": layout.tile_w} for t in tiles],
+            "tiles": tiles,
         },
     )
-    return Progress(out, frames, fps, layout, tiles)
+    return Progress(out, frames, fps, (rows, cols), tiles)

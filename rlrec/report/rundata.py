@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from rlrec.layout import METRICS, RunDir
+from rlrec.layout import METRICS, ROW_FILES, RunDir, SweepDir
 from rlrec.record.sidecar import sidecar_path
 
 __all__ = [
@@ -24,6 +24,8 @@ __all__ = [
     "RunData",
     "read_json",
     "read_jsonl",
+    "read_overrides",
+    "read_rows",
     "read_run",
 ]
 
@@ -142,6 +144,24 @@ def read_sidecar(run_dir: Path, clip: str) -> Optional[Dict[str, Any]]:
     return read_json(Path(sidecar_path(str(video)))) if video.is_file() else None
 
 
+def read_overrides(run_dir: Path) -> List[str]:
+    """The command line's overrides of a run (Hydra's ``.hydra/overrides.yaml``); none when the
+    file is absent (not written yet) or not a YAML list."""
+    try:
+        import yaml  # PyYAML comes with Hydra (omegaconf depends on it)
+
+        loaded = yaml.safe_load(RunDir(run_dir).hydra_overrides.read_text())
+    except Exception:
+        return []
+    return [str(x) for x in loaded] if isinstance(loaded, list) else []
+
+
+def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
+    """The job rows of a sweep dir written so far (``rlrec.run.sweep``), ordered by job number."""
+    rows = [read_json(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not fixed.json
+    return sorted((r for r in rows if r), key=lambda r: int(r.get("job") or 0))
+
+
 def _inside(run_dir: Path, clip: Any) -> Optional[str]:
     """``clip`` when it is a relative path that stays inside the run dir (what the report links
     to and the progress video decodes never points elsewhere)."""
@@ -185,30 +205,11 @@ def read_run(run_dir: Path) -> RunData:
         if "step" in ep:
             by_step.setdefault(int(ep["step"]), []).append(ep)
     evaluations: List[Evaluation] = []
-    events: List[Dict[str, Any]] = [rec for rec in lines if "event" in rec]
-    health = _health(run_dir, lines)
     for rec in lines:
         if "eval/return" in rec and "step" in rec:
-            step = int(rec["step"])
-            clip = _inside(run_dir, rec.get("eval/clip"))
-            evaluations.append(
-                Evaluation(
-                    step=step,
-                    metrics=rec,
-                    clip=clip,
-                    sidecar=None if clip is None else read_sidecar(run_dir, clip),
-                    episodes=by_step.get(step, []),
-                )
-            )
-    overrides: List[str] = []
-    try:
-        import yaml  # PyYAML comes with Hydra (omegaconf depends on it)
-
-        loaded = yaml.safe_load(paths.hydra_overrides.read_text())
-        if isinstance(loaded, list):
-            overrides = [str(x) for x in loaded]
-    except Exception:  # no overrides file, or not YAML: the report lists none
-        pass
+            step, clip = int(rec["step"]), _inside(run_dir, rec.get("eval/clip"))
+            sidecar = None if clip is None else read_sidecar(run_dir, clip)
+            evaluations.append(Evaluation(step, rec, clip, sidecar, by_step.get(step, [])))
     try:
         config_text = paths.hydra_config.read_text()
     except OSError:
@@ -219,8 +220,8 @@ def read_run(run_dir: Path) -> RunData:
         evaluations=evaluations,
         episodes=episodes,
         has_episode_file=paths.eval_episodes.is_file(),
-        events=events,
-        health=health,
-        overrides=overrides,
+        events=[rec for rec in lines if "event" in rec],
+        health=_health(run_dir, lines),
+        overrides=read_overrides(run_dir),
         config_text=config_text,
     )

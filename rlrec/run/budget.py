@@ -52,63 +52,36 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def _frame_bytes(cfg: Config) -> Optional[int]:
-    """Bytes of one rendered frame of one env, or None when the env chooses its frame size."""
-    size = cfg.env.frame_size()  # the env's schema knows (gymnasium: with resize_frames)
-    return None if size is None else int(size[0]) * int(size[1]) * 3
-
-
-def _mlp_params(sizes: List[int]) -> int:
-    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
-
-
 def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
     """The large allocations of a run of ``cfg`` (a lower bound of each), largest first."""
     a, env = cfg.algo, cfg.env
     device = "device" if on_gpu else "host"
     hidden = [int(h) for h in a.hidden_sizes]
     hidden_keys = f"algo.hidden_sizes={hidden}"
-    needs: List[Need] = []
+    mlps = f"{hidden_keys} x 2 MLPs"
+    row = sum(hidden) * 2 * FLOAT  # bytes of one row's activations through both MLPs
     training = not cfg.eval_only
-    params = 2 * _mlp_params([1, *hidden, 1])  # actor and critic, one input and one output each
+    sizes = [1, *hidden, 1]  # actor and critic, one input and one output each
+    params = 2 * sum(x * y + y for x, y in zip(sizes[:-1], sizes[1:]))
     copies = PARAM_COPIES if training else 1  # evaluation: no gradients, no Adam state
     what = "the model with its gradients and Adam state" if training else "the model"
-    needs.append(Need(what, hidden_keys, params * copies * FLOAT, device))
-    if training:
-        rows = int(env.num_envs) * int(a.num_steps)
-        needs.append(
-            Need(
-                "the rollout storage",
-                f"env.num_envs={env.num_envs} x algo.num_steps={a.num_steps} x "
-                f"{ROLLOUT_FLOATS} floats",
-                rows * ROLLOUT_FLOATS * FLOAT,
-                device,
-            )
-        )
-        minibatch = rows // max(1, int(a.num_minibatches))
-        needs.append(
-            Need(
-                "the activations of one update minibatch",
-                f"env.num_envs={env.num_envs} x algo.num_steps={a.num_steps} / "
-                f"algo.num_minibatches={a.num_minibatches} rows x {hidden_keys} x 2 MLPs",
-                minibatch * sum(hidden) * 2 * FLOAT,
-                device,
-            )
-        )
+    needs = [Need(what, hidden_keys, params * copies * FLOAT, device)]
     steps = [("eval_env.num_envs", int(cfg.eval_env.num_envs))]
     if training:
+        rows = int(env.num_envs) * int(a.num_steps)
+        batch = f"env.num_envs={env.num_envs} x algo.num_steps={a.num_steps}"
+        storage = f"{batch} x {ROLLOUT_FLOATS} floats"
+        needs.append(Need("the rollout storage", storage, rows * ROLLOUT_FLOATS * FLOAT, device))
+        minibatch = f"{batch} / algo.num_minibatches={a.num_minibatches} rows x {mlps}"
+        rows //= max(1, int(a.num_minibatches))
+        needs.append(Need("the activations of one update minibatch", minibatch, rows * row, device))
         steps.insert(0, ("env.num_envs", int(env.num_envs)))
     key, step_envs = max(steps, key=lambda s: s[1])
-    needs.append(
-        Need(
-            "the activations of one action step",
-            f"{key}={step_envs} rows x {hidden_keys} x 2 MLPs",
-            step_envs * sum(hidden) * 2 * FLOAT,
-            device,
-        )
-    )
-    frame = _frame_bytes(cfg)
-    if frame is not None:
+    action = f"{key}={step_envs} rows x {mlps}"
+    needs.append(Need("the activations of one action step", action, step_envs * row, device))
+    frame_size = env.frame_size()  # None: the env chooses it (gymnasium: without resize_frames)
+    if frame_size is not None:
+        frame = int(frame_size[0]) * int(frame_size[1]) * 3  # bytes of one env's frame
         size = f"env.render_width={env.render_width} x env.render_height={env.render_height}"
         recorders = [(cfg.recorder, "recorder")] if training else []
         if cfg.eval_env.enabled or cfg.eval_only:
@@ -116,16 +89,10 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
         for rec, key in recorders:
             if not recording(rec):
                 continue
-            frames = frame * len(rec.env_idx)
-            needs.append(
-                Need(
-                    f"the frame buffers of the {key} queue",
-                    f"{key}.queue_size={rec.queue_size} x {len(rec.env_idx)} env(s) "
-                    f"({key}.env_idx) x {size} x 3 bytes",
-                    int(rec.queue_size) * frames,
-                    "host",
-                )
-            )
+            frames, n = frame * len(rec.env_idx), len(rec.env_idx)
+            queue = f"{key}.queue_size={rec.queue_size} x {n} env(s) ({key}.env_idx) x {size}"
+            what = f"the frame buffers of the {key} queue"
+            needs.append(Need(what, f"{queue} x 3 bytes", int(rec.queue_size) * frames, "host"))
             needs.append(Need(f"one render of the {key}", size, frames, device))
     return sorted(needs, key=lambda n: n.bytes, reverse=True)
 

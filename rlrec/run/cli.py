@@ -60,8 +60,7 @@ def _build(cfg: DictConfig, run_dir: Path):
         recorder_dirs = [r.dir for r in (config.recorder, config.eval_env.recorder) if r.dir]
         preempt.remove_stale_temporaries(run_dir, recorder_dirs)
     use_device(device)
-    if distributed.launched():
-        distributed.init(config.distributed, device)
+    distributed.init(config.distributed, device)  # several ranks: the process group
     try:  # the stop flag: a sweep's, when this process runs its jobs
         return Runner(config, run_dir, device, stop=preempt.run_flag())
     except ConfigError as exc:  # what only reading the checkpoint or building the envs shows
@@ -105,13 +104,12 @@ def run(cfg: DictConfig) -> Optional[float]:
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    if hydra_cfg.mode == RunMode.MULTIRUN:
+    run_dir, multirun = Path(hydra_cfg.runtime.output_dir), hydra_cfg.mode == RunMode.MULTIRUN
+    if multirun:
         _refuse_torchrun_sweep()
     try:
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            sweep_dir = Path(str(hydra_cfg.sweep.dir))
-            return _sweep_job(cfg, run_dir, sweep_dir, int(hydra_cfg.job.num))
+        if multirun:
+            return _sweep_job(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
         return _single_run(cfg, run_dir)
     except BaseException as exc:
         if distributed.lost_peer(exc):

@@ -49,48 +49,23 @@ def requeue_signal() -> Optional[int]:
     return int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}", signal.SIGUSR2))
 
 
-def stop_signals() -> List[int]:
-    """The signals that make a run checkpoint and stop."""
-    sigs = [signal.SIGTERM, signal.SIGINT]
-    usr = requeue_signal()
-    if usr is not None and usr not in sigs:
-        sigs.append(usr)
-    return sigs
-
-
-class Behaviour:
-    """What the holder of this process's stop flag (a sweep: ``rlrec.run.sweep``) adds to the
-    handler; these defaults are a plain run's. Called from the signal handler: keep it short."""
-
-    def ignoring(self) -> bool:
-        """True once signals mean nothing any more (the sweep has ended)."""
-        return False
-
-    def first(self, signum: int) -> None:
-        """After the flag took its first stop signal."""
-
-    def stop_now(self, signum: int) -> BaseException:
-        """What a later signal raises while no run is in progress (``signum``: the first)."""
-        return KeyboardInterrupt()
-
-
 class StopRequested:
-    """The stop flag and the process's one signal handler: installed for a run's life, the
-    :func:`stop_signals` set it and the loop checks it every env step; a second SIGINT interrupts
-    at once (KeyboardInterrupt). Otherwise the handler only sets the flag (and calls the
-    holder's :meth:`Behaviour.first`: a sweep's launcher writes its stop file there): no
-    checkpoint and no state of the run is touched from it (a handler runs between any two
+    """The stop flag and the process's one signal handler: installed for a run's life, the stop
+    signals (SIGTERM, SIGINT, submitit's :func:`requeue_signal`) set it and the loop checks it
+    every env step; a second SIGINT interrupts at once (KeyboardInterrupt). Otherwise the handler
+    only sets the flag (and calls :meth:`first`: a sweep's launcher writes its stop file there):
+    no checkpoint and no state of the run is touched from it (a handler runs between any two
     bytecodes, e.g. inside ``loss.backward()`` or a checkpoint write), so the work it lands in
     finishes and the run stops at the next boundary.
 
     ``signum`` is the first stop signal: a later one (SLURM's SIGTERM after submitit's USR2, say)
     does not replace it, so the run is still requeued. A sweep holds the process's flag for its
-    life (:func:`hold`, with its :class:`Behaviour`): its runs then use that flag
+    life (:func:`hold`, a subclass that overrides :meth:`ignoring`, :meth:`first` and
+    :meth:`stop_now`, called from the handler: keep them short): its runs then use that flag
     (:func:`run_flag`), so a signal between jobs and one during a job are one stop."""
 
-    def __init__(self, behaviour: Optional[Behaviour] = None):
+    def __init__(self) -> None:
         self.signum: Optional[int] = None
-        self.behaviour = behaviour or Behaviour()
         self._sigints = 0
         self._runs = 0  # runs in progress (install .. uninstall)
         self._previous: Dict[int, Any] = {}  # handlers catch() replaced, until release()
@@ -142,19 +117,30 @@ class StopRequested:
         evaluation, rank 0's alone, runs to its end before that)."""
         return self.signum is not None and (self._agreed or distributed.world_size() == 1)
 
+    def ignoring(self) -> bool:
+        """True once signals mean nothing any more (a sweep that has ended)."""
+        return False
+
+    def first(self, signum: int) -> None:
+        """After the flag took its first stop signal."""
+
+    def stop_now(self, signum: int) -> BaseException:
+        """What a later signal raises while no run is in progress (``signum``: the first)."""
+        return KeyboardInterrupt()
+
     def _handle(self, signum, frame):
-        if self.behaviour.ignoring():
+        if self.ignoring():
             return
         if signum == signal.SIGINT:
             self._sigints += 1
         if self.signum is None:
             self.signum = signum
-            self.behaviour.first(signum)
+            self.first(signum)
         elif self._runs:  # a run writes its checkpoint: only a second Ctrl-C cuts it short
             if signum == signal.SIGINT and self._sigints > 1:
                 raise KeyboardInterrupt
         else:
-            raise self.behaviour.stop_now(self.signum)
+            raise self.stop_now(self.signum)
 
     def _hook(self, sigs: Sequence[int], into: Dict[int, Any]) -> None:
         for sig in sigs:
@@ -175,10 +161,11 @@ class StopRequested:
         previous.clear()
 
     def install(self) -> None:
-        """A run starts: the :func:`stop_signals` set this flag until :meth:`uninstall`."""
+        """A run starts: the stop signals set this flag until :meth:`uninstall`."""
         self._runs += 1
-        if self._runs == 1:
-            self._hook(stop_signals(), self._run_previous)
+        if self._runs == 1:  # (a signal hooked already is skipped)
+            usr = requeue_signal()
+            self._hook([signal.SIGTERM, signal.SIGINT, *([usr] if usr else [])], self._run_previous)
 
     def uninstall(self) -> None:
         self._runs = max(0, self._runs - 1)
@@ -193,13 +180,10 @@ class StopRequested:
 _HELD: Optional[StopRequested] = None  # this process's flag while a sweep holds it
 
 
-def hold(behaviour: Behaviour) -> StopRequested:
-    """Makes a flag with ``behaviour`` this process's stop flag until :func:`release`; the one
-    held already, if any (with its own behaviour and first signal)."""
+def hold(flag: StopRequested) -> None:
+    """Makes ``flag`` this process's stop flag until :func:`release`."""
     global _HELD
-    if _HELD is None:
-        _HELD = StopRequested(behaviour)
-    return _HELD
+    _HELD = flag
 
 
 def held() -> Optional[StopRequested]:

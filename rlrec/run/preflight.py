@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlrec import distributed
 from rlrec.checks import ConfigError
-from rlrec.config import Config, to_dataclass
+from rlrec.config import WANDB_MISSING, Config, to_dataclass
 from rlrec.files import probe_dir
 from rlrec.run import budget, rundir
 
@@ -33,18 +33,14 @@ OUTPUT_DIR = "the output dir"  # probe_dir's wording for hydra.run.dir and hydra
 
 # Hydra plugin options -> (module that provides them, the rlrec extra that installs it).
 # conf/hydra/launcher/slurm.yaml builds on submitit_slurm, so it needs the same extra.
-PLUGINS: Dict[str, Dict[str, Tuple[str, str]]] = {
-    "hydra/launcher": {
-        "joblib": ("hydra_plugins.hydra_joblib_launcher", "launchers"),
-        "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
-        "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
-        "slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
-        "ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
-    },
-    "hydra/sweeper": {
-        "optuna": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
-        "lr_search": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
-    },
+PLUGINS: Dict[str, Tuple[str, str]] = {
+    "hydra/launcher=joblib": ("hydra_plugins.hydra_joblib_launcher", "launchers"),
+    "hydra/launcher=submitit_local": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    "hydra/launcher=submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    "hydra/launcher=slurm": ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    "hydra/launcher=ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
+    "hydra/sweeper=optuna": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
+    "hydra/sweeper=lr_search": ("hydra_plugins.hydra_optuna_sweeper", "launchers"),
 }
 
 
@@ -59,13 +55,10 @@ def check_plugin_extras(overrides: Iterable[str]) -> None:
     """ConfigError naming the override and the extra to install when a launcher/sweeper plugin
     chosen on the command line is not installed (Hydra alone would only say it is not found)."""
     for item in overrides:
-        key, sep, value = item.lstrip("+").partition("=")
-        if not sep or key not in PLUGINS or value not in PLUGINS[key]:
-            continue
-        module, extra = PLUGINS[key][value]
-        if not _installed(module):
+        module, extra = PLUGINS.get(item.lstrip("+"), ("", ""))
+        if module and not _installed(module):
             raise ConfigError(
-                f"{key}={value} needs the '{extra}' extra, which is not installed "
+                f"{item.lstrip('+')} needs the '{extra}' extra, which is not installed "
                 f"({module} is missing): pip install 'rlrec[{extra}]' "
                 f"(or pip install -e '.[{extra}]' in a checkout)"
             )
@@ -75,9 +68,13 @@ def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first
     files."""
     if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
-        from rlrec.config import WANDB_MISSING
-
         raise ConfigError(WANDB_MISSING)
+
+
+def check_argv() -> None:
+    """Entry-point check of the command line (before Hydra composes anything)."""
+    with refusing():
+        check_plugin_extras(sys.argv[1:])
 
 
 @dataclass
@@ -140,12 +137,6 @@ def refusing() -> Iterator[None]:
         refuse(err)
 
 
-def check_argv(argv: Optional[Iterable[str]] = None) -> None:
-    """Entry-point check of the command line (before Hydra composes anything)."""
-    with refusing():
-        check_plugin_extras(sys.argv[1:] if argv is None else argv)
-
-
 class Preflight(Callback):
     """Hydra callback: before Hydra creates the run (or sweep) dir, fails on a dir that cannot be
     written and, for a single run, on what :func:`refuse_before_work` refuses, so that such
@@ -154,30 +145,16 @@ class Preflight(Callback):
     created, and only that: rlrec/run/rundir.py.)"""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if distributed.launched():
-            return self._on_rank_start(config)
-        self._check_dir(config, "hydra.run.dir")
-        task = self._task(config)
-        checked = self._validate(task)
-        # last, once the checks passed: lock the run dir before Hydra writes into it, noting what
-        # was there (a later config error removes only what this run created: rlrec/run/rundir.py)
-        with refusing():
-            claimed = rundir.claim(
-                Path(str(OmegaConf.select(config, "hydra.run.dir"))), "hydra.run.dir"
-            )
-        self._keep(claimed.run_dir, task, checked)
-
-    def _on_rank_start(self, config: DictConfig) -> None:
-        """One rank of several (torchrun): rank 0 checks, claims the run dir and publishes it;
-        every other rank validates (writing nothing) and takes rank 0's run dir as its own, so
-        that ``${now:...}`` in hydra.run.dir names one dir for the run. A refusal on rank 0 is
-        every rank's."""
+        """A single run, or one rank of several (torchrun): rank 0 checks, claims the run dir and
+        (several ranks) publishes it; every other rank validates (writing nothing) and takes rank
+        0's run dir as its own, so that ``${now:...}`` in hydra.run.dir names one dir for the run.
+        A refusal on rank 0 is every rank's."""
         timeout = OmegaConf.select(config, "distributed.timeout_sec", default=None)
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 600.0
         task = self._task(config)
         if distributed.env_rank() > 0:
-            checked = self._validate(task)
             with refusing():
+                checked = self._validate(task)
                 run_dir = distributed.wait_for("run_dir", timeout)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
@@ -186,23 +163,22 @@ class Preflight(Callback):
         run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
         try:
             probe_dir(run_dir, "hydra.run.dir", use=OUTPUT_DIR)
-            checked = self._validate(task, fail=False)
+            checked = self._validate(task)
+            # last, once the checks passed: lock the run dir before Hydra writes into it, noting
+            # what was there (a later config error removes only what this run created)
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
-            distributed.publish_error("run_dir", str(err), timeout)
+            if distributed.launched():
+                distributed.publish_error("run_dir", str(err), timeout)
             refuse(err)
-        distributed.publish("run_dir", str(claimed.run_dir), timeout)
+        if distributed.launched():
+            distributed.publish("run_dir", str(claimed.run_dir), timeout)
         self._keep(claimed.run_dir, task, checked)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._check_dir(config, "hydra.sweep.dir")
         with refusing():  # values set for the whole sweep (each job checks its own)
+            probe_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir", use=OUTPUT_DIR)
             check_logger_extra(config)
-
-    @staticmethod
-    def _check_dir(config: DictConfig, key: str) -> None:
-        with refusing():
-            probe_dir(str(OmegaConf.select(config, key)), key, use=OUTPUT_DIR)
 
     @staticmethod
     def _task(config: DictConfig) -> DictConfig:
@@ -213,14 +189,12 @@ class Preflight(Callback):
         return task
 
     @staticmethod
-    def _validate(task: DictConfig, fail: bool = True) -> Optional[Checked]:
-        """:func:`refuse_before_work`; ``fail=False``: the ConfigError is raised, not reported."""
+    def _validate(task: DictConfig) -> Optional[Checked]:
+        """:func:`refuse_before_work` (its ConfigError raised); None where it could not check."""
         try:
             return refuse_before_work(task)
-        except ConfigError as err:
-            if not fail:
-                raise
-            refuse(err)
+        except ConfigError:
+            raise
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             return None
 

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -28,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from rlrec.checks import ConfigError
 from rlrec.layout import HYDRA, HYDRA_SWEEP, RunDir
@@ -71,10 +72,6 @@ class Holder:
         return self.host == this_host() and not pid_alive(self.pid)
 
     @classmethod
-    def me(cls) -> "Holder":
-        return cls(os.getpid(), this_host(), time.strftime("%Y-%m-%d %H:%M:%S %z"))
-
-    @classmethod
     def parse(cls, text: str) -> Optional["Holder"]:
         try:
             data = json.loads(text)
@@ -83,121 +80,98 @@ class Holder:
             return None
 
 
-def _read_holder(path: Path) -> Optional[Holder]:
-    """The holder named in a lock file; retried briefly (the holder may be writing it)."""
+def _busy(path: Path, run_dir: Path, key: str) -> RunDirBusy:
+    """The refusal naming the holder of the lock file ``path`` (read again briefly: the holder may
+    be writing it)."""
     for _ in range(10):  # bounded: at most ~0.2 s
         try:
             holder = Holder.parse(path.read_text())
         except OSError:
             holder = None
         if holder is not None:
-            return holder
-        time.sleep(0.02)
-    return None
-
-
-class RunDirLock:
-    """An exclusive flock on ``<run dir>/.rlrec.lock``, which names its holder."""
-
-    def __init__(self, run_dir: Path, key: str):
-        self.path = RunDir(run_dir).lock
-        self.key = key
-        self.run_dir = Path(run_dir)
-        self._fd: Optional[int] = None
-        self.previous: Optional[Holder] = None  # the dead holder this lock was taken over from
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        """Takes the lock, or raises :class:`RunDirBusy` naming the holder. A lock whose holder
-        died is free (the kernel released it): its file's holder becomes :attr:`previous`."""
-        for _ in range(20):  # another run may unlink the file between our open and our flock
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise RunDirBusy(self._busy_message()) from None
-            except OSError as err:
-                os.close(fd)
-                if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    print(
-                        f"rlrec: warning: cannot lock {self.path} ({err}): a second run in "
-                        f"{self.run_dir} would not be detected",
-                        file=sys.stderr,
-                    )
-                    return
-                raise
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # locked a file its holder unlinked on release: try the new one
-                os.close(fd)
-                continue
-            self._fd = fd
             break
-        else:
-            raise RunDirBusy(f"{self.key}={self.run_dir}: cannot take the lock {self.path}")
-        with os.fdopen(os.dup(self._fd), "r+") as f:
-            previous = Holder.parse(f.read())
-            f.seek(0)
-            f.truncate()
-            f.write(json.dumps(Holder.me().__dict__) + "\n")
-        if previous is not None and previous.pid != os.getpid():
-            self.previous = previous
-            print(
-                f"rlrec: took over the lock of {self.run_dir} from {previous.describe()}, "
-                "which is no longer running",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def _busy_message(self) -> str:
-        holder = _read_holder(self.path)
-        who = holder.describe() if holder is not None else "a process that did not say who it is"
-        msg = (
-            f"{self.key}={self.run_dir} is in use by another rlrec run ({who}; lock file "
-            f"{self.path}): wait for it to end, or choose another {self.key}"
+        time.sleep(0.02)
+    who = holder.describe() if holder is not None else "a process that did not say who it is"
+    msg = (
+        f"{key}={run_dir} is in use by another rlrec run ({who}; lock file {path}): wait for it "
+        f"to end, or choose another {key}"
+    )
+    if holder is not None and holder.gone():
+        msg += (
+            f" (pid {holder.pid} has exited, but a process it started, such as a simulator "
+            "worker, still holds the lock: end it first)"
         )
-        if holder is not None and holder.gone():
-            msg += (
-                f" (pid {holder.pid} has exited, but a process it started, such as a simulator "
-                "worker, still holds the lock: end it first)"
-            )
-        return msg
+    return RunDirBusy(msg)
 
-    def release(self) -> None:
-        """Removes the lock file and drops the lock (unlinked first, so a run waiting on this
-        file notices and locks a new one). Idempotent."""
-        if self._fd is None:
-            return
+
+def _lock(run_dir: Path, key: str) -> Tuple[Optional[int], Optional[Holder]]:
+    """An exclusive flock on ``<run dir>/.rlrec.lock``, written with its holder: the open file
+    (None where the file system cannot lock) and the dead holder it was taken over from (the
+    kernel released a dead holder's lock), or raises :class:`RunDirBusy` naming the holder."""
+    path = RunDir(run_dir).lock
+    for _ in range(20):  # another run may unlink the file between our open and our flock
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            self.path.unlink()
-        except OSError:
-            pass
-        os.close(self._fd)
-        self._fd = None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _busy(path, run_dir, key) from None
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                print(
+                    f"rlrec: warning: cannot lock {path} ({err}): a second run in {run_dir} "
+                    "would not be detected",
+                    file=sys.stderr,
+                )
+                return None, None
+            raise
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # locked a file its holder unlinked on release: try the new one
+    else:
+        raise RunDirBusy(f"{key}={run_dir}: cannot take the lock {path}")
+    me = {"pid": os.getpid(), "host": this_host(), "since": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    with os.fdopen(os.dup(fd), "r+") as f:
+        previous = Holder.parse(f.read())
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(me) + "\n")
+    if previous is None or previous.pid == os.getpid():
+        return fd, None
+    print(
+        f"rlrec: took over the lock of {run_dir} from {previous.describe()}, which is no longer "
+        "running",
+        file=sys.stderr,
+        flush=True,
+    )
+    return fd, previous
 
 
 @dataclass
 class Claim:
-    """A run's hold on its run dir: the lock and what existed there before the run."""
+    """A run's hold on its run dir: the lock, what existed there before the run, and the dead
+    holder whose lock it took over."""
 
     run_dir: Path
-    lock: RunDirLock
+    fd: Optional[int]  # the locked lock file (None: the file system cannot lock)
+    previous: Optional[Holder]
     # what the run may remove again on a config error; None: not known (a sweep job)
     created_dirs: List[Path] = field(default_factory=list)  # the run dir and ancestors it made
     before: Optional[FrozenSet[str]] = None  # names in the run dir before the run
 
-    @property
-    def previous(self) -> Optional[Holder]:
-        return self.lock.previous
-
     def release(self) -> None:
-        self.lock.release()
+        """Removes the lock file and drops the lock (unlinked first, so a run waiting on this
+        file notices and locks a new one). Idempotent."""
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                RunDir(self.run_dir).lock.unlink()
+            os.close(self.fd)
+            self.fd = None
         if _CLAIMS.get(_key(self.run_dir)) is self:
             del _CLAIMS[_key(self.run_dir)]
 
@@ -245,13 +219,12 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
             created.append(d)
         except FileExistsError:  # made meanwhile by someone else: not ours
             pass
-    lock = RunDirLock(run_dir, key)
     try:
-        lock.acquire()
+        fd, previous = _lock(run_dir, key)
     except BaseException:
         _remove_empty(created)
         raise
-    result = Claim(run_dir, lock, created, before)
+    result = Claim(run_dir, fd, previous, created, before)
     _CLAIMS[_key(run_dir)] = result
     return result
 

@@ -18,8 +18,8 @@ run does: its refusals, exit 2, and nothing left of it (what it created in the s
 removed, and the sweep dir too when it made it: :func:`rlrec.run.rundir.remove_created`).
 
 Stopping a sweep (Ctrl-C: SIGINT to every process of the sweep; or SIGTERM): each process of the
-sweep holds its one stop flag (``rlrec.run.preempt.hold``, with :class:`_Sweep` as the behaviour
-of its signal handler), which its jobs' runs use too: each running job checkpoints and stops, no
+sweep holds its one stop flag (``rlrec.run.preempt.hold``: a :class:`_Sweep`, which says what its
+signal handler does), which its jobs' runs use too: each running job checkpoints and stops, no
 job starts after the signal, and the launching process ends once the running jobs have written
 their rows (at most :data:`GRACE_S` later; a second signal stops at once). With the basic
 launcher the jobs run in the launching process, which ends after the stopped job's row
@@ -50,7 +50,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
 from rlrec.files import write_atomic
-from rlrec.layout import ROW_FILES, RunDir, SweepDir
+from rlrec.layout import RunDir, SweepDir
+from rlrec.report.rundata import read_json, read_jsonl, read_overrides, read_rows
 from rlrec.run import preempt, rundir
 
 COMPLETED, FAILED, STOPPED = "COMPLETED", "FAILED", "STOPPED"
@@ -65,31 +66,12 @@ _LAST = ("run_dir", "error")
 
 def final_figures(run_dir: Path) -> Dict[str, Any]:
     """``step`` (the last logged env step) and the last eval line's figures of a run dir."""
-    out: Dict[str, Any] = {}
-    path = RunDir(run_dir).metrics
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill: the earlier ones still count
-            continue
-        out["step"] = max(int(rec.get("step", 0)), int(out.get("step", 0)))
-        if "eval/return" in rec:
-            for k in EVAL_KEYS:
-                if k in rec:
-                    out[k] = rec[k]
-                else:
-                    out.pop(k, None)
+    lines = read_jsonl(RunDir(run_dir).metrics)  # a line cut by a kill is skipped
+    evals = [rec for rec in lines if "eval/return" in rec]
+    out = {k: evals[-1][k] for k in EVAL_KEYS if evals and k in evals[-1]}
+    if lines:
+        out["step"] = max(int(rec.get("step", 0)) for rec in lines)
     return out
-
-
-def fixed_keys(task_overrides: List[str]) -> List[str]:
-    """Keys the sweep's command line sets to one value for every job (not sweeps)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(list(task_overrides))
-    return sorted(o.get_key_element() for o in parsed if not o.is_sweep_override())
 
 
 def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
@@ -111,12 +93,6 @@ def set_outcome(status: str, error: str, refused: bool = False) -> None:
     :meth:`SweepSummary.on_job_end`, which Hydra calls next in the same process, puts it into the
     job's row."""
     _state().outcome = {"status": status, "error": error, **({"refused": True} if refused else {})}
-
-
-def _take_outcome() -> Dict[str, str]:
-    st = _state()
-    outcome, st.outcome = st.outcome, {}
-    return outcome
 
 
 def job_row(
@@ -149,26 +125,9 @@ def job_row(
 
 
 def _read(path: Path) -> Dict[str, Any]:
-    """One of the sweep's JSON records (a row, the attempt, the stop, a running job); empty when
-    it is not there (yet) or unreadable."""
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return {}
-
-
-def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
-    """Every job row written so far, ordered by job number."""
-    rows = [_read(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not fixed.json
-    return sorted((r for r in rows if r), key=lambda r: r.get("job", 0))
-
-
-def columns(rows: List[Dict[str, Any]]) -> List[str]:
-    keys = {k for r in rows for k in r} - {REFUSED}
-    first = [k for k in _FIRST if k in keys]
-    last = [k for k in _LAST if k in keys]
-    middle = sorted(keys - set(first) - set(last))
-    return first + middle + last
+    """One of the sweep's JSON records (the attempt, the stop, a running job); empty when it is
+    not there (yet) or unreadable."""
+    return read_json(path) or {}
 
 
 def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
@@ -180,8 +139,11 @@ def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List
         if row is not None:
             write_atomic(paths.row(row["job"]), json.dumps(row))
         rows = read_rows(sweep_dir)
+        keys = {k for r in rows for k in r} - {REFUSED}
+        first, last = [k for k in _FIRST if k in keys], [k for k in _LAST if k in keys]
+        columns = first + sorted(keys - set(first) - set(last)) + last
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=columns(rows), extrasaction="ignore")
+        writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         write_atomic(paths.summary, buf.getvalue())
@@ -197,9 +159,8 @@ def _fmt(value: Any) -> str:
 def format_table(rows: List[Dict[str, Any]]) -> str:
     """A plain-text table (job, status, step, eval figures, swept overrides) for the console."""
     cols = [c for c in _FIRST if c != "overrides" and any(c in r for r in rows)]
-    cells = [[c.replace("eval/", "") for c in cols]] + [
-        [_fmt(r.get(c)) for c in cols] for r in rows
-    ]
+    head = [c.replace("eval/", "") for c in cols]
+    cells = [head, *([_fmt(r.get(c)) for c in cols] for r in rows)]
     widths = [max(len(line[i]) for line in cells) for i in range(len(cols))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -215,11 +176,12 @@ class SweepStopped(BaseException):
     Its argument: the signal that stopped the sweep."""
 
 
-class _Sweep(preempt.Behaviour):
-    """This process's part in a sweep, held with its stop flag (``rlrec.run.preempt.hold``): what
+class _Sweep(preempt.StopRequested):
+    """This process's stop flag while it takes part in a sweep (``rlrec.run.preempt.hold``): what
     a stop signal does here, and what the task function tells the callbacks."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.launcher_pid: Optional[int] = None  # set in the process that launches the sweep
         self.sweep_dir: Optional[Path] = None
         self.attempt: Optional[str] = None
@@ -227,7 +189,7 @@ class _Sweep(preempt.Behaviour):
         self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
         self.watcher: Optional[threading.Thread] = None
         self.outcome: Dict[str, str] = {}  # set_outcome's, for on_job_end
-        self.result: Dict[str, Any] = {}  # how the sweep launched by this process ended
+        self.status = 0  # the exit status of the sweep this process launched (exit_status)
         self.running: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
         # in the launching process: the sweep dir's entries before the sweep, the dirs it made
         self.before: FrozenSet[str] = frozenset()
@@ -251,12 +213,10 @@ class _Sweep(preempt.Behaviour):
             f"rlrec sweep: {signal.Signals(signum).name}: stopping the sweep; running jobs "
             "checkpoint and stop, no new job starts (a second Ctrl-C stops at once)"
         )
+        stop = {"attempt": self.attempt, "signal": signum}
         if self.sweep_dir is not None:
             try:
-                write_atomic(
-                    SweepDir(self.sweep_dir).stop,
-                    json.dumps({"attempt": self.attempt, "signal": signum}),
-                )
+                write_atomic(SweepDir(self.sweep_dir).stop, json.dumps(stop))
             except OSError:
                 pass
         if self.watch and self.watcher is None:
@@ -267,8 +227,7 @@ class _Sweep(preempt.Behaviour):
 
 
 def _state() -> _Sweep:
-    """This process's :class:`_Sweep`, held with the process's stop flag from the first call
-    until :func:`finish`."""
+    """This process's :class:`_Sweep`, its stop flag from the first call until :func:`finish`."""
     st = _current()
     if st is None:
         st = _Sweep()
@@ -279,7 +238,7 @@ def _state() -> _Sweep:
 def _current() -> Optional[_Sweep]:
     """This process's :class:`_Sweep`, if it takes part in a sweep (nothing is held otherwise)."""
     flag = preempt.held()
-    return flag.behaviour if flag is not None and isinstance(flag.behaviour, _Sweep) else None
+    return flag if isinstance(flag, _Sweep) else None
 
 
 def _signum() -> Optional[int]:
@@ -293,18 +252,15 @@ def _say(text: str) -> None:
     os.write(2, (text + "\n").encode())
 
 
-def _running_jobs(sweep_dir: Path, attempt: Optional[str]) -> List[int]:
-    """Jobs of this attempt whose process still runs them (entries of dead processes are
+def _jobs_running(sweep_dir: Path, attempt: Optional[str]) -> bool:
+    """Whether a job of this attempt is still run by its process (entries of dead processes are
     ignored)."""
-    jobs = []
-    for p in SweepDir(sweep_dir).running.glob("*.json"):
-        entry = _read(p)
-        if not entry or entry.get("attempt") != attempt:
-            continue
-        pid, host = int(entry.get("pid", 0)), entry.get("host")
-        if host != rundir.this_host() or rundir.pid_alive(pid):
-            jobs.append(int(entry.get("job", -1)))
-    return jobs
+    entries = [_read(p) for p in SweepDir(sweep_dir).running.glob("*.json")]
+    return any(
+        e.get("attempt") == attempt
+        and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
+        for e in entries
+    )
 
 
 def _watch(st: _Sweep) -> None:
@@ -314,7 +270,7 @@ def _watch(st: _Sweep) -> None:
     while time.monotonic() < deadline:
         if st.done.wait(0.1):
             return
-        if st.sweep_dir is None or not _running_jobs(st.sweep_dir, st.attempt):
+        if st.sweep_dir is None or not _jobs_running(st.sweep_dir, st.attempt):
             break
     else:
         _say(f"rlrec sweep: jobs still running {GRACE_S:.0f} s after the stop: ending them")
@@ -326,9 +282,9 @@ def begin_job(sweep_dir: Path) -> None:
     """At the start of a job's task function: a stop signal that reaches this process between
     jobs or while the job is being built is recorded, not fatal (a joblib worker that died of it
     would take the other workers with it). submitit handles the signals of its own jobs."""
-    _state().outcome = {}
+    flag = _state()
+    flag.outcome = {}
     if not preempt.under_submitit():
-        flag = preempt.hold(_state())
         flag.catch(STOP_SIGNALS)
         attempt = _read(SweepDir(sweep_dir).attempt)  # its launching process, if on this host
         launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
@@ -350,16 +306,11 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
 
 def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
-    paths = SweepDir(sweep_dir)
-    attempt = _read(paths.attempt).get("id")
-    entry = paths.running_entry(job)
+    entry = SweepDir(sweep_dir).running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(
-        entry,
-        json.dumps(
-            {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
-        ),
-    )
+    attempt = _read(SweepDir(sweep_dir).attempt).get("id")
+    me = {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
+    write_atomic(entry, json.dumps(me))
     _state().running.append(entry)
 
 
@@ -373,12 +324,7 @@ def exit_status() -> int:
     """The exit status of the sweep this process launched: 128 + the signal that stopped it, 1
     when a job failed, else 0 (also when this process launched no sweep)."""
     st = _current()
-    result = {} if st is None else st.result
-    if result.get("signum") is not None:
-        return 128 + int(result["signum"])
-    if result.get(REFUSED):
-        return 2
-    return 1 if result.get("failed") else 0
+    return 0 if st is None else st.status
 
 
 def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
@@ -393,18 +339,18 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         jobs.setdefault(r["error"].removeprefix("ConfigError: "), []).append(str(r["job"]))
     for error, nums in jobs.items():
         print(f"rlrec: config error: {error} (job {', '.join(nums)})", file=sys.stderr, flush=True)
-    st.result[REFUSED] = True
+    st.status = 2
 
 
-def _result(sweep_dir: Path, rows: List[Dict[str, Any]], table: bool = True) -> None:
-    """The end of a sweep this process launched: the summary table (``table``), what failed or
-    was stopped, and the exit status it makes."""
-    if table and rows:
+def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
+    """The end of a sweep this process launched: the summary table, what failed or was stopped,
+    and the exit status it makes."""
+    if rows:
         summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
         print(summary, flush=True)
     failed = [r for r in rows if r.get("status") == FAILED]
     stopped = [r for r in rows if r.get("status") == STOPPED]
-    _state().result.update(failed=len(failed), stopped=len(stopped), signum=_signum())
+    _state().status = 128 + _signum() if _signum() is not None else int(bool(failed))
     if failed:
         jobs = ", ".join(str(r.get("job")) for r in failed)
         _say(
@@ -430,13 +376,7 @@ def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
             continue
         row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir),
                "error": f"not started: the sweep was stopped by {name}"}  # fmt: skip
-        try:
-            import yaml
-
-            overrides = yaml.safe_load(RunDir(job_dir).hydra_overrides.read_text())
-            row["overrides"] = " ".join(str(x) for x in overrides or [])
-        except Exception:  # Hydra had not written it yet: the row names no overrides
-            pass
+        row["overrides"] = " ".join(read_overrides(job_dir))  # none: Hydra had not written them
         write_summary(sweep_dir, row)
 
 
@@ -449,7 +389,7 @@ def report_stopped() -> None:
     if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
         _rows_of_unstarted(sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
         _result(sweep_dir, write_summary(sweep_dir))
-    st.result["signum"] = _signum() or signal.SIGINT
+    st.status = 128 + (_signum() or signal.SIGINT)
 
 
 def finish() -> None:
@@ -468,9 +408,6 @@ class SweepSummary(Callback):
     """Hydra callback: ``<sweep dir>/summary.csv`` as jobs finish, a table at the end of the
     sweep; in the launching process, the stop signals (see the module doc)."""
 
-    def __init__(self, print_table: bool = True):
-        self.print_table = print_table
-
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # the launching process knows which keys are swept; jobs (maybe elsewhere) read it back
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -479,24 +416,28 @@ class SweepSummary(Callback):
         st.made = rundir.missing_dirs(sweep_dir.absolute())
         SweepDir(sweep_dir).rows.mkdir(parents=True, exist_ok=True)
         task = list(OmegaConf.to_container(config.hydra.overrides.task))  # type: ignore[arg-type]
-        write_atomic(SweepDir(sweep_dir).fixed, json.dumps(fixed_keys(task)))
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(task)  # keys set for every job
+        fixed = sorted(o.get_key_element() for o in parsed if not o.is_sweep_override())
+        write_atomic(SweepDir(sweep_dir).fixed, json.dumps(fixed))
         # this attempt of the sweep: a stop recorded by an earlier one (then resumed) is not ours
         attempt = uuid.uuid4().hex
         me = {"id": attempt, "pid": os.getpid(), "host": rundir.this_host()}
         write_atomic(SweepDir(sweep_dir).attempt, json.dumps(me))
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        st.launcher_pid = os.getpid()
-        st.sweep_dir, st.attempt = sweep_dir, attempt
+        st.launcher_pid, st.sweep_dir, st.attempt = os.getpid(), sweep_dir, attempt
         st.watch = not launcher.endswith(".BasicLauncher")  # jobs run in other processes
-        preempt.hold(st).catch(STOP_SIGNALS)
+        st.catch(STOP_SIGNALS)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if str(OmegaConf.select(config, "hydra.mode")) != "RunMode.MULTIRUN":
             return
+        st = _state()
+        outcome, st.outcome = st.outcome, {}
         if distributed.env_rank() != 0:  # a job of several tasks: rank 0 writes its row
-            _take_outcome()
             return
-        row = job_row(config, job_return, _take_outcome())
+        row = job_row(config, job_return, outcome)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
             write_summary(sweep_dir, row)
@@ -509,17 +450,15 @@ class SweepSummary(Callback):
             f"{': ' + figures if figures else ''} -> {SweepDir(sweep_dir).summary}",
             flush=True,
         )
-        flag = preempt.held()
-        if flag is not None and flag.orphaned:
+        if st.orphaned:
             # a worker of a launching process that is gone: no one will hand it another job or
             # take its result (loky's worker would wait for one), so it ends here
             _say(f"rlrec sweep: job {row['job']}: the launching process is gone; this worker exits")
             sys.stdout.flush()
             os._exit(128 + signal.SIGHUP)
-        signum = _signum()
-        if signum is not None and _state().launcher:
+        if st.signum is not None and st.launcher:
             # the jobs run in this process (basic launcher): end the sweep here, start no more
-            raise SweepStopped(signum)
+            raise SweepStopped(st.signum)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         _state().done.set()
@@ -529,4 +468,4 @@ class SweepSummary(Callback):
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
             return _refused(sweep_dir, rows)
-        _result(sweep_dir, write_summary(sweep_dir), self.print_table)
+        _result(sweep_dir, write_summary(sweep_dir))

@@ -3,7 +3,6 @@ holds what a run dir tells, for a run dir of any age, a sweep dir, and the comma
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import shutil
@@ -20,6 +19,7 @@ from rlrec.report.config import ReportConfig
 from rlrec.report.html import write_report, write_run_report
 from rlrec.report.progress import BAND, even_subset, write_progress
 from rlrec.report.rundata import read_run
+from rlrec.run import sweep as sweep_summary
 from tests.helpers import REPO, make_config
 
 
@@ -86,7 +86,7 @@ def test_max_tiles_takes_an_even_subset(lossless_run, tmp_path):
     progress = write_progress(run, max_tiles=2)
     steps = [ev.step for ev in run.evaluations]
     assert [t["step"] for t in progress.tiles] == [steps[0], steps[-1]]
-    assert progress.layout.rows * progress.layout.cols == 2
+    assert progress.grid == (1, 2)  # a grid of the two tiles
 
 
 def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
@@ -203,10 +203,8 @@ def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
         rows.append({"job": job, "status": "COMPLETED", "step": 512, "eval/return": 1.5 + job,
                      "swept": f"seed={job}", "overrides": f"seed={job}",
                      "run_dir": str(sweep / str(job))})  # fmt: skip
-    with open(sweep / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    for row in rows:  # the sweep's row files and summary.csv, as its jobs write them
+        sweep_summary.write_summary(sweep, row)
     page = write_report(sweep).read_text()
     assert "seed=0" in page and "seed=1" in page
     last = read_run(lossless_run).evaluations[-1].clip
