@@ -152,6 +152,7 @@ class RunLogger:
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull
         self._metrics = open(metrics, "a", buffering=1)
         self._held: Dict[str, Held] = {}  # lines waiting for their clips, by clip kind: log()
+        self._losses: Dict[str, Any] = {}  # the recorders' losses on the last line that had them
         if cfg.name in (LoggerName.tensorboard, LoggerName.wandb) and writes:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -192,8 +193,9 @@ class RunLogger:
         clip never comes (an encoder failure) is written naming none by :meth:`settle` (before a
         checkpoint) or :meth:`close`."""
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._losses.update((k, v) for k, v in line.items() if k.startswith("record/"))
         if clip is None:
-            self._metrics.write(json.dumps(line) + "\n")
+            self._write(line)
         else:
             self._held_lines(clip).hold(int(step), line)
         numeric = {
@@ -213,7 +215,9 @@ class RunLogger:
     def event(self, step: int, name: str, **fields: Any) -> None:
         """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
         a signal; ``rlrec.train.timeline`` writes the ``resume`` ones): no scalars."""
-        line = {"step": int(step), "event": name, **fields}
+        self._write({"step": int(step), "event": name, **fields})
+
+    def _write(self, line: Dict[str, Any]) -> None:
         self._metrics.write(json.dumps(line) + "\n")
 
     def progress(self, step: int, sps: float) -> None:
@@ -268,7 +272,7 @@ class RunLogger:
                 if rel is None:
                     line[f"{kind}/clip_lost"] = True
 
-            self._held[kind] = Held(fill, lambda line: self._metrics.write(json.dumps(line) + "\n"))
+            self._held[kind] = Held(fill, self._write)
         return self._held[kind]
 
     @property
@@ -282,9 +286,15 @@ class RunLogger:
         for held in self._held.values():
             held.lost()
 
-    def close(self) -> None:
+    def close(self, step: int = 0, losses: Optional[Dict[str, int]] = None) -> None:
+        """Writes the lines still waiting for their clips and, when they changed since the last
+        line that carried them, the recorders' ``losses`` as the run closes (``record/...``: a
+        clip lost at the final evaluation counts), as a last line of ``step``; then closes."""
+        losses = losses or {}
         if not self._metrics.closed:
             self.write_awaiting()
+            if any(self._losses.get(k, 0) != v for k, v in losses.items()):
+                self._write({"step": int(step), **losses})
             self._metrics.close()
         if self._progress is not None:
             self._progress.stop()
