@@ -281,8 +281,9 @@ class Runner:
         return self.last_eval
 
     def close(self) -> None:
-        """Closes the env stacks (a recorder saves the episode in progress) and the evaluator (the
-        episode records whose clip never came) (``stack.close_all``), then the logger. Idempotent."""
+        """Closes the env stacks (a recorder saves the episode in progress) and the evaluator
+        (the episode records whose clip never came) (``stack.close_all``), then the logger.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
