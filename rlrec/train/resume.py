@@ -64,7 +64,13 @@ class Start:
 
     def check_compatible(self, obs_shape, action_space) -> None:
         """Refuses a checkpoint trained on an env with other observation or action spaces."""
-        ckpt.check_compatible(self.data, obs_shape, repr(action_space), key=self.key)
+        saved_obs, saved_act = tuple(self.data["obs_shape"]), self.data["action_space"]
+        if saved_obs != tuple(obs_shape) or saved_act != repr(action_space):
+            raise ConfigError(
+                f"{self.key} was trained on env {self.data.get('env_name')!r} with observations "
+                f"{saved_obs} and actions {saved_act}; this env has observations "
+                f"{tuple(obs_shape)} and actions {action_space!r}"
+            )
 
     def restore(
         self, rank: int, ppo: PPO, envs: Dict[str, Optional[AutoReset]], mode: ContextManager
