@@ -103,62 +103,47 @@ class Start:
 def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     """The checkpoint this run starts from, or None for a new run; a :class:`ConfigError` when it
     cannot be used. Several ranks: rank 0 finds it and tells the others which file (they read the
-    same file); a refusal on rank 0 is raised on every rank."""
+    same file); a refusal on rank 0 is raised on every rank. ``resume=auto`` of a training run:
+    whether it already ended (then nothing changes), and else, on rank 0, what the run wrote after
+    the checkpoint (all of it without one) moved aside (``rlrec.train.timeline``)."""
     key = "checkpoint" if cfg.checkpoint else "resume"
     start: Optional[Start] = None
-    if world == 1:
-        start = _locate(cfg, Path(run_dir), key)
-    else:
-        found: Dict[str, Any] = {}
-        if rank == 0:
-            try:
-                start = _locate(cfg, Path(run_dir), key)
-                found = {"path": None if start is None else start.path}
-            except ConfigError as exc:
-                found = {"error": str(exc)}
-        found = distributed.broadcast(found)
-        if "error" in found:
-            raise ConfigError(found["error"])
-        if rank > 0 and found["path"]:
-            start = Start(found["path"], ckpt.load(found["path"]), key)
+    error: Optional[ConfigError] = None
+    if rank == 0:
+        try:
+            start = _locate(cfg, Path(run_dir), key)
+        except ConfigError as exc:
+            error = exc
+    # what rank 0 found, on every rank (with one rank: itself)
+    found = distributed.broadcast({"path": start and start.path, "error": error and str(error)})
+    if error is not None:
+        raise error
+    if found["error"]:
+        raise ConfigError(found["error"])
+    if rank > 0 and found["path"]:
+        start = Start(found["path"], ckpt.load(found["path"]), key)
+    # a training run that resume=auto continues in its own run dir
+    restarts = not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
     if start is not None:
         _check_world(start, world, cfg.eval_only)
-        start = _continue(cfg, Path(run_dir), rank, world, start)
-    elif rank == 0 and _restarts(cfg):
-        # no checkpoint (killed or diverged before the first): all the first attempt wrote goes
-        timeline.supersede(run_dir, None, None, _video_dirs(cfg, Path(run_dir)))
+        if restarts and int(start.data["iteration"]) >= iterations(cfg, world):
+            if not start.eval_due:  # it ended: nothing to do, and nothing is written
+                return replace(start, finished=True)
+    if restarts and rank == 0:
+        paths = RunDir(run_dir)
+        videos = {
+            "train": cfg.recorder.dir or paths.videos("train"),
+            "eval": cfg.eval_env.recorder.dir or paths.videos("eval"),
+        }
+        saved = (None, None) if start is None else (Path(start.path), start.data)
+        timeline.supersede(run_dir, *saved, videos)
     return start
-
-
-def _restarts(cfg: Config) -> bool:
-    """Whether this is a training run that ``resume=auto`` continues in its own run dir."""
-    return not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
-
-
-def _video_dirs(cfg: Config, run_dir: Path) -> Dict[str, Path]:
-    return {
-        "train": cfg.recorder.dir or RunDir(run_dir).videos("train"),
-        "eval": cfg.eval_env.recorder.dir or RunDir(run_dir).videos("eval"),
-    }
 
 
 def iterations(cfg: Config, world: int) -> int:
     """The run's number of iterations: ``total_steps`` over the env steps of one iteration of
     every rank (at least one)."""
     return max(1, cfg.total_steps // (world * cfg.env.num_envs * cfg.algo.num_steps))
-
-
-def _continue(cfg: Config, run_dir: Path, rank: int, world: int, start: Start) -> Start:
-    """``resume=auto`` of a training run: whether it already ended (then nothing changes), and
-    else, on rank 0, what the run wrote after the checkpoint moved aside
-    (``rlrec.train.timeline``)."""
-    if not _restarts(cfg):
-        return start
-    if int(start.data["iteration"]) >= iterations(cfg, world) and not start.eval_due:
-        return replace(start, finished=True)
-    if rank == 0:
-        timeline.supersede(run_dir, Path(start.path), start.data, _video_dirs(cfg, run_dir))
-    return start
 
 
 def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
