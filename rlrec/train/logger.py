@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -161,22 +160,16 @@ class RunLogger:
         self._task = None
         self._latest: Dict[str, float] = {}
         if cfg.progress and writes:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
+            from rich import progress as bar
 
-            self._progress = Progress(
-                TextColumn("[bold]rlrec"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("steps"),
-                TextColumn("{task.fields[sps]} SPS"),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[info]}"),
+            self._progress = bar.Progress(
+                bar.TextColumn("[bold]rlrec"),
+                bar.BarColumn(),
+                bar.MofNCompleteColumn(),
+                bar.TextColumn("steps"),
+                bar.TextColumn("{task.fields[sps]} SPS"),
+                bar.TimeRemainingColumn(),
+                bar.TextColumn("{task.fields[info]}"),
                 transient=False,
                 disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
             )
@@ -241,8 +234,7 @@ class RunLogger:
             if self._previews is None:
                 self._previews = _Previews()
             source = _private_link(path)
-            self._previews.submit(
-                _tb_add_clip,
+            preview = (
                 self._tb,
                 f"video/{kind}",
                 source,
@@ -252,17 +244,21 @@ class RunLogger:
                 rel,
                 source != path,
             )
+            self._previews.submit(_tb_add_clip, *preview)
         if self._wandb is not None:
             import wandb
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
 
-    def settle(self) -> None:
+    def settle(self, wait: bool = True) -> None:
         """Before a checkpoint: the lines waiting for their clips go out (a resumed run would not
-        redo those evaluations), once their clips were waited for (``wait_clips``), else as lost."""
-        if self.awaiting and self._wait_clips is not None:
+        redo those evaluations), once their clips were waited for (``wait_clips``; not ``wait``:
+        as the run closes, once they all came), else naming none (``null``) and saying that their
+        clip was lost (``"{kind}/clip_lost": true``)."""
+        if wait and self._wait_clips and any(held.lines for held in self._held.values()):
             self._wait_clips()
-        self.write_awaiting()
+        for held in self._held.values():
+            held.lost()
 
     def _held_lines(self, kind: str) -> Held:
         if kind not in self._held:
@@ -275,24 +271,13 @@ class RunLogger:
             self._held[kind] = Held(fill, self._write)
         return self._held[kind]
 
-    @property
-    def awaiting(self) -> bool:
-        """Whether lines wait for their clips."""
-        return any(held.lines for held in self._held.values())
-
-    def write_awaiting(self) -> None:
-        """Writes the lines still waiting for their clips, naming none (``null``) and saying that
-        their clip was lost (``"{kind}/clip_lost": true``)."""
-        for held in self._held.values():
-            held.lost()
-
     def close(self, step: int = 0, losses: Optional[Dict[str, int]] = None) -> None:
         """Writes the lines still waiting for their clips and, when they changed since the last
         line that carried them, the recorders' ``losses`` as the run closes (``record/...``: a
         clip lost at the final evaluation counts), as a last line of ``step``; then closes."""
         losses = losses or {}
         if not self._metrics.closed:
-            self.write_awaiting()
+            self.settle(wait=False)
             if any(self._losses.get(k, 0) != v for k, v in losses.items()):
                 self._write({"step": int(step), **losses})
             self._metrics.close()
@@ -381,17 +366,12 @@ class _Previews:
         self._queue.put((fn, args))
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fn, args = item
+        for fn, args in iter(self._queue.get, None):  # until close()'s None
             fn(*args)  # catches and reports its own failures
 
     def close(self, timeout: float) -> None:
         self._queue.put(None)
-        deadline = time.monotonic() + timeout
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._thread.join(timeout)
         if self._thread.is_alive():
             left = self._queue.qsize() - 1  # less the stop item
             print(
