@@ -27,7 +27,6 @@ import io
 import itertools
 import pickletools
 import random
-import re
 import shlex
 import struct
 import sys
@@ -324,36 +323,35 @@ def check_exists(path: str | Path, key: str = "checkpoint") -> None:
 def _read(p: Path, label: str) -> Dict[str, Any]:
     """The verified contents of ``p``; :class:`UnsafeCheckpoint` for a file that would run code,
     :class:`ConfigError` for any other reason it cannot be used."""
+    data, failure = None, None
     try:
-        is_zip = zipfile.is_zipfile(p)
-        if not is_zip:  # torch.save writes zip archives: anything else is never unpickled
-            with open(p, "rb") as f:
-                code, _ = _scan(f.read(1 << 22))
+        is_zip = zipfile.is_zipfile(p)  # torch.save writes them: anything else is never unpickled
+        if is_zip:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
+                data = torch.load(p, map_location="cpu", weights_only=True)
     except OSError as exc:
         raise ConfigError(f"{label} could not be read: {exc}") from None
-    if not is_zip:
+    except Exception as exc:
+        failure = " ".join(str(exc).split()) or type(exc).__name__
+    if (
+        not is_zip or failure
+    ):  # what its pickle holds, scanned (not run): the globals it would import
+        code, head = _scan(_pickle_of(p))
+        found = dict(zip(head[:4:2], head[1:4:2]))  # save() puts the format and version first
+        if found.get("format") == FORMAT and found.get("version") != VERSION:
+            raise ConfigError(_other_version(label, found.get("version")))
         if code:
             raise UnsafeCheckpoint(_unsafe(label, code))
-        raise ConfigError(
-            f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
-            "empty, truncated or another kind of file)"
-        )
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
-            data = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        fmt, version = _peek_header(p)
-        if fmt == FORMAT and version != VERSION:
-            raise ConfigError(_other_version(label, version)) from None
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
-        if found:
-            raise UnsafeCheckpoint(_unsafe(label, [found.group(1)])) from None
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        if not is_zip:
+            raise ConfigError(
+                f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
+                "empty, truncated or another kind of file)"
+            )
         raise ConfigError(
             f"{label} is not an rlrec checkpoint, or is damaged (could not be read: "
-            f"{text.split('. ')[0][:300]})"
-        ) from None
+            f"{str(failure).split('. ')[0][:300]})"
+        )
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{label} is not an rlrec checkpoint (no '{FORMAT}' tag)")
     if data.get("version") != VERSION:
@@ -407,21 +405,16 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
     return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))], values
 
 
-def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
-    """The format tag and version at the head of a torch zip archive's pickle, read by scanning
-    its opcodes (nothing is unpickled); (None, None) when they are not there. :func:`save` puts
-    them first, so the dict's first strings and ints are ``format``, its tag, ``version`` and its
-    number."""
+def _pickle_of(p: Path) -> bytes:
+    """The pickle of ``p`` as bytes: a torch zip archive's ``data.pkl``, else the file's head."""
     try:
-        with zipfile.ZipFile(p) as z:
-            name = next(n for n in z.namelist() if n.endswith("data.pkl"))
-            with z.open(name) as f:
-                head = _scan(f.read(4096), 64)[1][:4]
-    except Exception:
-        return None, None
-    found = dict(zip(head[::2], head[1::2]))
-    version = found.get("version")
-    return found.get("format"), version if isinstance(version, int) else None
+        if zipfile.is_zipfile(p):
+            with zipfile.ZipFile(p) as z:
+                return z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+        with open(p, "rb") as f:
+            return f.read(1 << 22)
+    except Exception:  # unreadable: nothing to scan
+        return b""
 
 
 # ---------------------------------------------------------------------- resume=auto
