@@ -93,8 +93,6 @@ class FusedAdam:
             weight_decay=0.0,
             eps=group["eps"],
             maximize=False,
-            grad_scale=None,
-            found_inf=None,
         )
 
     def state_dict(self) -> Dict[str, Any]:
@@ -123,13 +121,7 @@ class FusedAdam:
         self.state = {}
         for key, value in state_dict["state"].items():
             p = self.params[ids.index(key)]
-            self.state[p] = {
-                "step": value["step"].to(dtype=torch.float32, device=p.device),
-                "exp_avg": value["exp_avg"].to(dtype=p.dtype, device=p.device),
-                "exp_avg_sq": value["exp_avg_sq"].to(dtype=p.dtype, device=p.device),
-            }
-        group = self.param_groups[0]
-        for key in ("lr", "betas", "eps"):
-            group[key] = saved[key]
-        group["lr"] = float(group["lr"])
-        group["betas"] = tuple(float(b) for b in group["betas"])
+            dtypes = {"step": torch.float32, "exp_avg": p.dtype, "exp_avg_sq": p.dtype}
+            self.state[p] = {k: value[k].to(dtype=d, device=p.device) for k, d in dtypes.items()}
+        betas = tuple(float(b) for b in saved["betas"])
+        self.param_groups[0].update(lr=float(saved["lr"]), betas=betas, eps=saved["eps"])

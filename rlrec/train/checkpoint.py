@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.files import atomic_file, remove_quietly
+from rlrec.files import atomic_file
 from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
 
 FORMAT = "rlrec-checkpoint"
@@ -104,15 +104,9 @@ def rng_state() -> Dict[str, Any]:
 def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     npy = state["numpy"]
-    np.random.set_state(
-        (
-            npy["bit_generator"],
-            npy["key"].numpy().astype(np.uint32),
-            int(npy["pos"]),
-            int(npy["has_gauss"]),
-            float(npy["cached_gaussian"]),
-        )
-    )
+    key = npy["key"].numpy().astype(np.uint32)
+    rest = int(npy["pos"]), int(npy["has_gauss"]), float(npy["cached_gaussian"])
+    np.random.set_state((npy["bit_generator"], key, *rest))
     py = state["python"]
     random.setstate((int(py["version"]), tuple(py["state"].tolist()), py["gauss_next"]))
     cuda = state.get("cuda")
@@ -199,67 +193,6 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
             f.write(buf.getbuffer())
     except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
         raise CheckpointWriteError(storage_failure(exc, run_dir, path), path, exc) from None
-
-
-class Retention:
-    """Which periodic checkpoints a run keeps (``checkpoint_keep``): the newest ``keep`` of its own
-    (0: all). Its own are the ones it wrote, named in each of its checkpoints (``periodic``: the
-    names that may still be on disk, oldest first), so that a run resumed with ``resume=auto``
-    knows them too, and an older one that a kill left before its removal is removed later. A
-    checkpoint this run did not write (another run's, one ``checkpoint=PATH`` started from, one
-    written before the run's checkpoints named theirs) is never removed, nor is ``last.pt``."""
-
-    def __init__(self, keep: int = 0, start: Optional[Mapping] = None):
-        """``start``: the checkpoint a resumed run (``resume=auto``) continues, whose own periodic
-        checkpoints become this run's; None for a new run (``checkpoint=PATH`` included)."""
-        self.keep = int(keep)
-        names = [] if start is None else start.get("periodic") or []
-        self.own: List[str] = [str(n) for n in names if periodic_iteration(str(n)) is not None]
-
-    def prune(self, directory: Path, own: List[str], protected: Optional[str] = None) -> None:
-        """After the checkpoints naming ``own`` are durable: removes the older ones beyond the
-        newest ``keep`` (the newest, just written, always stays), except ``protected`` (the name
-        of the checkpoint before a blow-up, while the divergence watch names it)."""
-        self.own = own
-        if self.keep <= 0 or len(own) <= self.keep:
-            return
-        old, self.own = own[: -self.keep], own[-self.keep :]
-        for name in old:
-            if name == protected:
-                self.own = [name, *self.own]  # removed once no longer protected
-            else:
-                remove_quietly(directory / name)
-
-
-def periodic_twin(path: str | Path, data: Mapping) -> Optional[Path]:
-    """The periodic checkpoint beside ``path`` (last.pt) of the same iteration, if it is there:
-    the file of that state that the run's next checkpoint does not write again."""
-    twin = Path(path).parent / RunDir("").periodic_checkpoint(int(data["iteration"])).name
-    return twin if twin != Path(path) and twin.is_file() else None
-
-
-def write(
-    run_dir: Path,
-    state: Dict[str, Any],
-    iteration: Optional[int] = None,
-    retention: Optional[Retention] = None,
-    protected: Optional[str] = None,
-) -> Tuple[Path, Optional[Path]]:
-    """Saves a run's ``state`` as ``run_dir``/checkpoints/last.pt and, with an ``iteration``, as
-    the periodic iter_NNNNNN.pt beside it: the files that ``resume=auto`` reads
-    (:func:`find_resume`). Then, with ``checkpoint_keep`` (``retention``), once both are durable
-    (written, fsynced, renamed, the rename fsynced), the run's older periodic checkpoints beyond
-    the newest N are removed, but never ``protected`` (a file name in checkpoints/). Returns the
-    paths of last.pt and of the periodic checkpoint (None without ``iteration``)."""
-    paths, retention = RunDir(run_dir), retention or Retention()
-    periodic = None if iteration is None else paths.periodic_checkpoint(iteration)
-    own = sorted({*retention.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
-    state = {**state, "periodic": own}  # what a resumed run removes in its turn
-    for path in (paths.last_checkpoint, periodic):
-        if path is not None:
-            save(path, state, run_dir=run_dir)
-    retention.prune(paths.checkpoints, own, protected)
-    return paths.last_checkpoint, periodic
 
 
 # what a full or read-only output file system raises, wherever the run writes

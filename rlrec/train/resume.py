@@ -30,7 +30,8 @@ from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
-from rlrec.layout import RunDir
+from rlrec.files import remove_quietly
+from rlrec.layout import RunDir, periodic_iteration
 from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
@@ -208,17 +209,25 @@ class ResumePoint:
         one before a blow-up, ``Watch.protected``)."""
         self._now, self.protect = now, protect
         self._kept: Optional[dict] = None
-        self.run_dir, self.world = Path(run_dir), distributed.world_size()
+        self.paths, self.world = RunDir(Path(run_dir)), distributed.world_size()
         self._before_write, self.every = before_write, cfg.checkpoint_every
-        # checkpoint_keep: a resumed run's own periodic checkpoints are named in its checkpoint
-        resumed = start is not None and start.key == "resume"
-        self.retention = ckpt.Retention(cfg.checkpoint_keep, start.data if resumed else None)
+        # checkpoint_keep: the newest N of the run's own periodic checkpoints (0: all). Its own are
+        # those it wrote, named in each of its checkpoints (``periodic``: the names that may still
+        # be on disk, oldest first), so a run resumed with resume=auto knows them too and removes
+        # an older one that a kill left; a checkpoint another run wrote (one checkpoint=PATH
+        # started from, included) is never removed, nor is last.pt
+        self.retain = cfg.checkpoint_keep
+        names = start.data.get("periodic") or [] if start and start.key == "resume" else []
+        self.own = [str(n) for n in names if periodic_iteration(str(n)) is not None]
         # the last checkpoint written or started from: (path, its step, whether resume=auto in the
-        # run dir finds it, the file of it that the next checkpoint does not write again)
+        # run dir finds it, the file of it that the next checkpoint does not write again: the
+        # periodic checkpoint of its iteration beside it, if it is there)
         self.last: Optional[Tuple[str, int, bool, str]] = None
         if start is not None:
-            twin = ckpt.periodic_twin(start.path, start.data) or start.path
-            self.last = (start.path, int(start.data["global_step"]), cfg.resume == "auto", twin)
+            path = Path(start.path)
+            twin = path.parent / self.paths.periodic_checkpoint(int(start.data["iteration"])).name
+            kept = str(twin) if twin != path and twin.is_file() else start.path
+            self.last = (start.path, int(start.data["global_step"]), cfg.resume == "auto", kept)
 
     def keep(self, eval_due: bool = False) -> None:
         """A rollout (or, ``eval_due``, an evaluation, which a run resumed from this point redoes
@@ -258,12 +267,23 @@ class ResumePoint:
         state = self.state()
         step = int(state["global_step"])
         gathered = None if alone and self.world > 1 else gather_ranks(state, self.world)
-        if gathered is not None:  # rank 0
-            self._before_write()
-            path, periodic = ckpt.write(
-                self.run_dir, gathered, iteration, self.retention, self.protect()
-            )
-            self.last = (str(path), step, True, str(periodic or path))
+        if gathered is None:  # another rank
+            return step
+        self._before_write()
+        last, periodic = self.paths.last_checkpoint, None
+        if iteration is not None:
+            periodic = self.paths.periodic_checkpoint(iteration)
+        own = sorted({*self.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
+        for path in (last, periodic):  # each durable (fsynced, renamed, the rename fsynced)
+            if path is not None:
+                ckpt.save(path, {**gathered, "periodic": own}, run_dir=self.paths.root)
+        # then the older ones beyond the newest N, but never the one before a blow-up (protect)
+        old, protected = own[: -self.retain] if self.retain > 0 else [], self.protect()
+        for name in old:
+            if name != protected:
+                remove_quietly(self.paths.checkpoints / name)
+        self.own = [n for n in old if n == protected] + own[len(old) :]
+        self.last = (str(last), step, True, str(periodic or last))
         return step
 
 
