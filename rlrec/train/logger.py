@@ -234,17 +234,8 @@ class RunLogger:
             if self._previews is None:
                 self._previews = _Previews()
             source = _private_link(path)
-            preview = (
-                self._tb,
-                f"video/{kind}",
-                source,
-                fps,
-                step,
-                num_frames,
-                rel,
-                source != path,
-            )
-            self._previews.submit(_tb_add_clip, *preview)
+            args = (f"video/{kind}", source, fps, step, num_frames, rel, source != path)
+            self._previews.submit(_tb_add_clip, self._tb, *args)
         if self._wandb is not None:
             import wandb
 
@@ -411,14 +402,9 @@ def _tb_add_clip(
             for i, b in enumerate(decoded)
             if i % stride == 0
         ]
-        buf = io.BytesIO()
+        buf, duration = io.BytesIO(), max(20, int(1000 * stride / fps))
         images[0].save(
-            buf,
-            format="GIF",
-            save_all=True,
-            append_images=images[1:],
-            duration=max(20, int(1000 * stride / fps)),
-            loop=0,
+            buf, "GIF", save_all=True, append_images=images[1:], duration=duration, loop=0
         )
         image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue())
         summary = Summary(value=[Summary.Value(tag=tag, image=image)])
