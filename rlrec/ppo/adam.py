@@ -46,8 +46,7 @@ class FusedAdam:
         self.state: Dict[torch.nn.Parameter, Dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drops the gradients (``set_to_none``: torch.optim's signature; only True is used)."""
-        assert set_to_none, "FusedAdam drops gradients, never zeroes them"
+        """Drops the gradients (``set_to_none``: torch.optim's signature; they are never zeroed)."""
         for p in self.params:
             p.grad = None
 

@@ -167,9 +167,7 @@ class ActorCritic(nn.Module):
 
     def noise_shape(self, batch: int) -> Tuple[int, ...]:
         """The shape of the noise :meth:`act_with_noise` takes for a batch of ``batch`` obs."""
-        if self.discrete:
-            return (batch, self.actor[-1].out_features)
-        return (batch, self.log_std.shape[0])
+        return (batch, self.actor[-1].out_features)  # the logits, or the mean of each dimension
 
     def act_with_noise(self, obs: torch.Tensor, noise: torch.Tensor):
         """``(action, log_prob, value)`` for a batch of (normalised) observations, with the

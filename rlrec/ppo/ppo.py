@@ -142,9 +142,8 @@ class PPO:
             torch.compiler.cudagraph_mark_step_begin()
         out = self._policy_step(obs, noise)
         # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
-        nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
-        self._transition = (nobs, action, logprob, value)
-        return action
+        self._transition = tuple(t.clone() for t in out) if self._cudagraphs else out
+        return self._transition[1]  # (obs, action, logprob, value)
 
     def _policy_step_eager(self, obs: torch.Tensor, noise: torch.Tensor):
         """The rollout's policy step as one function of tensors (compiled by ``algo.compile``):
@@ -375,8 +374,7 @@ class PPO:
         checkpoint resumes compiled or eager."""
         optimizer = self.optimizer.state_dict()
         for group in optimizer["param_groups"]:
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"] = float(group["lr"])
+            group["lr"] = float(group["lr"])  # a tensor under algo.compile
         return {
             "agent": self.agent.state_dict(),
             "optimizer": optimizer,
