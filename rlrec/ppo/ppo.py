@@ -58,11 +58,9 @@ class PPO:
         # minibatch, normaliser statistics merged every update, the KL stop on the mean KL
         self.world = distributed.world_size()
         distributed.broadcast_module_(self.agent)
-        self.obs_norm = (
-            ObsNormalizer(tuple(obs_space.shape), pending=self.world > 1).to(device)
-            if cfg.norm_obs
-            else None
-        )
+        self.obs_norm: Optional[ObsNormalizer] = None
+        if cfg.norm_obs:
+            self.obs_norm = ObsNormalizer(self.obs_shape, pending=self.world > 1).to(device)
         self.compiled = bool(cfg.compile)
         if self.compiled:
             # the learning rate and the clip range are tensors, changed in place by set_schedule,

@@ -12,7 +12,7 @@
   uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly after a stop (or a
   recorder error). It writes the checkpoints, and knows the last one (what a diverged run names).
 - **Several ranks** (docs/distributed.md): each rank's RNG streams, train env and next observation
-  are its own. Rank 0 finds the checkpoint and tells the others which file; :func:`gather_ranks`
+  are its own. Rank 0 finds the checkpoint and tells the others which file; :meth:`ResumePoint.save`
   puts the other ranks' own entries into rank 0's checkpoint, under ``ranks``, and
   :meth:`Start.restore` gives each rank its own back.
 """
@@ -126,7 +126,16 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     # a training run that resume=auto continues in its own run dir
     restarts = not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
     if start is not None:
-        _check_world(start, world, cfg.eval_only)
+        # a checkpoint keeps the envs and RNG streams of each rank that saved it: training
+        # continues it with that many ranks only (evaluating it needs one process)
+        saved = int(start.data.get("world_size", 1))
+        if saved != world and not cfg.eval_only:
+            how = "python train.py" if saved == 1 else f"torchrun --nproc-per-node {saved}"
+            raise ConfigError(
+                f"{start.path} was saved by a run of {saved} rank(s) and this run has {world} "
+                f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
+                f"{saved} rank(s) only ({how} ...)"
+            )
         if restarts and int(start.data["iteration"]) >= iterations(cfg, world):
             if not start.eval_due:  # it ended: nothing to do, and nothing is written
                 return replace(start, finished=True)
@@ -161,31 +170,6 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
             )
         return None if found is None else Start(str(found[0]), found[1], key)
     return None  # (eval_only=true without either: refused with the config)
-
-
-def _check_world(start: Start, world: int, eval_only: bool) -> None:
-    """A checkpoint keeps the envs and RNG streams of each rank that saved it: training continues
-    it with that many ranks only (evaluating it needs one process)."""
-    saved = int(start.data.get("world_size", 1))
-    if saved != world and not eval_only:
-        how = "python train.py" if saved == 1 else f"torchrun --nproc-per-node {saved}"
-        raise ConfigError(
-            f"{start.path} was saved by a run of {saved} rank(s) and this run has {world} "
-            f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
-            f"{saved} rank(s) only ({how} ...)"
-        )
-
-
-def gather_ranks(state: dict, world: int) -> Optional[dict]:
-    """The checkpoint of ``state`` (each rank calls it with its own): with several ranks, rank 0's
-    with each other rank's RNG streams, train env and next observation under ``ranks`` (and the
-    ``world_size``), and None on the other ranks."""
-    if world == 1:
-        return state
-    parts = distributed.gather({k: state[k] for k in _PER_RANK})
-    if parts is None:
-        return None
-    return {**state, "world_size": world, "ranks": parts[1:]}
 
 
 class ResumePoint:
@@ -266,8 +250,12 @@ class ResumePoint:
         disk: CheckpointWriteError names the file and the resume command."""
         state = self.state()
         step = int(state["global_step"])
-        gathered = None if alone and self.world > 1 else gather_ranks(state, self.world)
-        if gathered is None:  # another rank
+        gathered: Optional[dict] = state
+        if self.world > 1:  # rank 0's, each other rank's own entries under "ranks"; None on those
+            parts = None if alone else distributed.gather({k: state[k] for k in _PER_RANK})
+            ranks = None if parts is None else {"world_size": self.world, "ranks": parts[1:]}
+            gathered = None if ranks is None else {**state, **ranks}
+        if gathered is None:  # another rank, or alone
             return step
         self._before_write()
         last, periodic = self.paths.last_checkpoint, None
