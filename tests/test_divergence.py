@@ -393,15 +393,21 @@ def test_the_checkpoint_before_a_spike_is_protected_until_the_run_settles(tmp_pa
 
 
 def test_retention_keeps_the_protected_checkpoint(tmp_path):
-    keep = ckpt.Retention(2)
+    from rlrec.train.resume import ResumePoint
+    from tests.helpers import make_config
+
+    cfg = make_config(["checkpoint_keep=2"])
     state = {"global_step": 0, "iteration": 0}
+    protected = ["iter_000002.pt"]
+    point = ResumePoint(lambda: state, tmp_path, cfg, protect=lambda: protected[0])
     for i in range(1, 6):
-        ckpt.write(tmp_path, state, i, keep, protected="iter_000002.pt" if i < 5 else None)
+        protected[0] = "iter_000002.pt" if i < 5 else None
+        point.save(i)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["iter_000004.pt", "iter_000005.pt", "last.pt"]
-    keep = ckpt.Retention(2)
+    point = ResumePoint(lambda: state, tmp_path / "b", cfg, protect=lambda: "iter_000002.pt")
     for i in range(1, 5):
-        ckpt.write(tmp_path / "b", state, i, keep, protected="iter_000002.pt")
+        point.save(i)
     names = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
     assert names == ["iter_000002.pt", "iter_000003.pt", "iter_000004.pt", "last.pt"]
 

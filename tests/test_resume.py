@@ -34,7 +34,8 @@ def test_a_checkpoint_of_another_world_size_is_refused_naming_the_file(tmp_path)
     with pytest.raises(ConfigError, match=r"saved by a run of 2 rank\(s\) and this run has 1"):
         resume.find(cfg, tmp_path / "run", rank=0, world=1)
     with pytest.raises(ConfigError) as e:  # resume=auto names the file it found
-        ckpt.write(tmp_path / "run", {"global_step": 0, "iteration": 0, "world_size": 2})
+        (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+        ckpt.save(path.parent / "run" / "checkpoints" / "last.pt", ckpt.load(path))
         resume.find(make_config([*FAST, "resume=auto"]), tmp_path / "run", rank=0, world=1)
     assert str(e.value).startswith(f"{tmp_path / 'run' / 'checkpoints' / 'last.pt'} was saved")
     start = resume.find(

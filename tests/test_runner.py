@@ -134,9 +134,13 @@ def test_bad_checkpoint_fails_before_work(tmp_path, content):
 
 
 def test_checkpoint_from_other_env_is_refused():
+    import gymnasium as gym
+
+    from rlrec.train.resume import Start
+
     data = {"obs_shape": (4,), "action_space": "Discrete(2)", "env_name": "gymnasium"}
     with pytest.raises(ConfigError) as e:
-        ckpt.check_compatible(data, (6,), "Box(-1.0, 1.0, (2,), float32)")
+        Start("x.pt", data, "checkpoint").check_compatible((6,), gym.spaces.Box(-1, 1, (2,)))
     assert "checkpoint" in str(e.value) and "(4,)" in str(e.value) and "(6,)" in str(e.value)
 
 
@@ -347,3 +351,42 @@ def test_final_episode_has_a_clip_on_cartpole(tmp_path):
     runner.run()
     assert rec.engine.steps == 2048 // 8 and rec.engine.episode >= 3
     _assert_final_clip_covers_the_last_step(run_dir, rec)
+
+
+def test_a_clip_lost_at_the_final_evaluation_is_counted_in_the_report(tmp_path):
+    """The only evaluation is the final one (after the loop), and its clip is lost (the eval
+    clips' directory turns into a file): metrics.jsonl ends with the loss counters as the stacks
+    closed, so the report's health row counts the clip, and the evaluation reads as lost."""
+    import re
+
+    from rlrec.report.html import write_run_report
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    clips = tmp_path / "eval_clips"
+    cfg = make_config(
+        [
+            *FAST,
+            "total_steps=256",
+            "recorder=none",
+            "eval_env.at_start=false",
+            "eval_env.every=100",
+            f"eval_env.recorder.dir={clips}",
+        ]
+    )
+    runner = Runner(cfg, run_dir)
+    clips.rmdir()
+    clips.write_text("not a directory")  # the final evaluation's clip cannot be put in place
+    runner.run()
+    assert runner.losses["record/clips_dropped"] == 1
+    lines = read_metrics(run_dir)
+    (evaluation,) = [m for m in lines if "eval/return" in m]
+    assert evaluation["eval/clip"] is None and evaluation["eval/clip_lost"] is True
+    train = [m for m in lines if "train/lr" in m]
+    assert train and all(m["record/clips_dropped"] == 0 for m in train)  # logged before it
+    page = write_run_report(run_dir).read_text()
+    health = page[page.index('id="health"') : page.index('id="progress"')]
+    assert re.search(r'data-health="clips_dropped">1<', health), health
+    assert re.search(r'data-health="clips_missing">1<', health), health
+    frames = runner.losses["record/frames_dropped"]
+    assert frames > 0 and f'data-health="frames_dropped">{frames}<' in health

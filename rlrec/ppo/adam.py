@@ -22,6 +22,10 @@ def fused_available(device: torch.device) -> bool:
     return device.type in ("cpu", "cuda") and hasattr(torch, "_fused_adam_")
 
 
+# what FusedAdam's steps are: Adam's own, without its options
+_PLAIN = {"amsgrad": False, "weight_decay": 0.0, "maximize": False}
+
+
 class FusedAdam:
     """Adam (no weight decay, no AMSGrad) over one parameter group, float learning rate."""
 
@@ -34,28 +38,15 @@ class FusedAdam:
     ):
         self.params: List[torch.nn.Parameter] = list(params)
         # torch.optim.Adam's group keys, so a state_dict loads into either optimizer
-        self.param_groups: List[Dict[str, Any]] = [
-            {
-                "params": self.params,
-                "lr": lr,
-                "betas": tuple(betas),
-                "eps": eps,
-                "weight_decay": 0,
-                "amsgrad": False,
-                "maximize": False,
-                "foreach": None,
-                "capturable": False,
-                "differentiable": False,
-                "fused": True,
-                "decoupled_weight_decay": False,
-            }
-        ]
+        group = {"params": self.params, "lr": lr, "betas": tuple(betas), "eps": eps}
+        off = ("amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay")
+        group.update(dict.fromkeys(off, False), weight_decay=0, foreach=None, fused=True)
+        self.param_groups: List[Dict[str, Any]] = [group]
         # per parameter (made at its first step, as torch.optim does): step, exp_avg, exp_avg_sq
         self.state: Dict[torch.nn.Parameter, Dict[str, torch.Tensor]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drops the gradients (``set_to_none``: torch.optim's signature; only True is used)."""
-        assert set_to_none, "FusedAdam drops gradients, never zeroes them"
+        """Drops the gradients (``set_to_none``: torch.optim's signature; they are never zeroed)."""
         for p in self.params:
             p.grad = None
 
@@ -77,24 +68,12 @@ class FusedAdam:
             return
         states = [self._state(p) for p in params]
         steps = [s["step"] for s in states]
-        beta1, beta2 = group["betas"]
+        (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), group["eps"]
+        grads = [p.grad for p in params]
+        avgs, sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
         torch._foreach_add_(steps, 1)
         torch._fused_adam_(
-            params,
-            [p.grad for p in params],
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [],
-            steps,
-            amsgrad=False,
-            lr=float(group["lr"]),
-            beta1=beta1,
-            beta2=beta2,
-            weight_decay=0.0,
-            eps=group["eps"],
-            maximize=False,
-            grad_scale=None,
-            found_inf=None,
+            params, grads, avgs, sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps, **_PLAIN
         )
 
     def state_dict(self) -> Dict[str, Any]:
@@ -123,13 +102,7 @@ class FusedAdam:
         self.state = {}
         for key, value in state_dict["state"].items():
             p = self.params[ids.index(key)]
-            self.state[p] = {
-                "step": value["step"].to(dtype=torch.float32, device=p.device),
-                "exp_avg": value["exp_avg"].to(dtype=p.dtype, device=p.device),
-                "exp_avg_sq": value["exp_avg_sq"].to(dtype=p.dtype, device=p.device),
-            }
-        group = self.param_groups[0]
-        for key in ("lr", "betas", "eps"):
-            group[key] = saved[key]
-        group["lr"] = float(group["lr"])
-        group["betas"] = tuple(float(b) for b in group["betas"])
+            dtypes = {"step": torch.float32, "exp_avg": p.dtype, "exp_avg_sq": p.dtype}
+            self.state[p] = {k: value[k].to(dtype=d, device=p.device) for k, d in dtypes.items()}
+        betas = tuple(float(b) for b in saved["betas"])
+        self.param_groups[0].update(lr=float(saved["lr"]), betas=betas, eps=saved["eps"])

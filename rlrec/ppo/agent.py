@@ -35,19 +35,13 @@ class ObsNormalizer(nn.Module):
         # ``pending``: non-persistent buffers (checkpoints hold mean, var and count alone), so
         # ``.to(device)`` moves them with the statistics and they are never rebuilt: a tensor
         # built inside the rollout's ``torch.inference_mode()`` could not be updated in place by
-        # the merge outside it ("Inplace update to inference tensor outside InferenceMode")
-        self._pending: Optional[torch.Tensor]  # [count, sum..., sum of squares...] since the merge
-        self._base_count: Optional[torch.Tensor]  # the statistics as of the last merge (float64)
-        self._base_mean: Optional[torch.Tensor]
-        self._base_var: Optional[torch.Tensor]
-        numel = int(np.prod(shape))
-        f64 = dict(dtype=torch.float64)
-        for name, value in (
-            ("_pending", torch.zeros(1 + 2 * numel, **f64)),
-            ("_base_count", torch.zeros((), **f64)),
-            ("_base_mean", torch.zeros(shape, **f64)),
-            ("_base_var", torch.zeros(shape, **f64)),
-        ):
+        # the merge outside it ("Inplace update to inference tensor outside InferenceMode").
+        # Each is [count, mean or sum..., var or sum of squares...] in float64: ``_pending`` of
+        # the observations since the last merge, ``_base`` the statistics as of that merge
+        self._pending: Optional[torch.Tensor]
+        self._base: Optional[torch.Tensor]
+        for name in ("_pending", "_base"):
+            value = torch.zeros(1 + 2 * int(np.prod(shape)), dtype=torch.float64)
             self.register_buffer(name, value if pending else None, persistent=False)
         if pending:
             self._rebase()
@@ -55,15 +49,14 @@ class ObsNormalizer(nn.Module):
     def _rebase(self) -> None:
         """The statistics as of now are what the next merge starts from (copied in place: the
         buffers stay the tensors they are, whatever the grad mode of the caller)."""
-        assert self._pending is not None
-        self._base_count.copy_(self.count)  # type: ignore[union-attr]
-        self._base_mean.copy_(self.mean)  # type: ignore[union-attr]
-        self._base_var.copy_(self.var)  # type: ignore[union-attr]
+        assert self._pending is not None and self._base is not None
+        k = self.mean.numel()
+        self._base[0] = self.count
+        self._base[1 : 1 + k] = self.mean.reshape(-1)
+        self._base[1 + k :] = self.var.reshape(-1)
         self._pending.zero_()
 
     def update(self, x: torch.Tensor) -> None:
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
         n = x.shape[0]
         if self._pending is not None:
             xd = x.double().reshape(n, -1)
@@ -71,39 +64,28 @@ class ObsNormalizer(nn.Module):
             self._pending[0] += n
             self._pending[1 : 1 + k] += xd.sum(0)
             self._pending[1 + k :] += (xd * xd).sum(0)
-        total = self.count + n
-        delta = batch_mean - self.mean
-        self.mean += delta * (n / total).float()
-        m2 = (
-            self.var * self.count.float()
-            + batch_var * n
-            + delta**2 * (self.count * n / total).float()
-        )
-        self.var.copy_(m2 / total.float())
-        self.count.copy_(total)
+        stats = _merged(self.count, self.mean, self.var, n, x.mean(0), x.var(0, unbiased=False))
+        self._set(*stats)
 
     def merge_pending(self, all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Merges every rank's observations since the last merge (``all_reduce`` sums the pending
         moments over the ranks, in place: one all-reduce) into the statistics as of the last
         merge (Chan's parallel update, in float64). A no-op without ``pending``."""
-        if self._pending is None:
+        if self._pending is None or self._base is None:
             return
         pending = all_reduce(self._pending)
         n = pending[0]
         if float(n) > 0:
             k = self.mean.numel()
-            count0, mean0, var0 = self._base_count, self._base_mean, self._base_var
-            assert count0 is not None and mean0 is not None and var0 is not None
-            batch_mean = pending[1 : 1 + k] / n
-            batch_var = (pending[1 + k :] / n - batch_mean**2).clamp_min(0.0)
-            total = count0 + n
-            delta = batch_mean - mean0.reshape(-1)
-            mean = mean0.reshape(-1) + delta * (n / total)
-            m2 = var0.reshape(-1) * count0 + batch_var * n + delta**2 * (count0 * n / total)
-            self.mean.copy_(mean.view_as(self.mean))
-            self.var.copy_((m2 / total).view_as(self.var))
-            self.count.copy_(total)
+            base, mean = self._base, pending[1 : 1 + k] / n
+            var = (pending[1 + k :] / n - mean**2).clamp_min(0.0)
+            self._set(*_merged(base[0], base[1 : 1 + k], base[1 + k :], n, mean, var))
         self._rebase()
+
+    def _set(self, count: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
+        self.mean.copy_(mean.view_as(self.mean))
+        self.var.copy_(var.view_as(self.var))
+        self.count.copy_(count)
 
     def _load_from_state_dict(self, *args, **kwargs):  # type: ignore[override]
         super()._load_from_state_dict(*args, **kwargs)
@@ -112,6 +94,16 @@ class ObsNormalizer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+
+def _merged(count, mean, var, n, batch_mean, batch_var):
+    """``(count, mean, var)`` of the observations of the statistics ``count, mean, var`` and of
+    a batch of ``n`` with ``batch_mean, batch_var`` (Chan's parallel update; in the dtype of
+    ``mean``, float32 with a float64 ``count`` for one process's running statistics)."""
+    total = count + n
+    delta = batch_mean - mean
+    m2 = var * count + batch_var * n + delta**2 * (count * n / total)
+    return total, mean + delta * (n / total), m2 / total
 
 
 def _mlp(sizes: List[int], activation: str, out_gain: float, init: str) -> nn.Sequential:
@@ -175,9 +167,7 @@ class ActorCritic(nn.Module):
 
     def noise_shape(self, batch: int) -> Tuple[int, ...]:
         """The shape of the noise :meth:`act_with_noise` takes for a batch of ``batch`` obs."""
-        if self.discrete:
-            return (batch, self.actor[-1].out_features)
-        return (batch, self.log_std.shape[0])
+        return (batch, self.actor[-1].out_features)  # the logits, or the mean of each dimension
 
     def act_with_noise(self, obs: torch.Tensor, noise: torch.Tensor):
         """``(action, log_prob, value)`` for a batch of (normalised) observations, with the

@@ -4,6 +4,7 @@ or per minibatch with ``algo.kl_check=minibatch``)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Dict, Optional
 
 import gymnasium as gym
@@ -57,65 +58,49 @@ class PPO:
         # minibatch, normaliser statistics merged every update, the KL stop on the mean KL
         self.world = distributed.world_size()
         distributed.broadcast_module_(self.agent)
-        self.obs_norm = (
-            ObsNormalizer(tuple(obs_space.shape), pending=self.world > 1).to(device)
-            if cfg.norm_obs
-            else None
-        )
+        self.obs_norm: Optional[ObsNormalizer] = None
+        if cfg.norm_obs:
+            self.obs_norm = ObsNormalizer(self.obs_shape, pending=self.world > 1).to(device)
         self.compiled = bool(cfg.compile)
         if self.compiled:
             # the learning rate and the clip range are tensors, changed in place by set_schedule,
             # so annealing them never recompiles (the compiled graphs read them, as LeanRL does)
             self._opt_flags = {"foreach": False, "fused": None, "capturable": device.type == "cuda"}
-            lr: "float | torch.Tensor" = torch.tensor(cfg.learning_rate, device=device)
             self._clip = torch.tensor(cfg.clip_coef, device=device)
-        else:
-            # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
-            # tensor, the larger part of an update step for the small MLPs of PPO
-            fused = fused_available(device)
-            self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
-            lr = cfg.learning_rate
-        self.optimizer: "torch.optim.Adam | FusedAdam"
-        if self.compiled or not fused:
-            self.optimizer = torch.optim.Adam(
+            lr = torch.tensor(cfg.learning_rate, device=device)
+            adam = torch.optim.Adam(
                 self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **self._opt_flags
             )
-        else:  # the same kernel and state layout, without torch.optim's import of torch._dynamo
-            self.optimizer = FusedAdam(
-                self.agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps
-            )
+        else:
+            # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
+            # tensor, the larger part of an update step for the small MLPs of PPO; FusedAdam is the
+            # same kernel and state layout, without torch.optim's import of torch._dynamo
+            fused = fused_available(device)
+            self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
+            kind = FusedAdam if fused else torch.optim.Adam
+            adam = kind(self.agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+        self.optimizer: "torch.optim.Adam | FusedAdam" = adam
         self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
         # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
-        if cfg.grad_clip == GradClip.per_network:
-            critic = {id(p) for p in self.agent.critic.parameters()}
-            self._clip_sets = [
-                [p for p in self._params if id(p) not in critic],
-                list(self.agent.critic.parameters()),
-            ]
-        else:
-            self._clip_sets = [self._params]
+        critic = list(self.agent.critic.parameters())
+        actor = [p for p in self._params if all(p is not q for q in critic)]
+        per_network = cfg.grad_clip == GradClip.per_network
+        self._clip_sets = [actor, critic] if per_network else [self._params]
         self.storage: Optional[RolloutStorage] = None
         self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
-        self._policy_step = self._policy_step_eager
-        self._loss = self._loss_eager
-        self._optimizer_step = self._optimizer_step_eager
-        self._cudagraphs = False
-        if self.compiled:
-            self._compile()
-
-    def _compile(self) -> None:
-        """``algo.compile``, after LeanRL and ManiSkill's ``ppo_fast.py`` (which capture the whole
-        minibatch update as one graph): the rollout's policy step and the minibatch loss (with its
-        backward pass) are each one compiled graph (``fullgraph``: a graph break is an error), and
-        the optimizer step (gradient clip and Adam) is compiled too (torch's optimizers break the
-        graph around their step on purpose). On CUDA they run as CUDA graphs
-        (``mode="reduce-overhead"``): one launch per graph."""
-        mode = COMPILE_MODES.get(self.device.type)
-        self._cudagraphs = mode == "reduce-overhead"
-        self._policy_step = torch.compile(self._policy_step_eager, fullgraph=True, mode=mode)
-        self._loss = torch.compile(self._loss_eager, fullgraph=True, mode=mode)
-        self._optimizer_step = torch.compile(self._optimizer_step_eager, mode=mode)
+        # algo.compile, after LeanRL and ManiSkill's ppo_fast.py (which capture the whole
+        # minibatch update as one graph): the rollout's policy step and the minibatch loss (with
+        # its backward pass) are each one compiled graph (fullgraph: a graph break is an error),
+        # and the optimizer step (gradient clip and Adam) is compiled too (torch's optimizers
+        # break the graph around their step on purpose). On CUDA they run as CUDA graphs
+        # (COMPILE_MODES): one launch per graph
+        mode = COMPILE_MODES.get(device.type)
+        self._cudagraphs = self.compiled and mode == "reduce-overhead"
+        compiled = partial(torch.compile, mode=mode) if self.compiled else lambda f, **_: f
+        self._policy_step = compiled(self._policy_step_eager, fullgraph=True)
+        self._loss = compiled(self._loss_eager, fullgraph=True)
+        self._optimizer_step = compiled(self._optimizer_step_eager)
 
     def init_storage(self, num_envs: int) -> RolloutStorage:
         """Preallocates the ``[num_steps, num_envs]`` rollout tensors on the device."""
@@ -155,9 +140,8 @@ class PPO:
             torch.compiler.cudagraph_mark_step_begin()
         out = self._policy_step(obs, noise)
         # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
-        nobs, action, logprob, value = (t.clone() for t in out) if self._cudagraphs else out
-        self._transition = (nobs, action, logprob, value)
-        return action
+        self._transition = tuple(t.clone() for t in out) if self._cudagraphs else out
+        return self._transition[1]  # (obs, action, logprob, value)
 
     def _policy_step_eager(self, obs: torch.Tensor, noise: torch.Tensor):
         """The rollout's policy step as one function of tensors (compiled by ``algo.compile``):
@@ -255,7 +239,7 @@ class PPO:
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                stats = self._train_step_eager(**mb, clip=clip, kl_limit=kl_limit)
+                stats = self._train_step(mb, clip, kl_limit)
                 if stats is None:  # kl_check=minibatch: over target_kl, this minibatch took no step
                     stopped = True
                     break
@@ -273,29 +257,18 @@ class PPO:
         y, pred = storage.returns.flatten(), storage.values.flatten()
         var_y = y.var()
         explained = torch.where(var_y == 0, float("nan"), 1 - (y - pred).var() / var_y)
-        extra = [explained.reshape(1)]
+        keys, extra = [*UPDATE_STATS, "loss/explained_variance"], [explained.reshape(1)]
         if not self.agent.discrete:
+            keys.append("policy/std")
             extra.append(self.agent.log_std.detach().exp().mean().reshape(1))
         # the update's one read back (besides the KL checks): every statistic at once
-        values = torch.cat([totals / max(1, n_updates), *extra]).tolist()
-        out = dict(zip(UPDATE_STATS, values))
-        out["loss/explained_variance"] = values[len(UPDATE_STATS)]
+        out = dict(zip(keys, torch.cat([totals / max(1, n_updates), *extra]).tolist()))
         out["loss/updates"] = float(n_updates)
-        if not self.agent.discrete:
-            out["policy/std"] = values[-1]
         storage.clear()
         return out
 
-    def _train_step_eager(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        logprobs: torch.Tensor,
-        values: torch.Tensor,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        clip: "float | torch.Tensor",
-        kl_limit: Optional[float] = None,
+    def _train_step(
+        self, mb: Dict[str, torch.Tensor], clip: "float | torch.Tensor", kl_limit: Optional[float]
     ) -> Optional[torch.Tensor]:
         """One minibatch (a :meth:`RolloutStorage.minibatches` item: ``logprobs`` and ``values``
         are the rollout's): the clipped PPO loss, its backward pass, the gradient clip and the Adam
@@ -315,7 +288,7 @@ class PPO:
         # _is_static_for_cudagraphs, lines 68-85; torch/_inductor/cudagraph_utils.py
         # check_for_mutation, lines 290-299)
         self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self._loss(obs, actions, logprobs, values, advantages, returns, clip)
+        loss, stats = self._loss(*mb.values(), clip)  # in the order the loss takes them
         if kl_limit is not None and self._kl_above(stats[3], kl_limit):
             return None
         loss.backward()
@@ -399,8 +372,7 @@ class PPO:
         checkpoint resumes compiled or eager."""
         optimizer = self.optimizer.state_dict()
         for group in optimizer["param_groups"]:
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"] = float(group["lr"])
+            group["lr"] = float(group["lr"])  # a tensor under algo.compile
         return {
             "agent": self.agent.state_dict(),
             "optimizer": optimizer,

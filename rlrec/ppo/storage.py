@@ -69,7 +69,8 @@ class RolloutStorage:
     def minibatches(self, num_minibatches: int) -> Iterator[dict]:
         """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch: one permutation
         and one gather per field per call (an epoch), each minibatch a view of the gathered
-        batch, so a minibatch costs no indexing of its own."""
+        batch, so a minibatch costs no indexing of its own. Its tensors are in the order
+        ``PPO._loss_eager`` takes them."""
         size = self.num_steps * self.num_envs
         flat = {
             "obs": self.obs.reshape(size, *self.obs.shape[2:]),

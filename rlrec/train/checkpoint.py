@@ -24,9 +24,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import itertools
 import pickletools
 import random
-import re
 import shlex
 import struct
 import sys
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.files import atomic_file, remove_quietly
+from rlrec.files import atomic_file
 from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
 
 FORMAT = "rlrec-checkpoint"
@@ -104,15 +104,9 @@ def rng_state() -> Dict[str, Any]:
 def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     npy = state["numpy"]
-    np.random.set_state(
-        (
-            npy["bit_generator"],
-            npy["key"].numpy().astype(np.uint32),
-            int(npy["pos"]),
-            int(npy["has_gauss"]),
-            float(npy["cached_gaussian"]),
-        )
-    )
+    key = npy["key"].numpy().astype(np.uint32)
+    rest = int(npy["pos"]), int(npy["has_gauss"]), float(npy["cached_gaussian"])
+    np.random.set_state((npy["bit_generator"], key, *rest))
     py = state["python"]
     random.setstate((int(py["version"]), tuple(py["state"].tolist()), py["gauss_next"]))
     cuda = state.get("cuda")
@@ -198,135 +192,45 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         with atomic_file(path, durable=True) as f:
             f.write(buf.getbuffer())
     except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
-        raise CheckpointWriteError(_write_failure(path, exc, run_dir), path, exc) from None
-
-
-class Retention:
-    """Which periodic checkpoints a run keeps (``checkpoint_keep``): the newest ``keep`` of its own
-    (0: all). Its own are the ones it wrote, named in each of its checkpoints (``periodic``: the
-    names that may still be on disk, oldest first), so that a run resumed with ``resume=auto``
-    knows them too, and an older one that a kill left before its removal is removed later. A
-    checkpoint this run did not write (another run's, one ``checkpoint=PATH`` started from, one
-    written before the run's checkpoints named theirs) is never removed, nor is ``last.pt``."""
-
-    def __init__(self, keep: int = 0, start: Optional[Mapping] = None):
-        """``start``: the checkpoint a resumed run (``resume=auto``) continues, whose own periodic
-        checkpoints become this run's; None for a new run (``checkpoint=PATH`` included)."""
-        self.keep = int(keep)
-        names = [] if start is None else start.get("periodic") or []
-        self.own: List[str] = [str(n) for n in names if periodic_iteration(str(n)) is not None]
-
-    def written(self, name: str) -> List[str]:
-        """The names to record in the checkpoint ``name`` (a new periodic one, or None)."""
-        own = [n for n in self.own if n != name]
-        return sorted([*own, name] if name else own, key=periodic_iteration)
-
-    def prune(self, directory: Path, own: List[str], protected: Optional[str] = None) -> None:
-        """After the checkpoints naming ``own`` are durable: removes the older ones beyond the
-        newest ``keep`` (the newest, just written, always stays), except ``protected`` (the name
-        of the checkpoint before a blow-up, while the divergence watch names it)."""
-        self.own = own
-        if self.keep <= 0 or len(own) <= self.keep:
-            return
-        old, self.own = own[: -self.keep], own[-self.keep :]
-        for name in old:
-            if name == protected:
-                self.own = [name, *self.own]  # removed once no longer protected
-            else:
-                remove_quietly(directory / name)
-
-
-def periodic_twin(path: str | Path, data: Mapping) -> Optional[Path]:
-    """The periodic checkpoint beside ``path`` (last.pt) of the same iteration, if it is there:
-    the file of that state that the run's next checkpoint does not write again."""
-    twin = Path(path).parent / RunDir("").periodic_checkpoint(int(data["iteration"])).name
-    return twin if twin != Path(path) and twin.is_file() else None
-
-
-def write(
-    run_dir: Path,
-    state: Dict[str, Any],
-    iteration: Optional[int] = None,
-    retention: Optional[Retention] = None,
-    protected: Optional[str] = None,
-) -> Tuple[Path, Optional[Path]]:
-    """Saves a run's ``state`` as ``run_dir``/checkpoints/last.pt and, with an ``iteration``, as
-    the periodic iter_NNNNNN.pt beside it: the files that ``resume=auto`` reads
-    (:func:`find_resume`). Then, with ``checkpoint_keep`` (``retention``), once both are durable
-    (written, fsynced, renamed, the rename fsynced), the run's older periodic checkpoints beyond
-    the newest N are removed, but never ``protected`` (a file name in checkpoints/). Returns the
-    paths of last.pt and of the periodic checkpoint (None without ``iteration``)."""
-    paths = RunDir(run_dir)
-    retention = retention or Retention()
-    name = paths.periodic_checkpoint(iteration).name if iteration is not None else ""
-    own = retention.written(name)
-    state = {**state, "periodic": own}  # what a resumed run removes in its turn
-    save(paths.last_checkpoint, state, run_dir=run_dir)
-    if name:
-        save(paths.checkpoints / name, state, run_dir=run_dir)
-    retention.prune(paths.checkpoints, own, protected)
-    return paths.last_checkpoint, (paths.checkpoints / name if name else None)
+        raise CheckpointWriteError(storage_failure(exc, run_dir, path), path, exc) from None
 
 
 # what a full or read-only output file system raises, wherever the run writes
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+STORAGE_ERRNOS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+}
 
 
-def _cause(exc: OSError) -> str:
-    cause = exc.strerror or str(exc) or type(exc).__name__
-    if exc.errno == errno.ENOSPC:
-        cause += " (the disk is full)"
-    elif exc.errno == errno.EDQUOT:
-        cause += " (the disk quota is used up)"
-    elif exc.errno == errno.EROFS:
-        cause += " (the file system is read-only)"
-    return cause
-
-
-def storage_failure(exc: OSError, run_dir: Path) -> str:
+def storage_failure(
+    exc: OSError, run_dir: Optional[Path], checkpoint: Optional[Path] = None
+) -> str:
     """One line for a run that could not write a file of its output (``exc.errno`` in
-    :data:`STORAGE_ERRNOS`, outside a checkpoint write): which file, that what was written before
-    it stays on disk, and how to continue."""
-    target = shlex.quote(f"hydra.run.dir={run_dir}")
+    :data:`STORAGE_ERRNOS`), the ``checkpoint`` or another: which file and why, that what was
+    written before it is on disk, and how to continue (from which checkpoint)."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno in STORAGE_ERRNOS:
+        cause += f" ({STORAGE_ERRNOS[exc.errno]})"
+    target = (
+        "hydra.run.dir=<run dir>" if run_dir is None else shlex.quote(f"hydra.run.dir={run_dir}")
+    )
     try:
-        found = find_resume(RunDir(run_dir).checkpoints, key="resume")
+        found = find_resume(checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints)
     except Exception:  # unreadable: say there is none to continue from
         found = None
     if found is None:
-        then = (
-            "no checkpoint was written yet, so the run starts again (what it wrote is moved aside)"
-        )
+        then = "no checkpoint was written before it, so the run starts again (what it wrote "
+        then += "is moved aside)"
     else:
-        then = f"it continues from {found[0]} (step {int(found[1]['global_step']):,})"
+        step = int(found[1]["global_step"])
+        then = f"the checkpoints before are intact ({found[0].name} the newest): it continues "
+        then += f"from that one (step {step:,})"
+    what = f"checkpoint {checkpoint}" if checkpoint else exc.filename or "the run output"
     return (
-        f"could not write {exc.filename or 'the run output'}: {_cause(exc)}. What the run wrote "
-        f"before it is on disk, nothing was replaced. Once the run dir can be written again, "
-        f"python train.py resume=auto {target} (with the run's other overrides): {then}"
-    )
-
-
-def _write_failure(path: Path, exc: OSError, run_dir: Optional[Path]) -> str:
-    cause = _cause(exc)
-    try:
-        periodic, last = _candidates(path.parent)
-        kept = ([last.name] if last.is_file() else []) + [p.name for p in periodic]
-    except OSError:
-        kept = []
-    if not kept:
-        return (
-            f"could not write checkpoint {path}: {cause}. No earlier checkpoint exists in "
-            f"{path.parent}, so there is nothing to resume: free some space and start the run "
-            "again"
-        )
-    more = f" and {len(kept) - 2} older" if len(kept) > 2 else ""
-    target = "hydra.run.dir=<run dir>"
-    if run_dir is not None:
-        target = shlex.quote(f"hydra.run.dir={run_dir}")
-    return (
-        f"could not write checkpoint {path}: {cause}. The checkpoints written before are intact "
-        f"({', '.join(kept[:2])}{more} in {path.parent}): nothing was replaced. To continue, "
-        f"free some space and run: python train.py resume=auto {target} "
-        "(with the run's other overrides)"
+        f"could not write {what}: {cause}. What the run wrote before it is on disk, nothing was "
+        f"replaced. Once the run dir can be written again (free some space), python train.py "
+        f"resume=auto {target} (with the run's other overrides): {then}"
     )
 
 
@@ -352,33 +256,35 @@ def check_exists(path: str | Path, key: str = "checkpoint") -> None:
 def _read(p: Path, label: str) -> Dict[str, Any]:
     """The verified contents of ``p``; :class:`UnsafeCheckpoint` for a file that would run code,
     :class:`ConfigError` for any other reason it cannot be used."""
+    data, failure = None, None
     try:
-        is_zip = zipfile.is_zipfile(p)
+        is_zip = zipfile.is_zipfile(p)  # torch.save writes them: anything else is never unpickled
+        if is_zip:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
+                data = torch.load(p, map_location="cpu", weights_only=True)
     except OSError as exc:
         raise ConfigError(f"{label} could not be read: {exc}") from None
-    if not is_zip:  # torch.save writes zip archives: anything else is never unpickled
-        code = _pickle_globals(p)
+    except Exception as exc:
+        failure = " ".join(str(exc).split()) or type(exc).__name__
+    if (
+        not is_zip or failure
+    ):  # what its pickle holds, scanned (not run): the globals it would import
+        code, head = _scan(_pickle_of(p))
+        found = dict(zip(head[:4:2], head[1:4:2]))  # save() puts the format and version first
+        if found.get("format") == FORMAT and found.get("version") != VERSION:
+            raise ConfigError(_other_version(label, found.get("version")))
         if code:
             raise UnsafeCheckpoint(_unsafe(label, code))
-        raise ConfigError(
-            f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
-            "empty, truncated or another kind of file)"
-        )
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
-            data = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        fmt, version = _peek_header(p)
-        if fmt == FORMAT and version != VERSION:
-            raise ConfigError(_other_version(label, version)) from None
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
-        if found:
-            raise UnsafeCheckpoint(_unsafe(label, [found.group(1)])) from None
+        if not is_zip:
+            raise ConfigError(
+                f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
+                "empty, truncated or another kind of file)"
+            )
         raise ConfigError(
             f"{label} is not an rlrec checkpoint, or is damaged (could not be read: "
-            f"{_first_sentence(exc)})"
-        ) from None
+            f"{str(failure).split('. ')[0][:300]})"
+        )
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{label} is not an rlrec checkpoint (no '{FORMAT}' tag)")
     if data.get("version") != VERSION:
@@ -408,82 +314,43 @@ def _unsafe(label: str, code: List[str]) -> str:
     )
 
 
-def _first_sentence(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text.split(". ")[0][:300]
-
-
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
 _INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
 
 
-def _ops(raw: bytes, limit: int):
-    """The first ``limit`` opcodes of the pickle ``raw``: parsed only, nothing is executed."""
-    out = []
+def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
+    """What the pickle ``raw`` holds in its first ``limit`` opcodes, parsed only (nothing is
+    executed): the globals it would import (but those of torch's own legacy format, not code of
+    the file's choosing), and its strings and ints in order."""
+    names: List[str] = []
+    strings: List[str] = []
+    values: List[Any] = []
     try:
-        for op, arg, _ in pickletools.genops(raw):
-            out.append((op.name, arg))
-            if len(out) >= limit:
-                break
+        for op, arg, _ in itertools.islice(pickletools.genops(raw), limit):
+            if op.name in ("GLOBAL", "INST"):
+                names.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL":
+                names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
+            strings += [str(arg)] if op.name in _STRINGS else []
+            values += [arg] if op.name in _STRINGS or op.name in _INTS else []
     except Exception:  # truncated or not a pickle: what was parsed so far
         pass
-    return out
+    return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))], values
 
 
-def _pickle_globals(p: Path, limit: int = 1 << 16) -> List[str]:
-    """The globals a non-zip file would import if it were unpickled (scanned, not run)."""
+def _pickle_of(p: Path) -> bytes:
+    """The pickle of ``p`` as bytes: a torch zip archive's ``data.pkl``, else the file's head."""
     try:
+        if zipfile.is_zipfile(p):
+            with zipfile.ZipFile(p) as z:
+                return z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
         with open(p, "rb") as f:
-            raw = f.read(1 << 22)
-    except OSError:
-        return []
-    names, strings = [], []
-    for name, arg in _ops(raw, limit):
-        if name in ("GLOBAL", "INST"):
-            names.append(str(arg).replace(" ", "."))
-        elif name == "STACK_GLOBAL":
-            names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
-        elif name in _STRINGS:
-            strings.append(str(arg))
-    # what torch's own legacy (non-zip) format imports is not code of the file's choosing
-    return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))]
-
-
-def _peek_header(p: Path) -> Tuple[Optional[str], Optional[int]]:
-    """The format tag and version at the head of a torch zip archive's pickle, read by scanning
-    its opcodes (nothing is unpickled); (None, None) when they are not there. :func:`save` puts
-    them first, so the dict's first strings and ints are ``format``, its tag, ``version`` and its
-    number."""
-    try:
-        with zipfile.ZipFile(p) as z:
-            name = next(n for n in z.namelist() if n.endswith("data.pkl"))
-            with z.open(name) as f:
-                raw = f.read(4096)
-    except Exception:
-        return None, None
-    head = [arg for name, arg in _ops(raw, 64) if name in _STRINGS or name in _INTS][:4]
-    found = dict(zip(head[::2], head[1::2]))
-    version = found.get("version")
-    return found.get("format"), version if isinstance(version, int) else None
+            return f.read(1 << 22)
+    except Exception:  # unreadable: nothing to scan
+        return b""
 
 
 # ---------------------------------------------------------------------- resume=auto
-def _candidates(directory: Path) -> Tuple[List[Path], Path]:
-    periodic = sorted(
-        (i, p)
-        for p in directory.glob(CHECKPOINT_FILES)
-        if (i := periodic_iteration(p.name)) is not None
-    )
-    return [p for _, p in reversed(periodic)], directory / LAST_CHECKPOINT
-
-
-def _global_step(data: Dict[str, Any], p: Path) -> int:
-    step = data.get("global_step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ConfigError(f"{p} holds no env step count (global_step={step!r})")
-    return step
-
-
 def find_resume(checkpoint_dir: Path, key: str = "resume") -> Optional[Tuple[Path, Dict[str, Any]]]:
     """``resume=auto``: the newest good checkpoint of ``checkpoint_dir`` (the one with the most env
     steps, ``last.pt`` winning ties) and its verified contents, or None when the directory holds
@@ -496,57 +363,46 @@ def find_resume(checkpoint_dir: Path, key: str = "resume") -> Optional[Tuple[Pat
     duplicate steps to the run's metrics.jsonl). A file that would run code stops the run with
     :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by guesswork."""
     directory = Path(checkpoint_dir)
-    periodic, last = _candidates(directory)
-    bad: List[Tuple[Path, str]] = []
+    periodic = sorted(
+        (i, p)
+        for p in directory.glob(CHECKPOINT_FILES)
+        if (i := periodic_iteration(p.name)) is not None
+    )
+    last = directory / LAST_CHECKPOINT
+    bad: List[str] = []
 
-    def usable(p: Path) -> Optional[Tuple[Dict[str, Any], int]]:
+    def usable(p: Path) -> Optional[Tuple[Path, Dict[str, Any]]]:
         try:
             data = _read(p, str(p))
-            return data, _global_step(data, p)
+            step = data.get("global_step")
+            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                raise ConfigError(f"{p} holds no env step count (global_step={step!r})")
+            return p, data
         except UnsafeCheckpoint as exc:
             raise UnsafeCheckpoint(f"{key}=auto: {exc}") from None
         except ConfigError as exc:
-            bad.append((p, str(exc)))
+            bad.append(str(exc))
             return None
 
-    best: Optional[Tuple[Path, Dict[str, Any]]] = None
-    best_step = -1
-    for p in periodic:
-        found = usable(p)
-        if found is not None:
-            best, best_step = (p, found[0]), found[1]
-            break
+    # the newest good periodic one (the older ones are not read), then last.pt against it
+    best = next((found for _, p in reversed(periodic) if (found := usable(p))), None)
     found = usable(last) if last.is_file() else None
-    if found is not None and found[1] >= best_step:
-        best = (last, found[0])
+    if found and (best is None or found[1]["global_step"] >= best[1]["global_step"]):
+        best = found
     if best is None:
         if not bad:
             return None
-        listing = "\n".join(f"  {reason}" for _, reason in bad)
+        listing = "\n".join(f"  {reason}" for reason in bad)
         raise ConfigError(
             f"{key}=auto: no checkpoint in {directory} can be used, so the run does not start "
             f"over at step 0 (which would append duplicate steps to metrics.jsonl):\n{listing}\n"
             f"Move them out of {directory} to start this run dir afresh, or give "
             "checkpoint=PATH"
         )
-    for _, reason in bad:
+    for reason in bad:
         print(
             f"rlrec: warning: {key}=auto: {reason}; skipped it, resuming from {best[0]}",
             file=sys.stderr,
             flush=True,
         )
     return best
-
-
-# ---------------------------------------------------------------------- compatibility
-def check_compatible(
-    data: Dict[str, Any], obs_shape, action_desc: str, key: str = "checkpoint"
-) -> None:
-    """Fails when the checkpoint was trained on an env with other observation/action spaces."""
-    saved_obs, saved_act = tuple(data["obs_shape"]), data["action_space"]
-    if saved_obs != tuple(obs_shape) or saved_act != action_desc:
-        raise ConfigError(
-            f"{key} was trained on env {data.get('env_name')!r} with observations {saved_obs} "
-            f"and actions {saved_act}; this env has observations {tuple(obs_shape)} "
-            f"and actions {action_desc}"
-        )

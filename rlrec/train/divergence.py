@@ -47,6 +47,8 @@ SPIKE = {"loss/approx_kl": 100.0, "policy/std": 100.0, "loss/value": 1e3, "train
 KL_LIMIT = 1.0
 WINDOW, HISTORY, SETTLED = 20, 3, 3
 
+_NONE = "no checkpoint was written before it"
+
 # what PPO.update returns that must be finite (loss/explained_variance is NaN for constant
 # returns, legitimately)
 CHECKED = ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl", "train/grad_norm")
@@ -117,28 +119,24 @@ class Watch:
         all-reduce."""
         tensors = list(tensors)
         bad_losses = [k for k in CHECKED if k in losses and not math.isfinite(losses[k])]
-        flags = torch.stack(
-            [
-                ~torch.isfinite(self._obs).all(),
-                ~torch.isfinite(self._reward).all(),
-                ~torch.stack([torch.isfinite(t).all() for _, t in tensors]).all(),
-            ]
-        ).long()
-        flags = torch.cat([flags, torch.tensor([len(bad_losses)], device=flags.device)])
+        bad = [
+            ~torch.isfinite(t).all() for t in (self._obs, self._reward, *(t for _, t in tensors))
+        ]
+        lost = torch.tensor(bool(bad_losses), device=self._obs.device)
+        flags = torch.stack([bad[0], bad[1], torch.stack(bad[2:]).any(), lost]).long()
         if self.world > 1:  # any rank's non-finite value stops every rank, here
             distributed.all_reduce_(flags, "max")
         env_obs, env_reward, params, n_losses = flags.tolist()  # the one host read
         if not (env_obs or env_reward or params or n_losses):
-            self._spikes(losses, at)
-            return
+            return self._spikes(losses, at)
         if env_obs or env_reward:
             what = self._env_source(agree=True)
-        elif bad_losses:
-            what = "non-finite " + ", ".join(bad_losses)
         elif n_losses:
-            what = "non-finite losses on another rank"
+            what = "non-finite " + (", ".join(bad_losses) or "losses on another rank")
         else:
-            what = _bad_tensors(tensors)
+            names = [name for name, t in tensors if not bool(torch.isfinite(t).all())]
+            more = ", ..." if len(names) > 4 else ""
+            what = f"non-finite parameters ({', '.join(names[:4])}{more})"
         raise Diverged(self._message(at, what))
 
     @contextmanager
@@ -172,41 +170,33 @@ class Watch:
         values = {k: losses[k] for k in SPIKE if losses.get(k) is not None}
         out = []
         for k, v in values.items():
-            recent = self._recent[k]
-            limit = SPIKE[k] * max(recent) if len(recent) >= HISTORY else math.inf
+            recent, known = self._recent[k], len(self._recent[k]) >= HISTORY
+            limit = SPIKE[k] * max(recent) if known else math.inf
             if k == "loss/approx_kl":  # KL_LIMIT from the first update on, whatever the history
-                limit = max(KL_LIMIT, limit if len(recent) >= HISTORY else 0.0)
+                limit = max(KL_LIMIT, limit) if known else KL_LIMIT
             if v > limit:
-                before = f" (up to {max(recent):.3g} before)" if recent else ""
-                out.append(f"{k} {v:.3g}{before}")
-        if not out:
-            for k, v in values.items():
-                self._recent[k].append(v)
-            self._settled += 1
-            if self.blowup is not None and self._settled >= SETTLED:
-                log.warning(
-                    "rlrec: the run came back into range after the spike at %s", self.blowup[0]
+                out.append(
+                    f"{k} {v:.3g}" + (f" (up to {max(recent):.3g} before)" if recent else "")
                 )
-                self.blowup = None
+        if out:
+            self._settled = 0
+            if self.blowup is None:
+                saved = self.last()
+                kept = None if saved is None else (saved[3], saved[1])
+                self.blowup = (at, ", ".join(out), kept)
+                named = f"{kept[0]}, the checkpoint before it, is kept" if kept else _NONE
+                log.warning(
+                    f"rlrec: {at}: {self.blowup[1]}, far outside the run's recent range: a "
+                    f"blow-up may be under way ({named} until the run is back in range for "
+                    f"{SETTLED} updates)"
+                )
             return
-        self._settled = 0
-        if self.blowup is None:
-            saved = self.last()
-            kept = None if saved is None else (saved[3], saved[1])
-            self.blowup = (at, ", ".join(out), kept)
-            named = (
-                "no checkpoint was written before it"
-                if kept is None
-                else f"{kept[0]}, the checkpoint before it, is kept"
-            )
-            log.warning(
-                "rlrec: %s: %s, far outside the run's recent range: a blow-up may be under way "
-                "(%s until the run is back in range for %d updates)",
-                at,
-                self.blowup[1],
-                named,
-                SETTLED,
-            )
+        for k, v in values.items():
+            self._recent[k].append(v)
+        self._settled += 1
+        if self.blowup is not None and self._settled >= SETTLED:
+            log.warning("rlrec: the run came back into range after the spike at %s", self.blowup[0])
+            self.blowup = None
 
     @property
     def protected(self) -> Optional[str]:
@@ -248,34 +238,27 @@ class Watch:
             other = "once the env gives finite values (or with other settings)"
         else:
             other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
-        saved, began = self.last(), ""
+        saved, began, none = self.last(), "", _NONE
+        kept = None if self.blowup is None else self.blowup[2]
         if self.blowup is not None:
             began = f"the blow-up began at {self.blowup[0]} with {self.blowup[1]}; "
-            kept = self.blowup[2]
             # last.pt, when it was the one before the blow-up, is written again by each checkpoint
-            over = kept is not None and saved is not None and kept[0] == saved[0]
-            over = over and saved[1] != kept[1]
-            if kept is None or over:
-                none = "no checkpoint was written before it"
-                if over:
-                    none = "the checkpoint before it (last.pt) was written over since"
-                last = f"{none}; to start again {other}: the same command"
-            else:
-                # the checkpoints since are finite but ruined: a new run dir from the one before
-                path, step = kept
-                last = (
-                    f"the checkpoint before it is {path} (step {step}); to continue from it "
-                    f"{other}: the same command + resume=null checkpoint={path} "
-                    f"hydra.run.dir={self.run_dir}-from-step{step}"
-                )
-        elif saved is None:
-            last = f"no checkpoint was written before it; to start again {other}: the same command"
+            if kept and saved and kept[0] == saved[0] and saved[1] != kept[1]:
+                kept, none = None, "the checkpoint before it (last.pt) was written over since"
+        if kept is not None:  # the checkpoints since are finite but ruined: a new run dir
+            path, step = kept
+            last = (
+                f"the checkpoint before it is {path} (step {step}); to continue from it "
+                f"{other}: the same command + resume=null checkpoint={path} "
+                f"hydra.run.dir={self.run_dir}-from-step{step}"
+            )
+        elif saved is None or self.blowup is not None:
+            last = f"{none}; to start again {other}: the same command"
         else:
             path, step, in_run_dir, _ = saved
-            if in_run_dir:
-                how = f"resume=auto hydra.run.dir={self.run_dir}"
-            else:
-                how = f"checkpoint={path}"
+            how = (
+                f"resume=auto hydra.run.dir={self.run_dir}" if in_run_dir else f"checkpoint={path}"
+            )
             last = (
                 f"last finite checkpoint {path} (step {step}); to continue from it {other}: the "
                 f"same command + {how}"
@@ -293,12 +276,6 @@ def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[t
     if x.dim() != 2:
         x = x.reshape(x.shape[0], -1)
     return torch.sum(x, dim=1, dtype=torch.float64, out=out)
-
-
-def _bad_tensors(tensors) -> str:
-    names = [name for name, t in tensors if not bool(torch.isfinite(t).all())]
-    more = ", ..." if len(names) > 4 else ""
-    return f"non-finite parameters ({', '.join(names[:4])}{more})"
 
 
 def state_tensors(ppo) -> List[Tuple[str, torch.Tensor]]:

@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -152,6 +151,7 @@ class RunLogger:
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull
         self._metrics = open(metrics, "a", buffering=1)
         self._held: Dict[str, Held] = {}  # lines waiting for their clips, by clip kind: log()
+        self._losses: Dict[str, Any] = {}  # the recorders' losses on the last line that had them
         if cfg.name in (LoggerName.tensorboard, LoggerName.wandb) and writes:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -160,22 +160,16 @@ class RunLogger:
         self._task = None
         self._latest: Dict[str, float] = {}
         if cfg.progress and writes:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
+            from rich import progress as bar
 
-            self._progress = Progress(
-                TextColumn("[bold]rlrec"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("steps"),
-                TextColumn("{task.fields[sps]} SPS"),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[info]}"),
+            self._progress = bar.Progress(
+                bar.TextColumn("[bold]rlrec"),
+                bar.BarColumn(),
+                bar.MofNCompleteColumn(),
+                bar.TextColumn("steps"),
+                bar.TextColumn("{task.fields[sps]} SPS"),
+                bar.TimeRemainingColumn(),
+                bar.TextColumn("{task.fields[info]}"),
                 transient=False,
                 disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
             )
@@ -192,8 +186,9 @@ class RunLogger:
         clip never comes (an encoder failure) is written naming none by :meth:`settle` (before a
         checkpoint) or :meth:`close`."""
         line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._losses.update((k, v) for k, v in line.items() if k.startswith("record/"))
         if clip is None:
-            self._metrics.write(json.dumps(line) + "\n")
+            self._write(line)
         else:
             self._held_lines(clip).hold(int(step), line)
         numeric = {
@@ -213,7 +208,9 @@ class RunLogger:
     def event(self, step: int, name: str, **fields: Any) -> None:
         """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
         a signal; ``rlrec.train.timeline`` writes the ``resume`` ones): no scalars."""
-        line = {"step": int(step), "event": name, **fields}
+        self._write({"step": int(step), "event": name, **fields})
+
+    def _write(self, line: Dict[str, Any]) -> None:
         self._metrics.write(json.dumps(line) + "\n")
 
     def progress(self, step: int, sps: float) -> None:
@@ -237,28 +234,22 @@ class RunLogger:
             if self._previews is None:
                 self._previews = _Previews()
             source = _private_link(path)
-            self._previews.submit(
-                _tb_add_clip,
-                self._tb,
-                f"video/{kind}",
-                source,
-                fps,
-                step,
-                num_frames,
-                rel,
-                source != path,
-            )
+            args = (f"video/{kind}", source, fps, step, num_frames, rel, source != path)
+            self._previews.submit(_tb_add_clip, self._tb, *args)
         if self._wandb is not None:
             import wandb
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
 
-    def settle(self) -> None:
+    def settle(self, wait: bool = True) -> None:
         """Before a checkpoint: the lines waiting for their clips go out (a resumed run would not
-        redo those evaluations), once their clips were waited for (``wait_clips``), else as lost."""
-        if self.awaiting and self._wait_clips is not None:
+        redo those evaluations), once their clips were waited for (``wait_clips``; not ``wait``:
+        as the run closes, once they all came), else naming none (``null``) and saying that their
+        clip was lost (``"{kind}/clip_lost": true``)."""
+        if wait and self._wait_clips and any(held.lines for held in self._held.values()):
             self._wait_clips()
-        self.write_awaiting()
+        for held in self._held.values():
+            held.lost()
 
     def _held_lines(self, kind: str) -> Held:
         if kind not in self._held:
@@ -268,23 +259,18 @@ class RunLogger:
                 if rel is None:
                     line[f"{kind}/clip_lost"] = True
 
-            self._held[kind] = Held(fill, lambda line: self._metrics.write(json.dumps(line) + "\n"))
+            self._held[kind] = Held(fill, self._write)
         return self._held[kind]
 
-    @property
-    def awaiting(self) -> bool:
-        """Whether lines wait for their clips."""
-        return any(held.lines for held in self._held.values())
-
-    def write_awaiting(self) -> None:
-        """Writes the lines still waiting for their clips, naming none (``null``) and saying that
-        their clip was lost (``"{kind}/clip_lost": true``)."""
-        for held in self._held.values():
-            held.lost()
-
-    def close(self) -> None:
+    def close(self, step: int = 0, losses: Optional[Dict[str, int]] = None) -> None:
+        """Writes the lines still waiting for their clips and, when they changed since the last
+        line that carried them, the recorders' ``losses`` as the run closes (``record/...``: a
+        clip lost at the final evaluation counts), as a last line of ``step``; then closes."""
+        losses = losses or {}
         if not self._metrics.closed:
-            self.write_awaiting()
+            self.settle(wait=False)
+            if any(self._losses.get(k, 0) != v for k, v in losses.items()):
+                self._write({"step": int(step), **losses})
             self._metrics.close()
         if self._progress is not None:
             self._progress.stop()
@@ -371,17 +357,12 @@ class _Previews:
         self._queue.put((fn, args))
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fn, args = item
+        for fn, args in iter(self._queue.get, None):  # until close()'s None
             fn(*args)  # catches and reports its own failures
 
     def close(self, timeout: float) -> None:
         self._queue.put(None)
-        deadline = time.monotonic() + timeout
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._thread.join(timeout)
         if self._thread.is_alive():
             left = self._queue.qsize() - 1  # less the stop item
             print(
@@ -421,14 +402,9 @@ def _tb_add_clip(
             for i, b in enumerate(decoded)
             if i % stride == 0
         ]
-        buf = io.BytesIO()
+        buf, duration = io.BytesIO(), max(20, int(1000 * stride / fps))
         images[0].save(
-            buf,
-            format="GIF",
-            save_all=True,
-            append_images=images[1:],
-            duration=max(20, int(1000 * stride / fps)),
-            loop=0,
+            buf, "GIF", save_all=True, append_images=images[1:], duration=duration, loop=0
         )
         image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue())
         summary = Summary(value=[Summary.Value(tag=tag, image=image)])

@@ -12,7 +12,7 @@
   uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly after a stop (or a
   recorder error). It writes the checkpoints, and knows the last one (what a diverged run names).
 - **Several ranks** (docs/distributed.md): each rank's RNG streams, train env and next observation
-  are its own. Rank 0 finds the checkpoint and tells the others which file; :func:`gather_ranks`
+  are its own. Rank 0 finds the checkpoint and tells the others which file; :meth:`ResumePoint.save`
   puts the other ranks' own entries into rank 0's checkpoint, under ``ranks``, and
   :meth:`Start.restore` gives each rank its own back.
 """
@@ -30,7 +30,8 @@ from rlrec import distributed, export
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
-from rlrec.layout import RunDir
+from rlrec.files import remove_quietly
+from rlrec.layout import RunDir, periodic_iteration
 from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
@@ -64,7 +65,13 @@ class Start:
 
     def check_compatible(self, obs_shape, action_space) -> None:
         """Refuses a checkpoint trained on an env with other observation or action spaces."""
-        ckpt.check_compatible(self.data, obs_shape, repr(action_space), key=self.key)
+        saved_obs, saved_act = tuple(self.data["obs_shape"]), self.data["action_space"]
+        if saved_obs != tuple(obs_shape) or saved_act != repr(action_space):
+            raise ConfigError(
+                f"{self.key} was trained on env {self.data.get('env_name')!r} with observations "
+                f"{saved_obs} and actions {saved_act}; this env has observations "
+                f"{tuple(obs_shape)} and actions {action_space!r}"
+            )
 
     def restore(
         self, rank: int, ppo: PPO, envs: Dict[str, Optional[AutoReset]], mode: ContextManager
@@ -99,62 +106,56 @@ class Start:
 def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     """The checkpoint this run starts from, or None for a new run; a :class:`ConfigError` when it
     cannot be used. Several ranks: rank 0 finds it and tells the others which file (they read the
-    same file); a refusal on rank 0 is raised on every rank."""
+    same file); a refusal on rank 0 is raised on every rank. ``resume=auto`` of a training run:
+    whether it already ended (then nothing changes), and else, on rank 0, what the run wrote after
+    the checkpoint (all of it without one) moved aside (``rlrec.train.timeline``)."""
     key = "checkpoint" if cfg.checkpoint else "resume"
     start: Optional[Start] = None
-    if world == 1:
-        start = _locate(cfg, Path(run_dir), key)
-    else:
-        found: Dict[str, Any] = {}
-        if rank == 0:
-            try:
-                start = _locate(cfg, Path(run_dir), key)
-                found = {"path": None if start is None else start.path}
-            except ConfigError as exc:
-                found = {"error": str(exc)}
-        found = distributed.broadcast(found)
-        if "error" in found:
-            raise ConfigError(found["error"])
-        if rank > 0 and found["path"]:
-            start = Start(found["path"], ckpt.load(found["path"]), key)
+    error: Optional[ConfigError] = None
+    if rank == 0:
+        try:
+            start = _locate(cfg, Path(run_dir), key)
+        except ConfigError as exc:
+            error = exc
+    # what rank 0 found, on every rank (with one rank: itself)
+    found = distributed.broadcast({"path": start and start.path, "error": error and str(error)})
+    if error is not None:
+        raise error
+    if found["error"]:
+        raise ConfigError(found["error"])
+    if rank > 0 and found["path"]:
+        start = Start(found["path"], ckpt.load(found["path"]), key)
+    # a training run that resume=auto continues in its own run dir
+    restarts = not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
     if start is not None:
-        _check_world(start, world, cfg.eval_only)
-        start = _continue(cfg, Path(run_dir), rank, world, start)
-    elif rank == 0 and _restarts(cfg):
-        # no checkpoint (killed or diverged before the first): all the first attempt wrote goes
-        timeline.supersede(run_dir, None, None, _video_dirs(cfg, Path(run_dir)))
+        # a checkpoint keeps the envs and RNG streams of each rank that saved it: training
+        # continues it with that many ranks only (evaluating it needs one process)
+        saved = int(start.data.get("world_size", 1))
+        if saved != world and not cfg.eval_only:
+            how = "python train.py" if saved == 1 else f"torchrun --nproc-per-node {saved}"
+            raise ConfigError(
+                f"{start.path} was saved by a run of {saved} rank(s) and this run has {world} "
+                f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
+                f"{saved} rank(s) only ({how} ...)"
+            )
+        if restarts and int(start.data["iteration"]) >= iterations(cfg, world):
+            if not start.eval_due:  # it ended: nothing to do, and nothing is written
+                return replace(start, finished=True)
+    if restarts and rank == 0:
+        paths = RunDir(run_dir)
+        videos = {
+            "train": cfg.recorder.dir or paths.videos("train"),
+            "eval": cfg.eval_env.recorder.dir or paths.videos("eval"),
+        }
+        saved = (None, None) if start is None else (Path(start.path), start.data)
+        timeline.supersede(run_dir, *saved, videos)
     return start
-
-
-def _restarts(cfg: Config) -> bool:
-    """Whether this is a training run that ``resume=auto`` continues in its own run dir."""
-    return not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
-
-
-def _video_dirs(cfg: Config, run_dir: Path) -> Dict[str, Path]:
-    return {
-        "train": cfg.recorder.dir or RunDir(run_dir).videos("train"),
-        "eval": cfg.eval_env.recorder.dir or RunDir(run_dir).videos("eval"),
-    }
 
 
 def iterations(cfg: Config, world: int) -> int:
     """The run's number of iterations: ``total_steps`` over the env steps of one iteration of
     every rank (at least one)."""
     return max(1, cfg.total_steps // (world * cfg.env.num_envs * cfg.algo.num_steps))
-
-
-def _continue(cfg: Config, run_dir: Path, rank: int, world: int, start: Start) -> Start:
-    """``resume=auto`` of a training run: whether it already ended (then nothing changes), and
-    else, on rank 0, what the run wrote after the checkpoint moved aside
-    (``rlrec.train.timeline``)."""
-    if not _restarts(cfg):
-        return start
-    if int(start.data["iteration"]) >= iterations(cfg, world) and not start.eval_due:
-        return replace(start, finished=True)
-    if rank == 0:
-        timeline.supersede(run_dir, Path(start.path), start.data, _video_dirs(cfg, run_dir))
-    return start
 
 
 def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
@@ -172,31 +173,6 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
             )
         return None if found is None else Start(str(found[0]), found[1], key)
     return None  # (eval_only=true without either: refused with the config)
-
-
-def _check_world(start: Start, world: int, eval_only: bool) -> None:
-    """A checkpoint keeps the envs and RNG streams of each rank that saved it: training continues
-    it with that many ranks only (evaluating it needs one process)."""
-    saved = int(start.data.get("world_size", 1))
-    if saved != world and not eval_only:
-        how = "python train.py" if saved == 1 else f"torchrun --nproc-per-node {saved}"
-        raise ConfigError(
-            f"{start.path} was saved by a run of {saved} rank(s) and this run has {world} "
-            f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
-            f"{saved} rank(s) only ({how} ...)"
-        )
-
-
-def gather_ranks(state: dict, world: int) -> Optional[dict]:
-    """The checkpoint of ``state`` (each rank calls it with its own): with several ranks, rank 0's
-    with each other rank's RNG streams, train env and next observation under ``ranks`` (and the
-    ``world_size``), and None on the other ranks."""
-    if world == 1:
-        return state
-    parts = distributed.gather({k: state[k] for k in _PER_RANK})
-    if parts is None:
-        return None
-    return {**state, "world_size": world, "ranks": parts[1:]}
 
 
 class ResumePoint:
@@ -220,17 +196,25 @@ class ResumePoint:
         one before a blow-up, ``Watch.protected``)."""
         self._now, self.protect = now, protect
         self._kept: Optional[dict] = None
-        self.run_dir, self.world = Path(run_dir), distributed.world_size()
+        self.paths, self.world = RunDir(Path(run_dir)), distributed.world_size()
         self._before_write, self.every = before_write, cfg.checkpoint_every
-        # checkpoint_keep: a resumed run's own periodic checkpoints are named in its checkpoint
-        resumed = start is not None and start.key == "resume"
-        self.retention = ckpt.Retention(cfg.checkpoint_keep, start.data if resumed else None)
+        # checkpoint_keep: the newest N of the run's own periodic checkpoints (0: all). Its own are
+        # those it wrote, named in each of its checkpoints (``periodic``: the names that may still
+        # be on disk, oldest first), so a run resumed with resume=auto knows them too and removes
+        # an older one that a kill left; a checkpoint another run wrote (one checkpoint=PATH
+        # started from, included) is never removed, nor is last.pt
+        self.retain = cfg.checkpoint_keep
+        names = start.data.get("periodic") or [] if start and start.key == "resume" else []
+        self.own = [str(n) for n in names if periodic_iteration(str(n)) is not None]
         # the last checkpoint written or started from: (path, its step, whether resume=auto in the
-        # run dir finds it, the file of it that the next checkpoint does not write again)
+        # run dir finds it, the file of it that the next checkpoint does not write again: the
+        # periodic checkpoint of its iteration beside it, if it is there)
         self.last: Optional[Tuple[str, int, bool, str]] = None
         if start is not None:
-            twin = ckpt.periodic_twin(start.path, start.data) or start.path
-            self.last = (start.path, int(start.data["global_step"]), cfg.resume == "auto", twin)
+            path = Path(start.path)
+            twin = path.parent / self.paths.periodic_checkpoint(int(start.data["iteration"])).name
+            kept = str(twin) if twin != path and twin.is_file() else start.path
+            self.last = (start.path, int(start.data["global_step"]), cfg.resume == "auto", kept)
 
     def keep(self, eval_due: bool = False) -> None:
         """A rollout (or, ``eval_due``, an evaluation, which a run resumed from this point redoes
@@ -269,13 +253,28 @@ class ResumePoint:
         disk: CheckpointWriteError names the file and the resume command."""
         state = self.state()
         step = int(state["global_step"])
-        gathered = None if alone and self.world > 1 else gather_ranks(state, self.world)
-        if gathered is not None:  # rank 0
-            self._before_write()
-            path, periodic = ckpt.write(
-                self.run_dir, gathered, iteration, self.retention, self.protect()
-            )
-            self.last = (str(path), step, True, str(periodic or path))
+        gathered: Optional[dict] = state
+        if self.world > 1:  # rank 0's, each other rank's own entries under "ranks"; None on those
+            parts = None if alone else distributed.gather({k: state[k] for k in _PER_RANK})
+            ranks = None if parts is None else {"world_size": self.world, "ranks": parts[1:]}
+            gathered = None if ranks is None else {**state, **ranks}
+        if gathered is None:  # another rank, or alone
+            return step
+        self._before_write()
+        last, periodic = self.paths.last_checkpoint, None
+        if iteration is not None:
+            periodic = self.paths.periodic_checkpoint(iteration)
+        own = sorted({*self.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
+        for path in (last, periodic):  # each durable (fsynced, renamed, the rename fsynced)
+            if path is not None:
+                ckpt.save(path, {**gathered, "periodic": own}, run_dir=self.paths.root)
+        # then the older ones beyond the newest N, but never the one before a blow-up (protect)
+        old, protected = own[: -self.retain] if self.retain > 0 else [], self.protect()
+        for name in old:
+            if name != protected:
+                remove_quietly(self.paths.checkpoints / name)
+        self.own = [n for n in old if n == protected] + own[len(old) :]
+        self.last = (str(last), step, True, str(periodic or last))
         return step
 
 

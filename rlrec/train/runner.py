@@ -283,15 +283,20 @@ class Runner:
         return self.last_eval
 
     def close(self) -> None:
-        """Closes the env stacks (a recorder saves the episode in progress), the evaluator (the
-        episode records whose clip never came) and the logger (``stack.close_all``). Idempotent."""
+        """Closes the env stacks (a recorder saves the episode in progress) and the evaluator
+        (the episode records whose clip never came) (``stack.close_all``), then the logger.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
-            close_all((self.train_env, self.eval_env), self.evaluator, self.logger)
+            close_all((self.train_env, self.eval_env), self.evaluator)
         finally:
-            self.losses = record_losses(self.train_env, self.eval_env)  # for the last console line
+            # what the recorders lost, the final evaluation's clip included: metrics.jsonl's last
+            # line (when it changed since the last line that carried it) and the console's
+            self.losses = record_losses(self.train_env, self.eval_env)
+            if self.logger is not None:
+                self.logger.close(self.global_step, self.losses)
 
 
 class _Unstopped:

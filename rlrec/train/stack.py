@@ -87,14 +87,12 @@ def record_losses(*stacks: Optional[EnvAdapter]) -> Dict[str, int]:
     """What the recorders of ``stacks`` lost so far, summed: ``record/clips_dropped``,
     ``record/frames_dropped``, ``record/encoder_stalls`` (``ClipEngine.losses``)."""
     out = {"record/clips_dropped": 0, "record/frames_dropped": 0, "record/encoder_stalls": 0}
-    for stack in stacks:
-        rec, eps = recorder_of(stack), None if stack is None else stack.find(EpisodeClips)
-        for losses in (
-            rec.engine.losses() if rec is not None and rec.engine is not None else {},
-            eps.losses() if eps is not None else {},
-        ):
-            for k, v in losses.items():
-                out[f"record/{k}"] += v
+    for stack in filter(None, stacks):
+        rec = recorder_of(stack)
+        for layer in (rec and rec.engine, stack.find(EpisodeClips)):
+            if layer is not None:
+                for k, v in layer.losses().items():
+                    out[f"record/{k}"] += v
     return out
 
 
