@@ -407,7 +407,24 @@ class ClipEngine:
         if self.closed:
             return
         clip = self._clip
-        idle = clip is None or clip.provisional  # a provisional clip does not hold triggers back
+        if self._asks_steps:
+            busy = clip is not None and not clip.provisional
+            first, device = self._first, self.device
+            start = self.schedule.on_step(
+                self.steps,
+                busy,
+                lambda: (
+                    bool(_tensor(terminated, device)[first])
+                    or bool(_tensor(truncated, device)[first])
+                ),
+            )  # the done flag is read only when the step trigger falls
+            if start:
+                if clip is not None:
+                    # it gives way: a provisional clip is dropped, and so is (restart) a clip
+                    # that holds only the state the new one starts on
+                    self._end_clip(keep=busy and (clip.steps > 0 or stepped))
+                self._start_clip(start)
+                clip = None  # the new clip's first frame is this state
         if clip is not None and stepped:
             clip.steps += 1
             success = info.get("success") if info else None
@@ -425,19 +442,6 @@ class ClipEngine:
             # (dropped) or close() keeps it
             if done or (full and not clip.provisional):
                 self._end_clip(keep=not clip.provisional)
-        if idle and stepped:
-            first, device = self._first, self.device
-            start = self.schedule.on_step(
-                self.steps,
-                lambda: (
-                    bool(_tensor(terminated, device)[first])
-                    or bool(_tensor(truncated, device)[first])
-                ),
-            )  # a step trigger, idle: the done flag is read when it falls
-            if start:
-                if self._clip is not None:
-                    self._end_clip(keep=False)  # a provisional clip gives way to it
-                self._start_clip(start)
         if self._waiting:
             self.poll()
 

@@ -78,10 +78,11 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
       is recorded, tiled (Gymnasium's default; each frame renders every sub-env);
     - ``episode_trigger`` / ``step_trigger``: callables as Gymnasium's (both: a clip starts when
       either fires); neither: the capped cubic schedule. ``episode_trigger(e)`` is asked at each
-      reset of the first recorded env; ``step_trigger(s)`` with the number of steps taken (0 at
-      the first reset), and the clip starts on the state after step ``s`` (Gymnasium's step ids
-      are one less). Both are kept as attributes, as Gymnasium's (``episode_trigger`` is the
-      capped cubic schedule when neither is given);
+      reset of the first recorded env; ``step_trigger(s)`` after each step with Gymnasium's step
+      id (0 after the first step), and the clip starts on the state after that step. A step
+      trigger that fires while a clip is open ends that clip and starts its own, as Gymnasium's.
+      Both are kept as attributes, as Gymnasium's (``episode_trigger`` is the capped cubic
+      schedule when neither is given);
     - ``video_length``: frames per clip; 0 (default): whole episodes, terminal frame included in
       every autoreset mode. A clip never runs across an episode boundary;
     - ``name_prefix``: files are ``{name_prefix}-episode-{N}.mp4`` / ``-step-{N}.mp4``;
@@ -155,10 +156,11 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         cfg.check(env.num_envs, _KEY, _NAMES)
         source = Source(env.num_envs, self._step_dt(env, dt), "cpu", self._render,
                         self._max_episode_steps(base))  # fmt: skip
+        # Gymnasium's step ids: 0 after the first step (the engine counts 1 there)
+        step_fn = None if step_trigger is None else lambda s: s > 0 and step_trigger(s - 1)
         self.engine = ClipEngine(
-            cfg, source, key=_KEY, on_clip=self._on_clip,
-            schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_trigger),
-            name=names.prefixed(name_prefix, _KEY),
+            cfg, source, key=_KEY, on_clip=self._on_clip, name=names.prefixed(name_prefix, _KEY, 1),
+            schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True),
         )  # fmt: skip
         self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
         self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
