@@ -10,15 +10,17 @@ its env's resets and steps into the engine's two events. Everything else a user 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from rlrec.checks import ConfigError
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
+from rlrec.record.settings import RecorderConfig
 
-__all__ = ["RecorderWrapper", "env_index_list", "positive_number"]
+__all__ = ["RecorderWrapper", "check_callables", "env_index_list", "positive_number"]
+__all__ += ["recorder_config"]
 
 
 class RecorderWrapper:
@@ -115,3 +117,30 @@ def positive_number(value: Any, key: str, name: str, rule: str) -> Optional[floa
     if not number or not math.isfinite(value) or not value > 0:
         raise ConfigError(f"{key}: {name}={value!r} is invalid: {rule}")
     return float(value)
+
+
+def check_callables(key: str, **arguments: Any) -> None:
+    """ConfigError naming ``key`` and the argument unless each of ``arguments`` is a callable or
+    None."""
+    for name, fn in arguments.items():
+        if fn is not None and not callable(fn):
+            raise ConfigError(f"{key}: {name}={fn!r} is invalid: give a callable or None")
+
+
+# RecorderConfig fields a drop-in takes by their own names (besides its framework's arguments)
+OPTIONS = ("length_frames", "length_sec", "record_final_episode", "overlay", "filename")
+OPTIONS += ("queue_size", "stall_timeout_sec", "quality", "preset", "lossless", "on_error")
+
+
+def recorder_config(key: str, options: Dict[str, Any], extra=(), **fields: Any) -> RecorderConfig:
+    """A drop-in's settings: ``fields`` from its framework's arguments, ``options`` the
+    :class:`RecorderConfig` fields its caller named (those of ``OPTIONS + extra`` that ``fields``
+    does not set); ConfigError naming any other."""
+    allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"{key} got an unknown argument {', '.join(map(repr, unknown))}: allowed are its "
+            f"framework's arguments, its own and {', '.join(allowed)}"
+        )
+    return RecorderConfig(**fields, **options)

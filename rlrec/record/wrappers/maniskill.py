@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 import gymnasium as gym
 import torch
@@ -33,27 +33,20 @@ from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger, recording
-from rlrec.record.wrappers.base import RecorderWrapper, positive_number
+from rlrec.record.settings import Trigger, recording
+from rlrec.record.wrappers.base import (
+    RecorderWrapper,
+    check_callables,
+    env_index_list,
+    positive_number,
+    recorder_config,
+)
 
 __all__ = ["RecordClips"]
 
 log = logging.getLogger(__name__)
 
 KEY = "RecordClips"
-# rlrec recorder options RecordEpisode has no argument for (the others have RecordEpisode names)
-RECORDER_OPTIONS = (
-    "trigger",
-    "every",
-    "env_idx",
-    "filename",
-    "queue_size",
-    "stall_timeout_sec",
-    "quality",
-    "preset",
-    "lossless",
-    "on_error",
-)
 # rlrec names whose meaning a RecordEpisode argument already carries
 RENAMED = {
     "dir": "output_dir",
@@ -66,13 +59,6 @@ RENAMED = {
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
 # the settings' fields under RecordEpisode's argument names, for the error messages
 NAMES = {"overlay": "info_on_video", "record_final_episode": "save_on_reset"}
-OWN_ARGUMENTS = ("ignore_terminations", "name_prefix", "on_clip") + RECORDER_OPTIONS
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{KEY}: {name}={value!r} is invalid: allowed values are True, False")
-    return value
 
 
 class RecordClips(RecorderWrapper, gym.Wrapper):
@@ -147,6 +133,16 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             )
         _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video,
                          video_fps, save_video_trigger, flags=locals())  # fmt: skip
+        if "env_idx" in recorder:
+            recorder["env_idx"] = env_index_list(recorder["env_idx"], KEY)
+        cfg = recorder_config(
+            KEY,
+            {"trigger": Trigger.always, **recorder},
+            extra=("trigger", "every", "env_idx"),
+            overlay=info_on_video,
+            record_final_episode=save_on_reset,
+            length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
+        )
         self.output_dir = os.fspath(output_dir)
         self.ignore_terminations = ignore_terminations
         # the first recorded env terminated and was not reset yet; that was logged
@@ -154,7 +150,6 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         self._base, self._first = base, 0
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
         if save_video:
-            cfg = _settings(recorder, info_on_video, max_steps_per_video, save_on_reset)
             self._first = int(cfg.env_idx[0])
             self.engine = self._engine(
                 env, cfg, video_fps, save_video_trigger, name_prefix, on_clip
@@ -275,40 +270,30 @@ def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_
                      save_video_trigger, flags) -> None:  # fmt: skip
     """Refuses what the settings' own check cannot see, before any work (``flags``: the
     constructor's arguments, of which those named in ``_FLAGS`` must be bools)."""
-    for k in recorder:
-        if k in RENAMED:
-            raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
-        if k not in RECORDER_OPTIONS:
-            raise ConfigError(
-                f"{KEY} got an unknown argument {k!r}: allowed are RecordEpisode's arguments "
-                f"and {', '.join(OWN_ARGUMENTS)}"
-            )
+    for k in sorted(set(recorder) & set(RENAMED)):  # the first one
+        raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
     if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
         raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
     for name in _FLAGS:
-        _flag(name, flags[name])
+        if not isinstance(flags[name], bool):
+            raise ConfigError(
+                f"{KEY}: {name}={flags[name]!r} is invalid: allowed values are True, False"
+            )
     if render_substeps is not False:
         raise ConfigError(
             f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
             "False (frames are taken once per env step)"
         )
-    if max_steps_per_video is not None and (
-        isinstance(max_steps_per_video, bool)
-        or not isinstance(max_steps_per_video, int)
-        or max_steps_per_video < 1
-    ):
+    steps = max_steps_per_video
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(
-            f"{KEY}: max_steps_per_video={max_steps_per_video!r} is invalid: a positive int "
-            "or None (the whole episode)"
+            f"{KEY}: max_steps_per_video={steps!r} is invalid: a positive int or None (the whole "
+            "episode)"
         )
     positive_number(
         video_fps, KEY, "video_fps", "a positive number or None (real time, 1 / control_timestep)"
     )
-    if save_video_trigger is not None and not callable(save_video_trigger):
-        raise ConfigError(
-            f"{KEY}: save_video_trigger={save_video_trigger!r} is invalid: a callable "
-            "f(step) -> bool or None"
-        )
+    check_callables(KEY, save_video_trigger=save_video_trigger)
     if save_video_trigger is not None and "trigger" in recorder:
         raise ConfigError(
             f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
@@ -319,18 +304,3 @@ def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_
             f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
             "values are rgb_array, sensors, all (or None: the human render camera)"
         )
-
-
-def _settings(recorder: Dict[str, Any], info_on_video: bool, max_steps_per_video: Optional[int],
-              save_on_reset: bool) -> RecorderConfig:  # fmt: skip
-    """The recorder's settings from RecordEpisode's arguments and rlrec's own (``recorder``)."""
-    # a trigger's name becomes a Trigger in the settings' check (ConfigError naming the values)
-    fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
-    if "env_idx" in fields:
-        fields["env_idx"] = list(fields["env_idx"])
-    return RecorderConfig(
-        **fields,
-        overlay=info_on_video,
-        length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
-        record_final_episode=save_on_reset,
-    )
