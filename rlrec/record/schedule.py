@@ -78,11 +78,11 @@ class Schedule:
     ):
         self.episode_fn = episode_fn
         self.step_fn = step_fn
+        if step_fn is not None or episode_fn is not None:  # callables replace the trigger
+            trigger = Trigger.step if step_fn is not None else Trigger.episode
         self.trigger = Trigger(trigger)
-        if step_fn is not None:
-            self.trigger = Trigger.step
-        elif episode_fn is not None:
-            self.trigger = Trigger.episode
+        # whether on_step must be asked after each step; False: a recorder need not look at them
+        self.asks_steps = self.trigger is Trigger.step
         self.every = None if every is None else int(every)
         self.record_final_episode = bool(record_final_episode)
         self.provisional = self.record_final_episode and bool(provisional)
@@ -103,12 +103,6 @@ class Schedule:
         """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``keep``,
         ``restart``)."""
         return cls(cfg.trigger, cfg.every, cfg.record_final_episode, **kw)
-
-    @property
-    def asks_steps(self) -> bool:
-        """Whether :meth:`on_step` must be asked after idle steps (``trigger=step``). False: an
-        idle recorder need not look at its steps at all."""
-        return self.trigger is Trigger.step
 
     # ------------------------------------------------------------------ decisions
     def on_reset(self, episode: int, steps: int, full_reset: bool) -> Optional[Start]:

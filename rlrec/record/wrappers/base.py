@@ -132,10 +132,13 @@ OPTIONS = ("length_frames", "length_sec", "record_final_episode", "overlay", "fi
 OPTIONS += ("queue_size", "stall_timeout_sec", "quality", "preset", "lossless", "on_error")
 
 
-def recorder_config(key: str, options: Dict[str, Any], extra=(), **fields: Any) -> RecorderConfig:
-    """A drop-in's settings: ``fields`` from its framework's arguments, ``options`` the
-    :class:`RecorderConfig` fields its caller named (those of ``OPTIONS + extra`` that ``fields``
-    does not set); ConfigError naming any other."""
+def recorder_config(
+    key: str, num_envs: int, names: Dict[str, str], options: Dict[str, Any], extra=(), **fields: Any
+) -> RecorderConfig:
+    """A drop-in's settings for ``num_envs`` envs, checked (:meth:`RecorderConfig.check`, its
+    messages naming ``names``: a field under the drop-in's argument name): ``fields`` from its
+    framework's arguments, ``options`` the :class:`RecorderConfig` fields its caller named (those
+    of ``OPTIONS + extra`` that ``fields`` does not set); ConfigError naming any other."""
     allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -143,4 +146,6 @@ def recorder_config(key: str, options: Dict[str, Any], extra=(), **fields: Any) 
             f"{key} got an unknown argument {', '.join(map(repr, unknown))}: allowed are its "
             f"framework's arguments, its own and {', '.join(allowed)}"
         )
-    return RecorderConfig(**fields, **options)
+    cfg = RecorderConfig(**fields, **options)
+    cfg.check(num_envs, key, names)
+    return cfg

@@ -112,6 +112,8 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             video_length_sec = None  # length_frames replaces the default 8 s
         cfg = recorder_config(
             KEY,
+            int(self.num_envs),
+            _NAMES,
             options,
             length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
             fps=positive_number(fps, KEY, "fps", _POSITIVE),
@@ -127,7 +129,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
         base = self.unwrapped
         horizon = getattr(base, "max_episode_length_steps", None)
-        cfg.check(int(self.num_envs), KEY, _NAMES)
         source = Source(int(self.num_envs), float(self.dt), getattr(base, "device", "cpu"),
                         self._render, None if horizon is None else int(horizon))  # fmt: skip
         # record_final_episode without expect_end: every untriggered episode is recorded

@@ -132,10 +132,8 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
         check_callables(_KEY, gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
         envs = _recorded(env.num_envs, env_idx, record_first_only)
-        folder = os.fspath(video_folder)
-        cfg = recorder_config(
-            _KEY, options, length_frames=video_length or None, fps=fps, env_idx=envs, dir=folder
-        )
+        fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
+        cfg = recorder_config(_KEY, env.num_envs, _NAMES, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
         self._async = isinstance(base, AsyncVectorEnv)
         self._sync = isinstance(base, SyncVectorEnv)
@@ -146,7 +144,6 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
         self.step_trigger, self.name_prefix = step_trigger, name_prefix
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
-        cfg.check(env.num_envs, _KEY, _NAMES)
         if dt is None:  # the sub-env's dt, else 1 / render_fps
             dt = _sub_env_attr(base, "dt") or 1.0 / (env.metadata.get("render_fps") or _FPS)
         spec = getattr(base, "spec", None) or _sub_env_attr(base, "spec")

@@ -137,6 +137,8 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             recorder["env_idx"] = env_index_list(recorder["env_idx"], KEY)
         cfg = recorder_config(
             KEY,
+            base.num_envs,
+            NAMES,
             {"trigger": Trigger.always, **recorder},
             extra=("trigger", "every", "env_idx"),
             overlay=info_on_video,
@@ -149,11 +151,20 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         self._ended_unreset, self._warned = False, False
         self._base, self._first = base, 0
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
-        if save_video:
+        name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
+        if save_video and recording(cfg):
+            from mani_skill.utils import gym_utils
+
             self._first = int(cfg.env_idx[0])
-            self.engine = self._engine(
-                env, cfg, video_fps, save_video_trigger, name_prefix, on_clip
-            )
+            # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
+            # engine times frames as if a step lasted 1 / video_fps seconds
+            dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
+            source = Source(base.num_envs, dt, base.device, self._render,
+                            gym_utils.find_max_episode_steps_value(env))  # fmt: skip
+            self.engine = ClipEngine(
+                cfg, source, self.output_dir, kind="video", key=KEY, on_clip=on_clip,
+                schedule=Schedule.of(cfg, step_fn=save_video_trigger), name=name,
+            )  # fmt: skip
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
             from mani_skill.utils.wrappers.record import RecordEpisode
 
@@ -165,25 +176,6 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
                 source_desc=source_desc,
             )  # fmt: skip
         super().__init__(env)
-
-    def _engine(self, env, cfg, video_fps, step_trigger, name_prefix, on_clip):
-        """The engine of ``cfg``; None when the settings record nothing (checked all the same)."""
-        base = self._base
-        cfg.check(base.num_envs, KEY, NAMES)
-        name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
-        if not recording(cfg):
-            return None
-        from mani_skill.utils import gym_utils
-
-        # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
-        # engine times frames as if a step lasted 1 / video_fps seconds
-        dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
-        source = Source(base.num_envs, dt, base.device, self._render,
-                        gym_utils.find_max_episode_steps_value(env))  # fmt: skip
-        return ClipEngine(
-            cfg, source, self.output_dir, kind="video", key=KEY, on_clip=on_clip,
-            schedule=Schedule.of(cfg, step_fn=step_trigger), name=name,
-        )  # fmt: skip
 
     # ------------------------------------------------------------------ the engine's events
 
