@@ -130,21 +130,15 @@ class _Recorded:
         """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
         list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
         ``[num_envs]``. Only the recorded envs are looked at."""
-        if isinstance(env_idx, (list, tuple, range)) and not (
-            env_idx and isinstance(env_idx[0], (bool, np.bool_))
-        ):  # a list of indices: no tensor, no device round trip
-            if len(self.env_np) == 1:  # one recorded env: a membership test
-                return self.every if self.first in env_idx else None
-            idx = np.asarray(env_idx, dtype=np.int64)
-        else:
-            if isinstance(env_idx, torch.Tensor):
-                # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
-                idx = env_idx.cpu().numpy()
-            else:
-                idx = np.asarray(env_idx)
-            if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
-                return idx.reshape(-1)[self.env_np]
-            idx = idx.reshape(-1)
+        if isinstance(env_idx, torch.Tensor):
+            # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
+            env_idx = env_idx.cpu().numpy()
+        elif len(self.env_np) == 1 and isinstance(env_idx, (list, tuple, range)):
+            if not env_idx or not isinstance(env_idx[0], (bool, np.bool_)):  # no mask
+                return self.every if self.first in env_idx else None  # a membership test
+        idx = np.asarray(env_idx).reshape(-1)
+        if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
+            return idx[self.env_np]
         return (idx[:, None] == self.env_np).any(axis=0)
 
     def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> list:
@@ -303,11 +297,10 @@ class ClipEngine:
         name: Optional[names.Name] = None,
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
-        self.num_envs = int(source.num_envs)
-        cfg.check(self.num_envs, self.key)
+        cfg.check(int(source.num_envs), self.key)
         check_dt(source.dt, self.key)
         self.cfg = cfg
-        self.dt = float(source.dt)
+        dt = float(source.dt)
         self.device = torch.device(source.device)
         self.render = source.render
         self.max_episode_steps = getattr(source, "max_episode_steps", None)
@@ -320,8 +313,8 @@ class ClipEngine:
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._recorded = _Recorded(self.env_idx, self.device)
-        self.steps_per_frame = steps_per_frame(cfg.fps, self.dt)
-        self.fps = real_fps(self.steps_per_frame, self.dt)  # written into the file
+        self.steps_per_frame = steps_per_frame(cfg.fps, dt)
+        self.fps = real_fps(self.steps_per_frame, dt)  # written into the file
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
         # absolute: a relative dir means the working directory at start-up
         self.video_dir = _video_dir(cfg, video_dir, self.key)

@@ -194,15 +194,10 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         resets, self._stepped_resets = self._stepped_resets, []
         try:
             term, trunc = terminated, truncated
-            n = int(self.num_envs)
             if resets or term is None or trunc is None:
                 term, trunc = self._done_flags(term, trunc, resets)
-            self.engine.on_step(
-                rewards if rewards is not None else torch.zeros(n),
-                term,
-                trunc,
-                info=extras if isinstance(extras, dict) else None,
-            )
+            reward = torch.zeros(int(self.num_envs)) if rewards is None else rewards
+            self.engine.on_step(reward, term, trunc, extras if isinstance(extras, dict) else None)
         finally:
             self._terminal = None
         for envs in resets:
@@ -241,11 +236,8 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             out = self._base_reset(env_ids, *args, **kwargs)
             self.engine.on_reset(env_ids)  # None: a full reset
             return out
-        envs = (
-            torch.arange(int(self.num_envs))
-            if env_ids is None
-            else torch.as_tensor(env_ids).reshape(-1)
-        )
+        every = env_ids is None
+        envs = torch.arange(int(self.num_envs)) if every else torch.as_tensor(env_ids).reshape(-1)
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
             if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):

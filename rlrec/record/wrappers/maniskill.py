@@ -20,6 +20,7 @@ default) are written by a ``RecordEpisode(save_video=False)`` inside this wrappe
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from typing import Any, Callable, List, Optional
@@ -185,18 +186,16 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
     def _episode_seed(self, seed) -> Optional[int]:
         """The seed of the first recorded env's new episode: ManiSkill's own episode seed, which
         it sets only on a seeded reset (or with ``enhanced_determinism``)."""
-        base = self._base
-        if seed is None and not getattr(base, "_enhanced_determinism", False):
-            return None
-        seeds = getattr(base, "_episode_seed", None)
-        if seeds is None or len(seeds) <= self._first:
+        seeds = getattr(self._base, "_episode_seed", None)
+        seeded = seed is not None or getattr(self._base, "_enhanced_determinism", False)
+        if not seeded or seeds is None or len(seeds) <= self._first:
             return None
         return int(seeds[self._first])
 
     def reset(self, *, seed=None, options=None, **kwargs):
         obs, info = self.env.reset(seed=seed, options=options, **kwargs)
         if self.engine is not None:
-            env_idx = None if not options or "env_idx" not in options else options["env_idx"]
+            env_idx = (options or {}).get("env_idx")
             if env_idx is not None and not torch.is_tensor(env_idx):
                 env_idx = torch.as_tensor(env_idx).reshape(-1)
             self.engine.on_reset(env_idx=env_idx, seed=self._episode_seed(seed))
@@ -245,29 +244,16 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         return self.env.flush_trajectory(*args, **kwargs)
 
 
-_FLAGS = (
-    "save_trajectory",
-    "save_video",
-    "info_on_video",
-    "save_on_reset",
-    "clean_on_close",
-    "record_reward",
-    "record_env_state",
-    "avoid_overwriting_video",
-    "ignore_terminations",
-)
-
-
 def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video, video_fps,
                      save_video_trigger, flags) -> None:  # fmt: skip
     """Refuses what the settings' own check cannot see, before any work (``flags``: the
-    constructor's arguments, of which those named in ``_FLAGS`` must be bools)."""
+    constructor's arguments, of which those annotated ``bool`` must be bools)."""
     for k in sorted(set(recorder) & set(RENAMED)):  # the first one
         raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
     if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
         raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
-    for name in _FLAGS:
-        if not isinstance(flags[name], bool):
+    for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
+        if parameter.annotation == "bool" and not isinstance(flags[name], bool):
             raise ConfigError(
                 f"{KEY}: {name}={flags[name]!r} is invalid: allowed values are True, False"
             )
