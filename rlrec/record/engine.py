@@ -414,10 +414,6 @@ class ClipEngine:
             self.poll()
 
     # ------------------------------------------------------------------ caller API
-    def record_next_episode(self) -> None:
-        """Records the next episode of the recorded env whatever the trigger says."""
-        self.schedule.record_next_episode()
-
     def expect_end(self, steps_left: int) -> None:
         """The caller will report ``steps_left`` more steps, then call :meth:`close`: with
         ``record_final_episode``, every episode of the recorded env that begins within the last

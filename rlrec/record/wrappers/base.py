@@ -48,7 +48,7 @@ class RecorderWrapper:
     def record_next_episode(self) -> None:
         """Records the next episode of the (first) recorded env whatever the trigger says."""
         if self.engine is not None:
-            self.engine.record_next_episode()
+            self.engine.schedule.record_next_episode()
 
     def expect_end(self, steps_left: int) -> None:
         """The caller will step ``steps_left`` more times, then close (see
@@ -95,15 +95,15 @@ class RecorderWrapper:
             self._user_on_clip(info)
 
 
-def env_index_list(value: Any, key: str, name: str = "env_idx") -> List[int]:
-    """A wrapper's env-index argument, one int or a list of them, as a list; ConfigError naming
-    ``key`` and ``name`` otherwise (the range is checked with the rest of the settings)."""
+def env_index_list(value: Any, key: str) -> List[int]:
+    """A wrapper's ``env_idx`` argument, one int or a list of them, as a list; ConfigError naming
+    ``key`` otherwise (the range is checked with the rest of the settings)."""
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not items or not all(
         isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items
     ):
         raise ConfigError(
-            f"{key}: {name}={value!r} is invalid: give one env index (an int) or a list of them"
+            f"{key}: env_idx={value!r} is invalid: give one env index (an int) or a list of them"
         )
     return [int(i) for i in items]
 

@@ -338,9 +338,7 @@ def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]
 def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
     """The vector env's autoreset mode; ``SAME_STEP`` is refused where no hook can keep the
     terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
-    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    if isinstance(mode, str):
-        mode = AutoresetMode(mode)
+    mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
     if mode is AutoresetMode.SAME_STEP and not hooked:
         how = (
             "build it with the hook, gym.make_vec(..., vectorization_mode='async', "
