@@ -378,14 +378,12 @@ class ClipEngine:
         if self._asks_steps:
             busy = clip is not None and not clip.provisional
             first, device = self._first, self.device
-            start = self.schedule.on_step(
-                self.steps,
-                busy,
-                lambda: (
-                    bool(_tensor(terminated, device)[first])
-                    or bool(_tensor(truncated, device)[first])
-                ),
-            )  # the done flag is read only when the step trigger falls
+
+            def terminal() -> bool:  # read only when the step trigger falls
+                done = _tensor(terminated, device)[first]
+                return bool(done) or bool(_tensor(truncated, device)[first])
+
+            start = self.schedule.on_step(self.steps, busy, terminal)
             if start:
                 if clip is not None:
                     # it gives way: a provisional clip is dropped, and so is (restart) a clip
@@ -591,11 +589,11 @@ class ClipEngine:
 
     def _end_clip(self, keep: bool) -> None:
         clip, self._clip = self._clip, None
-        if keep and clip is not None and self.schedule.keep is not None:
+        if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
             clip.fold()
             keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
-        summary = clip.summary(self.kind, self.env_idx) if keep and clip is not None else None
+        summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
 
     def _report(self, message: str) -> None:
