@@ -557,15 +557,12 @@ class ClipEngine:
         """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
         recorded envs' values of the step that led to it (lists; None on a first frame)."""
         clip = self._clip
-        assert clip is not None
         frames = self.render(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
-        if not (
-            isinstance(frames, torch.Tensor)
-            and frames.dtype is _UINT8
-            and frames.shape == self._frame_shape
-        ):  # a first frame, or one of another size or type
+        # a first frame, or one of another size or type
+        shape, dtype = getattr(frames, "shape", None), getattr(frames, "dtype", None)
+        if shape is None or shape != self._frame_shape or dtype is not _UINT8:
             self._frame_shape = _check_frames(frames, len(self.env_idx), self.key, self.env_idx)
         meta = None
         if self.cfg.overlay:

@@ -212,18 +212,16 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
 
     # ------------------------------------------------------------------ the vector env API
     def reset(self, *, seed=None, options: Optional[Dict[str, Any]] = None):
-        mask = None
-        if options is not None and "reset_mask" in options:
-            mask = np.array(options["reset_mask"], dtype=bool)  # the vector env pops it
+        mask = (options or {}).get("reset_mask")  # read here: the vector env pops it
+        mask = None if mask is None else np.array(mask, dtype=bool)
         out = self.env.reset(seed=seed, options=options)
         if self.engine.closed:
             return out
+        first_seed = seed  # the seed the vector env gave the first recorded sub-env
         if isinstance(seed, (int, np.integer)):
-            first_seed = int(seed) + self._first  # the seed the vector env gave that sub-env
+            first_seed = int(seed) + self._first
         elif seed is not None:
             first_seed = seed[self._first]
-        else:
-            first_seed = None
         if mask is None:
             self._pending = []
             self.engine.on_reset(env_idx=None, seed=first_seed)
