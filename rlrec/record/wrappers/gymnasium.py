@@ -62,12 +62,10 @@ class RenderHook(SubEnv):
 
 
 def _find_hook(env: gym.Env) -> Optional[SubEnv]:
-    while True:
-        if isinstance(env, SubEnv):
-            return env
-        if not isinstance(env, gym.Wrapper):
-            return None
+    """The :class:`SubEnv` among ``env``'s wrappers; None where it has none."""
+    while isinstance(env, gym.Wrapper) and not isinstance(env, SubEnv):
         env = env.env
+    return env if isinstance(env, SubEnv) else None
 
 
 class RecordVectorVideo(RecorderWrapper, VectorWrapper):
