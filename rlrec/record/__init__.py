@@ -30,24 +30,7 @@ from rlrec.record.frames import FrameMeta
 from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
 
-__all__ = [
-    "ClipEngine",
-    "ClipInfo",
-    "Encoder",
-    "EncoderError",
-    "FrameMeta",
-    "RecordClips",
-    "RecordVectorVideo",
-    "Recorder",
-    "RecorderConfig",
-    "RecorderError",
-    "RenderHook",
-    "Schedule",
-    "Source",
-    "Trigger",
-    "VideoWrapper",
-]
-
+# the wrappers, by the module of rlrec.record.wrappers that defines each
 _LAZY = {
     "Recorder": "adapter",
     "RecordVectorVideo": "gymnasium",
@@ -55,6 +38,19 @@ _LAZY = {
     "RecordClips": "maniskill",
     "VideoWrapper": "genesis_forge",
 }
+__all__ = [
+    "ClipEngine",
+    "ClipInfo",
+    "Encoder",
+    "EncoderError",
+    "FrameMeta",
+    "RecorderConfig",
+    "RecorderError",
+    "Schedule",
+    "Source",
+    "Trigger",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):

@@ -113,11 +113,9 @@ class _Recorded:
     def __init__(self, env_idx: List[int], device: torch.device):
         first, k = env_idx[0], len(env_idx)
         self.first, self.env_np = first, np.asarray(env_idx, dtype=np.int64)
-        self.hit_one = np.ones(1, dtype=bool)  # what hits() says of one recorded env, named
+        self.every = np.ones(k, dtype=bool)  # what hits() says of a reset of every env
         contiguous = env_idx == list(range(first, first + k))
         self.take: Any = slice(first, first + k) if contiguous else np.asarray(env_idx)
-        # a CPU tensor's recorded entries: a view (contiguous) or one index_select
-        self.cpu_index = None if contiguous else torch.tensor(env_idx, dtype=torch.long)
         self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
         self.device = device
 
@@ -125,52 +123,34 @@ class _Recorded:
         """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
         a device."""
         if isinstance(value, torch.Tensor):
-            if not value.is_cpu:
-                return None
-            if self.cpu_index is None:
-                return value[self.take].tolist()
-            return value.index_select(0, self.cpu_index).tolist()
-        if isinstance(value, np.ndarray):
-            return value[self.take].tolist()
+            return value[self.take].tolist() if value.is_cpu else None
         return np.asarray(value)[self.take].tolist()
 
     def hits(self, env_idx: Any) -> Optional[np.ndarray]:
         """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
         list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
         ``[num_envs]``. Only the recorded envs are looked at."""
-        if isinstance(env_idx, (list, tuple, range)) and not (
-            env_idx and isinstance(env_idx[0], (bool, np.bool_))
-        ):  # a list of indices: no tensor, no device round trip
-            if len(self.env_np) == 1:  # one recorded env: a membership test
-                return self.hit_one if self.first in env_idx else None
-            idx = np.asarray(env_idx, dtype=np.int64)
-        else:
-            if isinstance(env_idx, torch.Tensor):
-                # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
-                idx = env_idx.cpu().numpy()
-            else:
-                idx = np.asarray(env_idx)
-            if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
-                return idx.reshape(-1)[self.env_np]
-            idx = idx.reshape(-1)
+        if isinstance(env_idx, torch.Tensor):
+            # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
+            env_idx = env_idx.cpu().numpy()
+        elif len(self.env_np) == 1 and isinstance(env_idx, (list, tuple, range)):
+            if not env_idx or not isinstance(env_idx[0], (bool, np.bool_)):  # no mask
+                return self.every if self.first in env_idx else None  # a membership test
+        idx = np.asarray(env_idx).reshape(-1)
+        if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
+            return idx[self.env_np]
         return (idx[:, None] == self.env_np).any(axis=0)
 
-    def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> tuple:
-        host = self.host
-        r, t, u = host(reward), host(terminated), host(truncated)
-        s = None if success is None else host(success)
-        if r is None or t is None or u is None or (s is None and success is not None):
-            # on a device: one gather, one copy to the host
-            values = (reward, terminated, truncated) if success is None else (
-                reward, terminated, truncated, success)  # fmt: skip
+    def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> list:
+        values = [reward, terminated, truncated] + ([] if success is None else [success])
+        rows = [self.host(v) for v in values]
+        if None in rows:  # on a device: one gather, one copy to the host
             index = self.index
             gathered = torch.stack(
                 [_tensor(v, self.device).to(index.device).index_select(0, index) for v in values]
             )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
             rows = gathered.cpu().tolist()
-            r, t, u = rows[0], rows[1], rows[2]
-            s = None if success is None else rows[3]
-        return r, t, u, s
+        return rows if success is not None else rows + [None]
 
 
 # rewards of the recorded envs kept as plain rows until they are summed (in float32, in order)
@@ -181,11 +161,12 @@ class _Clip:
     """The clip being recorded: bookkeeping and the statistics its sidecar reports, per recorded
     env, of the episode each env was in at the clip's first frame."""
 
-    def __init__(self, k: int, first_step: int, seed: Any):
+    def __init__(self, episodes: List[int], first: int, seed: Any, provisional: bool, autoreset):
+        k = len(episodes)
         self.steps = 0  # env steps since the first frame
         self.frames = 0
-        self.first_step = first_step
-        self.last_step = first_step  # the step count at the last frame taken
+        self.first_step = first
+        self.last_step = first  # the step count at the last frame taken
         self.seed = seed
         # on the host, over the recorded envs. ``ret`` and ``length`` are up to date after
         # fold(): while every recorded episode runs on, a step only appends its rewards to
@@ -200,10 +181,10 @@ class _Clip:
         self.terminated = np.zeros(k, dtype=bool)
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
-        self.episodes: List[int] = []
+        self.episodes = episodes  # each recorded env's episode at the first frame
         # provisional (Schedule.provisional): dropped when its episode ends, kept only by close()
-        self.provisional = False
-        self.autoreset = False  # it began at a partial reset (an autoreset)
+        self.provisional = provisional
+        self.autoreset = autoreset  # it began at a partial reset (an autoreset)
 
     def fold(self) -> None:
         """Adds the pending rows to ``ret`` (float32, in step order) and ``length``."""
@@ -278,22 +259,16 @@ class _Clip:
 
 def _check_frames(frames: Any, k: int, key: str, env_idx: List[int]) -> Any:
     """``frames``' shape unless they are not a uint8 ``[k, H, W, 3]`` tensor (TypeError)."""
-    if (
-        not isinstance(frames, torch.Tensor)
-        or frames.dtype != torch.uint8
-        or frames.dim() != 4
-        or frames.shape[0] != k
-        or frames.shape[-1] != 3
-    ):
-        what = (
-            f"{frames.dtype} {tuple(frames.shape)}"
-            if isinstance(frames, torch.Tensor)
-            else type(frames).__name__
-        )
-        raise TypeError(
-            f"{key}: render({env_idx}) returned {what}; the recorder needs uint8 [{k}, H, W, 3]"
-        )
-    return frames.shape
+    shape = tuple(getattr(frames, "shape", ()))
+    if not isinstance(frames, torch.Tensor):
+        what = type(frames).__name__
+    elif frames.dtype == torch.uint8 and len(shape) == 4 and shape[0] == k and shape[-1] == 3:
+        return frames.shape
+    else:
+        what = f"{frames.dtype} {shape}"
+    raise TypeError(
+        f"{key}: render({env_idx}) returned {what}; the recorder needs uint8 [{k}, H, W, 3]"
+    )
 
 
 class ClipEngine:
@@ -322,11 +297,10 @@ class ClipEngine:
         name: Optional[names.Name] = None,
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
-        self.num_envs = int(source.num_envs)
-        cfg.check(self.num_envs, self.key)
+        cfg.check(int(source.num_envs), self.key)
         check_dt(source.dt, self.key)
         self.cfg = cfg
-        self.dt = float(source.dt)
+        dt = float(source.dt)
         self.device = torch.device(source.device)
         self.render = source.render
         self.max_episode_steps = getattr(source, "max_episode_steps", None)
@@ -339,8 +313,8 @@ class ClipEngine:
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._recorded = _Recorded(self.env_idx, self.device)
-        self.steps_per_frame = steps_per_frame(cfg.fps, self.dt)
-        self.fps = real_fps(self.steps_per_frame, self.dt)  # written into the file
+        self.steps_per_frame = steps_per_frame(cfg.fps, dt)
+        self.fps = real_fps(self.steps_per_frame, dt)  # written into the file
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
         # absolute: a relative dir means the working directory at start-up
         self.video_dir = _video_dir(cfg, video_dir, self.key)
@@ -372,18 +346,12 @@ class ClipEngine:
         # A full reset is reset(env_idx=None), as the runner does to start an evaluation; AutoReset
         # always names the envs it resets (even all of them): not a new evaluation.
         full = env_idx is None
-        if full:
-            hit = True
-            self._episodes += 1
-        else:
-            hits = self._recorded.hits(env_idx)
-            hit = hits is not None
-            if hit:
-                self._episodes += hits
-                hit = bool(hits[0])
-        if hit:
-            self._seed = seed
-            self._new_episode(full)
+        hits = self._recorded.every if full else self._recorded.hits(env_idx)
+        if hits is not None:
+            self._episodes += hits
+            if hits[0]:
+                self._seed = seed
+                self._new_episode(full)
         if self._waiting:
             self.poll()
 
@@ -407,7 +375,22 @@ class ClipEngine:
         if self.closed:
             return
         clip = self._clip
-        idle = clip is None or clip.provisional  # a provisional clip does not hold triggers back
+        if self._asks_steps:
+            busy = clip is not None and not clip.provisional
+            first, device = self._first, self.device
+
+            def terminal() -> bool:  # read only when the step trigger falls
+                done = _tensor(terminated, device)[first]
+                return bool(done) or bool(_tensor(truncated, device)[first])
+
+            start = self.schedule.on_step(self.steps, busy, terminal)
+            if start:
+                if clip is not None:
+                    # it gives way: a provisional clip is dropped, and so is (restart) a clip
+                    # that holds only the state the new one starts on
+                    self._end_clip(keep=busy and (clip.steps > 0 or stepped))
+                self._start_clip(start)
+                clip = None  # the new clip's first frame is this state
         if clip is not None and stepped:
             clip.steps += 1
             success = info.get("success") if info else None
@@ -425,27 +408,10 @@ class ClipEngine:
             # (dropped) or close() keeps it
             if done or (full and not clip.provisional):
                 self._end_clip(keep=not clip.provisional)
-        if idle and stepped:
-            first, device = self._first, self.device
-            start = self.schedule.on_step(
-                self.steps,
-                lambda: (
-                    bool(_tensor(terminated, device)[first])
-                    or bool(_tensor(truncated, device)[first])
-                ),
-            )  # a step trigger, idle: the done flag is read when it falls
-            if start:
-                if self._clip is not None:
-                    self._end_clip(keep=False)  # a provisional clip gives way to it
-                self._start_clip(start)
         if self._waiting:
             self.poll()
 
     # ------------------------------------------------------------------ caller API
-    def record_next_episode(self) -> None:
-        """Records the next episode of the recorded env whatever the trigger says."""
-        self.schedule.record_next_episode()
-
     def expect_end(self, steps_left: int) -> None:
         """The caller will report ``steps_left`` more steps, then call :meth:`close`: with
         ``record_final_episode``, every episode of the recorded env that begins within the last
@@ -513,12 +479,10 @@ class ClipEngine:
                 f"not a recorder state of version {_STATE_VERSION} (or 1): version {version!r}, "
                 f"missing keys {sorted(missing)}"
             )
-        schedule = state.get("schedule")
-        if schedule is None:  # version 1 kept the schedule's keys at the top level
-            keys = ("step_pending", "step_fired_at")
-            schedule = {k: state[k] for k in keys if k in state}
-            schedule["version"] = Schedule.STATE_VERSION
-        self.schedule.load_state_dict(schedule)
+        # version 1 kept the schedule's keys (its version 1) at the top level
+        keys = ("step_pending", "step_fired_at")
+        old = {"version": 1, **{k: state[k] for k in keys if k in state}}
+        self.schedule.load_state_dict(state.get("schedule", old))
         if self._clip is not None:
             self._end_clip(keep=False)
         self.episode = int(state["episode"])
@@ -561,18 +525,16 @@ class ClipEngine:
         self._episode_steps = 0
         start = self.schedule.on_reset(self.episode, self.steps, full_reset)
         if start:
-            self._start_clip(start)
-            if self._clip is not None:
-                self._clip.autoreset = not full_reset
+            self._start_clip(start, autoreset=not full_reset)
 
-    def _start_clip(self, start: Start) -> None:
+    def _start_clip(self, start: Start, autoreset: bool = False) -> None:
         provisional = start is Start.provisional
         by_step = start is Start.step or (provisional and self._asks_steps)
         at = names.ClipStart(self.kind, self.episode, self.steps, by_step, self.tag)
         self.clips_started += not provisional
-        clip = self._clip = _Clip(len(self.env_idx), self.steps, self._seed)
-        clip.provisional = provisional
-        clip.episodes = self._episodes.tolist()
+        clip = self._clip = _Clip(
+            self._episodes.tolist(), self.steps, self._seed, provisional, autoreset
+        )
         job = ClipJob(
             path=os.path.join(self.video_dir, self.name(at)),
             fixed_name=bool(self.cfg.filename),
@@ -595,15 +557,12 @@ class ClipEngine:
         """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
         recorded envs' values of the step that led to it (lists; None on a first frame)."""
         clip = self._clip
-        assert clip is not None
         frames = self.render(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
-        if not (
-            isinstance(frames, torch.Tensor)
-            and frames.dtype is _UINT8
-            and frames.shape == self._frame_shape
-        ):  # a first frame, or one of another size or type
+        # a first frame, or one of another size or type
+        shape, dtype = getattr(frames, "shape", None), getattr(frames, "dtype", None)
+        if shape is None or shape != self._frame_shape or dtype is not _UINT8:
             self._frame_shape = _check_frames(frames, len(self.env_idx), self.key, self.env_idx)
         meta = None
         if self.cfg.overlay:
@@ -627,11 +586,11 @@ class ClipEngine:
 
     def _end_clip(self, keep: bool) -> None:
         clip, self._clip = self._clip, None
-        if keep and clip is not None and self.schedule.keep is not None:
+        if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
             clip.fold()
             keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
-        summary = clip.summary(self.kind, self.env_idx) if keep and clip is not None else None
+        summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
 
     def _report(self, message: str) -> None:
@@ -639,9 +598,8 @@ class ClipEngine:
         if self.cfg.on_error == "raise":
             raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
         if len(self.errors) == 1:  # once; later failures are only appended to .errors
-            text = (
+            log.error(
                 f"{self.key}: {message}. Recording goes on without this clip; earlier clips are "
                 f"intact; later encoder errors are collected in .errors. Set "
                 f"{self.key}.on_error=raise to make this fatal."
             )
-            log.error(text)

@@ -58,9 +58,10 @@ def fixed(filename: str) -> Name:
     return lambda start: name
 
 
-def prefixed(prefix: str, key: str) -> Name:
-    """Gymnasium's names; ConfigError naming ``key`` unless ``prefix`` is a plain file-name
-    prefix."""
+def prefixed(prefix: str, key: str, step_base: int = 0) -> Name:
+    """Gymnasium's names: a step trigger's clip is named by its step count less ``step_base``
+    (1 for Gymnasium's step ids, 0 after the first step). ConfigError naming ``key`` unless
+    ``prefix`` is a plain file-name prefix."""
     bad = not isinstance(prefix, str) or not prefix.strip()
     if bad or "/" in prefix or prefix.startswith((".", "-")):
         raise ConfigError(
@@ -68,7 +69,9 @@ def prefixed(prefix: str, key: str) -> Name:
             "starting with '.' or '-')"
         )
     return lambda s: (
-        f"{prefix}-step-{s.step}.mp4" if s.by_step else f"{prefix}-episode-{s.episode}.mp4"
+        f"{prefix}-step-{s.step - step_base}.mp4"
+        if s.by_step
+        else f"{prefix}-episode-{s.episode}.mp4"
     )
 
 

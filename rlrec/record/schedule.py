@@ -6,8 +6,9 @@ The recorder counts steps (calls of ``step``) and episodes of the recorded env a
 - :meth:`Schedule.on_reset`, once at each new episode of the recorded env (its reset): does a clip
   start with this episode's first frame? Asked once per episode, an episode trigger cannot fire
   twice in one episode, even when a short clip ends long before the episode does.
-- :meth:`Schedule.on_step`, after each step while no clip is open, only for ``trigger=step``
-  (:attr:`Schedule.asks_steps`): does a clip start on the current state?
+- :meth:`Schedule.on_step`, after each step, only for ``trigger=step``
+  (:attr:`Schedule.asks_steps`): does a clip start on the current state? (While a clip is open,
+  only with ``restart``.)
 
 Beyond the trigger, two requests start a clip at a reset: :meth:`Schedule.record_next_episode`
 (the next episode, once) and :meth:`Schedule.expect_end` (with ``record_final_episode``: every
@@ -55,8 +56,10 @@ class Schedule:
     ``episode_fn`` / ``step_fn``: callable triggers (Gymnasium's ``episode_trigger`` /
     ``step_trigger``) replacing ``trigger``: ``episode_fn(episode)`` is asked once at each new
     episode, ``step_fn(steps)`` in place of ``steps % every == 0``; both: a clip starts when either
-    fires. ``provisional`` (with ``record_final_episode``, until :meth:`expect_end`): every
-    episode no trigger selects starts a provisional clip, which only ``close()`` keeps.
+    fires. ``restart`` (Gymnasium's RecordVideo): a step trigger that fires while a clip is open
+    ends that clip and starts its own. ``provisional`` (with ``record_final_episode``, until
+    :meth:`expect_end`): every episode no trigger selects starts a provisional clip, which only
+    ``close()`` keeps.
     ``keep(env, success, return)``: asked as each clip ends; False drops it.
     """
 
@@ -71,18 +74,20 @@ class Schedule:
         step_fn: Optional[Callable[[int], bool]] = None,
         provisional: bool = False,
         keep: Optional[Keep] = None,
+        restart: bool = False,
     ):
         self.episode_fn = episode_fn
         self.step_fn = step_fn
+        if step_fn is not None or episode_fn is not None:  # callables replace the trigger
+            trigger = Trigger.step if step_fn is not None else Trigger.episode
         self.trigger = Trigger(trigger)
-        if step_fn is not None:
-            self.trigger = Trigger.step
-        elif episode_fn is not None:
-            self.trigger = Trigger.episode
+        # whether on_step must be asked after each step; False: a recorder need not look at them
+        self.asks_steps = self.trigger is Trigger.step
         self.every = None if every is None else int(every)
         self.record_final_episode = bool(record_final_episode)
         self.provisional = self.record_final_episode and bool(provisional)
         self.keep = keep
+        self.restart = restart
         # checkpointed
         # the step trigger fell on a terminal step: start at the next reset
         self._step_pending = False
@@ -95,14 +100,9 @@ class Schedule:
 
     @classmethod
     def of(cls, cfg: RecorderConfig, **kw: Any) -> "Schedule":
-        """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``keep``)."""
+        """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``keep``,
+        ``restart``)."""
         return cls(cfg.trigger, cfg.every, cfg.record_final_episode, **kw)
-
-    @property
-    def asks_steps(self) -> bool:
-        """Whether :meth:`on_step` must be asked after idle steps (``trigger=step``). False: an
-        idle recorder need not look at its steps at all."""
-        return self.trigger is Trigger.step
 
     # ------------------------------------------------------------------ decisions
     def on_reset(self, episode: int, steps: int, full_reset: bool) -> Optional[Start]:
@@ -114,29 +114,29 @@ class Schedule:
         if episode == self._asked:
             return None
         self._asked = episode
-        by_episode = False
-        if self.trigger is Trigger.step:
-            due = self._step_due(steps) and steps != self._step_fired_at
-            fire = self._step_pending or due
-            # both callables: the episode trigger too, and its clip is the episode's
-            by_episode = self.episode_fn is not None and bool(self.episode_fn(episode))
-        else:
-            fire = self._episode_fires(episode, full_reset)
-        fire = fire or by_episode or self._record_next or self._final(steps)
-        if not fire:
+        by_step = self.trigger is Trigger.step and (
+            self._step_pending or (steps != self._step_fired_at and self._step_due(steps))
+        )
+        by_episode = self._episode_fires(episode, full_reset)  # both callables: its clip too
+        if not (by_step or by_episode or self._record_next or self._final(steps)):
             return Start.provisional if self.provisional else None
         if self.trigger is Trigger.step:
             self._step_fired_at = steps
         self._step_pending = self._record_next = False
-        return Start.step if self.trigger is Trigger.step and not by_episode else Start.episode
+        # the step trigger's name wins when both fire (Gymnasium's)
+        if by_step or (self.trigger is Trigger.step and not by_episode):
+            return Start.step
+        return Start.episode
 
-    def on_step(self, steps: int, terminal: Callable[[], bool]) -> Optional[Start]:
-        """Whether a clip starts on the state after step ``steps`` (asked only while no clip is
-        open, and only where :attr:`asks_steps`). ``terminal()`` says whether that step ended the
-        recorded env's episode; it is called only when the step trigger falls (a device read-back
-        every ``every`` steps). On a terminal step the clip starts at the next reset instead: a
-        clip of the terminal frame alone is useless."""
-        if self.trigger is not Trigger.step or not self._step_due(steps):
+    def on_step(self, steps: int, busy: bool, terminal: Callable[[], bool]) -> Optional[Start]:
+        """Whether a clip starts on the state after step ``steps`` (asked only where
+        :attr:`asks_steps`). ``busy``: a clip is open; the step trigger then starts nothing,
+        unless ``restart`` (that clip then ends where this one starts). ``terminal()`` says
+        whether that step ended the recorded env's episode; it is called only when the step
+        trigger falls (a device read-back every ``every`` steps). On a terminal step the clip
+        starts at the next reset instead: a clip of the terminal frame alone is useless."""
+        busy = busy and not self.restart
+        if self.trigger is not Trigger.step or busy or not self._step_due(steps):
             return None
         self._step_fired_at = steps
         if terminal():

@@ -95,12 +95,15 @@ class RecorderConfig:
         def n(f: str) -> str:
             return f"{key}.{names.get(f, f)}"
 
+        def refuse(f: str, why: str) -> None:
+            raise ConfigError(f"{n(f)}={getattr(self, f)!r} is invalid: {why}")
+
         positive(self.every, n("every"), allow_none=True)
         positive(self.length_frames, n("length_frames"), allow_none=True)
         check_floats(self, f"{key}.")  # length_sec, fps, stall_timeout_sec (by their own names)
         positive(self.queue_size, n("queue_size"))
         if not 1 <= self.quality <= 10:
-            raise ConfigError(f"{n('quality')}={self.quality!r} is invalid: must be in 1..10")
+            refuse("quality", "must be in 1..10")
         choice(self, "preset", X264Preset, n("preset"))
         choice(self, "on_error", OnError, n("on_error"))
         if self.length_frames is not None and self.length_sec is not None:
@@ -109,51 +112,47 @@ class RecorderConfig:
                 "length"
             )
         choice(self, "trigger", Trigger, n("trigger"))
-        trigger = self.trigger
-        if trigger in (Trigger.episode, Trigger.step) and self.every is None:
+        counted = self.trigger in (Trigger.episode, Trigger.step)
+        if counted and self.every is None:
             raise ConfigError(
-                f"{n('trigger')}={trigger.value} needs {n('every')} (a positive count)"
+                f"{n('trigger')}={self.trigger} needs {n('every')} (a positive count)"
             )
-        if trigger not in (Trigger.episode, Trigger.step) and self.every is not None:
-            raise ConfigError(
-                f"{n('every')}={self.every} is set but {n('trigger')}={trigger.value}: a recorder "
-                f"has exactly one trigger; use {n('trigger')}=episode or {n('trigger')}=step with "
-                "every"
+        if not counted and self.every is not None:
+            t = n("trigger")
+            refuse(
+                "every",
+                f"{t}={self.trigger}: a recorder has exactly one trigger; use {t}=episode or "
+                f"{t}=step with every",
             )
         if not self.env_idx:
-            raise ConfigError(f"{n('env_idx')} is empty: give at least one env index")
-        for i in self.env_idx:
-            if not 0 <= i < num_envs:
-                raise ConfigError(
-                    f"{n('env_idx')}={list(self.env_idx)} is invalid: each index must be in "
-                    f"[0, {num_envs - 1}] (num_envs={num_envs})"
-                )
+            refuse("env_idx", "give at least one env index")
+        if not all(0 <= i < num_envs for i in self.env_idx):
+            refuse("env_idx", f"each index must be in [0, {num_envs - 1}] (num_envs={num_envs})")
         if len(set(self.env_idx)) != len(self.env_idx):
-            raise ConfigError(f"{n('env_idx')}={list(self.env_idx)} repeats an index")
+            refuse("env_idx", "it repeats an index")
         name = self.filename
-        if name is not None:
-            # ffmpeg is handed file: and an absolute path, so this is about what the name means:
-            # one visible file in the video dir (".mp4" is appended when missing), with room for
-            # the temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
-            rule = (
+        # ffmpeg is handed file: and an absolute path, so this is about what the name means: one
+        # visible file in the video dir (".mp4" is appended when missing), with room for the
+        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
+        bad = name is not None and (not isinstance(name, str) or name != name.strip() or not name)
+        if name is not None and not bad:
+            bad = "/" in name or "\0" in name or name.startswith((".", "-"))
+            bad = bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200
+        if bad:
+            refuse(
+                "filename",
                 "must be a plain file name (no '/', not starting with '.', '-' or a space, at "
-                "most 200 bytes), e.g. latest.mp4; .mp4 is appended when missing"
+                "most 200 bytes), e.g. latest.mp4; .mp4 is appended when missing",
             )
-            bad = not isinstance(name, str) or not name.strip() or name != name.strip()
-            bad = bad or "/" in name or "\0" in name or name.startswith((".", "-"))
-            if bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200:
-                raise ConfigError(f"{n('filename')}={name!r} is invalid: {rule}")
-        if self.dir:
-            # a URL-like prefix (pipe:, file:, s3://...) is refused rather than taken as a
-            # directory of that name: ffmpeg would read it as a protocol, and a user probably
-            # meant one
-            scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", self.dir)  # ffmpeg's protocols
-            if scheme:
-                raise ConfigError(
-                    f"{n('dir')}={self.dir!r} is invalid: {scheme.group()} reads as a protocol "
-                    f"(URL), and the recorder writes local files only; give a directory path "
-                    f"(./{self.dir} for a directory of that name)"
-                )
+        # a URL-like prefix (pipe:, file:, s3://...) is refused rather than taken as a directory of
+        # that name: ffmpeg would read it as a protocol, and a user probably meant one
+        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", self.dir or "")  # ffmpeg's protocols
+        if scheme:
+            refuse(
+                "dir",
+                f"{scheme.group()} reads as a protocol (URL), and the recorder writes local files "
+                f"only; give a directory path (./{self.dir} for a directory of that name)",
+            )
         if recording(self) and self.dir:
             probe_dir(self.dir, n("dir"))
         self._passed = passed

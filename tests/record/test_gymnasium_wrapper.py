@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
+from gymnasium.wrappers.vector import RecordVideo as GymRecordVideo
 
 from rlrec.checks import ConfigError
 from rlrec.record import RecordVectorVideo, RenderHook
@@ -216,6 +217,8 @@ def test_episode_trigger_selects_episodes(tmp_path):
 
 
 def test_step_trigger_and_video_length(tmp_path):
+    """``step_trigger(s)`` is asked with Gymnasium's step id (0 after the first step): the
+    ``step-10`` clip starts on the state after step 11."""
     seed, length = 4, 6
     rec, actions = run(
         tmp_path,
@@ -231,10 +234,11 @@ def test_step_trigger_and_video_length(tmp_path):
     ref = reference(CARTPOLE[0], 2, AutoresetMode.DISABLED, actions, seed, [0])
     names = sorted(p.name for p in tmp_path.glob("*.mp4"))
     assert names == ["rl-video-step-10.mp4", "rl-video-step-40.mp4"]
-    for step in (10, 40):
-        frames, _ = decode(str(tmp_path / f"rl-video-step-{step}.mp4"))
-        # step_trigger(s) is asked with the number of steps taken: the clip starts on the state
-        # after step s (if step s ended the episode, on the reset that followed it)
+    for step_id in (10, 40):
+        frames, _ = decode(str(tmp_path / f"rl-video-step-{step_id}.mp4"))
+        # the clip starts on the state after step step_id + 1 (if that step ended the episode,
+        # on the reset that followed it)
+        step = step_id + 1
         e = max(e for e, start in enumerate(ref.starts[0]) if start <= step)
         end = ref.ends[0][e]
         k = length if end is None else min(length, end - step + 1)  # never across an episode end
@@ -250,11 +254,11 @@ def test_episode_and_step_triggers_together_as_gymnasium(tmp_path):
                        video_length=2)  # fmt: skip
     assert rec.episode_trigger is episode_trigger and rec.step_trigger is step_trigger
     ref = reference(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP, actions, 4, [0])
-    assert ref.starts[0][1] > 3 + 2, "episode 1 must begin after the step clip"
+    assert ref.starts[0][1] > 4 + 2, "episode 1 must begin after the step clip"
     names = sorted(p.name for p in tmp_path.glob("*.mp4"))
     assert names == ["rl-video-episode-1.mp4", "rl-video-step-3.mp4"]
     frames, _ = decode(str(tmp_path / "rl-video-step-3.mp4"))
-    assert_frames(frames, ref.timeline(0, 3, 2), "step clip")
+    assert_frames(frames, ref.timeline(0, 4, 2), "step clip")  # Gymnasium's step id 3: step 4
     frames, _ = decode(str(tmp_path / "rl-video-episode-1.mp4"))
     assert_frames(frames, ref.timeline(0, ref.starts[0][1], 2), "episode clip")
 
@@ -271,6 +275,87 @@ def test_trigger_attributes_default_to_gymnasiums(tmp_path):
         ]
     finally:
         rec.close()
+
+
+# ----------------------------------------------------------------------------- as Gymnasium's
+class GymnasiumRecordVideo(GymRecordVideo):
+    """Gymnasium's own vector RecordVideo, noting what each clip it saves holds: its frames, and
+    how many of them a reset of other envs added (in DISABLED mode it takes a frame at every
+    ``reset`` while recording, also at one that leaves env 0 running)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.saved: dict = {}
+        self._partial = 0
+
+    def reset(self, *, seed=None, options=None):
+        partial = options is not None and not options["reset_mask"][0]
+        out = super().reset(seed=seed, options=options)
+        self._partial += partial and self.recording
+        return out
+
+    def stop_recording(self):
+        if self.recorded_frames:
+            self.saved[f"{self._video_name}.mp4"] = (len(self.recorded_frames), self._partial)
+        self._partial = 0
+        super().stop_recording()
+
+
+SIDE_BY_SIDE = [
+    # a step trigger fires while an episode's clip is open: that clip ends, the step's begins
+    pytest.param(
+        199,
+        dict(step_trigger=lambda x: x == 100, episode_trigger=lambda x: x in (0, 3)),
+        ["rl-video-episode-0.mp4", "rl-video-episode-3.mp4", "rl-video-step-100.mp4"],
+        id="trigger-during-a-clip",
+    ),
+    pytest.param(
+        150,
+        dict(
+            episode_trigger=lambda x: x in (1, 4),
+            step_trigger=lambda x: x in (0, 30),
+            name_prefix="video-prefix",
+        ),
+        [f"video-prefix-{n}.mp4" for n in ("episode-1", "episode-4", "step-0", "step-30")],
+        id="name-prefix",
+    ),
+    # every clip cut by the next step trigger's, or ended by its episode; under NEXT_STEP step
+    # id 25 is the step that resets env 0 (its clip starts on the reset state)
+    pytest.param(
+        199,
+        dict(step_trigger=lambda x: x % 25 == 0),
+        sorted(f"rl-video-step-{s}.mp4" for s in range(0, 200, 25)),
+        id="step-triggers",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+@pytest.mark.parametrize("steps,kwargs,want", SIDE_BY_SIDE)
+def test_same_files_as_gymnasiums_record_video(tmp_path, mode, steps, kwargs, want):
+    """Gymnasium's own wrapper and the drop-in on the same run (10 CartPole envs, Gymnasium's
+    test suite's scenarios): the same files, each with Gymnasium's frames but for the documented
+    differences (docs/recorder.md): SAME_STEP, the terminal frame Gymnasium drops; DISABLED, the
+    frames Gymnasium adds at resets of other envs."""
+    recs = {}
+    for wrapper in (GymnasiumRecordVideo, RecordVectorVideo):
+        vec = make_vec(CARTPOLE[0], 10, mode)
+        actions = actions_for(vec, steps, seed=123)
+        rec = recs[wrapper] = wrapper(vec, str(tmp_path / wrapper.__name__), **kwargs)
+        drive(rec, mode, actions, seed=123)
+        rec.close()
+    theirs, ours = recs[GymnasiumRecordVideo], recs[RecordVectorVideo]
+    for folder in ("GymnasiumRecordVideo", "RecordVectorVideo"):
+        assert sorted(p.name for p in (tmp_path / folder).glob("*.mp4")) == want, folder
+    assert sorted(theirs.saved) == want
+    for clip in ours.clips:
+        name = os.path.basename(clip.path)
+        frames, partial = theirs.saved[name]
+        if mode is AutoresetMode.SAME_STEP:  # Gymnasium drops an episode's terminal frame
+            frames += sidecar(clip.path)["envs"][0]["end"] != "cut"
+        if mode is AutoresetMode.DISABLED:
+            frames -= partial
+        assert clip.num_frames == frames, name
 
 
 # ----------------------------------------------------------------------------- sidecar

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlrec.record.schedule import Schedule, capped_cubic
+from rlrec.record.schedule import Schedule, Start, capped_cubic
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.record.timing import clip_length, real_fps, steps_per_frame
 
@@ -81,7 +81,7 @@ def test_an_episode_trigger_fires_at_most_once_per_episode(trigger, every):
     assert s.on_reset(1, 5, False)
     assert not s.on_reset(1, 5, False)
     # episode triggers never look at steps
-    assert not s.asks_steps and not s.on_step(100, never_terminal)
+    assert not s.asks_steps and not s.on_step(100, False, never_terminal)
 
 
 def test_step_trigger_fires_on_multiples_of_every():
@@ -95,7 +95,7 @@ def test_step_trigger_fires_on_multiples_of_every():
         calls.append(1)
         return False
 
-    assert [t for t in range(1, 31) if s.on_step(t, terminal)] == [10, 20, 30]
+    assert [t for t in range(1, 31) if s.on_step(t, False, terminal)] == [10, 20, 30]
     assert len(calls) == 3  # the done flag is read only when the trigger falls
     assert not s.on_reset(3, 30, False)  # already fired at step 30, on the step
 
@@ -103,13 +103,28 @@ def test_step_trigger_fires_on_multiples_of_every():
 def test_step_trigger_on_a_terminal_step_is_pending_until_the_next_reset():
     s = Schedule(Trigger.step, 10)
     assert s.on_reset(0, 0, True)
-    assert not s.on_step(10, lambda: True)  # the terminal step: a clip of one frame is useless
+    assert not s.on_step(
+        10, False, lambda: True
+    )  # the terminal step: a clip of one frame is useless
     assert s.state_dict()["step_pending"]
     assert s.on_reset(1, 10, False)  # the reset right after it starts the clip
     assert not s.state_dict()["step_pending"]
     assert not s.on_reset(2, 14, False)  # and only that one
     # a reset at a multiple of every that the trigger did not fire at starts a clip too
     assert s.on_reset(3, 20, False)
+
+
+def test_a_step_trigger_during_a_clip_starts_one_only_with_restart():
+    calls = []
+    s = Schedule(Trigger.step, step_fn=lambda t: calls.append(t) or t == 5)
+    assert not s.on_step(5, True, never_terminal) and calls == []  # busy: not even asked
+    # restart (Gymnasium's RecordVideo): the open clip gives way to the step trigger's
+    s = Schedule(Trigger.step, step_fn=lambda t: t == 5, restart=True)
+    assert s.on_step(5, True, never_terminal) is Start.step
+    # both triggers at one reset: the step trigger's name, as Gymnasium's
+    s = Schedule(Trigger.step, step_fn=lambda t: t == 9, episode_fn=lambda e: e == 1)
+    assert s.on_reset(1, 9, False) is Start.step
+    assert s.on_reset(2, 12, False) is None
 
 
 def test_record_next_episode_once():
@@ -152,7 +167,7 @@ def test_expect_end_needs_record_final_episode():
 def test_state_round_trip():
     s = Schedule(Trigger.step, 10)
     assert s.on_reset(0, 0, True)
-    assert not s.on_step(10, lambda: True)  # pending
+    assert not s.on_step(10, False, lambda: True)  # pending
     state = s.state_dict()
     assert state == {"version": Schedule.STATE_VERSION, "step_pending": True, "step_fired_at": 10}
     resumed = Schedule(Trigger.step, 10)
@@ -164,7 +179,7 @@ def test_state_round_trip():
     assert not Schedule(Trigger.step, 10).on_reset(1, 13, False)  # a fresh schedule: nothing due
 
     assert s.on_reset(1, 10, False) and s.on_step(
-        20, never_terminal
+        20, False, never_terminal
     )  # fired at step 20, on the step
     resumed = Schedule(Trigger.step, 10)
     resumed.load_state_dict(s.state_dict())

@@ -10,15 +10,17 @@ its env's resets and steps into the engine's two events. Everything else a user 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from rlrec.checks import ConfigError
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
+from rlrec.record.settings import RecorderConfig
 
-__all__ = ["RecorderWrapper", "env_index_list", "positive_number"]
+__all__ = ["RecorderWrapper", "check_callables", "env_index_list", "positive_number"]
+__all__ += ["recorder_config"]
 
 
 class RecorderWrapper:
@@ -46,7 +48,7 @@ class RecorderWrapper:
     def record_next_episode(self) -> None:
         """Records the next episode of the (first) recorded env whatever the trigger says."""
         if self.engine is not None:
-            self.engine.record_next_episode()
+            self.engine.schedule.record_next_episode()
 
     def expect_end(self, steps_left: int) -> None:
         """The caller will step ``steps_left`` more times, then close (see
@@ -93,15 +95,15 @@ class RecorderWrapper:
             self._user_on_clip(info)
 
 
-def env_index_list(value: Any, key: str, name: str = "env_idx") -> List[int]:
-    """A wrapper's env-index argument, one int or a list of them, as a list; ConfigError naming
-    ``key`` and ``name`` otherwise (the range is checked with the rest of the settings)."""
+def env_index_list(value: Any, key: str) -> List[int]:
+    """A wrapper's ``env_idx`` argument, one int or a list of them, as a list; ConfigError naming
+    ``key`` otherwise (the range is checked with the rest of the settings)."""
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not items or not all(
         isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items
     ):
         raise ConfigError(
-            f"{key}: {name}={value!r} is invalid: give one env index (an int) or a list of them"
+            f"{key}: env_idx={value!r} is invalid: give one env index (an int) or a list of them"
         )
     return [int(i) for i in items]
 
@@ -115,3 +117,35 @@ def positive_number(value: Any, key: str, name: str, rule: str) -> Optional[floa
     if not number or not math.isfinite(value) or not value > 0:
         raise ConfigError(f"{key}: {name}={value!r} is invalid: {rule}")
     return float(value)
+
+
+def check_callables(key: str, **arguments: Any) -> None:
+    """ConfigError naming ``key`` and the argument unless each of ``arguments`` is a callable or
+    None."""
+    for name, fn in arguments.items():
+        if fn is not None and not callable(fn):
+            raise ConfigError(f"{key}: {name}={fn!r} is invalid: give a callable or None")
+
+
+# RecorderConfig fields a drop-in takes by their own names (besides its framework's arguments)
+OPTIONS = ("length_frames", "length_sec", "record_final_episode", "overlay", "filename")
+OPTIONS += ("queue_size", "stall_timeout_sec", "quality", "preset", "lossless", "on_error")
+
+
+def recorder_config(
+    key: str, num_envs: int, names: Dict[str, str], options: Dict[str, Any], extra=(), **fields: Any
+) -> RecorderConfig:
+    """A drop-in's settings for ``num_envs`` envs, checked (:meth:`RecorderConfig.check`, its
+    messages naming ``names``: a field under the drop-in's argument name): ``fields`` from its
+    framework's arguments, ``options`` the :class:`RecorderConfig` fields its caller named (those
+    of ``OPTIONS + extra`` that ``fields`` does not set); ConfigError naming any other."""
+    allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"{key} got an unknown argument {', '.join(map(repr, unknown))}: allowed are its "
+            f"framework's arguments, its own and {', '.join(allowed)}"
+        )
+    cfg = RecorderConfig(**fields, **options)
+    cfg.check(num_envs, key, names)
+    return cfg

@@ -45,25 +45,17 @@ from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
-from rlrec.record.settings import RecorderConfig
-from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
+from rlrec.record.wrappers.base import (
+    RecorderWrapper,
+    check_callables,
+    env_index_list,
+    positive_number,
+    recorder_config,
+)
 
 __all__ = ["VideoWrapper"]
 
 KEY = "VideoWrapper"
-# RecorderConfig fields a caller may set beyond Genesis Forge's own arguments
-OPTIONS = (
-    "length_frames",
-    "overlay",
-    "quality",
-    "preset",
-    "lossless",
-    "queue_size",
-    "stall_timeout_sec",
-    "on_error",
-)
-
-
 _POSITIVE = "must be a positive number or None"
 # the settings' fields under Genesis Forge's argument names, for the error messages
 _NAMES = {"length_sec": "video_length_sec", "dir": "out_dir"}
@@ -113,11 +105,22 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             raise ConfigError(
                 f"{KEY}: episode_trigger and step_trigger are both given: pass at most one"
             )
-        for name, fn in (("episode_trigger", episode_trigger), ("step_trigger", step_trigger)):
-            if fn is not None and not callable(fn):
-                raise ConfigError(f"{KEY}: {name}={fn!r} is not callable")
-        cfg = _settings(camera_attr, video_length_sec, fps, env_idx, filename,
-                        record_final_episode, options)  # fmt: skip
+        check_callables(KEY, episode_trigger=episode_trigger, step_trigger=step_trigger)
+        if not isinstance(camera_attr, str) or not camera_attr:
+            raise ConfigError(f"{KEY}: camera_attr={camera_attr!r} must be an attribute name")
+        if options.get("length_frames") is not None:
+            video_length_sec = None  # length_frames replaces the default 8 s
+        cfg = recorder_config(
+            KEY,
+            int(self.num_envs),
+            _NAMES,
+            options,
+            length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
+            fps=positive_number(fps, KEY, "fps", _POSITIVE),
+            env_idx=env_index_list(env_idx, KEY),
+            filename=filename,
+            record_final_episode=bool(record_final_episode),
+        )
         # Genesis Forge's attributes: the trigger as given (neither: the capped cubic schedule)
         self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
         self.step_trigger = step_trigger
@@ -126,7 +129,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
         base = self.unwrapped
         horizon = getattr(base, "max_episode_length_steps", None)
-        cfg.check(int(self.num_envs), KEY, _NAMES)
         source = Source(int(self.num_envs), float(self.dt), getattr(base, "device", "cpu"),
                         self._render, None if horizon is None else int(horizon))  # fmt: skip
         # record_final_episode without expect_end: every untriggered episode is recorded
@@ -192,15 +194,10 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         resets, self._stepped_resets = self._stepped_resets, []
         try:
             term, trunc = terminated, truncated
-            n = int(self.num_envs)
             if resets or term is None or trunc is None:
                 term, trunc = self._done_flags(term, trunc, resets)
-            self.engine.on_step(
-                rewards if rewards is not None else torch.zeros(n),
-                term,
-                trunc,
-                info=extras if isinstance(extras, dict) else None,
-            )
+            reward = torch.zeros(int(self.num_envs)) if rewards is None else rewards
+            self.engine.on_step(reward, term, trunc, extras if isinstance(extras, dict) else None)
         finally:
             self._terminal = None
         for envs in resets:
@@ -239,11 +236,8 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             out = self._base_reset(env_ids, *args, **kwargs)
             self.engine.on_reset(env_ids)  # None: a full reset
             return out
-        envs = (
-            torch.arange(int(self.num_envs))
-            if env_ids is None
-            else torch.as_tensor(env_ids).reshape(-1)
-        )
+        every = env_ids is None
+        envs = torch.arange(int(self.num_envs)) if every else torch.as_tensor(env_ids).reshape(-1)
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
             if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):
@@ -263,29 +257,3 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         for envs in resets:
             reset[envs.to(dev).long()] = True
         return term, trunc | (reset & ~term)
-
-
-def _settings(camera_attr, video_length_sec, fps, env_idx, filename, record_final_episode,
-              options) -> RecorderConfig:  # fmt: skip
-    """The recorder's settings from Genesis Forge's arguments and rlrec's own (``options``);
-    refuses what their own check cannot see, before any work."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(
-            f"{KEY}: unknown argument(s) {', '.join(unknown)}: allowed are Genesis Forge's "
-            f"(camera_attr, video_length_sec, episode_trigger, step_trigger, out_dir, fps, "
-            f"env_idx, filename, record_final_episode, logging), on_clip and "
-            f"{', '.join(OPTIONS)}"
-        )
-    if not isinstance(camera_attr, str) or not camera_attr:
-        raise ConfigError(f"{KEY}: camera_attr={camera_attr!r} must be an attribute name")
-    if options.get("length_frames") is not None:
-        video_length_sec = None  # length_frames replaces the default 8 s
-    return RecorderConfig(
-        length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
-        fps=positive_number(fps, KEY, "fps", _POSITIVE),
-        env_idx=env_index_list(env_idx, KEY),
-        filename=filename,
-        record_final_episode=bool(record_final_episode),
-        **options,
-    )

@@ -35,13 +35,18 @@ from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
-from rlrec.record.settings import OnError, RecorderConfig, X264Preset
-from rlrec.record.wrappers.base import RecorderWrapper, env_index_list, positive_number
+from rlrec.record.wrappers.base import (
+    RecorderWrapper,
+    check_callables,
+    env_index_list,
+    positive_number,
+    recorder_config,
+)
 
 __all__ = ["RecordVectorVideo", "RenderHook"]
 
 _KEY = "RecordVectorVideo"
-_DEFAULT_FPS = 30  # Gymnasium's RecordVideo: without render_fps, 30
+_FPS = 30  # Gymnasium's RecordVideo: without render_fps, 30
 # the settings' fields under this wrapper's own argument names, for its error messages
 _NAMES = {"length_frames": "video_length", "dir": "video_folder"}
 
@@ -57,12 +62,10 @@ class RenderHook(SubEnv):
 
 
 def _find_hook(env: gym.Env) -> Optional[SubEnv]:
-    while True:
-        if isinstance(env, SubEnv):
-            return env
-        if not isinstance(env, gym.Wrapper):
-            return None
+    """The :class:`SubEnv` among ``env``'s wrappers; None where it has none."""
+    while isinstance(env, gym.Wrapper) and not isinstance(env, SubEnv):
         env = env.env
+    return env if isinstance(env, SubEnv) else None
 
 
 class RecordVectorVideo(RecorderWrapper, VectorWrapper):
@@ -78,10 +81,11 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
       is recorded, tiled (Gymnasium's default; each frame renders every sub-env);
     - ``episode_trigger`` / ``step_trigger``: callables as Gymnasium's (both: a clip starts when
       either fires); neither: the capped cubic schedule. ``episode_trigger(e)`` is asked at each
-      reset of the first recorded env; ``step_trigger(s)`` with the number of steps taken (0 at
-      the first reset), and the clip starts on the state after step ``s`` (Gymnasium's step ids
-      are one less). Both are kept as attributes, as Gymnasium's (``episode_trigger`` is the
-      capped cubic schedule when neither is given);
+      reset of the first recorded env; ``step_trigger(s)`` after each step with Gymnasium's step
+      id (0 after the first step), and the clip starts on the state after that step. A step
+      trigger that fires while a clip is open ends that clip and starts its own, as Gymnasium's.
+      Both are kept as attributes, as Gymnasium's (``episode_trigger`` is the capped cubic
+      schedule when neither is given);
     - ``video_length``: frames per clip; 0 (default): whole episodes, terminal frame included in
       every autoreset mode. A clip never runs across an episode boundary;
     - ``name_prefix``: files are ``{name_prefix}-episode-{N}.mp4`` / ``-step-{N}.mp4``;
@@ -118,47 +122,38 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         gc_trigger: Optional[Callable[[int], bool]] = None,
         *,
         env_idx: Union[int, Sequence[int], None] = None,
-        length_sec: Optional[float] = None,
-        record_final_episode: bool = True,
-        lossless: bool = False,
-        quality: int = 7,
-        preset: Union[str, X264Preset] = X264Preset.ultrafast,
-        overlay: bool = False,
-        filename: Optional[str] = None,
-        on_error: Union[str, OnError] = OnError.warn,
-        queue_size: int = 64,
-        stall_timeout_sec: float = 10.0,
         dt: Optional[float] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
+        **options: Any,
     ):
-        _check_arguments(env, video_folder, video_aspect_ratio, video_length, length_sec,
-                         name_prefix, episode_trigger, step_trigger, gc_trigger,
-                         on_clip)  # fmt: skip
+        _check_arguments(env, video_folder, video_aspect_ratio, video_length)
+        triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
+        check_callables(_KEY, gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
         envs = _recorded(env.num_envs, env_idx, record_first_only)
+        fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
+        cfg = recorder_config(_KEY, env.num_envs, _NAMES, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
         self._async = isinstance(base, AsyncVectorEnv)
         self._sync = isinstance(base, SyncVectorEnv)
         self._async_hooks = self._async and all(base.call("has_wrapper_attr", RENDER_METHOD))
         self._mode = _autoreset_mode(env, base, self._sync or self._async_hooks)
-        cfg = RecorderConfig(
-            length_frames=int(video_length) or None, length_sec=length_sec, fps=fps, env_idx=envs,
-            overlay=overlay, filename=filename, dir=os.fspath(video_folder),
-            record_final_episode=record_final_episode, queue_size=queue_size,
-            stall_timeout_sec=stall_timeout_sec, quality=quality, preset=preset,
-            lossless=lossless, on_error=on_error,
-        )  # fmt: skip
         super().__init__(env)
         # Gymnasium's attributes: the triggers as given (neither: its capped cubic schedule)
         self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
         self.step_trigger, self.name_prefix = step_trigger, name_prefix
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
-        cfg.check(env.num_envs, _KEY, _NAMES)
-        source = Source(env.num_envs, self._step_dt(env, dt), "cpu", self._render,
-                        self._max_episode_steps(base))  # fmt: skip
+        if dt is None:  # the sub-env's dt, else 1 / render_fps
+            dt = _sub_env_attr(base, "dt") or 1.0 / (env.metadata.get("render_fps") or _FPS)
+        spec = getattr(base, "spec", None) or _sub_env_attr(base, "spec")
+        dt = positive_number(dt, _KEY, "dt", "seconds of sim time per step, > 0")
+        source = Source(
+            env.num_envs, dt, "cpu", self._render, getattr(spec, "max_episode_steps", None)
+        )
+        # Gymnasium's step ids: 0 after the first step (the engine counts 1 there)
+        step_fn = None if step_trigger is None else lambda s: s > 0 and step_trigger(s - 1)
         self.engine = ClipEngine(
-            cfg, source, key=_KEY, on_clip=self._on_clip,
-            schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_trigger),
-            name=names.prefixed(name_prefix, _KEY),
+            cfg, source, key=_KEY, on_clip=self._on_clip, name=names.prefixed(name_prefix, _KEY, 1),
+            schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True),
         )  # fmt: skip
         self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
         self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
@@ -167,34 +162,6 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         self._same_step = self._mode is AutoresetMode.SAME_STEP
         self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
         self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
-
-    # ------------------------------------------------------------------ sub-env facts
-    def _step_dt(self, env: VectorEnv, dt: Optional[float]) -> float:
-        """``dt``, else the sub-env's ``dt``, else ``1 / render_fps``, else ``1 / 30``."""
-        if dt is None:
-            dt = self._sub_env_dt(env.unwrapped)
-        if dt is None:
-            render_fps = env.metadata.get("render_fps")
-            dt = 1.0 / float(render_fps) if render_fps else 1.0 / _DEFAULT_FPS
-        return positive_number(dt, _KEY, "dt", "seconds of sim time per step, > 0")  # type: ignore[return-value]
-
-    def _sub_env_dt(self, base) -> Optional[float]:
-        if self._sync:
-            sub = base.envs[0]
-            return float(sub.get_wrapper_attr("dt")) if sub.has_wrapper_attr("dt") else None
-        if self._async:
-            if base.call("has_wrapper_attr", "dt")[0]:
-                return float(base.call("get_wrapper_attr", "dt")[0])
-        return None
-
-    @staticmethod
-    def _max_episode_steps(base) -> Optional[int]:
-        spec = getattr(base, "spec", None)
-        steps = getattr(spec, "max_episode_steps", None) if spec is not None else None
-        if steps is None and isinstance(base, SyncVectorEnv):
-            sub_spec = base.envs[0].spec
-            steps = sub_spec.max_episode_steps if sub_spec is not None else None
-        return steps
 
     def _install_hooks(self, envs: List[int]) -> Dict[int, SubEnv]:
         """The recorded sub-envs' hooks of a ``SyncVectorEnv`` in ``SAME_STEP`` mode (installed
@@ -214,20 +181,18 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
 
     # ------------------------------------------------------------------ rendering
     def _render(self, env_idx: List[int]) -> np.ndarray:
+        base = self._base
         if self._sync:
-            envs = self._base.envs
-            if self._terminal and self._hooks:  # SAME_STEP: a done env's frame is its hook's
-                frames = []
-                for i in env_idx:
-                    hook = self._hooks.get(i)
-                    frame = None if hook is None else hook.terminal_frame
-                    frames.append(envs[i].render() if frame is None else frame)
-                return np.stack(frames)
-            return np.stack([envs[i].render() for i in env_idx])
+            frames = []
+            for i in env_idx:  # SAME_STEP: a done env's terminal frame is its hook's
+                hook = self._hooks.get(i) if self._terminal else None
+                frame = None if hook is None else hook.terminal_frame
+                frames.append(base.envs[i].render() if frame is None else frame)
+            return np.stack(frames)
         if self._async_hooks:  # one round trip; only the wanted sub-envs render
-            out = self._base.call(RENDER_METHOD, tuple(env_idx), self._terminal)
+            out = base.call(RENDER_METHOD, tuple(env_idx), self._terminal)
         else:  # every sub-env renders: the vector API has no render of one
-            out = self._base.render()
+            out = base.render()
         return np.stack([np.asarray(out[i]) for i in env_idx])
 
     def _sync_arming(self) -> None:
@@ -243,26 +208,18 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             recorded = set(self.engine.env_idx)
             self._base.set_attr("armed", [armed and i in recorded for i in range(self.num_envs)])
 
-    def _done_watched(self, terminated: np.ndarray, truncated: np.ndarray) -> List[int]:
-        """The recorded envs that this step ended (only they need engine events: the engine
-        reports on the recorded envs alone)."""
-        hit = np.logical_or(terminated[self._watch], truncated[self._watch])
-        return self._watch[hit].tolist()
-
     # ------------------------------------------------------------------ the vector env API
     def reset(self, *, seed=None, options: Optional[Dict[str, Any]] = None):
-        mask = None
-        if options is not None and "reset_mask" in options:
-            mask = np.array(options["reset_mask"], dtype=bool)  # the vector env pops it
+        mask = (options or {}).get("reset_mask")  # read here: the vector env pops it
+        mask = None if mask is None else np.array(mask, dtype=bool)
         out = self.env.reset(seed=seed, options=options)
         if self.engine.closed:
             return out
+        first_seed = seed  # the seed the vector env gave the first recorded sub-env
         if isinstance(seed, (int, np.integer)):
-            first_seed = int(seed) + self._first  # the seed the vector env gave that sub-env
+            first_seed = int(seed) + self._first
         elif seed is not None:
             first_seed = seed[self._first]
-        else:
-            first_seed = None
         if mask is None:
             self._pending = []
             self.engine.on_reset(env_idx=None, seed=first_seed)
@@ -289,7 +246,8 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             i = self._first
             ended = [i] if terminated[i] or truncated[i] else []
         else:
-            ended = self._done_watched(terminated, truncated)
+            hit = np.logical_or(terminated[self._watch], truncated[self._watch])
+            ended = self._watch[hit].tolist()
         if self._next_step:
             stepped = True
             if self._pending:  # this step reset the recorded envs done at the last one
@@ -327,8 +285,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         self.end_clip()
 
 
-def _check_arguments(env, video_folder, video_aspect_ratio, video_length, length_sec,
-                     name_prefix, *callables) -> None:  # fmt: skip
+def _check_arguments(env, video_folder, video_aspect_ratio, video_length) -> None:
     """Refuses what the settings' own check cannot see, before any work."""
     if not isinstance(env, VectorEnv):
         raise TypeError(
@@ -347,23 +304,19 @@ def _check_arguments(env, video_folder, video_aspect_ratio, video_length, length
             f"{_KEY}: video_aspect_ratio={tuple(video_aspect_ratio)!r} is not supported: "
             "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
         )
-    arguments = ("episode_trigger", "step_trigger", "gc_trigger", "on_clip")
-    for name, fn in zip(arguments, callables):
-        if fn is not None and not callable(fn):
-            raise ConfigError(f"{_KEY}: {name}={fn!r} is invalid: give a callable or None")
-    if isinstance(video_length, bool) or not isinstance(video_length, (int, np.integer)):
-        raise ConfigError(f"{_KEY}: video_length={video_length!r} is invalid: give an int >= 0")
-    if video_length < 0:
+    whole = isinstance(video_length, (int, np.integer)) and not isinstance(video_length, bool)
+    if not whole or video_length < 0:
         raise ConfigError(
-            f"{_KEY}: video_length={video_length} is invalid: frames per clip, >= 0 "
+            f"{_KEY}: video_length={video_length!r} is invalid: frames per clip, an int >= 0 "
             "(0: whole episodes)"
         )
-    if video_length and length_sec is not None:
-        raise ConfigError(
-            f"{_KEY}: video_length={video_length} and length_sec={length_sec} are both set: "
-            "give at most one clip length"
-        )
-    names.prefixed(name_prefix, _KEY)
+
+
+def _sub_env_attr(base: VectorEnv, name: str) -> Any:
+    """Attribute ``name`` of the first sub-env (through its wrappers); None where it has none."""
+    if isinstance(base, (SyncVectorEnv, AsyncVectorEnv)) and base.call("has_wrapper_attr", name)[0]:
+        return base.call("get_wrapper_attr", name)[0]
+    return None
 
 
 def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]:
@@ -381,9 +334,7 @@ def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]
 def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
     """The vector env's autoreset mode; ``SAME_STEP`` is refused where no hook can keep the
     terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
-    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    if isinstance(mode, str):
-        mode = AutoresetMode(mode)
+    mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
     if mode is AutoresetMode.SAME_STEP and not hooked:
         how = (
             "build it with the hook, gym.make_vec(..., vectorization_mode='async', "

@@ -20,9 +20,10 @@ default) are written by a ``RecordEpisode(save_video=False)`` inside this wrappe
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, List, Optional
 
 import gymnasium as gym
 import torch
@@ -33,27 +34,20 @@ from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger, recording
-from rlrec.record.wrappers.base import RecorderWrapper, positive_number
+from rlrec.record.settings import Trigger, recording
+from rlrec.record.wrappers.base import (
+    RecorderWrapper,
+    check_callables,
+    env_index_list,
+    positive_number,
+    recorder_config,
+)
 
 __all__ = ["RecordClips"]
 
 log = logging.getLogger(__name__)
 
 KEY = "RecordClips"
-# rlrec recorder options RecordEpisode has no argument for (the others have RecordEpisode names)
-RECORDER_OPTIONS = (
-    "trigger",
-    "every",
-    "env_idx",
-    "filename",
-    "queue_size",
-    "stall_timeout_sec",
-    "quality",
-    "preset",
-    "lossless",
-    "on_error",
-)
 # rlrec names whose meaning a RecordEpisode argument already carries
 RENAMED = {
     "dir": "output_dir",
@@ -66,13 +60,6 @@ RENAMED = {
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
 # the settings' fields under RecordEpisode's argument names, for the error messages
 NAMES = {"overlay": "info_on_video", "record_final_episode": "save_on_reset"}
-OWN_ARGUMENTS = ("ignore_terminations", "name_prefix", "on_clip") + RECORDER_OPTIONS
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{KEY}: {name}={value!r} is invalid: allowed values are True, False")
-    return value
 
 
 class RecordClips(RecorderWrapper, gym.Wrapper):
@@ -147,18 +134,38 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             )
         _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video,
                          video_fps, save_video_trigger, flags=locals())  # fmt: skip
+        if "env_idx" in recorder:
+            recorder["env_idx"] = env_index_list(recorder["env_idx"], KEY)
+        cfg = recorder_config(
+            KEY,
+            base.num_envs,
+            NAMES,
+            {"trigger": Trigger.always, **recorder},
+            extra=("trigger", "every", "env_idx"),
+            overlay=info_on_video,
+            record_final_episode=save_on_reset,
+            length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
+        )
         self.output_dir = os.fspath(output_dir)
         self.ignore_terminations = ignore_terminations
         # the first recorded env terminated and was not reset yet; that was logged
         self._ended_unreset, self._warned = False, False
         self._base, self._first = base, 0
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
-        if save_video:
-            cfg = _settings(recorder, info_on_video, max_steps_per_video, save_on_reset)
+        name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
+        if save_video and recording(cfg):
+            from mani_skill.utils import gym_utils
+
             self._first = int(cfg.env_idx[0])
-            self.engine = self._engine(
-                env, cfg, video_fps, save_video_trigger, name_prefix, on_clip
-            )
+            # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
+            # engine times frames as if a step lasted 1 / video_fps seconds
+            dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
+            source = Source(base.num_envs, dt, base.device, self._render,
+                            gym_utils.find_max_episode_steps_value(env))  # fmt: skip
+            self.engine = ClipEngine(
+                cfg, source, self.output_dir, kind="video", key=KEY, on_clip=on_clip,
+                schedule=Schedule.of(cfg, step_fn=save_video_trigger), name=name,
+            )  # fmt: skip
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
             from mani_skill.utils.wrappers.record import RecordEpisode
 
@@ -171,25 +178,6 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             )  # fmt: skip
         super().__init__(env)
 
-    def _engine(self, env, cfg, video_fps, step_trigger, name_prefix, on_clip):
-        """The engine of ``cfg``; None when the settings record nothing (checked all the same)."""
-        base = self._base
-        cfg.check(base.num_envs, KEY, NAMES)
-        name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
-        if not recording(cfg):
-            return None
-        from mani_skill.utils import gym_utils
-
-        # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
-        # engine times frames as if a step lasted 1 / video_fps seconds
-        dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
-        source = Source(base.num_envs, dt, base.device, self._render,
-                        gym_utils.find_max_episode_steps_value(env))  # fmt: skip
-        return ClipEngine(
-            cfg, source, self.output_dir, kind="video", key=KEY, on_clip=on_clip,
-            schedule=Schedule.of(cfg, step_fn=step_trigger), name=name,
-        )  # fmt: skip
-
     # ------------------------------------------------------------------ the engine's events
 
     def _render(self, env_idx: List[int]) -> torch.Tensor:
@@ -198,18 +186,16 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
     def _episode_seed(self, seed) -> Optional[int]:
         """The seed of the first recorded env's new episode: ManiSkill's own episode seed, which
         it sets only on a seeded reset (or with ``enhanced_determinism``)."""
-        base = self._base
-        if seed is None and not getattr(base, "_enhanced_determinism", False):
-            return None
-        seeds = getattr(base, "_episode_seed", None)
-        if seeds is None or len(seeds) <= self._first:
+        seeds = getattr(self._base, "_episode_seed", None)
+        seeded = seed is not None or getattr(self._base, "_enhanced_determinism", False)
+        if not seeded or seeds is None or len(seeds) <= self._first:
             return None
         return int(seeds[self._first])
 
     def reset(self, *, seed=None, options=None, **kwargs):
         obs, info = self.env.reset(seed=seed, options=options, **kwargs)
         if self.engine is not None:
-            env_idx = None if not options or "env_idx" not in options else options["env_idx"]
+            env_idx = (options or {}).get("env_idx")
             if env_idx is not None and not torch.is_tensor(env_idx):
                 env_idx = torch.as_tensor(env_idx).reshape(-1)
             self.engine.on_reset(env_idx=env_idx, seed=self._episode_seed(seed))
@@ -258,57 +244,34 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         return self.env.flush_trajectory(*args, **kwargs)
 
 
-_FLAGS = (
-    "save_trajectory",
-    "save_video",
-    "info_on_video",
-    "save_on_reset",
-    "clean_on_close",
-    "record_reward",
-    "record_env_state",
-    "avoid_overwriting_video",
-    "ignore_terminations",
-)
-
-
 def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video, video_fps,
                      save_video_trigger, flags) -> None:  # fmt: skip
     """Refuses what the settings' own check cannot see, before any work (``flags``: the
-    constructor's arguments, of which those named in ``_FLAGS`` must be bools)."""
-    for k in recorder:
-        if k in RENAMED:
-            raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
-        if k not in RECORDER_OPTIONS:
-            raise ConfigError(
-                f"{KEY} got an unknown argument {k!r}: allowed are RecordEpisode's arguments "
-                f"and {', '.join(OWN_ARGUMENTS)}"
-            )
+    constructor's arguments, of which those annotated ``bool`` must be bools)."""
+    for k in sorted(set(recorder) & set(RENAMED)):  # the first one
+        raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
     if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
         raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
-    for name in _FLAGS:
-        _flag(name, flags[name])
+    for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
+        if parameter.annotation == "bool" and not isinstance(flags[name], bool):
+            raise ConfigError(
+                f"{KEY}: {name}={flags[name]!r} is invalid: allowed values are True, False"
+            )
     if render_substeps is not False:
         raise ConfigError(
             f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
             "False (frames are taken once per env step)"
         )
-    if max_steps_per_video is not None and (
-        isinstance(max_steps_per_video, bool)
-        or not isinstance(max_steps_per_video, int)
-        or max_steps_per_video < 1
-    ):
+    steps = max_steps_per_video
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(
-            f"{KEY}: max_steps_per_video={max_steps_per_video!r} is invalid: a positive int "
-            "or None (the whole episode)"
+            f"{KEY}: max_steps_per_video={steps!r} is invalid: a positive int or None (the whole "
+            "episode)"
         )
     positive_number(
         video_fps, KEY, "video_fps", "a positive number or None (real time, 1 / control_timestep)"
     )
-    if save_video_trigger is not None and not callable(save_video_trigger):
-        raise ConfigError(
-            f"{KEY}: save_video_trigger={save_video_trigger!r} is invalid: a callable "
-            "f(step) -> bool or None"
-        )
+    check_callables(KEY, save_video_trigger=save_video_trigger)
     if save_video_trigger is not None and "trigger" in recorder:
         raise ConfigError(
             f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
@@ -319,18 +282,3 @@ def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_
             f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
             "values are rgb_array, sensors, all (or None: the human render camera)"
         )
-
-
-def _settings(recorder: Dict[str, Any], info_on_video: bool, max_steps_per_video: Optional[int],
-              save_on_reset: bool) -> RecorderConfig:  # fmt: skip
-    """The recorder's settings from RecordEpisode's arguments and rlrec's own (``recorder``)."""
-    # a trigger's name becomes a Trigger in the settings' check (ConfigError naming the values)
-    fields: Dict[str, Any] = {"trigger": Trigger.always, **recorder}
-    if "env_idx" in fields:
-        fields["env_idx"] = list(fields["env_idx"])
-    return RecorderConfig(
-        **fields,
-        overlay=info_on_video,
-        length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
-        record_final_episode=save_on_reset,
-    )
