@@ -209,10 +209,7 @@ def test_episode_clips_render_once_per_step_only_the_envs_still_recorded(fast_co
 
     cfg = fast_config(["env.max_episode_steps=6"])
     inner = Count(make_adapter(cfg.env, cfg.sim, 3, 0))
-    clips = []
-    rec = EpisodeClips(
-        inner, cfg.eval_env.recorder, str(tmp_path), on_clip=lambda i, c: clips.append(i)
-    )
+    rec = EpisodeClips(inner, cfg.eval_env.recorder, str(tmp_path))
     env = AutoReset(rec)
     env.reset(seed=0)
     steps = [torch.zeros(3, 2)] * 9
@@ -220,7 +217,7 @@ def test_episode_clips_render_once_per_step_only_the_envs_still_recorded(fast_co
         if i == 2:  # env 1's episode ends two steps early, at the 4th step
             inner.env.clock.elapsed[1] = 4
         env.step(a)
-    rec.flush()
+    clips = rec.settle({i: (None, 0.0) for i in range(3)})
     env.close()
     assert inner.calls[0] == [0, 1, 2]  # the full reset: one render of all
     assert len(inner.calls) == 1 + 6  # then one per step until the episodes end at step 6

@@ -3,15 +3,18 @@
 The training thread only copies frames into reusable CPU buffers and queues them; this thread
 tiles, overlays and pads them (:mod:`rlrec.record.frames`) and pipes them into an
 :class:`~rlrec.record.ffmpeg.FFmpegProcess`, so no whole clip is ever held in memory. A clip is
-written to a hidden temporary name in its directory and moved to its final name once ffmpeg
-exited cleanly, so whoever scans the directory never sees a partial file:
+written to a hidden temporary name in its directory; once ffmpeg exited cleanly it waits there
+until the training thread takes it (:meth:`Encoder.results`, or :meth:`Encoder.place` of a result
+taken unplaced) and is moved to its final name then, so whoever scans the directory never sees a
+partial file, and whoever is handed a clip finds that clip under its name:
 
 - a clip of its own name (``fixed_name=False``) claims the name atomically with ``os.link``, which
   fails if the name exists, and tries ``stem-1.ext``, ``stem-2.ext``, ... until one is free, so two
   encoders (two runs sharing a directory) never overwrite each other's clips;
-- a fixed name (``fixed_name=True``) is replaced (``os.replace``) in the training thread when
-  :meth:`Encoder.results` (or :meth:`Encoder.place`) hands the clip over, so whoever is handed a
-  clip finds that clip, not a later one, under its name until it asks for the next result.
+- a fixed name (``fixed_name=True``) is replaced (``os.replace``).
+
+An encoder told to :attr:`~Encoder.hold` its clips keeps them in their temporary files until
+:meth:`Encoder.release` says which are placed (the others' files are removed, never placed).
 
 No wait of the training thread on this thread is unbounded: see :class:`Encoder`.
 """
@@ -53,9 +56,12 @@ class ClipInfo:
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
     sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
-    # a fixed-name clip not yet moved to ``path`` (its temporary file): Encoder.place moves it
+    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, its
+    # sidecar's data, and whether a holding encoder released it (Encoder.place, Encoder.release)
     _pending: Optional[str] = field(default=None, repr=False, compare=False)
+    _fixed: bool = field(default=False, repr=False, compare=False)
     _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
+    _released: bool = field(default=False, repr=False, compare=False)
 
 
 @dataclass
@@ -149,6 +155,7 @@ class _Worker:
         self.buffers = 0  # buffers that exist (free + in flight)
         self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self.results: Deque[Any] = collections.deque()
+        self.held_clips: List[ClipInfo] = []  # finished clips Encoder.hold keeps (training thread)
         self.reported: Set[int] = set()  # serials of clips whose failure was reported
         self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
@@ -218,8 +225,8 @@ class _Worker:
             self.cv.notify_all()
 
     def _drop_pending(self) -> None:
-        """Removes the temporary files of finished fixed-name clips nobody will place now."""
-        for result in list(self.results):
+        """Removes the temporary files of finished clips nobody will place now."""
+        for result in list(self.results) + self.held_clips:
             if isinstance(result, ClipInfo) and result._pending is not None:
                 remove_quietly(result._pending)
                 result._pending, result._sidecar_data = None, None
@@ -343,13 +350,9 @@ class _Worker:
             if serial in self.aborted:
                 raise EncoderError("given up on by the training thread")
             data = None if summary is None else self._sidecar(job, tmp, frames, summary)
+            # moved to its name when handed to the training thread
             info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
-            if job.fixed_name:  # moved to its name when handed to the training thread
-                info._pending, info._sidecar_data = tmp, data
-            else:
-                info.path = _claim(tmp, job.path)  # type: ignore[arg-type]
-                if data is not None:  # the mp4 is complete under its name: now its sidecar
-                    info.sidecar = write_sidecar(info.path, data)
+            info._pending, info._fixed, info._sidecar_data = tmp, job.fixed_name, data
         except Exception as err:
             remove_quietly(tmp)
             if getattr(err, "stalled", False):
@@ -462,6 +465,7 @@ class Encoder:
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
+        self.hold = False  # finished clips wait in their temporary files for release()
 
     @property
     def current_pid(self) -> Optional[int]:
@@ -593,24 +597,44 @@ class Encoder:
     # -------------------------------------------------------------- the results
     def results(self, place: bool = True) -> List[Any]:
         """The finished clips (ClipInfo) and failure messages (str) since the last call, in
-        order. ``place``: fixed-name clips are moved to their name here, in order; with False the
-        caller moves each with :meth:`place` right before handing it on, so that the file under
-        its name is that clip while it is being handed on."""
+        order (clips held while :attr:`hold`: none). ``place``: each clip is moved to its name
+        here, in order; with False the caller moves each with :meth:`place` right before handing
+        it on, so that the file under its name is that clip while it is being handed on."""
         out = []
-        results = self._w.results
-        while results:
-            result = results.popleft()
-            out.append(self.place(result) if place else result)
+        w = self._w
+        while w.results:
+            result = w.results.popleft()
+            if self.hold and isinstance(result, ClipInfo) and not result._released:
+                w.held_clips.append(result)
+            else:
+                out.append(self.place(result) if place else result)
         return out
 
+    def release(self, keep: Callable[[ClipInfo], bool]) -> None:
+        """Hands on the clips held (:attr:`hold`): those ``keep`` selects come with the next
+        :meth:`results` (placed under their names there); the others' temporary files are
+        removed, and no name of theirs is ever taken."""
+        w = self._w
+        held, w.held_clips = w.held_clips, []
+        for clip in held:
+            if keep(clip):
+                clip._released = True
+                w.results.append(clip)
+            else:
+                remove_quietly(clip._pending)
+
     def place(self, result: Any) -> Any:
-        """Moves a fixed-name clip to its name, replacing the file there; returns the ClipInfo,
-        or a failure message if it could not be moved. Anything else is returned as it is."""
+        """Moves a finished clip to its name (a fixed name replaced, else the first free one of
+        ``stem.ext``, ``stem-1.ext``, ...), then writes its sidecar; returns the ClipInfo, or a
+        failure message if it could not be moved. Anything else is returned as it is."""
         if not isinstance(result, ClipInfo) or result._pending is None:
             return result
         tmp, result._pending = result._pending, None
         try:
-            os.replace(tmp, result.path)
+            if result._fixed:
+                os.replace(tmp, result.path)
+            else:
+                result.path = _claim(tmp, result.path)
         except OSError as err:
             remove_quietly(tmp)
             return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"
