@@ -93,12 +93,9 @@ class Evaluator:
         obs, _ = env.reset(seed=cfg.seed)
         first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
         success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
-        envs: List[torch.Tensor] = []  # per finished episode, in order: env, first episode?
-        firsts: List[torch.Tensor] = []
-        returns: List[torch.Tensor] = []
-        lengths: List[torch.Tensor] = []
-        successes: List[torch.Tensor] = []
-        ends: List[torch.Tensor] = []
+        # per step that ended counted episodes: [6, k] rows env, first episode?, return, length,
+        # success, terminated
+        parts: List[torch.Tensor] = []
         has_success = False
         count = 0
         limit = (env.max_episode_steps or 10_000) * (math.ceil(target / n) + 1)
@@ -111,12 +108,9 @@ class Evaluator:
                 done = info["_final"]
                 take = done & ~first_done if cfg.episodes is None else done
                 idx = take.nonzero().flatten()[: target - count]
-                envs.append(idx)
-                firsts.append(~first_done[idx])
-                returns.append(info["episode"]["return"][idx])
-                lengths.append(info["episode"]["length"][idx].float())
-                successes.append(success_once[idx].float())
-                ends.append(terminated[idx].bool())
+                ret, length = info["episode"]["return"][idx], info["episode"]["length"][idx]
+                cols = (idx, ~first_done[idx], ret, length, success_once[idx], terminated[idx])
+                parts.append(torch.stack([c.to(torch.float64) for c in cols]))
                 count += idx.numel()
                 first_done |= done
                 success_once &= ~done
@@ -127,24 +121,18 @@ class Evaluator:
             # the clip is encoded while training goes on and reported through on_clip once on disk
             self.recorder.end_clip()
             self.recorded = self.recorder.engine.clips_started > started
-        rows: List[List[float]] = [[] for _ in range(6)]
-        if count and not cut:  # one read-back
-            cols = (envs, firsts, returns, lengths, successes, ends)
-            rows = torch.stack([torch.cat(x).to(torch.float64) for x in cols]).tolist()
+        rows = torch.cat(parts, 1).tolist() if parts else [[]] * 6  # one read-back
         # the per-episode clips: of the first episodes it counted (success, return), by env
         counted = {
             int(r[0]): (bool(r[4]) if has_success else None, r[2]) for r in zip(*rows) if r[1]
         }
-        placed = {} if self.clips is None else self.clips.settle(counted)
+        placed = {} if self.clips is None else self.clips.settle({} if cut else counted)
         if count == 0:
             return {}
-        out = {
-            "eval/return": float(torch.cat(returns).mean()),
-            "eval/length": float(torch.cat(lengths).mean()),
-            "eval/episodes": count,
-        }
+        out = {"eval/return": sum(rows[2]) / count, "eval/length": sum(rows[3]) / count}
+        out["eval/episodes"] = count
         if has_success:
-            out["eval/success"] = float(torch.cat(successes).mean())
+            out["eval/success"] = sum(rows[4]) / count
         if not cut:
             self._records(tag, iteration, rows, has_success, placed)
         return out
@@ -203,11 +191,10 @@ class Evaluator:
                 end = last if r["env"] == env_idx[0] else min(last, r["length"] // spf)
                 r["frames"] = [0, end]
 
-    def write_pending(self) -> None:
-        """Writes the records still waiting for their clips, naming none (the clip was lost)."""
+    def close(self) -> None:
+        """Writes the records still waiting for their clips, naming none (the clip was lost): the
+        runner closes it after the eval env's recorder, when no clip comes any more."""
         self._held.lost()
-
-    close = write_pending  # the runner closes it after the eval env's recorder: nothing comes then
 
     def _rel(self, path: str) -> str:
         return path if self.run_dir is None else os.path.relpath(path, self.run_dir)
@@ -233,7 +220,7 @@ class Evaluator:
         episode records whose clip was lost."""
         if self.recorder is not None:
             self.recorder.flush()
-        self.write_pending()
+        self.close()
 
     def poll(self) -> None:
         """Reports eval clips that finished encoding since the evaluation (the env is not stepped
