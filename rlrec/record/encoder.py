@@ -94,28 +94,23 @@ def _claim(tmp: str, path: str) -> str:
     has no hard links, the name is claimed by creating it with ``O_CREAT | O_EXCL`` and then
     replaced by the clip (a reader may see it empty for that moment)."""
     stem, ext = os.path.splitext(path)
-    links = True
-    n = 0
+    links, n = True, 0
     while True:
         candidate = path if n == 0 else f"{stem}-{n}{ext}"
         n += 1
-        if links:
-            try:
+        try:
+            if links:
                 os.link(tmp, candidate)
-            except FileExistsError:
-                continue
-            except OSError as err:
-                if err.errno not in _NO_LINKS:
-                    raise
-                links = False
-            else:
                 remove_quietly(tmp)
                 return candidate
-        try:
-            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         except FileExistsError:
             continue
-        os.close(fd)
+        except OSError as err:
+            if not links or err.errno not in _NO_LINKS:
+                raise
+            links, n = False, n - 1  # this name again, claimed without a link
+            continue
         os.replace(tmp, candidate)
         return candidate
 
@@ -354,11 +349,7 @@ class _Worker:
             info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
             info._pending, info._fixed, info._sidecar_data = tmp, job.fixed_name, data
         except Exception as err:
-            remove_quietly(tmp)
-            if getattr(err, "stalled", False):
-                self.stalled.add(serial)
-            with self.cv:
-                self.report(serial, _failure(job, err))
+            self._fail(err)
             return
         finally:
             self.job, self.proc, self.tmp = None, None, None

@@ -26,6 +26,7 @@ AutoReset, it sees every reset and every step before AutoReset resets the envs t
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
@@ -179,11 +180,10 @@ class EpisodeClips(EnvWrapper):
 
     def losses(self) -> Dict[str, int]:
         """What its engines lost, summed (see :meth:`ClipEngine.losses`)."""
-        out: Dict[str, int] = {}
+        out: Counter = Counter()
         for engine in self.engines:
-            for k, v in engine.losses().items():
-                out[k] = out.get(k, 0) + v
-        return out
+            out.update(engine.losses())  # zeros kept
+        return dict(out)
 
     def close(self) -> None:
         """Closes the engines; clips never settled are dropped."""
