@@ -329,30 +329,23 @@ class _Worker:
         self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
+        """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
         if not keep:
             self.sent.pop(self.job_serial, None)  # dropped on purpose: not a loss
-        if not keep or self._skipping():
+        job, proc, tmp, serial = self.job, self.proc, self.tmp, self.job_serial
+        if not keep or self._skipping() or job is None or proc is None:  # no frame: no file
             self._discard()
             return
-        job, proc, tmp, frames = self.job, self.proc, self.tmp, self._frames
-        serial = self.job_serial
-        if job is None or proc is None:  # no frame: no file
-            self._discard()
-            return
-        try:
-            proc.finish()  # bounded: stall_timeout without progress (the training thread can
-            # kill ffmpeg meanwhile: self.proc stays set until it is done)
-            if serial in self.aborted:
-                raise EncoderError("given up on by the training thread")
-            data = None if summary is None else self._sidecar(job, tmp, frames, summary)
-            # moved to its name when handed to the training thread
-            info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
-            info._pending, info._fixed, info._sidecar_data = tmp, job.fixed_name, data
-        except Exception as err:
-            self._fail(err)
-            return
-        finally:
-            self.job, self.proc, self.tmp = None, None, None
+        proc.finish()  # bounded: stall_timeout without progress (the training thread can kill
+        # ffmpeg meanwhile: self.proc stays set until it is done)
+        if serial in self.aborted:
+            raise EncoderError("given up on by the training thread")
+        # moved to its name when handed to the training thread
+        info = ClipInfo(job.path, job.kind, job.episode, job.step, self._frames, job.fps, job.tag)
+        info._pending, info._fixed = tmp, job.fixed_name
+        if summary is not None:
+            info._sidecar_data = self._sidecar(job, tmp, self._frames, summary)
+        self.job, self.proc, self.tmp = None, None, None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
