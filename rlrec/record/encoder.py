@@ -523,9 +523,9 @@ class Encoder:
             self._hand_over(wake=True)
 
     def end(self, keep: bool, summary: Optional[dict] = None) -> None:
-        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
-        ``summary``: what the clip shows (plain data), written into its sidecar with the file's
-        own figures; None: no sidecar."""
+        """Ends the current clip: ``keep`` finishes it (:meth:`results` places it), else it is
+        discarded. ``summary``: what the clip shows (plain data), written into its sidecar with
+        the file's own figures; None: no sidecar."""
         w = self._w
         w.clip_open = False
         self._put(("end", keep, summary), wake=True)
@@ -535,9 +535,9 @@ class Encoder:
                 w.buffers -= 1
 
     def flush(self) -> None:
-        """Returns once everything queued so far is processed (finished clips are on disk), or
-        after ``2 * stall_timeout`` seconds without progress of the encoder (its clip in progress
-        is then dropped)."""
+        """Returns once everything queued so far is processed (finished clips wait for
+        :meth:`results`), or after ``2 * stall_timeout`` seconds without progress of the encoder
+        (its clip in progress is then dropped)."""
         w = self._w
         if w.thread is None:
             return
