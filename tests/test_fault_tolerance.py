@@ -502,6 +502,7 @@ def test_two_kills_then_resume_leave_the_per_episode_clips_of_an_uninterrupted_r
     eval_files = lambda run: [f for f in _files(run) if f.startswith("videos/eval/")]  # noqa: E731
     assert any("-env" in f for f in eval_files(reference))
     assert eval_files(run_dir) == eval_files(reference)
+    assert _temporaries(run_dir) == []  # the killed attempts' clips held in temporary files
     for n in (1, 2):  # each attempt's evaluation of step 6 * BATCH, moved aside
         moved = run_dir / "superseded" / f"{n}-step{4 * BATCH:09d}" / "videos" / "eval"
         assert {p.name for p in moved.glob("*-env*.mp4")} == {
