@@ -299,3 +299,28 @@ def test_the_evaluation_clip_names_the_episodes_of_its_tiles(fast_config, tmp_pa
     assert lines[0]["frames"] == [0, last] and last == lines[0]["length"]
     assert lines[1]["frames"] == [0, min(last, lines[1]["length"])]
     assert lines[2]["clip"] is None and lines[2]["frames"] is None
+
+
+def test_one_seed_for_one_episode_in_every_sidecar_and_record(fast_config, tmp_path):
+    """The evaluation's clip of env 2 and env 2's own clip say the seed its record says, the
+    env's own (eval_env.seed + 2), as a replay of env 2 (a recorder of env_idx=[2]) does."""
+    cfg = fast_config(
+        [
+            "eval_env.num_envs=3",
+            "eval_env.recorder.env_idx=[2]",
+            "eval_env.clips=all",
+            "env.max_episode_steps=5",
+        ]
+    )
+    ev = _evaluator(cfg, tmp_path)
+    try:
+        ev.run(_still, tag=32, iteration=1)
+        ev.flush()
+    finally:
+        ev.env.close()
+    (record,) = [r for r in _records(tmp_path) if r["env"] == 2]
+    videos = tmp_path / "videos" / "eval"
+    sides = [
+        json.loads((videos / f"eval-step000000032{x}.json").read_text()) for x in ("", "-env002")
+    ]
+    assert [s["seed"] for s in sides] == [record["seed"]] * 2 == [cfg.eval_env.seed + 2] * 2
