@@ -101,15 +101,67 @@ def test_failed_clips_keep_exactly_the_failed_episodes(fast_config, tmp_path):
         side = json.loads((tmp_path / r["clip"]).with_suffix(".json").read_text())
         assert side["frames"] == r["frames"][1] + 1 == r["length"] + 1
         assert side["envs"][0]["env"] == env and side["envs"][0]["success"] is False
+        # one seed for one episode: the env's own, in the sidecar as in the record
+        assert side["seed"] == r["seed"] == 1_000_000 + env
 
 
 @pytest.mark.parametrize("rule", ["worst", "best"])
-def test_k_worst_and_best_by_return(fast_config, tmp_path, rule):
-    lines = _mixed(fast_config, tmp_path, rule, ["eval_env.clips_k=2"])
+def test_k_worst_and_best_by_return_and_no_clip_written_to_be_removed(
+    fast_config, tmp_path, rule, monkeypatch, caplog
+):
+    """Only the chosen clips ever reach their names (and the log): the others are dropped in
+    their temporary files; no file under a clip's name is removed to apply the rule."""
+    removed = []
+    remove = os.remove
+    monkeypatch.setattr(os, "remove", lambda path: removed.append(str(path)) or remove(path))
+    with caplog.at_level("INFO", logger="rlrec.record.engine"):
+        lines = _mixed(fast_config, tmp_path, rule, ["eval_env.clips_k=2"])
     ranked = sorted(lines, key=lambda r: r["return"], reverse=rule == "best")
     kept = {r["env"] for r in lines if r["clip"] and "-env" in r["clip"]}
     assert kept == {r["env"] for r in ranked[:2]}
     assert len([f for f in os.listdir(tmp_path / "videos" / "eval") if "-env" in f]) == 4
+    assert [p for p in removed if not os.path.basename(p).startswith(".")] == []
+    saved = [m for m in caplog.messages if m.startswith("saved eval clip") and "-env" in m]
+    assert sorted(saved) == sorted(
+        f"saved eval clip {tmp_path / r['clip']} ({r['length'] + 1} frames)"
+        for r in lines
+        if r["env"] in kept
+    )
+
+
+@pytest.mark.parametrize("rule", ["failed", "all"])
+def test_every_clip_is_of_an_episode_the_evaluation_counted(fast_config, tmp_path, rule):
+    """6 eval envs, eval_env.episodes=3: the clips of the first episodes the evaluation did not
+    count (still running when it stopped, or ending on its last step past the 3) are dropped;
+    each clip on disk is named by a record, each record's clip is on disk."""
+    cfg = fast_config(
+        [
+            "eval_env.num_envs=6",
+            "eval_env.episodes=3",
+            "env.max_episode_steps=30",
+            "env.goal_radius=0.2",
+            f"eval_env.clips={rule}",
+            "eval_env.recorder.enabled=false",
+        ]
+    )
+    ev = _evaluator(cfg, tmp_path)
+    try:
+        out = ev.run(_seek, tag=64, iteration=1)
+        ev.flush()
+    finally:
+        ev.env.close()
+    lines = _records(tmp_path)
+    assert out["eval/episodes"] == len(lines) == 3
+    named = {os.path.basename(r["clip"]) for r in lines if r["clip"]}
+    if rule == "failed":
+        assert named == {os.path.basename(r["clip"]) for r in lines if not r["success"]}
+    else:
+        assert len(named) == 3
+    videos = tmp_path / "videos" / "eval"
+    assert {f for f in os.listdir(videos) if f.endswith(".mp4")} == named
+    for name in named:
+        side = json.loads((videos / name).with_suffix(".json").read_text())
+        assert side["envs"][0]["end"] != "cut"
 
 
 def test_bad_clip_settings_are_refused_naming_the_key():
@@ -209,10 +261,7 @@ def test_episode_clips_render_once_per_step_only_the_envs_still_recorded(fast_co
 
     cfg = fast_config(["env.max_episode_steps=6"])
     inner = Count(make_adapter(cfg.env, cfg.sim, 3, 0))
-    clips = []
-    rec = EpisodeClips(
-        inner, cfg.eval_env.recorder, str(tmp_path), on_clip=lambda i, c: clips.append(i)
-    )
+    rec = EpisodeClips(inner, cfg.eval_env.recorder, str(tmp_path))
     env = AutoReset(rec)
     env.reset(seed=0)
     steps = [torch.zeros(3, 2)] * 9
@@ -220,7 +269,7 @@ def test_episode_clips_render_once_per_step_only_the_envs_still_recorded(fast_co
         if i == 2:  # env 1's episode ends two steps early, at the 4th step
             inner.env.clock.elapsed[1] = 4
         env.step(a)
-    rec.flush()
+    clips = rec.settle({i: (None, 0.0) for i in range(3)})
     env.close()
     assert inner.calls[0] == [0, 1, 2]  # the full reset: one render of all
     assert len(inner.calls) == 1 + 6  # then one per step until the episodes end at step 6
@@ -250,3 +299,28 @@ def test_the_evaluation_clip_names_the_episodes_of_its_tiles(fast_config, tmp_pa
     assert lines[0]["frames"] == [0, last] and last == lines[0]["length"]
     assert lines[1]["frames"] == [0, min(last, lines[1]["length"])]
     assert lines[2]["clip"] is None and lines[2]["frames"] is None
+
+
+def test_one_seed_for_one_episode_in_every_sidecar_and_record(fast_config, tmp_path):
+    """The evaluation's clip of env 2 and env 2's own clip say the seed its record says, the
+    env's own (eval_env.seed + 2), as a replay of env 2 (a recorder of env_idx=[2]) does."""
+    cfg = fast_config(
+        [
+            "eval_env.num_envs=3",
+            "eval_env.recorder.env_idx=[2]",
+            "eval_env.clips=all",
+            "env.max_episode_steps=5",
+        ]
+    )
+    ev = _evaluator(cfg, tmp_path)
+    try:
+        ev.run(_still, tag=32, iteration=1)
+        ev.flush()
+    finally:
+        ev.env.close()
+    (record,) = [r for r in _records(tmp_path) if r["env"] == 2]
+    videos = tmp_path / "videos" / "eval"
+    sides = [
+        json.loads((videos / f"eval-step000000032{x}.json").read_text()) for x in ("", "-env002")
+    ]
+    assert [s["seed"] for s in sides] == [record["seed"]] * 2 == [cfg.eval_env.seed + 2] * 2

@@ -480,6 +480,36 @@ def test_a_kill_before_the_first_checkpoint_then_resume_equals_the_uninterrupted
                 and "-env" not in p.name and "superseded" not in p.parts]  # fmt: skip
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("eval_recorder", ["true", "false"])
+def test_two_kills_then_resume_leave_the_per_episode_clips_of_an_uninterrupted_run(
+    tmp_path, eval_recorder
+):
+    """Per-episode clips (eval_env.clips=all): SIGKILL in iteration 7 (after the evaluation of
+    step 6 * BATCH, checkpoint of 4 * BATCH), resume=auto killed there again, then resumed to the
+    end: videos/eval holds exactly what the uninterrupted run's does (each killed attempt's
+    clips in superseded/, no -1 name), with the eval recorder on and off."""
+    args = [*RESUMABLE, "eval_env.clips=all", f"eval_env.recorder.enabled={eval_recorder}"]
+    reference, run_dir = tmp_path / "reference", tmp_path / "run"
+    run_train([*args, f"hydra.run.dir={reference}"], cwd=tmp_path)
+    args += [f"hydra.run.dir={run_dir}"]
+    killed = _drive(tmp_path, "SIGKILL", "rollout", str(6 * NUM_STEPS + 5), args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # resumed from step 4 * BATCH: iterations 5 and 6, the evaluation, then iteration 7
+    again = _drive(tmp_path, "SIGKILL", "rollout", str(2 * NUM_STEPS + 5), [*args, "resume=auto"])
+    assert again.returncode == -signal.SIGKILL, again.stderr
+    run_train([*args, "resume=auto"], cwd=tmp_path)
+    eval_files = lambda run: [f for f in _files(run) if f.startswith("videos/eval/")]  # noqa: E731
+    assert any("-env" in f for f in eval_files(reference))
+    assert eval_files(run_dir) == eval_files(reference)
+    assert _temporaries(run_dir) == []  # the killed attempts' clips held in temporary files
+    for n in (1, 2):  # each attempt's evaluation of step 6 * BATCH, moved aside
+        moved = run_dir / "superseded" / f"{n}-step{4 * BATCH:09d}" / "videos" / "eval"
+        assert {p.name for p in moved.glob("*-env*.mp4")} == {
+            f"eval-step{6 * BATCH:09d}-env{e:03d}.mp4" for e in (0, 1)
+        }
+
+
 _READ_ONLY_DRIVER = """
 import errno, os, sys
 sys.argv = [sys.argv[0], *sys.argv[2:]]

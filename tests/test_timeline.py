@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rlrec.train import timeline
 
 S = 128  # the checkpoint's global step
@@ -156,3 +158,28 @@ def test_tensorboard_events_after_the_checkpoint_move_to_their_own_file(tmp_path
 
     assert steps(events) == [64, 128]
     assert steps(moved.folder / "tensorboard" / events.name) == [192, 256]
+
+
+@pytest.mark.parametrize("eval_recorder", [True, False], ids=["eval-recorder", "no-eval-recorder"])
+def test_an_evaluations_clips_go_with_its_lines_whatever_their_step_counts(tmp_path, eval_recorder):
+    """Per-episode clips (and the evaluation's clip) are judged by the evaluation's step their
+    names say, as its eval_episodes.jsonl lines are: with the eval recorder off (no eval counts in
+    the checkpoint), and when their engines' step counts restarted at 0 in a resumed process
+    (first_step 3 here, far below the checkpoint's eval count 20)."""
+    run = tmp_path / "run"
+    for step in (64, 128, 256):
+        for env in (0, 1):
+            _clip(run, f"videos/eval/eval-step{step:09d}-env{env:03d}.mp4", 3, "eval")
+        if eval_recorder:
+            _clip(run, f"videos/eval/eval-step{step:09d}.mp4", 3, "eval")
+    data = DATA if eval_recorder else {**DATA, "eval_env": {"recorder": None}}
+    videos = {"eval": run / "videos" / "eval"}
+    moved = timeline.supersede(run, run / "last.pt", data, videos)
+    names = lambda root: sorted(p.stem for p in root.glob("*.mp4"))  # noqa: E731
+    stays = ["eval-step000000064-env000", "eval-step000000064-env001"]
+    goes = [f"eval-step{s:09d}-env{e:03d}" for s in (128, 256) for e in (0, 1)]  # 128: eval_due
+    if eval_recorder:
+        stays, goes = stays + ["eval-step000000064"], goes + ["eval-step000000128"]
+        goes += ["eval-step000000256"]
+    assert names(run / "videos" / "eval") == sorted(stays)
+    assert names(moved.folder / "videos" / "eval") == sorted(goes)

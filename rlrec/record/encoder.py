@@ -3,15 +3,18 @@
 The training thread only copies frames into reusable CPU buffers and queues them; this thread
 tiles, overlays and pads them (:mod:`rlrec.record.frames`) and pipes them into an
 :class:`~rlrec.record.ffmpeg.FFmpegProcess`, so no whole clip is ever held in memory. A clip is
-written to a hidden temporary name in its directory and moved to its final name once ffmpeg
-exited cleanly, so whoever scans the directory never sees a partial file:
+written to a hidden temporary name in its directory; once ffmpeg exited cleanly it waits there
+until the training thread takes it (:meth:`Encoder.results`, or :meth:`Encoder.place` of a result
+taken unplaced) and is moved to its final name then, so whoever scans the directory never sees a
+partial file, and whoever is handed a clip finds that clip under its name:
 
 - a clip of its own name (``fixed_name=False``) claims the name atomically with ``os.link``, which
   fails if the name exists, and tries ``stem-1.ext``, ``stem-2.ext``, ... until one is free, so two
   encoders (two runs sharing a directory) never overwrite each other's clips;
-- a fixed name (``fixed_name=True``) is replaced (``os.replace``) in the training thread when
-  :meth:`Encoder.results` (or :meth:`Encoder.place`) hands the clip over, so whoever is handed a
-  clip finds that clip, not a later one, under its name until it asks for the next result.
+- a fixed name (``fixed_name=True``) is replaced (``os.replace``).
+
+An encoder told to :attr:`~Encoder.hold` its clips keeps them in their temporary files until
+:meth:`Encoder.release` says which are placed (the others' files are removed, never placed).
 
 No wait of the training thread on this thread is unbounded: see :class:`Encoder`.
 """
@@ -53,9 +56,12 @@ class ClipInfo:
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
     sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
-    # a fixed-name clip not yet moved to ``path`` (its temporary file): Encoder.place moves it
+    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, its
+    # sidecar's data, and whether a holding encoder released it (Encoder.place, Encoder.release)
     _pending: Optional[str] = field(default=None, repr=False, compare=False)
+    _fixed: bool = field(default=False, repr=False, compare=False)
     _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
+    _released: bool = field(default=False, repr=False, compare=False)
 
 
 @dataclass
@@ -88,28 +94,23 @@ def _claim(tmp: str, path: str) -> str:
     has no hard links, the name is claimed by creating it with ``O_CREAT | O_EXCL`` and then
     replaced by the clip (a reader may see it empty for that moment)."""
     stem, ext = os.path.splitext(path)
-    links = True
-    n = 0
+    links, n = True, 0
     while True:
         candidate = path if n == 0 else f"{stem}-{n}{ext}"
         n += 1
-        if links:
-            try:
+        try:
+            if links:
                 os.link(tmp, candidate)
-            except FileExistsError:
-                continue
-            except OSError as err:
-                if err.errno not in _NO_LINKS:
-                    raise
-                links = False
-            else:
                 remove_quietly(tmp)
                 return candidate
-        try:
-            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         except FileExistsError:
             continue
-        os.close(fd)
+        except OSError as err:
+            if not links or err.errno not in _NO_LINKS:
+                raise
+            links, n = False, n - 1  # this name again, claimed without a link
+            continue
         os.replace(tmp, candidate)
         return candidate
 
@@ -149,6 +150,7 @@ class _Worker:
         self.buffers = 0  # buffers that exist (free + in flight)
         self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self.results: Deque[Any] = collections.deque()
+        self.held_clips: List[ClipInfo] = []  # finished clips Encoder.hold keeps (training thread)
         self.reported: Set[int] = set()  # serials of clips whose failure was reported
         self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
@@ -218,8 +220,8 @@ class _Worker:
             self.cv.notify_all()
 
     def _drop_pending(self) -> None:
-        """Removes the temporary files of finished fixed-name clips nobody will place now."""
-        for result in list(self.results):
+        """Removes the temporary files of finished clips nobody will place now."""
+        for result in list(self.results) + self.held_clips:
             if isinstance(result, ClipInfo) and result._pending is not None:
                 remove_quietly(result._pending)
                 result._pending, result._sidecar_data = None, None
@@ -327,38 +329,23 @@ class _Worker:
         self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
+        """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
         if not keep:
             self.sent.pop(self.job_serial, None)  # dropped on purpose: not a loss
-        if not keep or self._skipping():
+        job, proc, tmp, serial = self.job, self.proc, self.tmp, self.job_serial
+        if not keep or self._skipping() or job is None or proc is None:  # no frame: no file
             self._discard()
             return
-        job, proc, tmp, frames = self.job, self.proc, self.tmp, self._frames
-        serial = self.job_serial
-        if job is None or proc is None:  # no frame: no file
-            self._discard()
-            return
-        try:
-            proc.finish()  # bounded: stall_timeout without progress (the training thread can
-            # kill ffmpeg meanwhile: self.proc stays set until it is done)
-            if serial in self.aborted:
-                raise EncoderError("given up on by the training thread")
-            data = None if summary is None else self._sidecar(job, tmp, frames, summary)
-            info = ClipInfo(job.path, job.kind, job.episode, job.step, frames, job.fps, job.tag)
-            if job.fixed_name:  # moved to its name when handed to the training thread
-                info._pending, info._sidecar_data = tmp, data
-            else:
-                info.path = _claim(tmp, job.path)  # type: ignore[arg-type]
-                if data is not None:  # the mp4 is complete under its name: now its sidecar
-                    info.sidecar = write_sidecar(info.path, data)
-        except Exception as err:
-            remove_quietly(tmp)
-            if getattr(err, "stalled", False):
-                self.stalled.add(serial)
-            with self.cv:
-                self.report(serial, _failure(job, err))
-            return
-        finally:
-            self.job, self.proc, self.tmp = None, None, None
+        proc.finish()  # bounded: stall_timeout without progress (the training thread can kill
+        # ffmpeg meanwhile: self.proc stays set until it is done)
+        if serial in self.aborted:
+            raise EncoderError("given up on by the training thread")
+        # moved to its name when handed to the training thread
+        info = ClipInfo(job.path, job.kind, job.episode, job.step, self._frames, job.fps, job.tag)
+        info._pending, info._fixed = tmp, job.fixed_name
+        if summary is not None:
+            info._sidecar_data = self._sidecar(job, tmp, self._frames, summary)
+        self.job, self.proc, self.tmp = None, None, None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
@@ -462,6 +449,7 @@ class Encoder:
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
+        self.hold = False  # finished clips wait in their temporary files for release()
 
     @property
     def current_pid(self) -> Optional[int]:
@@ -535,9 +523,9 @@ class Encoder:
             self._hand_over(wake=True)
 
     def end(self, keep: bool, summary: Optional[dict] = None) -> None:
-        """Ends the current clip: ``keep`` finishes and renames it, else it is discarded.
-        ``summary``: what the clip shows (plain data), written into its sidecar with the file's
-        own figures; None: no sidecar."""
+        """Ends the current clip: ``keep`` finishes it (:meth:`results` places it), else it is
+        discarded. ``summary``: what the clip shows (plain data), written into its sidecar with
+        the file's own figures; None: no sidecar."""
         w = self._w
         w.clip_open = False
         self._put(("end", keep, summary), wake=True)
@@ -547,9 +535,9 @@ class Encoder:
                 w.buffers -= 1
 
     def flush(self) -> None:
-        """Returns once everything queued so far is processed (finished clips are on disk), or
-        after ``2 * stall_timeout`` seconds without progress of the encoder (its clip in progress
-        is then dropped)."""
+        """Returns once everything queued so far is processed (finished clips wait for
+        :meth:`results`), or after ``2 * stall_timeout`` seconds without progress of the encoder
+        (its clip in progress is then dropped)."""
         w = self._w
         if w.thread is None:
             return
@@ -593,24 +581,44 @@ class Encoder:
     # -------------------------------------------------------------- the results
     def results(self, place: bool = True) -> List[Any]:
         """The finished clips (ClipInfo) and failure messages (str) since the last call, in
-        order. ``place``: fixed-name clips are moved to their name here, in order; with False the
-        caller moves each with :meth:`place` right before handing it on, so that the file under
-        its name is that clip while it is being handed on."""
+        order (clips held while :attr:`hold`: none). ``place``: each clip is moved to its name
+        here, in order; with False the caller moves each with :meth:`place` right before handing
+        it on, so that the file under its name is that clip while it is being handed on."""
         out = []
-        results = self._w.results
-        while results:
-            result = results.popleft()
-            out.append(self.place(result) if place else result)
+        w = self._w
+        while w.results:
+            result = w.results.popleft()
+            if self.hold and isinstance(result, ClipInfo) and not result._released:
+                w.held_clips.append(result)
+            else:
+                out.append(self.place(result) if place else result)
         return out
 
+    def release(self, keep: Callable[[ClipInfo], bool]) -> None:
+        """Hands on the clips held (:attr:`hold`): those ``keep`` selects come with the next
+        :meth:`results` (placed under their names there); the others' temporary files are
+        removed, and no name of theirs is ever taken."""
+        w = self._w
+        held, w.held_clips = w.held_clips, []
+        for clip in held:
+            if keep(clip):
+                clip._released = True
+                w.results.append(clip)
+            else:
+                remove_quietly(clip._pending)
+
     def place(self, result: Any) -> Any:
-        """Moves a fixed-name clip to its name, replacing the file there; returns the ClipInfo,
-        or a failure message if it could not be moved. Anything else is returned as it is."""
+        """Moves a finished clip to its name (a fixed name replaced, else the first free one of
+        ``stem.ext``, ``stem-1.ext``, ...), then writes its sidecar; returns the ClipInfo, or a
+        failure message if it could not be moved. Anything else is returned as it is."""
         if not isinstance(result, ClipInfo) or result._pending is None:
             return result
         tmp, result._pending = result._pending, None
         try:
-            os.replace(tmp, result.path)
+            if result._fixed:
+                os.replace(tmp, result.path)
+            else:
+                result.path = _claim(tmp, result.path)
         except OSError as err:
             remove_quietly(tmp)
             return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"

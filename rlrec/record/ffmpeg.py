@@ -35,17 +35,11 @@ __all__ = [
     "STALL_TIMEOUT_S",
     "encoder_settings",
     "ffmpeg_output_path",
-    "quality_to_crf",
 ]
 
 
 class EncoderError(RuntimeError):
     """Encoding a clip failed (ffmpeg could not start, died, or the file could not be written)."""
-
-
-def quality_to_crf(quality: int) -> int:
-    """imageio's 1..10 quality scale mapped to x264's CRF like imageio-ffmpeg does (7 -> 15)."""
-    return int((1 - quality / 10.0) * 51)
 
 
 # the longest ffmpeg may take to finish a clip's tail once its input ended, even while it progresses
@@ -76,7 +70,8 @@ def encoder_settings(quality: int, lossless: bool) -> dict:
     """The codec, its rate control and pixel format of a clip (as its sidecar names them)."""
     if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
         return {"codec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
-    return {"codec": "libx264", "crf": quality_to_crf(quality), "pix_fmt": "yuv420p"}
+    # imageio's 1..10 quality scale mapped to x264's CRF as imageio-ffmpeg maps it (7 -> 15)
+    return {"codec": "libx264", "crf": int((1 - quality / 10.0) * 51), "pix_fmt": "yuv420p"}
 
 
 class FFmpegProcess:

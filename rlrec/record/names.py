@@ -8,7 +8,8 @@ file name (in its video dir); a taken name gets ``-1``, ``-2``, ... (the encoder
 - :func:`prefixed`: Gymnasium's ``{prefix}-episode-{episode}.mp4`` / ``-step-{step}.mp4``;
 - :func:`evaluation`: ``eval-step{step:09d}.mp4``, the clip of the evaluation at training step
   ``step`` (its tag);
-- :func:`episode_clip`: ``{kind}-step{step:09d}-env{env:03d}.mp4``, an eval env's own clip.
+- :func:`episode_clip`: ``{kind}-step{step:09d}-env{env:03d}.mp4``, an eval env's own clip;
+  these two read back by :func:`evaluation_step`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable, Optional
 from rlrec.checks import ConfigError
 
 __all__ = ["ClipStart", "Name", "by_tag", "default", "episode_clip", "evaluation", "first_step"]
-__all__ += ["fixed", "prefixed"]
+__all__ += ["evaluation_step", "fixed", "prefixed"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,16 @@ def by_tag(start: ClipStart) -> str:
     """An eval recorder's names: :func:`evaluation` of the clip's tag (the training step), else
     :func:`default`."""
     return default(start) if start.tag is None else evaluation(start.tag)
+
+
+_EVALUATION = re.compile(r"^(?P<kind>[a-z]+)-step(?P<step>\d+)(?:-env\d+)?(?:-\d+)?\.mp4$")
+
+
+def evaluation_step(name: str, kind: str) -> Optional[int]:
+    """The training step an :func:`evaluation` or :func:`episode_clip` name of ``kind`` says (a
+    claimed ``-N`` suffix allowed); None for any other name."""
+    m = _EVALUATION.match(name)
+    return int(m.group("step")) if m and m.group("kind") == kind else None
 
 
 def episode_clip(kind: str, tag: Any, env: int) -> str:

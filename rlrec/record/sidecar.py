@@ -8,8 +8,9 @@ describes (its ``sha256`` says which bytes). Keys:
 - ``encoder``: ``codec``, ``crf`` (or ``qp`` 0 when lossless), ``preset``, ``pix_fmt``, ``quality``;
 - ``kind``, ``tag``: the recorder's kind (train, eval, ...) and the caller's tag at the first frame;
 - ``env_idx``, ``episodes``: the recorded envs and the index of the episode each was in at the
-  clip's first frame; ``seed``: the seed given to the reset that began the first env's episode
-  (null when it began at a reset without one, e.g. an autoreset);
+  clip's first frame; ``seed``: the first env's own seed at the reset that began its episode
+  (the reset's seed plus its index where the backend seeds each env; null when it began at a
+  reset without one, e.g. an autoreset);
 - ``first_step``, ``last_step``: the recorder's step count at the first and the last frame;
 - ``envs``: per recorded env, of that episode: ``return`` and ``length`` (steps) within the clip,
   ``success`` (ever true within the clip; null when the env reports none) and ``end``:

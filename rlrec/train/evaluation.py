@@ -6,8 +6,9 @@ default) records the first episode after the full reset: one clip per evaluation
 by the training step it evaluates (``eval-step{step:09d}.mp4``), so the clip is logged at that
 step even though it finishes encoding while training goes on. With ``eval_env.clips`` the first
 episode of every eval env is also recorded as its own clip
-(``eval-step{step:09d}-env{env:03d}.mp4``) and those the rule selects are kept (all, the failed
-ones, the k worst or best by return).
+(``eval-step{step:09d}-env{env:03d}.mp4``), and of the episodes the evaluation counted, those
+the rule selects are kept (all, the failed ones, the k worst or best by return):
+:mod:`rlrec.record.wrappers.episodes` owns them.
 
 Every evaluation writes one line per episode to ``eval_episodes.jsonl`` in the run dir: the step,
 the env, the seed its reset used, return, length, success, how it ended, its clip and the frames
@@ -20,54 +21,29 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from rlrec.config import EpisodeClips as ClipRule
 from rlrec.config import EvalEnvConfig
 from rlrec.envs.config import EnvConfig, SimConfig
-from rlrec.files import remove_quietly
 from rlrec.layout import RunDir
 from rlrec.record import ClipInfo
+from rlrec.record.wrappers.episodes import ClipChoice, env_seed
 from rlrec.train.logger import Held
 from rlrec.train.stack import make_env_stack
 
 Policy = Callable[[torch.Tensor], torch.Tensor]  # raw observations -> actions
 
 
-@dataclass(frozen=True)
-class ClipChoice:
-    """Which per-episode clips an evaluation keeps (``eval_env.clips``, ``eval_env.clips_k``),
-    decided here alone: ``failed`` as each clip ends, before it is written (:meth:`keep`);
-    ``worst`` / ``best`` once every clip of the evaluation is (:meth:`chosen`)."""
-
-    rule: ClipRule = ClipRule.none
-    k: int = 3
-
-    def keep(self, env: int, success: Optional[bool], ret: float) -> bool:
-        return self.rule is not ClipRule.failed or success is not True
-
-    def chosen(self, firsts: List[Dict[str, Any]]) -> Optional[Set[int]]:
-        """The envs whose clip stays, of the first episodes' records that have one (None: every
-        clip written stays)."""
-        if self.rule not in (ClipRule.worst, ClipRule.best):
-            return None
-        sign = 1 if self.rule is ClipRule.worst else -1
-        ranked = sorted(firsts, key=lambda r: (sign * r["return"], r["env"]))
-        return {r["env"] for r in ranked[: self.k]}
-
-
 class Evaluator:
     """Composes the eval env stack (``rlrec.train.stack.make_env_stack``: ``cfg.recorder``'s clip
-    of each evaluation, and with ``cfg.clips`` per-episode clips kept by one :class:`ClipChoice`),
-    resets
-    it, runs the policy, returns the eval figures, and writes the episodes' records to
-    ``run_dir/eval_episodes.jsonl`` (no file when ``run_dir`` is None). ``on_clip``: called with
-    each evaluation clip on disk (the runner logs it); ``video_dir``: where clips go; ``device``:
-    the eval env's."""
+    of each evaluation, and with ``cfg.clips`` per-episode clips kept by one
+    :class:`~rlrec.record.wrappers.episodes.ClipChoice`), resets it, runs the policy, returns
+    the eval figures, and writes the episodes' records to ``run_dir/eval_episodes.jsonl`` (no
+    file when ``run_dir`` is None). ``on_clip``: called with each evaluation clip on disk (the
+    runner logs it); ``video_dir``: where clips go; ``device``: the eval env's."""
 
     def __init__(
         self,
@@ -82,21 +58,16 @@ class Evaluator:
     ):
         self.cfg = cfg
         self.run_dir = None if run_dir is None else Path(run_dir)
-        self.choice = ClipChoice(ClipRule(cfg.clips), cfg.clips_k)
         self._on_clip = on_clip
-        per_episode = self.choice.rule is not ClipRule.none
+        choice = None if cfg.clips == "none" else ClipChoice(cfg.clips, cfg.clips_k)
         stack = make_env_stack(
             env_cfg, sim, cfg.num_envs, cfg.seed, cfg.recorder, video_dir, "eval",
-            self.clip_saved, device, self._episode_clip if per_episode else None, self.choice.keep,
+            self.clip_saved, device, choice,
         )  # fmt: skip
         self.env, self.recorder, self.clips = stack.env, stack.recorder, stack.clips
         self.recorded = False  # whether the last evaluation started a clip
         # the records of evaluations whose clip is still being encoded
         self._held = Held(self._name_clip, self._write)
-        self._episode_clips: Dict[int, ClipInfo] = {}  # env -> its clip of this evaluation
-
-    def _episode_clip(self, env: int, clip: ClipInfo) -> None:
-        self._episode_clips[env] = clip
 
     @torch.inference_mode()
     def run(
@@ -107,9 +78,9 @@ class Evaluator:
         iteration: int = 0,
     ) -> Dict[str, float]:
         """One evaluation. ``tag`` (the training step) goes onto its clip; ``stop()`` cuts it short
-        (an evaluation cut short still gets its clip; its figures are of fewer episodes, so the
-        runner logs none, no episode line is written, and a resumed run redoes it). Empty when no
-        episode finished."""
+        (an evaluation cut short still gets its clip, but no per-episode clip; its figures are of
+        fewer episodes, so the runner logs none, no episode line is written, and a resumed run
+        redoes it). Empty when no episode finished."""
         cfg, env = self.cfg, self.env
         n = env.num_envs
         target = cfg.episodes or n
@@ -119,16 +90,12 @@ class Evaluator:
             started = self.recorder.engine.clips_started
         if self.clips is not None:
             self.clips.tag = tag
-            self._episode_clips = {}
         obs, _ = env.reset(seed=cfg.seed)
         first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
         success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
-        envs: List[torch.Tensor] = []  # per finished episode, in order: env, first episode?
-        firsts: List[torch.Tensor] = []
-        returns: List[torch.Tensor] = []
-        lengths: List[torch.Tensor] = []
-        successes: List[torch.Tensor] = []
-        ends: List[torch.Tensor] = []
+        # per step that ended counted episodes: [6, k] rows env, first episode?, return, length,
+        # success, terminated
+        parts: List[torch.Tensor] = []
         has_success = False
         count = 0
         limit = (env.max_episode_steps or 10_000) * (math.ceil(target / n) + 1)
@@ -141,12 +108,9 @@ class Evaluator:
                 done = info["_final"]
                 take = done & ~first_done if cfg.episodes is None else done
                 idx = take.nonzero().flatten()[: target - count]
-                envs.append(idx)
-                firsts.append(~first_done[idx])
-                returns.append(info["episode"]["return"][idx])
-                lengths.append(info["episode"]["length"][idx].float())
-                successes.append(success_once[idx].float())
-                ends.append(terminated[idx].bool())
+                ret, length = info["episode"]["return"][idx], info["episode"]["length"][idx]
+                cols = (idx, ~first_done[idx], ret, length, success_once[idx], terminated[idx])
+                parts.append(torch.stack([c.to(torch.float64) for c in cols]))
                 count += idx.numel()
                 first_done |= done
                 success_once &= ~done
@@ -157,38 +121,32 @@ class Evaluator:
             # the clip is encoded while training goes on and reported through on_clip once on disk
             self.recorder.end_clip()
             self.recorded = self.recorder.engine.clips_started > started
-        if self.clips is not None:
-            self.clips.end_clips()
-            self.clips.flush()  # bounded: the per-episode clips are on disk, or reported lost
+        rows = torch.cat(parts, 1).tolist() if parts else [[]] * 6  # one read-back
+        # the per-episode clips: of the first episodes it counted (success, return), by env
+        counted = {
+            int(r[0]): (bool(r[4]) if has_success else None, r[2]) for r in zip(*rows) if r[1]
+        }
+        placed = {} if self.clips is None else self.clips.settle({} if cut else counted)
         if count == 0:
             return {}
-        out = {
-            "eval/return": float(torch.cat(returns).mean()),
-            "eval/length": float(torch.cat(lengths).mean()),
-            "eval/episodes": count,
-        }
+        out = {"eval/return": sum(rows[2]) / count, "eval/length": sum(rows[3]) / count}
+        out["eval/episodes"] = count
         if has_success:
-            out["eval/success"] = float(torch.cat(successes).mean())
+            out["eval/success"] = sum(rows[4]) / count
         if not cut:
-            rows = torch.stack(
-                [
-                    torch.cat(x).to(torch.float64)
-                    for x in (envs, firsts, returns, lengths, successes, ends)
-                ]
-            ).tolist()  # one read-back
-            self._records(tag, iteration, rows, has_success)
+            self._records(tag, iteration, rows, has_success, placed)
         return out
 
     # ------------------------------------------------------------------ episode records
-    def _records(self, step: int, iteration: int, rows: List[List[float]], has_success: bool):
-        cfg = self.cfg
-        seed_per_env = bool(getattr(self.env, "seed_per_env", True))
+    def _records(self, step, iteration, rows: List[List[float]], has_success, placed) -> None:
+        """The evaluation's records, each first episode's naming its own clip where one was
+        placed; written now, or once the evaluation's clip is on disk."""
         records: List[Dict[str, Any]] = []
         for k, (env, first, ret, length, success, term) in enumerate(zip(*rows)):
             env, first = int(env), bool(first)
-            seed = None
-            if first:  # began at the full reset; later episodes began at an autoreset
-                seed = cfg.seed + env if seed_per_env else cfg.seed
+            # began at the full reset (the env's own seed); later ones began at an autoreset
+            seed = env_seed(self.env, self.cfg.seed, env) if first else None
+            clip = placed.get(env) if first else None
             records.append(
                 {
                     "step": int(step),
@@ -200,33 +158,15 @@ class Evaluator:
                     "length": int(length),
                     "success": bool(success) if has_success else None,
                     "ended": "terminated" if term else "truncated",
-                    "clip": None,
-                    "frames": None,
+                    "clip": None if clip is None else self._rel(clip.path),
+                    "frames": None if clip is None else [0, clip.num_frames - 1],
                     "_first": first,
                 }
             )
-        self._choose_clips(records)
         if not self.recorded:
             self._write(records)
         else:  # written once its clip is reported (or lost)
             self._held.hold(int(step), records)
-
-    def _choose_clips(self, records: List[Dict[str, Any]]) -> None:
-        """Names each first episode's own clip; with worst / best, removes the clips of the
-        others (this run wrote them)."""
-        if self.clips is None:
-            return
-        firsts = [r for r in records if r["_first"] and r["env"] in self._episode_clips]
-        chosen = self.choice.chosen(firsts)
-        for env in [e for e in self._episode_clips if chosen is not None and e not in chosen]:
-            clip = self._episode_clips.pop(env)
-            remove_quietly(clip.path)
-            remove_quietly(clip.sidecar)
-        for r in records:
-            clip = self._episode_clips.get(r["env"]) if r["_first"] else None
-            if clip is not None:
-                r["clip"] = self._rel(clip.path)
-                r["frames"] = [0, clip.num_frames - 1]
 
     def clip_saved(self, clip: ClipInfo) -> None:
         """The evaluation clip of step ``clip.tag`` is on disk: the caller's ``on_clip``, then its
@@ -251,11 +191,10 @@ class Evaluator:
                 end = last if r["env"] == env_idx[0] else min(last, r["length"] // spf)
                 r["frames"] = [0, end]
 
-    def write_pending(self) -> None:
-        """Writes the records still waiting for their clips, naming none (the clip was lost)."""
+    def close(self) -> None:
+        """Writes the records still waiting for their clips, naming none (the clip was lost): the
+        runner closes it after the eval env's recorder, when no clip comes any more."""
         self._held.lost()
-
-    close = write_pending  # the runner closes it after the eval env's recorder: nothing comes then
 
     def _rel(self, path: str) -> str:
         return path if self.run_dir is None else os.path.relpath(path, self.run_dir)
@@ -281,7 +220,7 @@ class Evaluator:
         episode records whose clip was lost."""
         if self.recorder is not None:
             self.recorder.flush()
-        self.write_pending()
+        self.close()
 
     def poll(self) -> None:
         """Reports eval clips that finished encoding since the evaluation (the env is not stepped

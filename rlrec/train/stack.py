@@ -23,10 +23,9 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter
 from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.factory import backend_module, make_adapter
-from rlrec.record import ClipInfo, Recorder, names
-from rlrec.record.schedule import Keep
+from rlrec.record import Recorder, names
 from rlrec.record.settings import RecorderConfig, recording
-from rlrec.record.wrappers.episodes import EpisodeClips
+from rlrec.record.wrappers.episodes import ClipChoice, EpisodeClips
 
 ROLES = ("adapter", "recorder", "autoreset")
 
@@ -50,32 +49,31 @@ def make_env_stack(
     kind: str = "train",
     on_clip: Optional[Callable] = None,
     device: Optional[torch.device] = None,
-    on_episode_clip: Optional[Callable[[int, ClipInfo], None]] = None,
-    keep: Optional[Keep] = None,
+    clips: Optional[ClipChoice] = None,
 ) -> Stack:
     """``AutoReset(Recorder(adapter))`` (``.env``) and its recording layers; the recorder is left
     out when disabled or ``none``; an eval recorder names its clips by their tag, the
     evaluation's training step (:func:`rlrec.record.names.by_tag`).
     When recording, an env that cannot render is refused before it is built. ``device``: the one
     the runner resolved (``rlrec.envs.factory.resolve_device``; None: resolved here).
-    ``on_episode_clip``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
-    episode after a full reset, encoded with ``recorder_cfg``'s settings (its trigger aside), those
-    ``keep`` selects written and reported to ``on_episode_clip(env, clip)``."""
+    ``clips``: ``AutoReset(EpisodeClips(Recorder(adapter)))``, a clip of each env's first
+    episode after a full reset, encoded with ``recorder_cfg``'s settings (its trigger aside), kept
+    as ``clips`` chooses (:mod:`rlrec.record.wrappers.episodes`)."""
     record = recording(recorder_cfg)
-    if record or on_episode_clip is not None:
+    if record or clips is not None:
         check = getattr(backend_module(env_cfg.name), "check_renderable", None)
         if check is not None:
             check(env_cfg)
     env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
-    recorder = clips = None
+    recorder = episodes = None
     if record:
         name = names.by_tag if kind == "eval" else None
         env = recorder = Recorder(env, recorder_cfg, video_dir, kind, on_clip, name)
-    if on_episode_clip is not None:
+    if clips is not None:
         cfg = recorder_cfg if recorder_cfg is not None else RecorderConfig()
         key = f"{kind}_env.recorder"
-        env = clips = EpisodeClips(env, cfg, video_dir, kind, key, on_episode_clip, keep)
-    return Stack(AutoReset(env), recorder, clips)
+        env = episodes = EpisodeClips(env, cfg, video_dir, kind, key, clips)
+    return Stack(AutoReset(env), recorder, episodes)
 
 
 def recorder_of(stack: Optional[EnvAdapter]) -> Optional[Recorder]:

@@ -19,9 +19,12 @@ What is after the checkpoint (:class:`Point`):
 - a line (metrics.jsonl, eval_episodes.jsonl) or a TensorBoard event of a later step; of the
   checkpoint's own step, an evaluation's line when the checkpoint says that evaluation was cut
   (``eval_due``: the resumed run does it again);
-- a clip (its sidecar says its kind and ``first_step``, the recorder's step count at its first
-  frame; without a sidecar, the default name ``<kind>-epNNNNNN-stepNNNNNNNNN.mp4`` says it) that
-  began after the recorder's step count in the checkpoint. A training clip that began at that
+- an evaluation's clip (``eval-stepSTEP.mp4``, and each per-episode clip
+  ``eval-stepSTEP-envENV.mp4``): with its evaluation's lines, by the training step its name says,
+  whatever recorder counts the checkpoint holds (none with the eval recorder off);
+- any other clip (its sidecar says its kind and ``first_step``, the recorder's step count at its
+  first frame; without a sidecar, the default name ``<kind>-epNNNNNN-stepNNNNNNNNN.mp4`` says it)
+  that began after the recorder's step count in the checkpoint. A training clip that began at that
   count or before is the one in progress at the checkpoint, which a resumed run never continues:
   it stays. An evaluation begins with a reset at the count it starts from, so an eval clip that
   began at the checkpoint's count is the resumed run's next evaluation, and goes. A clip's
@@ -179,8 +182,12 @@ class _Plan:
         for video in sorted(directory.glob("*.mp4")):
             if video.name.startswith(".") or not video.is_file():
                 continue
-            first = _first_step(video, kind)
-            after = None if first is None else self.point.clip_after(kind, first)
+            step = names.evaluation_step(video.name, kind)
+            if step is not None:  # an evaluation's clip goes or stays with its lines
+                after = self.point.line_after({"step": step}, True)
+            else:
+                first = _first_step(video, kind)
+                after = None if first is None else self.point.clip_after(kind, first)
             if after is None:
                 continue
             self.moved_clips[os.path.relpath(video, self.run_dir)] = after

@@ -17,6 +17,7 @@ from rlrec.record.engine import ClipEngine
 from rlrec.record.names import Name
 from rlrec.record.settings import RecorderConfig
 from rlrec.record.wrappers.base import RecorderWrapper
+from rlrec.record.wrappers.episodes import env_seed
 
 __all__ = ["Recorder"]
 
@@ -49,7 +50,7 @@ class Recorder(RecorderWrapper, EnvWrapper):
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
-        self.engine.on_reset(env_idx, seed)
+        self.engine.on_reset(env_idx, env_seed(self.env, seed, self.engine.env_idx[0]))
         return out
 
     def step(self, action):

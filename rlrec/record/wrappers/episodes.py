@@ -1,18 +1,21 @@
-"""One clip per env: an env wrapper that records the first episode of every env after each full
-reset as a clip of its own, and keeps those a caller's rule selects.
+"""Per-episode clips (``eval_env.clips``): one clip per env of its first episode after each full
+reset, of which an evaluation keeps those its rule selects (:class:`ClipChoice`).
 
-It composes one :class:`~rlrec.record.engine.ClipEngine` per env (``env_idx=[i]``, trigger
-``eval``), so each clip has exactly the frames, the sidecar and the encoding of a clip of that
-env recorded alone: the reset state first, a frame every ``steps_per_frame`` steps, the terminal
-frame last. What it adds:
+:class:`EpisodeClips` composes one :class:`~rlrec.record.engine.ClipEngine` per env
+(``env_idx=[i]``, trigger ``eval``), so each clip has exactly the frames, the sidecar and the
+encoding of a clip of that env recorded alone: the reset state first, a frame every
+``steps_per_frame`` steps, the terminal frame last; its sidecar's ``seed`` is that env's own
+(:func:`env_seed`). What it adds:
 
 - one batched render per frame step for all the envs whose clip is open (not one per env): the
   first engine to ask renders them together and copies them to the host at once, the others
   take their row;
 - one read of a step's values (reward, done flags, success) for all the engines whose clip is
   open: they get host tensors, which they read in place (not one device read per env);
-- ``keep(env, success, ret)``, asked as each clip ends (its episode's success, None where the env
-  reports none, and its return): False drops the clip before it is written;
+- the rule, decided by :class:`ClipChoice` alone: a clip its rule drops as its episode ends
+  (``failed``: a success) is never written; every other one waits, encoded, in its temporary file
+  until :meth:`EpisodeClips.settle` is told the episodes the evaluation counted, then those the
+  rule selects are placed under their names and reported, the others' temporary files removed;
 - the encoding memory of all its engines together is about one recorder's: each engine gets
   ``max(2, queue_size // num_envs)`` frame buffers.
 
@@ -23,7 +26,8 @@ AutoReset, it sees every reset and every step before AutoReset resets the envs t
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -31,18 +35,51 @@ from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
-from rlrec.record.schedule import Keep, Schedule
+from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
 
-__all__ = ["EpisodeClips"]
+__all__ = ["ClipChoice", "EpisodeClips", "env_seed"]
+
+Counted = Mapping[int, Tuple[Optional[bool], float]]  # env -> its first episode's success, return
+
+
+def env_seed(env: Any, seed: Any, i: int) -> Any:
+    """The seed env ``i``'s episode began with at ``env.reset(seed)`` (rlrec.envs.base's rule):
+    ``seed + i`` where the backend seeds each env (``seed_per_env``), else the batch's ``seed``;
+    None without one."""
+    if not isinstance(seed, int) or not getattr(env, "seed_per_env", True):
+        return seed
+    return seed + i
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipChoice:
+    """Which per-episode clips stay: ``rule`` (``eval_env.clips``: ``all``, ``failed`` (every
+    episode where the env reports no success), ``worst`` / ``best``: the ``k`` lowest / highest
+    returns), of the episodes the evaluation counted only."""
+
+    rule: str = "all"
+    k: int = 3
+
+    def keep(self, env: int, success: Optional[bool], ret: float) -> bool:
+        """Asked as a clip ends: False drops it before it is written."""
+        return self.rule != "failed" or success is not True
+
+    def chosen(self, counted: Counted) -> List[int]:
+        """The envs whose clip is placed, of ``counted``."""
+        envs = [e for e, (success, ret) in counted.items() if self.keep(e, success, ret)]
+        if self.rule in ("worst", "best"):
+            sign = 1 if self.rule == "worst" else -1
+            envs = sorted(envs, key=lambda e: (sign * counted[e][1], e))[: self.k]
+        return envs
 
 
 class EpisodeClips(EnvWrapper):
-    """Records every env's first episode after each full reset as its own clip (see the module
-    docstring). ``on_clip(env, clip)``: called with each clip on disk; ``keep``: see the module
-    docstring (None: keep every clip). ``tag`` (set it before a
-    full reset) goes onto the clips, as a recorder's ``engine.tag`` does, and an int tag into
-    their names: ``{kind}-step{tag:09d}-env{env:03d}.mp4`` (``{kind}-env{env:03d}.mp4`` without)."""
+    """Records every env's first episode after each full reset as its own clip, of which
+    :meth:`settle` places those ``choice`` selects (see the module docstring). ``tag`` (set it
+    before a full reset) goes onto the clips, as a recorder's ``engine.tag`` does, and an int tag
+    into their names: ``{kind}-step{tag:09d}-env{env:03d}.mp4`` (``{kind}-env{env:03d}.mp4``
+    without)."""
 
     def __init__(
         self,
@@ -51,13 +88,14 @@ class EpisodeClips(EnvWrapper):
         video_dir: Optional[str],
         kind: str = "eval",
         key: str = "eval_env.recorder",
-        on_clip: Optional[Callable[[int, ClipInfo], None]] = None,
-        keep: Optional[Keep] = None,
+        choice: ClipChoice = ClipChoice(),
     ):
         super().__init__(env)
         n = env.num_envs
+        self.choice = choice
         self._step = 0  # the render cache's clock: one batched render per step
         self._cached: Optional[tuple] = None  # (clock, env indices, frames)
+        self._placed: Dict[int, ClipInfo] = {}
         self.engines: List[ClipEngine] = []
         horizon = getattr(env, "max_episode_steps", None)
         source = Source(n, env.dt, env.device, self._render, horizon)
@@ -74,10 +112,11 @@ class EpisodeClips(EnvWrapper):
             )
             engine = ClipEngine(
                 one, source, video_dir, kind=kind, key=key,
-                on_clip=None if on_clip is None else (lambda c, i=i: on_clip(i, c)),
-                schedule=Schedule.of(one, keep=keep),
+                on_clip=lambda clip, i=i: self._placed.update({i: clip}),
+                schedule=Schedule.of(one, keep=choice.keep),
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )  # fmt: skip
+            engine.encoder.hold = True  # placed by settle() alone
             self.engines.append(engine)
 
     @property
@@ -106,8 +145,8 @@ class EpisodeClips(EnvWrapper):
         if env_idx is None:  # a full reset: every engine starts its clip, rendered together
             every = list(range(self.num_envs))
             self._cached = (self._step, every, self.env.render(every).cpu())
-        for engine in self.engines:
-            engine.on_reset(env_idx, seed)
+        for i, engine in enumerate(self.engines):
+            engine.on_reset(env_idx, env_seed(self.env, seed, i))
         self._cached = None
         return out
 
@@ -122,28 +161,36 @@ class EpisodeClips(EnvWrapper):
         self._cached = None  # frames are not kept past their step
         return out
 
-    def end_clips(self) -> None:
-        """Ends (and saves) the clips still open, e.g. when an evaluation stops early."""
+    def settle(self, counted: Counted) -> Dict[int, ClipInfo]:
+        """The clips of the last full reset, once the evaluation knows the first episodes it
+        counted (``counted``, env -> success and return; empty for none): a clip still open is
+        of an episode not counted, as is any clip of an env not in ``counted``; those clips are
+        dropped, and of the rest those :meth:`ClipChoice.chosen` selects are placed under their
+        names, after a bounded wait for their encoding. Returns the placed clips, by env (a clip
+        whose encoding failed is reported as the engines report losses)."""
+        chosen = set(self.choice.chosen(counted))
+        self._placed = {}
         for engine in self.engines:
-            engine.end_clip()
-
-    def flush(self) -> None:
-        """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
-        for engine in self.engines:
+            engine.end_clip()  # not counted: ended here to be dropped below
+        for i, engine in enumerate(self.engines):
             engine.flush()
+            engine.encoder.release(lambda clip, i=i: i in chosen)
+            engine.poll()
+        return self._placed
 
     def losses(self) -> Dict[str, int]:
         """What its engines lost, summed (see :meth:`ClipEngine.losses`)."""
-        out: Dict[str, int] = {}
+        out: Counter = Counter()
         for engine in self.engines:
-            for k, v in engine.losses().items():
-                out[k] = out.get(k, 0) + v
-        return out
+            out.update(engine.losses())  # zeros kept
+        return dict(out)
 
     def close(self) -> None:
+        """Closes the engines; clips never settled are dropped."""
         try:
             for engine in self.engines:
                 engine.close()
+                engine.encoder.release(lambda clip: False)
         finally:
             self.env.close()
 
