@@ -33,12 +33,10 @@ class Runner:
 
     def __init__(self, cfg: Config, run_dir: Path, device=None, stop=None):
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        # several ranks (docs/distributed.md): rank r seeds its RNGs seed + r, its envs as envs
-        # r * num_envs + i of one process with them all
+        # rank r (docs/distributed.md) seeds its RNGs seed + r, its envs r * num_envs + i
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.main = self.rank == 0  # builds the recorders and the eval env
-        # one device for everything of this rank (cuda:<local rank> with several ranks), made
-        # torch's current device so that what follows the current device agrees with it
+        # one device for all of this rank (cuda:<local rank>), made torch's current device
         self.device = resolve_device(cfg.sim) if device is None else torch.device(device)
         use_device(self.device)
         self.env_seed = cfg.seed + self.rank * cfg.env.num_envs
@@ -68,7 +66,18 @@ class Runner:
         cfg = self.cfg
         if not cfg.eval_only:
             recorder = cfg.recorder if self.main else None  # rank 0 alone records
-            self.train_env = self._stack("train", cfg.env.num_envs, self.env_seed, recorder)
+            video_dir = str(RunDir(self.run_dir).videos("train"))
+            self.train_env = make_env_stack(
+                cfg.env,
+                cfg.sim,
+                cfg.env.num_envs,
+                self.env_seed,
+                recorder,
+                video_dir=video_dir,
+                kind="train",
+                on_clip=self._on_clip,
+                device=self.device,
+            ).env
         if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
             self.evaluator = Evaluator(
                 cfg.env, cfg.sim, cfg.eval_env, self.run_dir, on_clip=self._on_clip,
@@ -95,20 +104,6 @@ class Runner:
         last = lambda: self.resume_point.last  # noqa: E731  (what a diverged run names)
         self.watch = Watch(cfg.algo.num_steps, cfg.env.num_envs, self.device, self.run_dir, last)
         distributed.announce(cfg.env.num_envs, cfg.algo.num_steps, self.num_iterations)
-
-    def _stack(self, kind: str, num_envs: int, seed: int, recorder) -> AutoReset:
-        """The ``kind`` ("train" or "eval") env stack, its clips in videos/<kind>."""
-        return make_env_stack(
-            self.cfg.env,
-            self.cfg.sim,
-            num_envs,
-            seed,
-            recorder,
-            video_dir=str(RunDir(self.run_dir).videos(kind)),
-            kind=kind,
-            on_clip=self._on_clip,
-            device=self.device,
-        ).env
 
     def _on_clip(self, clip: ClipInfo) -> None:
         """A clip is on disk: log it at the step its caller tagged it with (an eval clip finishes
@@ -284,16 +279,14 @@ class Runner:
 
     def close(self) -> None:
         """Closes the env stacks (a recorder saves the episode in progress) and the evaluator
-        (the episode records whose clip never came) (``stack.close_all``), then the logger.
-        Idempotent."""
+        (``stack.close_all``), then the logger. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
             close_all((self.train_env, self.eval_env), self.evaluator)
         finally:
-            # what the recorders lost, the final evaluation's clip included: metrics.jsonl's last
-            # line (when it changed since the last line that carried it) and the console's
+            # what the recorders lost, the final evaluation included: metrics.jsonl and console
             self.losses = record_losses(self.train_env, self.eval_env)
             if self.logger is not None:
                 self.logger.close(self.global_step, self.losses)
