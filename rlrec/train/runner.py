@@ -12,7 +12,6 @@ import torch
 
 from rlrec import distributed
 from rlrec.config import Config, to_container
-from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.device import use_device
 from rlrec.envs.factory import resolve_device
 from rlrec.layout import RunDir
