@@ -278,7 +278,7 @@ def test_expect_end_turns_provisional_clips_off(tmp_path):
     assert not engine.schedule.provisional
     # the schedule's arming: only episode 2 (begun within the last 4 steps) besides episode 0
     assert [c.episode for c in clips] == [0, 2]
-    assert env.render_calls == 5 + 4  # episode 1 was never rendered
+    assert len(env.render_requests) == 5 + 4  # episode 1 was never rendered
 
 
 def test_an_autoreset_clip_that_a_reset_ends_before_any_step_is_dropped(tmp_path):

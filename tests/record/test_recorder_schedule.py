@@ -27,7 +27,7 @@ def test_cubic_schedule_records_exactly_episodes_0_1_8_27(tmp_path):
         for ext in ("mp4", "json")  # each clip and its sidecar
     )
     # an idle recorder renders nothing: every render went into a clip
-    assert spy.render_calls == sum(c.num_frames for c in clips)
+    assert len(spy.render_requests) == sum(c.num_frames for c in clips)
     stack.close()
 
 
@@ -43,7 +43,7 @@ def test_episode_trigger_never_fires_twice_in_one_episode(tmp_path, trigger, eve
     expected = {"always": list(range(9)), "cubic": [0, 1, 8], "episode": [0, 2, 4, 6, 8]}[trigger]
     assert [c.episode for c in clips] == expected  # episode 9's clip is still open
     assert all(c.num_frames == 3 for c in clips)
-    assert spy.render_calls == 3 * len(expected) + rec.recording
+    assert len(spy.render_requests) == 3 * len(expected) + rec.recording
     for clip in clips:
         frames, _ = decode(clip.path)
         assert np.array_equal(frames, np.stack(spy.episodes[clip.episode][:3]))
@@ -77,7 +77,7 @@ def test_eval_trigger_idle_between_evaluations(tmp_path):
         )  # env 0 plays 3 episodes and starts a 4th; only the 1st is recorded
     stack.close()
     assert [c.episode for c in clips] == [0, 4, 8] and all(c.num_frames == 6 for c in clips)
-    assert spy.render_calls == 18
+    assert len(spy.render_requests) == 18
 
 
 def test_state_dict_resume_continues_the_schedule(tmp_path):
