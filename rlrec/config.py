@@ -242,7 +242,8 @@ def to_dataclass(cfg: DictConfig) -> Config:
     it."""
     check_keys(cfg)  # before to_object, which would keep a stray key as an attribute
     obj = OmegaConf.to_object(cfg)
-    assert isinstance(obj, Config), "a config composed from rlrec's conf/ (its schema)"
+    if isinstance(obj, dict):  # composed without the top-level schema (e.g. a masked copy)
+        obj = Config(**{k: v for k, v in obj.items() if k != "hydra"})
     validate(obj)
     return obj
 
