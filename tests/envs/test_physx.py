@@ -1,16 +1,17 @@
 """SAPIEN's PhysX GPU library (rlrec/envs/physx.py): ``sim=gpu env=maniskill`` is refused before
-anything is built when the library is missing, without a network call; ``rlrec-fetch-physx``
-unpacks it where SAPIEN looks, or into ``--dest``. No test here touches the network."""
+anything is built when the library is missing, without a network call; the shell command the
+refusal names fetches and unpacks it where SAPIEN looks. No test here touches the network."""
 
 from __future__ import annotations
 
 import inspect
 import io
+import shutil
 import socket
 import subprocess
-import sys
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +20,6 @@ from rlrec.checks import ConfigError
 from rlrec.envs import physx
 from rlrec.envs.config import SimConfig
 from rlrec.envs.maniskill import ManiSkillEnvConfig
-from tests.helpers import REPO
 
 VERSION = "105.1-physx-5.3.1.patch0"  # sapien 3.0.3's sapien.physx.version()
 LIB = "libPhysXGpu_64.so"
@@ -97,7 +97,7 @@ def test_gpu_maniskill_is_refused_in_seconds_without_a_network_call(monkeypatch,
     assert "\n" not in message and message.startswith("sim=gpu env=maniskill")
     assert str(home / ".sapien" / "physx" / version / LIB) in message
     assert f"{physx.RELEASES}/{version}/linux-so.zip" in message
-    assert "rlrec-fetch-physx" in message and "python -m rlrec.envs.physx" in message
+    assert "curl -fL --max-time 600" in message and "python3 -m zipfile -e" in message
 
 
 def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home, no_network):
@@ -124,8 +124,7 @@ def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home
 
 def test_the_library_in_place_passes_the_check(monkeypatch, home):
     monkeypatch.setattr(physx, "require_libcuda", lambda: None)  # a driver is there (below)
-    monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
-    monkeypatch.setattr(physx, "gpu_enabled", lambda: False)
+    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
     monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
     with pytest.raises(
         ConfigError, match=f"{home}/.sapien/physx/{VERSION}/{LIB}, which is missing"
@@ -146,21 +145,74 @@ def test_the_path_and_url_are_the_ones_sapien_uses():
         assert f'url = f"{physx.RELEASES}/{{physx_version}}/{zip_name}"' in source
 
 
-def test_fetch_unpacks_a_local_zip_where_sapien_looks(monkeypatch, home, tmp_path, no_network):
+def _fetch_command(message: str) -> str:
+    """The shell command a refusal names (between backquotes)."""
+    return message.split("`")[1]
+
+
+def _run_fetch(monkeypatch, tmp_path, members):
+    """The refusal's command, run as given with the release URL pointing at a local zip of
+    ``members`` (curl reads file:// URLs: no network); returns the refusal's message."""
+    if shutil.which("curl") is None or shutil.which("python3") is None:
+        pytest.skip("needs curl and python3 on PATH")
     monkeypatch.setattr(physx, "require_libcuda", lambda: None)  # a driver is there (below)
-    archive = tmp_path / "linux-so.zip"
-    archive.write_bytes(_zip({LIB: b"the library", "LICENSE.txt": b"license"}))
-    monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
-    monkeypatch.setattr(physx, "gpu_enabled", lambda: False)
+    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
     monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
-    assert physx.main(["--zip", str(archive)]) == 0
+    archive = tmp_path / "linux-so.zip"
+    archive.write_bytes(_zip(members))
+    with pytest.raises(ConfigError) as err:
+        physx.require_gpu_library()
+    message = str(err.value)
+    url = f"{physx.RELEASES}/{VERSION}/linux-so.zip"
+    command = _fetch_command(message)
+    assert url in command and "--max-time 600" in command  # the download is bounded
+    proc = subprocess.run(
+        ["bash", "-c", command.replace(url, archive.as_uri())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return message
+
+
+def test_the_named_command_fetches_the_library_where_sapien_looks(monkeypatch, home, tmp_path):
+    """The library lands where the check then finds it, with no zip left behind."""
+    message = _run_fetch(monkeypatch, tmp_path, {LIB: b"the library", "LICENSE.txt": b"license"})
     target = home / ".sapien" / "physx" / VERSION
+    assert f"copy the files of {target} to ~/.sapien/physx/{VERSION}/ there" in message
     assert (target / LIB).read_bytes() == b"the library"
-    assert (target / "LICENSE.txt").read_bytes() == b"license"
-    assert sorted(p.name for p in target.iterdir()) == ["LICENSE.txt", LIB]  # no temporaries
+    assert sorted(p.name for p in target.iterdir()) == ["LICENSE.txt", LIB]
     physx.require_gpu_library()  # the check now passes
-    assert physx.main(["--zip", str(archive)]) == 0  # already there: left as it is
-    assert no_network == []
+
+
+@pytest.mark.parametrize("name", ["../evil.so", "/abs/evil.so"])
+def test_a_zip_member_outside_the_folder_stays_inside(monkeypatch, home, tmp_path, name):
+    _run_fetch(monkeypatch, tmp_path, {LIB: b"lib", name: b"evil"})
+    target = home / ".sapien" / "physx" / VERSION
+    assert not (target.parent / "evil.so").exists() and not (home / "evil.so").exists()
+    assert not Path("/abs/evil.so").exists()
+    assert (target / LIB).read_bytes() == b"lib"
+
+
+def test_a_zip_without_the_library_is_still_refused(monkeypatch, home, tmp_path):
+    _run_fetch(monkeypatch, tmp_path, {"other.so": b"x"})
+    with pytest.raises(ConfigError, match=f"{LIB}, which is missing"):
+        physx.require_gpu_library()
+
+
+def test_the_named_command_quotes_the_home_it_names(monkeypatch, tmp_path):
+    """A home with a space or a shell character stays one word of the command."""
+    home = tmp_path / "my home;x"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
+    monkeypatch.setattr(physx, "this_platform", lambda: "linux-aarch64")
+    with pytest.raises(ConfigError) as err:
+        physx.require_gpu_library()
+    command = _fetch_command(str(err.value))
+    assert f"mkdir -p '{home}/.sapien/physx/{VERSION}' && " in command
+    assert f"{physx.RELEASES}/{VERSION}/linux-aarch64-so.zip" in command
 
 
 def test_sapien_loads_the_driver_by_the_unversioned_name():
@@ -199,8 +251,7 @@ def test_only_libcuda_so_1_gives_the_symlink_to_make(monkeypatch):
 def test_no_driver_at_all_is_refused_before_anything_is_built(monkeypatch, home):
     """This machine has no CUDA driver: with the PhysX library in place, the real ctypes finds
     neither name, and the check names the packages that bring the driver."""
-    monkeypatch.setattr(physx, "physx_version", lambda: VERSION)
-    monkeypatch.setattr(physx, "gpu_enabled", lambda: False)
+    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
     monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
     (home / ".sapien" / "physx" / VERSION).mkdir(parents=True)
     (home / ".sapien" / "physx" / VERSION / LIB).write_bytes(b"x")
@@ -210,94 +261,3 @@ def test_no_driver_at_all_is_refused_before_anything_is_built(monkeypatch, home)
         pytest.skip("this machine has a CUDA driver")
     with pytest.raises(ConfigError, match=r"no libcuda\.so\.1 either: install .*libcuda1"):
         physx.require_gpu_library()
-
-
-def test_fetch_into_dest_says_where_to_copy_it(tmp_path, capsys, no_network):
-    archive = tmp_path / "linux-so.zip"
-    archive.write_bytes(_zip({LIB: b"the library"}))
-    dest = tmp_path / "for-the-node"
-    args = ["--zip", str(archive), "--dest", str(dest), "--version", VERSION]
-    assert physx.main([*args, "--platform", "linux-x86_64"]) == 0
-    assert (dest / LIB).read_bytes() == b"the library"
-    out = capsys.readouterr().out
-    assert f"mkdir -p ~/.sapien/physx/{VERSION}/ && cp -- {dest / LIB}" in out
-    assert no_network == []
-
-
-def test_path_arguments_are_paths_never_options_or_urls(monkeypatch, tmp_path, capsys, no_network):
-    """A path that starts with ``-`` stays a path (made absolute in what is printed); a path that
-    looks like a URL is a local file name, never fetched."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "-x.zip").write_bytes(_zip({LIB: b"lib"}))
-    common = ["--version", VERSION, "--platform", "linux-x86_64"]
-    assert physx.main(["--zip=-x.zip", "--dest=-rf", *common]) == 0
-    assert (tmp_path / "-rf" / LIB).read_bytes() == b"lib"
-    out = capsys.readouterr().out
-    assert f"cp -- {tmp_path / '-rf' / LIB} " in out  # absolute: no word of it starts with "-"
-    url_like = "https://example.invalid/linux-so.zip"
-    assert physx.main(["--zip", url_like, "--dest", str(tmp_path / "d"), *common]) == 1
-    assert f"could not read {tmp_path / 'https:'}" in capsys.readouterr().err  # a local path
-    assert no_network == []
-
-
-@pytest.mark.parametrize("name", ["../evil.so", "/abs/evil.so"])
-def test_a_zip_member_outside_the_folder_is_refused(tmp_path, name):
-    with pytest.raises(ValueError, match="outside"):
-        physx.unpack(_zip({LIB: b"lib", name: b"evil"}), tmp_path / "dest", LIB)
-    assert not (tmp_path / "evil.so").exists()
-    assert not (tmp_path / "dest" / LIB).exists()
-
-
-def test_a_zip_without_the_library_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=f"no {LIB}"):
-        physx.unpack(_zip({"other.so": b"x"}), tmp_path / "dest", LIB)
-    assert list((tmp_path / "dest").iterdir()) == []
-
-
-def test_the_download_is_bounded(monkeypatch):
-    """Each read waits at most 60 s, and the whole download at most --timeout."""
-    import urllib.request
-
-    seen = {}
-
-    class Endless:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def read(self, n):
-            return b"x" * 16
-
-    def urlopen(request, timeout):
-        seen["timeout"] = timeout
-        return Endless()
-
-    clock = iter(range(0, 10**6, 7))
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    monkeypatch.setattr(physx.time, "monotonic", lambda: float(next(clock)))
-    with pytest.raises(TimeoutError, match="--timeout 100"):
-        physx._download("https://example.invalid/linux-so.zip", 100.0)
-    assert seen["timeout"] == 60.0
-
-
-@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9"])
-def test_bad_timeout_is_refused(tmp_path, value, capsys):
-    assert physx.main(["--timeout", value, "--version", VERSION, "--dest", str(tmp_path)]) == 2
-    assert "--timeout" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_the_command_is_installed_and_runs_as_a_module():
-    pyproject = (REPO / "pyproject.toml").read_text()
-    scripts = pyproject.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-    assert 'rlrec-fetch-physx = "rlrec.envs.physx:main"' in scripts.splitlines()
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlrec.envs.physx", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0 and "--dest DIR" in proc.stdout, proc.stderr
