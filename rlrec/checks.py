@@ -117,9 +117,6 @@ def check_seed(value: Any, key: str, num_envs: int, count_key: str) -> None:
         )
 
 
-DEVICE_TYPES = ("cpu", "cuda")
-
-
 def check_device(value: Any, key: str = "sim.device") -> None:
     """``cpu``, ``cuda`` or ``cuda:N``, parsed by ``torch.device`` (torch is imported here only:
     the checks above it stay fast)."""
@@ -127,7 +124,7 @@ def check_device(value: Any, key: str = "sim.device") -> None:
 
     try:
         device = torch.device(value)
-        valid = device.type in DEVICE_TYPES and (device.type == "cuda" or device.index is None)
+        valid = device.type == "cuda" or (device.type == "cpu" and device.index is None)
     except (RuntimeError, TypeError, ValueError):
         valid = False
     if not valid:

@@ -37,7 +37,7 @@ from rlrec.checks import (
 )
 from rlrec.distributed import DistributedConfig
 from rlrec.envs import factory
-from rlrec.envs.config import SimConfig, SimName
+from rlrec.envs.config import SimConfig
 from rlrec.ppo.config import PPOConfig
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.report.config import ReportConfig
@@ -229,12 +229,7 @@ def validate(cfg: Config) -> None:
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")
-    check_device(cfg.sim.device)  # last: it imports torch
-    if cfg.sim.name == SimName.gpu and str(cfg.sim.device).strip().startswith("cpu"):
-        raise ConfigError(
-            f"sim.name=gpu with sim.device={cfg.sim.device}: a GPU simulator keeps its tensors on "
-            "CUDA; use sim=gpu (sim.device=cuda or cuda:N), or sim=cpu"
-        )
+    check_device(cfg.sim.device)  # last: it imports torch (sim=gpu on the CPU: resolve_device)
 
 
 def to_dataclass(cfg: DictConfig) -> Config:

@@ -20,7 +20,6 @@ import re
 import sys
 import warnings
 import zipfile
-from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -30,7 +29,7 @@ import torch
 from torch import nn
 
 from rlrec import __version__
-from rlrec.checks import ConfigError
+from rlrec.checks import Choice, ConfigError
 from rlrec.files import write_atomic
 from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
@@ -42,7 +41,7 @@ META = "policy.json"
 EXTRA = "pip install 'rlrec[export]' (or pip install -e '.[export]' in a checkout)"
 
 
-class ExportFormat(str, Enum):
+class ExportFormat(Choice):
     torchscript = "torchscript"
     onnx = "onnx"
     both = "both"
@@ -210,12 +209,10 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
     """Writes ``exported/`` of ``run_dir`` (the files of ``fmt``, then policy.json) and returns
     the paths written. Everything is checked before anything is written: the format's extra, the
     checkpoint (missing, damaged), and an earlier export of another step (never replaced)."""
-    try:
-        fmt = ExportFormat(fmt)
-    except ValueError:
-        allowed = ", ".join(f.value for f in ExportFormat)
-        raise ConfigError(f"export.format={fmt} is invalid: allowed values are {allowed}") from None
-    kinds = ["torchscript", "onnx"] if fmt is ExportFormat.both else [fmt.value]
+    if fmt not in ExportFormat.values():
+        allowed = ", ".join(ExportFormat.values())
+        raise ConfigError(f"export.format={fmt} is invalid: allowed values are {allowed}")
+    kinds = ["torchscript", "onnx"] if fmt == ExportFormat.both else [str(fmt)]
     if "onnx" in kinds:
         _need("onnx", "export.format=onnx")
     path, data = _checkpoint(Path(run_dir), step)
@@ -287,7 +284,7 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]``."""
     args = sys.argv[1:] if argv is None else argv
-    formats = "|".join(f.value for f in ExportFormat)
+    formats = "|".join(ExportFormat.values())
     usage = f"usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format={formats}]"
     try:
         if not args or "=" in args[0] or args[0].startswith("-"):

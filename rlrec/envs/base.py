@@ -223,15 +223,6 @@ def owned_info(
 # --------------------------------------------------------------------------- the user's code
 
 
-def _first_unimported(path: str) -> str:
-    parts = path.split(".")
-    for i in range(1, len(parts) + 1):
-        name = ".".join(parts[:i])
-        if name not in sys.modules:
-            return name
-    return path
-
-
 def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
     """The module or attribute at the dotted ``path`` (a module, then attributes or submodules).
 
@@ -264,7 +255,9 @@ def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
     elif isinstance(cause, AttributeError):  # of a class or other non-module object
         why = str(cause)
     else:  # the module was found, and importing it failed (e.g. a missing dependency)
-        why = f"cannot import module {_first_unimported(path)!r} ({cause})"
+        prefixes = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        first = next((name for name in prefixes if name not in sys.modules), path)
+        why = f"cannot import module {first!r} ({cause})"
     raise ConfigError(f"{where} cannot be imported: {why}") from cause
 
 

@@ -46,8 +46,14 @@ def resolve_device(sim: SimConfig) -> torch.device:
     (:func:`rlrec.distributed.rank_device`: ``cuda`` becomes ``cuda:<local rank>``); otherwise the
     index ``sim.device`` names, or torch's current device. A bare ``cuda`` would mean whichever
     device is current where a tensor is made, and a simulator's own ``cuda`` alias need not be
-    torch's current device at all (SAPIEN's is the first CUDA device it enumerated)."""
-    if sim.name == "gpu" or str(sim.device).startswith("cuda"):
+    torch's current device at all (SAPIEN's is the first CUDA device it enumerated). ``sim=gpu``
+    on a device other than CUDA is refused here, for every backend."""
+    if sim.name == "gpu" and torch.device(sim.device).type != "cuda":
+        raise ConfigError(
+            f"sim.name=gpu with sim.device={sim.device}: a GPU simulator keeps its tensors on "
+            "CUDA; use sim=gpu (sim.device=cuda or cuda:N), or sim=cpu"
+        )
+    if torch.device(sim.device).type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(
                 f"sim={sim.name} (device={sim.device}) needs CUDA, but "

@@ -58,11 +58,6 @@ class GenesisEnvConfig(EnvConfig):
     kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
 
 
-INSTALL_HINT = (
-    "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs EGL/OSMesa)"
-)
-
-
 @runtime_checkable
 class GenesisTask(Protocol):
     """What a Genesis env class must provide to be used as ``env._target_``.
@@ -125,7 +120,8 @@ def import_genesis():
     except ImportError as e:
         raise ConfigError(
             f"env=genesis needs the genesis extra (genesis-world), which cannot be imported ({e}): "
-            f"{INSTALL_HINT}"
+            "pip install -e '.[genesis]' (or bash scripts/setup_genesis.sh, which also installs "
+            "EGL/OSMesa)"
         ) from e
     return gs
 
@@ -151,10 +147,9 @@ def refuse_device(device: torch.device) -> None:
 def check_ready(env_cfg: GenesisEnvConfig, sim) -> None:
     """What the entry point refuses before anything is built: the rank's CUDA device, when it is
     not the first visible one (:func:`refuse_device`). Imports no Genesis."""
-    if sim.name == "gpu" or str(sim.device).startswith("cuda"):
-        from rlrec.envs.factory import resolve_device
+    from rlrec.envs.factory import resolve_device
 
-        refuse_device(resolve_device(sim))
+    refuse_device(resolve_device(sim))
 
 
 def init_genesis(sim_name: str):
@@ -163,7 +158,7 @@ def init_genesis(sim_name: str):
     Later calls reuse the first initialisation; asking for the other backend in the same process
     is an error, because Genesis cannot be initialised twice. ``sim=gpu`` is refused with a
     ConfigError, before any scene is built, when Genesis does not run on CUDA (it would fall back
-    to the CPU with only a warning).
+    to the CPU with only a warning); without CUDA at all, ``resolve_device`` refused it before.
     """
     gs = import_genesis()
     want_cpu = sim_name != "gpu"
@@ -174,12 +169,6 @@ def init_genesis(sim_name: str):
                 f"Genesis is already initialised with backend {gs.backend} in this process and "
                 "gs.init may run only once: run this config in a new process"
             )
-    elif not want_cpu and not torch.cuda.is_available():
-        raise ConfigError(
-            "sim=gpu needs CUDA, but torch.cuda.is_available() is False: Genesis would fall back "
-            "to its CPU backend and train there. Use sim=cpu, or install a CUDA build of torch "
-            "on a GPU machine"
-        )
     else:
         gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
     # gs.init(backend=gs.gpu) tries cuda, amdgpu, metal and then cpu, and takes the CPU with only a
@@ -301,8 +290,8 @@ class GenesisAdapter(EnvAdapter):
         device: torch.device,
         max_episode_steps: Optional[int],
         seed: Optional[int],
-        target: str = "",
-        camera_attr: Optional[str] = "camera",
+        spaces: Tuple[gym.Space, gym.Space],
+        camera_name: str = "",  # its messages' name of the camera (env.camera_attr of _target_)
     ):
         self.task = task
         self.camera = camera
@@ -310,12 +299,11 @@ class GenesisAdapter(EnvAdapter):
         self.device = torch.device(device)
         self.dt = float(task.dt)
         self.max_episode_steps = max_episode_steps
-        self.single_observation_space, self.single_action_space = _spaces(task, target)
-        self._target, self._camera_attr = target, camera_attr
+        self.single_observation_space, self.single_action_space = spaces
+        self._camera_name = camera_name
         import genesis as gs
 
-        gs_device = torch.device(gs.device)
-        self._sim_device = gs_device
+        self._sim_device = gs_device = torch.device(gs.device)
         self._gen = torch.Generator(device=gs_device)
         self._gen.manual_seed(0 if seed is None else int(seed))
         self.clock = EpisodeClock(num_envs, self.device)
@@ -362,8 +350,8 @@ class GenesisAdapter(EnvAdapter):
         missing = [e for e in envs if e not in self._rows]
         if missing:
             raise ConfigError(
-                f"env {missing} cannot be rendered: camera {self._camera_attr!r} of "
-                f"{self._target} draws envs {sorted(self._rows)} only. Build the scene with "
+                f"env {missing} cannot be rendered: camera {self._camera_name} draws envs "
+                f"{sorted(self._rows)} only. Build the scene with "
                 "gs.options.VisOptions(split_envs=True) and rendered_envs_idx covering the "
                 "recorded envs (recorder.env_idx, eval_env.recorder.env_idx); for rlrec's own "
                 "tasks set env.kwargs.rendered_envs_idx (null: every env)"
@@ -407,11 +395,10 @@ def make(
             f"(rlrec.envs.genesis): missing {', '.join(missing)}"
         )
     camera = _camera(task, env_cfg.camera_attr, target)
-    _spaces(task, target)  # fail before compiling
+    spaces = _spaces(task, target)  # fail before compiling
     task.build()
     limit = env_cfg.max_episode_steps
     if limit is None:
         limit = getattr(task, "max_episode_steps", None)
-    return GenesisAdapter(
-        task, camera, num_envs, device, limit, seed, target=target, camera_attr=env_cfg.camera_attr
-    )
+    name = f"{env_cfg.camera_attr!r} of {target}"
+    return GenesisAdapter(task, camera, num_envs, device, limit, seed, spaces, name)

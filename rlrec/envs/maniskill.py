@@ -83,16 +83,6 @@ class ManiSkillEnvConfig(EnvConfig):
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
 
 
-INSTALL_HINT = (
-    "pip install -e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs "
-    "Vulkan)"
-)
-
-
-class AssetsMissing(ConfigError):
-    """The env needs ManiSkill assets that are not on disk (and rlrec never downloads silently)."""
-
-
 # --------------------------------------------------------------------------- checks before any work
 
 
@@ -104,7 +94,8 @@ def _spec(env_id: str, imports: Sequence[str] = ()):
         from mani_skill.utils.registration import REGISTERED_ENVS as registry
     except ImportError as e:
         raise ConfigError(
-            f"env=maniskill needs the maniskill extra, which is not installed ({e}): {INSTALL_HINT}"
+            f"env=maniskill needs the maniskill extra, which is not installed ({e}): pip install "
+            "-e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs Vulkan)"
         ) from e
     for i, name in enumerate(imports):
         import_object(name, f"env.imports[{i}]")
@@ -134,14 +125,9 @@ def missing_assets(spec) -> List[str]:
     return missing
 
 
-def _require_assets(env_id: str, spec) -> None:
-    missing = missing_assets(spec)
-    if missing:
-        raise _assets_error(env_id, ", ".join(missing))
-
-
-def _assets_error(env_id: str, what: str) -> AssetsMissing:
-    return AssetsMissing(
+def _assets_error(env_id: str, what: str) -> ConfigError:
+    """The env needs ManiSkill assets that are not on disk (rlrec never downloads them)."""
+    return ConfigError(
         f"env.id={env_id!r} needs ManiSkill assets that are not downloaded ({what}). rlrec does "
         f"not download assets: run `python -m mani_skill.utils.download_asset {env_id}` once, or "
         "choose an env whose assets ship with mani_skill (e.g. PushCube-v1, PickCube-v1, "
@@ -166,9 +152,9 @@ def _no_download_prompt(env_id: str):
 
 
 def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
-    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing)."""
+    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
+    its assets were checked by :func:`check_ready`."""
     spec = _spec(env_id, imports)
-    _require_assets(env_id, spec)
     try:
         with _no_download_prompt(env_id):
             return spec.cls(**{**spec.default_kwargs, **kwargs})
@@ -384,12 +370,6 @@ def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) 
     ``sapien.Device("cuda")``, which SAPIEN resolves to the first CUDA device it enumerated
     (SAPIEN ``src/device.cpp`` ``findDevice``), not to torch's current device: rank k's sim would
     sit on another GPU than its policy."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise ConfigError(
-            f"sim=gpu env=maniskill runs ManiSkill's GPU sim on a CUDA device, not {device}: "
-            "use sim.device=cuda"
-        )
     index = explicit(device).index
     return {
         "render_backend": f"sapien_cuda:{index}",
@@ -421,7 +401,9 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig):
             f"env.reward_mode={env_cfg.reward_mode!r} is invalid: allowed values are "
             f"{', '.join(rewards)}"
         )
-    _require_assets(env_cfg.id, spec)
+    missing = missing_assets(spec)
+    if missing:
+        raise _assets_error(env_cfg.id, ", ".join(missing))
     return spec
 
 

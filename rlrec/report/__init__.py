@@ -8,7 +8,7 @@ of the training loop.
 
 from rlrec.report.config import ReportConfig
 
-__all__ = ["ReportConfig"]
+__all__ = ["ReportConfig", "end_warm_up", "warm_up", "write_at_end"]
 
 
 def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
@@ -69,6 +69,3 @@ def end_warm_up() -> None:
     code as the interpreter exits can abort the process (SIGABRT) after the run's last line."""
     while _warming:
         _warming.pop().join(WARM_UP_WAIT_S)
-
-
-__all__ += ["end_warm_up", "warm_up", "write_at_end"]

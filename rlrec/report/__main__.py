@@ -10,7 +10,6 @@ from typing import List, Optional
 
 from rlrec.checks import ConfigError
 from rlrec.layout import RunDir, SweepDir
-from rlrec.report.config import run_settings
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -29,13 +28,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         if not args.dir.is_dir() or not known:
             raise ConfigError(f"{args.dir} is not a run dir or a sweep dir of rlrec")
-        run_settings(args.dir, args.overrides)  # a bad override is refused before anything
+        from rlrec.report.html import write_report
+
+        # write_report refuses a bad override before it writes anything
+        print(write_report(args.dir, overrides=args.overrides).resolve())
     except ConfigError as err:
         print(f"rlrec-report: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    from rlrec.report.html import write_report
-
-    print(write_report(args.dir, overrides=args.overrides).resolve())
 
 
 if __name__ == "__main__":

@@ -16,9 +16,8 @@ with the ffmpeg binary imageio-ffmpeg ships, through :class:`rlrec.record.ffmpeg
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from rlrec.record.frames import grid_shape, pad_even, tile
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
 
-__all__ = ["BAND", "Progress", "even_subset", "write_progress"]
+__all__ = ["BAND", "even_subset", "write_progress"]
 
 BAND = 24  # pixels of label above each tile (two lines of PIL's default font)
 
@@ -43,17 +42,6 @@ def even_subset(items: Sequence[Any], k: int) -> List[Any]:
         return [items[-1]]
     picks = sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
     return [items[i] for i in picks]
-
-
-@dataclass
-class Progress:
-    """What :func:`write_progress` wrote."""
-
-    path: Path
-    frames: int
-    fps: float
-    grid: Tuple[int, int]  # (rows, cols) of tiles
-    tiles: List[Dict[str, Any]] = field(default_factory=list)  # step, clip, y, x, h, w of each
 
 
 def _frames(path: Path) -> Iterator[np.ndarray]:
@@ -71,11 +59,12 @@ def _frames(path: Path) -> Iterator[np.ndarray]:
         reader.close()  # ends ffmpeg
 
 
-def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
-    """Writes ``videos/progress.mp4`` (and its sidecar) of ``run``; None when the run has no eval
-    clip on disk. The file appears complete or not at all (a temporary, then a rename). Each
-    tile's cell (its label band above its clip's frame) holds the frame last written into it, and
-    the cells are tiled as the recorder tiles its envs (``rlrec.record.frames``)."""
+def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
+    """Writes ``videos/progress.mp4`` and its sidecar (with the place of each tile: its step,
+    clip, y, x, h, w) of ``run`` and returns its path; None when the run has no eval clip on
+    disk. The file appears complete or not at all (a temporary, then a rename). Each tile's cell
+    (its label band above its clip's frame) holds the frame last written into it, and the cells
+    are tiled as the recorder tiles its envs (``rlrec.record.frames``)."""
     from PIL import Image, ImageDraw
 
     evaluations: List[Evaluation] = [e for e in run.evaluations if e.clip_ok and e.clip]
@@ -90,7 +79,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
     lossless = all(bool(e.get("lossless")) for e in encoders)
     quality = int(encoders[0].get("quality") or 7)
     cells = np.zeros((len(chosen), BAND + tile_h, tile_w, 3), dtype=np.uint8)
-    rows, cols = grid_shape(len(chosen))
+    cols = grid_shape(len(chosen))[1]
     tiles = []
     for i, ev in enumerate(chosen):
         band = Image.new("RGB", (tile_w, BAND), (24, 24, 24))  # the label above the tile
@@ -142,4 +131,4 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Progress]:
             "tiles": tiles,
         },
     )
-    return Progress(out, frames, fps, (rows, cols), tiles)
+    return out

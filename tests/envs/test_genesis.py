@@ -69,7 +69,7 @@ def test_frames_come_back_on_the_cpu_whatever_the_sim_device():
     adapter.camera, adapter.num_envs = _Camera(images), 3
     adapter.device = torch.device("meta")
     adapter._rows = {0: 0, 1: 1, 2: 2}
-    adapter._camera_attr, adapter._target = "camera", "tests.Fake"
+    adapter._camera_name = "'camera' of tests.Fake"
     frames = adapter.render([2, 0])
     assert frames.device.type == "cpu" and frames.dtype == torch.uint8
     assert frames.shape == (2, 4, 5, 3) and frames.is_contiguous()
@@ -116,11 +116,13 @@ _REAL_FALLBACK = """
 import torch
 from rlrec.config import ConfigError
 from rlrec.envs import genesis as ga
+from rlrec.envs.config import SimConfig
+from rlrec.envs.factory import make_adapter
 
 gs = ga.import_genesis()
 torch.cuda.is_available = lambda: False
 try:
-    ga.init_genesis("gpu")
+    make_adapter(ga.GenesisEnvConfig(num_envs=2), SimConfig(name="gpu", device="cuda"), 2, 0)
     print("accepted without CUDA:", gs.backend)
 except ConfigError as e:
     print("refused before gs.init:", not gs._initialized, e)
@@ -149,7 +151,7 @@ def test_sim_gpu_refuses_the_real_cpu_fallback_in_a_new_process(tmp_path):
     )
     lines = [x for x in out.stdout.splitlines() if x.startswith(("accepted", "refused"))]
     assert out.returncode == 0 and len(lines) == 2, out.stdout + out.stderr
-    assert lines[0].startswith("refused before gs.init: True sim=gpu needs CUDA"), lines
+    assert lines[0].startswith("refused before gs.init: True sim=gpu (device=cuda) needs CUDA")
     assert lines[1].startswith("refused the fallback: True sim=gpu: Genesis runs on backend"), lines
 
 

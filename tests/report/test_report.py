@@ -83,10 +83,11 @@ def test_progress_labels_name_step_and_return(lossless_run):
 
 def test_max_tiles_takes_an_even_subset(lossless_run, tmp_path):
     run = read_run(_copy(lossless_run, tmp_path))
-    progress = write_progress(run, max_tiles=2)
+    tiles = json.loads(write_progress(run, max_tiles=2).with_suffix(".json").read_text())["tiles"]
     steps = [ev.step for ev in run.evaluations]
-    assert [t["step"] for t in progress.tiles] == [steps[0], steps[-1]]
-    assert progress.grid == (1, 2)  # a grid of the two tiles
+    assert [t["step"] for t in tiles] == [steps[0], steps[-1]]
+    # a grid of the two tiles: one row, side by side
+    assert [(t["y"], t["x"]) for t in tiles] == [(BAND, 0), (BAND, tiles[0]["w"])]
 
 
 def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
