@@ -289,24 +289,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if not args or "=" in args[0] or args[0].startswith("-"):
             raise ConfigError(usage)
-        options: Dict[str, str] = {}
+        options: Dict[str, Optional[str]] = {"export.step": None, "export.format": "torchscript"}
         for item in args[1:]:
             key, sep, value = item.partition("=")
-            if key not in ("export.step", "export.format") or not sep:
-                raise ConfigError(
-                    f"{item} is not an option: allowed keys are export.step, export.format"
-                )
+            if key not in options or not sep:
+                raise ConfigError(f"{item} is not an option: allowed keys are {', '.join(options)}")
             options[key] = value
-        step = options.get("export.step")
+        step = options["export.step"]
         if step is not None and not step.isdigit():
             raise ConfigError(
                 f"export.step={step} is invalid: the env step of a checkpoint, an integer"
             )
-        written = export(
-            args[0],
-            None if step is None else int(step),
-            options.get("export.format", "torchscript"),
-        )
+        written = export(args[0], None if step is None else int(step), options["export.format"])
     except ConfigError as exc:
         print(f"rlrec-export: {exc}", file=sys.stderr)
         return 2
