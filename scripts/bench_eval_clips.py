@@ -8,12 +8,14 @@ one process, rounds interleaved (the machine's load then weighs on each alike).
 
 The policy stands still, so every episode runs to the time limit (100 steps) and fails: ``failed``
 then records and keeps every clip, as ``all`` does (the most work the option can ask for).
-Printed: the median seconds per evaluation of each setting and its ratio to ``none``.
+Printed: the median seconds per evaluation of each setting and its ratio to ``none``, in wall time
+and in CPU time (this process and its ffmpeg processes: on a shared machine the steadier figure).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import tempfile
@@ -44,6 +46,12 @@ def _evaluator(rule: str, envs: int, size: int, root: Path) -> Evaluator:
     return Evaluator(cfg.env, cfg.sim, cfg.eval_env, run, video_dir=video_dir)
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its ended children (the ffmpeg processes)."""
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=16)
@@ -53,24 +61,27 @@ def main() -> None:
     torch.set_num_threads(1)
     rules = ("none", "failed", "all")
     times = {r: [] for r in rules}
+    cpus = {r: [] for r in rules}
     with tempfile.TemporaryDirectory() as tmp:
         evaluators = {r: _evaluator(r, args.envs, args.size, Path(tmp)) for r in rules}
         try:
             for i in range(args.rounds + 1):
                 for rule, ev in evaluators.items():
-                    t0 = time.perf_counter()
+                    c0, t0 = _cpu(), time.perf_counter()
                     ev.run(lambda obs: torch.zeros(obs.shape[0], 2), tag=i)
                     ev.flush()  # the evaluation's own clip too, so each setting waits for all
                     if i:  # the first round warms up
                         times[rule].append(time.perf_counter() - t0)
+                        cpus[rule].append(_cpu() - c0)
         finally:
             for ev in evaluators.values():
                 ev.env.close()
-    base = statistics.median(times["none"])
     print(f"{args.envs} eval envs, {args.size}x{args.size}, 100 steps, {args.rounds} rounds")
-    for rule in rules:
-        med = statistics.median(times[rule])
-        print(f"clips={rule:<7} {med:7.3f} s per evaluation   x{med / base:.2f} of clips=none")
+    for what, figures in (("wall", times), ("CPU", cpus)):
+        base = statistics.median(figures["none"])
+        for rule in rules:
+            med = statistics.median(figures[rule])
+            print(f"clips={rule:<7} {med:7.3f} {what} s per evaluation   x{med / base:.2f} of none")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,7 @@ class _Worker:
         self.batch = max(1, min(BATCH, queue_size // 2))
         self.name = name
         self.stall_timeout = float(stall_timeout)
+        self.threads: Optional[int] = None  # x264's threads of the current clip
         self.thread: Optional[threading.Thread] = None
         self.cv = threading.Condition()
         self.clip_open = False  # between open() and end()
@@ -308,7 +309,7 @@ class _Worker:
                 self._size = (w, h)
                 self.proc = FFmpegProcess(
                     self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
-                    stall_timeout=self.stall_timeout,
+                    stall_timeout=self.stall_timeout, threads=self.threads,
                 )  # fmt: skip
             return np.ascontiguousarray(image)
         except Exception as err:
@@ -324,9 +325,10 @@ class _Worker:
         except Exception as err:
             self._fail(err)
 
-    def _on_open(self, job: ClipJob, serial: int) -> None:
+    def _on_open(self, job: ClipJob, serial: int, threads: Optional[int]) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
         self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
+        self.threads = threads
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
         """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
@@ -450,6 +452,7 @@ class Encoder:
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
         self.hold = False  # finished clips wait in their temporary files for release()
+        self.threads: Optional[int] = None  # x264's threads for the clips opened (None: its own)
 
     @property
     def current_pid(self) -> Optional[int]:
@@ -490,7 +493,7 @@ class Encoder:
         self._opened += 1
         self._open_job = job
         self._w.clip_open = True
-        self._put(("open", job, self._opened), wake=False)
+        self._put(("open", job, self._opened, self.threads), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""

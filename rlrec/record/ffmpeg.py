@@ -78,7 +78,7 @@ class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file.
 
     ``stall_timeout``: seconds without progress after which a write or :meth:`finish` gives up
-    (ffmpeg is killed, EncoderError)."""
+    (ffmpeg is killed, EncoderError); ``threads``: x264's threads (None: x264 chooses)."""
 
     def __init__(
         self,
@@ -90,6 +90,7 @@ class FFmpegProcess:
         lossless: bool,
         preset: str,
         stall_timeout: float = STALL_TIMEOUT_S,
+        threads: Optional[int] = None,
     ):
         import imageio_ffmpeg
 
@@ -106,6 +107,7 @@ class FFmpegProcess:
         codec = encoder_settings(quality, lossless)
         q = "qp" if lossless else "crf"
         cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
+        cmd += [] if threads is None else ["-threads", str(threads)]  # x264's; None: its own
         if lossless:  # primaries and transfer tagged: without them Chromium ignores the stream's
             # GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
             cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]

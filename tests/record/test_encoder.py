@@ -140,6 +140,24 @@ def test_close_with_a_clip_open_discards_it(tmp_path):
     assert enc.results() == [] and listing(tmp_path) == []
 
 
+def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path, enc):
+    """``Encoder.threads`` (per-episode clips: one x264 thread per clip) reaches the ffmpeg of
+    each clip opened after it is set, and changes nothing of what the clip holds."""
+    enc.threads = 1
+    sent = frames(4)
+    enc.open(job(tmp_path / "a.mp4"))
+    for f in sent:
+        enc.frame(f)
+    enc.flush()  # the clip's ffmpeg runs
+    with open(f"/proc/{enc.current_pid}/cmdline", "rb") as f:
+        args = f.read().split(b"\0")
+    assert args[args.index(b"-threads") + 1] == b"1"
+    enc.end(True)
+    enc.flush()
+    (info,) = enc.results()
+    assert np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+
+
 # --------------------------------------------------------------------------- a hung ffmpeg
 
 

@@ -16,8 +16,9 @@ encoding of a clip of that env recorded alone: the reset state first, a frame ev
   (``failed``: a success) is never written; every other one waits, encoded, in its temporary file
   until :meth:`EpisodeClips.settle` is told the episodes the evaluation counted, then those the
   rule selects are placed under their names and reported, the others' temporary files removed;
-- the encoding memory of all its engines together is about one recorder's: each engine gets
-  ``max(2, queue_size // num_envs)`` frame buffers.
+- the encoding cost of many small clips at once: each engine gets ``max(2 * BATCH, queue_size //
+  num_envs)`` frame buffers (whole batches: with fewer, its encoder thread and ffmpeg wake every
+  other frame), and each clip one x264 thread (the clips run side by side already).
 
 Sitting above rlrec's :class:`~rlrec.record.wrappers.adapter.Recorder` (or the adapter) and below
 AutoReset, it sees every reset and every step before AutoReset resets the envs that finished.
@@ -33,7 +34,7 @@ import torch
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.record import names
-from rlrec.record.encoder import ClipInfo
+from rlrec.record.encoder import BATCH, ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
@@ -108,7 +109,7 @@ class EpisodeClips(EnvWrapper):
                 env_idx=[i],
                 filename=None,
                 record_final_episode=False,
-                queue_size=max(2, cfg.queue_size // n),
+                queue_size=max(2 * BATCH, cfg.queue_size // n),
             )
             engine = ClipEngine(
                 one, source, video_dir, kind=kind, key=key,
@@ -117,6 +118,7 @@ class EpisodeClips(EnvWrapper):
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )  # fmt: skip
             engine.encoder.hold = True  # placed by settle() alone
+            engine.encoder.threads = 1
             self.engines.append(engine)
 
     @property
@@ -196,13 +198,13 @@ class EpisodeClips(EnvWrapper):
 
 
 def _on_host(reward, terminated, truncated, info):
-    """The step's per-env values (and ``info["success"]``) as CPU tensors, in one copy from
-    wherever they are (on a device: the step's one read back, for every engine)."""
+    """The step's per-env values (and ``info["success"]``) as numpy arrays, in one copy from
+    wherever they are (on a device: the step's one read back, for every engine; each engine
+    reads its entry of an array far cheaper than of a tensor)."""
     success = info.get("success") if info else None
     values = [reward, terminated, truncated] + ([] if success is None else [success])
     device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
     # one [rows, num_envs] tensor, one copy: bools become 0/1, rewards keep their values
-    rows = torch.stack([torch.as_tensor(v, device=device).double() for v in values]).cpu()
-    host = rows.unbind(0)
-    info = info if success is None else {**info, "success": host[3].bool()}
-    return host[0], host[1].bool(), host[2].bool(), info
+    host = torch.stack([torch.as_tensor(v, device=device).double() for v in values]).cpu().numpy()
+    info = info if success is None else {**info, "success": host[3] != 0}
+    return host[0], host[1] != 0, host[2] != 0, info
