@@ -10,13 +10,15 @@ The commands: ``--cfg job`` (compose and print the config), a refused bad input
 (``total_steps`` = env.num_envs x algo.num_steps, read from ``--cfg job``; its evaluations,
 videos and report as the defaults make them). ``--against REV`` checks REV out into a temporary
 ``git worktree`` (removed at the end); each round runs every command in both trees, alternating
-which tree goes first, so a machine's load falls on both alike. Printed: the median seconds of
-each command per tree and this tree's time over REV's.
+which tree goes first, so a machine's load falls on both alike. Printed: the median wall and CPU
+seconds (user + system, the process and its children: ffmpeg too) of each command per tree, and
+this tree's over REV's; on a loaded machine the CPU seconds are the steadier figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,12 +59,19 @@ def commands(steps: int, out: Path) -> List[Tuple[str, List[str], bool]]:
     ]
 
 
-def timed(tree: Path, args: List[str], refused: bool) -> float:
-    start = time.perf_counter()
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(tree: Path, args: List[str], refused: bool) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the process and its children) of one
+    command."""
+    start, cpu = time.perf_counter(), _cpu()
     proc = subprocess.run(
         [sys.executable, "train.py", *args], cwd=tree, capture_output=True, text=True
     )
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - start, _cpu() - cpu
     if (proc.returncode != 0) != refused:
         raise SystemExit(
             f"{tree}: python train.py {' '.join(args)} exited with {proc.returncode}:\n"
@@ -89,7 +98,7 @@ def main() -> None:
             trees[args.against] = other
         try:
             steps = one_iteration(ROOT)
-            times: Dict[str, Dict[str, List[float]]] = {name: {} for name in trees}
+            times: Dict[str, Dict[str, List[Tuple[float, float]]]] = {name: {} for name in trees}
             for r in range(args.rounds):
                 order = list(trees.items())[:: -1 if r % 2 else 1]  # alternate who goes first
                 for j, (name, tree) in enumerate(order):
@@ -103,15 +112,14 @@ def main() -> None:
                     cwd=ROOT,
                     check=False,
                 )
-    header = f"{'command':<40}" + "".join(f"{name:>14}" for name in trees)
-    print(header + ("       ratio" if args.against else ""))
-    for label in times["this tree"]:
-        medians = [statistics.median(times[name][label]) for name in trees]
-        row = f"{label:<40}" + "".join(f"{m:>13.2f}s" for m in medians)
-        if args.against:
-            row += f"{medians[0] / medians[1]:>12.2f}"
-        print(row)
-    print(f"medians of {args.rounds} rounds; ratio: this tree / {args.against or '-'}")
+    for i, what in enumerate(("wall", "CPU (user + system)")):
+        print(f"\n{what} seconds, median of {args.rounds} rounds")
+        ratio = f"  ratio this/{args.against}" if args.against else ""
+        print(f"{'command':<40}" + "".join(f"{name:>14}" for name in trees) + ratio)
+        for label in times["this tree"]:
+            medians = [statistics.median(t[i] for t in times[name][label]) for name in trees]
+            row = f"{label:<40}" + "".join(f"{m:>13.2f}s" for m in medians)
+            print(row + (f"{medians[0] / medians[1]:>12.2f}" if args.against else ""))
 
 
 if __name__ == "__main__":
