@@ -2,9 +2,8 @@
 Hydra's ConfigStore, resolved into dataclasses once and checked across components.
 
 Each component owns its schema and its defaults (``rlrec.record.settings.RecorderConfig``,
-``rlrec.ppo.config.PPOConfig``, ``rlrec.envs.config`` and each env backend's module, listed in
-``rlrec.envs.factory.BACKENDS``, ``rlrec.distributed.DistributedConfig``,
-``rlrec.report.config.ReportConfig``);
+``rlrec.ppo.config.PPOConfig``, ``rlrec.envs.config`` (the env and sim schemas, each backend's
+in ``BACKENDS``), ``rlrec.distributed.DistributedConfig``, ``rlrec.report.config.ReportConfig``);
 the run's own groups (eval env, logger) and the top level live here. The dataclasses hold every
 default value, once. The YAML files under ``conf/`` each start
 from one of these schemas (``defaults: [/schema/<group>/<name>@_here_]``) and set only what their
@@ -36,8 +35,7 @@ from rlrec.checks import (
     positive,
 )
 from rlrec.distributed import DistributedConfig
-from rlrec.envs import factory
-from rlrec.envs.config import SimConfig
+from rlrec.envs.config import BACKENDS, SimConfig
 from rlrec.ppo.config import PPOConfig
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.report.config import ReportConfig
@@ -146,8 +144,8 @@ def register_configs() -> None:
     (``defaults: [/schema/<group>/<name>@_here_]``) without listing them as group options."""
     cs = ConfigStore.instance()
     cs.store(group="schema", name="config", node=Config)
-    for name in factory.BACKENDS:  # the env backends' registry
-        cs.store(group="schema/env", name=name, node=factory.schema(name))
+    for name, schema in BACKENDS.items():  # the env backends' schemas
+        cs.store(group="schema/env", name=name, node=schema)
     cs.store(group="schema/sim", name="sim", node=SimConfig)
     cs.store(group="schema/eval_env", name="eval_env", node=EvalEnvConfig)
     cs.store(group="schema/recorder", name="recorder", node=RecorderConfig)
@@ -196,7 +194,7 @@ POSITIVE_OR_NULL_KEYS = ("env.max_episode_steps", "torch_threads", "eval_env.epi
 def validate(cfg: Config) -> None:
     """Value checks that types cannot express. Raises :class:`ConfigError` naming the key."""
     env = cfg.env
-    one_of(env.name, "env.name", list(factory.BACKENDS))
+    one_of(env.name, "env.name", list(BACKENDS))
     check_floats(cfg)  # every float of every schema: finite and in its range
     for key in POSITIVE_KEYS:
         positive(attrgetter(key)(cfg), key)

@@ -29,9 +29,10 @@ import os
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from rlrec.checks import SECONDS, SEED_MAX, Choice, ConfigError
 
@@ -40,7 +41,7 @@ _ERROR = "!error:"  # a published value that says the publishing rank failed, an
 
 _store: Any = None  # the rendezvous store (made once per process)
 _group = False  # whether this module initialised the default process group
-_comm_device = torch.device("cpu")  # where collectives run (CUDA for NCCL)
+_comm_device: Any = "cpu"  # where collectives run (CUDA for NCCL)
 
 
 class Backend(Choice):
@@ -107,11 +108,19 @@ def launched() -> bool:
 
 # ---------------------------------------------------------------------- rank helpers
 def world_size() -> int:
-    return torch.distributed.get_world_size() if _group else 1
+    if not _group:
+        return 1
+    import torch
+
+    return torch.distributed.get_world_size()
 
 
 def rank() -> int:
-    return torch.distributed.get_rank() if _group else 0
+    if not _group:
+        return 0
+    import torch
+
+    return torch.distributed.get_rank()
 
 
 def is_main() -> bool:
@@ -124,6 +133,8 @@ def store(timeout_sec: float) -> Any:
     """The ``env://`` rendezvous store of this run (made on first use; rank 0 hosts it, or
     torchrun's agent does). The other ranks wait at most ``timeout_sec`` for it."""
     global _store
+    import torch
+
     if _store is None:  # torch reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself
         _store = next(
             torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
@@ -197,6 +208,8 @@ def check(cfg: Any) -> None:
             "use distributed.backend=auto or gloo on CPU"
         )
     if cuda:
+        import torch
+
         visible = torch.cuda.device_count()
         local = env_local_world_size()
         if torch.device(cfg.sim.device).index is not None:
@@ -221,6 +234,8 @@ def check(cfg: Any) -> None:
 
 def gpus_shared() -> bool:
     """Whether the ranks of this node are more than the GPUs each of them sees."""
+    import torch
+
     if os.environ.get("SLURM_GPUS_PER_TASK"):
         return False
     return torch.cuda.device_count() < env_local_world_size()
@@ -229,6 +244,8 @@ def gpus_shared() -> bool:
 def rank_device(device: torch.device) -> torch.device:
     """This rank's device: ``cuda`` becomes ``cuda:<local rank>`` (modulo the visible GPUs when
     they are shared); one GPU per SLURM task is that task's ``cuda:0``."""
+    import torch
+
     if device.type != "cuda" or not launched() or device.index is not None:
         return device
     if os.environ.get("SLURM_GPUS_PER_TASK"):
@@ -242,6 +259,8 @@ def init(cfg: DistributedConfig, device: torch.device) -> None:
     ``distributed.backend`` (auto: NCCL on CUDA, gloo on CPU), ``distributed.timeout_sec`` for
     every collective. Idempotent."""
     global _group, _comm_device
+    import torch
+
     if _group or not launched():
         return
     backend = Backend(cfg.backend)
@@ -271,6 +290,8 @@ def shutdown() -> None:
     """Leaves the process group (idempotent)."""
     global _group, _store
     if _group:
+        import torch
+
         try:
             torch.distributed.destroy_process_group()
         finally:
@@ -279,7 +300,11 @@ def shutdown() -> None:
 
 
 def backend_name() -> str:
-    return torch.distributed.get_backend() if _group else "none"
+    if not _group:
+        return "none"
+    import torch
+
+    return torch.distributed.get_backend()
 
 
 # ---------------------------------------------------------------------- collectives
@@ -287,6 +312,8 @@ def all_reduce_(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """In place: the sum (``op="sum"``), mean or max of ``tensor`` over the ranks."""
     if not _group:
         return tensor
+    import torch
+
     reduce = torch.distributed.ReduceOp
     buf = tensor if tensor.device == _comm_device else tensor.to(_comm_device)
     torch.distributed.all_reduce(buf, op=reduce.MAX if op == "max" else reduce.SUM)
@@ -302,6 +329,8 @@ def mean_grads_(params: List[torch.nn.Parameter]) -> None:
     (as rsl_rl does), copied back in place (the gradients keep their storage)."""
     if not _group:
         return
+    import torch
+
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
@@ -314,6 +343,8 @@ def broadcast_module_(module: torch.nn.Module) -> None:
     """Every parameter and buffer of ``module`` as rank 0 has them (the same initial policy)."""
     if not _group:
         return
+    import torch
+
     with torch.no_grad():
         for t in [*module.parameters(), *module.buffers()]:
             buf = t.data if t.device == _comm_device else t.data.to(_comm_device)
@@ -339,12 +370,16 @@ def agree_signal(signum: Optional[int]) -> Optional[int]:
     rank's signal stops every rank. None when no rank was signalled."""
     if not _group:
         return signum
+    import torch
+
     flag = torch.tensor([int(signum or 0)], dtype=torch.int64)
     all_reduce_(flag, "max")
     return int(flag.item()) or None
 
 
 def _to_bytes(obj: Any) -> torch.Tensor:
+    import torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     return torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8)
@@ -354,6 +389,8 @@ def _from_bytes(data: torch.Tensor) -> Any:
     # plain data only (tensors, containers, numbers, strings): never the full unpickler; on the
     # CPU: without map_location torch.load restores each storage on the device it was saved from
     # (torch/serialization.py default_restore_location), another rank's cuda:k
+    import torch
+
     return torch.load(
         io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu", weights_only=True
     )
@@ -361,6 +398,8 @@ def _from_bytes(data: torch.Tensor) -> Any:
 
 def _all_gather(obj: Any) -> List[torch.Tensor]:
     """Every rank's ``obj`` as bytes, in rank order, on every rank."""
+    import torch
+
     data = _to_bytes(obj).to(_comm_device)
     sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
     torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
@@ -394,6 +433,8 @@ def lost_peer(exc: BaseException) -> bool:
     within the timeout (gloo raises a plain RuntimeError naming itself)."""
     if not _group or isinstance(exc, ConfigError):
         return False
+    import torch
+
     if isinstance(exc, getattr(torch.distributed, "DistError", ())):
         return True
     return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _LOST)

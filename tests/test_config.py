@@ -158,7 +158,7 @@ def test_schema_defaults_per_env_backend():
 
 def _schemas():
     from rlrec import config
-    from rlrec.envs import factory
+    from rlrec.envs.config import BACKENDS
 
     return [
         config.Config,
@@ -168,7 +168,7 @@ def _schemas():
         config.PPOConfig,
         config.LoggerConfig,
         config.DistributedConfig,
-        *map(factory.schema, factory.BACKENDS),
+        *BACKENDS.values(),
     ]
 
 

@@ -1,37 +1,31 @@
 """rlrec's env layer: the adapter interface, same-step autoreset, the backend registry and the
 device they run on.
 
-Importing this package imports no simulator: the backend modules (``rlrec.envs.builtin``,
-``rlrec.envs.gymnasium``, ``rlrec.envs.maniskill``, ``rlrec.envs.genesis``) hold their schemas
-and import their simulator only when they build an env.
+Importing this package imports nothing (each name below is imported on first use): composing a
+config (``rlrec.envs.config``) loads no torch. The backend modules (``rlrec.envs.builtin``,
+``rlrec.envs.gymnasium``, ``rlrec.envs.maniskill``, ``rlrec.envs.genesis``) import their
+simulator only when they build an env.
 """
 
-from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.base import (
-    EnvAdapter,
-    EnvIdx,
-    EnvWrapper,
-    EpisodeClock,
-    Info,
-    as_env_index,
-    layers,
-    owned_info,
-)
-from rlrec.envs.device import use_device
-from rlrec.envs.factory import backend_module, make_adapter, resolve_device
+# each name, by the module of rlrec.envs that defines it
+_LAZY = {
+    "AutoReset": "autoreset",
+    **dict.fromkeys(
+        "EnvAdapter EnvIdx EnvWrapper EpisodeClock Info as_env_index layers owned_info".split(),
+        "base",
+    ),
+    "use_device": "device",
+    **dict.fromkeys("backend_module make_adapter resolve_device".split(), "factory"),
+}
+__all__ = list(_LAZY)
 
-__all__ = [
-    "AutoReset",
-    "EnvAdapter",
-    "EnvIdx",
-    "EnvWrapper",
-    "EpisodeClock",
-    "Info",
-    "as_env_index",
-    "backend_module",
-    "layers",
-    "make_adapter",
-    "owned_info",
-    "resolve_device",
-    "use_device",
-]
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

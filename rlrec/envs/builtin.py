@@ -12,30 +12,15 @@ seed rule), on any device and without a host round trip.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import POSITIVE, ConfigError
+from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
-from rlrec.envs.config import EnvConfig
-
-
-@dataclass
-class BuiltinEnvConfig(EnvConfig):
-    """rlrec's own point-mass reaching task (``rlrec.envs.builtin``)."""
-
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
-    FLOAT_RANGES = {"goal_radius": POSITIVE, "dt": POSITIVE}
-
-    name: str = "builtin"
-    max_episode_steps: Optional[int] = 100
-    goal_radius: float = 0.1
-    dt: float = 0.05
-
+from rlrec.envs.config import BuiltinEnvConfig
 
 _BACKGROUND = (24, 26, 34)
 _GOAL = (60, 200, 90)

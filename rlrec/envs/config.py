@@ -1,13 +1,14 @@
-"""The env's and the sim's settings: the fields every backend understands (each backend's own
-schema sits in its module and extends :class:`EnvConfig`; ``rlrec.envs.factory`` lists them), the
-choices several backends share, and where the simulator runs (the ``sim`` group)."""
+"""The env's and the sim's settings: the fields every backend understands (:class:`EnvConfig`),
+each backend's schema, which extends it (:data:`BACKENDS`), the choices of the backends, and where
+the simulator runs (the ``sim`` group). Plain Python: composing a config imports no backend, no
+torch and no simulator (each backend's module, ``rlrec.envs.<name>``, builds its envs)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Type
 
-from rlrec.checks import Choice, check_choices
+from rlrec.checks import POSITIVE, Choice, check_choices
 
 Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
 Vectorization.__doc__ = (
@@ -56,3 +57,89 @@ class SimConfig:
 
     name: SimName = SimName.cpu
     device: str = "cpu"  # torch device of the env's tensors and of the policy
+
+
+@dataclass
+class BuiltinEnvConfig(EnvConfig):
+    """rlrec's own point-mass reaching task (``rlrec.envs.builtin``)."""
+
+    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    FLOAT_RANGES = {"goal_radius": POSITIVE, "dt": POSITIVE}
+
+    name: str = "builtin"
+    max_episode_steps: Optional[int] = 100
+    goal_radius: float = 0.1
+    dt: float = 0.05
+
+
+@dataclass
+class GymnasiumEnvConfig(EnvConfig):
+    """Any registered gymnasium id, vectorized with gymnasium's vector API."""
+
+    name: str = "gymnasium"
+    num_envs: int = 8
+    id: str = "CartPole-v1"  # a registered id, or MODULE:ID to import the module that registers it
+    # max_episode_steps None: the id's own TimeLimit (CartPole-v1: 500, Pendulum-v1: 200)
+    vectorization: Vectorization = Vectorization.sync  # sync: one process | async: a worker per env
+    async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
+    resize_frames: bool = False  # true: render_height x render_width frames (false: the env's size)
+    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
+
+    def frame_size(self) -> Optional[Tuple[int, int]]:
+        return super().frame_size() if self.resize_frames else None
+
+
+class ObsMode(Choice):
+    """ManiSkill observation modes rlrec supports (a flat state vector; visual obs modes are not
+    wired to the policy)."""
+
+    state = "state"
+
+
+class SapienStartMethod(Choice):
+    """The start methods of async CPU envs that SAPIEN survives (``fork`` hangs: its render device
+    does not survive a fork)."""
+
+    spawn = "spawn"
+    forkserver = "forkserver"
+
+
+@dataclass
+class ManiSkillEnvConfig(EnvConfig):
+    """A ManiSkill3 task; ``sim=gpu`` runs one batched physx_cuda env."""
+
+    name: str = "maniskill"
+    num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
+    id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
+    obs_mode: ObsMode = ObsMode.state  # a flat state vector
+    control_mode: str = "pd_joint_delta_pos"
+    reward_mode: str = "normalized_dense"
+    max_episode_steps: Optional[int] = 50  # None: the env's registered limit
+    imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
+    cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
+    async_context: SapienStartMethod = SapienStartMethod.spawn  # async only
+    kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
+
+
+@dataclass
+class GenesisEnvConfig(EnvConfig):
+    """A batched Genesis scene, built from ``_target_``."""
+
+    name: str = "genesis"
+    num_envs: int = 16
+    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
+    camera_attr: Optional[str] = (
+        "camera"  # the env's attribute holding its camera (None: no camera)
+    )
+    # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
+    kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
+
+
+# env group option -> its schema (Hydra's schema/env/<name>); the backend is the module
+# rlrec.envs.<name> (rlrec.envs.factory.backend_module)
+BACKENDS: Dict[str, Type[EnvConfig]] = {
+    "builtin": BuiltinEnvConfig,
+    "gymnasium": GymnasiumEnvConfig,
+    "maniskill": ManiSkillEnvConfig,
+    "genesis": GenesisEnvConfig,
+}

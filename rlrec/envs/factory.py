@@ -2,15 +2,15 @@
 bare adapter of a config's env group option, and :func:`resolve_device`, the one place where
 this process's device is resolved.
 
-A backend is a module of ``rlrec.envs`` holding its schema (an :class:`EnvConfig` whose ``name``
-default is the backend's name) and ``make(env_cfg, sim, num_envs, device, seed)``; optionally
+A backend is the module ``rlrec.envs.<name>`` of its schema's ``name`` (the schemas:
+``rlrec.envs.config.BACKENDS``), holding ``make(env_cfg, sim, num_envs, device, seed)``; optionally
 ``check_ready(env_cfg, sim)`` (what it refuses for ``sim`` before anything is built) and
 ``check_renderable(env_cfg)`` (where frames need a capability the env may lack). Each module
 reports a missing simulator extra itself, naming the extra to install, and imports its simulator
-only when it builds an env. The modules are imported when a schema or a backend is asked for
-(``rlrec.config.register_configs``, :func:`make_adapter`), not with this package. Adding a
-backend: its module, its YAML (``conf/env/<name>.yaml``, extending ``/schema/env/<name>``) and its
-line in :data:`BACKENDS`.
+only when it builds an env. The modules are imported when a backend is asked for (a check before
+work, :func:`make_adapter`), not with this package. Adding a backend: its module, its schema and
+its line in ``BACKENDS`` (``rlrec/envs/config.py``) and its YAML (``conf/env/<name>.yaml``,
+extending ``/schema/env/<name>``).
 
 The layers above the adapter (recorder, AutoReset) are composed by ``rlrec.train.stack``.
 """
@@ -19,23 +19,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Dict, Optional, Type
+from typing import Optional
 
 import torch
 
 from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvAdapter
-from rlrec.envs.config import EnvConfig, SimConfig
+from rlrec.envs.config import BACKENDS, EnvConfig, SimConfig
 from rlrec.envs.device import explicit
-
-# env group option -> its schema (Hydra's schema/env/<name>), whose module is the backend
-BACKENDS: Dict[str, str] = {
-    "builtin": "rlrec.envs.builtin.BuiltinEnvConfig",
-    "gymnasium": "rlrec.envs.gymnasium.GymnasiumEnvConfig",
-    "maniskill": "rlrec.envs.maniskill.ManiSkillEnvConfig",
-    "genesis": "rlrec.envs.genesis.GenesisEnvConfig",
-}
 
 
 def resolve_device(sim: SimConfig) -> torch.device:
@@ -74,15 +66,10 @@ def resolve_device(sim: SimConfig) -> torch.device:
 
 
 def backend_module(name: str):
-    """The module of backend ``name``, its schema's module (imported here: no simulator)."""
+    """The module of backend ``name`` (imported here: no simulator)."""
     if name not in BACKENDS:
         raise ConfigError(f"env={name!r} is unknown: allowed values are {', '.join(BACKENDS)}")
-    return importlib.import_module(BACKENDS[name].rpartition(".")[0])
-
-
-def schema(name: str) -> Type[EnvConfig]:
-    """The schema of backend ``name``."""
-    return getattr(backend_module(name), BACKENDS[name].rpartition(".")[2])
+    return importlib.import_module(f"rlrec.envs.{name}")
 
 
 def check_ready(env_cfg: EnvConfig, sim: SimConfig) -> None:

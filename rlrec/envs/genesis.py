@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple, runtime_checkable
 
 import gymnasium as gym
@@ -40,22 +39,8 @@ from rlrec.envs.base import (
     owned,
     owned_info,
 )
-from rlrec.envs.config import EnvConfig
+from rlrec.envs.config import GenesisEnvConfig
 from rlrec.envs.device import use_device
-
-
-@dataclass
-class GenesisEnvConfig(EnvConfig):
-    """A batched Genesis scene, built from ``_target_``."""
-
-    name: str = "genesis"
-    num_envs: int = 16
-    _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
-    camera_attr: Optional[str] = (
-        "camera"  # the env's attribute holding its camera (None: no camera)
-    )
-    # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
-    kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
 
 
 @runtime_checkable

@@ -27,7 +27,6 @@ import difflib
 import functools
 import inspect
 import os
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
@@ -35,25 +34,7 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvIdx, HoldOnDone, VectorEnvAdapter, import_object
-from rlrec.envs.config import EnvConfig, StartMethod, Vectorization
-
-
-@dataclass
-class GymnasiumEnvConfig(EnvConfig):
-    """Any registered gymnasium id, vectorized with gymnasium's vector API."""
-
-    name: str = "gymnasium"
-    num_envs: int = 8
-    id: str = "CartPole-v1"  # a registered id, or MODULE:ID to import the module that registers it
-    # max_episode_steps None: the id's own TimeLimit (CartPole-v1: 500, Pendulum-v1: 200)
-    vectorization: Vectorization = Vectorization.sync  # sync: one process | async: a worker per env
-    async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
-    resize_frames: bool = False  # true: render_height x render_width frames (false: the env's size)
-    kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
-
-    def frame_size(self) -> Optional[Tuple[int, int]]:
-        return super().frame_size() if self.resize_frames else None
-
+from rlrec.envs.config import GymnasiumEnvConfig
 
 # --------------------------------------------------------------------------- config checks
 

@@ -26,14 +26,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import Choice, ConfigError
+from rlrec.checks import ConfigError
 from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,
@@ -46,42 +45,9 @@ from rlrec.envs.base import (
     owned,
     owned_info,
 )
-from rlrec.envs.config import EnvConfig, SimConfig, Vectorization
+from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
 from rlrec.envs.device import explicit
 from rlrec.envs.physx import require_gpu_library
-
-
-class ObsMode(Choice):
-    """ManiSkill observation modes rlrec supports (a flat state vector; visual obs modes are not
-    wired to the policy)."""
-
-    state = "state"
-
-
-class SapienStartMethod(Choice):
-    """The start methods of async CPU envs that SAPIEN survives (``fork`` hangs: its render device
-    does not survive a fork)."""
-
-    spawn = "spawn"
-    forkserver = "forkserver"
-
-
-@dataclass
-class ManiSkillEnvConfig(EnvConfig):
-    """A ManiSkill3 task; ``sim=gpu`` runs one batched physx_cuda env."""
-
-    name: str = "maniskill"
-    num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
-    id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
-    obs_mode: ObsMode = ObsMode.state  # a flat state vector
-    control_mode: str = "pd_joint_delta_pos"
-    reward_mode: str = "normalized_dense"
-    max_episode_steps: Optional[int] = 50  # None: the env's registered limit
-    imports: List[str] = field(default_factory=list)  # modules that register envs, imported first
-    cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
-    async_context: SapienStartMethod = SapienStartMethod.spawn  # async only
-    kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
-
 
 # --------------------------------------------------------------------------- checks before any work
 

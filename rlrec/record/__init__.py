@@ -19,47 +19,39 @@ framework and are imported on first use of their name here: :class:`Recorder` (r
 stack), :class:`RecordVectorVideo` and its sub-env hook :class:`RenderHook` (Gymnasium),
 :class:`RecordClips` (ManiSkill), :class:`VideoWrapper` (Genesis Forge).
 
-Importing it loads torch and numpy, and of rlrec only ``rlrec.checks`` and ``rlrec.files``
-(tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported on first use.
+Each name is imported on first use: importing the package loads nothing (a config naming
+:class:`RecorderConfig` loads no torch), and none of them loads Hydra, OmegaConf or rlrec's config
+or envs (tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported on first use.
 """
 
-from rlrec.record.encoder import ClipInfo, Encoder
-from rlrec.record.engine import ClipEngine, RecorderError, Source
-from rlrec.record.ffmpeg import EncoderError
-from rlrec.record.frames import FrameMeta
-from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger
-
-# the wrappers, by the module of rlrec.record.wrappers that defines each
+# each name, by the module of rlrec.record that defines it
 _LAZY = {
-    "Recorder": "adapter",
-    "RecordVectorVideo": "gymnasium",
-    "RenderHook": "gymnasium",
-    "RecordClips": "maniskill",
-    "VideoWrapper": "genesis_forge",
+    "ClipInfo": "encoder",
+    "Encoder": "encoder",
+    "ClipEngine": "engine",
+    "RecorderError": "engine",
+    "Source": "engine",
+    "EncoderError": "ffmpeg",
+    "FrameMeta": "frames",
+    "Schedule": "schedule",
+    "RecorderConfig": "settings",
+    "Trigger": "settings",
+    "Recorder": "wrappers.adapter",
+    "RecordVectorVideo": "wrappers.gymnasium",
+    "RenderHook": "wrappers.gymnasium",
+    "RecordClips": "wrappers.maniskill",
+    "VideoWrapper": "wrappers.genesis_forge",
 }
-__all__ = [
-    "ClipEngine",
-    "ClipInfo",
-    "Encoder",
-    "EncoderError",
-    "FrameMeta",
-    "RecorderConfig",
-    "RecorderError",
-    "Schedule",
-    "Source",
-    "Trigger",
-    *_LAZY,
-]
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str):
-    """The wrappers are imported on first use: ``import rlrec.record`` loads no framework."""
+    """Each name is imported on first use: ``import rlrec.record`` loads no framework."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"{__name__}.wrappers.{module}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

@@ -92,11 +92,11 @@ def refuse_before_work(cfg: DictConfig) -> Checked:
     budget. ``cfg``: the composed config without its ``hydra`` node. Called by :class:`Preflight`
     before the run dir exists and, where no Preflight checked the run (a sweep's jobs), by
     ``rlrec.run.cli``; :func:`checked_for` hands Preflight's result to the run."""
+    check_logger_extra(cfg)
+    config = to_dataclass(cfg)  # what it refuses is refused without importing torch
     from rlrec.envs.factory import check_ready, resolve_device
     from rlrec.train.checkpoint import check_exists
 
-    check_logger_extra(cfg)
-    config = to_dataclass(cfg)
     if config.checkpoint is not None:
         check_exists(config.checkpoint)  # (a damaged file shows when the run reads it)
     distributed.check(config)

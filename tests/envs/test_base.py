@@ -242,16 +242,16 @@ def test_importing_rlrec_envs_imports_no_simulator_or_backend():
 
 
 def test_each_backend_is_its_module_its_schema_and_its_yaml():
-    """The registry names each backend once; its schema (in its module) carries the same name,
-    its module builds it, and conf/env/<name>.yaml extends that schema."""
+    """The registry names each backend once; its schema carries the same name, the backend's
+    module (rlrec.envs.<name>) builds it, and conf/env/<name>.yaml extends that schema."""
     from pathlib import Path
 
     from rlrec.envs import factory
 
     conf = Path(__file__).resolve().parents[2] / "conf" / "env"
-    for name in factory.BACKENDS:
-        schema = factory.schema(name)
-        assert schema.name == name and schema.__module__ == factory.backend_module(name).__name__
-        assert callable(factory.backend_module(name).make)
+    for name, schema in factory.BACKENDS.items():
+        module = factory.backend_module(name)
+        assert schema.name == name and module.__name__ == f"rlrec.envs.{name}"
+        assert callable(module.make)
         assert f"/schema/env/{name}@_here_" in (conf / f"{name}.yaml").read_text()
     assert sorted(p.stem for p in conf.glob("*.yaml")) == sorted(factory.BACKENDS)

@@ -1,0 +1,98 @@
+"""What ``python train.py`` imports and composes before it knows it has work to do: ``--help``,
+``--cfg job`` and a refused config import no torch (and no simulator), and a run composes its
+config once (rlrec.run.cli's mode check: no file of conf/ sets ``hydra.mode``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.helpers import FAST, REPO
+
+HEAVY = re.compile(r"\|\s+(torch|gymnasium|mani_skill|genesis|sapien)(\.\S+)?$", re.MULTILINE)
+
+
+def _importtime(args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", str(REPO / "train.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, refused",
+    [
+        (["--help"], False),
+        (["--cfg", "job"], False),
+        (["--cfg", "job", "+experiment=cartpole"], False),
+        (["recorder.trigger=bogus"], True),  # OmegaConf refuses it while composing
+        (["algo.num_minibatches=7"], True),  # refuse_before_work (rlrec.config.validate)
+    ],
+)
+def test_help_cfg_and_a_refused_config_import_no_torch(tmp_path, args, refused):
+    proc = _importtime([*args, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert (proc.returncode != 0) == refused, proc.stderr[-2000:]
+    if refused:
+        assert "recorder.trigger" in proc.stderr or "algo.num_minibatches" in proc.stderr
+    assert not HEAVY.findall(proc.stderr), sorted({m[0] for m in HEAVY.findall(proc.stderr)})
+    assert not (tmp_path / "run").exists()
+
+
+def test_no_config_file_sets_the_run_mode():
+    """A run reads ``hydra.mode`` from the command line alone (Hydra's own mode check composes
+    the whole config for it): no file of conf/ may set it."""
+    for path in sorted((REPO / "conf").rglob("*.yaml")):
+        assert OmegaConf.select(OmegaConf.load(path), "hydra.mode") is None, path
+
+
+def test_the_run_mode_of_the_command_line(tmp_path):
+    """``hydra.mode=MULTIRUN`` without ``-m`` sweeps (here one job), as with Hydra's own mode
+    check; a bad value is refused naming the key and the allowed values."""
+    sweep, run = tmp_path / "sweep", tmp_path / "run"
+    proc = _importtime(
+        [
+            *FAST,
+            "total_steps=128",
+            "eval_env.enabled=false",
+            "hydra.mode=MULTIRUN",
+            f"hydra.sweep.dir={sweep}",
+            f"hydra.run.dir={run}",
+        ],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (sweep / "0" / "metrics.jsonl").is_file() and not run.exists()
+    proc = _importtime(["hydra.mode=BOGUS", f"hydra.run.dir={run}"], tmp_path)
+    assert proc.returncode != 0 and "hydra.mode" in proc.stderr and "MULTIRUN" in proc.stderr
+    assert not run.exists()
+
+
+def test_a_run_composes_its_config_once(tmp_path, monkeypatch, capsys):
+    """The mode check reads the command line: Hydra composes the run's config once (here a run
+    refused before work, which Hydra composed to get there)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    import rlrec.run.cli
+
+    composed = []
+    load = ConfigLoaderImpl.load_configuration
+
+    def counted(self, *args, **kwargs):
+        composed.append(kwargs.get("run_mode"))
+        return load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py", "algo.num_minibatches=7"])
+    with pytest.raises(SystemExit) as exc:
+        rlrec.run.cli.main()
+    assert exc.value.code == 2 and "algo.num_minibatches" in capsys.readouterr().err
+    assert len(composed) == 1, composed
