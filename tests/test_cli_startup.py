@@ -1,6 +1,6 @@
 """What ``python train.py`` imports and composes before it knows it has work to do: ``--help``,
-``--cfg job`` and a refused config import no torch (and no simulator), and a run composes its
-config once (rlrec.run.cli's mode check: no file of conf/ sets ``hydra.mode``)."""
+``--cfg job`` and a refused config import no torch (and no simulator); ``hydra.mode`` on the command
+line works as Hydra documents it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from tests.helpers import FAST, REPO
 
@@ -46,13 +45,6 @@ def test_help_cfg_and_a_refused_config_import_no_torch(tmp_path, args, refused):
     assert not (tmp_path / "run").exists()
 
 
-def test_no_config_file_sets_the_run_mode():
-    """A run reads ``hydra.mode`` from the command line alone (Hydra's own mode check composes
-    the whole config for it): no file of conf/ may set it."""
-    for path in sorted((REPO / "conf").rglob("*.yaml")):
-        assert OmegaConf.select(OmegaConf.load(path), "hydra.mode") is None, path
-
-
 def test_the_run_mode_of_the_command_line(tmp_path):
     """``hydra.mode=MULTIRUN`` without ``-m`` sweeps (here one job), as with Hydra's own mode
     check; a bad value is refused naming the key and the allowed values."""
@@ -73,26 +65,3 @@ def test_the_run_mode_of_the_command_line(tmp_path):
     proc = _importtime(["hydra.mode=BOGUS", f"hydra.run.dir={run}"], tmp_path)
     assert proc.returncode != 0 and "hydra.mode" in proc.stderr and "MULTIRUN" in proc.stderr
     assert not run.exists()
-
-
-def test_a_run_composes_its_config_once(tmp_path, monkeypatch, capsys):
-    """The mode check reads the command line: Hydra composes the run's config once (here a run
-    refused before work, which Hydra composed to get there)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-    import rlrec.run.cli
-
-    composed = []
-    load = ConfigLoaderImpl.load_configuration
-
-    def counted(self, *args, **kwargs):
-        composed.append(kwargs.get("run_mode"))
-        return load(self, *args, **kwargs)
-
-    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py", "algo.num_minibatches=7"])
-    with pytest.raises(SystemExit) as exc:
-        rlrec.run.cli.main()
-    assert exc.value.code == 2 and "algo.num_minibatches" in capsys.readouterr().err
-    assert len(composed) == 1, composed

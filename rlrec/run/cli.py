@@ -9,10 +9,9 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import hydra
-from hydra._internal.hydra import Hydra
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,18 +28,6 @@ _UID = f"{os.getpid()}{secrets.token_hex(2)}"
 if not OmegaConf.has_resolver("rlrec_uid"):
     OmegaConf.register_new_resolver("rlrec_uid", lambda: _UID, use_cache=True)
 register_configs()
-
-
-def _mode(hydra_app: Hydra, config_name: Optional[str], overrides: List[str]) -> Optional[RunMode]:
-    """Hydra's mode check before a run (``Hydra.get_mode``): the command line's ``hydra.mode=``,
-    else None (``-m`` or not decides). Hydra's own composes the whole config only to read
-    ``hydra.mode``, which no file of conf/ sets (tests/test_cli_startup.py), and the run then
-    composes it again: this way a run composes its config once."""
-    modes = [o.partition("=")[2] for o in overrides if o.lstrip("+").startswith("hydra.mode=")]
-    return RunMode.__members__.get(modes[-1]) if modes else None
-
-
-Hydra.get_mode = _mode
 
 
 def _config_groups() -> str:
