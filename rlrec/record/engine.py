@@ -53,8 +53,6 @@ __all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
-_UINT8 = torch.uint8
-
 Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
 
 
@@ -79,10 +77,7 @@ def _video_dir(cfg: RecorderConfig, default: Optional[str], key: str) -> str:
     """The absolute directory of the clips, created: ``cfg.dir`` (probed by the settings'
     check), else ``default``, probed here; ConfigError naming ``key``."""
     if cfg.dir:
-        try:
-            os.makedirs(cfg.dir, exist_ok=True)
-        except OSError as err:
-            raise ConfigError(f"{key}.dir={cfg.dir!r}: cannot create the directory: {err}") from err
+        os.makedirs(cfg.dir, exist_ok=True)
         return os.path.abspath(cfg.dir)
     where = f"{key}.dir (or the run's video dir)"
     if not default:
@@ -102,20 +97,12 @@ class _Recorded:
     ``rows(reward, terminated, truncated, success)`` -> ``(reward, terminated, truncated,
     success or None)``, each a list over the recorded envs of plain Python values (floats, bools,
     ints), from per-env arrays or tensors ``[num_envs]``. Host values (numpy arrays, CPU tensors)
-    are read in place through a slice where the recorded envs are contiguous (an index where they
-    are not) and ``tolist()``; values on a device are gathered there into one ``[rows, k]``
-    tensor and copied to the host at once: the step's one read-back.
-
-    Plain values, not arrays: the step's bookkeeping while every recorded episode runs on is then
-    a few operations of the interpreter (``any``, a list append), where each numpy call would
-    cost the training thread ten times more right after a render has flushed its caches."""
+    are read in place and ``tolist()``; values on a device are gathered there into one
+    ``[rows, k]`` tensor and copied to the host at once: the step's one read-back."""
 
     def __init__(self, env_idx: List[int], device: torch.device):
-        first, k = env_idx[0], len(env_idx)
-        self.first, self.env_np = first, np.asarray(env_idx, dtype=np.int64)
-        self.every = np.ones(k, dtype=bool)  # what hits() says of a reset of every env
-        contiguous = env_idx == list(range(first, first + k))
-        self.take: Any = slice(first, first + k) if contiguous else np.asarray(env_idx)
+        self.env_np = np.asarray(env_idx, dtype=np.int64)
+        self.every = np.ones(len(env_idx), dtype=bool)  # what hits() says of a full reset
         self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
         self.device = device
 
@@ -123,19 +110,15 @@ class _Recorded:
         """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
         a device."""
         if isinstance(value, torch.Tensor):
-            return value[self.take].tolist() if value.is_cpu else None
-        return np.asarray(value)[self.take].tolist()
+            return value[self.env_np].tolist() if value.is_cpu else None
+        return np.asarray(value)[self.env_np].tolist()
 
-    def hits(self, env_idx: Any) -> Optional[np.ndarray]:
-        """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
-        list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
-        ``[num_envs]``. Only the recorded envs are looked at."""
+    def hits(self, env_idx: Any) -> np.ndarray:
+        """Which recorded envs a partial reset names (bool [k]): ``env_idx`` a list of ints, an
+        int tensor/array or a bool mask ``[num_envs]``."""
         if isinstance(env_idx, torch.Tensor):
             # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
             env_idx = env_idx.cpu().numpy()
-        elif len(self.env_np) == 1 and isinstance(env_idx, (list, tuple, range)):
-            if not env_idx or not isinstance(env_idx[0], (bool, np.bool_)):  # no mask
-                return self.every if self.first in env_idx else None  # a membership test
         idx = np.asarray(env_idx).reshape(-1)
         if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
             return idx[self.env_np]
@@ -153,13 +136,9 @@ class _Recorded:
         return rows if success is not None else rows + [None]
 
 
-# rewards of the recorded envs kept as plain rows until they are summed (in float32, in order)
-_FOLD_ROWS = 256
-
-
 class _Clip:
     """The clip being recorded: bookkeeping and the statistics its sidecar reports, per recorded
-    env, of the episode each env was in at the clip's first frame."""
+    env (host arrays), of the episode each env was in at the clip's first frame."""
 
     def __init__(self, episodes: List[int], first: int, seed: Any, provisional: bool, autoreset):
         k = len(episodes)
@@ -168,16 +147,9 @@ class _Clip:
         self.first_step = first
         self.last_step = first  # the step count at the last frame taken
         self.seed = seed
-        # on the host, over the recorded envs. ``ret`` and ``length`` are up to date after
-        # fold(): while every recorded episode runs on, a step only appends its rewards to
-        # ``pending`` (plain values); they are summed in float32 in step order, as ``ret += r``
-        # would have, when the rows are many, before anything reads the sums, and before an
-        # episode ends (``pending`` thus always holds steps where every recorded env was live)
         self.ret = np.zeros(k, dtype=np.float32)
         self.length = np.zeros(k, dtype=np.int64)
-        self.pending: List[list] = []
         self.live = np.ones(k, dtype=bool)  # that episode still runs
-        self.all_live = True  # live.all(): the step's bookkeeping is then an append
         self.terminated = np.zeros(k, dtype=bool)
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
@@ -186,61 +158,33 @@ class _Clip:
         self.provisional = provisional
         self.autoreset = autoreset  # it began at a partial reset (an autoreset)
 
-    def fold(self) -> None:
-        """Adds the pending rows to ``ret`` (float32, in step order) and ``length``."""
-        pending = self.pending
-        if pending:
-            rows = np.asarray(pending, dtype=np.float32).reshape(len(pending), -1)
-            # add.accumulate adds row after row (no pairwise summation): the float32 sums of
-            # ``ret += r`` step by step, bit for bit
-            self.ret = np.add.accumulate(np.concatenate((self.ret[None], rows)), axis=0)[-1]
-            self.length += len(pending)
-            pending.clear()
-
     def add_step(self, r: list, term: list, trunc: list, s: Optional[list]) -> bool:
         """Adds a step's values of the recorded envs (plain lists); whether the first recorded
         env's episode ended."""
         live = self.live
-        done = False
-        if self.all_live and not (any(term) or any(trunc)):
-            # every recorded episode runs on: its rewards wait to be summed
-            self.pending.append(r)
-            if len(self.pending) >= _FOLD_ROWS:
-                self.fold()
-        else:  # an episode ended (or ended before): numpy over the recorded envs
-            self.fold()
-            t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
-            ended = t | u
-            self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
-            self.length += live
-            self.terminated |= live & t
-            self.truncated |= live & u & ~t
-            self.live = live & ~ended
-            self.all_live = bool(self.live.all())
-            done = bool(ended[0])
+        t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+        self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
+        self.length += live
+        self.terminated |= live & t
+        self.truncated |= live & u & ~t
+        self.live = live & ~(t | u)
         if s is not None:
             if self.success is None:  # the env reports success
                 self.success = np.zeros(len(live), dtype=bool)
-            if any(s):
-                self.success |= np.asarray(s, dtype=bool) & live
-        return done
+            self.success |= np.asarray(s, dtype=bool) & live
+        return bool(t[0] or u[0])
 
     def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
-        self.fold()
-        returns, lengths = self.ret.tolist(), self.length.tolist()  # float32 -> exact floats
-        success = None if self.success is None else self.success.tolist()
+        k = len(env_idx)
+        success = [None] * k if self.success is None else self.success.tolist()
         ends = [
             "terminated" if t else "truncated" if u else "cut"
             for t, u in zip(self.terminated.tolist(), self.truncated.tolist())
         ]
-        envs = [
-            {"env": env, "episode": episode, "return": ret, "length": length,
-             "success": None if success is None else success[i], "end": ends[i]}
-            for i, (env, episode, ret, length) in enumerate(
-                zip(env_idx, self.episodes, returns, lengths)
-            )
-        ]  # fmt: skip
+        values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
+        keys = ("env", "episode", "return", "length", "success", "end")
+        envs = [dict(zip(keys, row)) for row in values]  # float32 -> exact floats
         seed = self.seed
         if isinstance(seed, (np.integer, torch.Tensor)):
             seed = seed.tolist()
@@ -255,20 +199,6 @@ class _Clip:
             "last_step": self.last_step,
             "envs": envs,
         }
-
-
-def _check_frames(frames: Any, k: int, key: str, env_idx: List[int]) -> Any:
-    """``frames``' shape unless they are not a uint8 ``[k, H, W, 3]`` tensor (TypeError)."""
-    shape = tuple(getattr(frames, "shape", ()))
-    if not isinstance(frames, torch.Tensor):
-        what = type(frames).__name__
-    elif frames.dtype == torch.uint8 and len(shape) == 4 and shape[0] == k and shape[-1] == 3:
-        return frames.shape
-    else:
-        what = f"{frames.dtype} {shape}"
-    raise TypeError(
-        f"{key}: render({env_idx}) returned {what}; the recorder needs uint8 [{k}, H, W, 3]"
-    )
 
 
 class ClipEngine:
@@ -333,7 +263,6 @@ class ClipEngine:
         self._seed: Any = None  # the seed of the reset that began the recorded env's episode
         self._episode_steps = 0
         self._clip: Optional[_Clip] = None
-        self._frame_shape: Any = None  # the shape of the last frames that passed _check_frames
         self.errors: List[str] = []
         self.closed = False
 
@@ -347,11 +276,10 @@ class ClipEngine:
         # always names the envs it resets (even all of them): not a new evaluation.
         full = env_idx is None
         hits = self._recorded.every if full else self._recorded.hits(env_idx)
-        if hits is not None:
-            self._episodes += hits
-            if hits[0]:
-                self._seed = seed
-                self._new_episode(full)
+        self._episodes += hits
+        if hits[0]:
+            self._seed = seed
+            self._new_episode(full)
         if self._waiting:
             self.poll()
 
@@ -557,18 +485,22 @@ class ClipEngine:
         """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
         recorded envs' values of the step that led to it (lists; None on a first frame)."""
         clip = self._clip
-        frames = self.render(self.env_idx)
+        frames, k = self.render(self.env_idx), len(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
-        # a first frame, or one of another size or type
-        shape, dtype = getattr(frames, "shape", None), getattr(frames, "dtype", None)
-        if shape is None or shape != self._frame_shape or dtype is not _UINT8:
-            self._frame_shape = _check_frames(frames, len(self.env_idx), self.key, self.env_idx)
+        tensor = isinstance(frames, torch.Tensor)
+        if not (tensor and frames.dtype == torch.uint8 and frames.ndim == 4) or (
+            frames.shape[::3] != (k, 3)
+        ):
+            what = f"{frames.dtype} {tuple(frames.shape)}" if tensor else type(frames).__name__
+            raise TypeError(
+                f"{self.key}: render({self.env_idx}) returned {what}; the recorder needs uint8 "
+                f"[{k}, H, W, 3]"
+            )
         meta = None
         if self.cfg.overlay:
             # what the overlay shows (host arrays over the recorded envs, made here: the encoder
             # thread reads them later): reward and return, and success where the env reports it
-            clip.fold()
             meta = FrameMeta(
                 episode=self.episode,
                 episode_step=self._episode_steps,
@@ -588,7 +520,6 @@ class ClipEngine:
         clip, self._clip = self._clip, None
         if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
-            clip.fold()
             keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)

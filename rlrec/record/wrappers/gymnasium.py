@@ -157,9 +157,6 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         )  # fmt: skip
         self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
         self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
-        self._single = len(envs) == 1
-        self._next_step = self._mode is AutoresetMode.NEXT_STEP
-        self._same_step = self._mode is AutoresetMode.SAME_STEP
         self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
         self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
 
@@ -228,8 +225,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             hit = self._watch[mask[self._watch]].tolist()
             if hit:
                 self.engine.on_reset(env_idx=hit, seed=first_seed)
-        if self._hooks or self._async_hooks:
-            self._sync_arming()
+        self._sync_arming()
         return out
 
     def step(self, actions):
@@ -238,17 +234,12 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         if engine.closed:
             return out
         _, reward, terminated, truncated, info = out
-        if not isinstance(terminated, np.ndarray) or not isinstance(truncated, np.ndarray):
-            terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+        terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         # the recorded envs this step ended: only they need engine events (the engine reports
         # on the recorded envs alone), so the other envs' flags are never looked at
-        if self._single:
-            i = self._first
-            ended = [i] if terminated[i] or truncated[i] else []
-        else:
-            hit = np.logical_or(terminated[self._watch], truncated[self._watch])
-            ended = self._watch[hit].tolist()
-        if self._next_step:
+        hit = np.logical_or(terminated[self._watch], truncated[self._watch])
+        ended = self._watch[hit].tolist()
+        if self._mode is AutoresetMode.NEXT_STEP:
             stepped = True
             if self._pending:  # this step reset the recorded envs done at the last one
                 reset, self._pending = self._pending, []
@@ -256,7 +247,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
                 stepped = self._first not in reset
             self._pending = ended
             engine.on_step(reward, terminated, truncated, info, stepped)
-        elif self._same_step:
+        elif self._mode is AutoresetMode.SAME_STEP:
             if not ended:
                 engine.on_step(reward, terminated, truncated, info)
             else:

@@ -58,8 +58,6 @@ RENAMED = {
     "record_final_episode": "save_on_reset",
 }
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
-# the settings' fields under RecordEpisode's argument names, for the error messages
-NAMES = {"overlay": "info_on_video", "record_final_episode": "save_on_reset"}
 
 
 class RecordClips(RecorderWrapper, gym.Wrapper):
@@ -139,7 +137,7 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         cfg = recorder_config(
             KEY,
             base.num_envs,
-            NAMES,
+            RENAMED,  # the settings' fields under RecordEpisode's names, for the messages
             {"trigger": Trigger.always, **recorder},
             extra=("trigger", "every", "env_idx"),
             overlay=info_on_video,
