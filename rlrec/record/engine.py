@@ -85,12 +85,6 @@ def _video_dir(cfg: RecorderConfig, default: Optional[str], key: str) -> str:
     return os.path.abspath(probe_dir(default, where, use="the video directory", create=True))
 
 
-def _tensor(value: Any, device: torch.device) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.as_tensor(np.asarray(value), device=device)
-
-
 class _Recorded:
     """The values of the recorded envs, on the host: what the engine reads of a step.
 
@@ -104,7 +98,6 @@ class _Recorded:
         self.env_np = np.asarray(env_idx, dtype=np.int64)
         self.every = np.ones(len(env_idx), dtype=bool)  # what hits() says of a full reset
         self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
-        self.device = device
 
     def host(self, value: Any) -> Optional[list]:
         """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
@@ -130,7 +123,7 @@ class _Recorded:
         if None in rows:  # on a device: one gather, one copy to the host
             index = self.index
             gathered = torch.stack(
-                [_tensor(v, self.device).to(index.device).index_select(0, index) for v in values]
+                [torch.as_tensor(v).to(index.device).index_select(0, index) for v in values]
             )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
             rows = gathered.cpu().tolist()
         return rows if success is not None else rows + [None]
@@ -185,11 +178,9 @@ class _Clip:
         values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
         keys = ("env", "episode", "return", "length", "success", "end")
         envs = [dict(zip(keys, row)) for row in values]  # float32 -> exact floats
-        seed = self.seed
-        if isinstance(seed, (np.integer, torch.Tensor)):
-            seed = seed.tolist()
-        elif seed is not None and not isinstance(seed, (int, list)):
-            seed = repr(seed)
+        seed = self.seed  # numpy and torch numbers as plain ones; anything else json cannot write
+        # is written as its repr (write_sidecar)
+        seed = seed.tolist() if isinstance(seed, (np.integer, torch.Tensor)) else seed
         return {
             "kind": kind,
             "env_idx": list(env_idx),
@@ -305,11 +296,10 @@ class ClipEngine:
         clip = self._clip
         if self._asks_steps:
             busy = clip is not None and not clip.provisional
-            first, device = self._first, self.device
+            first = self._first
 
             def terminal() -> bool:  # read only when the step trigger falls
-                done = _tensor(terminated, device)[first]
-                return bool(done) or bool(_tensor(truncated, device)[first])
+                return bool(torch.as_tensor(terminated)[first] or torch.as_tensor(truncated)[first])
 
             start = self.schedule.on_step(self.steps, busy, terminal)
             if start:

@@ -192,11 +192,21 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         finally:
             self._in_step = False
         resets, self._stepped_resets = self._stepped_resets, []
+        n, dev = int(self.num_envs), self.engine.device
         try:
             term, trunc = terminated, truncated
             if resets or term is None or trunc is None:
-                term, trunc = self._done_flags(term, trunc, resets)
-            reward = torch.zeros(int(self.num_envs)) if rewards is None else rewards
+                # every env reset inside the step marked done (truncated where the env did not
+                # say terminated): the engine must end the clip where the env reset
+                reset = torch.zeros(n, dtype=torch.bool, device=dev)
+                term, trunc = (
+                    reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
+                    for flags in (terminated, truncated)
+                )
+                for envs in resets:
+                    reset[envs.to(dev).long()] = True
+                trunc = trunc | (reset & ~term)
+            reward = torch.zeros(n) if rewards is None else rewards
             self.engine.on_step(reward, term, trunc, extras if isinstance(extras, dict) else None)
         finally:
             self._terminal = None
@@ -236,24 +246,11 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             out = self._base_reset(env_ids, *args, **kwargs)
             self.engine.on_reset(env_ids)  # None: a full reset
             return out
-        every = env_ids is None
-        envs = torch.arange(int(self.num_envs)) if every else torch.as_tensor(env_ids).reshape(-1)
+        n = int(self.num_envs)
+        envs = torch.arange(n) if env_ids is None else torch.as_tensor(env_ids).reshape(-1)
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
             if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):
                 self._terminal = render_camera(self._cam, self._rows, self.engine.env_idx)
         self._stepped_resets.append(envs)
         return self._base_reset(env_ids, *args, **kwargs)
-
-    def _done_flags(self, terminated, truncated, resets):
-        """The step's flags, with every env reset inside the step marked done (truncated where
-        the env did not say terminated): the engine must end the clip where the env reset."""
-        n, dev = int(self.num_envs), self.engine.device
-        reset = torch.zeros(n, dtype=torch.bool, device=dev)
-        term, trunc = (
-            reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
-            for flags in (terminated, truncated)
-        )
-        for envs in resets:
-            reset[envs.to(dev).long()] = True
-        return term, trunc | (reset & ~term)

@@ -133,9 +133,10 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
         cfg = recorder_config(_KEY, env.num_envs, _NAMES, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
-        self._async = isinstance(base, AsyncVectorEnv)
         self._sync = isinstance(base, SyncVectorEnv)
-        self._async_hooks = self._async and all(base.call("has_wrapper_attr", RENDER_METHOD))
+        self._async_hooks = isinstance(base, AsyncVectorEnv) and all(
+            base.call("has_wrapper_attr", RENDER_METHOD)
+        )
         self._mode = _autoreset_mode(env, base, self._sync or self._async_hooks)
         super().__init__(env)
         # Gymnasium's attributes: the triggers as given (neither: its capped cubic schedule)
@@ -210,29 +211,20 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         mask = (options or {}).get("reset_mask")  # read here: the vector env pops it
         mask = None if mask is None else np.array(mask, dtype=bool)
         out = self.env.reset(seed=seed, options=options)
-        if self.engine.closed:
-            return out
         first_seed = seed  # the seed the vector env gave the first recorded sub-env
         if isinstance(seed, (int, np.integer)):
             first_seed = int(seed) + self._first
         elif seed is not None:
             first_seed = seed[self._first]
-        if mask is None:
-            self._pending = []
-            self.engine.on_reset(env_idx=None, seed=first_seed)
-        else:
-            self._pending = [i for i in self._pending if not mask[i]]  # reset here instead
-            hit = self._watch[mask[self._watch]].tolist()
-            if hit:
-                self.engine.on_reset(env_idx=hit, seed=first_seed)
+        # the recorded envs done at the last step that are reset here instead
+        self._pending = [] if mask is None else [i for i in self._pending if not mask[i]]
+        self.engine.on_reset(env_idx=mask, seed=first_seed)  # None: a full reset
         self._sync_arming()
         return out
 
     def step(self, actions):
         out = self.env.step(actions)
         engine = self.engine
-        if engine.closed:
-            return out
         _, reward, terminated, truncated, info = out
         terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         # the recorded envs this step ended: only they need engine events (the engine reports
@@ -240,26 +232,21 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         hit = np.logical_or(terminated[self._watch], truncated[self._watch])
         ended = self._watch[hit].tolist()
         if self._mode is AutoresetMode.NEXT_STEP:
-            stepped = True
-            if self._pending:  # this step reset the recorded envs done at the last one
-                reset, self._pending = self._pending, []
+            reset, self._pending = self._pending, ended
+            if reset:  # this step reset the recorded envs done at the last one
                 engine.on_reset(env_idx=reset)
-                stepped = self._first not in reset
-            self._pending = ended
-            engine.on_step(reward, terminated, truncated, info, stepped)
+            engine.on_step(reward, terminated, truncated, info, self._first not in reset)
         elif self._mode is AutoresetMode.SAME_STEP:
-            if not ended:
+            # the done envs are already reset: their terminal frames come from the hooks, and
+            # their step info (read while a clip is open) from final_info
+            if ended and engine.recording:
+                info = _final_info(info, np.logical_or(terminated, truncated))
+            self._terminal = bool(ended)
+            try:
                 engine.on_step(reward, terminated, truncated, info)
-            else:
-                # the done envs are already reset: their terminal frames come from the hooks,
-                # and their step info (read while a clip is open) from final_info
-                if engine.recording:
-                    info = _final_info(info, np.logical_or(terminated, truncated))
-                self._terminal = True
-                try:
-                    engine.on_step(reward, terminated, truncated, info)
-                finally:
-                    self._terminal = False
+            finally:
+                self._terminal = False
+            if ended:
                 engine.on_reset(env_idx=ended)
             self._sync_arming()
         else:  # DISABLED: the caller resets done envs with reset(options={"reset_mask": ...})

@@ -193,11 +193,10 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
     def reset(self, *, seed=None, options=None, **kwargs):
         obs, info = self.env.reset(seed=seed, options=options, **kwargs)
         if self.engine is not None:
-            env_idx = (options or {}).get("env_idx")
-            if env_idx is not None and not torch.is_tensor(env_idx):
-                env_idx = torch.as_tensor(env_idx).reshape(-1)
+            episode = self.engine.episode  # it counts the first recorded env's episodes
+            env_idx = (options or {}).get("env_idx")  # None: a full reset
             self.engine.on_reset(env_idx=env_idx, seed=self._episode_seed(seed))
-            if env_idx is None or bool((env_idx == self._first).any()):
+            if self.engine.episode != episode:
                 self._ended_unreset = False
         return obs, info
 
