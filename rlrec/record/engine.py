@@ -91,20 +91,24 @@ class _Recorded:
     ``rows(reward, terminated, truncated, success)`` -> ``(reward, terminated, truncated,
     success or None)``, each a list over the recorded envs of plain Python values (floats, bools,
     ints), from per-env arrays or tensors ``[num_envs]``. Host values (numpy arrays, CPU tensors)
-    are read in place and ``tolist()``; values on a device are gathered there into one
-    ``[rows, k]`` tensor and copied to the host at once: the step's one read-back."""
+    are read in place through a slice where the recorded envs are contiguous (an index where they
+    are not) and ``tolist()``; values on a device are gathered there into one ``[rows, k]``
+    tensor and copied to the host at once: the step's one read-back."""
 
     def __init__(self, env_idx: List[int], device: torch.device):
+        first, k = env_idx[0], len(env_idx)
         self.env_np = np.asarray(env_idx, dtype=np.int64)
-        self.every = np.ones(len(env_idx), dtype=bool)  # what hits() says of a full reset
+        self.every = np.ones(k, dtype=bool)  # what hits() says of a full reset
+        contiguous = env_idx == list(range(first, first + k))
+        self.take: Any = slice(first, first + k) if contiguous else self.env_np
         self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
 
     def host(self, value: Any) -> Optional[list]:
         """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
         a device."""
         if isinstance(value, torch.Tensor):
-            return value[self.env_np].tolist() if value.is_cpu else None
-        return np.asarray(value)[self.env_np].tolist()
+            return value[self.take].tolist() if value.is_cpu else None
+        return np.asarray(value)[self.take].tolist()
 
     def hits(self, env_idx: Any) -> np.ndarray:
         """Which recorded envs a partial reset names (bool [k]): ``env_idx`` a list of ints, an
@@ -489,15 +493,10 @@ class ClipEngine:
             )
         meta = None
         if self.cfg.overlay:
-            # what the overlay shows (host arrays over the recorded envs, made here: the encoder
-            # thread reads them later): reward and return, and success where the env reports it
-            meta = FrameMeta(
-                episode=self.episode,
-                episode_step=self._episode_steps,
-                reward=None if reward is None else np.asarray(reward, dtype=np.float32),
-                ret=None if reward is None else clip.ret.copy(),
-                success=None if success is None else np.asarray(success, dtype=bool),
-            )
+            # what the overlay shows (reward and return, and success where the env reports it),
+            # made here: the encoder thread reads it later, and the clip's return changes
+            ret = None if reward is None else clip.ret.copy()
+            meta = FrameMeta(self.episode, self._episode_steps, reward, ret, success)
         # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
         # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
         # for the encoder can never be changed by a later step or render, even from a render

@@ -144,7 +144,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self._in_step = False
         self._stepped_resets: List[Any] = []  # envs reset inside the current step
         self._terminal: Optional[torch.Tensor] = None  # frames of the state before those resets
-        self._recorded = torch.tensor(self.engine.env_idx, dtype=torch.long)
 
     # ------------------------------------------------------------------ Genesis Forge API
     @property
@@ -178,7 +177,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
                 "covering the recorded envs"
             )
         self._cam, self._rows = cam, rows
-        self._recorded = self._recorded.to(getattr(base, "device", "cpu"))
         if self._base_reset is None:
             # the bound method, or a hook someone set on the instance before us (put back later)
             self._own_reset = vars(base).get("reset")
@@ -250,7 +248,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         envs = torch.arange(n) if env_ids is None else torch.as_tensor(env_ids).reshape(-1)
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
-            if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):
+            if set(envs.tolist()) & set(self.engine.env_idx):
                 self._terminal = render_camera(self._cam, self._rows, self.engine.env_idx)
         self._stepped_resets.append(envs)
         return self._base_reset(env_ids, *args, **kwargs)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
@@ -59,13 +58,6 @@ class RenderHook(SubEnv):
     ``gym.make_vec(env_id, n, vectorization_mode="async", wrappers=[RenderHook], ...)``. It
     changes nothing else: steps, resets and renders pass through.
     """
-
-
-def _find_hook(env: gym.Env) -> Optional[SubEnv]:
-    """The :class:`SubEnv` among ``env``'s wrappers; None where it has none."""
-    while isinstance(env, gym.Wrapper) and not isinstance(env, SubEnv):
-        env = env.env
-    return env if isinstance(env, SubEnv) else None
 
 
 class RecordVectorVideo(RecorderWrapper, VectorWrapper):
@@ -163,16 +155,12 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
 
     def _install_hooks(self, envs: List[int]) -> Dict[int, SubEnv]:
         """The recorded sub-envs' hooks of a ``SyncVectorEnv`` in ``SAME_STEP`` mode (installed
-        here where missing), by index; an ``AsyncVectorEnv`` built with hooks learns its indices."""
+        here), by index; an ``AsyncVectorEnv`` built with hooks learns its indices."""
         base = self._base
         hooks: Dict[int, SubEnv] = {}
         if self._sync and self._mode is AutoresetMode.SAME_STEP:
             for i in envs:
-                hook = _find_hook(base.envs[i])
-                if hook is None:
-                    hook = base.envs[i] = RenderHook(base.envs[i])
-                hook.index = i
-                hooks[i] = hook
+                hooks[i] = base.envs[i] = RenderHook(base.envs[i], i)
         elif self._async_hooks:
             base.set_attr("index", list(range(self.num_envs)))
         return hooks
