@@ -318,18 +318,13 @@ def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetM
 
 
 def _final_info(info: Dict[str, Any], done: np.ndarray) -> Dict[str, Any]:
-    """The step info of a SAME_STEP step: the done envs' entries from ``final_info`` (their
-    terminal step's info), the others' from ``info``."""
+    """The step info of a SAME_STEP step as the engine reads it: ``success`` of the done envs from
+    ``final_info`` (their terminal step's info), of the others from ``info``."""
     final = info.get("final_info")
-    if not isinstance(final, dict):
+    value = final.get("success") if isinstance(final, dict) else None
+    if not isinstance(value, np.ndarray):
         return info
-    merged = dict(info)
-    for key, value in final.items():
-        if key.startswith("_") or not isinstance(value, np.ndarray):
-            continue
-        mine = info.get(key)
-        if isinstance(mine, np.ndarray) and mine.shape == value.shape:
-            merged[key] = np.where(done.reshape(done.shape + (1,) * (value.ndim - 1)), value, mine)
-        else:
-            merged[key] = value
-    return merged
+    mine = info.get("success")
+    if isinstance(mine, np.ndarray) and mine.shape == value.shape:
+        value = np.where(done, value, mine)
+    return {**info, "success": value}
