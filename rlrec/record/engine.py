@@ -175,10 +175,8 @@ class _Clip:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
         k = len(env_idx)
         success = [None] * k if self.success is None else self.success.tolist()
-        ends = [
-            "terminated" if t else "truncated" if u else "cut"
-            for t, u in zip(self.terminated.tolist(), self.truncated.tolist())
-        ]
+        cut = np.where(self.truncated, "truncated", "cut")
+        ends = np.where(self.terminated, "terminated", cut).tolist()
         values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
         keys = ("env", "episode", "return", "length", "success", "end")
         envs = [dict(zip(keys, row)) for row in values]  # float32 -> exact floats
@@ -423,9 +421,7 @@ class ClipEngine:
                 result = self.encoder.place(result)
                 if isinstance(result, ClipInfo):
                     self.clips_saved += 1
-                    log.info(
-                        "saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames
-                    )
+                    log.info("saved clip %s (%d frames)", result.path, result.num_frames)
                     if self.on_clip is not None:
                         self.on_clip(result)
                 else:
@@ -519,7 +515,6 @@ class ClipEngine:
             raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
         if len(self.errors) == 1:  # once; later failures are only appended to .errors
             log.error(
-                f"{self.key}: {message}. Recording goes on without this clip; earlier clips are "
-                f"intact; later encoder errors are collected in .errors. Set "
-                f"{self.key}.on_error=raise to make this fatal."
+                f"{self.key}: {message}. Recording goes on without this clip (later errors are "
+                f"only collected in .errors); {self.key}.on_error=raise makes this fatal."
             )

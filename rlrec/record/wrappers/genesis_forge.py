@@ -215,10 +215,9 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     def _release(self) -> None:
         """Puts the base env's ``reset`` back before the env closes."""
         base = self.unwrapped
-        if self._base_reset is not None and vars(base).get("reset") == self._reset_hook:
-            if self._own_reset is None:
-                del base.reset  # the class's own reset again
-            else:
+        if vars(base).get("reset") == self._reset_hook:
+            del base.reset  # the class's own reset again, or the one set on the instance before
+            if self._own_reset is not None:
                 base.reset = self._own_reset
         self._base_reset = None
 

@@ -302,17 +302,13 @@ def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetM
     terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
     mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
     if mode is AutoresetMode.SAME_STEP and not hooked:
-        how = (
-            "build it with the hook, gym.make_vec(..., vectorization_mode='async', "
-            "wrappers=[rlrec.record.RenderHook]), "
-            if isinstance(base, AsyncVectorEnv)
-            else ""
-        )
+        hook = "build it with gym.make_vec(..., wrappers=[rlrec.record.RenderHook]), "
         raise ValueError(
             f"{_KEY}: {type(base).__name__} resets a done sub-env inside step() "
             "(autoreset_mode=SAME_STEP), so its terminal frame is gone before this wrapper "
-            f"sees it; {how}or use autoreset_mode NEXT_STEP or DISABLED "
-            "(vector_kwargs={'autoreset_mode': AutoresetMode.NEXT_STEP}), or a SyncVectorEnv"
+            f"sees it; {hook if isinstance(base, AsyncVectorEnv) else ''}or use autoreset_mode "
+            "NEXT_STEP or DISABLED (vector_kwargs={'autoreset_mode': AutoresetMode.NEXT_STEP}), "
+            "or a SyncVectorEnv"
         )
     return mode
 
