@@ -93,7 +93,11 @@ class _Recorded:
     ints), from per-env arrays or tensors ``[num_envs]``. Host values (numpy arrays, CPU tensors)
     are read in place through a slice where the recorded envs are contiguous (an index where they
     are not) and ``tolist()``; values on a device are gathered there into one ``[rows, k]``
-    tensor and copied to the host at once: the step's one read-back."""
+    tensor and copied to the host at once: the step's one read-back.
+
+    Plain values, not arrays: the step's bookkeeping while every recorded episode runs on is then
+    a few operations of the interpreter (``any``, a list append), where each numpy call would
+    cost the training thread ten times more right after a render has flushed its caches."""
 
     def __init__(self, env_idx: List[int], device: torch.device):
         first, k = env_idx[0], len(env_idx)
@@ -133,9 +137,13 @@ class _Recorded:
         return rows if success is not None else rows + [None]
 
 
+# rewards of the recorded envs kept as plain rows until they are summed (in float32, in order)
+_FOLD_ROWS = 256
+
+
 class _Clip:
     """The clip being recorded: bookkeeping and the statistics its sidecar reports, per recorded
-    env (host arrays), of the episode each env was in at the clip's first frame."""
+    env, of the episode each env was in at the clip's first frame."""
 
     def __init__(self, episodes: List[int], first: int, seed: Any, provisional: bool, autoreset):
         k = len(episodes)
@@ -144,9 +152,16 @@ class _Clip:
         self.first_step = first
         self.last_step = first  # the step count at the last frame taken
         self.seed = seed
+        # on the host, over the recorded envs. ``ret`` and ``length`` are up to date after
+        # fold(): while every recorded episode runs on, a step only appends its rewards to
+        # ``pending`` (plain values); they are summed in float32 in step order, as ``ret += r``
+        # would have, when the rows are many, before anything reads the sums, and before an
+        # episode ends (``pending`` thus always holds steps where every recorded env was live)
         self.ret = np.zeros(k, dtype=np.float32)
         self.length = np.zeros(k, dtype=np.int64)
+        self.pending: List[list] = []
         self.live = np.ones(k, dtype=bool)  # that episode still runs
+        self.all_live = True  # live.all(): the step's bookkeeping is then an append
         self.terminated = np.zeros(k, dtype=bool)
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
@@ -155,24 +170,48 @@ class _Clip:
         self.provisional = provisional
         self.autoreset = autoreset  # it began at a partial reset (an autoreset)
 
+    def fold(self) -> None:
+        """Adds the pending rows to ``ret`` (float32, in step order) and ``length``."""
+        pending = self.pending
+        if pending:
+            rows = np.asarray(pending, dtype=np.float32).reshape(len(pending), -1)
+            # add.accumulate adds row after row (no pairwise summation): the float32 sums of
+            # ``ret += r`` step by step, bit for bit
+            self.ret = np.add.accumulate(np.concatenate((self.ret[None], rows)), axis=0)[-1]
+            self.length += len(pending)
+            pending.clear()
+
     def add_step(self, r: list, term: list, trunc: list, s: Optional[list]) -> bool:
         """Adds a step's values of the recorded envs (plain lists); whether the first recorded
         env's episode ended."""
         live = self.live
-        t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
-        self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
-        self.length += live
-        self.terminated |= live & t
-        self.truncated |= live & u & ~t
-        self.live = live & ~(t | u)
+        done = False
+        if self.all_live and not (any(term) or any(trunc)):
+            # every recorded episode runs on: its rewards wait to be summed
+            self.pending.append(r)
+            if len(self.pending) >= _FOLD_ROWS:
+                self.fold()
+        else:  # an episode ended (or ended before): numpy over the recorded envs
+            self.fold()
+            t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+            ended = t | u
+            self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
+            self.length += live
+            self.terminated |= live & t
+            self.truncated |= live & u & ~t
+            self.live = live & ~ended
+            self.all_live = bool(self.live.all())
+            done = bool(ended[0])
         if s is not None:
             if self.success is None:  # the env reports success
                 self.success = np.zeros(len(live), dtype=bool)
-            self.success |= np.asarray(s, dtype=bool) & live
-        return bool(t[0] or u[0])
+            if any(s):
+                self.success |= np.asarray(s, dtype=bool) & live
+        return done
 
     def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
+        self.fold()
         k = len(env_idx)
         success = [None] * k if self.success is None else self.success.tolist()
         cut = np.where(self.truncated, "truncated", "cut")
@@ -270,9 +309,20 @@ class ClipEngine:
         full = env_idx is None
         hits = self._recorded.every if full else self._recorded.hits(env_idx)
         self._episodes += hits
-        if hits[0]:
+        clip = self._clip
+        if hits[0]:  # a new episode of the first recorded env
             self._seed = seed
-            self._new_episode(full)
+            if clip is not None:
+                # an episode boundary always ends the clip. Dropped: a provisional clip, and one
+                # that a partial reset (an autoreset) began and that saw no step, only that
+                # reset's frame (an autoreset right before the caller's full reset). Kept: a step
+                # trigger's clip cut before its next step (a real state, "cut")
+                self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
+            self.episode += 1
+            self._episode_steps = 0
+            start = self.schedule.on_reset(self.episode, self.steps, full)
+            if start:
+                self._start_clip(start, autoreset=not full)
         if self._waiting:
             self.poll()
 
@@ -431,20 +481,6 @@ class ClipEngine:
                 raise
 
     # ------------------------------------------------------------------ internals
-    def _new_episode(self, full_reset: bool) -> None:
-        if self._clip is not None:
-            # an episode boundary always ends the clip. Dropped: a provisional clip, and one that
-            # a partial reset (an autoreset) began and that saw no step, only that reset's frame
-            # (an autoreset right before the caller's full reset). Kept: a step trigger's clip
-            # cut before its next step (a real state, "cut")
-            clip = self._clip
-            self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
-        self.episode += 1
-        self._episode_steps = 0
-        start = self.schedule.on_reset(self.episode, self.steps, full_reset)
-        if start:
-            self._start_clip(start, autoreset=not full_reset)
-
     def _start_clip(self, start: Start, autoreset: bool = False) -> None:
         provisional = start is Start.provisional
         by_step = start is Start.step or (provisional and self._asks_steps)
@@ -491,6 +527,7 @@ class ClipEngine:
         if self.cfg.overlay:
             # what the overlay shows (reward and return, and success where the env reports it),
             # made here: the encoder thread reads it later, and the clip's return changes
+            clip.fold()
             ret = None if reward is None else clip.ret.copy()
             meta = FrameMeta(self.episode, self._episode_steps, reward, ret, success)
         # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
@@ -505,6 +542,7 @@ class ClipEngine:
         clip, self._clip = self._clip, None
         if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
+            clip.fold()
             keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
