@@ -148,22 +148,18 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             cfg, source, key=_KEY, on_clip=self._on_clip, name=names.prefixed(name_prefix, _KEY, 1),
             schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True),
         )  # fmt: skip
-        self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
+        # once the engine has checked every setting: the recorded sub-envs' hooks of a
+        # SyncVectorEnv in SAME_STEP mode, installed here; an AsyncVectorEnv built with hooks
+        # learns its indices
+        self._hooks: Dict[int, SubEnv] = {}
+        if self._sync and self._mode is AutoresetMode.SAME_STEP:
+            for i in envs:
+                self._hooks[i] = base.envs[i] = RenderHook(base.envs[i], i)
+        elif self._async_hooks:
+            base.set_attr("index", list(range(self.num_envs)))
         self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
         self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
         self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
-
-    def _install_hooks(self, envs: List[int]) -> Dict[int, SubEnv]:
-        """The recorded sub-envs' hooks of a ``SyncVectorEnv`` in ``SAME_STEP`` mode (installed
-        here), by index; an ``AsyncVectorEnv`` built with hooks learns its indices."""
-        base = self._base
-        hooks: Dict[int, SubEnv] = {}
-        if self._sync and self._mode is AutoresetMode.SAME_STEP:
-            for i in envs:
-                hooks[i] = base.envs[i] = RenderHook(base.envs[i], i)
-        elif self._async_hooks:
-            base.set_attr("index", list(range(self.num_envs)))
-        return hooks
 
     # ------------------------------------------------------------------ rendering
     def _render(self, env_idx: List[int]) -> np.ndarray:
