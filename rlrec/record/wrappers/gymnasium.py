@@ -121,7 +121,14 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         _check_arguments(env, video_folder, video_aspect_ratio, video_length)
         triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
         check_callables(_KEY, gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
-        envs = _recorded(env.num_envs, env_idx, record_first_only)
+        # the recorded sub-envs: env_idx, else env 0 (record_first_only), else all
+        envs = [0] if record_first_only else list(range(env.num_envs))
+        if env_idx is not None:
+            envs = env_index_list(env_idx, _KEY)
+            if record_first_only and envs != [0]:
+                raise ConfigError(
+                    f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
+                )
         fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
         cfg = recorder_config(_KEY, env.num_envs, _NAMES, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
@@ -279,18 +286,6 @@ def _sub_env_attr(base: VectorEnv, name: str) -> Any:
     if isinstance(base, (SyncVectorEnv, AsyncVectorEnv)) and base.call("has_wrapper_attr", name)[0]:
         return base.call("get_wrapper_attr", name)[0]
     return None
-
-
-def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]:
-    """The recorded sub-envs: ``env_idx``, else env 0 (``record_first_only``), else all."""
-    if env_idx is None:
-        return [0] if record_first_only else list(range(num_envs))
-    envs = env_index_list(env_idx, _KEY)
-    if record_first_only and envs != [0]:
-        raise ConfigError(
-            f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
-        )
-    return envs
 
 
 def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
