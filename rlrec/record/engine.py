@@ -471,7 +471,9 @@ class ClipEngine:
                 result = self.encoder.place(result)
                 if isinstance(result, ClipInfo):
                     self.clips_saved += 1
-                    log.info("saved clip %s (%d frames)", result.path, result.num_frames)
+                    log.info(
+                        "saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames
+                    )
                     if self.on_clip is not None:
                         self.on_clip(result)
                 else:
