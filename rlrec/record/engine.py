@@ -53,8 +53,6 @@ __all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 
-_UINT8 = torch.uint8
-
 Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
 
 
@@ -79,21 +77,12 @@ def _video_dir(cfg: RecorderConfig, default: Optional[str], key: str) -> str:
     """The absolute directory of the clips, created: ``cfg.dir`` (probed by the settings'
     check), else ``default``, probed here; ConfigError naming ``key``."""
     if cfg.dir:
-        try:
-            os.makedirs(cfg.dir, exist_ok=True)
-        except OSError as err:
-            raise ConfigError(f"{key}.dir={cfg.dir!r}: cannot create the directory: {err}") from err
+        os.makedirs(cfg.dir, exist_ok=True)
         return os.path.abspath(cfg.dir)
     where = f"{key}.dir (or the run's video dir)"
     if not default:
         raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
     return os.path.abspath(probe_dir(default, where, use="the video directory", create=True))
-
-
-def _tensor(value: Any, device: torch.device) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.as_tensor(np.asarray(value), device=device)
 
 
 class _Recorded:
@@ -112,12 +101,11 @@ class _Recorded:
 
     def __init__(self, env_idx: List[int], device: torch.device):
         first, k = env_idx[0], len(env_idx)
-        self.first, self.env_np = first, np.asarray(env_idx, dtype=np.int64)
-        self.every = np.ones(k, dtype=bool)  # what hits() says of a reset of every env
+        self.env_np = np.asarray(env_idx, dtype=np.int64)
+        self.every = np.ones(k, dtype=bool)  # what hits() says of a full reset
         contiguous = env_idx == list(range(first, first + k))
-        self.take: Any = slice(first, first + k) if contiguous else np.asarray(env_idx)
+        self.take: Any = slice(first, first + k) if contiguous else self.env_np
         self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
-        self.device = device
 
     def host(self, value: Any) -> Optional[list]:
         """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
@@ -126,16 +114,12 @@ class _Recorded:
             return value[self.take].tolist() if value.is_cpu else None
         return np.asarray(value)[self.take].tolist()
 
-    def hits(self, env_idx: Any) -> Optional[np.ndarray]:
-        """Which recorded envs a partial reset names (bool [k]; None: none of them, as far as a
-        list names them): ``env_idx`` a list of ints, an int tensor/array or a bool mask
-        ``[num_envs]``. Only the recorded envs are looked at."""
+    def hits(self, env_idx: Any) -> np.ndarray:
+        """Which recorded envs a partial reset names (bool [k]): ``env_idx`` a list of ints, an
+        int tensor/array or a bool mask ``[num_envs]``."""
         if isinstance(env_idx, torch.Tensor):
             # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
             env_idx = env_idx.cpu().numpy()
-        elif len(self.env_np) == 1 and isinstance(env_idx, (list, tuple, range)):
-            if not env_idx or not isinstance(env_idx[0], (bool, np.bool_)):  # no mask
-                return self.every if self.first in env_idx else None  # a membership test
         idx = np.asarray(env_idx).reshape(-1)
         if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
             return idx[self.env_np]
@@ -147,7 +131,7 @@ class _Recorded:
         if None in rows:  # on a device: one gather, one copy to the host
             index = self.index
             gathered = torch.stack(
-                [_tensor(v, self.device).to(index.device).index_select(0, index) for v in values]
+                [torch.as_tensor(v).to(index.device).index_select(0, index) for v in values]
             )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
             rows = gathered.cpu().tolist()
         return rows if success is not None else rows + [None]
@@ -228,24 +212,16 @@ class _Clip:
     def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
         self.fold()
-        returns, lengths = self.ret.tolist(), self.length.tolist()  # float32 -> exact floats
-        success = None if self.success is None else self.success.tolist()
-        ends = [
-            "terminated" if t else "truncated" if u else "cut"
-            for t, u in zip(self.terminated.tolist(), self.truncated.tolist())
-        ]
-        envs = [
-            {"env": env, "episode": episode, "return": ret, "length": length,
-             "success": None if success is None else success[i], "end": ends[i]}
-            for i, (env, episode, ret, length) in enumerate(
-                zip(env_idx, self.episodes, returns, lengths)
-            )
-        ]  # fmt: skip
-        seed = self.seed
-        if isinstance(seed, (np.integer, torch.Tensor)):
-            seed = seed.tolist()
-        elif seed is not None and not isinstance(seed, (int, list)):
-            seed = repr(seed)
+        k = len(env_idx)
+        success = [None] * k if self.success is None else self.success.tolist()
+        cut = np.where(self.truncated, "truncated", "cut")
+        ends = np.where(self.terminated, "terminated", cut).tolist()
+        values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
+        keys = ("env", "episode", "return", "length", "success", "end")
+        envs = [dict(zip(keys, row)) for row in values]  # float32 -> exact floats
+        seed = self.seed  # numpy and torch numbers as plain ones; anything else json cannot write
+        # is written as its repr (write_sidecar)
+        seed = seed.tolist() if isinstance(seed, (np.integer, torch.Tensor)) else seed
         return {
             "kind": kind,
             "env_idx": list(env_idx),
@@ -255,20 +231,6 @@ class _Clip:
             "last_step": self.last_step,
             "envs": envs,
         }
-
-
-def _check_frames(frames: Any, k: int, key: str, env_idx: List[int]) -> Any:
-    """``frames``' shape unless they are not a uint8 ``[k, H, W, 3]`` tensor (TypeError)."""
-    shape = tuple(getattr(frames, "shape", ()))
-    if not isinstance(frames, torch.Tensor):
-        what = type(frames).__name__
-    elif frames.dtype == torch.uint8 and len(shape) == 4 and shape[0] == k and shape[-1] == 3:
-        return frames.shape
-    else:
-        what = f"{frames.dtype} {shape}"
-    raise TypeError(
-        f"{key}: render({env_idx}) returned {what}; the recorder needs uint8 [{k}, H, W, 3]"
-    )
 
 
 class ClipEngine:
@@ -333,7 +295,6 @@ class ClipEngine:
         self._seed: Any = None  # the seed of the reset that began the recorded env's episode
         self._episode_steps = 0
         self._clip: Optional[_Clip] = None
-        self._frame_shape: Any = None  # the shape of the last frames that passed _check_frames
         self.errors: List[str] = []
         self.closed = False
 
@@ -347,11 +308,21 @@ class ClipEngine:
         # always names the envs it resets (even all of them): not a new evaluation.
         full = env_idx is None
         hits = self._recorded.every if full else self._recorded.hits(env_idx)
-        if hits is not None:
-            self._episodes += hits
-            if hits[0]:
-                self._seed = seed
-                self._new_episode(full)
+        self._episodes += hits
+        clip = self._clip
+        if hits[0]:  # a new episode of the first recorded env
+            self._seed = seed
+            if clip is not None:
+                # an episode boundary always ends the clip. Dropped: a provisional clip, and one
+                # that a partial reset (an autoreset) began and that saw no step, only that
+                # reset's frame (an autoreset right before the caller's full reset). Kept: a step
+                # trigger's clip cut before its next step (a real state, "cut")
+                self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
+            self.episode += 1
+            self._episode_steps = 0
+            start = self.schedule.on_reset(self.episode, self.steps, full)
+            if start:
+                self._start_clip(start, autoreset=not full)
         if self._waiting:
             self.poll()
 
@@ -377,11 +348,10 @@ class ClipEngine:
         clip = self._clip
         if self._asks_steps:
             busy = clip is not None and not clip.provisional
-            first, device = self._first, self.device
+            first = self._first
 
             def terminal() -> bool:  # read only when the step trigger falls
-                done = _tensor(terminated, device)[first]
-                return bool(done) or bool(_tensor(truncated, device)[first])
+                return bool(torch.as_tensor(terminated)[first] or torch.as_tensor(truncated)[first])
 
             start = self.schedule.on_step(self.steps, busy, terminal)
             if start:
@@ -513,20 +483,6 @@ class ClipEngine:
                 raise
 
     # ------------------------------------------------------------------ internals
-    def _new_episode(self, full_reset: bool) -> None:
-        if self._clip is not None:
-            # an episode boundary always ends the clip. Dropped: a provisional clip, and one that
-            # a partial reset (an autoreset) began and that saw no step, only that reset's frame
-            # (an autoreset right before the caller's full reset). Kept: a step trigger's clip
-            # cut before its next step (a real state, "cut")
-            clip = self._clip
-            self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
-        self.episode += 1
-        self._episode_steps = 0
-        start = self.schedule.on_reset(self.episode, self.steps, full_reset)
-        if start:
-            self._start_clip(start, autoreset=not full_reset)
-
     def _start_clip(self, start: Start, autoreset: bool = False) -> None:
         provisional = start is Start.provisional
         by_step = start is Start.step or (provisional and self._asks_steps)
@@ -557,25 +513,25 @@ class ClipEngine:
         """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
         recorded envs' values of the step that led to it (lists; None on a first frame)."""
         clip = self._clip
-        frames = self.render(self.env_idx)
+        frames, k = self.render(self.env_idx), len(self.env_idx)
         if isinstance(frames, np.ndarray):
             frames = torch.from_numpy(frames)
-        # a first frame, or one of another size or type
-        shape, dtype = getattr(frames, "shape", None), getattr(frames, "dtype", None)
-        if shape is None or shape != self._frame_shape or dtype is not _UINT8:
-            self._frame_shape = _check_frames(frames, len(self.env_idx), self.key, self.env_idx)
+        tensor = isinstance(frames, torch.Tensor)
+        if not (tensor and frames.dtype == torch.uint8 and frames.ndim == 4) or (
+            frames.shape[::3] != (k, 3)
+        ):
+            what = f"{frames.dtype} {tuple(frames.shape)}" if tensor else type(frames).__name__
+            raise TypeError(
+                f"{self.key}: render({self.env_idx}) returned {what}; the recorder needs uint8 "
+                f"[{k}, H, W, 3]"
+            )
         meta = None
         if self.cfg.overlay:
-            # what the overlay shows (host arrays over the recorded envs, made here: the encoder
-            # thread reads them later): reward and return, and success where the env reports it
+            # what the overlay shows (reward and return, and success where the env reports it),
+            # made here: the encoder thread reads it later, and the clip's return changes
             clip.fold()
-            meta = FrameMeta(
-                episode=self.episode,
-                episode_step=self._episode_steps,
-                reward=None if reward is None else np.asarray(reward, dtype=np.float32),
-                ret=None if reward is None else clip.ret.copy(),
-                success=None if success is None else np.asarray(success, dtype=bool),
-            )
+            ret = None if reward is None else clip.ret.copy()
+            meta = FrameMeta(self.episode, self._episode_steps, reward, ret, success)
         # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
         # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
         # for the encoder can never be changed by a later step or render, even from a render
@@ -599,7 +555,6 @@ class ClipEngine:
             raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
         if len(self.errors) == 1:  # once; later failures are only appended to .errors
             log.error(
-                f"{self.key}: {message}. Recording goes on without this clip; earlier clips are "
-                f"intact; later encoder errors are collected in .errors. Set "
-                f"{self.key}.on_error=raise to make this fatal."
+                f"{self.key}: {message}. Recording goes on without this clip (later errors are "
+                f"only collected in .errors); {self.key}.on_error=raise makes this fatal."
             )

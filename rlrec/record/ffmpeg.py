@@ -45,7 +45,6 @@ class EncoderError(RuntimeError):
 # the longest ffmpeg may take to finish a clip's tail once its input ended, even while it progresses
 FINISH_TIMEOUT_S = 120.0
 STALL_TIMEOUT_S = 10.0  # RecorderConfig.stall_timeout_sec's default, for the Encoder on its own
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_SIZE = 1 << 20  # Linux's default limit for unprivileged users (/proc/sys/fs/pipe-max-size)
 _IOV_MAX = 1024  # buffers per writev
 
@@ -135,8 +134,8 @@ class FFmpegProcess:
         fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
         # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread (Linux
         # only; a size above the user's pipe size limit is refused)
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+        with contextlib.suppress(AttributeError, OSError):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
         os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
         self._poll = select.poll()
         self._poll.register(fd, select.POLLOUT)

@@ -28,8 +28,6 @@ def grid_shape(k: int) -> Tuple[int, int]:
 def tile(frames: np.ndarray) -> np.ndarray:
     """``[k, H, W, 3]`` -> one ``[rows*H, cols*W, 3]`` image; unused tiles stay black."""
     k, h, w, c = frames.shape
-    if k == 1:
-        return frames[0]
     rows, cols = grid_shape(k)
     canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
     canvas[:k] = frames
@@ -62,12 +60,6 @@ class FrameMeta:
     success: Any = None  # [k] bool, or None when the env has no success signal
 
 
-def _values(x: Any, k: int) -> list:
-    if x is None:
-        return [None] * k
-    return x.tolist() if hasattr(x, "tolist") else list(x)
-
-
 def draw_overlay(frames: np.ndarray, meta: Optional[FrameMeta]) -> np.ndarray:
     """Returns ``frames`` ``[k, H, W, 3]`` with the text of ``meta`` in each tile's top-left
     corner."""
@@ -76,7 +68,10 @@ def draw_overlay(frames: np.ndarray, meta: Optional[FrameMeta]) -> np.ndarray:
     from PIL import Image, ImageDraw
 
     k = frames.shape[0]
-    rewards, returns, successes = (_values(v, k) for v in (meta.reward, meta.ret, meta.success))
+    rewards, returns, successes = (  # lists, arrays or tensors over the recorded envs
+        [None] * k if v is None else v.tolist() if hasattr(v, "tolist") else list(v)
+        for v in (meta.reward, meta.ret, meta.success)
+    )
     out = np.empty_like(frames)
     for i in range(k):
         # episodes and steps are counted on the first recorded env only

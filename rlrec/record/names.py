@@ -69,11 +69,12 @@ def prefixed(prefix: str, key: str, step_base: int = 0) -> Name:
             f"{key}: name_prefix={prefix!r} is invalid: a plain file-name prefix (no '/', not "
             "starting with '.' or '-')"
         )
-    return lambda s: (
-        f"{prefix}-step-{s.step - step_base}.mp4"
-        if s.by_step
-        else f"{prefix}-episode-{s.episode}.mp4"
-    )
+
+    def name(s: ClipStart) -> str:
+        at = f"step-{s.step - step_base}" if s.by_step else f"episode-{s.episode}"
+        return f"{prefix}-{at}.mp4"
+
+    return name
 
 
 def evaluation(step: int) -> str:

@@ -152,16 +152,13 @@ class Schedule:
     def _episode_fires(self, episode: int, full_reset: bool) -> bool:
         if self.episode_fn is not None:
             return bool(self.episode_fn(episode))
-        trigger = self.trigger
-        if trigger is Trigger.cubic:
-            return capped_cubic(episode)
-        if trigger is Trigger.episode:
-            return episode % self.every == 0  # type: ignore[operator]
-        if trigger is Trigger.always:
-            return True
-        if trigger is Trigger.eval:
-            return full_reset
-        return False  # none
+        trigger = self.trigger  # eval: the first episode after a full reset; none: never
+        return (
+            (trigger is Trigger.cubic and capped_cubic(episode))
+            or (trigger is Trigger.episode and episode % self.every == 0)  # type: ignore[operator]
+            or trigger is Trigger.always
+            or (trigger is Trigger.eval and full_reset)
+        )
 
     def _final(self, steps: int) -> bool:
         """Whether an episode reset after ``steps`` steps may be in progress at the announced

@@ -107,29 +107,18 @@ class RecorderConfig:
         choice(self, "preset", X264Preset, n("preset"))
         choice(self, "on_error", OnError, n("on_error"))
         if self.length_frames is not None and self.length_sec is not None:
-            raise ConfigError(
-                f"{n('length_frames')} and {n('length_sec')} are both set: give at most one clip "
-                "length"
-            )
+            refuse("length_frames", f"{n('length_sec')} is set too: give at most one clip length")
         choice(self, "trigger", Trigger, n("trigger"))
-        counted = self.trigger in (Trigger.episode, Trigger.step)
-        if counted and self.every is None:
-            raise ConfigError(
-                f"{n('trigger')}={self.trigger} needs {n('every')} (a positive count)"
-            )
-        if not counted and self.every is not None:
-            t = n("trigger")
+        if (self.trigger in (Trigger.episode, Trigger.step)) != (self.every is not None):
+            t, e = n("trigger"), n("every")  # exactly one trigger, with its count
             refuse(
                 "every",
-                f"{t}={self.trigger}: a recorder has exactly one trigger; use {t}=episode or "
-                f"{t}=step with every",
+                f"{t}={self.trigger}: {t}=episode and {t}=step each needs {e} (a positive count), "
+                "any other trigger none (a recorder has exactly one trigger)",
             )
-        if not self.env_idx:
-            refuse("env_idx", "give at least one env index")
-        if not all(0 <= i < num_envs for i in self.env_idx):
-            refuse("env_idx", f"each index must be in [0, {num_envs - 1}] (num_envs={num_envs})")
-        if len(set(self.env_idx)) != len(self.env_idx):
-            refuse("env_idx", "it repeats an index")
+        idx = self.env_idx
+        if not idx or len(set(idx)) != len(idx) or not all(0 <= i < num_envs for i in idx):
+            refuse("env_idx", f"give distinct indices in [0, {num_envs - 1}] (num_envs={num_envs})")
         name = self.filename
         # ffmpeg is handed file: and an absolute path, so this is about what the name means: one
         # visible file in the video dir (".mp4" is appended when missing), with room for the

@@ -24,9 +24,7 @@ def steps_per_frame(fps: Optional[float], dt: float) -> int:
     The ``max`` keeps ``fps * dt > 2`` (asking for more frames than there are steps) from
     rounding to zero: every step is then a frame and the file's fps is ``1 / dt``.
     """
-    if fps is None:
-        return 1
-    return max(1, round(1.0 / (fps * dt)))
+    return 1 if fps is None else max(1, round(1.0 / (fps * dt)))
 
 
 def real_fps(steps_per_frame: int, dt: float) -> float:

@@ -46,7 +46,6 @@ class Recorder(RecorderWrapper, EnvWrapper):
     ):
         super().__init__(env)
         self.engine = ClipEngine(cfg, env, video_dir, kind=kind, on_clip=on_clip, name=name)
-        self._on_step = self.engine.on_step
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
@@ -55,7 +54,7 @@ class Recorder(RecorderWrapper, EnvWrapper):
 
     def step(self, action):
         out = self.env.step(action)
-        self._on_step(out[1], out[2], out[3], out[4])
+        self.engine.on_step(out[1], out[2], out[3], out[4])
         return out
 
     def state_dict(self) -> Dict[str, Any]:

@@ -144,7 +144,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self._in_step = False
         self._stepped_resets: List[Any] = []  # envs reset inside the current step
         self._terminal: Optional[torch.Tensor] = None  # frames of the state before those resets
-        self._recorded = torch.tensor(self.engine.env_idx, dtype=torch.long)
 
     # ------------------------------------------------------------------ Genesis Forge API
     @property
@@ -178,7 +177,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
                 "covering the recorded envs"
             )
         self._cam, self._rows = cam, rows
-        self._recorded = self._recorded.to(getattr(base, "device", "cpu"))
         if self._base_reset is None:
             # the bound method, or a hook someone set on the instance before us (put back later)
             self._own_reset = vars(base).get("reset")
@@ -192,11 +190,21 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         finally:
             self._in_step = False
         resets, self._stepped_resets = self._stepped_resets, []
+        n, dev = int(self.num_envs), self.engine.device
         try:
             term, trunc = terminated, truncated
             if resets or term is None or trunc is None:
-                term, trunc = self._done_flags(term, trunc, resets)
-            reward = torch.zeros(int(self.num_envs)) if rewards is None else rewards
+                # every env reset inside the step marked done (truncated where the env did not
+                # say terminated): the engine must end the clip where the env reset
+                reset = torch.zeros(n, dtype=torch.bool, device=dev)
+                term, trunc = (
+                    reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
+                    for flags in (terminated, truncated)
+                )
+                for envs in resets:
+                    reset[envs.to(dev).long()] = True
+                trunc = trunc | (reset & ~term)
+            reward = torch.zeros(n) if rewards is None else rewards
             self.engine.on_step(reward, term, trunc, extras if isinstance(extras, dict) else None)
         finally:
             self._terminal = None
@@ -207,10 +215,9 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     def _release(self) -> None:
         """Puts the base env's ``reset`` back before the env closes."""
         base = self.unwrapped
-        if self._base_reset is not None and vars(base).get("reset") == self._reset_hook:
-            if self._own_reset is None:
-                del base.reset  # the class's own reset again
-            else:
+        if vars(base).get("reset") == self._reset_hook:
+            del base.reset  # the class's own reset again, or the one set on the instance before
+            if self._own_reset is not None:
                 base.reset = self._own_reset
         self._base_reset = None
 
@@ -236,24 +243,11 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             out = self._base_reset(env_ids, *args, **kwargs)
             self.engine.on_reset(env_ids)  # None: a full reset
             return out
-        every = env_ids is None
-        envs = torch.arange(int(self.num_envs)) if every else torch.as_tensor(env_ids).reshape(-1)
+        n = int(self.num_envs)
+        envs = torch.arange(n) if env_ids is None else torch.as_tensor(env_ids).reshape(-1)
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
-            if bool(torch.isin(envs.to(self._recorded.device), self._recorded).any()):
+            if set(envs.tolist()) & set(self.engine.env_idx):
                 self._terminal = render_camera(self._cam, self._rows, self.engine.env_idx)
         self._stepped_resets.append(envs)
         return self._base_reset(env_ids, *args, **kwargs)
-
-    def _done_flags(self, terminated, truncated, resets):
-        """The step's flags, with every env reset inside the step marked done (truncated where
-        the env did not say terminated): the engine must end the clip where the env reset."""
-        n, dev = int(self.num_envs), self.engine.device
-        reset = torch.zeros(n, dtype=torch.bool, device=dev)
-        term, trunc = (
-            reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
-            for flags in (terminated, truncated)
-        )
-        for envs in resets:
-            reset[envs.to(dev).long()] = True
-        return term, trunc | (reset & ~term)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
@@ -59,13 +58,6 @@ class RenderHook(SubEnv):
     ``gym.make_vec(env_id, n, vectorization_mode="async", wrappers=[RenderHook], ...)``. It
     changes nothing else: steps, resets and renders pass through.
     """
-
-
-def _find_hook(env: gym.Env) -> Optional[SubEnv]:
-    """The :class:`SubEnv` among ``env``'s wrappers; None where it has none."""
-    while isinstance(env, gym.Wrapper) and not isinstance(env, SubEnv):
-        env = env.env
-    return env if isinstance(env, SubEnv) else None
 
 
 class RecordVectorVideo(RecorderWrapper, VectorWrapper):
@@ -129,13 +121,21 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         _check_arguments(env, video_folder, video_aspect_ratio, video_length)
         triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
         check_callables(_KEY, gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
-        envs = _recorded(env.num_envs, env_idx, record_first_only)
+        # the recorded sub-envs: env_idx, else env 0 (record_first_only), else all
+        envs = [0] if record_first_only else list(range(env.num_envs))
+        if env_idx is not None:
+            envs = env_index_list(env_idx, _KEY)
+            if record_first_only and envs != [0]:
+                raise ConfigError(
+                    f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
+                )
         fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
         cfg = recorder_config(_KEY, env.num_envs, _NAMES, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
-        self._async = isinstance(base, AsyncVectorEnv)
         self._sync = isinstance(base, SyncVectorEnv)
-        self._async_hooks = self._async and all(base.call("has_wrapper_attr", RENDER_METHOD))
+        self._async_hooks = isinstance(base, AsyncVectorEnv) and all(
+            base.call("has_wrapper_attr", RENDER_METHOD)
+        )
         self._mode = _autoreset_mode(env, base, self._sync or self._async_hooks)
         super().__init__(env)
         # Gymnasium's attributes: the triggers as given (neither: its capped cubic schedule)
@@ -155,29 +155,18 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             cfg, source, key=_KEY, on_clip=self._on_clip, name=names.prefixed(name_prefix, _KEY, 1),
             schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True),
         )  # fmt: skip
-        self._hooks = self._install_hooks(envs)  # once the engine has checked every setting
-        self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
-        self._single = len(envs) == 1
-        self._next_step = self._mode is AutoresetMode.NEXT_STEP
-        self._same_step = self._mode is AutoresetMode.SAME_STEP
-        self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
-        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
-
-    def _install_hooks(self, envs: List[int]) -> Dict[int, SubEnv]:
-        """The recorded sub-envs' hooks of a ``SyncVectorEnv`` in ``SAME_STEP`` mode (installed
-        here where missing), by index; an ``AsyncVectorEnv`` built with hooks learns its indices."""
-        base = self._base
-        hooks: Dict[int, SubEnv] = {}
+        # once the engine has checked every setting: the recorded sub-envs' hooks of a
+        # SyncVectorEnv in SAME_STEP mode, installed here; an AsyncVectorEnv built with hooks
+        # learns its indices
+        self._hooks: Dict[int, SubEnv] = {}
         if self._sync and self._mode is AutoresetMode.SAME_STEP:
             for i in envs:
-                hook = _find_hook(base.envs[i])
-                if hook is None:
-                    hook = base.envs[i] = RenderHook(base.envs[i])
-                hook.index = i
-                hooks[i] = hook
+                self._hooks[i] = base.envs[i] = RenderHook(base.envs[i], i)
         elif self._async_hooks:
             base.set_attr("index", list(range(self.num_envs)))
-        return hooks
+        self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
+        self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
+        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
 
     # ------------------------------------------------------------------ rendering
     def _render(self, env_idx: List[int]) -> np.ndarray:
@@ -213,62 +202,42 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         mask = (options or {}).get("reset_mask")  # read here: the vector env pops it
         mask = None if mask is None else np.array(mask, dtype=bool)
         out = self.env.reset(seed=seed, options=options)
-        if self.engine.closed:
-            return out
         first_seed = seed  # the seed the vector env gave the first recorded sub-env
         if isinstance(seed, (int, np.integer)):
             first_seed = int(seed) + self._first
         elif seed is not None:
             first_seed = seed[self._first]
-        if mask is None:
-            self._pending = []
-            self.engine.on_reset(env_idx=None, seed=first_seed)
-        else:
-            self._pending = [i for i in self._pending if not mask[i]]  # reset here instead
-            hit = self._watch[mask[self._watch]].tolist()
-            if hit:
-                self.engine.on_reset(env_idx=hit, seed=first_seed)
-        if self._hooks or self._async_hooks:
-            self._sync_arming()
+        # the recorded envs done at the last step that are reset here instead
+        self._pending = [] if mask is None else [i for i in self._pending if not mask[i]]
+        self.engine.on_reset(env_idx=mask, seed=first_seed)  # None: a full reset
+        self._sync_arming()
         return out
 
     def step(self, actions):
         out = self.env.step(actions)
         engine = self.engine
-        if engine.closed:
-            return out
         _, reward, terminated, truncated, info = out
-        if not isinstance(terminated, np.ndarray) or not isinstance(truncated, np.ndarray):
-            terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+        terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         # the recorded envs this step ended: only they need engine events (the engine reports
         # on the recorded envs alone), so the other envs' flags are never looked at
-        if self._single:
-            i = self._first
-            ended = [i] if terminated[i] or truncated[i] else []
-        else:
-            hit = np.logical_or(terminated[self._watch], truncated[self._watch])
-            ended = self._watch[hit].tolist()
-        if self._next_step:
-            stepped = True
-            if self._pending:  # this step reset the recorded envs done at the last one
-                reset, self._pending = self._pending, []
+        hit = np.logical_or(terminated[self._watch], truncated[self._watch])
+        ended = self._watch[hit].tolist()
+        if self._mode is AutoresetMode.NEXT_STEP:
+            reset, self._pending = self._pending, ended
+            if reset:  # this step reset the recorded envs done at the last one
                 engine.on_reset(env_idx=reset)
-                stepped = self._first not in reset
-            self._pending = ended
-            engine.on_step(reward, terminated, truncated, info, stepped)
-        elif self._same_step:
-            if not ended:
+            engine.on_step(reward, terminated, truncated, info, self._first not in reset)
+        elif self._mode is AutoresetMode.SAME_STEP:
+            # the done envs are already reset: their terminal frames come from the hooks, and
+            # their step info (read while a clip is open) from final_info
+            if ended and engine.recording:
+                info = _final_info(info, np.logical_or(terminated, truncated))
+            self._terminal = bool(ended)
+            try:
                 engine.on_step(reward, terminated, truncated, info)
-            else:
-                # the done envs are already reset: their terminal frames come from the hooks,
-                # and their step info (read while a clip is open) from final_info
-                if engine.recording:
-                    info = _final_info(info, np.logical_or(terminated, truncated))
-                self._terminal = True
-                try:
-                    engine.on_step(reward, terminated, truncated, info)
-                finally:
-                    self._terminal = False
+            finally:
+                self._terminal = False
+            if ended:
                 engine.on_reset(env_idx=ended)
             self._sync_arming()
         else:  # DISABLED: the caller resets done envs with reset(options={"reset_mask": ...})
@@ -319,51 +288,30 @@ def _sub_env_attr(base: VectorEnv, name: str) -> Any:
     return None
 
 
-def _recorded(num_envs: int, env_idx: Any, record_first_only: bool) -> List[int]:
-    """The recorded sub-envs: ``env_idx``, else env 0 (``record_first_only``), else all."""
-    if env_idx is None:
-        return [0] if record_first_only else list(range(num_envs))
-    envs = env_index_list(env_idx, _KEY)
-    if record_first_only and envs != [0]:
-        raise ConfigError(
-            f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
-        )
-    return envs
-
-
 def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
     """The vector env's autoreset mode; ``SAME_STEP`` is refused where no hook can keep the
     terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
     mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
     if mode is AutoresetMode.SAME_STEP and not hooked:
-        how = (
-            "build it with the hook, gym.make_vec(..., vectorization_mode='async', "
-            "wrappers=[rlrec.record.RenderHook]), "
-            if isinstance(base, AsyncVectorEnv)
-            else ""
-        )
+        hook = "build it with gym.make_vec(..., wrappers=[rlrec.record.RenderHook]), "
         raise ValueError(
             f"{_KEY}: {type(base).__name__} resets a done sub-env inside step() "
             "(autoreset_mode=SAME_STEP), so its terminal frame is gone before this wrapper "
-            f"sees it; {how}or use autoreset_mode NEXT_STEP or DISABLED "
-            "(vector_kwargs={'autoreset_mode': AutoresetMode.NEXT_STEP}), or a SyncVectorEnv"
+            f"sees it; {hook if isinstance(base, AsyncVectorEnv) else ''}or use autoreset_mode "
+            "NEXT_STEP or DISABLED (vector_kwargs={'autoreset_mode': AutoresetMode.NEXT_STEP}), "
+            "or a SyncVectorEnv"
         )
     return mode
 
 
 def _final_info(info: Dict[str, Any], done: np.ndarray) -> Dict[str, Any]:
-    """The step info of a SAME_STEP step: the done envs' entries from ``final_info`` (their
-    terminal step's info), the others' from ``info``."""
+    """The step info of a SAME_STEP step as the engine reads it: ``success`` of the done envs from
+    ``final_info`` (their terminal step's info), of the others from ``info``."""
     final = info.get("final_info")
-    if not isinstance(final, dict):
+    value = final.get("success") if isinstance(final, dict) else None
+    if not isinstance(value, np.ndarray):
         return info
-    merged = dict(info)
-    for key, value in final.items():
-        if key.startswith("_") or not isinstance(value, np.ndarray):
-            continue
-        mine = info.get(key)
-        if isinstance(mine, np.ndarray) and mine.shape == value.shape:
-            merged[key] = np.where(done.reshape(done.shape + (1,) * (value.ndim - 1)), value, mine)
-        else:
-            merged[key] = value
-    return merged
+    mine = info.get("success")
+    if isinstance(mine, np.ndarray) and mine.shape == value.shape:
+        value = np.where(done, value, mine)
+    return {**info, "success": value}

@@ -58,8 +58,6 @@ RENAMED = {
     "record_final_episode": "save_on_reset",
 }
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
-# the settings' fields under RecordEpisode's argument names, for the error messages
-NAMES = {"overlay": "info_on_video", "record_final_episode": "save_on_reset"}
 
 
 class RecordClips(RecorderWrapper, gym.Wrapper):
@@ -132,14 +130,48 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
                 f"{KEY}: env must be a ManiSkill env (gym.make of a ManiSkill task, before any "
                 f"vector wrapper), got {type(env).__name__}"
             )
-        _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video,
-                         video_fps, save_video_trigger, flags=locals())  # fmt: skip
+        # what the settings' own check cannot see, before any work; the arguments annotated bool
+        # must be bools
+        flags = locals()
+        for k in sorted(set(recorder) & set(RENAMED)):  # the first one
+            raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
+        if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+            raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
+        for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
+            if parameter.annotation == "bool" and not isinstance(flags[name], bool):
+                raise ConfigError(
+                    f"{KEY}: {name}={flags[name]!r} is invalid: allowed values are True, False"
+                )
+        if render_substeps is not False:
+            raise ConfigError(
+                f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
+                "False (frames are taken once per env step)"
+            )
+        steps = max_steps_per_video
+        if steps is not None and (type(steps) is not int or steps < 1):  # a bool is no int here
+            raise ConfigError(
+                f"{KEY}: max_steps_per_video={steps!r} is invalid: a positive int or None (the "
+                "whole episode)"
+            )
+        rule = "a positive number or None (real time, 1 / control_timestep)"
+        positive_number(video_fps, KEY, "video_fps", rule)
+        check_callables(KEY, save_video_trigger=save_video_trigger)
+        if save_video_trigger is not None and "trigger" in recorder:
+            raise ConfigError(
+                f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
+                "give at most one trigger"
+            )
+        if base.render_mode not in RENDER_MODES:
+            raise ConfigError(
+                f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
+                "values are rgb_array, sensors, all (or None: the human render camera)"
+            )
         if "env_idx" in recorder:
             recorder["env_idx"] = env_index_list(recorder["env_idx"], KEY)
         cfg = recorder_config(
             KEY,
             base.num_envs,
-            NAMES,
+            RENAMED,  # the settings' fields under RecordEpisode's names, for the messages
             {"trigger": Trigger.always, **recorder},
             extra=("trigger", "every", "env_idx"),
             overlay=info_on_video,
@@ -195,11 +227,10 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
     def reset(self, *, seed=None, options=None, **kwargs):
         obs, info = self.env.reset(seed=seed, options=options, **kwargs)
         if self.engine is not None:
-            env_idx = (options or {}).get("env_idx")
-            if env_idx is not None and not torch.is_tensor(env_idx):
-                env_idx = torch.as_tensor(env_idx).reshape(-1)
+            episode = self.engine.episode  # it counts the first recorded env's episodes
+            env_idx = (options or {}).get("env_idx")  # None: a full reset
             self.engine.on_reset(env_idx=env_idx, seed=self._episode_seed(seed))
-            if env_idx is None or bool((env_idx == self._first).any()):
+            if self.engine.episode != episode:
                 self._ended_unreset = False
         return obs, info
 
@@ -242,43 +273,3 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         if not isinstance(self.env, RecordEpisode):
             raise RuntimeError(f"{KEY}.flush_trajectory needs save_trajectory=True")
         return self.env.flush_trajectory(*args, **kwargs)
-
-
-def _check_arguments(base, recorder, output_dir, render_substeps, max_steps_per_video, video_fps,
-                     save_video_trigger, flags) -> None:  # fmt: skip
-    """Refuses what the settings' own check cannot see, before any work (``flags``: the
-    constructor's arguments, of which those annotated ``bool`` must be bools)."""
-    for k in sorted(set(recorder) & set(RENAMED)):  # the first one
-        raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
-    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
-        raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
-    for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
-        if parameter.annotation == "bool" and not isinstance(flags[name], bool):
-            raise ConfigError(
-                f"{KEY}: {name}={flags[name]!r} is invalid: allowed values are True, False"
-            )
-    if render_substeps is not False:
-        raise ConfigError(
-            f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
-            "False (frames are taken once per env step)"
-        )
-    steps = max_steps_per_video
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ConfigError(
-            f"{KEY}: max_steps_per_video={steps!r} is invalid: a positive int or None (the whole "
-            "episode)"
-        )
-    positive_number(
-        video_fps, KEY, "video_fps", "a positive number or None (real time, 1 / control_timestep)"
-    )
-    check_callables(KEY, save_video_trigger=save_video_trigger)
-    if save_video_trigger is not None and "trigger" in recorder:
-        raise ConfigError(
-            f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
-            "give at most one trigger"
-        )
-    if base.render_mode not in RENDER_MODES:
-        raise ConfigError(
-            f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
-            "values are rgb_array, sensors, all (or None: the human render camera)"
-        )
