@@ -151,7 +151,9 @@ class Preflight(Callback):
         A refusal on rank 0 is every rank's."""
         timeout = OmegaConf.select(config, "distributed.timeout_sec", default=None)
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 600.0
-        task = self._task(config)
+        task = copy.deepcopy(config)  # the config the task function gets: without ``hydra``
+        with read_write(task), open_dict(task):
+            del task["hydra"]
         if distributed.env_rank() > 0:
             with refusing():
                 checked = self._validate(task)
@@ -179,14 +181,6 @@ class Preflight(Callback):
         with refusing():  # values set for the whole sweep (each job checks its own)
             probe_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir", use=OUTPUT_DIR)
             check_logger_extra(config)
-
-    @staticmethod
-    def _task(config: DictConfig) -> DictConfig:
-        """The config the task function gets: without its ``hydra`` node."""
-        task = copy.deepcopy(config)
-        with read_write(task), open_dict(task):
-            del task["hydra"]
-        return task
 
     @staticmethod
     def _validate(task: DictConfig) -> Optional[Checked]:

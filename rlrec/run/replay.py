@@ -102,11 +102,7 @@ def replay(
 
     run_dir = Path(run_dir)
     path, data = find_checkpoint(run_dir, step)
-    cfg = replay_config(data["config"], env, overrides)
-    if not 0 <= env < cfg.eval_env.num_envs:
-        raise ConfigError(
-            f"replay.env={env} is invalid: the run has eval_env.num_envs={cfg.eval_env.num_envs}"
-        )
+    cfg = replay_config(data["config"], env, overrides)  # refuses an env past eval_env.num_envs
     out = Path(out) if out is not None else RunDir(run_dir).replay(step, env)
     out.mkdir(parents=True, exist_ok=True)
     if path is not None:

@@ -32,6 +32,7 @@ sweep dir then completes the stopped and unstarted jobs.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import csv
 import fcntl
 import io
@@ -124,12 +125,6 @@ def job_row(
     return row
 
 
-def _read(path: Path) -> Dict[str, Any]:
-    """One of the sweep's JSON records (the attempt, the stop, a running job); empty when it is
-    not there (yet) or unreadable."""
-    return read_json(path) or {}
-
-
 def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """Adds ``row`` (if given) and rebuilds ``summary.csv``, holding the sweep's lock."""
     paths = SweepDir(sweep_dir)
@@ -215,10 +210,8 @@ class _Sweep(preempt.StopRequested):
         )
         stop = {"attempt": self.attempt, "signal": signum}
         if self.sweep_dir is not None:
-            try:
+            with contextlib.suppress(OSError):
                 write_atomic(SweepDir(self.sweep_dir).stop, json.dumps(stop))
-            except OSError:
-                pass
         if self.watch and self.watcher is None:
             self.watcher = threading.Thread(
                 target=_watch, args=(self,), name="rlrec-sweep-stop", daemon=True
@@ -243,8 +236,7 @@ def _current() -> Optional[_Sweep]:
 
 def _signum() -> Optional[int]:
     """The first stop signal of this process while it takes part in a sweep."""
-    flag = preempt.held()
-    return None if flag is None else flag.signum
+    return getattr(preempt.held(), "signum", None)
 
 
 def _say(text: str) -> None:
@@ -255,7 +247,7 @@ def _say(text: str) -> None:
 def _jobs_running(sweep_dir: Path, attempt: Optional[str]) -> bool:
     """Whether a job of this attempt is still run by its process (entries of dead processes are
     ignored)."""
-    entries = [_read(p) for p in SweepDir(sweep_dir).running.glob("*.json")]
+    entries = [read_json(p) or {} for p in SweepDir(sweep_dir).running.glob("*.json")]
     return any(
         e.get("attempt") == attempt
         and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
@@ -286,9 +278,9 @@ def begin_job(sweep_dir: Path) -> None:
     flag.outcome = {}
     if not preempt.under_submitit():
         flag.catch(STOP_SIGNALS)
-        attempt = _read(SweepDir(sweep_dir).attempt)  # its launching process, if on this host
+        attempt = read_json(SweepDir(sweep_dir).attempt) or {}  # who launched it, from where
         launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
-        if launcher is not None and launcher == os.getppid() and launcher != os.getpid():
+        if launcher == os.getppid() and launcher != os.getpid():
             # a worker process of the launching process (joblib's): a launcher killed with
             # SIGKILL sends no signal, so the job watches it and stops with a checkpoint
             flag.watch_parent(launcher)
@@ -300,7 +292,7 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
     if _signum() is not None:
         return _signum()
     paths = SweepDir(sweep_dir)
-    attempt, stop = _read(paths.attempt).get("id"), _read(paths.stop)
+    attempt, stop = (read_json(paths.attempt) or {}).get("id"), read_json(paths.stop) or {}
     return int(stop["signal"]) if attempt and stop.get("attempt") == attempt else None
 
 
@@ -308,7 +300,7 @@ def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
     entry = SweepDir(sweep_dir).running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    attempt = _read(SweepDir(sweep_dir).attempt).get("id")
+    attempt = (read_json(SweepDir(sweep_dir).attempt) or {}).get("id")
     me = {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
     write_atomic(entry, json.dumps(me))
     _state().running.append(entry)
@@ -323,8 +315,7 @@ def _job_ended() -> None:
 def exit_status() -> int:
     """The exit status of the sweep this process launched: 128 + the signal that stopped it, 1
     when a job failed, else 0 (also when this process launched no sweep)."""
-    st = _current()
-    return 0 if st is None else st.status
+    return getattr(_current(), "status", 0)
 
 
 def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:

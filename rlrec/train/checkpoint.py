@@ -59,9 +59,8 @@ class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (e.g. a full disk); the message says which file, that
     the checkpoints written before are intact, and how to resume."""
 
-    def __init__(self, message: str, path: Path, cause: OSError):
+    def __init__(self, message: str, cause: OSError):
         super().__init__(message)
-        self.path = path
         self.cause = cause
 
 
@@ -192,7 +191,7 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         with atomic_file(path, durable=True) as f:
             f.write(buf.getbuffer())
     except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
-        raise CheckpointWriteError(storage_failure(exc, run_dir, path), path, exc) from None
+        raise CheckpointWriteError(storage_failure(exc, run_dir, path), exc) from None
 
 
 # what a full or read-only output file system raises, wherever the run writes
@@ -212,9 +211,7 @@ def storage_failure(
     cause = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno in STORAGE_ERRNOS:
         cause += f" ({STORAGE_ERRNOS[exc.errno]})"
-    target = (
-        "hydra.run.dir=<run dir>" if run_dir is None else shlex.quote(f"hydra.run.dir={run_dir}")
-    )
+    target = shlex.quote(f"hydra.run.dir={run_dir}") if run_dir else "hydra.run.dir=<run dir>"
     try:
         found = find_resume(checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints)
     except Exception:  # unreadable: say there is none to continue from
@@ -267,15 +264,18 @@ def _read(p: Path, label: str) -> Dict[str, Any]:
         raise ConfigError(f"{label} could not be read: {exc}") from None
     except Exception as exc:
         failure = " ".join(str(exc).split()) or type(exc).__name__
-    if (
-        not is_zip or failure
-    ):  # what its pickle holds, scanned (not run): the globals it would import
+    # what its pickle holds, scanned (not run): the globals it would import
+    if not is_zip or failure:
         code, head = _scan(_pickle_of(p))
         found = dict(zip(head[:4:2], head[1:4:2]))  # save() puts the format and version first
         if found.get("format") == FORMAT and found.get("version") != VERSION:
             raise ConfigError(_other_version(label, found.get("version")))
         if code:
-            raise UnsafeCheckpoint(_unsafe(label, code))
+            raise UnsafeCheckpoint(
+                f"{label} is refused: loading it would run code ({', '.join(code[:3])}), and "
+                f"rlrec loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} "
+                "only; it was not loaded"
+            )
         if not is_zip:
             raise ConfigError(
                 f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
@@ -304,14 +304,6 @@ def _read(p: Path, label: str) -> Dict[str, Any]:
 
 def _other_version(label: str, version: Any) -> str:
     return f"{label} has checkpoint version {version}, this rlrec reads version {VERSION}"
-
-
-def _unsafe(label: str, code: List[str]) -> str:
-    return (
-        f"{label} is refused: loading it would run code ({', '.join(code[:3])}), and rlrec "
-        f"loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} only; "
-        "it was not loaded"
-    )
 
 
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}

@@ -201,9 +201,7 @@ class RunLogger:
                 self._tb.add_scalar(k, v, step)
         if self._wandb is not None and numeric:
             self._wandb.log(numeric, step=step)
-        for k in _PROGRESS_KEYS:
-            if k in numeric:
-                self._latest[k] = numeric[k]
+        self._latest.update((k, numeric[k]) for k in _PROGRESS_KEYS if k in numeric)
 
     def event(self, step: int, name: str, **fields: Any) -> None:
         """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
@@ -272,18 +270,13 @@ class RunLogger:
             if any(self._losses.get(k, 0) != v for k, v in losses.items()):
                 self._write({"step": int(step), **losses})
             self._metrics.close()
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-        if self._previews is not None:  # the previews of the last clips, before the writer closes
-            self._previews.close(PREVIEW_TIMEOUT_S)
-            self._previews = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+        # in this order: the previews of the last clips before the TensorBoard writer closes
+        ends = {"_progress": "stop", "_previews": "close", "_tb": "close", "_wandb": "finish"}
+        for name, end in ends.items():
+            part = getattr(self, name)
+            setattr(self, name, None)
+            if part is not None:
+                getattr(part, end)()
 
 
 def summary(
@@ -360,7 +353,7 @@ class _Previews:
         for fn, args in iter(self._queue.get, None):  # until close()'s None
             fn(*args)  # catches and reports its own failures
 
-    def close(self, timeout: float) -> None:
+    def close(self, timeout: float = PREVIEW_TIMEOUT_S) -> None:
         self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():

@@ -110,8 +110,7 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     whether it already ended (then nothing changes), and else, on rank 0, what the run wrote after
     the checkpoint (all of it without one) moved aside (``rlrec.train.timeline``)."""
     key = "checkpoint" if cfg.checkpoint else "resume"
-    start: Optional[Start] = None
-    error: Optional[ConfigError] = None
+    start, error = None, None
     if rank == 0:
         try:
             start = _locate(cfg, Path(run_dir), key)
@@ -138,9 +137,9 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
                 f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
                 f"{saved} rank(s) only ({how} ...)"
             )
-        if restarts and int(start.data["iteration"]) >= iterations(cfg, world):
-            if not start.eval_due:  # it ended: nothing to do, and nothing is written
-                return replace(start, finished=True)
+        ended = int(start.data["iteration"]) >= iterations(cfg, world) and not start.eval_due
+        if restarts and ended:  # it ended: nothing to do, and nothing is written
+            return replace(start, finished=True)
     if restarts and rank == 0:
         paths = RunDir(run_dir)
         videos = {
@@ -253,21 +252,18 @@ class ResumePoint:
         disk: CheckpointWriteError names the file and the resume command."""
         state = self.state()
         step = int(state["global_step"])
-        gathered: Optional[dict] = state
         if self.world > 1:  # rank 0's, each other rank's own entries under "ranks"; None on those
             parts = None if alone else distributed.gather({k: state[k] for k in _PER_RANK})
-            ranks = None if parts is None else {"world_size": self.world, "ranks": parts[1:]}
-            gathered = None if ranks is None else {**state, **ranks}
-        if gathered is None:  # another rank, or alone
-            return step
+            if parts is None:  # another rank, or alone
+                return step
+            state = {**state, "world_size": self.world, "ranks": parts[1:]}
         self._before_write()
-        last, periodic = self.paths.last_checkpoint, None
-        if iteration is not None:
-            periodic = self.paths.periodic_checkpoint(iteration)
+        last = self.paths.last_checkpoint
+        periodic = None if iteration is None else self.paths.periodic_checkpoint(iteration)
         own = sorted({*self.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
         for path in (last, periodic):  # each durable (fsynced, renamed, the rename fsynced)
             if path is not None:
-                ckpt.save(path, {**gathered, "periodic": own}, run_dir=self.paths.root)
+                ckpt.save(path, {**state, "periodic": own}, run_dir=self.paths.root)
         # then the older ones beyond the newest N, but never the one before a blow-up (protect)
         old, protected = own[: -self.retain] if self.retain > 0 else [], self.protect()
         for name in old:

@@ -90,9 +90,8 @@ class Point:
         saved = self.recorder_steps.get(kind)
         if saved is None:
             return None
-        if kind == "train":
-            return first_step > saved
-        return first_step >= saved  # an evaluation begins with a reset at the count it starts from
+        # an evaluation begins with a reset at the count it starts from
+        return first_step > saved if kind == "train" else first_step >= saved
 
 
 @dataclass
@@ -106,13 +105,9 @@ class Moved:
     events: int = 0  # TensorBoard events
 
     def describe(self) -> str:
-        parts = []
-        if self.clips:
-            parts.append(f"{self.clips} clip(s) and {self.sidecars} sidecar(s)")
-        for name, n in self.lines.items():
-            parts.append(f"{n} {name} line(s)")
-        if self.events:
-            parts.append(f"{self.events} TensorBoard event(s)")
+        parts = [f"{self.clips} clip(s) and {self.sidecars} sidecar(s)"] if self.clips else []
+        parts += [f"{n} {name} line(s)" for name, n in self.lines.items()]
+        parts += [f"{self.events} TensorBoard event(s)"] if self.events else []
         return ", ".join(parts)
 
 
@@ -141,24 +136,18 @@ def supersede(
     if checkpoint is None and moved.folder is None:
         return moved  # a new run: nothing to say
     rel = None if checkpoint is None else os.path.relpath(checkpoint, run_dir)
-    step = max(point.step, 0)
-    event = {
-        "step": step,
-        "event": "resume",
-        "from": rel,
-        "moved": None if moved.folder is None else os.path.relpath(moved.folder, run_dir),
-    }
+    step, folder = max(point.step, 0), moved.folder
+    aside = None if folder is None else os.path.relpath(folder, run_dir)
+    event = {"step": step, "event": "resume", "from": rel, "moved": aside}
     with open(run_dir / METRICS, "a") as f:
         f.write(json.dumps(event) + "\n")
-    if moved.folder is not None:
-        start = (
-            "found no checkpoint: the run starts again from step 0"
-            if rel is None
-            else f"continues from {rel} (step {step:,})"
-        )
+    if folder is not None:
+        start = f"continues from {rel} (step {step:,})"
+        if rel is None:
+            start = "found no checkpoint: the run starts again from step 0"
         print(
             f"rlrec: resume=auto {start}; what the run wrote after it ({moved.describe()}) is "
-            f"moved to {event['moved']}/",
+            f"moved to {aside}/",
             file=sys.stderr,
             flush=True,
         )
@@ -297,15 +286,11 @@ def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
     killed writer moves too); None when nothing moves."""
     from tensorboard.compat.proto.event_pb2 import Event
 
-    kept, moved, head, n = [], [], b"", 0
-    pos = 0
+    kept, moved, head, n, pos = [], [], b"", 0, 0
     while pos < len(data):
-        if pos + _HEADER.size > len(data):
-            moved.append(data[pos:])
-            break
-        length, _ = _HEADER.unpack_from(data, pos)
-        end = pos + _HEADER.size + length + 4
-        if end > len(data):
+        whole = pos + _HEADER.size <= len(data)  # else a torn header: the record is torn
+        end = pos + _HEADER.size + 4 + (_HEADER.unpack_from(data, pos)[0] if whole else len(data))
+        if end > len(data):  # a torn last record
             moved.append(data[pos:])
             break
         record = data[pos:end]
