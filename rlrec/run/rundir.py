@@ -193,12 +193,7 @@ def _key(path: Path) -> str:
 
 def missing_dirs(path: Path) -> List[Path]:
     """``path`` and those of its ancestors that do not exist, top-most first."""
-    missing = []
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    return missing[::-1]
+    return [p for p in reversed([path, *path.parents]) if not p.exists()]
 
 
 def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
@@ -265,14 +260,12 @@ def remove_created(
     new = [run_dir / name for name in sorted(set(os.listdir(run_dir)) - before)]
     if not all(p.name in ours or _only_hydra_files(p) for p in new):
         return []  # the run wrote something of its own: keep everything
-    removed = []
     for p in new:
         if p.is_dir():
             shutil.rmtree(p)
         else:
             p.unlink()
-        removed.append(p)
-    return removed + _remove_empty(created_dirs)
+    return new + _remove_empty(created_dirs)
 
 
 def _remove_empty(dirs: List[Path]) -> List[Path]:

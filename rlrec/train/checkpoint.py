@@ -127,21 +127,21 @@ def digest(data: Mapping) -> str:
     return h.hexdigest()
 
 
+_TAGS = ((b"I", int), (b"S", str), (b"Y", bytes), (b"X", (torch.dtype, torch.device)))
+
+
 def _feed(h, obj: Any, where: str) -> None:
     if obj is None:
         h.update(b"N")
     elif isinstance(obj, bool):
         h.update(b"B1" if obj else b"B0")
-    elif isinstance(obj, int):
-        text = str(obj).encode()
-        h.update(b"I%d:" % len(text) + text)
     elif isinstance(obj, float):
         h.update(b"F" + struct.pack("<d", obj))
-    elif isinstance(obj, str):
-        text = obj.encode("utf-8", "surrogatepass")
-        h.update(b"S%d:" % len(text) + text)
-    elif isinstance(obj, bytes):
-        h.update(b"Y%d:" % len(obj) + obj)
+    elif isinstance(obj, (int, str, bytes, torch.dtype, torch.device)):  # tag, length, bytes
+        tag = next(tag for tag, kinds in _TAGS if isinstance(obj, kinds))
+        text = obj if isinstance(obj, (str, bytes)) else str(obj)  # a str Enum: its value
+        text = text if isinstance(text, bytes) else str.encode(text, "utf-8", "surrogatepass")
+        h.update(tag + b"%d:" % len(text) + text)
     elif isinstance(obj, torch.Tensor):
         if obj.layout != torch.strided or obj.is_quantized:
             raise TypeError(_not_plain(where, obj, "a non-strided tensor"))
@@ -158,9 +158,6 @@ def _feed(h, obj: Any, where: str) -> None:
         h.update(b"L%d:" % len(obj))
         for i, v in enumerate(obj):
             _feed(h, v, f"{where}[{i}]")
-    elif isinstance(obj, (torch.dtype, torch.device)):
-        text = str(obj).encode()
-        h.update(b"X%d:" % len(text) + text)
     else:
         raise TypeError(_not_plain(where, obj))
 
