@@ -24,6 +24,7 @@ nothing of ``torch.distributed`` is touched.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -138,10 +139,8 @@ def publish(key: str, value: str, timeout_sec: float) -> None:
 
 def publish_error(key: str, message: str, timeout_sec: float) -> None:
     """Rank 0 failed before ``key``: the other ranks waiting for it fail with ``message``."""
-    try:
+    with contextlib.suppress(Exception):  # no store (rank 0 could not host it): they time out
         publish(key, _ERROR + message, timeout_sec)
-    except Exception:  # no store (rank 0 could not even host it): the others time out
-        pass
 
 
 def wait_for(key: str, timeout_sec: float) -> str:

@@ -264,8 +264,7 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     # metrics.jsonl rewritten by a resume (rlrec.train.timeline)
     candidates += [(p, True) for p in run_dir.glob(".*.part")]
     for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
-        below = inside(Path(d), run_dir)
-        candidates += [(p, below) for p in Path(d).glob(".*.part")]
+        candidates += [(p, inside(Path(d), run_dir)) for p in Path(d).glob(".*.part")]
     for p, in_run_dir in dict.fromkeys(candidates):
         pid = temporary_owner(p.name)
         if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):

@@ -272,10 +272,8 @@ def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[t
     """Per env (row), the float64 sum of its values: non-finite exactly where one of them is.
     Integer observations (images) are always finite: nothing is summed (``out`` stays 0)."""
     if not x.is_floating_point():
-        return None if out is None else out
-    if x.dim() != 2:
-        x = x.reshape(x.shape[0], -1)
-    return torch.sum(x, dim=1, dtype=torch.float64, out=out)
+        return out
+    return torch.sum(x.reshape(x.shape[0], -1), dim=1, dtype=torch.float64, out=out)
 
 
 def state_tensors(ppo) -> List[Tuple[str, torch.Tensor]]:

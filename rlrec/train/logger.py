@@ -156,9 +156,7 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(RunDir(self.run_dir).tensorboard))
-        self._progress = None
-        self._task = None
-        self._latest: Dict[str, float] = {}
+        self._progress, self._task, self._latest = None, None, {}
         if cfg.progress and writes:
             from rich import progress as bar
 
@@ -166,11 +164,9 @@ class RunLogger:
                 bar.TextColumn("[bold]rlrec"),
                 bar.BarColumn(),
                 bar.MofNCompleteColumn(),
-                bar.TextColumn("steps"),
-                bar.TextColumn("{task.fields[sps]} SPS"),
+                bar.TextColumn("steps {task.fields[sps]} SPS"),
                 bar.TimeRemainingColumn(),
                 bar.TextColumn("{task.fields[info]}"),
-                transient=False,
                 disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
             )
             self._task = self._progress.add_task("train", total=total_steps, sps="-", info="")

@@ -27,8 +27,6 @@ from rlrec.record import Recorder, names
 from rlrec.record.settings import RecorderConfig, recording
 from rlrec.record.wrappers.episodes import ClipChoice, EpisodeClips
 
-ROLES = ("adapter", "recorder", "autoreset")
-
 
 @dataclass
 class Stack:
@@ -71,8 +69,7 @@ def make_env_stack(
         env = recorder = Recorder(env, recorder_cfg, video_dir, kind, on_clip, name)
     if clips is not None:
         cfg = recorder_cfg if recorder_cfg is not None else RecorderConfig()
-        key = f"{kind}_env.recorder"
-        env = episodes = EpisodeClips(env, cfg, video_dir, kind, key, clips)
+        env = episodes = EpisodeClips(env, cfg, video_dir, kind, f"{kind}_env.recorder", clips)
     return Stack(AutoReset(env), recorder, episodes)
 
 
