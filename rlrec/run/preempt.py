@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -146,18 +147,15 @@ class StopRequested:
         for sig in sigs:
             if sig in self._previous or sig in self._run_previous:
                 continue
-            try:
+            # not the main thread (some launchers): the default handlers stay
+            with contextlib.suppress(ValueError):
                 into[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (some launchers): the default handlers stay
-                pass
 
     @staticmethod
     def _restore(previous: Dict[int, Any]) -> None:
         for sig, handler in previous.items():
-            try:
+            with contextlib.suppress(ValueError):
                 signal.signal(sig, handler)
-            except ValueError:
-                pass
         previous.clear()
 
     def install(self) -> None:
@@ -269,9 +267,7 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
         pid = temporary_owner(p.name)
         if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):
             continue
-        try:
+        with contextlib.suppress(FileNotFoundError):
             p.unlink()
             removed.append(p)
-        except FileNotFoundError:
-            pass
     return removed

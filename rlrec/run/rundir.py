@@ -209,11 +209,9 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     if record:
         before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
     for d in missing_dirs(run_dir):
-        try:
+        with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: not ours
             d.mkdir()
             created.append(d)
-        except FileExistsError:  # made meanwhile by someone else: not ours
-            pass
     try:
         fd, previous = _lock(run_dir, key)
     except BaseException:

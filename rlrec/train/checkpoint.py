@@ -21,6 +21,7 @@ without running code, checked against the env.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -314,7 +315,7 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
     names: List[str] = []
     strings: List[str] = []
     values: List[Any] = []
-    try:
+    with contextlib.suppress(Exception):  # truncated or not a pickle: what was parsed so far
         for op, arg, _ in itertools.islice(pickletools.genops(raw), limit):
             if op.name in ("GLOBAL", "INST"):
                 names.append(str(arg).replace(" ", "."))
@@ -322,8 +323,6 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
                 names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
             strings += [str(arg)] if op.name in _STRINGS else []
             values += [arg] if op.name in _STRINGS or op.name in _INTS else []
-    except Exception:  # truncated or not a pickle: what was parsed so far
-        pass
     return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))], values
 
 

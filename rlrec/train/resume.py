@@ -93,12 +93,8 @@ class Start:
                 if env is not None and data.get(key):
                     load_stack_state(env, data[key])
         train, obs = envs.get("train_env"), data.get("next_obs")
-        if (
-            train is not None
-            and simulator_saved(data.get("train_env"))
-            and obs is not None
-            and obs.shape[0] == train.num_envs
-        ):
+        saved = obs is not None and simulator_saved(data.get("train_env"))
+        if saved and train is not None and obs.shape[0] == train.num_envs:
             return obs.to(ppo.device)
         return None
 
@@ -141,11 +137,8 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
         if restarts and ended:  # it ended: nothing to do, and nothing is written
             return replace(start, finished=True)
     if restarts and rank == 0:
-        paths = RunDir(run_dir)
-        videos = {
-            "train": cfg.recorder.dir or paths.videos("train"),
-            "eval": cfg.eval_env.recorder.dir or paths.videos("eval"),
-        }
+        dirs = {"train": cfg.recorder.dir, "eval": cfg.eval_env.recorder.dir}
+        videos = {kind: d or RunDir(run_dir).videos(kind) for kind, d in dirs.items()}
         saved = (None, None) if start is None else (Path(start.path), start.data)
         timeline.supersede(run_dir, *saved, videos)
     return start

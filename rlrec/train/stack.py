@@ -113,11 +113,8 @@ def _roles(stack: AutoReset) -> Dict[str, Any]:
 
 def stack_state(stack: AutoReset) -> Dict[str, Optional[dict]]:
     """What a checkpoint keeps of ``stack``: one entry per role, None where a role has no state."""
-    out: Dict[str, Optional[dict]] = {}
-    for role, layer in _roles(stack).items():
-        save = getattr(layer, "state_dict", None)
-        out[role] = save() if layer is not None and callable(save) else None
-    return out
+    saves = {role: getattr(layer, "state_dict", None) for role, layer in _roles(stack).items()}
+    return {role: save() if callable(save) else None for role, save in saves.items()}
 
 
 def load_stack_state(stack: AutoReset, state: Dict[str, Optional[dict]]) -> None:
@@ -125,7 +122,7 @@ def load_stack_state(stack: AutoReset, state: Dict[str, Optional[dict]]) -> None
     for role, layer in _roles(stack).items():
         saved = state.get(role)
         load = getattr(layer, "load_state_dict", None)
-        if saved is not None and layer is not None and callable(load):
+        if saved is not None and callable(load):
             load(saved)
 
 

@@ -38,6 +38,7 @@ again from step 0, and everything the first attempt wrote is after that start
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -257,12 +258,10 @@ def _new_folder(base: Path, step: int) -> Path:
 def _first_step(video: Path, kind: str) -> Optional[int]:
     """The recorder's step count at the clip's first frame: its sidecar's, or its default
     name's; None when neither says (or the clip is of another kind)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         side = json.loads(video.with_suffix(".json").read_text())
         if side.get("kind", kind) == kind and isinstance(side.get("first_step"), int):
             return side["first_step"]
-    except (OSError, ValueError, AttributeError):
-        pass
     return names.first_step(video.name, kind)
 
 
