@@ -126,12 +126,9 @@ def _lock(run_dir: Path, key: str) -> Tuple[Optional[int], Optional[Holder]]:
                 )
                 return None, None
             raise
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
         os.close(fd)  # locked a file its holder unlinked on release: try the new one
     else:
         raise RunDirBusy(f"{key}={run_dir}: cannot take the lock {path}")

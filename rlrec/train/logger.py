@@ -18,8 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 from rlrec import distributed
-from rlrec.checks import ConfigError
-from rlrec.config import WANDB_MISSING, LoggerConfig, LoggerName
+from rlrec.config import LoggerConfig, LoggerName
 from rlrec.files import remove_quietly, temporary_name
 from rlrec.layout import RunDir
 
@@ -145,7 +144,6 @@ class RunLogger:
         self._wait_clips = wait_clips
         self._tb = None
         self._previews: Optional[_Previews] = None  # TensorBoard clip previews
-        # W&B first: a missing extra fails here, before any file of the run is written
         wandb = cfg.name == "wandb" and writes
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull
@@ -311,10 +309,8 @@ def summary(
 
 
 def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
-    try:
-        import wandb
-    except ImportError as exc:
-        raise ConfigError(WANDB_MISSING) from exc
+    import wandb  # the extra is checked before work (rlrec.run.preflight.check_logger_extra)
+
     # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
     sweep = run_dir.parent.name if run_dir.name.isdigit() else None
     return wandb.init(
@@ -330,6 +326,7 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
 
 
 PREVIEW_TIMEOUT_S = 60.0  # how long close() waits for the TensorBoard previews still queued
+PREVIEW_FRAMES = 150  # a longer clip is subsampled to at most this many preview frames
 
 
 class _Previews:
@@ -370,10 +367,9 @@ def _tb_add_clip(
     num_frames: int,
     rel: str = "",
     remove: bool = False,
-    max_frames: int = 150,
 ) -> None:
     """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
-    without needing moviepy). Long clips are subsampled to ``max_frames`` while they are
+    without needing moviepy). Long clips are subsampled to ``PREVIEW_FRAMES`` while they are
     decoded, so at most that many frames are ever held. A clip that cannot be previewed is
     reported (as ``rel``), never raised: it must not stop training. ``remove``: ``path`` is the
     private link made for this preview, removed after it."""
@@ -385,7 +381,7 @@ def _tb_add_clip(
     try:
         decoded = imageio_ffmpeg.read_frames(path)
         w, h = next(decoded)["size"]
-        stride = max(1, math.ceil(num_frames / max_frames))
+        stride = max(1, math.ceil(num_frames / PREVIEW_FRAMES))
         images = [
             Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
             for i, b in enumerate(decoded)
