@@ -41,10 +41,9 @@ USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALU
 def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
     """The checkpoint of ``step`` in ``run_dir/checkpoints`` (None for step 0 without one) and the
     data of a checkpoint of the run (for its config); ConfigError when there is none."""
-    files = sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES))
     any_data: Optional[dict] = None
     steps: List[int] = []  # of the readable checkpoints, for the message below
-    for path in files:
+    for path in sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES)):
         try:
             data = ckpt.load(path, key="replay")
         except ConfigError:
@@ -74,11 +73,11 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
     name = saved["env"]["name"]
     with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
         base = compose("config", overrides=[f"env={name}"])
-    merged = OmegaConf.merge(base, {k: v for k, v in saved.items() if k != "hydra"})
     recorder = {"enabled": True, "trigger": Trigger.eval.value, "every": None, "env_idx": [env]}
     recorder.update(filename=None, dir=None, record_final_episode=False)
     merged = OmegaConf.merge(
-        merged,
+        base,
+        {k: v for k, v in saved.items() if k != "hydra"},
         {
             "eval_env": {"recorder": recorder, "clips": EpisodeClips.none.value},
             "eval_only": False,  # set below: step 0 may have no checkpoint to name
@@ -88,8 +87,8 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
             "logger": {"name": "none", "progress": False},
             "distributed": saved.get("distributed", {}),
         },
+        OmegaConf.from_dotlist(list(overrides)),
     )
-    merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
     return to_dataclass(merged)
 
 

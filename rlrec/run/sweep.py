@@ -376,10 +376,9 @@ def report_stopped() -> None:
     status."""
     st = _state()
     st.done.set()
-    sweep_dir = st.sweep_dir
-    if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
-        _rows_of_unstarted(sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
-        _result(sweep_dir, write_summary(sweep_dir))
+    if st.sweep_dir is not None and SweepDir(st.sweep_dir).rows.is_dir():
+        _rows_of_unstarted(st.sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
+        _result(st.sweep_dir, write_summary(st.sweep_dir))
     st.status = 128 + (_signum() or signal.SIGINT)
 
 

@@ -84,10 +84,8 @@ class EpisodeStats:
         n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
         self._acc = None
         means = zip(self.KEYS, (ret, length, success), (n, n, n_success))
-        out = {f"train/{k}": total / count for k, total, count in means if count}
-        if "train/return" not in out:
-            out.pop("train/success", None)
-        return out
+        # (a success flag counts only with its episode: no success without a return)
+        return {f"train/{k}": total / count for k, total, count in means if count}
 
 
 class Held:
