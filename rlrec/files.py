@@ -111,9 +111,7 @@ def probe_dir(path: PathLike, key: str, *, use: str = "a directory", create: boo
             os.makedirs(target, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"{refused}: {err}") from err
-    base = target  # its nearest existing ancestor
-    while not base.exists() and base != base.parent:
-        base = base.parent
+    base = next(p for p in [target, *target.parents] if p.exists())  # the nearest that exists
     if not base.is_dir():
         raise ConfigError(f"{refused}: {base} is not a directory")
     try:

@@ -35,7 +35,6 @@ import _thread
 import contextlib
 import csv
 import fcntl
-import io
 import json
 import os
 import signal
@@ -50,7 +49,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
-from rlrec.files import write_atomic
+from rlrec.files import atomic_file, write_atomic
 from rlrec.layout import RunDir, SweepDir
 from rlrec.report.rundata import read_json, read_jsonl, read_overrides, read_rows
 from rlrec.run import preempt, rundir
@@ -137,11 +136,10 @@ def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List
         keys = {k for r in rows for k in r} - {REFUSED}
         first, last = [k for k in _FIRST if k in keys], [k for k in _LAST if k in keys]
         columns = first + sorted(keys - set(first) - set(last)) + last
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(paths.summary, buf.getvalue())
+        with atomic_file(paths.summary, "w") as f:  # (POSIX: the CSV's \r\n as written)
+            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
     return rows
 
 

@@ -59,9 +59,7 @@ def make_env_stack(
     as ``clips`` chooses (:mod:`rlrec.record.wrappers.episodes`)."""
     record = recording(recorder_cfg)
     if record or clips is not None:
-        check = getattr(backend_module(env_cfg.name), "check_renderable", None)
-        if check is not None:
-            check(env_cfg)
+        getattr(backend_module(env_cfg.name), "check_renderable", lambda cfg: None)(env_cfg)
     env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
     recorder = episodes = None
     if record:

@@ -167,8 +167,6 @@ class _Plan:
         self.moved = Moved()
 
     def clips(self, kind: str, directory: Path) -> None:
-        if not directory.is_dir():
-            return
         for video in sorted(directory.glob("*.mp4")):
             if video.name.startswith(".") or not video.is_file():
                 continue
@@ -213,10 +211,8 @@ class _Plan:
             self.moved.lines[name] = len(moved)
 
     def tensorboard(self) -> None:
-        directory = self.run_dir / TENSORBOARD
-        if not directory.is_dir():
-            return
-        for path in sorted(directory.glob(TENSORBOARD_EVENTS)):
+        # (a glob of a dir that is not there finds nothing)
+        for path in sorted((self.run_dir / TENSORBOARD).glob(TENSORBOARD_EVENTS)):
             if path.is_file():
                 parts = _split_events(path.read_bytes(), self.point.step)
                 if parts is not None:
