@@ -137,11 +137,10 @@ class StopRequested:
         if self.signum is None:
             self.signum = signum
             self.first(signum)
-        elif self._runs:  # a run writes its checkpoint: only a second Ctrl-C cuts it short
-            if signum == signal.SIGINT and self._sigints > 1:
-                raise KeyboardInterrupt
-        else:
+        elif not self._runs:
             raise self.stop_now(self.signum)
+        elif signum == signal.SIGINT and self._sigints > 1:  # a run writes its checkpoint: only
+            raise KeyboardInterrupt  # a second Ctrl-C cuts it short
 
     def _hook(self, sigs: Sequence[int], into: Dict[int, Any]) -> None:
         for sig in sigs:

@@ -119,9 +119,8 @@ class Watch:
         all-reduce."""
         tensors = list(tensors)
         bad_losses = [k for k in CHECKED if k in losses and not math.isfinite(losses[k])]
-        bad = [
-            ~torch.isfinite(t).all() for t in (self._obs, self._reward, *(t for _, t in tensors))
-        ]
+        values = (self._obs, self._reward, *(t for _, t in tensors))
+        bad = [~torch.isfinite(t).all() for t in values]
         lost = torch.tensor(bool(bad_losses), device=self._obs.device)
         flags = torch.stack([bad[0], bad[1], torch.stack(bad[2:]).any(), lost]).long()
         if self.world > 1:  # any rank's non-finite value stops every rank, here
@@ -256,16 +255,15 @@ class Watch:
             last = f"{none}; to start again {other}: the same command"
         else:
             path, step, in_run_dir, _ = saved
-            how = (
-                f"resume=auto hydra.run.dir={self.run_dir}" if in_run_dir else f"checkpoint={path}"
-            )
+            how = f"checkpoint={path}"
+            if in_run_dir:
+                how = f"resume=auto hydra.run.dir={self.run_dir}"
             last = (
                 f"last finite checkpoint {path} (step {step}); to continue from it {other}: the "
                 f"same command + {how}"
             )
-        return (
-            f"rlrec: diverged at {at}: {what}; nothing was written from that state | {began}{last}"
-        )
+        head = f"rlrec: diverged at {at}: {what}; nothing was written from that state"
+        return f"{head} | {began}{last}"
 
 
 def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:

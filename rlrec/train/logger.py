@@ -4,6 +4,7 @@ and the statistics of the training episodes that finished since the last log lin
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
@@ -221,8 +222,7 @@ class RunLogger:
         self._held_lines(kind).clip(int(step), rel)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
-            if self._previews is None:
-                self._previews = _Previews()
+            self._previews = self._previews or _Previews()
             source = _private_link(path)
             args = (f"video/{kind}", source, fps, step, num_frames, rel, source != path)
             self._previews.submit(_tb_add_clip, self._tb, *args)
@@ -380,11 +380,8 @@ def _tb_add_clip(
         decoded = imageio_ffmpeg.read_frames(path)
         w, h = next(decoded)["size"]
         stride = max(1, math.ceil(num_frames / PREVIEW_FRAMES))
-        images = [
-            Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
-            for i, b in enumerate(decoded)
-            if i % stride == 0
-        ]
+        kept = itertools.islice(decoded, 0, None, stride)  # every stride-th frame
+        images = [Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3)) for b in kept]
         buf, duration = io.BytesIO(), max(20, int(1000 * stride / fps))
         images[0].save(
             buf, "GIF", save_all=True, append_images=images[1:], duration=duration, loop=0

@@ -42,9 +42,7 @@ from rlrec.train.stack import load_stack_state, simulator_saved
 _PER_RANK = ("rng", "train_env", "next_obs")
 
 # entries of a run's state (Runner.state) built afresh on each call: a snapshot need not copy them
-_FRESH = frozenset(
-    {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
-)
+_FRESH = {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
 
 
 @dataclass(frozen=True)
