@@ -245,8 +245,7 @@ def init(cfg: DistributedConfig, device: torch.device) -> None:
         return
     backend = Backend(cfg.backend)
     if backend is Backend.auto:  # NCCL cannot put two ranks on one GPU: shared GPUs use gloo
-        nccl = device.type == "cuda" and not gpus_shared()
-        backend = Backend.nccl if nccl else Backend.gloo
+        backend = Backend.nccl if device.type == "cuda" and not gpus_shared() else Backend.gloo
     timeout = timedelta(seconds=cfg.timeout_sec)
     base = store(cfg.timeout_sec)
     base.set_timeout(timeout)

@@ -70,9 +70,8 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
 
     from rlrec.run.cli import CONFIG_DIR  # registers the schemas
 
-    name = saved["env"]["name"]
     with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
-        base = compose("config", overrides=[f"env={name}"])
+        base = compose("config", overrides=[f"env={saved['env']['name']}"])
     recorder = {"enabled": True, "trigger": Trigger.eval.value, "every": None, "env_idx": [env]}
     recorder.update(filename=None, dir=None, record_final_episode=False)
     merged = OmegaConf.merge(

@@ -338,7 +338,6 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
         print(summary, flush=True)
     failed = [r for r in rows if r.get("status") == FAILED]
-    stopped = [r for r in rows if r.get("status") == STOPPED]
     _state().status = 128 + _signum() if _signum() is not None else int(bool(failed))
     if failed:
         jobs = ", ".join(str(r.get("job")) for r in failed)
@@ -346,7 +345,7 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
             f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the error "
             f"column of {SweepDir(sweep_dir).summary}"
         )
-    if _signum() is not None or stopped:
+    if _signum() is not None or any(r.get("status") == STOPPED for r in rows):
         _say(
             f"rlrec sweep: stopped by {signal.Signals(_signum() or signal.SIGINT).name}; run the "
             f"same command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped "

@@ -210,9 +210,8 @@ class Watch:
         """The first non-finite env value of the rollout (the earliest step, then the lowest
         env index, over every rank), named as coming from the env."""
         n = self.num_envs
-        steps = self._obs.shape[0]
         # one key per (row, rank, env, kind), in the order of time: the smallest bad one wins
-        span = steps * self.world * n * 2
+        span = self._obs.shape[0] * self.world * n * 2
         key = torch.full((), span, dtype=torch.long, device=self._obs.device)
         for kind, sums, first_row in ((0, self._obs, 0), (1, self._reward, 1)):
             bad = (~torch.isfinite(sums)).nonzero()

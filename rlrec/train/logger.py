@@ -207,9 +207,7 @@ class RunLogger:
     def progress(self, step: int, sps: float) -> None:
         if self._progress is None:
             return
-        info = "  ".join(
-            f"{k.split('/')[0]} {k.split('/')[1]} {v:.3g}" for k, v in self._latest.items()
-        )
+        info = "  ".join(f"{k.replace('/', ' ')} {v:.3g}" for k, v in self._latest.items())
         self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=info)
 
     def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
@@ -285,10 +283,8 @@ def summary(
     ``record/clips_dropped``, ... when any is nonzero) and its run dir; rank 0's alone."""
     if not distributed.is_main():
         return
-    parts = [
-        f"rlrec: {'stopped by signal' if signum is not None else 'done'} in {seconds:.1f}s",
-        f"{steps:,} env steps",
-    ]
+    ended = "stopped by signal" if signum is not None else "done"
+    parts = [f"rlrec: {ended} in {seconds:.1f}s", f"{steps:,} env steps"]
     if last_eval:
         ev = last_eval
         figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
