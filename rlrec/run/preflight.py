@@ -109,7 +109,8 @@ def refuse_before_work(cfg: DictConfig) -> Checked:
 
 
 # runs Preflight checked, by (run dir, config): the run started next in this process takes its own
-_CHECKED: Dict[Tuple[str, str], Checked] = {}
+# (None: Preflight could not check it, and the run checks it itself)
+_CHECKED: Dict[Tuple[str, str], Optional[Checked]] = {}
 
 
 def _checked_key(run_dir: Union[str, Path], cfg: DictConfig) -> Tuple[str, str]:
@@ -160,7 +161,7 @@ class Preflight(Callback):
                 run_dir = distributed.wait_for("run_dir", timeout)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
-            self._keep(run_dir, task, checked)
+            _CHECKED[_checked_key(run_dir, task)] = checked
             return
         run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
         try:
@@ -175,7 +176,7 @@ class Preflight(Callback):
             refuse(err)
         if distributed.launched():
             distributed.publish("run_dir", str(claimed.run_dir), timeout)
-        self._keep(claimed.run_dir, task, checked)
+        _CHECKED[_checked_key(claimed.run_dir, task)] = checked
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():  # values set for the whole sweep (each job checks its own)
@@ -191,8 +192,3 @@ class Preflight(Callback):
             raise
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             return None
-
-    @staticmethod
-    def _keep(run_dir: Union[str, Path], task: DictConfig, checked: Optional[Checked]) -> None:
-        if checked is not None:
-            _CHECKED[_checked_key(run_dir, task)] = checked

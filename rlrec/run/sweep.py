@@ -109,10 +109,9 @@ def job_row(
         "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
         "overrides": " ".join(overrides),
     }
-    for item in overrides:  # one column per override key, so the CSV sorts and plots directly
-        key, sep, value = item.partition("=")
-        if sep:
-            row[key.lstrip("+~")] = value
+    # one column per override key, so the CSV sorts and plots directly
+    pairs = (item.partition("=") for item in overrides)
+    row.update((key.lstrip("+~"), value) for key, sep, value in pairs if sep)
     row.update(final_figures(run_dir))
     if outcome:
         row.update((k, outcome[k]) for k in ("error", REFUSED) if k in outcome)

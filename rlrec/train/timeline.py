@@ -225,14 +225,13 @@ class _Plan:
         folder = _new_folder(self.run_dir / SUPERSEDED, max(self.point.step, 0))
         self.moved.folder = folder
         # the moved part first: a kill in between leaves a line in both places, never in none
-        for path, (_, moved) in self.split.items():
+        for path in [*self.split, *self.files]:
             dest = folder / path.relative_to(self.run_dir)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(dest, moved, durable=True)
-        for path in self.files:
-            dest = folder / path.relative_to(self.run_dir)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
+            if path in self.split:
+                write_atomic(dest, self.split[path][1], durable=True)
+            else:
+                os.replace(path, dest)
         for path, (kept, _) in self.split.items():
             write_atomic(path, kept, durable=True)
         return self.moved
