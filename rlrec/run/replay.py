@@ -41,8 +41,7 @@ USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALU
 def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
     """The checkpoint of ``step`` in ``run_dir/checkpoints`` (None for step 0 without one) and the
     data of a checkpoint of the run (for its config); ConfigError when there is none."""
-    any_data: Optional[dict] = None
-    steps: List[int] = []  # of the readable checkpoints, for the message below
+    any_data, steps = None, []  # a checkpoint's data; the steps of the readable ones
     for path in sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES)):
         try:
             data = ckpt.load(path, key="replay")

@@ -39,8 +39,7 @@ class RunDirBusy(ConfigError):
     """Another live run holds the run dir's lock."""
 
 
-def this_host() -> str:
-    return socket.gethostname()
+this_host = socket.gethostname  # the host a lock file and a sweep's records name
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,11 +47,10 @@ def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # someone else's process: it exists
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # someone else's process: it exists
-        return True
     return True
 
 

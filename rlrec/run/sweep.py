@@ -43,7 +43,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -174,9 +174,8 @@ class _Sweep(preempt.StopRequested):
 
     def __init__(self) -> None:
         super().__init__()
-        self.launcher_pid: Optional[int] = None  # set in the process that launches the sweep
-        self.sweep_dir: Optional[Path] = None
-        self.attempt: Optional[str] = None
+        # set in the process that launches the sweep: its pid, the sweep dir, this attempt's id
+        self.launcher_pid, self.sweep_dir, self.attempt = None, None, None
         self.watch = False  # jobs run in other processes: leave the launcher once none runs
         self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
         self.watcher: Optional[threading.Thread] = None
@@ -184,8 +183,7 @@ class _Sweep(preempt.StopRequested):
         self.status = 0  # the exit status of the sweep this process launched (exit_status)
         self.running: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
         # in the launching process: the sweep dir's entries before the sweep, the dirs it made
-        self.before: FrozenSet[str] = frozenset()
-        self.made: List[Path] = []
+        self.before, self.made = frozenset(), []
 
     @property
     def launcher(self) -> bool:

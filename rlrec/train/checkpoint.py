@@ -312,9 +312,7 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
     """What the pickle ``raw`` holds in its first ``limit`` opcodes, parsed only (nothing is
     executed): the globals it would import (but those of torch's own legacy format, not code of
     the file's choosing), and its strings and ints in order."""
-    names: List[str] = []
-    strings: List[str] = []
-    values: List[Any] = []
+    names, strings, values = [], [], []
     with contextlib.suppress(Exception):  # truncated or not a pickle: what was parsed so far
         for op, arg, _ in itertools.islice(pickletools.genops(raw), limit):
             if op.name in ("GLOBAL", "INST"):
