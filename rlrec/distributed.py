@@ -338,8 +338,7 @@ def agree_signal(signum: Optional[int]) -> Optional[int]:
     if not _group:
         return signum
     flag = torch.tensor([int(signum or 0)], dtype=torch.int64)
-    all_reduce_(flag, "max")
-    return int(flag.item()) or None
+    return int(all_reduce_(flag, "max").item()) or None
 
 
 def _to_bytes(obj: Any) -> torch.Tensor:

@@ -225,8 +225,7 @@ def claim_of(run_dir: Path) -> Optional[Claim]:
 def taken_over_from(run_dir: Path) -> Optional[Holder]:
     """The holder whose lock on ``run_dir`` this process's claim took over (it had died), if
     any."""
-    claim = claim_of(run_dir)
-    return None if claim is None else claim.previous
+    return getattr(claim_of(run_dir), "previous", None)
 
 
 def _only_hydra_files(path: Path) -> bool:

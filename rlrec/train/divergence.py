@@ -221,10 +221,9 @@ class Watch:
                 key = torch.minimum(key, keys.min())
         if self.world > 1 and agree:
             key = span - distributed.all_reduce_(span - key, "max")
-        k = int(key)
-        kind, k = k % 2, k // 2
-        env, k = k % n, k // n
-        rank, row = k % self.world, k // self.world
+        k, kind = divmod(int(key), 2)
+        k, env = divmod(k, n)
+        row, rank = divmod(k, self.world)
         index = rank * n + env
         which = f"env {index}" + (f" (rank {rank}'s env {env})" if self.world > 1 else "")
         value = "reward" if kind else "observation"

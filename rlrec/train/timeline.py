@@ -195,10 +195,9 @@ class _Plan:
         for raw in path.read_bytes().splitlines(keepends=True):
             if not raw.strip():
                 continue
-            try:
+            line = None
+            with contextlib.suppress(ValueError):
                 line = json.loads(raw)
-            except ValueError:
-                line = None
             after = self.point.line_after(line, isinstance(line, dict) and is_eval(line))
             clip = _clip_named(line)
             if clip is not None and clip in self.moved_clips:
