@@ -126,9 +126,8 @@ def store(timeout_sec: float) -> Any:
     torchrun's agent does). The other ranks wait at most ``timeout_sec`` for it."""
     global _store
     if _store is None:  # torch reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself
-        _store = next(
-            torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
-        )[0]
+        found = torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
+        _store = next(found)[0]
     return _store
 
 
@@ -351,9 +350,8 @@ def _from_bytes(data: torch.Tensor) -> Any:
     # plain data only (tensors, containers, numbers, strings): never the full unpickler; on the
     # CPU: without map_location torch.load restores each storage on the device it was saved from
     # (torch/serialization.py default_restore_location), another rank's cuda:k
-    return torch.load(
-        io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu", weights_only=True
-    )
+    buf = io.BytesIO(data.cpu().numpy().tobytes())
+    return torch.load(buf, map_location="cpu", weights_only=True)
 
 
 def _all_gather(obj: Any) -> List[torch.Tensor]:

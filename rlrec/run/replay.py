@@ -119,7 +119,8 @@ def replay(
     return clip
 
 
-def _parse(argv: List[str]) -> Tuple[Path, int, int, Optional[Path], List[str]]:
+def _parse(argv: List[str]) -> Tuple[Path, int, int, List[str], Optional[Path]]:
+    """``replay``'s arguments, in its order, from the command line."""
     if not argv or "=" in argv[0]:
         raise ConfigError(f"usage: {USAGE}")
     run_dir, step, env, out, rest = Path(argv[0]), None, None, None, []
@@ -137,13 +138,12 @@ def _parse(argv: List[str]) -> Tuple[Path, int, int, Optional[Path], List[str]]:
             rest.append(arg)
     if step is None or env is None:
         raise ConfigError(f"replay.step and replay.env are both needed; usage: {USAGE}")
-    return run_dir, step, env, out, rest
+    return run_dir, step, env, rest, out
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     try:
-        run_dir, step, env, out, rest = _parse(sys.argv[1:] if argv is None else argv)
-        clip = replay(run_dir, step, env, rest, out)
+        clip = replay(*_parse(sys.argv[1:] if argv is None else argv))
     except ConfigError as exc:
         print(f"rlrec replay: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

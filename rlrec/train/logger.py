@@ -56,8 +56,6 @@ class EpisodeStats:
     (``torch.where``), not picked out by boolean indexing, whose output size the host would have
     to read back on every step where an episode ends."""
 
-    KEYS = ("return", "length", "success")
-
     def __init__(self, on: bool = True):
         self.on = on  # off: add() does nothing (a rank that does not log)
         # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
@@ -84,7 +82,7 @@ class EpisodeStats:
             return {}
         n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
         self._acc = None
-        means = zip(self.KEYS, (ret, length, success), (n, n, n_success))
+        means = zip(("return", "length", "success"), (ret, length, success), (n, n, n_success))
         # (a success flag counts only with its episode: no success without a return)
         return {f"train/{k}": total / count for k, total, count in means if count}
 
