@@ -69,10 +69,9 @@ class DistributedConfig:
 
 # ---------------------------------------------------------------------- the environment
 def _int(name: str, default: int) -> int:
-    try:
+    with contextlib.suppress(ValueError):
         return int(os.environ.get(name) or default)
-    except ValueError:
-        return default
+    return default
 
 
 def _env_int(name: str, default: int) -> int:

@@ -242,9 +242,7 @@ def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:
     here = rundir.this_host()
     if holder is not None and pid == holder.pid:
         return holder.host != here or not rundir.pid_alive(pid)
-    if not in_run_dir or (holder is not None and holder.host != here):
-        return False
-    return not rundir.pid_alive(pid)
+    return in_run_dir and (holder is None or holder.host == here) and not rundir.pid_alive(pid)
 
 
 def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -> List[Path]:

@@ -45,10 +45,9 @@ PLUGINS: Dict[str, Tuple[str, str]] = {
 
 
 def _installed(module: str) -> bool:
-    try:
+    with contextlib.suppress(ImportError):  # a parent package is missing or broken
         return importlib.util.find_spec(module) is not None
-    except ImportError:  # a parent package is missing or broken
-        return False
+    return False
 
 
 def check_plugin_extras(overrides: Iterable[str]) -> None:

@@ -201,9 +201,8 @@ class Watch:
     def protected(self) -> Optional[str]:
         """The file name (in checkpoints/) of the checkpoint before the blow-up under way, which
         ``checkpoint_keep`` must not remove; None when none is under way."""
-        if self.blowup is None or self.blowup[2] is None:
-            return None
-        return Path(self.blowup[2][0]).name
+        kept = self.blowup and self.blowup[2]
+        return Path(kept[0]).name if kept else None
 
     # ------------------------------------------------------------------ the message
     def _env_source(self, agree: bool) -> str:

@@ -182,11 +182,8 @@ class RunLogger:
             self._write(line)
         else:
             self._held_lines(clip).hold(int(step), line)
-        numeric = {
-            k: float(v)
-            for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        numeric = {k: float(v) for k, v in numbers.items() if not isinstance(v, bool)}
         if self._tb is not None:
             for k, v in numeric.items():
                 self._tb.add_scalar(k, v, step)
