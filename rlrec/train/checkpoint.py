@@ -78,6 +78,7 @@ def rng_state() -> Dict[str, Any]:
     ``weights_only=True``)."""
     name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     version, internal, gauss_next = random.getstate()
+    internal = torch.tensor(internal, dtype=torch.int64)  # 625 ints below 2**32
     state: Dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {
@@ -87,11 +88,7 @@ def rng_state() -> Dict[str, Any]:
             "has_gauss": int(has_gauss),
             "cached_gaussian": float(gauss),
         },
-        "python": {
-            "version": int(version),
-            "state": torch.tensor(internal, dtype=torch.int64),  # 625 ints below 2**32
-            "gauss_next": gauss_next,
-        },
+        "python": {"version": int(version), "state": internal, "gauss_next": gauss_next},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         # this process's own device only, the current one (rlrec.envs.device.use_device made it

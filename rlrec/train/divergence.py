@@ -174,9 +174,8 @@ class Watch:
             if k == "loss/approx_kl":  # KL_LIMIT from the first update on, whatever the history
                 limit = max(KL_LIMIT, limit) if known else KL_LIMIT
             if v > limit:
-                out.append(
-                    f"{k} {v:.3g}" + (f" (up to {max(recent):.3g} before)" if recent else "")
-                )
+                before = f" (up to {max(recent):.3g} before)" if recent else ""
+                out.append(f"{k} {v:.3g}{before}")
         if out:
             self._settled = 0
             if self.blowup is None:

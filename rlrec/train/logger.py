@@ -139,8 +139,7 @@ class RunLogger:
         self.writes = writes = distributed.is_main()
         self.episodes = EpisodeStats(writes)
         self._wait_clips = wait_clips
-        self._tb = None
-        self._previews: Optional[_Previews] = None  # TensorBoard clip previews
+        self._tb, self._previews = None, None  # TensorBoard's writer, its clip previews
         wandb = cfg.name == "wandb" and writes
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull

@@ -252,14 +252,12 @@ class ResumePoint:
         last = self.paths.last_checkpoint
         periodic = None if iteration is None else self.paths.periodic_checkpoint(iteration)
         own = sorted({*self.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
-        for path in (last, periodic):  # each durable (fsynced, renamed, the rename fsynced)
-            if path is not None:
-                ckpt.save(path, {**state, "periodic": own}, run_dir=self.paths.root)
+        for path in filter(None, (last, periodic)):  # each durable (fsynced, renamed, ...)
+            ckpt.save(path, {**state, "periodic": own}, run_dir=self.paths.root)
         # then the older ones beyond the newest N, but never the one before a blow-up (protect)
         old, protected = own[: -self.retain] if self.retain > 0 else [], self.protect()
-        for name in old:
-            if name != protected:
-                remove_quietly(self.paths.checkpoints / name)
+        for name in set(old) - {protected}:
+            remove_quietly(self.paths.checkpoints / name)
         self.own = [n for n in old if n == protected] + own[len(old) :]
         self.last = (str(last), step, True, str(periodic or last))
         return step

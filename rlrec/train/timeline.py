@@ -159,8 +159,7 @@ class _Plan:
     """What moves where; nothing is touched before :meth:`carry_out`."""
 
     def __init__(self, run_dir: Path, point: Point):
-        self.run_dir = run_dir
-        self.point = point
+        self.run_dir, self.point = run_dir, point
         self.files: List[Path] = []  # moved whole
         self.split: Dict[Path, Tuple[bytes, bytes]] = {}  # file -> (kept, moved) contents
         self.moved_clips: Dict[str, bool] = {}  # clip path relative to the run dir -> moved
