@@ -102,8 +102,7 @@ class Watch:
         no host read."""
         t = self._t
         self._t = t + 1
-        row = self._obs_rows[t + 1]
-        _sum_rows(obs, row)
+        row = _sum_rows(obs, self._obs_rows[t + 1])  # (the row itself, summed into)
         self._reward_rows[t].copy_(reward)
         final = _sum_rows(info["final_obs"]) if "final_obs" in info else None
         if final is not None:
