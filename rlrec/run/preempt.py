@@ -139,8 +139,9 @@ class StopRequested:
             self.first(signum)
         elif not self._runs:
             raise self.stop_now(self.signum)
-        elif signum == signal.SIGINT and self._sigints > 1:  # a run writes its checkpoint: only
-            raise KeyboardInterrupt  # a second Ctrl-C cuts it short
+        # a run writes its checkpoint: only a second Ctrl-C cuts it short
+        elif signum == signal.SIGINT and self._sigints > 1:
+            raise KeyboardInterrupt
 
     def _hook(self, sigs: Sequence[int], into: Dict[int, Any]) -> None:
         for sig in sigs:
