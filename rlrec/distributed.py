@@ -24,6 +24,7 @@ nothing of ``torch.distributed`` is touched.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -69,10 +70,9 @@ class DistributedConfig:
 
 # ---------------------------------------------------------------------- the environment
 def _int(name: str, default: int) -> int:
-    try:
+    with contextlib.suppress(ValueError):
         return int(os.environ.get(name) or default)
-    except ValueError:
-        return default
+    return default
 
 
 def _env_int(name: str, default: int) -> int:
@@ -136,9 +136,8 @@ def store(timeout_sec: float) -> Any:
     import torch
 
     if _store is None:  # torch reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT itself
-        _store = next(
-            torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
-        )[0]
+        found = torch.distributed.rendezvous("env://", timeout=timedelta(seconds=timeout_sec))
+        _store = next(found)[0]
     return _store
 
 
@@ -149,10 +148,8 @@ def publish(key: str, value: str, timeout_sec: float) -> None:
 
 def publish_error(key: str, message: str, timeout_sec: float) -> None:
     """Rank 0 failed before ``key``: the other ranks waiting for it fail with ``message``."""
-    try:
+    with contextlib.suppress(Exception):  # no store (rank 0 could not host it): they time out
         publish(key, _ERROR + message, timeout_sec)
-    except Exception:  # no store (rank 0 could not even host it): the others time out
-        pass
 
 
 def wait_for(key: str, timeout_sec: float) -> str:
@@ -265,8 +262,7 @@ def init(cfg: DistributedConfig, device: torch.device) -> None:
         return
     backend = Backend(cfg.backend)
     if backend is Backend.auto:  # NCCL cannot put two ranks on one GPU: shared GPUs use gloo
-        nccl = device.type == "cuda" and not gpus_shared()
-        backend = Backend.nccl if nccl else Backend.gloo
+        backend = Backend.nccl if device.type == "cuda" and not gpus_shared() else Backend.gloo
     timeout = timedelta(seconds=cfg.timeout_sec)
     base = store(cfg.timeout_sec)
     base.set_timeout(timeout)
@@ -373,8 +369,7 @@ def agree_signal(signum: Optional[int]) -> Optional[int]:
     import torch
 
     flag = torch.tensor([int(signum or 0)], dtype=torch.int64)
-    all_reduce_(flag, "max")
-    return int(flag.item()) or None
+    return int(all_reduce_(flag, "max").item()) or None
 
 
 def _to_bytes(obj: Any) -> torch.Tensor:
@@ -391,9 +386,8 @@ def _from_bytes(data: torch.Tensor) -> Any:
     # (torch/serialization.py default_restore_location), another rank's cuda:k
     import torch
 
-    return torch.load(
-        io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu", weights_only=True
-    )
+    buf = io.BytesIO(data.cpu().numpy().tobytes())
+    return torch.load(buf, map_location="cpu", weights_only=True)
 
 
 def _all_gather(obj: Any) -> List[torch.Tensor]:

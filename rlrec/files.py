@@ -54,18 +54,6 @@ def remove_quietly(path: Optional[PathLike]) -> None:
         os.remove(path)
 
 
-def fsync_dir(directory: PathLike) -> None:
-    """Makes a rename in ``directory`` survive a power cut, not only the data it names."""
-    # a platform without directory handles, or a filesystem that cannot sync a directory: the
-    # rename is still atomic
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 @contextlib.contextmanager
 def atomic_file(path: PathLike, mode: str = "wb", *, durable: bool = False) -> Iterator[IO]:
     """``with atomic_file(path) as f: ...`` writes ``f`` to a temporary beside ``path`` and moves
@@ -79,8 +67,15 @@ def atomic_file(path: PathLike, mode: str = "wb", *, durable: bool = False) -> I
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        # durable: the rename too survives a power cut (a platform without directory handles, or
+        # a filesystem that cannot sync a directory: the rename is still atomic)
         if durable:
-            fsync_dir(os.path.dirname(os.path.abspath(path)))
+            with contextlib.suppress(OSError):
+                fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
     except BaseException:
         remove_quietly(tmp)
         raise
@@ -111,9 +106,7 @@ def probe_dir(path: PathLike, key: str, *, use: str = "a directory", create: boo
             os.makedirs(target, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"{refused}: {err}") from err
-    base = target  # its nearest existing ancestor
-    while not base.exists() and base != base.parent:
-        base = base.parent
+    base = next(p for p in [target, *target.parents] if p.exists())  # the nearest that exists
     if not base.is_dir():
         raise ConfigError(f"{refused}: {base} is not a directory")
     try:

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -136,28 +137,25 @@ class StopRequested:
         if self.signum is None:
             self.signum = signum
             self.first(signum)
-        elif self._runs:  # a run writes its checkpoint: only a second Ctrl-C cuts it short
-            if signum == signal.SIGINT and self._sigints > 1:
-                raise KeyboardInterrupt
-        else:
+        elif not self._runs:
             raise self.stop_now(self.signum)
+        # a run writes its checkpoint: only a second Ctrl-C cuts it short
+        elif signum == signal.SIGINT and self._sigints > 1:
+            raise KeyboardInterrupt
 
     def _hook(self, sigs: Sequence[int], into: Dict[int, Any]) -> None:
         for sig in sigs:
             if sig in self._previous or sig in self._run_previous:
                 continue
-            try:
+            # not the main thread (some launchers): the default handlers stay
+            with contextlib.suppress(ValueError):
                 into[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (some launchers): the default handlers stay
-                pass
 
     @staticmethod
     def _restore(previous: Dict[int, Any]) -> None:
         for sig, handler in previous.items():
-            try:
+            with contextlib.suppress(ValueError):
                 signal.signal(sig, handler)
-            except ValueError:
-                pass
         previous.clear()
 
     def install(self) -> None:
@@ -245,9 +243,7 @@ def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:
     here = rundir.this_host()
     if holder is not None and pid == holder.pid:
         return holder.host != here or not rundir.pid_alive(pid)
-    if not in_run_dir or (holder is not None and holder.host != here):
-        return False
-    return not rundir.pid_alive(pid)
+    return in_run_dir and (holder is None or holder.host == here) and not rundir.pid_alive(pid)
 
 
 def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -> List[Path]:
@@ -264,15 +260,12 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     # metrics.jsonl rewritten by a resume (rlrec.train.timeline)
     candidates += [(p, True) for p in run_dir.glob(".*.part")]
     for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
-        below = inside(Path(d), run_dir)
-        candidates += [(p, below) for p in Path(d).glob(".*.part")]
+        candidates += [(p, inside(Path(d), run_dir)) for p in Path(d).glob(".*.part")]
     for p, in_run_dir in dict.fromkeys(candidates):
         pid = temporary_owner(p.name)
         if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):
             continue
-        try:
+        with contextlib.suppress(FileNotFoundError):
             p.unlink()
             removed.append(p)
-        except FileNotFoundError:
-            pass
     return removed

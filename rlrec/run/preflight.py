@@ -45,10 +45,9 @@ PLUGINS: Dict[str, Tuple[str, str]] = {
 
 
 def _installed(module: str) -> bool:
-    try:
+    with contextlib.suppress(ImportError):  # a parent package is missing or broken
         return importlib.util.find_spec(module) is not None
-    except ImportError:  # a parent package is missing or broken
-        return False
+    return False
 
 
 def check_plugin_extras(overrides: Iterable[str]) -> None:
@@ -109,7 +108,8 @@ def refuse_before_work(cfg: DictConfig) -> Checked:
 
 
 # runs Preflight checked, by (run dir, config): the run started next in this process takes its own
-_CHECKED: Dict[Tuple[str, str], Checked] = {}
+# (None: Preflight could not check it, and the run checks it itself)
+_CHECKED: Dict[Tuple[str, str], Optional[Checked]] = {}
 
 
 def _checked_key(run_dir: Union[str, Path], cfg: DictConfig) -> Tuple[str, str]:
@@ -151,14 +151,16 @@ class Preflight(Callback):
         A refusal on rank 0 is every rank's."""
         timeout = OmegaConf.select(config, "distributed.timeout_sec", default=None)
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 600.0
-        task = self._task(config)
+        task = copy.deepcopy(config)  # the config the task function gets: without ``hydra``
+        with read_write(task), open_dict(task):
+            del task["hydra"]
         if distributed.env_rank() > 0:
             with refusing():
                 checked = self._validate(task)
                 run_dir = distributed.wait_for("run_dir", timeout)
             with read_write(config.hydra.run):
                 config.hydra.run.dir = run_dir
-            self._keep(run_dir, task, checked)
+            _CHECKED[_checked_key(run_dir, task)] = checked
             return
         run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
         try:
@@ -173,20 +175,12 @@ class Preflight(Callback):
             refuse(err)
         if distributed.launched():
             distributed.publish("run_dir", str(claimed.run_dir), timeout)
-        self._keep(claimed.run_dir, task, checked)
+        _CHECKED[_checked_key(claimed.run_dir, task)] = checked
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():  # values set for the whole sweep (each job checks its own)
             probe_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir", use=OUTPUT_DIR)
             check_logger_extra(config)
-
-    @staticmethod
-    def _task(config: DictConfig) -> DictConfig:
-        """The config the task function gets: without its ``hydra`` node."""
-        task = copy.deepcopy(config)
-        with read_write(task), open_dict(task):
-            del task["hydra"]
-        return task
 
     @staticmethod
     def _validate(task: DictConfig) -> Optional[Checked]:
@@ -197,8 +191,3 @@ class Preflight(Callback):
             raise
         except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
             return None
-
-    @staticmethod
-    def _keep(run_dir: Union[str, Path], task: DictConfig, checked: Optional[Checked]) -> None:
-        if checked is not None:
-            _CHECKED[_checked_key(run_dir, task)] = checked

@@ -41,10 +41,8 @@ USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALU
 def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
     """The checkpoint of ``step`` in ``run_dir/checkpoints`` (None for step 0 without one) and the
     data of a checkpoint of the run (for its config); ConfigError when there is none."""
-    files = sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES))
-    any_data: Optional[dict] = None
-    steps: List[int] = []  # of the readable checkpoints, for the message below
-    for path in files:
+    any_data, steps = None, []  # a checkpoint's data; the steps of the readable ones
+    for path in sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES)):
         try:
             data = ckpt.load(path, key="replay")
         except ConfigError:
@@ -71,14 +69,13 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
 
     from rlrec.run.cli import CONFIG_DIR  # registers the schemas
 
-    name = saved["env"]["name"]
     with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
-        base = compose("config", overrides=[f"env={name}"])
-    merged = OmegaConf.merge(base, {k: v for k, v in saved.items() if k != "hydra"})
+        base = compose("config", overrides=[f"env={saved['env']['name']}"])
     recorder = {"enabled": True, "trigger": Trigger.eval.value, "every": None, "env_idx": [env]}
     recorder.update(filename=None, dir=None, record_final_episode=False)
     merged = OmegaConf.merge(
-        merged,
+        base,
+        {k: v for k, v in saved.items() if k != "hydra"},
         {
             "eval_env": {"recorder": recorder, "clips": EpisodeClips.none.value},
             "eval_only": False,  # set below: step 0 may have no checkpoint to name
@@ -88,8 +85,8 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
             "logger": {"name": "none", "progress": False},
             "distributed": saved.get("distributed", {}),
         },
+        OmegaConf.from_dotlist(list(overrides)),
     )
-    merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
     return to_dataclass(merged)
 
 
@@ -102,11 +99,7 @@ def replay(
 
     run_dir = Path(run_dir)
     path, data = find_checkpoint(run_dir, step)
-    cfg = replay_config(data["config"], env, overrides)
-    if not 0 <= env < cfg.eval_env.num_envs:
-        raise ConfigError(
-            f"replay.env={env} is invalid: the run has eval_env.num_envs={cfg.eval_env.num_envs}"
-        )
+    cfg = replay_config(data["config"], env, overrides)  # refuses an env past eval_env.num_envs
     out = Path(out) if out is not None else RunDir(run_dir).replay(step, env)
     out.mkdir(parents=True, exist_ok=True)
     if path is not None:
@@ -126,7 +119,8 @@ def replay(
     return clip
 
 
-def _parse(argv: List[str]) -> Tuple[Path, int, int, Optional[Path], List[str]]:
+def _parse(argv: List[str]) -> Tuple[Path, int, int, List[str], Optional[Path]]:
+    """``replay``'s arguments, in its order, from the command line."""
     if not argv or "=" in argv[0]:
         raise ConfigError(f"usage: {USAGE}")
     run_dir, step, env, out, rest = Path(argv[0]), None, None, None, []
@@ -144,13 +138,12 @@ def _parse(argv: List[str]) -> Tuple[Path, int, int, Optional[Path], List[str]]:
             rest.append(arg)
     if step is None or env is None:
         raise ConfigError(f"replay.step and replay.env are both needed; usage: {USAGE}")
-    return run_dir, step, env, out, rest
+    return run_dir, step, env, rest, out
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     try:
-        run_dir, step, env, out, rest = _parse(sys.argv[1:] if argv is None else argv)
-        clip = replay(run_dir, step, env, rest, out)
+        clip = replay(*_parse(sys.argv[1:] if argv is None else argv))
     except ConfigError as exc:
         print(f"rlrec replay: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

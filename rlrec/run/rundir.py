@@ -39,8 +39,7 @@ class RunDirBusy(ConfigError):
     """Another live run holds the run dir's lock."""
 
 
-def this_host() -> str:
-    return socket.gethostname()
+this_host = socket.gethostname  # the host a lock file and a sweep's records name
 
 
 def pid_alive(pid: int) -> bool:
@@ -48,11 +47,10 @@ def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # someone else's process: it exists
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # someone else's process: it exists
-        return True
     return True
 
 
@@ -126,12 +124,9 @@ def _lock(run_dir: Path, key: str) -> Tuple[Optional[int], Optional[Holder]]:
                 )
                 return None, None
             raise
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
         os.close(fd)  # locked a file its holder unlinked on release: try the new one
     else:
         raise RunDirBusy(f"{key}={run_dir}: cannot take the lock {path}")
@@ -193,12 +188,7 @@ def _key(path: Path) -> str:
 
 def missing_dirs(path: Path) -> List[Path]:
     """``path`` and those of its ancestors that do not exist, top-most first."""
-    missing = []
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    return missing[::-1]
+    return [p for p in reversed([path, *path.parents]) if not p.exists()]
 
 
 def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
@@ -214,11 +204,9 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     if record:
         before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
     for d in missing_dirs(run_dir):
-        try:
+        with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: not ours
             d.mkdir()
             created.append(d)
-        except FileExistsError:  # made meanwhile by someone else: not ours
-            pass
     try:
         fd, previous = _lock(run_dir, key)
     except BaseException:
@@ -237,8 +225,7 @@ def claim_of(run_dir: Path) -> Optional[Claim]:
 def taken_over_from(run_dir: Path) -> Optional[Holder]:
     """The holder whose lock on ``run_dir`` this process's claim took over (it had died), if
     any."""
-    claim = claim_of(run_dir)
-    return None if claim is None else claim.previous
+    return getattr(claim_of(run_dir), "previous", None)
 
 
 def _only_hydra_files(path: Path) -> bool:
@@ -265,14 +252,12 @@ def remove_created(
     new = [run_dir / name for name in sorted(set(os.listdir(run_dir)) - before)]
     if not all(p.name in ours or _only_hydra_files(p) for p in new):
         return []  # the run wrote something of its own: keep everything
-    removed = []
     for p in new:
         if p.is_dir():
             shutil.rmtree(p)
         else:
             p.unlink()
-        removed.append(p)
-    return removed + _remove_empty(created_dirs)
+    return new + _remove_empty(created_dirs)
 
 
 def _remove_empty(dirs: List[Path]) -> List[Path]:

@@ -32,9 +32,9 @@ sweep dir then completes the stopped and unstarted jobs.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import csv
 import fcntl
-import io
 import json
 import os
 import signal
@@ -43,13 +43,13 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlrec import distributed
-from rlrec.files import write_atomic
+from rlrec.files import atomic_file, write_atomic
 from rlrec.layout import RunDir, SweepDir
 from rlrec.report.rundata import read_json, read_jsonl, read_overrides, read_rows
 from rlrec.run import preempt, rundir
@@ -109,10 +109,9 @@ def job_row(
         "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
         "overrides": " ".join(overrides),
     }
-    for item in overrides:  # one column per override key, so the CSV sorts and plots directly
-        key, sep, value = item.partition("=")
-        if sep:
-            row[key.lstrip("+~")] = value
+    # one column per override key, so the CSV sorts and plots directly
+    pairs = (item.partition("=") for item in overrides)
+    row.update((key.lstrip("+~"), value) for key, sep, value in pairs if sep)
     row.update(final_figures(run_dir))
     if outcome:
         row.update((k, outcome[k]) for k in ("error", REFUSED) if k in outcome)
@@ -122,12 +121,6 @@ def job_row(
         row["error"] = f"{type(err).__name__}: {err}"
     row["run_dir"] = str(run_dir)
     return row
-
-
-def _read(path: Path) -> Dict[str, Any]:
-    """One of the sweep's JSON records (the attempt, the stop, a running job); empty when it is
-    not there (yet) or unreadable."""
-    return read_json(path) or {}
 
 
 def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
@@ -142,11 +135,10 @@ def write_summary(sweep_dir: Path, row: Optional[Dict[str, Any]] = None) -> List
         keys = {k for r in rows for k in r} - {REFUSED}
         first, last = [k for k in _FIRST if k in keys], [k for k in _LAST if k in keys]
         columns = first + sorted(keys - set(first) - set(last)) + last
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(paths.summary, buf.getvalue())
+        with atomic_file(paths.summary, "w") as f:  # (POSIX: the CSV's \r\n as written)
+            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
     return rows
 
 
@@ -182,9 +174,8 @@ class _Sweep(preempt.StopRequested):
 
     def __init__(self) -> None:
         super().__init__()
-        self.launcher_pid: Optional[int] = None  # set in the process that launches the sweep
-        self.sweep_dir: Optional[Path] = None
-        self.attempt: Optional[str] = None
+        # set in the process that launches the sweep: its pid, the sweep dir, this attempt's id
+        self.launcher_pid, self.sweep_dir, self.attempt = None, None, None
         self.watch = False  # jobs run in other processes: leave the launcher once none runs
         self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
         self.watcher: Optional[threading.Thread] = None
@@ -192,8 +183,7 @@ class _Sweep(preempt.StopRequested):
         self.status = 0  # the exit status of the sweep this process launched (exit_status)
         self.running: List[Path] = []  # this process's entry in <rows>/running/ while its job runs
         # in the launching process: the sweep dir's entries before the sweep, the dirs it made
-        self.before: FrozenSet[str] = frozenset()
-        self.made: List[Path] = []
+        self.before, self.made = frozenset(), []
 
     @property
     def launcher(self) -> bool:
@@ -215,10 +205,8 @@ class _Sweep(preempt.StopRequested):
         )
         stop = {"attempt": self.attempt, "signal": signum}
         if self.sweep_dir is not None:
-            try:
+            with contextlib.suppress(OSError):
                 write_atomic(SweepDir(self.sweep_dir).stop, json.dumps(stop))
-            except OSError:
-                pass
         if self.watch and self.watcher is None:
             self.watcher = threading.Thread(
                 target=_watch, args=(self,), name="rlrec-sweep-stop", daemon=True
@@ -243,8 +231,7 @@ def _current() -> Optional[_Sweep]:
 
 def _signum() -> Optional[int]:
     """The first stop signal of this process while it takes part in a sweep."""
-    flag = preempt.held()
-    return None if flag is None else flag.signum
+    return getattr(preempt.held(), "signum", None)
 
 
 def _say(text: str) -> None:
@@ -255,7 +242,7 @@ def _say(text: str) -> None:
 def _jobs_running(sweep_dir: Path, attempt: Optional[str]) -> bool:
     """Whether a job of this attempt is still run by its process (entries of dead processes are
     ignored)."""
-    entries = [_read(p) for p in SweepDir(sweep_dir).running.glob("*.json")]
+    entries = [read_json(p) or {} for p in SweepDir(sweep_dir).running.glob("*.json")]
     return any(
         e.get("attempt") == attempt
         and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
@@ -286,9 +273,9 @@ def begin_job(sweep_dir: Path) -> None:
     flag.outcome = {}
     if not preempt.under_submitit():
         flag.catch(STOP_SIGNALS)
-        attempt = _read(SweepDir(sweep_dir).attempt)  # its launching process, if on this host
+        attempt = read_json(SweepDir(sweep_dir).attempt) or {}  # who launched it, from where
         launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
-        if launcher is not None and launcher == os.getppid() and launcher != os.getpid():
+        if launcher == os.getppid() and launcher != os.getpid():
             # a worker process of the launching process (joblib's): a launcher killed with
             # SIGKILL sends no signal, so the job watches it and stops with a checkpoint
             flag.watch_parent(launcher)
@@ -300,7 +287,7 @@ def stop_signal(sweep_dir: Path) -> Optional[int]:
     if _signum() is not None:
         return _signum()
     paths = SweepDir(sweep_dir)
-    attempt, stop = _read(paths.attempt).get("id"), _read(paths.stop)
+    attempt, stop = (read_json(paths.attempt) or {}).get("id"), read_json(paths.stop) or {}
     return int(stop["signal"]) if attempt and stop.get("attempt") == attempt else None
 
 
@@ -308,7 +295,7 @@ def job_running(sweep_dir: Path, job: int) -> None:
     """Registers the job as running (for the launcher's watcher) until its row is written."""
     entry = SweepDir(sweep_dir).running_entry(job)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    attempt = _read(SweepDir(sweep_dir).attempt).get("id")
+    attempt = (read_json(SweepDir(sweep_dir).attempt) or {}).get("id")
     me = {"job": int(job), "pid": os.getpid(), "host": rundir.this_host(), "attempt": attempt}
     write_atomic(entry, json.dumps(me))
     _state().running.append(entry)
@@ -323,8 +310,7 @@ def _job_ended() -> None:
 def exit_status() -> int:
     """The exit status of the sweep this process launched: 128 + the signal that stopped it, 1
     when a job failed, else 0 (also when this process launched no sweep)."""
-    st = _current()
-    return 0 if st is None else st.status
+    return getattr(_current(), "status", 0)
 
 
 def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
@@ -349,7 +335,6 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
         summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
         print(summary, flush=True)
     failed = [r for r in rows if r.get("status") == FAILED]
-    stopped = [r for r in rows if r.get("status") == STOPPED]
     _state().status = 128 + _signum() if _signum() is not None else int(bool(failed))
     if failed:
         jobs = ", ".join(str(r.get("job")) for r in failed)
@@ -357,7 +342,7 @@ def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
             f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the error "
             f"column of {SweepDir(sweep_dir).summary}"
         )
-    if _signum() is not None or stopped:
+    if _signum() is not None or any(r.get("status") == STOPPED for r in rows):
         _say(
             f"rlrec sweep: stopped by {signal.Signals(_signum() or signal.SIGINT).name}; run the "
             f"same command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped "
@@ -385,10 +370,9 @@ def report_stopped() -> None:
     status."""
     st = _state()
     st.done.set()
-    sweep_dir = st.sweep_dir
-    if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
-        _rows_of_unstarted(sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
-        _result(sweep_dir, write_summary(sweep_dir))
+    if st.sweep_dir is not None and SweepDir(st.sweep_dir).rows.is_dir():
+        _rows_of_unstarted(st.sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
+        _result(st.sweep_dir, write_summary(st.sweep_dir))
     st.status = 128 + (_signum() or signal.SIGINT)
 
 

@@ -21,6 +21,7 @@ without running code, checked against the env.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -59,9 +60,8 @@ class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (e.g. a full disk); the message says which file, that
     the checkpoints written before are intact, and how to resume."""
 
-    def __init__(self, message: str, path: Path, cause: OSError):
+    def __init__(self, message: str, cause: OSError):
         super().__init__(message)
-        self.path = path
         self.cause = cause
 
 
@@ -78,6 +78,7 @@ def rng_state() -> Dict[str, Any]:
     ``weights_only=True``)."""
     name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     version, internal, gauss_next = random.getstate()
+    internal = torch.tensor(internal, dtype=torch.int64)  # 625 ints below 2**32
     state: Dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {
@@ -87,11 +88,7 @@ def rng_state() -> Dict[str, Any]:
             "has_gauss": int(has_gauss),
             "cached_gaussian": float(gauss),
         },
-        "python": {
-            "version": int(version),
-            "state": torch.tensor(internal, dtype=torch.int64),  # 625 ints below 2**32
-            "gauss_next": gauss_next,
-        },
+        "python": {"version": int(version), "state": internal, "gauss_next": gauss_next},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         # this process's own device only, the current one (rlrec.envs.device.use_device made it
@@ -128,21 +125,21 @@ def digest(data: Mapping) -> str:
     return h.hexdigest()
 
 
+_TAGS = ((b"I", int), (b"S", str), (b"Y", bytes), (b"X", (torch.dtype, torch.device)))
+
+
 def _feed(h, obj: Any, where: str) -> None:
     if obj is None:
         h.update(b"N")
     elif isinstance(obj, bool):
         h.update(b"B1" if obj else b"B0")
-    elif isinstance(obj, int):
-        text = str(obj).encode()
-        h.update(b"I%d:" % len(text) + text)
     elif isinstance(obj, float):
         h.update(b"F" + struct.pack("<d", obj))
-    elif isinstance(obj, str):
-        text = obj.encode("utf-8", "surrogatepass")
-        h.update(b"S%d:" % len(text) + text)
-    elif isinstance(obj, bytes):
-        h.update(b"Y%d:" % len(obj) + obj)
+    elif isinstance(obj, (int, str, bytes, torch.dtype, torch.device)):  # tag, length, bytes
+        tag = next(tag for tag, kinds in _TAGS if isinstance(obj, kinds))
+        text = obj if isinstance(obj, (str, bytes)) else str(obj)  # a str Enum: its value
+        text = text if isinstance(text, bytes) else str.encode(text, "utf-8", "surrogatepass")
+        h.update(tag + b"%d:" % len(text) + text)
     elif isinstance(obj, torch.Tensor):
         if obj.layout != torch.strided or obj.is_quantized:
             raise TypeError(_not_plain(where, obj, "a non-strided tensor"))
@@ -159,9 +156,6 @@ def _feed(h, obj: Any, where: str) -> None:
         h.update(b"L%d:" % len(obj))
         for i, v in enumerate(obj):
             _feed(h, v, f"{where}[{i}]")
-    elif isinstance(obj, (torch.dtype, torch.device)):
-        text = str(obj).encode()
-        h.update(b"X%d:" % len(text) + text)
     else:
         raise TypeError(_not_plain(where, obj))
 
@@ -192,7 +186,7 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         with atomic_file(path, durable=True) as f:
             f.write(buf.getbuffer())
     except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
-        raise CheckpointWriteError(storage_failure(exc, run_dir, path), path, exc) from None
+        raise CheckpointWriteError(storage_failure(exc, run_dir, path), exc) from None
 
 
 # what a full or read-only output file system raises, wherever the run writes
@@ -212,9 +206,7 @@ def storage_failure(
     cause = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno in STORAGE_ERRNOS:
         cause += f" ({STORAGE_ERRNOS[exc.errno]})"
-    target = (
-        "hydra.run.dir=<run dir>" if run_dir is None else shlex.quote(f"hydra.run.dir={run_dir}")
-    )
+    target = shlex.quote(f"hydra.run.dir={run_dir}") if run_dir else "hydra.run.dir=<run dir>"
     try:
         found = find_resume(checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints)
     except Exception:  # unreadable: say there is none to continue from
@@ -267,15 +259,18 @@ def _read(p: Path, label: str) -> Dict[str, Any]:
         raise ConfigError(f"{label} could not be read: {exc}") from None
     except Exception as exc:
         failure = " ".join(str(exc).split()) or type(exc).__name__
-    if (
-        not is_zip or failure
-    ):  # what its pickle holds, scanned (not run): the globals it would import
+    # what its pickle holds, scanned (not run): the globals it would import
+    if not is_zip or failure:
         code, head = _scan(_pickle_of(p))
         found = dict(zip(head[:4:2], head[1:4:2]))  # save() puts the format and version first
         if found.get("format") == FORMAT and found.get("version") != VERSION:
             raise ConfigError(_other_version(label, found.get("version")))
         if code:
-            raise UnsafeCheckpoint(_unsafe(label, code))
+            raise UnsafeCheckpoint(
+                f"{label} is refused: loading it would run code ({', '.join(code[:3])}), and "
+                f"rlrec loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} "
+                "only; it was not loaded"
+            )
         if not is_zip:
             raise ConfigError(
                 f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
@@ -306,14 +301,6 @@ def _other_version(label: str, version: Any) -> str:
     return f"{label} has checkpoint version {version}, this rlrec reads version {VERSION}"
 
 
-def _unsafe(label: str, code: List[str]) -> str:
-    return (
-        f"{label} is refused: loading it would run code ({', '.join(code[:3])}), and rlrec "
-        f"loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} only; "
-        "it was not loaded"
-    )
-
-
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
 _INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
 
@@ -322,10 +309,8 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
     """What the pickle ``raw`` holds in its first ``limit`` opcodes, parsed only (nothing is
     executed): the globals it would import (but those of torch's own legacy format, not code of
     the file's choosing), and its strings and ints in order."""
-    names: List[str] = []
-    strings: List[str] = []
-    values: List[Any] = []
-    try:
+    names, strings, values = [], [], []
+    with contextlib.suppress(Exception):  # truncated or not a pickle: what was parsed so far
         for op, arg, _ in itertools.islice(pickletools.genops(raw), limit):
             if op.name in ("GLOBAL", "INST"):
                 names.append(str(arg).replace(" ", "."))
@@ -333,8 +318,6 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
                 names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
             strings += [str(arg)] if op.name in _STRINGS else []
             values += [arg] if op.name in _STRINGS or op.name in _INTS else []
-    except Exception:  # truncated or not a pickle: what was parsed so far
-        pass
     return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))], values
 
 

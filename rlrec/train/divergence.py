@@ -102,8 +102,7 @@ class Watch:
         no host read."""
         t = self._t
         self._t = t + 1
-        row = self._obs_rows[t + 1]
-        _sum_rows(obs, row)
+        row = _sum_rows(obs, self._obs_rows[t + 1])  # (the row itself, summed into)
         self._reward_rows[t].copy_(reward)
         final = _sum_rows(info["final_obs"]) if "final_obs" in info else None
         if final is not None:
@@ -119,9 +118,8 @@ class Watch:
         all-reduce."""
         tensors = list(tensors)
         bad_losses = [k for k in CHECKED if k in losses and not math.isfinite(losses[k])]
-        bad = [
-            ~torch.isfinite(t).all() for t in (self._obs, self._reward, *(t for _, t in tensors))
-        ]
+        values = (self._obs, self._reward, *(t for _, t in tensors))
+        bad = [~torch.isfinite(t).all() for t in values]
         lost = torch.tensor(bool(bad_losses), device=self._obs.device)
         flags = torch.stack([bad[0], bad[1], torch.stack(bad[2:]).any(), lost]).long()
         if self.world > 1:  # any rank's non-finite value stops every rank, here
@@ -175,9 +173,8 @@ class Watch:
             if k == "loss/approx_kl":  # KL_LIMIT from the first update on, whatever the history
                 limit = max(KL_LIMIT, limit) if known else KL_LIMIT
             if v > limit:
-                out.append(
-                    f"{k} {v:.3g}" + (f" (up to {max(recent):.3g} before)" if recent else "")
-                )
+                before = f" (up to {max(recent):.3g} before)" if recent else ""
+                out.append(f"{k} {v:.3g}{before}")
         if out:
             self._settled = 0
             if self.blowup is None:
@@ -202,18 +199,16 @@ class Watch:
     def protected(self) -> Optional[str]:
         """The file name (in checkpoints/) of the checkpoint before the blow-up under way, which
         ``checkpoint_keep`` must not remove; None when none is under way."""
-        if self.blowup is None or self.blowup[2] is None:
-            return None
-        return Path(self.blowup[2][0]).name
+        kept = self.blowup and self.blowup[2]
+        return Path(kept[0]).name if kept else None
 
     # ------------------------------------------------------------------ the message
     def _env_source(self, agree: bool) -> str:
         """The first non-finite env value of the rollout (the earliest step, then the lowest
         env index, over every rank), named as coming from the env."""
         n = self.num_envs
-        steps = self._obs.shape[0]
         # one key per (row, rank, env, kind), in the order of time: the smallest bad one wins
-        span = steps * self.world * n * 2
+        span = self._obs.shape[0] * self.world * n * 2
         key = torch.full((), span, dtype=torch.long, device=self._obs.device)
         for kind, sums, first_row in ((0, self._obs, 0), (1, self._reward, 1)):
             bad = (~torch.isfinite(sums)).nonzero()
@@ -223,10 +218,9 @@ class Watch:
                 key = torch.minimum(key, keys.min())
         if self.world > 1 and agree:
             key = span - distributed.all_reduce_(span - key, "max")
-        k = int(key)
-        kind, k = k % 2, k // 2
-        env, k = k % n, k // n
-        rank, row = k % self.world, k // self.world
+        k, kind = divmod(int(key), 2)
+        k, env = divmod(k, n)
+        row, rank = divmod(k, self.world)
         index = rank * n + env
         which = f"env {index}" + (f" (rank {rank}'s env {env})" if self.world > 1 else "")
         value = "reward" if kind else "observation"
@@ -256,26 +250,23 @@ class Watch:
             last = f"{none}; to start again {other}: the same command"
         else:
             path, step, in_run_dir, _ = saved
-            how = (
-                f"resume=auto hydra.run.dir={self.run_dir}" if in_run_dir else f"checkpoint={path}"
-            )
+            how = f"checkpoint={path}"
+            if in_run_dir:
+                how = f"resume=auto hydra.run.dir={self.run_dir}"
             last = (
                 f"last finite checkpoint {path} (step {step}); to continue from it {other}: the "
                 f"same command + {how}"
             )
-        return (
-            f"rlrec: diverged at {at}: {what}; nothing was written from that state | {began}{last}"
-        )
+        head = f"rlrec: diverged at {at}: {what}; nothing was written from that state"
+        return f"{head} | {began}{last}"
 
 
 def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
     """Per env (row), the float64 sum of its values: non-finite exactly where one of them is.
     Integer observations (images) are always finite: nothing is summed (``out`` stays 0)."""
     if not x.is_floating_point():
-        return None if out is None else out
-    if x.dim() != 2:
-        x = x.reshape(x.shape[0], -1)
-    return torch.sum(x, dim=1, dtype=torch.float64, out=out)
+        return out
+    return torch.sum(x.reshape(x.shape[0], -1), dim=1, dtype=torch.float64, out=out)
 
 
 def state_tensors(ppo) -> List[Tuple[str, torch.Tensor]]:

@@ -4,6 +4,7 @@ and the statistics of the training episodes that finished since the last log lin
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
@@ -18,8 +19,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 from rlrec import distributed
-from rlrec.checks import ConfigError
-from rlrec.config import WANDB_MISSING, LoggerConfig, LoggerName
+from rlrec.config import LoggerConfig, LoggerName
 from rlrec.files import remove_quietly, temporary_name
 from rlrec.layout import RunDir
 
@@ -56,8 +56,6 @@ class EpisodeStats:
     (``torch.where``), not picked out by boolean indexing, whose output size the host would have
     to read back on every step where an episode ends."""
 
-    KEYS = ("return", "length", "success")
-
     def __init__(self, on: bool = True):
         self.on = on  # off: add() does nothing (a rank that does not log)
         # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
@@ -84,11 +82,9 @@ class EpisodeStats:
             return {}
         n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
         self._acc = None
-        means = zip(self.KEYS, (ret, length, success), (n, n, n_success))
-        out = {f"train/{k}": total / count for k, total, count in means if count}
-        if "train/return" not in out:
-            out.pop("train/success", None)
-        return out
+        means = zip(("return", "length", "success"), (ret, length, success), (n, n, n_success))
+        # (a success flag counts only with its episode: no success without a return)
+        return {f"train/{k}": total / count for k, total, count in means if count}
 
 
 class Held:
@@ -143,9 +139,7 @@ class RunLogger:
         self.writes = writes = distributed.is_main()
         self.episodes = EpisodeStats(writes)
         self._wait_clips = wait_clips
-        self._tb = None
-        self._previews: Optional[_Previews] = None  # TensorBoard clip previews
-        # W&B first: a missing extra fails here, before any file of the run is written
+        self._tb, self._previews = None, None  # TensorBoard's writer, its clip previews
         wandb = cfg.name == "wandb" and writes
         self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull
@@ -156,9 +150,7 @@ class RunLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(RunDir(self.run_dir).tensorboard))
-        self._progress = None
-        self._task = None
-        self._latest: Dict[str, float] = {}
+        self._progress, self._task, self._latest = None, None, {}
         if cfg.progress and writes:
             from rich import progress as bar
 
@@ -166,11 +158,9 @@ class RunLogger:
                 bar.TextColumn("[bold]rlrec"),
                 bar.BarColumn(),
                 bar.MofNCompleteColumn(),
-                bar.TextColumn("steps"),
-                bar.TextColumn("{task.fields[sps]} SPS"),
+                bar.TextColumn("steps {task.fields[sps]} SPS"),
                 bar.TimeRemainingColumn(),
                 bar.TextColumn("{task.fields[info]}"),
-                transient=False,
                 disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
             )
             self._task = self._progress.add_task("train", total=total_steps, sps="-", info="")
@@ -191,19 +181,14 @@ class RunLogger:
             self._write(line)
         else:
             self._held_lines(clip).hold(int(step), line)
-        numeric = {
-            k: float(v)
-            for k, v in metrics.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        numeric = {k: float(v) for k, v in numbers.items() if not isinstance(v, bool)}
         if self._tb is not None:
             for k, v in numeric.items():
                 self._tb.add_scalar(k, v, step)
         if self._wandb is not None and numeric:
             self._wandb.log(numeric, step=step)
-        for k in _PROGRESS_KEYS:
-            if k in numeric:
-                self._latest[k] = numeric[k]
+        self._latest.update((k, numeric[k]) for k in _PROGRESS_KEYS if k in numeric)
 
     def event(self, step: int, name: str, **fields: Any) -> None:
         """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
@@ -216,9 +201,7 @@ class RunLogger:
     def progress(self, step: int, sps: float) -> None:
         if self._progress is None:
             return
-        info = "  ".join(
-            f"{k.split('/')[0]} {k.split('/')[1]} {v:.3g}" for k, v in self._latest.items()
-        )
+        info = "  ".join(f"{k.replace('/', ' ')} {v:.3g}" for k, v in self._latest.items())
         self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=info)
 
     def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
@@ -231,8 +214,7 @@ class RunLogger:
         self._held_lines(kind).clip(int(step), rel)
         self.log(step, {f"video/{kind}": rel})
         if self._tb is not None:
-            if self._previews is None:
-                self._previews = _Previews()
+            self._previews = self._previews or _Previews()
             source = _private_link(path)
             args = (f"video/{kind}", source, fps, step, num_frames, rel, source != path)
             self._previews.submit(_tb_add_clip, self._tb, *args)
@@ -272,18 +254,13 @@ class RunLogger:
             if any(self._losses.get(k, 0) != v for k, v in losses.items()):
                 self._write({"step": int(step), **losses})
             self._metrics.close()
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-        if self._previews is not None:  # the previews of the last clips, before the writer closes
-            self._previews.close(PREVIEW_TIMEOUT_S)
-            self._previews = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+        # in this order: the previews of the last clips before the TensorBoard writer closes
+        ends = {"_progress": "stop", "_previews": "close", "_tb": "close", "_wandb": "finish"}
+        for name, end in ends.items():
+            part = getattr(self, name)
+            setattr(self, name, None)
+            if part is not None:
+                getattr(part, end)()
 
 
 def summary(
@@ -300,10 +277,8 @@ def summary(
     ``record/clips_dropped``, ... when any is nonzero) and its run dir; rank 0's alone."""
     if not distributed.is_main():
         return
-    parts = [
-        f"rlrec: {'stopped by signal' if signum is not None else 'done'} in {seconds:.1f}s",
-        f"{steps:,} env steps",
-    ]
+    ended = "stopped by signal" if signum is not None else "done"
+    parts = [f"rlrec: {ended} in {seconds:.1f}s", f"{steps:,} env steps"]
     if last_eval:
         ev = last_eval
         figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
@@ -322,10 +297,8 @@ def summary(
 
 
 def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
-    try:
-        import wandb
-    except ImportError as exc:
-        raise ConfigError(WANDB_MISSING) from exc
+    import wandb  # the extra is checked before work (rlrec.run.preflight.check_logger_extra)
+
     # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
     sweep = run_dir.parent.name if run_dir.name.isdigit() else None
     return wandb.init(
@@ -341,6 +314,7 @@ def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
 
 
 PREVIEW_TIMEOUT_S = 60.0  # how long close() waits for the TensorBoard previews still queued
+PREVIEW_FRAMES = 150  # a longer clip is subsampled to at most this many preview frames
 
 
 class _Previews:
@@ -360,7 +334,7 @@ class _Previews:
         for fn, args in iter(self._queue.get, None):  # until close()'s None
             fn(*args)  # catches and reports its own failures
 
-    def close(self, timeout: float) -> None:
+    def close(self, timeout: float = PREVIEW_TIMEOUT_S) -> None:
         self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -381,10 +355,9 @@ def _tb_add_clip(
     num_frames: int,
     rel: str = "",
     remove: bool = False,
-    max_frames: int = 150,
 ) -> None:
     """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
-    without needing moviepy). Long clips are subsampled to ``max_frames`` while they are
+    without needing moviepy). Long clips are subsampled to ``PREVIEW_FRAMES`` while they are
     decoded, so at most that many frames are ever held. A clip that cannot be previewed is
     reported (as ``rel``), never raised: it must not stop training. ``remove``: ``path`` is the
     private link made for this preview, removed after it."""
@@ -396,12 +369,9 @@ def _tb_add_clip(
     try:
         decoded = imageio_ffmpeg.read_frames(path)
         w, h = next(decoded)["size"]
-        stride = max(1, math.ceil(num_frames / max_frames))
-        images = [
-            Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3))
-            for i, b in enumerate(decoded)
-            if i % stride == 0
-        ]
+        stride = max(1, math.ceil(num_frames / PREVIEW_FRAMES))
+        kept = itertools.islice(decoded, 0, None, stride)  # every stride-th frame
+        images = [Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3)) for b in kept]
         buf, duration = io.BytesIO(), max(20, int(1000 * stride / fps))
         images[0].save(
             buf, "GIF", save_all=True, append_images=images[1:], duration=duration, loop=0

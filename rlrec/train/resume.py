@@ -42,9 +42,7 @@ from rlrec.train.stack import load_stack_state, simulator_saved
 _PER_RANK = ("rng", "train_env", "next_obs")
 
 # entries of a run's state (Runner.state) built afresh on each call: a snapshot need not copy them
-_FRESH = frozenset(
-    {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
-)
+_FRESH = {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
 
 
 @dataclass(frozen=True)
@@ -93,12 +91,8 @@ class Start:
                 if env is not None and data.get(key):
                     load_stack_state(env, data[key])
         train, obs = envs.get("train_env"), data.get("next_obs")
-        if (
-            train is not None
-            and simulator_saved(data.get("train_env"))
-            and obs is not None
-            and obs.shape[0] == train.num_envs
-        ):
+        saved = obs is not None and simulator_saved(data.get("train_env"))
+        if saved and train is not None and obs.shape[0] == train.num_envs:
             return obs.to(ppo.device)
         return None
 
@@ -110,8 +104,7 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     whether it already ended (then nothing changes), and else, on rank 0, what the run wrote after
     the checkpoint (all of it without one) moved aside (``rlrec.train.timeline``)."""
     key = "checkpoint" if cfg.checkpoint else "resume"
-    start: Optional[Start] = None
-    error: Optional[ConfigError] = None
+    start, error = None, None
     if rank == 0:
         try:
             start = _locate(cfg, Path(run_dir), key)
@@ -138,15 +131,12 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
                 f"(WORLD_SIZE): each rank's envs and RNG streams are in it, so it continues with "
                 f"{saved} rank(s) only ({how} ...)"
             )
-        if restarts and int(start.data["iteration"]) >= iterations(cfg, world):
-            if not start.eval_due:  # it ended: nothing to do, and nothing is written
-                return replace(start, finished=True)
+        ended = int(start.data["iteration"]) >= iterations(cfg, world) and not start.eval_due
+        if restarts and ended:  # it ended: nothing to do, and nothing is written
+            return replace(start, finished=True)
     if restarts and rank == 0:
-        paths = RunDir(run_dir)
-        videos = {
-            "train": cfg.recorder.dir or paths.videos("train"),
-            "eval": cfg.eval_env.recorder.dir or paths.videos("eval"),
-        }
+        dirs = {"train": cfg.recorder.dir, "eval": cfg.eval_env.recorder.dir}
+        videos = {kind: d or RunDir(run_dir).videos(kind) for kind, d in dirs.items()}
         saved = (None, None) if start is None else (Path(start.path), start.data)
         timeline.supersede(run_dir, *saved, videos)
     return start
@@ -253,26 +243,21 @@ class ResumePoint:
         disk: CheckpointWriteError names the file and the resume command."""
         state = self.state()
         step = int(state["global_step"])
-        gathered: Optional[dict] = state
         if self.world > 1:  # rank 0's, each other rank's own entries under "ranks"; None on those
             parts = None if alone else distributed.gather({k: state[k] for k in _PER_RANK})
-            ranks = None if parts is None else {"world_size": self.world, "ranks": parts[1:]}
-            gathered = None if ranks is None else {**state, **ranks}
-        if gathered is None:  # another rank, or alone
-            return step
+            if parts is None:  # another rank, or alone
+                return step
+            state = {**state, "world_size": self.world, "ranks": parts[1:]}
         self._before_write()
-        last, periodic = self.paths.last_checkpoint, None
-        if iteration is not None:
-            periodic = self.paths.periodic_checkpoint(iteration)
+        last = self.paths.last_checkpoint
+        periodic = None if iteration is None else self.paths.periodic_checkpoint(iteration)
         own = sorted({*self.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
-        for path in (last, periodic):  # each durable (fsynced, renamed, the rename fsynced)
-            if path is not None:
-                ckpt.save(path, {**gathered, "periodic": own}, run_dir=self.paths.root)
+        for path in filter(None, (last, periodic)):  # each durable (fsynced, renamed, ...)
+            ckpt.save(path, {**state, "periodic": own}, run_dir=self.paths.root)
         # then the older ones beyond the newest N, but never the one before a blow-up (protect)
         old, protected = own[: -self.retain] if self.retain > 0 else [], self.protect()
-        for name in old:
-            if name != protected:
-                remove_quietly(self.paths.checkpoints / name)
+        for name in set(old) - {protected}:
+            remove_quietly(self.paths.checkpoints / name)
         self.own = [n for n in old if n == protected] + own[len(old) :]
         self.last = (str(last), step, True, str(periodic or last))
         return step

@@ -27,8 +27,6 @@ from rlrec.record import Recorder, names
 from rlrec.record.settings import RecorderConfig, recording
 from rlrec.record.wrappers.episodes import ClipChoice, EpisodeClips
 
-ROLES = ("adapter", "recorder", "autoreset")
-
 
 @dataclass
 class Stack:
@@ -61,9 +59,7 @@ def make_env_stack(
     as ``clips`` chooses (:mod:`rlrec.record.wrappers.episodes`)."""
     record = recording(recorder_cfg)
     if record or clips is not None:
-        check = getattr(backend_module(env_cfg.name), "check_renderable", None)
-        if check is not None:
-            check(env_cfg)
+        getattr(backend_module(env_cfg.name), "check_renderable", lambda cfg: None)(env_cfg)
     env: EnvAdapter = make_adapter(env_cfg, sim, num_envs, seed, device=device)
     recorder = episodes = None
     if record:
@@ -71,8 +67,7 @@ def make_env_stack(
         env = recorder = Recorder(env, recorder_cfg, video_dir, kind, on_clip, name)
     if clips is not None:
         cfg = recorder_cfg if recorder_cfg is not None else RecorderConfig()
-        key = f"{kind}_env.recorder"
-        env = episodes = EpisodeClips(env, cfg, video_dir, kind, key, clips)
+        env = episodes = EpisodeClips(env, cfg, video_dir, kind, f"{kind}_env.recorder", clips)
     return Stack(AutoReset(env), recorder, episodes)
 
 
@@ -116,11 +111,8 @@ def _roles(stack: AutoReset) -> Dict[str, Any]:
 
 def stack_state(stack: AutoReset) -> Dict[str, Optional[dict]]:
     """What a checkpoint keeps of ``stack``: one entry per role, None where a role has no state."""
-    out: Dict[str, Optional[dict]] = {}
-    for role, layer in _roles(stack).items():
-        save = getattr(layer, "state_dict", None)
-        out[role] = save() if layer is not None and callable(save) else None
-    return out
+    saves = {role: getattr(layer, "state_dict", None) for role, layer in _roles(stack).items()}
+    return {role: save() if callable(save) else None for role, save in saves.items()}
 
 
 def load_stack_state(stack: AutoReset, state: Dict[str, Optional[dict]]) -> None:
@@ -128,7 +120,7 @@ def load_stack_state(stack: AutoReset, state: Dict[str, Optional[dict]]) -> None
     for role, layer in _roles(stack).items():
         saved = state.get(role)
         load = getattr(layer, "load_state_dict", None)
-        if saved is not None and layer is not None and callable(load):
+        if saved is not None and callable(load):
             load(saved)
 
 

@@ -38,6 +38,7 @@ again from step 0, and everything the first attempt wrote is after that start
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -90,9 +91,8 @@ class Point:
         saved = self.recorder_steps.get(kind)
         if saved is None:
             return None
-        if kind == "train":
-            return first_step > saved
-        return first_step >= saved  # an evaluation begins with a reset at the count it starts from
+        # an evaluation begins with a reset at the count it starts from
+        return first_step > saved if kind == "train" else first_step >= saved
 
 
 @dataclass
@@ -106,13 +106,9 @@ class Moved:
     events: int = 0  # TensorBoard events
 
     def describe(self) -> str:
-        parts = []
-        if self.clips:
-            parts.append(f"{self.clips} clip(s) and {self.sidecars} sidecar(s)")
-        for name, n in self.lines.items():
-            parts.append(f"{n} {name} line(s)")
-        if self.events:
-            parts.append(f"{self.events} TensorBoard event(s)")
+        parts = [f"{self.clips} clip(s) and {self.sidecars} sidecar(s)"] if self.clips else []
+        parts += [f"{n} {name} line(s)" for name, n in self.lines.items()]
+        parts += [f"{self.events} TensorBoard event(s)"] if self.events else []
         return ", ".join(parts)
 
 
@@ -141,24 +137,18 @@ def supersede(
     if checkpoint is None and moved.folder is None:
         return moved  # a new run: nothing to say
     rel = None if checkpoint is None else os.path.relpath(checkpoint, run_dir)
-    step = max(point.step, 0)
-    event = {
-        "step": step,
-        "event": "resume",
-        "from": rel,
-        "moved": None if moved.folder is None else os.path.relpath(moved.folder, run_dir),
-    }
+    step, folder = max(point.step, 0), moved.folder
+    aside = None if folder is None else os.path.relpath(folder, run_dir)
+    event = {"step": step, "event": "resume", "from": rel, "moved": aside}
     with open(run_dir / METRICS, "a") as f:
         f.write(json.dumps(event) + "\n")
-    if moved.folder is not None:
-        start = (
-            "found no checkpoint: the run starts again from step 0"
-            if rel is None
-            else f"continues from {rel} (step {step:,})"
-        )
+    if folder is not None:
+        start = f"continues from {rel} (step {step:,})"
+        if rel is None:
+            start = "found no checkpoint: the run starts again from step 0"
         print(
             f"rlrec: resume=auto {start}; what the run wrote after it ({moved.describe()}) is "
-            f"moved to {event['moved']}/",
+            f"moved to {aside}/",
             file=sys.stderr,
             flush=True,
         )
@@ -169,16 +159,13 @@ class _Plan:
     """What moves where; nothing is touched before :meth:`carry_out`."""
 
     def __init__(self, run_dir: Path, point: Point):
-        self.run_dir = run_dir
-        self.point = point
+        self.run_dir, self.point = run_dir, point
         self.files: List[Path] = []  # moved whole
         self.split: Dict[Path, Tuple[bytes, bytes]] = {}  # file -> (kept, moved) contents
         self.moved_clips: Dict[str, bool] = {}  # clip path relative to the run dir -> moved
         self.moved = Moved()
 
     def clips(self, kind: str, directory: Path) -> None:
-        if not directory.is_dir():
-            return
         for video in sorted(directory.glob("*.mp4")):
             if video.name.startswith(".") or not video.is_file():
                 continue
@@ -207,10 +194,9 @@ class _Plan:
         for raw in path.read_bytes().splitlines(keepends=True):
             if not raw.strip():
                 continue
-            try:
+            line = None
+            with contextlib.suppress(ValueError):
                 line = json.loads(raw)
-            except ValueError:
-                line = None
             after = self.point.line_after(line, isinstance(line, dict) and is_eval(line))
             clip = _clip_named(line)
             if clip is not None and clip in self.moved_clips:
@@ -223,10 +209,8 @@ class _Plan:
             self.moved.lines[name] = len(moved)
 
     def tensorboard(self) -> None:
-        directory = self.run_dir / TENSORBOARD
-        if not directory.is_dir():
-            return
-        for path in sorted(directory.glob(TENSORBOARD_EVENTS)):
+        # (a glob of a dir that is not there finds nothing)
+        for path in sorted((self.run_dir / TENSORBOARD).glob(TENSORBOARD_EVENTS)):
             if path.is_file():
                 parts = _split_events(path.read_bytes(), self.point.step)
                 if parts is not None:
@@ -239,14 +223,13 @@ class _Plan:
         folder = _new_folder(self.run_dir / SUPERSEDED, max(self.point.step, 0))
         self.moved.folder = folder
         # the moved part first: a kill in between leaves a line in both places, never in none
-        for path, (_, moved) in self.split.items():
+        for path in [*self.split, *self.files]:
             dest = folder / path.relative_to(self.run_dir)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(dest, moved, durable=True)
-        for path in self.files:
-            dest = folder / path.relative_to(self.run_dir)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
+            if path in self.split:
+                write_atomic(dest, self.split[path][1], durable=True)
+            else:
+                os.replace(path, dest)
         for path, (kept, _) in self.split.items():
             write_atomic(path, kept, durable=True)
         return self.moved
@@ -268,12 +251,10 @@ def _new_folder(base: Path, step: int) -> Path:
 def _first_step(video: Path, kind: str) -> Optional[int]:
     """The recorder's step count at the clip's first frame: its sidecar's, or its default
     name's; None when neither says (or the clip is of another kind)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         side = json.loads(video.with_suffix(".json").read_text())
         if side.get("kind", kind) == kind and isinstance(side.get("first_step"), int):
             return side["first_step"]
-    except (OSError, ValueError, AttributeError):
-        pass
     return names.first_step(video.name, kind)
 
 
@@ -297,15 +278,11 @@ def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
     killed writer moves too); None when nothing moves."""
     from tensorboard.compat.proto.event_pb2 import Event
 
-    kept, moved, head, n = [], [], b"", 0
-    pos = 0
+    kept, moved, head, n, pos = [], [], b"", 0, 0
     while pos < len(data):
-        if pos + _HEADER.size > len(data):
-            moved.append(data[pos:])
-            break
-        length, _ = _HEADER.unpack_from(data, pos)
-        end = pos + _HEADER.size + length + 4
-        if end > len(data):
+        whole = pos + _HEADER.size <= len(data)  # else a torn header: the record is torn
+        end = pos + _HEADER.size + 4 + (_HEADER.unpack_from(data, pos)[0] if whole else len(data))
+        if end > len(data):  # a torn last record
             moved.append(data[pos:])
             break
         record = data[pos:end]
