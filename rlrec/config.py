@@ -38,7 +38,7 @@ from rlrec.checks import (
 from rlrec.distributed import DistributedConfig
 from rlrec.envs import factory
 from rlrec.envs.config import SimConfig, SimName
-from rlrec.ppo.config import PPOConfig
+from rlrec.ppo.config import PPOConfig, check_encoder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.report.config import ReportConfig
 
@@ -226,6 +226,7 @@ def validate(cfg: Config) -> None:
         )
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
+    check_encoder(a.encoder, env.obs_image(), "algo.encoder")
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")

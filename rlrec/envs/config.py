@@ -20,6 +20,16 @@ StartMethod = Choice(
 StartMethod.__doc__ = "multiprocessing start method of async vector envs."
 
 
+class ObsMode(Choice):
+    """What an env observes (rlrec/obs.py): ``state`` one float vector; ``rgb`` its camera image
+    (uint8, ``env.obs_height x env.obs_width``); ``rgb_state`` the image and the robot's own
+    state (ppo_rgb.py's ``--include-state``)."""
+
+    state = "state"
+    rgb = "rgb"
+    rgb_state = "rgb_state"
+
+
 class SimName(Choice):
     """Where the simulator runs."""
 
@@ -48,6 +58,11 @@ class EnvConfig:
         """``(height, width)`` of this env's frames, or None where the env chooses its own size
         (the memory estimate sizes the recorder's frame buffers with it)."""
         return (self.render_height, self.render_width)
+
+    def obs_image(self) -> Optional[Tuple[int, int, int]]:
+        """``(height, width, channels)`` of the image this env observes, or None (state only):
+        the memory estimate and the encoder's checks read it before the env is built."""
+        return None
 
 
 @dataclass
