@@ -2,7 +2,7 @@
 """PPO from pixels on the built-in env: env steps and wall time to an eval success of 0.9, and
 the steps/s of the pixel path against the state path on the same env, side by side.
 
-    python scripts/bench_pixels.py                 # seed 1, one run of each path, one after the other
+    python scripts/bench_pixels.py                 # seed 1: one run of each path, in turn
     python scripts/bench_pixels.py --seeds 1 2 3
 
 Each run is a fresh ``train.py`` process, timed from just before it starts (imports included):
