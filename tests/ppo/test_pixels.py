@@ -148,6 +148,15 @@ def test_the_estimate_counts_the_images():
     assert "the CNN activations of one update minibatch" in needs
 
 
+def test_a_pixel_run_that_cannot_fit_is_refused_naming_the_image(monkeypatch):
+    from rlrec.run import budget
+
+    monkeypatch.setattr(budget, "host_memory", lambda: (10**9, "a test's 1 GB"))
+    cfg = make_config(["env.num_envs=4096", "env.obs_mode=rgb", "algo.encoder=cnn"])
+    with pytest.raises(ConfigError, match=r"the observed images \(uint8\).*64x64x3.*GB"):
+        budget.check(cfg)
+
+
 def test_a_pixel_run_trains_evaluates_records_checkpoints_and_resumes(tmp_path):
     pixels = [
         "env.obs_mode=rgb_state",
