@@ -36,7 +36,7 @@ from rlrec.checks import (
 )
 from rlrec.distributed import DistributedConfig
 from rlrec.envs.config import BACKENDS, SimConfig
-from rlrec.ppo.config import PPOConfig
+from rlrec.ppo.config import PPOConfig, check_encoder
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.report.config import ReportConfig
 
@@ -224,6 +224,7 @@ def validate(cfg: Config) -> None:
         )
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
+    check_encoder(a.encoder, env.obs_image(), "algo.encoder")
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")

@@ -81,7 +81,13 @@ def action_space(desc: str) -> gym.Space:
 
 
 def policy_of(data: Dict[str, Any]) -> DeterministicPolicy:
-    """The deterministic policy of a checkpoint's verified contents (no critic)."""
+    """The deterministic policy of a checkpoint's verified contents (no critic); a policy of
+    image observations is refused (its export is not written yet)."""
+    if isinstance(data["obs_shape"], dict):
+        raise ConfigError(
+            f"this checkpoint's policy observes images {data['obs_shape']}: rlrec exports and "
+            "loads state-vector policies only; evaluate it with eval_only=true checkpoint=PATH"
+        )
     algo, shape = data["config"]["algo"], tuple(data["obs_shape"])
     space = action_space(data["action_space"])
     obs_space = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)

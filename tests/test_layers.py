@@ -17,6 +17,7 @@ LAYERS = [
     # value checks shared by every component's settings (plain Python), the names of a run dir's
     # files (rlrec.layout); the two folders' __init__ import nothing
     ["rlrec.checks", "rlrec.layout", "rlrec.run", "rlrec.train"],
+    ["rlrec.obs"],  # what an observation is (a tensor, or a pixel dict), for envs and the policy
     ["rlrec.files"],  # one temporary-name scheme, atomic writes, one directory probe
     ["rlrec.record"],  # the recorder: drops into any loop (tests/record/test_portable.py)
     ["rlrec.distributed"],  # the process group: PPO all-reduces, Preflight agrees on the run dir

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
+from rlrec.obs import map_obs
 
 
 class AutoReset(EnvWrapper):
@@ -55,7 +56,7 @@ class AutoReset(EnvWrapper):
         if bool(ended.any()):
             idx = ended.nonzero().flatten()
             info = dict(info)
-            info["final_obs"] = obs.clone()
+            info["final_obs"] = map_obs(torch.clone, obs)
             info["final_info"] = {k: v for k, v in info.items() if k not in ("final_obs",)}
             info["_final"] = done.clone()
             info["episode"] = {

@@ -12,7 +12,7 @@ seed rule), on any device and without a host round trip.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +20,8 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
-from rlrec.envs.config import BuiltinEnvConfig
+from rlrec.envs.config import BuiltinEnvConfig, ObsMode
+from rlrec.obs import RGB, STATE
 
 _BACKGROUND = (24, 26, 34)
 _GOAL = (60, 200, 90)
@@ -75,7 +76,10 @@ class EnvStreams:
 class PointReach(EnvAdapter):
     """Point-mass reaching task.
 
-    Observation (6): position, velocity, goal minus position. Action (2): acceleration in [-1, 1].
+    Observation (6): position, velocity, goal minus position; with ``obs_mode=rgb`` the image
+    :meth:`draw` makes, at ``obs_height x obs_width``, as ``{"rgb": uint8 [N, H, W, 3]}``
+    (rlrec/obs.py), and with ``rgb_state`` also ``"state"``: position and velocity (4). Action (2):
+    acceleration in [-1, 1].
     Reward: progress towards the goal, +10 on success, a small time penalty. The episode
     terminates with ``info["success"]`` when the agent is inside the goal disc and is truncated
     after ``max_episode_steps``.
@@ -96,6 +100,9 @@ class PointReach(EnvAdapter):
         render_width: int = 128,
         render_height: int = 128,
         seed: Optional[int] = None,
+        obs_mode: str = ObsMode.state,
+        obs_width: int = 64,
+        obs_height: int = 64,
     ):
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -103,7 +110,13 @@ class PointReach(EnvAdapter):
         self.max_episode_steps = max_episode_steps
         self.goal_radius = float(goal_radius)
         self.width, self.height = int(render_width), int(render_height)
+        self.obs_mode, self.obs_size = ObsMode(obs_mode), (int(obs_height), int(obs_width))
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
+        if self.obs_mode != ObsMode.state:
+            spaces = {RGB: gym.spaces.Box(0, 255, (*self.obs_size, 3), np.uint8)}
+            if self.obs_mode == ObsMode.rgb_state:
+                spaces[STATE] = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+            self.single_observation_space = gym.spaces.Dict(spaces)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         n, dev = num_envs, self.device
         # the construction's seed seeds the streams of the resets that get none
@@ -112,10 +125,7 @@ class PointReach(EnvAdapter):
         self.vel = torch.zeros(n, 2, device=dev)
         self.goal = torch.zeros(n, 2, device=dev)
         self.clock = EpisodeClock(n, dev)
-        # pixel-centre coordinates in world units: x to the right, y up
-        xs = (torch.arange(self.width, device=dev) + 0.5) / self.width * 2 - 1
-        ys = 1 - (torch.arange(self.height, device=dev) + 0.5) / self.height * 2
-        self._ys, self._xs = torch.meshgrid(ys, xs, indexing="ij")
+        self._grids: Dict[Tuple[int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
         self._colors = {
             k: torch.tensor(c, dtype=torch.uint8, device=dev)
             for k, c in (("bg", _BACKGROUND), ("goal", _GOAL), ("agent", _AGENT), ("bar", _BAR))
@@ -127,8 +137,13 @@ class PointReach(EnvAdapter):
         return self.clock.elapsed
 
     # ------------------------------------------------------------------ dynamics
-    def _obs(self) -> torch.Tensor:
-        return torch.cat([self.pos, self.vel, self.goal - self.pos], dim=1)
+    def _obs(self):
+        if self.obs_mode == ObsMode.state:
+            return torch.cat([self.pos, self.vel, self.goal - self.pos], dim=1)
+        obs = {RGB: self.draw(self.pos, self.goal, self.t, self.obs_size)}
+        if self.obs_mode == ObsMode.rgb_state:
+            obs[STATE] = torch.cat([self.pos, self.vel], dim=1)
+        return obs
 
     def reset(self, seed=None, env_idx: EnvIdx = None):
         idx = as_env_index(env_idx, self.num_envs, self.device)
@@ -189,23 +204,35 @@ class PointReach(EnvAdapter):
         idx = as_env_index(env_idx, self.num_envs, self.device)
         return self.draw(self.pos[idx], self.goal[idx], self.t[idx])
 
-    def draw(self, pos: torch.Tensor, goal: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Frames ``[k, H, W, 3]`` for explicit states: a pure function of ``(pos, goal, t)``."""
-        xs, ys = self._xs[None], self._ys[None]
+    def draw(
+        self,
+        pos: torch.Tensor,
+        goal: torch.Tensor,
+        t: torch.Tensor,
+        size: Optional[Tuple[int, int]] = None,
+    ) -> torch.Tensor:
+        """Frames ``[k, H, W, 3]`` for explicit states: a pure function of ``(pos, goal, t)``, at
+        ``size`` (height, width; the render size by default), all envs at once on the device."""
+        height, width = size or (self.height, self.width)
+        if (height, width) not in self._grids:  # pixel centres in world units: x right, y up
+            xs = (torch.arange(width, device=self.device) + 0.5) / width * 2 - 1
+            ys = 1 - (torch.arange(height, device=self.device) + 0.5) / height * 2
+            self._grids[height, width] = torch.meshgrid(ys, xs, indexing="ij")
+        ys, xs = (g[None] for g in self._grids[height, width])
 
         def disc(center: torch.Tensor, radius: float) -> torch.Tensor:
             cx, cy = center[:, 0, None, None], center[:, 1, None, None]
             return (xs - cx) ** 2 + (ys - cy) ** 2 <= radius**2
 
         k = pos.shape[0]
-        frame = self._colors["bg"].expand(k, self.height, self.width, 3).clone()
+        frame = self._colors["bg"].expand(k, height, width, 3).clone()
         frame[disc(goal, self.goal_radius)] = self._colors["goal"]
         frame[disc(pos, self.AGENT_RADIUS)] = self._colors["agent"]
         limit = self.max_episode_steps or 100
         filled = (t.float() / limit).clamp(max=1.0)[:, None, None]  # fraction of the bar
-        bar_rows = max(1, self.height // 25)
-        col_frac = ((torch.arange(self.width, device=self.device) + 1) / self.width)[None, None, :]
-        bar = (col_frac <= filled).expand(k, bar_rows, self.width)
+        bar_rows = max(1, height // 25)
+        col_frac = ((torch.arange(width, device=self.device) + 1) / width)[None, None, :]
+        bar = (col_frac <= filled).expand(k, bar_rows, width)
         frame[:, -bar_rows:][bar] = self._colors["bar"]
         return frame
 

@@ -21,6 +21,16 @@ StartMethod = Choice(
 StartMethod.__doc__ = "multiprocessing start method of async vector envs."
 
 
+class ObsMode(Choice):
+    """What an env observes (rlrec/obs.py): ``state`` one float vector; ``rgb`` its camera image
+    (uint8, ``env.obs_height x env.obs_width``); ``rgb_state`` the image and the robot's own
+    state (ppo_rgb.py's ``--include-state``)."""
+
+    state = "state"
+    rgb = "rgb"
+    rgb_state = "rgb_state"
+
+
 class SimName(Choice):
     """Where the simulator runs."""
 
@@ -50,6 +60,11 @@ class EnvConfig:
         (the memory estimate sizes the recorder's frame buffers with it)."""
         return (self.render_height, self.render_width)
 
+    def obs_image(self) -> Optional[Tuple[int, int, int]]:
+        """``(height, width, channels)`` of the image this env observes, or None (state only):
+        the memory estimate and the encoder's checks read it before the env is built."""
+        return None
+
 
 @dataclass
 class SimConfig:
@@ -70,6 +85,15 @@ class BuiltinEnvConfig(EnvConfig):
     max_episode_steps: Optional[int] = 100
     goal_radius: float = 0.1
     dt: float = 0.05
+    # state (position, velocity, goal minus position) | rgb (the env's own image at obs_height x
+    # obs_width) | rgb_state (the image, and the agent's position and velocity: the goal is only
+    # in the image)
+    obs_mode: ObsMode = ObsMode.state
+    obs_width: int = 64
+    obs_height: int = 64
+
+    def obs_image(self) -> Optional[Tuple[int, int, int]]:
+        return None if self.obs_mode == ObsMode.state else (self.obs_height, self.obs_width, 3)
 
 
 @dataclass
@@ -89,9 +113,9 @@ class GymnasiumEnvConfig(EnvConfig):
         return super().frame_size() if self.resize_frames else None
 
 
-class ObsMode(Choice):
-    """ManiSkill observation modes rlrec supports (a flat state vector; visual obs modes are not
-    wired to the policy)."""
+class ManiSkillObsMode(Choice):
+    """ManiSkill observation modes rlrec supports (a flat state vector; its camera modes are not
+    wired yet)."""
 
     state = "state"
 
@@ -111,7 +135,7 @@ class ManiSkillEnvConfig(EnvConfig):
     name: str = "maniskill"
     num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
     id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
-    obs_mode: ObsMode = ObsMode.state  # a flat state vector
+    obs_mode: ManiSkillObsMode = ManiSkillObsMode.state  # a flat state vector
     control_mode: str = "pd_joint_delta_pos"
     reward_mode: str = "normalized_dense"
     max_episode_steps: Optional[int] = 50  # None: the env's registered limit

@@ -1,9 +1,10 @@
-"""Actor-critic models: a Gaussian policy for Box actions, a categorical one for Discrete."""
+"""Actor-critic models: a Gaussian policy for Box actions, a categorical one for Discrete, over
+a state vector or an image observation (rlrec/obs.py) read by an encoder (``algo.encoder``)."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -11,7 +12,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from rlrec.ppo.config import Init, PPOConfig
+from rlrec.obs import RGB, STATE, Obs, shape_of
+from rlrec.ppo.config import CNN_LAYERS, Encoder, Init, PPOConfig, cnn_map
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -56,7 +58,8 @@ class ObsNormalizer(nn.Module):
         self._base[1 + k :] = self.var.reshape(-1)
         self._pending.zero_()
 
-    def update(self, x: torch.Tensor) -> None:
+    def update(self, x: Obs) -> None:
+        x = x[STATE] if isinstance(x, dict) else x  # an image's values are never normalised
         n = x.shape[0]
         if self._pending is not None:
             xd = x.double().reshape(n, -1)
@@ -92,7 +95,9 @@ class ObsNormalizer(nn.Module):
         if self._pending is not None:
             self._rebase()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Obs) -> Obs:
+        if isinstance(x, dict):  # the state part alone
+            return {**x, STATE: self(x[STATE])}
         return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
 
 
@@ -124,8 +129,48 @@ def _mlp(sizes: List[int], activation: str, out_gain: float, init: str) -> nn.Se
     return nn.Sequential(*layers)
 
 
+class Flatten(nn.Module):
+    """``algo.encoder=mlp``: the observation flattened (no parameters: the checkpoints of
+    state-only runs hold the same keys as before encoders); an image scaled to [0, 1] and
+    joined with the state."""
+
+    def forward(self, obs: Obs) -> torch.Tensor:
+        if not isinstance(obs, dict):
+            return obs.flatten(1)
+        image = obs[RGB].flatten(1).float() / 255.0
+        return torch.cat([image, obs[STATE]], dim=1) if STATE in obs else image
+
+
+class NatureCNN(nn.Module):
+    """``algo.encoder=cnn``: ManiSkill's ppo_rgb.py NatureCNN (examples/baselines/ppo/ppo_rgb.py
+    at haosulab/ManiSkill 07bc2dd, lines 176-233): convolutions 8/4, 4/2, 3/1 with ReLUs, flattened,
+    a linear layer to 256 with a ReLU; the state through its own linear layer to 256; the two
+    joined. The uint8 image is scaled to [0, 1] here, on the device."""
+
+    FEATURES = 256
+
+    def __init__(self, image: Tuple[int, ...], state_dim: int):
+        super().__init__()
+        height, width, channels = image
+        layers: List[nn.Module] = []
+        for out, kernel, stride in CNN_LAYERS:
+            layers += [nn.Conv2d(channels, out, kernel, stride), nn.ReLU()]
+            channels = out
+        h, w = cnn_map(height, width)
+        self.cnn = nn.Sequential(
+            *layers, nn.Flatten(), nn.Linear(channels * h * w, self.FEATURES), nn.ReLU()
+        )
+        self.state = nn.Linear(state_dim, self.FEATURES) if state_dim else None
+        self.out_features = self.FEATURES * (2 if state_dim else 1)
+
+    def forward(self, obs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        x = self.cnn(obs[RGB].permute(0, 3, 1, 2).float() / 255.0)
+        return x if self.state is None else torch.cat([x, self.state(obs[STATE])], dim=1)
+
+
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs (CleanRL layout) over flattened observations."""
+    """Separate actor and critic MLPs (CleanRL layout) over the encoder's features: the flattened
+    observation, or NatureCNN's (``encoder=cnn``, shared by both heads as in ppo_rgb.py)."""
 
     def __init__(
         self,
@@ -135,9 +180,18 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         init_log_std: float = 0.0,
         init: str = PPOConfig.init,  # algo.init's default (the schema holds it)
+        encoder: str = PPOConfig.encoder,
     ):
         super().__init__()
-        obs_dim = int(np.prod(obs_space.shape))
+        shape = shape_of(obs_space)
+        if Encoder(encoder) is Encoder.cnn:
+            assert isinstance(shape, dict), "algo.encoder=cnn needs an image observation"
+            self.encoder: nn.Module = NatureCNN(shape[RGB], sum(shape.get(STATE, ())))
+            obs_dim = self.encoder.out_features
+        else:
+            self.encoder = Flatten()
+            parts = shape.values() if isinstance(shape, dict) else [shape]
+            obs_dim = sum(int(np.prod(p)) for p in parts)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             act_dim = int(action_space.n)
@@ -151,25 +205,26 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs.flatten(1)).squeeze(-1)
+    def value(self, obs: Obs, features: Optional[torch.Tensor] = None) -> torch.Tensor:
+        f = self.encoder(obs) if features is None else features
+        return self.critic(f).squeeze(-1)
 
-    def distribution(self, obs: torch.Tensor):
-        out = self.actor(obs.flatten(1))
+    def distribution(self, obs: Obs, features: Optional[torch.Tensor] = None):
+        out = self.actor(self.encoder(obs) if features is None else features)
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
-    def _log_softmax(self, obs: torch.Tensor) -> torch.Tensor:
+    def _log_softmax(self, features: torch.Tensor) -> torch.Tensor:
         """Categorical log-probabilities of every action: the discrete head's one tensor, from
         which sampling, log-prob and entropy are read (fewer ops than a Categorical per call)."""
-        return torch.log_softmax(self.actor(obs.flatten(1)), dim=-1)
+        return torch.log_softmax(self.actor(features), dim=-1)
 
     def noise_shape(self, batch: int) -> Tuple[int, ...]:
         """The shape of the noise :meth:`act_with_noise` takes for a batch of ``batch`` obs."""
         return (batch, self.actor[-1].out_features)  # the logits, or the mean of each dimension
 
-    def act_with_noise(self, obs: torch.Tensor, noise: torch.Tensor):
+    def act_with_noise(self, obs: Obs, noise: torch.Tensor):
         """``(action, log_prob, value)`` for a batch of (normalised) observations, with the
         randomness passed in, so the whole step is one graph for ``torch.compile`` (no random op
         inside it) and the caller's generator draws it.
@@ -179,35 +234,38 @@ class ActorCritic(nn.Module):
         compiled rollout takes the same actions as an eager one. Categorical head: ``noise`` is
         uniform in [0, 1) and the action the Gumbel-max sample ``argmax(logp + Gumbel(noise))``
         (the categorical distribution, but not the numbers ``torch.multinomial`` draws)."""
+        f = self.encoder(obs)  # once, for both heads
         if self.discrete:
-            logp = self._log_softmax(obs)
+            logp = self._log_softmax(f)
             tiny = torch.finfo(logp.dtype).tiny
             gumbel = -torch.log(-torch.log(noise.clamp(tiny, 1.0 - 1e-7)))
             action = (logp + gumbel).argmax(-1)
             log_prob = logp.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         else:
-            mean = self.actor(obs.flatten(1))
+            mean = self.actor(f)
             std = self.log_std.exp().expand_as(mean)
             action = mean + std * noise
             # Normal(mean, std).log_prob(action), written out with the same operations
             log_prob = (-((action - mean) ** 2) / (2 * std**2) - std.log() - _LOG_SQRT_2PI).sum(-1)
-        return action, log_prob, self.value(obs)
+        return action, log_prob, self.value(obs, f)
 
-    def action(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def action(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         """The action for a batch of (normalised) observations (evaluation): the mode when
         ``deterministic``, else a sample; no critic pass."""
+        f = self.encoder(obs)
         if deterministic:  # the mode, straight from the actor's output
-            out = self.actor(obs.flatten(1))
+            out = self.actor(f)
             return out.argmax(-1) if self.discrete else out
         if self.discrete:  # what Categorical.sample does
-            return torch.multinomial(self._log_softmax(obs).exp(), 1, True).squeeze(-1)
-        return self.distribution(obs).sample()
+            return torch.multinomial(self._log_softmax(f).exp(), 1, True).squeeze(-1)
+        return self.distribution(obs, f).sample()
 
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
+    def evaluate(self, obs: Obs, action: torch.Tensor):
         """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""
+        f = self.encoder(obs)
         if self.discrete:
-            logp = self._log_softmax(obs)
+            logp = self._log_softmax(f)
             log_prob = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            return log_prob, -(logp.exp() * logp).sum(-1), self.value(obs)
-        dist = self.distribution(obs)
-        return dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.value(obs)
+            return log_prob, -(logp.exp() * logp).sum(-1), self.value(obs, f)
+        dist = self.distribution(obs, f)
+        return dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.value(obs, f)

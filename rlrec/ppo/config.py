@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from rlrec.checks import NON_NEGATIVE, POSITIVE, UNIT, Choice, Range
+from rlrec.checks import NON_NEGATIVE, POSITIVE, UNIT, Choice, ConfigError, Range
 
 
 class Activation(Choice):
@@ -55,6 +55,53 @@ class Init(Choice):
 
     orthogonal = "orthogonal"
     torch_default = "torch_default"
+
+
+class Encoder(Choice):
+    """What reads the observation before the actor's and the critic's MLPs. ``mlp``: nothing (the
+    observation flattened; an image scaled to [0, 1], within MLP_IMAGE_LIMIT values). ``cnn``:
+    ManiSkill ppo_rgb.py's NatureCNN over the image (``rlrec.ppo.agent.NatureCNN``), the state
+    through its own linear layer, joined before the heads (image observations only)."""
+
+    mlp = "mlp"
+    cnn = "cnn"
+
+
+MLP_IMAGE_LIMIT = 64 * 64 * 3  # values of an image an MLP reads raw; beyond it: algo.encoder=cnn
+CNN_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # NatureCNN's convolutions: out, kernel, stride
+
+
+def cnn_map(height: int, width: int) -> Tuple[int, int]:
+    """The size of NatureCNN's last feature map for an image of ``height x width``."""
+    for _, kernel, stride in CNN_LAYERS:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    return height, width
+
+
+def check_encoder(encoder: str, image: Optional[Tuple[int, int, int]], key: str) -> None:
+    """ConfigError, before work, for an encoder that cannot read the observation: a CNN on a
+    state-only env, an image too small for the CNN's strides, an MLP on a large raw image."""
+    if image is None:
+        if encoder == Encoder.cnn:
+            raise ConfigError(
+                f"{key}=cnn reads an image but the env observes a flat state vector: set "
+                "env.obs_mode=rgb or rgb_state, or algo.encoder=mlp"
+            )
+        return
+    h, w, c = image
+    if min(image) < 1:
+        raise ConfigError(f"env.obs_height x env.obs_width = {h}x{w}: an image needs pixels")
+    if encoder == Encoder.cnn and min(cnn_map(h, w)) < 1:
+        raise ConfigError(
+            f"{key}=cnn: the observed image {h}x{w} (env.obs_height x env.obs_width) is too small "
+            "for NatureCNN's convolutions (kernels 8, 4, 3, strides 4, 2, 1): 36x36 at least"
+        )
+    if encoder == Encoder.mlp and h * w * c > MLP_IMAGE_LIMIT:
+        raise ConfigError(
+            f"{key}=mlp on the raw image {h}x{w}x{c} = {h * w * c} values (env.obs_height x "
+            f"env.obs_width x channels): more than {MLP_IMAGE_LIMIT}; use algo.encoder=cnn or a "
+            "smaller image"
+        )
 
 
 @dataclass
@@ -113,5 +160,7 @@ class PPOConfig:
     # With the fixed learning rate and Adam eps 1e-8: 0.95 training success on the built-in env
     # in as few env steps as rsl_rl's PPO (scripts/bench_rsl_rl.py)
     init: Init = Init.torch_default
+    # mlp (the observation flattened) | cnn (NatureCNN over an image observation, ppo_rgb.py's)
+    encoder: Encoder = Encoder.mlp
     # torch.compile of the policy step and of the update step (CUDA graphs on CUDA); docs/gpu.md
     compile: bool = False

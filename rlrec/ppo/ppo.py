@@ -11,6 +11,7 @@ import gymnasium as gym
 import torch
 
 from rlrec import distributed
+from rlrec.obs import STATE, as_float, batch_size, shape_of
 from rlrec.ppo.adam import FusedAdam, fused_available
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.config import BootstrapAt, GradClip, KLCheck, PPOConfig
@@ -45,7 +46,7 @@ class PPO:
     ):
         self.cfg = cfg
         self.device = device
-        self.obs_shape, self.action_space = tuple(obs_space.shape), action_space
+        self.obs_shape, self.action_space = shape_of(obs_space), action_space
         self.agent = ActorCritic(
             obs_space,
             action_space,
@@ -53,14 +54,17 @@ class PPO:
             cfg.activation,
             cfg.init_log_std,
             cfg.init,
+            cfg.encoder,
         ).to(device)
         # several ranks: one policy (rank 0's initial weights), gradients averaged every
         # minibatch, normaliser statistics merged every update, the KL stop on the mean KL
         self.world = distributed.world_size()
         distributed.broadcast_module_(self.agent)
         self.obs_norm: Optional[ObsNormalizer] = None
-        if cfg.norm_obs:
-            self.obs_norm = ObsNormalizer(self.obs_shape, pending=self.world > 1).to(device)
+        shape = self.obs_shape  # of the state part: an image is never normalised
+        state = shape.get(STATE) if isinstance(shape, dict) else shape
+        if cfg.norm_obs and state is not None:
+            self.obs_norm = ObsNormalizer(state, pending=self.world > 1).to(device)
         self.compiled = bool(cfg.compile)
         if self.compiled:
             # the learning rate and the clip range are tensors, changed in place by set_schedule,
@@ -107,7 +111,7 @@ class PPO:
         self.storage = RolloutStorage(
             self.cfg.num_steps,
             num_envs,
-            tuple(self.obs_shape),
+            self.obs_shape,
             tuple(self.agent.action_shape),
             action_dtype(self.action_space),
             self.device,
@@ -131,11 +135,11 @@ class PPO:
         the number ``Normal.sample`` draws; a categorical one is a Gumbel-max sample (a few
         elementwise ops, where ``torch.multinomial`` costs several times as much for the small
         batches of a CPU rollout)."""
-        obs = obs.float()
+        obs = as_float(obs)
         if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
             self.obs_norm.update(obs)
         noise_fn = torch.rand if self.agent.discrete else torch.randn
-        noise = noise_fn(self.agent.noise_shape(obs.shape[0]), device=obs.device)
+        noise = noise_fn(self.agent.noise_shape(batch_size(obs)), device=self.device)
         if self._cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
         out = self._policy_step(obs, noise)
@@ -173,7 +177,7 @@ class PPO:
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` as the policy sees it (the statistics untouched)."""
-        obs = obs.float()
+        obs = as_float(obs)
         return obs if self.obs_norm is None else self.obs_norm(obs)
 
     def set_schedule(self, frac_remaining: float) -> float:

@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Iterator, Tuple
 
 import torch
 
+from rlrec.obs import RGB, Shape, map_obs
+
 
 class RolloutStorage:
     """``[num_steps, num_envs, ...]`` tensors on the sim device, filled in place one step at a
-    time by :meth:`add` (the algorithm's ``process_env_step``)."""
+    time by :meth:`add` (the algorithm's ``process_env_step``). An image observation is kept as
+    uint8 (a quarter of float32's bytes), its state part as float32 (rlrec/obs.py)."""
 
     def __init__(
         self,
         num_steps: int,
         num_envs: int,
-        obs_shape: Tuple[int, ...],
+        obs_shape: Shape,
         action_shape: Tuple[int, ...],
         action_dtype: torch.dtype,
         device: torch.device,
     ):
         t, n = num_steps, num_envs
         self.num_steps, self.num_envs = t, n
-        self.obs = torch.zeros(t, n, *obs_shape, device=device)
+        if isinstance(obs_shape, dict):
+            self.obs = {
+                k: torch.zeros(t, n, *v, device=device, dtype=torch.uint8 if k == RGB else None)
+                for k, v in obs_shape.items()
+            }
+        else:
+            self.obs = torch.zeros(t, n, *obs_shape, device=device)
         self.actions = torch.zeros(t, n, *action_shape, dtype=action_dtype, device=device)
         self.logprobs = torch.zeros(t, n, device=device)
         self.rewards = torch.zeros(t, n, device=device)
@@ -45,7 +55,8 @@ class RolloutStorage:
         if self.step >= self.num_steps:
             raise IndexError(f"rollout storage is full ({self.num_steps} steps): clear() it first")
         t = self.step
-        self.obs[t], self.actions[t], self.logprobs[t] = obs, actions, logprobs
+        map_obs(lambda row, x: row[t].copy_(x), self.obs, obs)
+        self.actions[t], self.logprobs[t] = actions, logprobs
         self.values[t], self.rewards[t], self.dones[t] = values, rewards, dones
         self.step += 1
 
@@ -73,7 +84,7 @@ class RolloutStorage:
         ``PPO._loss_eager`` takes them."""
         size = self.num_steps * self.num_envs
         flat = {
-            "obs": self.obs.reshape(size, *self.obs.shape[2:]),
+            "obs": map_obs(lambda o: o.reshape(size, *o.shape[2:]), self.obs),
             "actions": self.actions.reshape(size, *self.actions.shape[2:]),
             "logprobs": self.logprobs.reshape(size),
             "values": self.values.reshape(size),
@@ -83,12 +94,12 @@ class RolloutStorage:
         if num_minibatches == 1:  # the whole batch: its losses are means, order does not matter
             yield flat
             return
-        perm = torch.randperm(size, device=self.obs.device)
+        perm = torch.randperm(size, device=self.values.device)
         mb = size // num_minibatches
         idx = perm[: mb * num_minibatches]
         shuffled = {
-            k: v.index_select(0, idx).view(num_minibatches, mb, *v.shape[1:])
+            k: map_obs(lambda v: v.index_select(0, idx).view(num_minibatches, mb, *v.shape[1:]), v)
             for k, v in flat.items()
         }
         for i in range(num_minibatches):
-            yield {k: v[i] for k, v in shuffled.items()}
+            yield {k: map_obs(itemgetter(i), v) for k, v in shuffled.items()}

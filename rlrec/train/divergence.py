@@ -36,6 +36,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from rlrec import distributed
+from rlrec.obs import RGB, STATE, Obs
 
 log = logging.getLogger(__name__)
 
@@ -261,9 +262,11 @@ class Watch:
         return f"{head} | {began}{last}"
 
 
-def _sum_rows(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+def _sum_rows(x: Obs, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
     """Per env (row), the float64 sum of its values: non-finite exactly where one of them is.
-    Integer observations (images) are always finite: nothing is summed (``out`` stays 0)."""
+    Integer observations (images) are always finite: nothing is summed (``out`` stays 0); of a
+    pixel observation (rlrec/obs.py) its state part."""
+    x = x.get(STATE, x[RGB]) if isinstance(x, dict) else x
     if not x.is_floating_point():
         return out
     return torch.sum(x.reshape(x.shape[0], -1), dim=1, dtype=torch.float64, out=out)

@@ -32,6 +32,7 @@ from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
 from rlrec.files import remove_quietly
 from rlrec.layout import RunDir, periodic_iteration
+from rlrec.obs import batch_size, map_obs, shape_of
 from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
@@ -63,12 +64,12 @@ class Start:
 
     def check_compatible(self, obs_shape, action_space) -> None:
         """Refuses a checkpoint trained on an env with other observation or action spaces."""
-        saved_obs, saved_act = tuple(self.data["obs_shape"]), self.data["action_space"]
-        if saved_obs != tuple(obs_shape) or saved_act != repr(action_space):
+        saved_obs, saved_act = shape_of(self.data["obs_shape"]), self.data["action_space"]
+        if saved_obs != shape_of(obs_shape) or saved_act != repr(action_space):
             raise ConfigError(
                 f"{self.key} was trained on env {self.data.get('env_name')!r} with observations "
                 f"{saved_obs} and actions {saved_act}; this env has observations "
-                f"{tuple(obs_shape)} and actions {action_space!r}"
+                f"{shape_of(obs_shape)} and actions {action_space!r}"
             )
 
     def restore(
@@ -92,8 +93,8 @@ class Start:
                     load_stack_state(env, data[key])
         train, obs = envs.get("train_env"), data.get("next_obs")
         saved = obs is not None and simulator_saved(data.get("train_env"))
-        if saved and train is not None and obs.shape[0] == train.num_envs:
-            return obs.to(ppo.device)
+        if saved and train is not None and batch_size(obs) == train.num_envs:
+            return map_obs(lambda x: x.to(ppo.device), obs)
         return None
 
 

@@ -15,6 +15,7 @@ from rlrec.config import Config, to_container
 from rlrec.envs.device import use_device
 from rlrec.envs.factory import resolve_device
 from rlrec.layout import RunDir
+from rlrec.obs import shape_of
 from rlrec.ppo.ppo import PPO
 from rlrec.record import ClipInfo, RecorderError
 from rlrec.train import checkpoint as ckpt
@@ -84,7 +85,7 @@ class Runner:
             )  # fmt: skip
             self.eval_env = self.evaluator.env
         env = self.train_env or self.eval_env
-        self.obs_shape = tuple(env.single_observation_space.shape)
+        self.obs_shape = shape_of(env.single_observation_space)
         self.action_space = env.single_action_space
         if self.start is not None:
             self.start.check_compatible(self.obs_shape, self.action_space)
