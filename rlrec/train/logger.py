@@ -78,8 +78,9 @@ class EpisodeStats:
         self._acc[: len(rows)] += torch.where(mask, torch.stack(rows), 0.0).sum(dim=1)
 
     def summary(self) -> Dict[str, float]:
-        """Means since the last call (``train/return``, ``train/length``, ``train/success``), then
-        forgets them; empty when no episode finished."""
+        """Means since the last call (``train/return``, ``train/length``, ``train/success``) and
+        how many episodes they are of (``train/episodes``), then forgets them; empty when no
+        episode finished."""
         if self._acc is None:
             return {}
         n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
@@ -87,8 +88,8 @@ class EpisodeStats:
         means = zip(self.KEYS, (ret, length, success), (n, n, n_success))
         out = {f"train/{k}": total / count for k, total, count in means if count}
         if "train/return" not in out:
-            out.pop("train/success", None)
-        return out
+            return {}
+        return {**out, "train/episodes": n}
 
 
 class Held:
