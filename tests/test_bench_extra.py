@@ -16,8 +16,9 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 # what the benchmarks need without importing it by name (module: distribution): Gymnasium's
 # vector RecordVideo encodes with moviepy (gymnasium[other]), CartPole's rgb_array render draws
-# with pygame (gymnasium[classic-control]; pygame-ce since Gymnasium 1.3)
-RUNTIME = {"moviepy": ("moviepy",), "pygame": ("pygame", "pygame-ce")}
+# with pygame (gymnasium[classic-control]; pygame-ce since Gymnasium 1.3), bench_mujoco.py's
+# envs are MuJoCo's (gymnasium[mujoco])
+RUNTIME = {"moviepy": ("moviepy",), "pygame": ("pygame", "pygame-ce"), "mujoco": ("mujoco",)}
 
 
 def _norm(name: str) -> str:

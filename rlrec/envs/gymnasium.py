@@ -195,8 +195,10 @@ class GymnasiumEnv(VectorEnvAdapter):
         if render:
             make_kwargs["render_mode"] = "rgb_array"
             if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-                # headless: pygame-drawn envs (classic control, Box2D) need no display for rgb_array
+                # headless: pygame-drawn envs (classic control, Box2D) need no display for
+                # rgb_array, MuJoCo's render through EGL (its default, GLFW, needs one)
                 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+                os.environ.setdefault("MUJOCO_GL", "egl")
 
         def make_one(index: int) -> gym.Env:
             env = gym.make(env_id, **make_kwargs)

@@ -122,6 +122,7 @@ class PPOConfig:
         # the initial std is exp(init_log_std): beyond +-20 it is 0 or overflows in float32 math
         "init_log_std": Range(low=-20.0, high=20.0),
         "adam_eps": POSITIVE,
+        "clip_reward": POSITIVE,
     }
 
     name: str = "ppo"
@@ -164,3 +165,7 @@ class PPOConfig:
     encoder: Encoder = Encoder.mlp
     # torch.compile of the policy step and of the update step (CUDA graphs on CUDA); docs/gpu.md
     compile: bool = False
+    # each reward divided by the running std of its env's discounted return (gamma), after
+    # reward_scale: Gymnasium's NormalizeReward, as CleanRL's MuJoCo PPO (docs/gymnasium.md)
+    norm_reward: bool = False
+    clip_reward: Optional[float] = None  # rewards clipped to +-clip_reward, last (CleanRL: 10)

@@ -65,6 +65,12 @@ class PPO:
         state = shape.get(STATE) if isinstance(shape, dict) else shape
         if cfg.norm_obs and state is not None:
             self.obs_norm = ObsNormalizer(state, pending=self.world > 1).to(device)
+        # algo.norm_reward: the running statistics of each env's discounted return so far
+        # (``_returns``, made by init_storage)
+        self.return_norm: Optional[ObsNormalizer] = None
+        if cfg.norm_reward:
+            self.return_norm = ObsNormalizer((), pending=self.world > 1).to(device)
+        self._returns = torch.zeros(0, device=device)
         self.compiled = bool(cfg.compile)
         if self.compiled:
             # the learning rate and the clip range are tensors, changed in place by set_schedule,
@@ -108,6 +114,7 @@ class PPO:
 
     def init_storage(self, num_envs: int) -> RolloutStorage:
         """Preallocates the ``[num_steps, num_envs]`` rollout tensors on the device."""
+        self._returns = torch.zeros(num_envs, device=self.device)
         self.storage = RolloutStorage(
             self.cfg.num_steps,
             num_envs,
@@ -157,10 +164,20 @@ class PPO:
     def process_env_step(
         self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, info: dict
     ) -> None:
-        """Stores the transition of the last :meth:`act`: the reward scaled, and each episode end
-        that ``algo.bootstrap_at`` names bootstrapped from its real final observation
+        """Stores the transition of the last :meth:`act`: the reward scaled, divided by the
+        running std of the discounted return (``algo.norm_reward``: Gymnasium's NormalizeReward,
+        whose return restarts at every episode end here), clipped (``algo.clip_reward``), and each
+        episode end that ``algo.bootstrap_at`` names bootstrapped from its real final observation
         (``info["final_obs"]``)."""
-        reward = reward.float() * self.cfg.reward_scale
+        cfg = self.cfg
+        reward = reward.float() * cfg.reward_scale
+        if self.return_norm is not None:
+            self._returns.mul_(cfg.gamma).add_(reward)
+            self.return_norm.update(self._returns)
+            self._returns.masked_fill_(terminated | truncated, 0.0)
+            reward = reward / torch.sqrt(self.return_norm.var + self.return_norm.eps)
+        if cfg.clip_reward is not None:
+            reward = reward.clamp(-cfg.clip_reward, cfg.clip_reward)
         if "_final" in info:
             reward = self.bootstrap_final(reward, terminated, truncated, info["final_obs"])
         obs, action, logprob, value = self._transition  # type: ignore[misc]
@@ -234,8 +251,9 @@ class PPO:
         clip = self._clip if self.compiled else self.clip_coef
         totals = torch.zeros(len(UPDATE_STATS), device=self.device)  # summed on the device
         n_updates = 0
-        if self.obs_norm is not None:  # every rank's observations of this rollout, merged
-            self.obs_norm.merge_pending(distributed.all_reduce_)
+        for norm in (self.obs_norm, self.return_norm):  # every rank's of this rollout, merged
+            if norm is not None:
+                norm.merge_pending(distributed.all_reduce_)
         per_minibatch = cfg.target_kl is not None and cfg.kl_check == KLCheck.minibatch
         kl_limit = cfg.target_kl if per_minibatch else None
         stopped = False
@@ -381,6 +399,9 @@ class PPO:
             "agent": self.agent.state_dict(),
             "optimizer": optimizer,
             "obs_norm": None if self.obs_norm is None else self.obs_norm.state_dict(),
+            "return_norm": None
+            if self.return_norm is None
+            else (self.return_norm.state_dict(), self._returns.clone()),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -397,6 +418,10 @@ class PPO:
                 group["lr"] = torch.tensor(group["lr"], device=self.device)
         if self.obs_norm is not None and state.get("obs_norm") is not None:
             self.obs_norm.load_state_dict(state["obs_norm"])
+        if self.return_norm is not None and state.get("return_norm") is not None:
+            stats, returns = state["return_norm"]
+            self.return_norm.load_state_dict(stats)
+            self._returns = returns.to(self.device)
 
 
 def action_dtype(space: gym.Space) -> torch.dtype:

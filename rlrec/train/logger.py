@@ -76,15 +76,16 @@ class EpisodeStats:
         self._acc[: len(rows)] += torch.where(mask, torch.stack(rows), 0.0).sum(dim=1)
 
     def summary(self) -> Dict[str, float]:
-        """Means since the last call (``train/return``, ``train/length``, ``train/success``), then
-        forgets them; empty when no episode finished."""
+        """Means since the last call (``train/return``, ``train/length``, ``train/success``) and
+        how many episodes they are of (``train/episodes``), then forgets them; empty when no
+        episode finished."""
         if self._acc is None:
             return {}
         n, ret, length, n_success, success = self._acc.tolist()  # one read-back per log line
         self._acc = None
         means = zip(("return", "length", "success"), (ret, length, success), (n, n, n_success))
-        # (a success flag counts only with its episode: no success without a return)
-        return {f"train/{k}": total / count for k, total, count in means if count}
+        out = {f"train/{k}": total / count for k, total, count in means if count}
+        return {**out, "train/episodes": n} if out else {}
 
 
 class Held:

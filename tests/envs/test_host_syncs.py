@@ -72,7 +72,7 @@ def test_a_step_reads_the_device_once_also_when_episodes_end(tmp_path):
     assert ended >= 8 and recorded_env_ended >= 3  # partial resets, the recorded env's included
     assert all(n <= 1 for n, _ in per_step), [w for n, w in per_step if n > 1]
     summary = stats.summary()
-    assert set(summary) == {"train/return", "train/length", "train/success"}
+    assert set(summary) == {"train/return", "train/length", "train/success", "train/episodes"}
     env.close()
 
 
@@ -97,10 +97,15 @@ def test_episode_stats_are_the_means_of_the_finished_episodes():
     # unfinished rows hold anything, even NaN: they never reach the means
     stats.add(info([1.5, math.nan, 4.5], [3, 9, 5], [True, False, True], [True, True, False]))
     stats.add(info([2.0, 6.0, 0.5], [2, 7, 1], [False, True, False]))  # no success reported
-    assert stats.summary() == {"train/return": 4.0, "train/length": 5.0, "train/success": 0.5}
+    assert stats.summary() == {
+        "train/return": 4.0,
+        "train/length": 5.0,
+        "train/success": 0.5,
+        "train/episodes": 3.0,
+    }
     assert stats.summary() == {}  # forgotten once read
     stats.add(info([1.0], [1], [True]))
-    assert stats.summary() == {"train/return": 1.0, "train/length": 1.0}
+    assert stats.summary() == {"train/return": 1.0, "train/length": 1.0, "train/episodes": 1.0}
 
 
 def test_a_recording_step_reads_the_device_a_bounded_number_of_times(tmp_path, monkeypatch):
