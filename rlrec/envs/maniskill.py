@@ -23,7 +23,6 @@ What this module guarantees on top of ManiSkill:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -101,9 +100,11 @@ def _assets_error(env_id: str, what: str) -> ConfigError:
     )
 
 
-@contextlib.contextmanager
-def _no_download_prompt(env_id: str):
-    """While ManiSkill builds an env, its yes/no download prompt raises instead of reading stdin."""
+def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
+    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
+    its assets were checked by :func:`check_ready`. While it is built, ManiSkill's yes/no download
+    prompt raises instead of reading stdin."""
+    spec = _spec(env_id, imports)
     from mani_skill.utils import download_asset
 
     def refuse(message: str) -> bool:
@@ -112,18 +113,7 @@ def _no_download_prompt(env_id: str):
     saved = download_asset.prompt_yes_no
     download_asset.prompt_yes_no = refuse
     try:
-        yield
-    finally:
-        download_asset.prompt_yes_no = saved
-
-
-def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
-    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
-    its assets were checked by :func:`check_ready`."""
-    spec = _spec(env_id, imports)
-    try:
-        with _no_download_prompt(env_id):
-            return spec.cls(**{**spec.default_kwargs, **kwargs})
+        return spec.cls(**{**spec.default_kwargs, **kwargs})
     except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
         if "control" in str(e).lower() or "supported modes" in str(e).lower():
             raise ConfigError(
@@ -139,6 +129,8 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
                 "scripts/setup_maniskill.sh (Mesa >= 23 lavapipe)."
             ) from e
         raise
+    finally:
+        download_asset.prompt_yes_no = saved
 
 
 # --------------------------------------------------------------------------- rendering
