@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import ConfigError
+from rlrec.checks import ConfigError, one_of
 from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,
@@ -282,29 +282,27 @@ def _make_cpu_sub_env(
 
 
 class ManiSkillCPUEnv(VectorEnvAdapter):
-    """N single CPU ManiSkill envs in a gymnasium vector env with autoreset disabled, each held on
-    its end with the time limit ``max_episode_steps``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
+    """N single CPU ManiSkill envs of ``env_cfg`` (built with ``kwargs``) in a gymnasium vector env
+    (``env.cpu_vectorization``, ``env.async_context``) with autoreset disabled, each held on its
+    end with the time limit ``limit``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
 
     clip_actions = False  # as on the GPU sim: ManiSkill's controllers get the actions as given
     info_masks = False
 
     def __init__(
         self,
-        env_id: str,
+        env_cfg: ManiSkillEnvConfig,
         kwargs: Dict[str, Any],
         num_envs: int,
-        max_episode_steps: Optional[int],
-        imports: Sequence[str] = (),
-        seed: Optional[int] = None,
-        vectorization: str = "sync",
-        context: str = "spawn",
+        limit: Optional[int],
+        seed: Optional[int],
     ):
-        self.max_episode_steps = max_episode_steps
-        args = (env_id, dict(kwargs), tuple(imports), max_episode_steps)
+        self.max_episode_steps = limit
+        args = (env_cfg.id, dict(kwargs), tuple(env_cfg.imports or ()), limit)
         fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
         seed = random.randrange(2**31) if seed is None else seed
         try:
-            super().__init__(fns, "cpu", vectorization, context, seed)
+            super().__init__(fns, "cpu", env_cfg.cpu_vectorization, env_cfg.async_context, seed)
         except (EOFError, ConnectionError) as e:  # an async worker died building its env
             raise RuntimeError(
                 "a ManiSkill worker process failed while building its env (its traceback is "
@@ -354,11 +352,8 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig):
         )
     spec = _spec(env_cfg.id, list(env_cfg.imports or []))
     rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
-    if rewards and env_cfg.reward_mode not in rewards:
-        raise ConfigError(
-            f"env.reward_mode={env_cfg.reward_mode!r} is invalid: allowed values are "
-            f"{', '.join(rewards)}"
-        )
+    if rewards:
+        one_of(env_cfg.reward_mode, "env.reward_mode", rewards)
     missing = missing_assets(spec)
     if missing:
         raise _assets_error(env_cfg.id, ", ".join(missing))
@@ -387,8 +382,7 @@ def make(
         "human_render_camera_configs": camera,
         **(env_cfg.kwargs or {}),
     }
-    imports = list(env_cfg.imports or [])
     if sim.name == "gpu":
+        imports = list(env_cfg.imports or [])
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
-    vectorization, context = env_cfg.cpu_vectorization, env_cfg.async_context
-    return ManiSkillCPUEnv(env_cfg.id, kw, num_envs, limit, imports, seed, vectorization, context)
+    return ManiSkillCPUEnv(env_cfg, kw, num_envs, limit, seed)
