@@ -75,14 +75,6 @@ def field_types(cls: type) -> Iterator[Tuple[str, Any, bool]]:
         yield f.name, hint, nullable
 
 
-def float_fields(cls: type) -> Iterator[Tuple[str, bool]]:
-    """``(name, nullable)`` of each field of dataclass ``cls`` typed ``float`` or
-    ``Optional[float]``."""
-    for name, hint, nullable in field_types(cls):
-        if hint is float:
-            yield name, nullable
-
-
 def check_floats(obj: Any, prefix: str = "") -> None:
     """Every float field of dataclass ``obj`` and of the dataclasses it holds is a finite number
     in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and the range."""
@@ -92,9 +84,9 @@ def check_floats(obj: Any, prefix: str = "") -> None:
         value = getattr(obj, f.name)
         if is_dataclass(value):
             check_floats(value, f"{prefix}{f.name}.")
-    for name, nullable in float_fields(type(obj)):
+    for name, hint, nullable in field_types(type(obj)):
         value = getattr(obj, name)
-        if value is None and nullable:
+        if hint is not float or (value is None and nullable):
             continue
         # its schema's FLOAT_RANGES (a subclass that sets its own restates its bases')
         allowed = getattr(type(obj), "FLOAT_RANGES", {}).get(name, Range())

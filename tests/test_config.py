@@ -175,29 +175,30 @@ def _schemas():
 def test_every_float_field_has_its_range():
     """One generic check covers every float field; a new float field needs its range in
     its schema's FLOAT_RANGES (so the ranges cannot drift from the schemas)."""
-    from rlrec.checks import float_fields
+    from rlrec.checks import field_types
 
     missing = [
         f"{cls.__name__}.{name}"
         for cls in _schemas()
-        for name, _ in float_fields(cls)
-        if not any(name in vars(k).get("FLOAT_RANGES", {}) for k in cls.__mro__)
+        for name, hint, _ in field_types(cls)
+        if hint is float and not any(name in vars(k).get("FLOAT_RANGES", {}) for k in cls.__mro__)
     ]
     assert not missing, f"float fields without a range in their FLOAT_RANGES: {missing}"
-    assert len([1 for cls in _schemas() for _ in float_fields(cls)]) >= 14
+    assert len([1 for cls in _schemas() for _, h, _ in field_types(cls) if h is float]) >= 14
 
 
 def _float_keys(obj, prefix=""):
     from dataclasses import fields, is_dataclass
 
-    from rlrec.checks import float_fields
+    from rlrec.checks import field_types
 
     for f in fields(obj):
         value = getattr(obj, f.name)
         if is_dataclass(value):
             yield from _float_keys(value, f"{prefix}{f.name}.")
-    for name, _ in float_fields(type(obj)):
-        yield f"{prefix}{name}"
+    for name, hint, _ in field_types(type(obj)):
+        if hint is float:
+            yield f"{prefix}{name}"
 
 
 FLOAT_KEYS = sorted(_float_keys(make_config()))

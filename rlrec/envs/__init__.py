@@ -11,7 +11,7 @@ simulator only when they build an env.
 _LAZY = {
     "AutoReset": "autoreset",
     **dict.fromkeys(
-        "EnvAdapter EnvIdx EnvWrapper EpisodeClock Info as_env_index layers owned_info".split(),
+        "EnvAdapter EnvIdx EnvWrapper EpisodeClock Info as_env_index owned_info".split(),
         "base",
     ),
     "use_device": "device",

@@ -55,16 +55,11 @@ class AutoReset(EnvWrapper):
         ended = done.cpu()
         if bool(ended.any()):
             idx = ended.nonzero().flatten()
-            info = dict(info)
-            info["final_obs"] = map_obs(torch.clone, obs)
-            info["final_info"] = {k: v for k, v in info.items() if k not in ("final_obs",)}
-            info["_final"] = done.clone()
+            info = dict(info, final_obs=map_obs(torch.clone, obs), final_info=dict(info), _final=done.clone())
             info["episode"] = {
                 "return": self._return.clone(),
                 "length": self._length.clone(),
                 "_mask": done.clone(),
             }
-            obs, _ = self.env.reset(env_idx=idx)
-            self._return.masked_fill_(done.bool(), 0.0)
-            self._length.masked_fill_(done.bool(), 0)
+            obs, _ = self.reset(env_idx=idx)  # the finished envs' return and length start at 0
         return obs, reward, terminated, truncated, info

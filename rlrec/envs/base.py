@@ -24,7 +24,7 @@ import importlib
 import sys
 from abc import ABC, abstractmethod
 from types import ModuleType
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -150,16 +150,12 @@ class EnvWrapper(EnvAdapter):
         return self.env.unwrapped
 
     def find(self, cls: type):
-        """The first layer of type ``cls`` at or below this one, or None."""
-        return next((layer for layer in layers(self) if isinstance(layer, cls)), None)
-
-
-def layers(env: EnvAdapter) -> Iterator[EnvAdapter]:
-    """``env``, then every layer below it (following ``.env``) down to the adapter."""
-    layer: Any = env
-    while layer is not None:
-        yield layer
-        layer = getattr(layer, "env", None)
+        """The first layer of type ``cls`` at or below this one (following ``.env`` down to the
+        adapter), or None."""
+        layer: Any = self
+        while layer is not None and not isinstance(layer, cls):
+            layer = getattr(layer, "env", None)
+        return layer
 
 
 # --------------------------------------------------------------------------- time limit

@@ -26,7 +26,7 @@ import torch
 from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.envs.base import EnvAdapter
-from rlrec.envs.config import BACKENDS, EnvConfig, SimConfig
+from rlrec.envs.config import EnvConfig, SimConfig
 from rlrec.envs.device import explicit
 
 
@@ -66,9 +66,8 @@ def resolve_device(sim: SimConfig) -> torch.device:
 
 
 def backend_module(name: str):
-    """The module of backend ``name`` (imported here: no simulator)."""
-    if name not in BACKENDS:
-        raise ConfigError(f"env={name!r} is unknown: allowed values are {', '.join(BACKENDS)}")
+    """The module of backend ``name``, one of ``BACKENDS`` (``rlrec.config.validate`` refuses any
+    other ``env.name``; imported here: no simulator)."""
     return importlib.import_module(f"rlrec.envs.{name}")
 
 

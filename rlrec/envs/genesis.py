@@ -182,9 +182,7 @@ def camera_rows(scene, camera, num_envs: int) -> Dict[int, Optional[int]]:
     returns a single image, of the env it is bound to)."""
     vis = scene.options.vis
     if vis.split_envs:
-        rendered = (
-            list(range(num_envs)) if vis.rendered_envs_idx is None else list(vis.rendered_envs_idx)
-        )
+        rendered = range(num_envs) if vis.rendered_envs_idx is None else vis.rendered_envs_idx
         return {int(e): row for row, e in enumerate(rendered)}
     return {int(camera.env_idx or 0): None}
 
@@ -207,8 +205,7 @@ def render_camera(camera, rows: Dict[int, Optional[int]], envs) -> torch.Tensor:
     else:
         frames = rgb[[rows[e] for e in envs]]
     # copy=True: an owned copy even where the camera hands out its own buffer
-    cpu = torch.device("cpu")
-    return frames[..., :3].to(device=cpu, dtype=torch.uint8, copy=True).contiguous()
+    return frames[..., :3].to(device="cpu", dtype=torch.uint8, copy=True).contiguous()
 
 
 # --------------------------------------------------------------------------- building the task
@@ -254,7 +251,9 @@ def _camera(task, camera_attr: Optional[str], target: str):
 
 
 class GenesisAdapter(EnvAdapter):
-    """A built :class:`GenesisTask` as an :class:`EnvAdapter` (no autoreset, time limit here).
+    """A :class:`GenesisTask` as an :class:`EnvAdapter` (no autoreset, time limit here), built
+    (compiled) here once its camera (``env.camera_attr``) and spaces are checked; the time limit
+    is ``env.max_episode_steps``, else the task's own.
 
     Seeds (``seed_per_env = False``): the task draws the starts of the envs it resets from one
     ``torch.Generator`` on Genesis's device (``reset_idx(env_idx, generator)``), seeded with the
@@ -267,25 +266,20 @@ class GenesisAdapter(EnvAdapter):
 
     seed_per_env = False
 
-    def __init__(
-        self,
-        task,
-        camera,
-        num_envs: int,
-        device: torch.device,
-        max_episode_steps: Optional[int],
-        seed: Optional[int],
-        spaces: Tuple[gym.Space, gym.Space],
-        camera_name: str = "",  # its messages' name of the camera (env.camera_attr of _target_)
-    ):
+    def __init__(self, task, env_cfg: GenesisEnvConfig, num_envs: int, device, seed: Optional[int]):
+        target = env_cfg._target_
+        # the camera and the spaces are checked before the scene compiles (task.build())
+        self.camera = _camera(task, env_cfg.camera_attr, target)
+        self.single_observation_space, self.single_action_space = _spaces(task, target)
+        task.build()
         self.task = task
-        self.camera = camera
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.dt = float(task.dt)
-        self.max_episode_steps = max_episode_steps
-        self.single_observation_space, self.single_action_space = spaces
-        self._camera_name = camera_name
+        self.max_episode_steps = env_cfg.max_episode_steps
+        if self.max_episode_steps is None:
+            self.max_episode_steps = getattr(task, "max_episode_steps", None)
+        self._camera_name = f"{env_cfg.camera_attr!r} of {target}"  # its name in messages
         import genesis as gs
 
         self._sim_device = gs_device = torch.device(gs.device)
@@ -297,7 +291,7 @@ class GenesisAdapter(EnvAdapter):
             sp = self.single_action_space
             self._low = torch.as_tensor(sp.low, dtype=torch.float32, device=gs_device)
             self._high = torch.as_tensor(sp.high, dtype=torch.float32, device=gs_device)
-        self._rows = camera_rows(task.scene, camera, num_envs) if camera is not None else {}
+        self._rows = {} if self.camera is None else camera_rows(task.scene, self.camera, num_envs)
 
     # ------------------------------------------------------------------ episodes
     def reset(
@@ -344,10 +338,8 @@ class GenesisAdapter(EnvAdapter):
         return render_camera(self.camera, self._rows, envs)
 
     def _release(self) -> None:
-        scene = getattr(self.task, "scene", None)
+        self.task.scene.destroy()
         self.task = self.camera = None
-        if scene is not None:
-            scene.destroy()
 
 
 def make(
@@ -379,11 +371,4 @@ def make(
             f"env._target_={target!r} does not follow the GenesisTask protocol "
             f"(rlrec.envs.genesis): missing {', '.join(missing)}"
         )
-    camera = _camera(task, env_cfg.camera_attr, target)
-    spaces = _spaces(task, target)  # fail before compiling
-    task.build()
-    limit = env_cfg.max_episode_steps
-    if limit is None:
-        limit = getattr(task, "max_episode_steps", None)
-    name = f"{env_cfg.camera_attr!r} of {target}"
-    return GenesisAdapter(task, camera, num_envs, device, limit, seed, spaces, name)
+    return GenesisAdapter(task, env_cfg, num_envs, device, seed)

@@ -23,7 +23,6 @@ What this module guarantees on top of ManiSkill:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -32,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import ConfigError
+from rlrec.checks import ConfigError, one_of
 from rlrec.envs.base import (
     EnvAdapter,
     EnvIdx,
@@ -101,9 +100,11 @@ def _assets_error(env_id: str, what: str) -> ConfigError:
     )
 
 
-@contextlib.contextmanager
-def _no_download_prompt(env_id: str):
-    """While ManiSkill builds an env, its yes/no download prompt raises instead of reading stdin."""
+def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
+    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
+    its assets were checked by :func:`check_ready`. While it is built, ManiSkill's yes/no download
+    prompt raises instead of reading stdin."""
+    spec = _spec(env_id, imports)
     from mani_skill.utils import download_asset
 
     def refuse(message: str) -> bool:
@@ -112,18 +113,7 @@ def _no_download_prompt(env_id: str):
     saved = download_asset.prompt_yes_no
     download_asset.prompt_yes_no = refuse
     try:
-        yield
-    finally:
-        download_asset.prompt_yes_no = saved
-
-
-def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
-    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
-    its assets were checked by :func:`check_ready`."""
-    spec = _spec(env_id, imports)
-    try:
-        with _no_download_prompt(env_id):
-            return spec.cls(**{**spec.default_kwargs, **kwargs})
+        return spec.cls(**{**spec.default_kwargs, **kwargs})
     except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
         if "control" in str(e).lower() or "supported modes" in str(e).lower():
             raise ConfigError(
@@ -139,6 +129,8 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
                 "scripts/setup_maniskill.sh (Mesa >= 23 lavapipe)."
             ) from e
         raise
+    finally:
+        download_asset.prompt_yes_no = saved
 
 
 # --------------------------------------------------------------------------- rendering
@@ -290,29 +282,27 @@ def _make_cpu_sub_env(
 
 
 class ManiSkillCPUEnv(VectorEnvAdapter):
-    """N single CPU ManiSkill envs in a gymnasium vector env with autoreset disabled, each held on
-    its end with the time limit ``max_episode_steps``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
+    """N single CPU ManiSkill envs of ``env_cfg`` (built with ``kwargs``) in a gymnasium vector env
+    (``env.cpu_vectorization``, ``env.async_context``) with autoreset disabled, each held on its
+    end with the time limit ``limit``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
 
     clip_actions = False  # as on the GPU sim: ManiSkill's controllers get the actions as given
     info_masks = False
 
     def __init__(
         self,
-        env_id: str,
+        env_cfg: ManiSkillEnvConfig,
         kwargs: Dict[str, Any],
         num_envs: int,
-        max_episode_steps: Optional[int],
-        imports: Sequence[str] = (),
-        seed: Optional[int] = None,
-        vectorization: str = "sync",
-        context: str = "spawn",
+        limit: Optional[int],
+        seed: Optional[int],
     ):
-        self.max_episode_steps = max_episode_steps
-        args = (env_id, dict(kwargs), tuple(imports), max_episode_steps)
+        self.max_episode_steps = limit
+        args = (env_cfg.id, dict(kwargs), tuple(env_cfg.imports or ()), limit)
         fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
         seed = random.randrange(2**31) if seed is None else seed
         try:
-            super().__init__(fns, "cpu", vectorization, context, seed)
+            super().__init__(fns, "cpu", env_cfg.cpu_vectorization, env_cfg.async_context, seed)
         except (EOFError, ConnectionError) as e:  # an async worker died building its env
             raise RuntimeError(
                 "a ManiSkill worker process failed while building its env (its traceback is "
@@ -362,11 +352,8 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig):
         )
     spec = _spec(env_cfg.id, list(env_cfg.imports or []))
     rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
-    if rewards and env_cfg.reward_mode not in rewards:
-        raise ConfigError(
-            f"env.reward_mode={env_cfg.reward_mode!r} is invalid: allowed values are "
-            f"{', '.join(rewards)}"
-        )
+    if rewards:
+        one_of(env_cfg.reward_mode, "env.reward_mode", rewards)
     missing = missing_assets(spec)
     if missing:
         raise _assets_error(env_cfg.id, ", ".join(missing))
@@ -395,8 +382,7 @@ def make(
         "human_render_camera_configs": camera,
         **(env_cfg.kwargs or {}),
     }
-    imports = list(env_cfg.imports or [])
     if sim.name == "gpu":
+        imports = list(env_cfg.imports or [])
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
-    vectorization, context = env_cfg.cpu_vectorization, env_cfg.async_context
-    return ManiSkillCPUEnv(env_cfg.id, kw, num_envs, limit, imports, seed, vectorization, context)
+    return ManiSkillCPUEnv(env_cfg, kw, num_envs, limit, seed)

@@ -50,23 +50,20 @@ class FusedAdam:
         for p in self.params:
             p.grad = None
 
-    def _state(self, p: torch.nn.Parameter) -> Dict[str, torch.Tensor]:
-        state = self.state.get(p)
-        if state is None:
-            state = self.state[p] = {
-                "step": torch.zeros((), dtype=torch.float32, device=p.device),
-                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-            }
-        return state
-
     @torch.no_grad()
     def step(self) -> None:
         group = self.param_groups[0]
         params = [p for p in self.params if p.grad is not None]
         if not params:
             return
-        states = [self._state(p) for p in params]
+        for p in params:
+            if p not in self.state:  # made at its first step, as torch.optim does
+                self.state[p] = {
+                    "step": torch.zeros((), dtype=torch.float32, device=p.device),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+        states = [self.state[p] for p in params]
         steps = [s["step"] for s in states]
         (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), group["eps"]
         grads = [p.grad for p in params]

@@ -118,28 +118,21 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
 # --------------------------------------------------------------------------- what the machine has
 
 
-def _cgroup_limit() -> Optional[int]:
-    """The memory limit of this process's cgroup (v2 ``memory.max`` or v1
-    ``memory.limit_in_bytes``), or None when there is none."""
+def host_memory() -> Tuple[Optional[int], str]:
+    """Bytes of host memory this process can have, and where that figure comes from: the memory
+    limit of its cgroup (v2 ``memory.max`` or v1 ``memory.limit_in_bytes``) where one is below
+    the physical memory."""
+    try:  # on Linux what /proc/meminfo calls MemTotal
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             text = Path(path).read_text().strip()
         except OSError:
             continue
-        if text.isdigit() and int(text) < 2**62:  # "max" or a huge number: no limit
-            return int(text)
-    return None
-
-
-def host_memory() -> Tuple[Optional[int], str]:
-    """Bytes of host memory this process can have, and where that figure comes from."""
-    try:  # on Linux what /proc/meminfo calls MemTotal
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None, "unknown"
-    limit = _cgroup_limit()
-    if limit is not None and limit < total:
-        return limit, "the cgroup memory limit"
+        if text.isdigit() and int(text) < total:  # "max" or a huge number: no limit
+            return int(text), "the cgroup memory limit"
     return total, "the physical memory (os.sysconf)"
 
 

@@ -226,7 +226,7 @@ def test_importing_rlrec_envs_imports_no_simulator_or_backend():
         """
         import sys
         import rlrec.envs
-        from rlrec.envs import AutoReset, EnvAdapter, EnvWrapper, as_env_index, layers, make_adapter
+        from rlrec.envs import AutoReset, EnvAdapter, EnvWrapper, as_env_index, make_adapter
         simulators = ("mani_skill", "sapien", "genesis", "pygame")
         loaded = [m for m in sys.modules if m.split(".")[0] in simulators
                   or m in ("rlrec.envs.builtin", "rlrec.envs.gymnasium", "rlrec.envs.maniskill",
@@ -247,11 +247,12 @@ def test_each_backend_is_its_module_its_schema_and_its_yaml():
     from pathlib import Path
 
     from rlrec.envs import factory
+    from rlrec.envs.config import BACKENDS
 
     conf = Path(__file__).resolve().parents[2] / "conf" / "env"
-    for name, schema in factory.BACKENDS.items():
+    for name, schema in BACKENDS.items():
         module = factory.backend_module(name)
         assert schema.name == name and module.__name__ == f"rlrec.envs.{name}"
         assert callable(module.make)
         assert f"/schema/env/{name}@_here_" in (conf / f"{name}.yaml").read_text()
-    assert sorted(p.stem for p in conf.glob("*.yaml")) == sorted(factory.BACKENDS)
+    assert sorted(p.stem for p in conf.glob("*.yaml")) == sorted(BACKENDS)
