@@ -55,7 +55,12 @@ class AutoReset(EnvWrapper):
         ended = done.cpu()
         if bool(ended.any()):
             idx = ended.nonzero().flatten()
-            info = dict(info, final_obs=map_obs(torch.clone, obs), final_info=dict(info), _final=done.clone())
+            info = dict(
+                info,
+                final_obs=map_obs(torch.clone, obs),
+                final_info=dict(info),
+                _final=done.clone(),
+            )
             info["episode"] = {
                 "return": self._return.clone(),
                 "length": self._length.clone(),
