@@ -3,7 +3,7 @@
 1. A synthetic run dir of ``--evals`` evaluations (real small H.264 clips of a moving dot, with
    their sidecars; metrics.jsonl with train lines between the eval lines; eval_episodes.jsonl
    with ``--eval-envs`` episodes per evaluation, a third of them failed): the time of
-   ``write_run_report`` (report.html and videos/progress.mp4, matplotlib's import included), in
+   ``write_run_report`` (report.html and videos/progress.mp4), in
    this process, and of the command ``python -m rlrec.report DIR`` (a fresh interpreter).
 2. The main job, ``python train.py`` (``--preset``: its overrides), with ``report.enabled=false``
    and ``=true``, alternated ``--runs`` times each: the wall times, their ratio, and the report's

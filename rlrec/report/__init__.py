@@ -8,7 +8,7 @@ of the training loop.
 
 from rlrec.report.config import ReportConfig
 
-__all__ = ["ReportConfig", "end_warm_up", "warm_up", "write_at_end"]
+__all__ = ["ReportConfig", "write_at_end"]
 
 
 def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
@@ -37,35 +37,3 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
     secs = time.perf_counter() - start
     print(f"rlrec: report {path.resolve()} (written in {secs:.1f} s)", flush=True)
     return path
-
-
-def _import_plotting() -> None:
-    try:
-        import matplotlib.backends.backend_svg  # noqa: F401
-        import matplotlib.figure  # noqa: F401
-    except Exception:  # write_at_end meets the same error and says it in one line
-        pass
-
-
-WARM_UP_WAIT_S = 30.0  # how long the end of a run waits for the warm-up's import at most
-_warming: list = []  # the warm-up's thread while it may run
-
-
-def warm_up(cfg: ReportConfig) -> None:
-    """Imports what the report draws its curves with (matplotlib: about a second) on a daemon
-    thread while the run trains, so that the end of the run does not wait for it. The report's
-    own import takes what is loaded by then; :func:`end_warm_up` waits for the rest."""
-    if cfg.enabled:
-        import threading
-
-        thread = threading.Thread(target=_import_plotting, name="rlrec-report-import", daemon=True)
-        thread.start()
-        _warming.append(thread)
-
-
-def end_warm_up() -> None:
-    """Every end of a run (also a divergence, a refusal, an interrupt) waits here, at most
-    :data:`WARM_UP_WAIT_S`, for the warm-up's import: a thread still in an extension module's
-    code as the interpreter exits can abort the process (SIGABRT) after the run's last line."""
-    while _warming:
-        _warming.pop().join(WARM_UP_WAIT_S)

@@ -139,8 +139,6 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
                 claim.discard()  # removes only what this run created
             refuse(exc)
         try:
-            if runner.main:
-                report.warm_up(runner.cfg.report)
             result = runner.run()
             if runner.main:  # report.html of the run, after training (rlrec.report)
                 report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
@@ -157,7 +155,6 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
                 print(exc, file=sys.stderr, flush=True)
             raise SystemExit(EXIT_STATUS) from None
     finally:
-        report.end_warm_up()  # no thread of this run is left running as the interpreter exits
         torch.set_num_threads(threads)
         if claim is not None:
             claim.release()
