@@ -4,16 +4,16 @@ The training thread only copies frames into reusable CPU buffers and queues them
 tiles, overlays and pads them (:mod:`rlrec.record.frames`) and pipes them into an
 :class:`~rlrec.record.ffmpeg.FFmpegProcess`, so no whole clip is ever held in memory. A clip is
 written to a hidden temporary name in its directory; once ffmpeg exited cleanly it waits there
-until the training thread takes it (:meth:`Encoder.results`, or :meth:`Encoder.place` of a result
-taken unplaced) and is moved to its final name then, so whoever scans the directory never sees a
-partial file, and whoever is handed a clip finds that clip under its name:
+until the training thread takes it (:meth:`Encoder.results` yields it) and is moved to its final
+name then, so whoever scans the directory never sees a partial file, and whoever is handed a clip
+finds that clip under its name:
 
 - a clip of its own name (``fixed_name=False``) claims the name atomically with ``os.link``, which
   fails if the name exists, and tries ``stem-1.ext``, ``stem-2.ext``, ... until one is free, so two
   encoders (two runs sharing a directory) never overwrite each other's clips;
 - a fixed name (``fixed_name=True``) is replaced (``os.replace``).
 
-An encoder told to :attr:`~Encoder.hold` its clips keeps them in their temporary files until
+An encoder told to ``hold`` its clips keeps them in their temporary files until
 :meth:`Encoder.release` says which are placed (the others' files are removed, never placed).
 
 No wait of the training thread on this thread is unbounded: see :class:`Encoder`.
@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Set
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class ClipInfo:
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
     sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
     # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, its
-    # sidecar's data, and whether a holding encoder released it (Encoder.place, Encoder.release)
+    # sidecar's data, and whether a holding encoder released it (Encoder.results, .release)
     _pending: Optional[str] = field(default=None, repr=False, compare=False)
     _fixed: bool = field(default=False, repr=False, compare=False)
     _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
@@ -130,13 +130,11 @@ class _Worker:
     by its own thread.) The training thread's side is the :class:`Encoder`'s methods.
     """
 
-    def __init__(
-        self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
-    ):
+    def __init__(self, queue_size: int, name: str, stall_timeout: float, threads: Optional[int]):
         self.batch = max(1, min(BATCH, queue_size // 2))
         self.name = name
         self.stall_timeout = float(stall_timeout)
-        self.threads: Optional[int] = None  # x264's threads of the current clip
+        self.threads = threads  # x264's threads of each clip (None: its own)
         self.thread: Optional[threading.Thread] = None
         self.cv = threading.Condition()
         self.clip_open = False  # between open() and end()
@@ -210,16 +208,6 @@ class _Worker:
             remove_quietly(self.tmp)
             self._drop_pending()
 
-    def _drop_everything(self) -> None:
-        """The encoder thread's part of :meth:`abandon`."""
-        self._discard()
-        self._drop_pending()
-        with self.cv:
-            self.items.clear()
-            self.queued_frames = 0
-            self.unfinished = 0
-            self.cv.notify_all()
-
     def _drop_pending(self) -> None:
         """Removes the temporary files of finished clips nobody will place now."""
         for result in list(self.results) + self.held_clips:
@@ -252,8 +240,13 @@ class _Worker:
                     self.unfinished -= len(items)
                     self.alive_at = time.monotonic()
                     self.cv.notify_all()
-            if self._abandoned:
-                self._drop_everything()
+            if self._abandoned:  # the encoder thread's part of abandon()
+                self._discard()
+                self._drop_pending()
+                with self.cv:
+                    self.items.clear()
+                    self.queued_frames = self.unfinished = 0
+                    self.cv.notify_all()
                 return
             if stop:
                 return
@@ -325,10 +318,9 @@ class _Worker:
         except Exception as err:
             self._fail(err)
 
-    def _on_open(self, job: ClipJob, serial: int, threads: Optional[int]) -> None:
+    def _on_open(self, job: ClipJob, serial: int) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
         self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
-        self.threads = threads
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
         """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
@@ -345,28 +337,24 @@ class _Worker:
         # moved to its name when handed to the training thread
         info = ClipInfo(job.path, job.kind, job.episode, job.step, self._frames, job.fps, job.tag)
         info._pending, info._fixed = tmp, job.fixed_name
-        if summary is not None:
-            info._sidecar_data = self._sidecar(job, tmp, self._frames, summary)
+        if summary is not None:  # the clip's summary and the file's figures
+            encoder = encoder_settings(job.quality, job.lossless)
+            encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
+            w, h = self._size
+            info._sidecar_data = {
+                "sha256": sha256_file(tmp),  # type: ignore[arg-type]
+                "frames": self._frames,
+                "fps": job.fps,
+                "width": w,
+                "height": h,
+                "encoder": encoder,
+                "tag": job.tag,
+                **summary,
+            }
         self.job, self.proc, self.tmp = None, None, None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
-
-    def _sidecar(self, job: ClipJob, tmp: Optional[str], frames: int, summary: dict) -> dict:
-        """The sidecar of the finished file ``tmp``: the clip's summary and the file's figures."""
-        w, h = self._size
-        encoder = encoder_settings(job.quality, job.lossless)
-        encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
-        return {
-            "sha256": sha256_file(tmp),  # type: ignore[arg-type]
-            "frames": frames,
-            "fps": job.fps,
-            "width": w,
-            "height": h,
-            "encoder": encoder,
-            "tag": job.tag,
-            **summary,
-        }
 
     def _discard(self) -> None:
         proc, tmp = self.proc, self.tmp
@@ -389,8 +377,7 @@ class _Worker:
         """Appends a clip's failure to the results, once per clip (call under ``cv``)."""
         if serial in self.reported:
             return
-        if serial > 0:
-            self.reported.add(serial)
+        self.reported.add(serial)
         self.frames_dropped += self.sent.pop(serial, 0)
         self.results.append(message)
 
@@ -399,7 +386,8 @@ class Encoder:
     """Background encoding of a sequence of clips, one at a time, from a bounded set of buffers.
 
     Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
-    ``close()``, ``results()``. ``frame`` copies the frames into one of at most ``queue_size``
+    ``close()``, ``results()``; ``hold``: see :meth:`release`; ``threads``: x264's threads of
+    each clip (None: x264 chooses). ``frame`` copies the frames into one of at most ``queue_size``
     reusable CPU buffers (the one copy the training thread pays) and queues it; when all buffers
     are in flight it waits for one (back-pressure): frames are never dropped while the encoder
     makes progress. Results (ClipInfo or error message) are collected here and handed to the
@@ -433,9 +421,14 @@ class Encoder:
     """
 
     def __init__(
-        self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
+        self,
+        queue_size: int,
+        name: str = "rlrec-encoder",
+        stall_timeout: float = STALL_TIMEOUT_S,
+        hold: bool = False,
+        threads: Optional[int] = None,
     ):
-        self._w = _Worker(queue_size, name=name, stall_timeout=stall_timeout)
+        self._w = _Worker(queue_size, name, stall_timeout, threads)
         # the results deque itself: true while results wait (``pending`` without a call, for a
         # caller that checks on every step)
         self.waiting: Deque[Any] = self._w.results
@@ -451,8 +444,7 @@ class Encoder:
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
-        self.hold = False  # finished clips wait in their temporary files for release()
-        self.threads: Optional[int] = None  # x264's threads for the clips opened (None: its own)
+        self.hold = hold  # finished clips wait in their temporary files for release()
 
     @property
     def current_pid(self) -> Optional[int]:
@@ -493,7 +485,7 @@ class Encoder:
         self._opened += 1
         self._open_job = job
         self._w.clip_open = True
-        self._put(("open", job, self._opened, self.threads), wake=False)
+        self._put(("open", job, self._opened), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
@@ -582,20 +574,18 @@ class Encoder:
         w.free, w.buffers = collections.deque(), 0
 
     # -------------------------------------------------------------- the results
-    def results(self, place: bool = True) -> List[Any]:
+    def results(self) -> Iterator[Any]:
         """The finished clips (ClipInfo) and failure messages (str) since the last call, in
-        order (clips held while :attr:`hold`: none). ``place``: each clip is moved to its name
-        here, in order; with False the caller moves each with :meth:`place` right before handing
-        it on, so that the file under its name is that clip while it is being handed on."""
-        out = []
+        order (clips held while :attr:`hold`: none). Each clip is moved to its name right before
+        it is yielded, so the file under its name is that clip while the caller handles it; what
+        a caller that stops early (an exception) leaves comes with the next call."""
         w = self._w
         while w.results:
             result = w.results.popleft()
             if self.hold and isinstance(result, ClipInfo) and not result._released:
                 w.held_clips.append(result)
             else:
-                out.append(self.place(result) if place else result)
-        return out
+                yield self._place(result)
 
     def release(self, keep: Callable[[ClipInfo], bool]) -> None:
         """Hands on the clips held (:attr:`hold`): those ``keep`` selects come with the next
@@ -610,7 +600,7 @@ class Encoder:
             else:
                 remove_quietly(clip._pending)
 
-    def place(self, result: Any) -> Any:
+    def _place(self, result: Any) -> Any:
         """Moves a finished clip to its name (a fixed name replaced, else the first free one of
         ``stem.ext``, ``stem-1.ext``, ...), then writes its sidecar; returns the ClipInfo, or a
         failure message if it could not be moved. Anything else is returned as it is."""
@@ -632,10 +622,6 @@ class Encoder:
             except OSError as err:
                 return f"writing the sidecar of clip {result.path!r} failed: {err}"
         return result
-
-    def requeue(self, results: List[Any]) -> None:
-        """Puts results taken with ``results(place=False)`` back, first, for the next call."""
-        self._w.results.extendleft(reversed(results))
 
     # -------------------------------------------------------------- internals
     def _put(self, item: Optional[tuple], wake: bool) -> None:

@@ -114,11 +114,9 @@ class EpisodeClips(EnvWrapper):
             engine = ClipEngine(
                 one, source, video_dir, kind=kind, key=key,
                 on_clip=lambda clip, i=i: self._placed.update({i: clip}),
-                schedule=Schedule.of(one, keep=choice.keep),
+                schedule=Schedule.of(one, keep=choice.keep, hold=True),  # placed by settle()
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )  # fmt: skip
-            engine.encoder.hold = True  # placed by settle() alone
-            engine.encoder.threads = 1
             self.engines.append(engine)
 
     @property
