@@ -163,7 +163,6 @@ class _Worker:
         self.tmp: Optional[str] = None
         self._frames = 0
         self._size = (0, 0)  # width, height of the current clip's file
-        self._failed = False
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
     def idle(self, since: float) -> float:
@@ -227,7 +226,6 @@ class _Worker:
             if not items and not self._abandoned:  # woken for nothing: that is no progress
                 continue
             self.alive_at = time.monotonic()
-            stop = False
             buffers: List[Any] = []
             try:
                 stop = self._process(items, buffers)
@@ -277,13 +275,11 @@ class _Worker:
         return False
 
     def _skipping(self) -> bool:
-        """Whether the frames of the current clip go nowhere (none, failed, or given up on)."""
+        """Whether the frames of the current clip go nowhere (none, failed, or given up on): a
+        failed clip is discarded (``job`` None) until the next open."""
         if self.job_serial in self.aborted:
-            if not self._failed:
-                self._discard()  # reported by the training thread already
-                self._failed = True
-            return True
-        return self.job is None or self._failed
+            self._discard()  # reported by the training thread already (once discarded: no-op)
+        return self.job is None
 
     def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
         """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
@@ -320,14 +316,14 @@ class _Worker:
 
     def _on_open(self, job: ClipJob, serial: int) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
-        self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
+        self.job, self.job_serial, self._frames = job, serial, 0
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
         """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
         if not keep:
             self.sent.pop(self.job_serial, None)  # dropped on purpose: not a loss
         job, proc, tmp, serial = self.job, self.proc, self.tmp, self.job_serial
-        if not keep or self._skipping() or job is None or proc is None:  # no frame: no file
+        if not keep or self._skipping() or proc is None:  # no frame: no file
             self._discard()
             return
         proc.finish()  # bounded: stall_timeout without progress (the training thread can kill
@@ -368,8 +364,7 @@ class _Worker:
         job, serial = self.job, self.job_serial
         if getattr(err, "stalled", False):
             self.stalled.add(serial)
-        self._discard()
-        self._failed = True  # the rest of this clip's frames are skipped until the next open
+        self._discard()  # the rest of this clip's frames are skipped until the next open
         with self.cv:
             self.report(serial, _failure(job, err))
 
@@ -437,7 +432,6 @@ class Encoder:
         self._slice = max(0.005, min(0.25, self._w.stall_timeout / 5))
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
         self._open_job: Optional[ClipJob] = None
-        self._dropping = 0  # serial of a clip given up on: its frames are not queued
         # items (frames, controls) not yet handed to the encoder thread, and how many are frames
         self._held: List[Optional[tuple]] = []
         self._held_frames = 0
@@ -450,7 +444,7 @@ class Encoder:
     def current_pid(self) -> Optional[int]:
         """pid of the running ffmpeg, None between clips."""
         proc = self._w.proc
-        return None if proc is None else proc.pid
+        return None if proc is None else proc.proc.pid
 
     @property
     def thread(self) -> Optional[threading.Thread]:
@@ -474,11 +468,6 @@ class Encoder:
         in the training thread (fewer than a batch) count once handed over."""
         return self._w.frames_dropped
 
-    @property
-    def pending(self) -> bool:
-        """Whether results wait for ``results()`` (cheap: checked on every step)."""
-        return bool(self.waiting)
-
     # -------------------------------------------------------------- the clips
     def open(self, job: ClipJob) -> None:
         self._hand_over(wake=False)  # what is held back belongs to the clip before
@@ -489,27 +478,23 @@ class Encoder:
 
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
-        if self._dropping == self._opened:  # a clip given up on: the rest of it is not sent
-            with self._w.cv:
-                self._w.frames_dropped += 1
-            return
-        # a free buffer of this layout, taken without the lock (see _Worker.free); else the
-        # bounded wait for one
         w = self._w
-        layout = w.layout
         buffer = None
-        if layout is not None and frames.shape == layout[0] and frames.is_cuda is layout[1]:
-            try:
-                buffer = w.free.pop()
-            except IndexError:
-                pass
-        if buffer is None:
-            buffer = self._buffer(frames)
+        if self._opened not in w.aborted:  # else a clip given up on: the rest of it is not sent
+            # a free buffer of this layout, taken without the lock (see _Worker.free); else the
+            # bounded wait for one
+            layout = w.layout
+            if layout is not None and frames.shape == layout[0] and frames.is_cuda is layout[1]:
+                with contextlib.suppress(IndexError):
+                    buffer = w.free.pop()
+            if buffer is None:
+                buffer = self._buffer(frames)
             if buffer is None:
                 self._give_up(self._opened, "the training thread's wait for a free frame buffer")
-                with w.cv:
-                    w.frames_dropped += 1  # this one
-                return
+        if buffer is None:  # this frame is lost
+            with w.cv:
+                w.frames_dropped += 1
+            return
         buffer.copy_(frames)
         # held back here and handed over BATCH at a time: one lock, one wake-up
         self._held.append(("frame", buffer, meta))
@@ -537,17 +522,8 @@ class Encoder:
         if w.thread is None:
             return
         self._hand_over(wake=True)
-        start = time.monotonic()
-        with w.cv:
-            w.urgent = True
-            w.cv.notify_all()
-            while w.unfinished:
-                w.cv.wait(self._slice)
-                if w.unfinished and w.idle(start) > self._patience:
-                    break
-            else:
-                return
-        self._give_up(w.job_serial or self._opened, "flush()")
+        if not self._wait(lambda: w.unfinished):
+            self._give_up(w.job_serial or self._opened, "flush()")
 
     def close(self) -> None:
         """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
@@ -558,18 +534,15 @@ class Encoder:
         if thread is not None:
             self._put(None, wake=True)
             given_up: Set[int] = set()
-            start = time.monotonic()
-            while thread.is_alive():
-                thread.join(self._slice)
-                if not thread.is_alive() or w.idle(start) <= self._patience:
-                    continue
+            while not self._wait(lambda: w.unfinished):
                 serial = w.job_serial or self._opened
                 if serial in given_up:  # killed its ffmpeg already: leave the thread behind
                     remove_quietly(w.tmp)
                     break
                 given_up.add(serial)
                 self._give_up(serial, "close()")
-                start = time.monotonic()
+            else:
+                thread.join(self._patience)  # it ends right after its last item
             w.thread = None
         w.free, w.buffers = collections.deque(), 0
 
@@ -668,21 +641,29 @@ class Encoder:
         pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
         layout = (tuple(frames.shape), pinned)
         if not w.free and w.buffers >= self._capacity:
-            self._hand_over(wake=True)  # the frames held back hold buffers: the encoder's now
-        start = time.monotonic()
+            # the frames held back hold buffers: the encoder's now, and it is woken
+            self._hand_over(wake=True)
         with w.cv:
             if layout != w.layout:  # a new frame size: buffers of the old one are dropped
                 w.layout, w.free, w.buffers = layout, collections.deque(), 0
-            while not w.free and w.buffers >= self._capacity:
-                w.urgent = True
-                w.cv.notify_all()
-                w.cv.wait(self._slice)
-                if not w.free and w.idle(start) > self._patience:
-                    return None
+            if not self._wait(lambda: not w.free and w.buffers >= self._capacity):
+                return None
             if w.free:
                 return w.free.pop()
             w.buffers += 1
         return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
+
+    def _wait(self, busy: Callable[[], Any]) -> bool:
+        """Waits while ``busy()`` (asked under the lock; the condition's lock is reentrant):
+        False after ``2 * stall_timeout`` seconds without progress of the encoder thread."""
+        w = self._w
+        start = time.monotonic()
+        with w.cv:
+            while busy():
+                w.cv.wait(self._slice)
+                if busy() and w.idle(start) > self._patience:
+                    return False
+        return True
 
     def _give_up(self, serial: int, waited: str) -> None:
         """The training thread gives up on clip ``serial``: its remaining frames are dropped,
@@ -690,8 +671,6 @@ class Encoder:
         if serial <= 0:
             return
         w = self._w
-        if serial == self._opened:
-            self._dropping = serial
         w.stalled.add(serial)
         err = EncoderError(
             f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "

@@ -416,7 +416,7 @@ class ClipEngine:
     @property
     def pending(self) -> bool:
         """Whether finished clips (or encoder errors) wait for :meth:`poll`."""
-        return self.encoder.pending
+        return bool(self._waiting)
 
     @property
     def recording(self) -> bool:

@@ -127,10 +127,9 @@ class FFmpegProcess:
         except BaseException:
             self._stderr.close()
             raise
-        self.pid = self.proc.pid
         # when ffmpeg last progressed: took frame data (write) or used CPU time (_idle)
         self.progress_at = time.monotonic()
-        self._ticks = _cpu_ticks(self.pid)
+        self._ticks = _cpu_ticks(self.proc.pid)
         fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
         # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread (Linux
         # only; a size above the user's pipe size limit is refused)
@@ -142,12 +141,12 @@ class FFmpegProcess:
         # where cores are scarce, the training thread goes first; the bounded queue keeps ffmpeg
         # from falling behind
         with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, self.pid, 10)
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, 10)
 
     def _idle(self) -> float:
         """Seconds since ffmpeg last progressed (CPU time used since the last call counts as
         now)."""
-        ticks = _cpu_ticks(self.pid)
+        ticks = _cpu_ticks(self.proc.pid)
         if ticks is not None and ticks != self._ticks:
             self._ticks, self.progress_at = ticks, time.monotonic()
         return time.monotonic() - self.progress_at

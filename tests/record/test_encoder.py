@@ -127,7 +127,7 @@ def test_flush_and_close_are_idempotent(tmp_path):
     enc.close()
     enc.close()
     enc.flush()
-    assert [r.num_frames for r in enc.results()] == [1] and not enc.pending
+    assert [r.num_frames for r in enc.results()] == [1] and not enc.waiting
     assert listing(tmp_path) == ["a.mp4"]
 
 
