@@ -56,12 +56,11 @@ class ClipInfo:
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
     sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
-    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, its
-    # sidecar's data, and whether a holding encoder released it (Encoder.results, .release)
+    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, and its
+    # sidecar's data (Encoder.results and Encoder.release move it)
     _pending: Optional[str] = field(default=None, repr=False, compare=False)
     _fixed: bool = field(default=False, repr=False, compare=False)
     _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
-    _released: bool = field(default=False, repr=False, compare=False)
 
 
 @dataclass
@@ -150,11 +149,12 @@ class _Worker:
         self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self.results: Deque[Any] = collections.deque()
         self.held_clips: List[ClipInfo] = []  # finished clips Encoder.hold keeps (training thread)
-        self.reported: Set[int] = set()  # serials of clips whose failure was reported
+        # serials of clips whose failure was reported (by this thread, or by the training
+        # thread, which gave up on them): their frames go nowhere
+        self.reported: Set[int] = set()
         self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
         self.stalled: Set[int] = set()  # serials of clips dropped because the encoder stalled
-        self.aborted: Set[int] = set()  # serials of clips the training thread gave up on
         self.alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written
         self.job: Optional[ClipJob] = None
@@ -194,16 +194,12 @@ class _Worker:
                 self.name,
             )
         proc = self.proc
-        if proc is not None:  # unblocks a write or a finish the thread may be waiting in
-            with contextlib.suppress(OSError):
-                proc.proc.kill()
+        if proc is not None:  # unblocks a write or a finish the thread may be waiting in; reaped
+            proc.kill_and_wait()
         if thread is threading.current_thread():  # collected on this thread: it ends by itself
             return
         thread.join(ABANDON_TIMEOUT_S)
         if thread.is_alive():  # stuck outside ffmpeg (an overlay, say): clean up from here
-            proc = self.proc
-            if proc is not None:
-                proc._kill()
             remove_quietly(self.tmp)
             self._drop_pending()
 
@@ -277,8 +273,8 @@ class _Worker:
     def _skipping(self) -> bool:
         """Whether the frames of the current clip go nowhere (none, failed, or given up on): a
         failed clip is discarded (``job`` None) until the next open."""
-        if self.job_serial in self.aborted:
-            self._discard()  # reported by the training thread already (once discarded: no-op)
+        if self.job_serial in self.reported:
+            self._discard()  # given up on by the training thread (once discarded: a no-op)
         return self.job is None
 
     def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
@@ -328,7 +324,7 @@ class _Worker:
             return
         proc.finish()  # bounded: stall_timeout without progress (the training thread can kill
         # ffmpeg meanwhile: self.proc stays set until it is done)
-        if serial in self.aborted:
+        if serial in self.reported:  # given up on meanwhile
             raise EncoderError("given up on by the training thread")
         # moved to its name when handed to the training thread
         info = ClipInfo(job.path, job.kind, job.episode, job.step, self._frames, job.fps, job.tag)
@@ -456,17 +452,12 @@ class Encoder:
         """Frame buffers that exist (free and in flight): never more than ``queue_size``."""
         return self._w.buffers
 
-    @property
-    def stalls(self) -> int:
-        """Clips dropped because the encoder stalled: ffmpeg made no progress for
-        ``stall_timeout`` s, or the training thread gave up waiting for this thread."""
-        return len(self._w.stalled)
-
-    @property
-    def frames_dropped(self) -> int:
-        """Frames handed over for clips that failed (never on disk), so far. Frames held back
-        in the training thread (fewer than a batch) count once handed over."""
-        return self._w.frames_dropped
+    def losses(self) -> Dict[str, int]:
+        """``frames_dropped``: frames handed over for clips that failed (never on disk), so far
+        (frames held back in the training thread, fewer than a batch, count once handed over);
+        ``encoder_stalls``: clips dropped because the encoder stalled (ffmpeg made no progress
+        for ``stall_timeout`` s, or the training thread gave up waiting for this thread)."""
+        return {"frames_dropped": self._w.frames_dropped, "encoder_stalls": len(self._w.stalled)}
 
     # -------------------------------------------------------------- the clips
     def open(self, job: ClipJob) -> None:
@@ -480,7 +471,7 @@ class Encoder:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
         w = self._w
         buffer = None
-        if self._opened not in w.aborted:  # else a clip given up on: the rest of it is not sent
+        if self._opened not in w.reported:  # else a failed clip: the rest of it is not sent
             # a free buffer of this layout, taken without the lock (see _Worker.free); else the
             # bounded wait for one
             layout = w.layout
@@ -555,21 +546,20 @@ class Encoder:
         w = self._w
         while w.results:
             result = w.results.popleft()
-            if self.hold and isinstance(result, ClipInfo) and not result._released:
+            if self.hold and isinstance(result, ClipInfo) and result._pending is not None:
                 w.held_clips.append(result)
             else:
                 yield self._place(result)
 
     def release(self, keep: Callable[[ClipInfo], bool]) -> None:
-        """Hands on the clips held (:attr:`hold`): those ``keep`` selects come with the next
-        :meth:`results` (placed under their names there); the others' temporary files are
-        removed, and no name of theirs is ever taken."""
+        """Hands on the clips held (:attr:`hold`): those ``keep`` selects are placed under their
+        names here, in order, and come with the next :meth:`results`; the others' temporary
+        files are removed, and no name of theirs is ever taken."""
         w = self._w
         held, w.held_clips = w.held_clips, []
         for clip in held:
             if keep(clip):
-                clip._released = True
-                w.results.append(clip)
+                w.results.append(self._place(clip))
             else:
                 remove_quietly(clip._pending)
 
@@ -677,7 +667,6 @@ class Encoder:
             f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"
         )
         with w.cv:
-            w.aborted.add(serial)
             job = self._open_job if serial == self._opened else w.job
             w.report(serial, _failure(job, err))
         proc = w.proc

@@ -425,11 +425,7 @@ class ClipEngine:
     def losses(self) -> Dict[str, int]:
         """What this recorder lost so far: clips that never reached disk (each one of
         :attr:`errors`), the frames handed over for them, and the encoder's stalls."""
-        return {
-            "clips_dropped": len(self.errors),
-            "frames_dropped": self.encoder.frames_dropped,
-            "encoder_stalls": self.encoder.stalls,
-        }
+        return {"clips_dropped": len(self.errors), **self.encoder.losses()}
 
     def state_dict(self) -> Dict[str, Any]:
         """Counters and schedule, for checkpoints."""

@@ -161,12 +161,12 @@ class FFmpegProcess:
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
 
     def _stalled(self, what: str) -> EncoderError:
-        self._kill()
+        self.kill_and_wait()
         err = self._error(
             f"ffmpeg made no progress for {self.stall_timeout:g} s {what} (stopped or hung; "
             f"stall_timeout_sec={self.stall_timeout:g}): killed"
         )
-        err.stalled = True  # counted as a stall of the encoder (Encoder.stalls)
+        err.stalled = True  # counted as a stall of the encoder (Encoder.losses)
         return err
 
     def write(self, images: List[np.ndarray]) -> None:
@@ -209,7 +209,7 @@ class FFmpegProcess:
                     if self._idle() > self.stall_timeout:
                         raise self._stalled("finishing the clip") from None
                     if time.monotonic() - start > FINISH_TIMEOUT_S:
-                        self._kill()
+                        self.kill_and_wait()
                         raise self._error(
                             f"ffmpeg did not finish the clip within {FINISH_TIMEOUT_S:g} s: killed"
                         ) from None
@@ -218,7 +218,7 @@ class FFmpegProcess:
         finally:
             self._stderr.close()
 
-    def _kill(self) -> None:
+    def kill_and_wait(self) -> None:
         """SIGKILL (which also ends a stopped process) and a bounded wait for its exit."""
         # gone already, or stuck in the kernel
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -227,7 +227,7 @@ class FFmpegProcess:
             self.proc.wait(timeout=max(1.0, self.stall_timeout))
 
     def kill(self) -> None:
-        self._kill()
+        self.kill_and_wait()
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
         self._stderr.close()
