@@ -178,12 +178,10 @@ class FFmpegProcess:
             while views:
                 try:
                     n = os.writev(fd, views[:_IOV_MAX])
-                except BlockingIOError:
-                    n = 0
-                if n == 0:  # the pipe is full: wait until ffmpeg takes some of it
-                    if not self._poll.poll(self._slice * 1000):
-                        if self._idle() > self.stall_timeout:
-                            raise self._stalled("taking frames")
+                except BlockingIOError:  # the pipe is full: wait until ffmpeg takes some of it
+                    idle = not self._poll.poll(self._slice * 1000)
+                    if idle and self._idle() > self.stall_timeout:
+                        raise self._stalled("taking frames") from None
                     continue
                 self.progress_at = time.monotonic()
                 while views and n >= len(views[0]):
