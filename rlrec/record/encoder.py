@@ -524,13 +524,11 @@ class Encoder:
         thread = w.thread
         if thread is not None:
             self._put(None, wake=True)
-            given_up: Set[int] = set()
             while not self._wait(lambda: w.unfinished):
                 serial = w.job_serial or self._opened
-                if serial in given_up:  # killed its ffmpeg already: leave the thread behind
+                if serial in w.reported:  # given up on (or failed) already: leave the thread behind
                     remove_quietly(w.tmp)
                     break
-                given_up.add(serial)
                 self._give_up(serial, "close()")
             else:
                 thread.join(self._patience)  # it ends right after its last item
