@@ -239,7 +239,8 @@ class _Worker:
                 self._drop_pending()
                 with self.cv:
                     self.items.clear()
-                    self.queued_frames = self.unfinished = 0
+                    self.queued_frames = 0
+                    self.unfinished = 0
                     self.cv.notify_all()
                 return
             if stop:
