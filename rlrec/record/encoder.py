@@ -162,7 +162,6 @@ class _Worker:
         self.proc: Optional[FFmpegProcess] = None
         self.tmp: Optional[str] = None
         self._frames = 0
-        self._size = (0, 0)  # width, height of the current clip's file
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
     def idle(self, since: float) -> float:
@@ -292,7 +291,6 @@ class _Worker:
             if self.proc is None:  # the size is known with the first frame
                 self.tmp = temporary_name(job.path)
                 h, w = image.shape[:2]
-                self._size = (w, h)
                 self.proc = FFmpegProcess(
                     self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
                     stall_timeout=self.stall_timeout, threads=self.threads,
@@ -333,7 +331,7 @@ class _Worker:
         if summary is not None:  # the clip's summary and the file's figures
             encoder = encoder_settings(job.quality, job.lossless)
             encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
-            w, h = self._size
+            w, h = proc.size
             info._sidecar_data = {
                 "sha256": sha256_file(tmp),  # type: ignore[arg-type]
                 "frames": self._frames,

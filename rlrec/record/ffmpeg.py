@@ -93,6 +93,7 @@ class FFmpegProcess:
     ):
         import imageio_ffmpeg
 
+        self.size = (width, height)  # of the file's frames
         self.stall_timeout = float(stall_timeout)
         # the slice of a bounded wait: short enough to notice a stall soon after stall_timeout
         self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
@@ -200,17 +201,16 @@ class FFmpegProcess:
             # and it is waited for as long as ffmpeg works on it (up to FINISH_TIMEOUT_S)
             start = self.progress_at = time.monotonic()
             while True:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=self._slice)
                     break
-                except subprocess.TimeoutExpired:
-                    if self._idle() > self.stall_timeout:
-                        raise self._stalled("finishing the clip") from None
-                    if time.monotonic() - start > FINISH_TIMEOUT_S:
-                        self.kill_and_wait()
-                        raise self._error(
-                            f"ffmpeg did not finish the clip within {FINISH_TIMEOUT_S:g} s: killed"
-                        ) from None
+                if self._idle() > self.stall_timeout:
+                    raise self._stalled("finishing the clip")
+                if time.monotonic() - start > FINISH_TIMEOUT_S:
+                    self.kill_and_wait()
+                    raise self._error(
+                        f"ffmpeg did not finish the clip within {FINISH_TIMEOUT_S:g} s: killed"
+                    )
             if self.proc.returncode != 0:
                 raise self._error("ffmpeg did not finish the clip")
         finally:
