@@ -4,16 +4,16 @@ The training thread only copies frames into reusable CPU buffers and queues them
 tiles, overlays and pads them (:mod:`rlrec.record.frames`) and pipes them into an
 :class:`~rlrec.record.ffmpeg.FFmpegProcess`, so no whole clip is ever held in memory. A clip is
 written to a hidden temporary name in its directory; once ffmpeg exited cleanly it waits there
-until the training thread takes it (:meth:`Encoder.results`, or :meth:`Encoder.place` of a result
-taken unplaced) and is moved to its final name then, so whoever scans the directory never sees a
-partial file, and whoever is handed a clip finds that clip under its name:
+until the training thread takes it (:meth:`Encoder.results` yields it) and is moved to its final
+name then, so whoever scans the directory never sees a partial file, and whoever is handed a clip
+finds that clip under its name:
 
 - a clip of its own name (``fixed_name=False``) claims the name atomically with ``os.link``, which
   fails if the name exists, and tries ``stem-1.ext``, ``stem-2.ext``, ... until one is free, so two
   encoders (two runs sharing a directory) never overwrite each other's clips;
 - a fixed name (``fixed_name=True``) is replaced (``os.replace``).
 
-An encoder told to :attr:`~Encoder.hold` its clips keeps them in their temporary files until
+An encoder told to ``hold`` its clips keeps them in their temporary files until
 :meth:`Encoder.release` says which are placed (the others' files are removed, never placed).
 
 No wait of the training thread on this thread is unbounded: see :class:`Encoder`.
@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Set
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set
 
 import numpy as np
 
@@ -56,12 +56,11 @@ class ClipInfo:
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
     sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
-    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, its
-    # sidecar's data, and whether a holding encoder released it (Encoder.place, Encoder.release)
+    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, and its
+    # sidecar's data (Encoder.results and Encoder.release move it)
     _pending: Optional[str] = field(default=None, repr=False, compare=False)
     _fixed: bool = field(default=False, repr=False, compare=False)
     _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
-    _released: bool = field(default=False, repr=False, compare=False)
 
 
 @dataclass
@@ -130,13 +129,11 @@ class _Worker:
     by its own thread.) The training thread's side is the :class:`Encoder`'s methods.
     """
 
-    def __init__(
-        self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
-    ):
+    def __init__(self, queue_size: int, name: str, stall_timeout: float, threads: Optional[int]):
         self.batch = max(1, min(BATCH, queue_size // 2))
         self.name = name
         self.stall_timeout = float(stall_timeout)
-        self.threads: Optional[int] = None  # x264's threads of the current clip
+        self.threads = threads  # x264's threads of each clip (None: its own)
         self.thread: Optional[threading.Thread] = None
         self.cv = threading.Condition()
         self.clip_open = False  # between open() and end()
@@ -152,11 +149,12 @@ class _Worker:
         self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
         self.results: Deque[Any] = collections.deque()
         self.held_clips: List[ClipInfo] = []  # finished clips Encoder.hold keeps (training thread)
-        self.reported: Set[int] = set()  # serials of clips whose failure was reported
+        # serials of clips whose failure was reported (by this thread, or by the training
+        # thread, which gave up on them): their frames go nowhere
+        self.reported: Set[int] = set()
         self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
         self.stalled: Set[int] = set()  # serials of clips dropped because the encoder stalled
-        self.aborted: Set[int] = set()  # serials of clips the training thread gave up on
         self.alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written
         self.job: Optional[ClipJob] = None
@@ -164,8 +162,6 @@ class _Worker:
         self.proc: Optional[FFmpegProcess] = None
         self.tmp: Optional[str] = None
         self._frames = 0
-        self._size = (0, 0)  # width, height of the current clip's file
-        self._failed = False
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
     def idle(self, since: float) -> float:
@@ -197,28 +193,14 @@ class _Worker:
                 self.name,
             )
         proc = self.proc
-        if proc is not None:  # unblocks a write or a finish the thread may be waiting in
-            with contextlib.suppress(OSError):
-                proc.proc.kill()
+        if proc is not None:  # unblocks a write or a finish the thread may be waiting in; reaped
+            proc.kill_and_wait()
         if thread is threading.current_thread():  # collected on this thread: it ends by itself
             return
         thread.join(ABANDON_TIMEOUT_S)
         if thread.is_alive():  # stuck outside ffmpeg (an overlay, say): clean up from here
-            proc = self.proc
-            if proc is not None:
-                proc._kill()
             remove_quietly(self.tmp)
             self._drop_pending()
-
-    def _drop_everything(self) -> None:
-        """The encoder thread's part of :meth:`abandon`."""
-        self._discard()
-        self._drop_pending()
-        with self.cv:
-            self.items.clear()
-            self.queued_frames = 0
-            self.unfinished = 0
-            self.cv.notify_all()
 
     def _drop_pending(self) -> None:
         """Removes the temporary files of finished clips nobody will place now."""
@@ -239,7 +221,6 @@ class _Worker:
             if not items and not self._abandoned:  # woken for nothing: that is no progress
                 continue
             self.alive_at = time.monotonic()
-            stop = False
             buffers: List[Any] = []
             try:
                 stop = self._process(items, buffers)
@@ -252,8 +233,14 @@ class _Worker:
                     self.unfinished -= len(items)
                     self.alive_at = time.monotonic()
                     self.cv.notify_all()
-            if self._abandoned:
-                self._drop_everything()
+            if self._abandoned:  # the encoder thread's part of abandon()
+                self._discard()
+                self._drop_pending()
+                with self.cv:
+                    self.items.clear()
+                    self.queued_frames = 0
+                    self.unfinished = 0
+                    self.cv.notify_all()
                 return
             if stop:
                 return
@@ -284,13 +271,11 @@ class _Worker:
         return False
 
     def _skipping(self) -> bool:
-        """Whether the frames of the current clip go nowhere (none, failed, or given up on)."""
-        if self.job_serial in self.aborted:
-            if not self._failed:
-                self._discard()  # reported by the training thread already
-                self._failed = True
-            return True
-        return self.job is None or self._failed
+        """Whether the frames of the current clip go nowhere (none, failed, or given up on): a
+        failed clip is discarded (``job`` None) until the next open."""
+        if self.job_serial in self.reported:
+            self._discard()  # given up on by the training thread (once discarded: a no-op)
+        return self.job is None
 
     def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
         """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
@@ -306,7 +291,6 @@ class _Worker:
             if self.proc is None:  # the size is known with the first frame
                 self.tmp = temporary_name(job.path)
                 h, w = image.shape[:2]
-                self._size = (w, h)
                 self.proc = FFmpegProcess(
                     self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
                     stall_timeout=self.stall_timeout, threads=self.threads,
@@ -325,48 +309,43 @@ class _Worker:
         except Exception as err:
             self._fail(err)
 
-    def _on_open(self, job: ClipJob, serial: int, threads: Optional[int]) -> None:
+    def _on_open(self, job: ClipJob, serial: int) -> None:
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
-        self.job, self.job_serial, self._frames, self._failed = job, serial, 0, False
-        self.threads = threads
+        self.job, self.job_serial, self._frames = job, serial, 0
 
     def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
         """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
         if not keep:
             self.sent.pop(self.job_serial, None)  # dropped on purpose: not a loss
         job, proc, tmp, serial = self.job, self.proc, self.tmp, self.job_serial
-        if not keep or self._skipping() or job is None or proc is None:  # no frame: no file
+        if not keep or self._skipping() or proc is None:  # no frame: no file
             self._discard()
             return
         proc.finish()  # bounded: stall_timeout without progress (the training thread can kill
         # ffmpeg meanwhile: self.proc stays set until it is done)
-        if serial in self.aborted:
+        if serial in self.reported:  # given up on meanwhile
             raise EncoderError("given up on by the training thread")
         # moved to its name when handed to the training thread
         info = ClipInfo(job.path, job.kind, job.episode, job.step, self._frames, job.fps, job.tag)
         info._pending, info._fixed = tmp, job.fixed_name
-        if summary is not None:
-            info._sidecar_data = self._sidecar(job, tmp, self._frames, summary)
+        if summary is not None:  # the clip's summary and the file's figures
+            encoder = encoder_settings(job.quality, job.lossless)
+            encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
+            w, h = proc.size
+            info._sidecar_data = {
+                "sha256": sha256_file(tmp),  # type: ignore[arg-type]
+                "frames": self._frames,
+                "fps": job.fps,
+                "width": w,
+                "height": h,
+                "encoder": encoder,
+                "tag": job.tag,
+                **summary,
+            }
         self.job, self.proc, self.tmp = None, None, None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
-
-    def _sidecar(self, job: ClipJob, tmp: Optional[str], frames: int, summary: dict) -> dict:
-        """The sidecar of the finished file ``tmp``: the clip's summary and the file's figures."""
-        w, h = self._size
-        encoder = encoder_settings(job.quality, job.lossless)
-        encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
-        return {
-            "sha256": sha256_file(tmp),  # type: ignore[arg-type]
-            "frames": frames,
-            "fps": job.fps,
-            "width": w,
-            "height": h,
-            "encoder": encoder,
-            "tag": job.tag,
-            **summary,
-        }
 
     def _discard(self) -> None:
         proc, tmp = self.proc, self.tmp
@@ -380,8 +359,7 @@ class _Worker:
         job, serial = self.job, self.job_serial
         if getattr(err, "stalled", False):
             self.stalled.add(serial)
-        self._discard()
-        self._failed = True  # the rest of this clip's frames are skipped until the next open
+        self._discard()  # the rest of this clip's frames are skipped until the next open
         with self.cv:
             self.report(serial, _failure(job, err))
 
@@ -389,8 +367,7 @@ class _Worker:
         """Appends a clip's failure to the results, once per clip (call under ``cv``)."""
         if serial in self.reported:
             return
-        if serial > 0:
-            self.reported.add(serial)
+        self.reported.add(serial)
         self.frames_dropped += self.sent.pop(serial, 0)
         self.results.append(message)
 
@@ -399,7 +376,8 @@ class Encoder:
     """Background encoding of a sequence of clips, one at a time, from a bounded set of buffers.
 
     Training-thread API: ``open(job)``, ``frame(frames, meta)``, ``end(keep)``, ``flush()``,
-    ``close()``, ``results()``. ``frame`` copies the frames into one of at most ``queue_size``
+    ``close()``, ``results()``; ``hold``: see :meth:`release`; ``threads``: x264's threads of
+    each clip (None: x264 chooses). ``frame`` copies the frames into one of at most ``queue_size``
     reusable CPU buffers (the one copy the training thread pays) and queues it; when all buffers
     are in flight it waits for one (back-pressure): frames are never dropped while the encoder
     makes progress. Results (ClipInfo or error message) are collected here and handed to the
@@ -433,9 +411,14 @@ class Encoder:
     """
 
     def __init__(
-        self, queue_size: int, name: str = "rlrec-encoder", stall_timeout: float = STALL_TIMEOUT_S
+        self,
+        queue_size: int,
+        name: str = "rlrec-encoder",
+        stall_timeout: float = STALL_TIMEOUT_S,
+        hold: bool = False,
+        threads: Optional[int] = None,
     ):
-        self._w = _Worker(queue_size, name=name, stall_timeout=stall_timeout)
+        self._w = _Worker(queue_size, name, stall_timeout, threads)
         # the results deque itself: true while results wait (``pending`` without a call, for a
         # caller that checks on every step)
         self.waiting: Deque[Any] = self._w.results
@@ -444,21 +427,19 @@ class Encoder:
         self._slice = max(0.005, min(0.25, self._w.stall_timeout / 5))
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
         self._open_job: Optional[ClipJob] = None
-        self._dropping = 0  # serial of a clip given up on: its frames are not queued
         # items (frames, controls) not yet handed to the encoder thread, and how many are frames
         self._held: List[Optional[tuple]] = []
         self._held_frames = 0
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
         self._finalizer = weakref.finalize(self, self._w.abandon)
-        self.hold = False  # finished clips wait in their temporary files for release()
-        self.threads: Optional[int] = None  # x264's threads for the clips opened (None: its own)
+        self.hold = hold  # finished clips wait in their temporary files for release()
 
     @property
     def current_pid(self) -> Optional[int]:
         """pid of the running ffmpeg, None between clips."""
         proc = self._w.proc
-        return None if proc is None else proc.pid
+        return None if proc is None else proc.proc.pid
 
     @property
     def thread(self) -> Optional[threading.Thread]:
@@ -470,22 +451,12 @@ class Encoder:
         """Frame buffers that exist (free and in flight): never more than ``queue_size``."""
         return self._w.buffers
 
-    @property
-    def stalls(self) -> int:
-        """Clips dropped because the encoder stalled: ffmpeg made no progress for
-        ``stall_timeout`` s, or the training thread gave up waiting for this thread."""
-        return len(self._w.stalled)
-
-    @property
-    def frames_dropped(self) -> int:
-        """Frames handed over for clips that failed (never on disk), so far. Frames held back
-        in the training thread (fewer than a batch) count once handed over."""
-        return self._w.frames_dropped
-
-    @property
-    def pending(self) -> bool:
-        """Whether results wait for ``results()`` (cheap: checked on every step)."""
-        return bool(self.waiting)
+    def losses(self) -> Dict[str, int]:
+        """``frames_dropped``: frames handed over for clips that failed (never on disk), so far
+        (frames held back in the training thread, fewer than a batch, count once handed over);
+        ``encoder_stalls``: clips dropped because the encoder stalled (ffmpeg made no progress
+        for ``stall_timeout`` s, or the training thread gave up waiting for this thread)."""
+        return {"frames_dropped": self._w.frames_dropped, "encoder_stalls": len(self._w.stalled)}
 
     # -------------------------------------------------------------- the clips
     def open(self, job: ClipJob) -> None:
@@ -493,31 +464,27 @@ class Encoder:
         self._opened += 1
         self._open_job = job
         self._w.clip_open = True
-        self._put(("open", job, self._opened, self.threads), wake=False)
+        self._put(("open", job, self._opened), wake=False)
 
     def frame(self, frames: Any, meta: Any = None) -> None:
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
-        if self._dropping == self._opened:  # a clip given up on: the rest of it is not sent
-            with self._w.cv:
-                self._w.frames_dropped += 1
-            return
-        # a free buffer of this layout, taken without the lock (see _Worker.free); else the
-        # bounded wait for one
         w = self._w
-        layout = w.layout
         buffer = None
-        if layout is not None and frames.shape == layout[0] and frames.is_cuda is layout[1]:
-            try:
-                buffer = w.free.pop()
-            except IndexError:
-                pass
-        if buffer is None:
-            buffer = self._buffer(frames)
+        if self._opened not in w.reported:  # else a failed clip: the rest of it is not sent
+            # a free buffer of this layout, taken without the lock (see _Worker.free); else the
+            # bounded wait for one
+            layout = w.layout
+            if layout is not None and frames.shape == layout[0] and frames.is_cuda is layout[1]:
+                with contextlib.suppress(IndexError):
+                    buffer = w.free.pop()
+            if buffer is None:
+                buffer = self._buffer(frames)
             if buffer is None:
                 self._give_up(self._opened, "the training thread's wait for a free frame buffer")
-                with w.cv:
-                    w.frames_dropped += 1  # this one
-                return
+        if buffer is None:  # this frame is lost
+            with w.cv:
+                w.frames_dropped += 1
+            return
         buffer.copy_(frames)
         # held back here and handed over BATCH at a time: one lock, one wake-up
         self._held.append(("frame", buffer, meta))
@@ -545,17 +512,8 @@ class Encoder:
         if w.thread is None:
             return
         self._hand_over(wake=True)
-        start = time.monotonic()
-        with w.cv:
-            w.urgent = True
-            w.cv.notify_all()
-            while w.unfinished:
-                w.cv.wait(self._slice)
-                if w.unfinished and w.idle(start) > self._patience:
-                    break
-            else:
-                return
-        self._give_up(w.job_serial or self._opened, "flush()")
+        if not self._wait(lambda: w.unfinished):
+            self._give_up(w.job_serial or self._opened, "flush()")
 
     def close(self) -> None:
         """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
@@ -565,52 +523,44 @@ class Encoder:
         thread = w.thread
         if thread is not None:
             self._put(None, wake=True)
-            given_up: Set[int] = set()
-            start = time.monotonic()
-            while thread.is_alive():
-                thread.join(self._slice)
-                if not thread.is_alive() or w.idle(start) <= self._patience:
-                    continue
+            while not self._wait(lambda: w.unfinished):
                 serial = w.job_serial or self._opened
-                if serial in given_up:  # killed its ffmpeg already: leave the thread behind
+                if serial in w.reported:  # given up on (or failed) already: leave the thread behind
                     remove_quietly(w.tmp)
                     break
-                given_up.add(serial)
                 self._give_up(serial, "close()")
-                start = time.monotonic()
+            else:
+                thread.join(self._patience)  # it ends right after its last item
             w.thread = None
         w.free, w.buffers = collections.deque(), 0
 
     # -------------------------------------------------------------- the results
-    def results(self, place: bool = True) -> List[Any]:
+    def results(self) -> Iterator[Any]:
         """The finished clips (ClipInfo) and failure messages (str) since the last call, in
-        order (clips held while :attr:`hold`: none). ``place``: each clip is moved to its name
-        here, in order; with False the caller moves each with :meth:`place` right before handing
-        it on, so that the file under its name is that clip while it is being handed on."""
-        out = []
+        order (clips held while :attr:`hold`: none). Each clip is moved to its name right before
+        it is yielded, so the file under its name is that clip while the caller handles it; what
+        a caller that stops early (an exception) leaves comes with the next call."""
         w = self._w
         while w.results:
             result = w.results.popleft()
-            if self.hold and isinstance(result, ClipInfo) and not result._released:
+            if self.hold and isinstance(result, ClipInfo) and result._pending is not None:
                 w.held_clips.append(result)
             else:
-                out.append(self.place(result) if place else result)
-        return out
+                yield self._place(result)
 
     def release(self, keep: Callable[[ClipInfo], bool]) -> None:
-        """Hands on the clips held (:attr:`hold`): those ``keep`` selects come with the next
-        :meth:`results` (placed under their names there); the others' temporary files are
-        removed, and no name of theirs is ever taken."""
+        """Hands on the clips held (:attr:`hold`): those ``keep`` selects are placed under their
+        names here, in order, and come with the next :meth:`results`; the others' temporary
+        files are removed, and no name of theirs is ever taken."""
         w = self._w
         held, w.held_clips = w.held_clips, []
         for clip in held:
             if keep(clip):
-                clip._released = True
-                w.results.append(clip)
+                w.results.append(self._place(clip))
             else:
                 remove_quietly(clip._pending)
 
-    def place(self, result: Any) -> Any:
+    def _place(self, result: Any) -> Any:
         """Moves a finished clip to its name (a fixed name replaced, else the first free one of
         ``stem.ext``, ``stem-1.ext``, ...), then writes its sidecar; returns the ClipInfo, or a
         failure message if it could not be moved. Anything else is returned as it is."""
@@ -632,10 +582,6 @@ class Encoder:
             except OSError as err:
                 return f"writing the sidecar of clip {result.path!r} failed: {err}"
         return result
-
-    def requeue(self, results: List[Any]) -> None:
-        """Puts results taken with ``results(place=False)`` back, first, for the next call."""
-        self._w.results.extendleft(reversed(results))
 
     # -------------------------------------------------------------- internals
     def _put(self, item: Optional[tuple], wake: bool) -> None:
@@ -682,21 +628,29 @@ class Encoder:
         pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
         layout = (tuple(frames.shape), pinned)
         if not w.free and w.buffers >= self._capacity:
-            self._hand_over(wake=True)  # the frames held back hold buffers: the encoder's now
-        start = time.monotonic()
+            # the frames held back hold buffers: the encoder's now, and it is woken
+            self._hand_over(wake=True)
         with w.cv:
             if layout != w.layout:  # a new frame size: buffers of the old one are dropped
                 w.layout, w.free, w.buffers = layout, collections.deque(), 0
-            while not w.free and w.buffers >= self._capacity:
-                w.urgent = True
-                w.cv.notify_all()
-                w.cv.wait(self._slice)
-                if not w.free and w.idle(start) > self._patience:
-                    return None
+            if not self._wait(lambda: not w.free and w.buffers >= self._capacity):
+                return None
             if w.free:
                 return w.free.pop()
             w.buffers += 1
         return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
+
+    def _wait(self, busy: Callable[[], Any]) -> bool:
+        """Waits while ``busy()`` (asked under the lock; the condition's lock is reentrant):
+        False after ``2 * stall_timeout`` seconds without progress of the encoder thread."""
+        w = self._w
+        start = time.monotonic()
+        with w.cv:
+            while busy():
+                w.cv.wait(self._slice)
+                if busy() and w.idle(start) > self._patience:
+                    return False
+        return True
 
     def _give_up(self, serial: int, waited: str) -> None:
         """The training thread gives up on clip ``serial``: its remaining frames are dropped,
@@ -704,15 +658,12 @@ class Encoder:
         if serial <= 0:
             return
         w = self._w
-        if serial == self._opened:
-            self._dropping = serial
         w.stalled.add(serial)
         err = EncoderError(
             f"{waited} waited {self._patience:g} s without progress of the encoder (stuck; "
             f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"
         )
         with w.cv:
-            w.aborted.add(serial)
             job = self._open_job if serial == self._opened else w.job
             w.report(serial, _failure(job, err))
         proc = w.proc

@@ -280,9 +280,11 @@ class ClipEngine:
         self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
         # absolute: a relative dir means the working directory at start-up
         self.video_dir = _video_dir(cfg, video_dir, self.key)
-        self.encoder = Encoder(
-            cfg.queue_size, name=f"rlrec-encoder-{kind}", stall_timeout=cfg.stall_timeout_sec
-        )
+        # a holding schedule's clips are of engines encoding side by side (per-episode clips):
+        # one x264 thread each
+        hold, threads = self.schedule.hold, 1 if self.schedule.hold else None
+        name = f"rlrec-encoder-{kind}"
+        self.encoder = Encoder(cfg.queue_size, name, cfg.stall_timeout_sec, hold, threads)
         self._waiting = self.encoder.waiting  # true while finished clips wait for poll()
         # counters (checkpointed)
         self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
@@ -414,7 +416,7 @@ class ClipEngine:
     @property
     def pending(self) -> bool:
         """Whether finished clips (or encoder errors) wait for :meth:`poll`."""
-        return self.encoder.pending
+        return bool(self._waiting)
 
     @property
     def recording(self) -> bool:
@@ -423,11 +425,7 @@ class ClipEngine:
     def losses(self) -> Dict[str, int]:
         """What this recorder lost so far: clips that never reached disk (each one of
         :attr:`errors`), the frames handed over for them, and the encoder's stalls."""
-        return {
-            "clips_dropped": len(self.errors),
-            "frames_dropped": self.encoder.frames_dropped,
-            "encoder_stalls": self.encoder.stalls,
-        }
+        return {"clips_dropped": len(self.errors), **self.encoder.losses()}
 
     def state_dict(self) -> Dict[str, Any]:
         """Counters and schedule, for checkpoints."""
@@ -465,22 +463,15 @@ class ClipEngine:
 
         A fixed-name clip is moved to its name right before its ``on_clip``, so the file there is
         that clip while ``on_clip`` runs (a consumer that reads it later links or copies it)."""
-        results = self.encoder.results(place=False)
-        for i, result in enumerate(results):
-            try:
-                result = self.encoder.place(result)
-                if isinstance(result, ClipInfo):
-                    self.clips_saved += 1
-                    log.info(
-                        "saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames
-                    )
-                    if self.on_clip is not None:
-                        self.on_clip(result)
-                else:
-                    self._report(result)
-            except BaseException:  # on_error=raise, or on_clip failed: the rest wait for later
-                self.encoder.requeue(results[i + 1 :])
-                raise
+        # on_error=raise, or on_clip failed: the rest wait in the encoder for a later poll
+        for result in self.encoder.results():
+            if isinstance(result, ClipInfo):
+                self.clips_saved += 1
+                log.info("saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames)
+                if self.on_clip is not None:
+                    self.on_clip(result)
+            else:
+                self._report(result)
 
     # ------------------------------------------------------------------ internals
     def _start_clip(self, start: Start, autoreset: bool = False) -> None:

@@ -93,6 +93,7 @@ class FFmpegProcess:
     ):
         import imageio_ffmpeg
 
+        self.size = (width, height)  # of the file's frames
         self.stall_timeout = float(stall_timeout)
         # the slice of a bounded wait: short enough to notice a stall soon after stall_timeout
         self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
@@ -127,10 +128,9 @@ class FFmpegProcess:
         except BaseException:
             self._stderr.close()
             raise
-        self.pid = self.proc.pid
         # when ffmpeg last progressed: took frame data (write) or used CPU time (_idle)
         self.progress_at = time.monotonic()
-        self._ticks = _cpu_ticks(self.pid)
+        self._ticks = _cpu_ticks(self.proc.pid)
         fd = self.proc.stdin.fileno()  # type: ignore[union-attr]
         # a frame or more per pipe fill: fewer wake-ups of ffmpeg and of the encoder thread (Linux
         # only; a size above the user's pipe size limit is refused)
@@ -142,12 +142,12 @@ class FFmpegProcess:
         # where cores are scarce, the training thread goes first; the bounded queue keeps ffmpeg
         # from falling behind
         with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, self.pid, 10)
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, 10)
 
     def _idle(self) -> float:
         """Seconds since ffmpeg last progressed (CPU time used since the last call counts as
         now)."""
-        ticks = _cpu_ticks(self.pid)
+        ticks = _cpu_ticks(self.proc.pid)
         if ticks is not None and ticks != self._ticks:
             self._ticks, self.progress_at = ticks, time.monotonic()
         return time.monotonic() - self.progress_at
@@ -162,12 +162,12 @@ class FFmpegProcess:
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
 
     def _stalled(self, what: str) -> EncoderError:
-        self._kill()
+        self.kill_and_wait()
         err = self._error(
             f"ffmpeg made no progress for {self.stall_timeout:g} s {what} (stopped or hung; "
             f"stall_timeout_sec={self.stall_timeout:g}): killed"
         )
-        err.stalled = True  # counted as a stall of the encoder (Encoder.stalls)
+        err.stalled = True  # counted as a stall of the encoder (Encoder.losses)
         return err
 
     def write(self, images: List[np.ndarray]) -> None:
@@ -179,12 +179,10 @@ class FFmpegProcess:
             while views:
                 try:
                     n = os.writev(fd, views[:_IOV_MAX])
-                except BlockingIOError:
-                    n = 0
-                if n == 0:  # the pipe is full: wait until ffmpeg takes some of it
-                    if not self._poll.poll(self._slice * 1000):
-                        if self._idle() > self.stall_timeout:
-                            raise self._stalled("taking frames")
+                except BlockingIOError:  # the pipe is full: wait until ffmpeg takes some of it
+                    idle = not self._poll.poll(self._slice * 1000)
+                    if idle and self._idle() > self.stall_timeout:
+                        raise self._stalled("taking frames") from None
                     continue
                 self.progress_at = time.monotonic()
                 while views and n >= len(views[0]):
@@ -203,23 +201,22 @@ class FFmpegProcess:
             # and it is waited for as long as ffmpeg works on it (up to FINISH_TIMEOUT_S)
             start = self.progress_at = time.monotonic()
             while True:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=self._slice)
                     break
-                except subprocess.TimeoutExpired:
-                    if self._idle() > self.stall_timeout:
-                        raise self._stalled("finishing the clip") from None
-                    if time.monotonic() - start > FINISH_TIMEOUT_S:
-                        self._kill()
-                        raise self._error(
-                            f"ffmpeg did not finish the clip within {FINISH_TIMEOUT_S:g} s: killed"
-                        ) from None
+                if self._idle() > self.stall_timeout:
+                    raise self._stalled("finishing the clip")
+                if time.monotonic() - start > FINISH_TIMEOUT_S:
+                    self.kill_and_wait()
+                    raise self._error(
+                        f"ffmpeg did not finish the clip within {FINISH_TIMEOUT_S:g} s: killed"
+                    )
             if self.proc.returncode != 0:
                 raise self._error("ffmpeg did not finish the clip")
         finally:
             self._stderr.close()
 
-    def _kill(self) -> None:
+    def kill_and_wait(self) -> None:
         """SIGKILL (which also ends a stopped process) and a bounded wait for its exit."""
         # gone already, or stuck in the kernel
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -228,7 +225,7 @@ class FFmpegProcess:
             self.proc.wait(timeout=max(1.0, self.stall_timeout))
 
     def kill(self) -> None:
-        self._kill()
+        self.kill_and_wait()
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
         self._stderr.close()

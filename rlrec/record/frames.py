@@ -72,7 +72,7 @@ def draw_overlay(frames: np.ndarray, meta: Optional[FrameMeta]) -> np.ndarray:
         [None] * k if v is None else v.tolist() if hasattr(v, "tolist") else list(v)
         for v in (meta.reward, meta.ret, meta.success)
     )
-    out = np.empty_like(frames)
+    out = frames.copy()
     for i in range(k):
         # episodes and steps are counted on the first recorded env only
         lines = [f"ep {meta.episode}", f"t {meta.episode_step}"] if i == 0 else []
@@ -81,7 +81,6 @@ def draw_overlay(frames: np.ndarray, meta: Optional[FrameMeta]) -> np.ndarray:
         if successes[i]:
             lines.append("success")
         if not lines:
-            out[i] = frames[i]
             continue
         image = Image.fromarray(frames[i])
         draw = ImageDraw.Draw(image)

@@ -60,7 +60,8 @@ class Schedule:
     ends that clip and starts its own. ``provisional`` (with ``record_final_episode``, until
     :meth:`expect_end`): every episode no trigger selects starts a provisional clip, which only
     ``close()`` keeps.
-    ``keep(env, success, return)``: asked as each clip ends; False drops it.
+    ``keep(env, success, return)``: asked as each clip ends; False drops it. ``hold``: the
+    clips it keeps wait, encoded, for the caller's final word (:meth:`Encoder.release`).
     """
 
     STATE_VERSION = 1
@@ -75,6 +76,7 @@ class Schedule:
         provisional: bool = False,
         keep: Optional[Keep] = None,
         restart: bool = False,
+        hold: bool = False,
     ):
         self.episode_fn = episode_fn
         self.step_fn = step_fn
@@ -88,6 +90,7 @@ class Schedule:
         self.provisional = self.record_final_episode and bool(provisional)
         self.keep = keep
         self.restart = restart
+        self.hold = hold
         # checkpointed
         # the step trigger fell on a terminal step: start at the next reset
         self._step_pending = False
@@ -101,7 +104,7 @@ class Schedule:
     @classmethod
     def of(cls, cfg: RecorderConfig, **kw: Any) -> "Schedule":
         """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``keep``,
-        ``restart``)."""
+        ``restart``, ``hold``)."""
         return cls(cfg.trigger, cfg.every, cfg.record_final_episode, **kw)
 
     # ------------------------------------------------------------------ decisions

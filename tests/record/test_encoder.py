@@ -33,7 +33,7 @@ def encode(enc, clip_job, clip_frames, keep=True):
         enc.frame(f)
     enc.end(keep)
     enc.flush()
-    return enc.results()
+    return list(enc.results())
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_flush_and_close_are_idempotent(tmp_path):
     enc.close()
     enc.close()
     enc.flush()
-    assert [r.num_frames for r in enc.results()] == [1] and not enc.pending
+    assert [r.num_frames for r in enc.results()] == [1] and not enc.waiting
     assert listing(tmp_path) == ["a.mp4"]
 
 
@@ -137,13 +137,13 @@ def test_close_with_a_clip_open_discards_it(tmp_path):
     for f in frames(3):
         enc.frame(f)
     enc.close()  # never ended: dropped with its temporary file
-    assert enc.results() == [] and listing(tmp_path) == []
+    assert list(enc.results()) == [] and listing(tmp_path) == []
 
 
-def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path, enc):
-    """``Encoder.threads`` (per-episode clips: one x264 thread per clip) reaches the ffmpeg of
-    each clip opened after it is set, and changes nothing of what the clip holds."""
-    enc.threads = 1
+def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path):
+    """``Encoder(threads=...)`` (per-episode clips: one x264 thread per clip) reaches the ffmpeg
+    of each clip, and changes nothing of what the clip holds."""
+    enc = Encoder(queue_size=8, threads=1)
     sent = frames(4)
     enc.open(job(tmp_path / "a.mp4"))
     for f in sent:
@@ -155,6 +155,7 @@ def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path, enc):
     enc.end(True)
     enc.flush()
     (info,) = enc.results()
+    enc.close()
     assert np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
 
 
@@ -311,7 +312,7 @@ def test_clips_of_changing_frame_sizes_back_to_back_lose_no_buffer(tmp_path):
             enc.frame(f)
         enc.end(True)
     enc.close()
-    infos = enc.results()
+    infos = list(enc.results())
     assert [type(r) for r in infos] == [ClipInfo] * 8, infos
     for info, clip in zip(infos, sent):
         assert np.array_equal(decode(info.path)[0], clip[:, 0].numpy())

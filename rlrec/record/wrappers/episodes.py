@@ -94,8 +94,9 @@ class EpisodeClips(EnvWrapper):
         super().__init__(env)
         n = env.num_envs
         self.choice = choice
-        self._step = 0  # the render cache's clock: one batched render per step
-        self._cached: Optional[tuple] = None  # (clock, env indices, frames)
+        self.tag: Any = None  # each engine's at a reset, so its clip's (ClipEngine.tag)
+        # (env indices, frames) of this step's one batched render, dropped with the step
+        self._cached: Optional[tuple] = None
         self._placed: Dict[int, ClipInfo] = {}
         self.engines: List[ClipEngine] = []
         horizon = getattr(env, "max_episode_steps", None)
@@ -114,47 +115,36 @@ class EpisodeClips(EnvWrapper):
             engine = ClipEngine(
                 one, source, video_dir, kind=kind, key=key,
                 on_clip=lambda clip, i=i: self._placed.update({i: clip}),
-                schedule=Schedule.of(one, keep=choice.keep),
+                schedule=Schedule.of(one, keep=choice.keep, hold=True),  # placed by settle()
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )  # fmt: skip
-            engine.encoder.hold = True  # placed by settle() alone
-            engine.encoder.threads = 1
             self.engines.append(engine)
-
-    @property
-    def tag(self):
-        return self.engines[0].tag
-
-    @tag.setter
-    def tag(self, value) -> None:
-        for engine in self.engines:
-            engine.tag = value
 
     def _render(self, env_idx: List[int]) -> torch.Tensor:
         """The frame of ``env_idx[0]`` now, from one render of every env whose clip is open."""
         i = env_idx[0]
         cached = self._cached
-        if cached is None or cached[0] != self._step or i not in cached[1]:
+        if cached is None or i not in cached[0]:
             idx = [j for j, e in enumerate(self.engines) if e.recording or j == i]
             # one copy to the host for all of them (each engine's encoder would copy its own row)
-            cached = self._cached = (self._step, idx, self.env.render(idx).cpu())
-        pos = cached[1].index(i)
-        return cached[2][pos : pos + 1]
+            cached = self._cached = (idx, self.env.render(idx).cpu())
+        pos = cached[0].index(i)
+        return cached[1][pos : pos + 1]
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
-        self._step += 1
-        if env_idx is None:  # a full reset: every engine starts its clip, rendered together
-            every = list(range(self.num_envs))
-            self._cached = (self._step, every, self.env.render(every).cpu())
+        # a full reset: every engine starts its clip, rendered together (none cached from before)
+        every = list(range(self.num_envs))
+        self._cached = (every, self.env.render(every).cpu()) if env_idx is None else None
         for i, engine in enumerate(self.engines):
+            engine.tag = self.tag
             engine.on_reset(env_idx, env_seed(self.env, seed, i))
         self._cached = None
         return out
 
     def step(self, action):
         out = self.env.step(action)
-        self._step += 1
+        self._cached = None  # none from before (a step that raised)
         reward, terminated, truncated, info = out[1], out[2], out[3], out[4]
         if any(engine.recording for engine in self.engines):
             reward, terminated, truncated, info = _on_host(reward, terminated, truncated, info)
