@@ -7,6 +7,8 @@ config (``rlrec.envs.config``) loads no torch. The backend modules (``rlrec.envs
 simulator only when they build an env.
 """
 
+from rlrec import lazy
+
 # each name, by the module of rlrec.envs that defines it
 _LAZY = {
     "AutoReset": "autoreset",
@@ -18,14 +20,4 @@ _LAZY = {
     **dict.fromkeys("backend_module make_adapter resolve_device".split(), "factory"),
 }
 __all__ = list(_LAZY)
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy(__name__, _LAZY)

@@ -24,6 +24,8 @@ Each name is imported on first use: importing the package loads nothing (a confi
 or envs (tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported on first use.
 """
 
+from rlrec import lazy
+
 # each name, by the module of rlrec.record that defines it
 _LAZY = {
     "ClipInfo": "encoder",
@@ -43,15 +45,4 @@ _LAZY = {
     "VideoWrapper": "wrappers.genesis_forge",
 }
 __all__ = list(_LAZY)
-
-
-def __getattr__(name: str):
-    """Each name is imported on first use: ``import rlrec.record`` loads no framework."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy(__name__, _LAZY)
