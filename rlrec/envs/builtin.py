@@ -88,7 +88,7 @@ class PointReach(EnvAdapter):
     ACCEL = 4.0
     MAX_SPEED = 2.0
     AGENT_RADIUS = 0.06
-    STATE = ("pos", "vel", "goal", "t")  # the checkpointed state, with the random streams
+    CHECKPOINTED = ("pos", "vel", "goal", "t")  # the checkpointed state, with the random streams
 
     def __init__(
         self,
@@ -183,12 +183,12 @@ class PointReach(EnvAdapter):
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict:
         """The full simulator state, so a resumed run continues bit-exactly."""
-        state = {k: getattr(self, k).clone() for k in self.STATE}
+        state = {k: getattr(self, k).clone() for k in self.CHECKPOINTED}
         state["rng"] = torch.stack([self.streams.key, self.streams.count], dim=1)  # long [N, 2]
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        for k in self.STATE:
+        for k in self.CHECKPOINTED:
             getattr(self, k).copy_(state[k].to(self.device))
         rng = state["rng"].to(self.device)
         if rng.dtype != torch.long or tuple(rng.shape) != (self.num_envs, 2):

@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from rlrec.obs import RGB, STATE, Obs, shape_of
-from rlrec.ppo.config import CNN_LAYERS, Encoder, Init, PPOConfig, cnn_map
+from rlrec.ppo.config import CNN_LAYERS, Encoder, Init, PPOConfig, cnn_maps
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -156,7 +156,7 @@ class NatureCNN(nn.Module):
         for out, kernel, stride in CNN_LAYERS:
             layers += [nn.Conv2d(channels, out, kernel, stride), nn.ReLU()]
             channels = out
-        h, w = cnn_map(height, width)
+        _, h, w = cnn_maps(height, width)[-1]
         self.cnn = nn.Sequential(
             *layers, nn.Flatten(), nn.Linear(channels * h * w, self.FEATURES), nn.ReLU()
         )
@@ -186,7 +186,9 @@ class ActorCritic(nn.Module):
         shape = shape_of(obs_space)
         if Encoder(encoder) is Encoder.cnn:
             assert isinstance(shape, dict), "algo.encoder=cnn needs an image observation"
-            self.encoder: nn.Module = NatureCNN(shape[RGB], sum(shape.get(STATE, ())))
+            self.encoder: nn.Module = NatureCNN(
+                shape[RGB], int(np.prod(shape[STATE])) if STATE in shape else 0
+            )
             obs_dim = self.encoder.out_features
         else:
             self.encoder = Flatten()

@@ -71,11 +71,14 @@ MLP_IMAGE_LIMIT = 64 * 64 * 3  # values of an image an MLP reads raw; beyond it:
 CNN_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # NatureCNN's convolutions: out, kernel, stride
 
 
-def cnn_map(height: int, width: int) -> Tuple[int, int]:
-    """The size of NatureCNN's last feature map for an image of ``height x width``."""
-    for _, kernel, stride in CNN_LAYERS:
+def cnn_maps(height: int, width: int) -> List[Tuple[int, int, int]]:
+    """``(channels, height, width)`` of each of NatureCNN's feature maps for an image of
+    ``height x width`` (the model's layers, its checks and the memory estimate read them)."""
+    maps = []
+    for out, kernel, stride in CNN_LAYERS:
         height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    return height, width
+        maps.append((out, height, width))
+    return maps
 
 
 def check_encoder(encoder: str, image: Optional[Tuple[int, int, int]], key: str) -> None:
@@ -91,7 +94,7 @@ def check_encoder(encoder: str, image: Optional[Tuple[int, int, int]], key: str)
     h, w, c = image
     if min(image) < 1:
         raise ConfigError(f"env.obs_height x env.obs_width = {h}x{w}: an image needs pixels")
-    if encoder == Encoder.cnn and min(cnn_map(h, w)) < 1:
+    if encoder == Encoder.cnn and min(cnn_maps(h, w)[-1][1:]) < 1:
         raise ConfigError(
             f"{key}=cnn: the observed image {h}x{w} (env.obs_height x env.obs_width) is too small "
             "for NatureCNN's convolutions (kernels 8, 4, 3, strides 4, 2, 1): 36x36 at least"

@@ -11,7 +11,7 @@ import gymnasium as gym
 import torch
 
 from rlrec import distributed
-from rlrec.obs import STATE, as_float, batch_size, shape_of
+from rlrec.obs import STATE, as_float, batch_size, map_obs, shape_of
 from rlrec.ppo.adam import FusedAdam, fused_available
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.config import BootstrapAt, GradClip, KLCheck, PPOConfig
@@ -151,7 +151,7 @@ class PPO:
             torch.compiler.cudagraph_mark_step_begin()
         out = self._policy_step(obs, noise)
         # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
-        self._transition = tuple(t.clone() for t in out) if self._cudagraphs else out
+        self._transition = tuple(map_obs(torch.clone, t) for t in out) if self._cudagraphs else out
         return self._transition[1]  # (obs, action, logprob, value)
 
     def _policy_step_eager(self, obs: torch.Tensor, noise: torch.Tensor):

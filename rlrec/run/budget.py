@@ -9,8 +9,8 @@ the env is built), frames only where their size comes from ``env.render_width`` 
 
 - the rollout storage: ``num_steps x num_envs`` rows of observation, action, log-prob, reward,
   done, value, advantage and return (``rlrec.ppo.storage``), on the sim device; an observed image
-  (``env.obs_image()``) as uint8, twice (the storage and an epoch's shuffled copy), and with
-  ``algo.encoder=cnn`` the CNN's activations of one update minibatch;
+  (``env.obs_image()``) as uint8, twice (the storage and an epoch's shuffled copy; once with one
+  minibatch), and with ``algo.encoder=cnn`` the CNN's activations of one update minibatch;
 - the model: actor and critic MLPs with their gradients and Adam's two moments (4 copies of the
   parameters), on the sim device;
 - the activations of one update minibatch (``num_steps x num_envs / num_minibatches`` rows through
@@ -32,7 +32,7 @@ from typing import List, Optional, Tuple
 
 from rlrec.checks import ConfigError
 from rlrec.config import Config
-from rlrec.ppo.config import CNN_LAYERS, Encoder
+from rlrec.ppo.config import Encoder, cnn_maps
 from rlrec.record.settings import recording
 
 FLOAT = 4  # bytes of a float32
@@ -79,18 +79,19 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
         if image is not None:
             h, w, c = image
             pixels = f"{batch} x {h}x{w}x{c} (env.obs_height x env.obs_width x channels)"
-            what = "the observed images (uint8) and an epoch's shuffled copy"
-            needs.append(Need(what, f"{pixels} x 2 bytes", rows * h * w * c * 2, device))
+            copies = 2 if int(a.num_minibatches) > 1 else 1  # one minibatch: no shuffled copy
+            what = "the observed images (uint8)" + (" and an epoch's shuffled copy" * (copies - 1))
+            needs.append(
+                Need(what, f"{pixels} x {copies} bytes", rows * h * w * c * copies, device)
+            )
         rows //= max(1, int(a.num_minibatches))
         per = f"{batch} / algo.num_minibatches={a.num_minibatches} rows"
         needs.append(
             Need("the activations of one update minibatch", f"{per} x {mlps}", rows * row, device)
         )
         if image is not None and a.encoder == Encoder.cnn:
-            floats = h * w * c  # per row: the scaled image and each convolution's output
-            for out, kernel, stride in CNN_LAYERS:
-                h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
-                floats += out * h * w
+            # per row: the scaled image and each convolution's output
+            floats = h * w * c + sum(out * mh * mw for out, mh, mw in cnn_maps(h, w))
             what, keys = "the CNN activations of one update minibatch", f"{per} x {floats} floats"
             needs.append(Need(what, keys, rows * floats * FLOAT, device))
         steps.insert(0, ("env.num_envs", int(env.num_envs)))
