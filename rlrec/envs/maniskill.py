@@ -215,7 +215,10 @@ class ManiSkillGPUEnv(EnvAdapter):
         seed, self._seed = (self._seed if seed is None else seed), None
         # env i is seeded seed + i, as gymnasium's vector envs do for an int seed
         seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
-        full = env_idx is None or idx.unique().numel() == self.num_envs
+        # idx.numel() is metadata: unique() (a sort, a device sync) only when idx may cover all envs
+        full = env_idx is None or (
+            idx.numel() >= self.num_envs and idx.unique().numel() == self.num_envs
+        )
         obs, info = self.env.reset(
             seed=seeds, options={} if full else {"env_idx": idx.to(self.env.device)}
         )

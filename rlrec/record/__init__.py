@@ -20,8 +20,9 @@ stack), :class:`RecordVectorVideo` and its sub-env hook :class:`RenderHook` (Gym
 :class:`RecordClips` (ManiSkill), :class:`VideoWrapper` (Genesis Forge).
 
 Each name is imported on first use: importing the package loads nothing (a config naming
-:class:`RecorderConfig` loads no torch), and none of them loads Hydra, OmegaConf or rlrec's config
-or envs (tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported on first use.
+:class:`RecorderConfig` loads no torch); none of them loads Hydra, OmegaConf or rlrec's config, and
+the core's names load no rlrec.envs (the wrappers import ``rlrec.envs.base`` or their backend's
+module; tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported on first use.
 """
 
 from rlrec import lazy

@@ -391,10 +391,11 @@ class ClipEngine:
         episode in progress at ``close()`` has a clip (:meth:`Schedule.expect_end`)."""
         self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
 
-    def end_clip(self) -> None:
-        """Ends (and saves) the clip in progress now, e.g. when an evaluation stops early."""
+    def end_clip(self, keep: bool = True) -> None:
+        """Ends the clip in progress now, e.g. when an evaluation stops early: saved, or dropped
+        (``keep=False``) without being encoded to its end."""
         if self._clip is not None:
-            self._end_clip(keep=True)
+            self._end_clip(keep=keep)
         self.poll()
 
     def flush(self) -> None:

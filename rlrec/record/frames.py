@@ -28,6 +28,8 @@ def grid_shape(k: int) -> Tuple[int, int]:
 def tile(frames: np.ndarray) -> np.ndarray:
     """``[k, H, W, 3]`` -> one ``[rows*H, cols*W, 3]`` image; unused tiles stay black."""
     k, h, w, c = frames.shape
+    if k == 1:
+        return frames[0]
     rows, cols = grid_shape(k)
     canvas = np.zeros((rows * cols, h, w, c), dtype=frames.dtype)
     canvas[:k] = frames

@@ -318,7 +318,11 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
                 names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
             strings += [str(arg)] if op.name in _STRINGS else []
             values += [arg] if op.name in _STRINGS or op.name in _INTS else []
-    return [n for n in names if not n.startswith(("torch.", "collections.OrderedDict"))], values
+    return [
+        n
+        for n in names
+        if not n.startswith(("torch.", "collections.OrderedDict", "_codecs.encode"))
+    ], values
 
 
 def _pickle_of(p: Path) -> bytes:

@@ -163,7 +163,7 @@ class EpisodeClips(EnvWrapper):
         chosen = set(self.choice.chosen(counted))
         self._placed = {}
         for engine in self.engines:
-            engine.end_clip()  # not counted: ended here to be dropped below
+            engine.end_clip(keep=False)  # not counted: dropped
         for i, engine in enumerate(self.engines):
             engine.flush()
             engine.encoder.release(lambda clip, i=i: i in chosen)
