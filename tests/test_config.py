@@ -82,7 +82,7 @@ def test_bad_values_name_the_key(override, key):
         ("env=gymnasium env.vectorization=threads", ["sync", "async"]),
         ("env=gymnasium env.async_context=fast", ["fork", "spawn", "forkserver"]),
         ("env=maniskill env.cpu_vectorization=threads", ["sync", "async"]),
-        ("env=maniskill env.obs_mode=rgbd", ["state"]),
+        ("env=maniskill env.obs_mode=rgbd", ["state", "rgb", "rgb_state"]),
     ],
 )
 def test_closed_choices_are_refused_while_composing(override, allowed):

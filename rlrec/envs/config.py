@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Type
 
-from rlrec.checks import POSITIVE, Choice, check_choices
+from rlrec.checks import POSITIVE, Choice, ConfigError, check_choices
 
 Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
 Vectorization.__doc__ = (
@@ -49,11 +49,22 @@ class EnvConfig:
     max_episode_steps: Optional[int] = None  # None: the backend's own time limit
     render_width: int = 128
     render_height: int = 128
+    # state (a flat float vector) | rgb (a camera image, uint8 at obs_height x obs_width) |
+    # rgb_state (both): rlrec/obs.py; each backend names the modes it observes in OBS_MODES
+    obs_mode: ObsMode = ObsMode.state
+    obs_width: int = 64
+    obs_height: int = 64
+    OBS_MODES = (ObsMode.state,)  # not a field: the modes this backend observes
 
     def __post_init__(self) -> None:
         # a closed choice (an Enum field) is refused here when the schema is built in code, as
         # Hydra refuses it while composing: the backends never see a value outside it
         check_choices(self, "env.")
+        if self.obs_mode not in self.OBS_MODES:
+            raise ConfigError(
+                f"env.obs_mode={self.obs_mode.value} is not observed by env={self.name}: "
+                f"allowed values are {', '.join(m.value for m in self.OBS_MODES)}"
+            )
 
     def frame_size(self) -> Optional[Tuple[int, int]]:
         """``(height, width)`` of this env's frames, or None where the env chooses its own size
@@ -63,7 +74,7 @@ class EnvConfig:
     def obs_image(self) -> Optional[Tuple[int, int, int]]:
         """``(height, width, channels)`` of the image this env observes, or None (state only):
         the memory estimate and the encoder's checks read it before the env is built."""
-        return None
+        return None if self.obs_mode == ObsMode.state else (self.obs_height, self.obs_width, 3)
 
 
 @dataclass
@@ -85,15 +96,9 @@ class BuiltinEnvConfig(EnvConfig):
     max_episode_steps: Optional[int] = 100
     goal_radius: float = 0.1
     dt: float = 0.05
-    # state (position, velocity, goal minus position) | rgb (the env's own image at obs_height x
-    # obs_width) | rgb_state (the image, and the agent's position and velocity: the goal is only
-    # in the image)
-    obs_mode: ObsMode = ObsMode.state
-    obs_width: int = 64
-    obs_height: int = 64
-
-    def obs_image(self) -> Optional[Tuple[int, int, int]]:
-        return None if self.obs_mode == ObsMode.state else (self.obs_height, self.obs_width, 3)
+    # state: position, velocity, goal minus position; rgb: the env's own image; rgb_state: the
+    # image, and the agent's position and velocity (the goal is only in the image)
+    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
 
 
 @dataclass
@@ -113,13 +118,6 @@ class GymnasiumEnvConfig(EnvConfig):
         return super().frame_size() if self.resize_frames else None
 
 
-class ManiSkillObsMode(Choice):
-    """ManiSkill observation modes rlrec supports (a flat state vector; its camera modes are not
-    wired yet)."""
-
-    state = "state"
-
-
 class SapienStartMethod(Choice):
     """The start methods of async CPU envs that SAPIEN survives (``fork`` hangs: its render device
     does not survive a fork)."""
@@ -135,7 +133,6 @@ class ManiSkillEnvConfig(EnvConfig):
     name: str = "maniskill"
     num_envs: int = 8  # sim=gpu: raise it (env.num_envs=512)
     id: str = "PushCube-v1"  # any registered ManiSkill id whose assets are on disk
-    obs_mode: ManiSkillObsMode = ManiSkillObsMode.state  # a flat state vector
     control_mode: str = "pd_joint_delta_pos"
     reward_mode: str = "normalized_dense"
     max_episode_steps: Optional[int] = 50  # None: the env's registered limit
