@@ -37,7 +37,7 @@ from rlrec.checks import (
 from rlrec.distributed import DistributedConfig
 from rlrec.envs.config import BACKENDS, SimConfig
 from rlrec.ppo.config import PPOConfig, check_encoder
-from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.record.settings import RecorderConfig, Trigger, check_view
 from rlrec.report.config import ReportConfig
 
 
@@ -228,6 +228,8 @@ def validate(cfg: Config) -> None:
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")
+    for key, rec in (("recorder", cfg.recorder), ("eval_env.recorder", ev.recorder)):
+        check_view(rec, env.obs_image() is not None, key)
     check_device(cfg.sim.device)  # last: it imports torch (sim=gpu on the CPU: resolve_device)
 
 

@@ -49,6 +49,15 @@ class Trigger(Choice):
     none = "none"
 
 
+class View(Choice):
+    """What a clip shows: the render camera, the policy's observation image (upscaled, nearest
+    neighbour), or both side by side (docs/recorder.md, "Views")."""
+
+    render = "render"
+    obs = "obs"
+    both = "both"
+
+
 @dataclass
 class RecorderConfig:
     """One recorder: which env, when, how long, how encoded."""
@@ -64,6 +73,7 @@ class RecorderConfig:
     # None: 1 / env dt; a frame every max(1, round(1 / (fps * dt))) steps
     fps: Optional[float] = None
     env_idx: List[int] = field(default_factory=lambda: [0])  # several: tiled into a grid
+    view: View = View.render  # render | obs (the policy's observation image) | both
     overlay: bool = False  # episode, step, reward, success drawn on the frames
     # a fixed name replaced atomically by each clip; None: one file per clip
     filename: Optional[str] = None
@@ -106,6 +116,7 @@ class RecorderConfig:
             refuse("quality", "must be in 1..10")
         choice(self, "preset", X264Preset, n("preset"))
         choice(self, "on_error", OnError, n("on_error"))
+        choice(self, "view", View, n("view"))
         if self.length_frames is not None and self.length_sec is not None:
             refuse("length_frames", f"{n('length_sec')} is set too: give at most one clip length")
         choice(self, "trigger", Trigger, n("trigger"))
@@ -145,6 +156,17 @@ class RecorderConfig:
         if recording(self) and self.dir:
             probe_dir(self.dir, n("dir"))
         self._passed = passed
+
+
+def check_view(cfg: RecorderConfig, image: bool, key: str) -> None:
+    """ConfigError unless ``cfg.view`` can be shown of an env whose observation has an image
+    (``image``) or not: view=obs and view=both show the policy's image."""
+    if cfg.view != View.render and not image:
+        raise ConfigError(
+            f"{key}.view={cfg.view} shows the policy's observation image, and the env observes "
+            f"none (state only, no 'rgb'): set env.obs_mode=rgb or rgb_state (where the env "
+            f"observes images), or {key}.view=render"
+        )
 
 
 def recording(cfg: Optional[RecorderConfig]) -> bool:

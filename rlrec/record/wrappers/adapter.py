@@ -18,6 +18,7 @@ from rlrec.record.names import Name
 from rlrec.record.settings import RecorderConfig
 from rlrec.record.wrappers.base import RecorderWrapper
 from rlrec.record.wrappers.episodes import env_seed
+from rlrec.record.wrappers.view import viewed
 
 __all__ = ["Recorder"]
 
@@ -29,7 +30,7 @@ class Recorder(RecorderWrapper, EnvWrapper):
     with each clip once it is complete on disk, from the training thread (during a later
     ``step``/``reset``/``flush``/``close``); ``name``: the clips' file names
     (:mod:`rlrec.record.names`). Bad settings raise ConfigError here, before any work; then the
-    video directory is created.
+    video directory is created. ``cfg.view``: :mod:`rlrec.record.wrappers.view`.
 
     The clips' figures, the schedule and the caller's ``tag`` (each clip keeps the tag current at
     its first frame, and its :class:`ClipInfo` carries it) are the engine's: ``recorder.engine``.
@@ -44,8 +45,11 @@ class Recorder(RecorderWrapper, EnvWrapper):
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
         name: Optional[Name] = None,
     ):
-        super().__init__(env)
-        self.engine = ClipEngine(cfg, env, video_dir, kind=kind, on_clip=on_clip, name=name)
+        key = "recorder" if kind == "train" else f"{kind}_env.recorder"
+        super().__init__(viewed(env, cfg, key))
+        self.engine = ClipEngine(
+            cfg, self.env, video_dir, kind=kind, key=key, on_clip=on_clip, name=name
+        )
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)

@@ -38,6 +38,7 @@ from rlrec.record.encoder import BATCH, ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.record.wrappers.view import viewed
 
 __all__ = ["ClipChoice", "EpisodeClips", "env_seed"]
 
@@ -91,7 +92,7 @@ class EpisodeClips(EnvWrapper):
         key: str = "eval_env.recorder",
         choice: ClipChoice = ClipChoice(),
     ):
-        super().__init__(env)
+        super().__init__(viewed(env, cfg, key))  # cfg.view: rlrec.record.wrappers.view
         n = env.num_envs
         self.choice = choice
         self.tag: Any = None  # each engine's at a reset, so its clip's (ClipEngine.tag)

@@ -1,0 +1,66 @@
+"""``recorder.view``: what a recorder layer's frames show, as the ``render`` of a layer below it.
+
+:class:`ObsView` keeps the observation of every reset and step its env returns and renders the
+policy's own image (``"rgb"``, rlrec/obs.py) of the named envs (``view=obs``), or the env's render
+with that image beside it (``view=both``). A recorder above it takes its frames where it takes
+them from any env, right after the reset or step that gave that observation, so the observation
+tile of a frame is the observation the policy acts on at that step (the reset frame the reset
+observation, the terminal frame the final observation that AutoReset keeps as ``final_obs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+
+from rlrec.envs.base import EnvAdapter, EnvWrapper
+from rlrec.obs import RGB
+from rlrec.record.frames import obs_frames, side_by_side
+from rlrec.record.settings import RecorderConfig, View, check_view
+
+__all__ = ["ObsView", "viewed"]
+
+
+class ObsView(EnvWrapper):
+    """``env`` whose ``render(env_idx)`` shows ``view`` (obs or both; see the module docstring).
+    The image is upscaled to the size of the env's own render (:func:`obs_frames`), learnt from
+    one render of one env at the first frame with ``view=obs``."""
+
+    def __init__(self, env: EnvAdapter, view: View):
+        super().__init__(env)
+        self.view = view
+        self._obs: Any = None
+        self._size: Optional[Tuple[int, int]] = None
+
+    def reset(self, seed=None, env_idx=None):
+        out = self.env.reset(seed=seed, env_idx=env_idx)
+        self._obs = out[0]
+        return out
+
+    def step(self, action):
+        out = self.env.step(action)
+        self._obs = out[0]
+        return out
+
+    def render(self, env_idx):
+        # the recorded envs' images only, in one copy to the host
+        image = self._obs[RGB][list(env_idx)].cpu()
+        if self.view == View.obs:
+            # the adapter's own render: a view above another shows its image once
+            size = self._size or tuple(self.unwrapped.render(env_idx[:1]).shape[1:3])
+            self._size = size
+            return obs_frames(image, size)
+        frames = torch.as_tensor(self.unwrapped.render(env_idx)).cpu()
+        return side_by_side(frames, obs_frames(image, frames.shape[1:3]))
+
+
+def viewed(env: EnvAdapter, cfg: RecorderConfig, key: str) -> EnvAdapter:
+    """``env`` as a recorder with settings ``cfg`` (``key`` in messages) shows it: itself for
+    ``view=render``, else under an :class:`ObsView`; ConfigError naming ``{key}.view`` where the
+    env's observation has no image."""
+    cfg.check(env.num_envs, key)
+    if cfg.view == View.render:
+        return env
+    check_view(cfg, RGB in getattr(env.single_observation_space, "spaces", {}), key)
+    return ObsView(env, View(cfg.view))
