@@ -14,6 +14,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
+from rlrec.checks import choice
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.obs import RGB
 from rlrec.record.frames import obs_frames, side_by_side
@@ -47,10 +48,9 @@ class ObsView(EnvWrapper):
         # the recorded envs' images only, in one copy to the host
         image = self._obs[RGB][list(env_idx)].cpu()
         if self.view == View.obs:
-            # the adapter's own render: a view above another shows its image once
-            size = self._size or tuple(self.unwrapped.render(env_idx[:1]).shape[1:3])
-            self._size = size
-            return obs_frames(image, size)
+            if self._size is None:  # the adapter's: a view above another shows its image once
+                self._size = tuple(self.unwrapped.render(env_idx[:1]).shape[1:3])
+            return obs_frames(image, self._size)
         frames = torch.as_tensor(self.unwrapped.render(env_idx)).cpu()
         return side_by_side(frames, obs_frames(image, frames.shape[1:3]))
 
@@ -59,8 +59,8 @@ def viewed(env: EnvAdapter, cfg: RecorderConfig, key: str) -> EnvAdapter:
     """``env`` as a recorder with settings ``cfg`` (``key`` in messages) shows it: itself for
     ``view=render``, else under an :class:`ObsView`; ConfigError naming ``{key}.view`` where the
     env's observation has no image."""
-    cfg.check(env.num_envs, key)
-    if cfg.view == View.render:
+    choice(cfg, "view", View, f"{key}.view")
+    if cfg.view is View.render:
         return env
     check_view(cfg, RGB in getattr(env.single_observation_space, "spaces", {}), key)
-    return ObsView(env, View(cfg.view))
+    return ObsView(env, cfg.view)
