@@ -182,7 +182,7 @@ def test_a_pixel_run_trains_evaluates_records_checkpoints_and_resumes(tmp_path):
     assert len(losses) == 4 and all(v == v for v in losses)
     Runner(make_config([*FAST, *pixels, "total_steps=768", "resume=auto"]), run_dir).run()
     assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 768
-    from rlrec.export import load_policy
+    from rlrec.export import load_policy  # tests/ppo/test_pixel_paths.py: it acts as PPO does
 
-    with pytest.raises(ConfigError, match="observes images"):
-        load_policy(run_dir / "checkpoints" / "last.pt")
+    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert load_policy(run_dir / "checkpoints" / "last.pt")(data["next_obs"]).shape == (8, 2)
