@@ -261,14 +261,12 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
         write_atomic(out / name, blob)
     norm = policy.norm
     stats = None if norm is None else {k: v.tolist() for k, v in norm.state_dict().items()}
+    dtypes = map_obs(lambda t: str(t.dtype).removeprefix("torch."), example)  # float32, uint8
     meta = {
         "step": data["global_step"],
         "iteration": data["iteration"],
         "env": data["env_name"],
-        "observation_space": {
-            "shape": map_obs(list, data["obs_shape"]),
-            "dtype": map_obs(lambda t: str(t.dtype).removeprefix("torch."), example),
-        },
+        "observation_space": {"shape": map_obs(list, data["obs_shape"]), "dtype": dtypes},
         "action_space": {
             **_space_meta(action_space(data["action_space"])),
             "repr": data["action_space"],
