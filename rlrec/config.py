@@ -224,7 +224,7 @@ def validate(cfg: Config) -> None:
         )
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
-    check_encoder(a.encoder, env.obs_image(), "algo.encoder")
+    check_encoder(a.encoder, env, "algo.encoder")
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")

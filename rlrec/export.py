@@ -2,7 +2,8 @@
 [export.step=S] [export.format=torchscript|onnx|both]`` (``rlrec-export``) writes, in the run
 dir's ``exported/``, the deterministic policy of the checkpoint of step ``S`` (default: the last)
 as TorchScript (``policy.pt``) and/or ONNX (``policy.onnx``, the ``export`` extra), with
-``policy.json`` beside it. The policy takes raw observations ``float32 [batch, *obs_shape]``
+``policy.json`` beside it. The policy takes raw observations ``float32 [batch, *obs_shape]``,
+or a pixel observation's dict (rlrec/obs.py: ONNX inputs ``rgb`` uint8, ``state`` float32),
 (any batch size) and returns the Gaussian's mean clamped to the action space's bounds, or the
 categorical's argmax (int64): the observation normaliser is folded in.
 
@@ -32,6 +33,7 @@ from rlrec import __version__
 from rlrec.checks import Choice, ConfigError
 from rlrec.files import write_atomic
 from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
+from rlrec.obs import Obs, as_float, first, map_obs, shape_of
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.train import checkpoint as ckpt
 
@@ -59,8 +61,8 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32).flatten())
             self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32).flatten())
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.float()
+    def forward(self, obs: Obs) -> torch.Tensor:
+        obs = as_float(obs)
         action = self.agent.action(obs if self.norm is None else self.norm(obs), deterministic=True)
         return torch.clamp(action, self.low, self.high) if self.box else action
 
@@ -81,23 +83,16 @@ def action_space(desc: str) -> gym.Space:
 
 
 def policy_of(data: Dict[str, Any]) -> DeterministicPolicy:
-    """The deterministic policy of a checkpoint's verified contents (no critic); a policy of
-    image observations is refused (its export is not written yet)."""
-    if isinstance(data["obs_shape"], dict):
-        raise ConfigError(
-            f"this checkpoint's policy observes images {data['obs_shape']}: rlrec exports and "
-            "loads state-vector policies only; evaluate it with eval_only=true checkpoint=PATH"
-        )
-    algo, shape = data["config"]["algo"], tuple(data["obs_shape"])
-    space = action_space(data["action_space"])
-    obs_space = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
-    agent = ActorCritic(obs_space, space, list(algo["hidden_sizes"]), algo["activation"])
+    """The deterministic policy of a checkpoint's verified contents (no critic)."""
+    algo, space = data["config"]["algo"], action_space(data["action_space"])
+    hidden, encoder = list(algo["hidden_sizes"]), algo.get("encoder", "mlp")  # (older: no key)
+    agent = ActorCritic(data["obs_shape"], space, hidden, algo["activation"], encoder=encoder)
     agent.load_state_dict(data["ppo"]["agent"])
     del agent.critic
-    norm = None
-    if data["ppo"].get("obs_norm") is not None:
-        norm = ObsNormalizer(shape)
-        norm.load_state_dict(data["ppo"]["obs_norm"])
+    norm, stats = None, data["ppo"].get("obs_norm")
+    if stats is not None:  # of the state part alone, for a pixel observation
+        norm = ObsNormalizer(tuple(stats["mean"].shape))
+        norm.load_state_dict(stats)
     return DeterministicPolicy(agent, norm, space).eval()
 
 
@@ -109,13 +104,14 @@ class LoadedPolicy:
         self.run, self.meta, self.device = run, meta, torch.device("cpu")
 
     def __call__(self, obs):
-        x = torch.as_tensor(obs, dtype=torch.float32)
-        if isinstance(self.run, nn.Module) and x.device != self.device:  # moved once
-            self.device = x.device
-            self.run.to(x.device)
+        x = as_float(map_obs(torch.as_tensor, obs))
+        device = first(x).device
+        if isinstance(self.run, nn.Module) and device != self.device:  # moved once
+            self.device = device
+            self.run.to(device)
         with torch.no_grad():
             action = self.run(x)
-        return action.to(x.device) if isinstance(obs, torch.Tensor) else action.cpu().numpy()
+        return action.to(device) if torch.is_tensor(first(obs)) else action.cpu().numpy()
 
 
 def _need(module: str, what: str) -> None:
@@ -142,7 +138,11 @@ def load_policy(path) -> LoadedPolicy:
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(p), providers=["CPUExecutionProvider"])
-        run = lambda x: torch.from_numpy(session.run(None, {"obs": x.cpu().numpy()})[0])  # noqa: E731
+
+        def run(x: Obs) -> torch.Tensor:
+            feed = map_obs(lambda v: v.cpu().numpy(), x if isinstance(x, dict) else {"obs": x})
+            return torch.from_numpy(session.run(None, feed)[0])
+
         return LoadedPolicy(run, meta)
     if _is_torchscript(p):
         return LoadedPolicy(torch.jit.load(str(p), map_location="cpu"), meta)
@@ -167,7 +167,7 @@ def start_data(path, eval_only: bool) -> Optional[Dict[str, Any]]:
     return {
         "global_step": meta["step"],
         "iteration": meta["iteration"],
-        "obs_shape": tuple(meta["observation_space"]["shape"]),
+        "obs_shape": shape_of(meta["observation_space"]["shape"]),
         "action_space": meta["action_space"]["repr"],
         "env_name": meta["env"],
         "policy": policy,
@@ -231,13 +231,14 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
             f"(mv {out} {out}-step{old['step']})"
         )
     policy = policy_of(data)
-    example = torch.zeros(1, *data["obs_shape"])
+    example = as_float(map_obs(lambda s: torch.zeros(1, *s, dtype=torch.uint8), data["obs_shape"]))
+    names = list(example) if isinstance(example, dict) else ["obs"]
     blobs: Dict[str, bytes] = {}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy ONNX exporter's notes
         if "torchscript" in kinds:
             buf = io.BytesIO()
-            torch.jit.save(torch.jit.trace(policy, example, check_trace=False), buf)
+            torch.jit.save(torch.jit.trace(policy, (example,), check_trace=False), buf)
             blobs[FILES["torchscript"]] = buf.getvalue()
         if "onnx" in kinds:
             import onnx
@@ -245,11 +246,11 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
             buf = io.BytesIO()
             torch.onnx.export(
                 policy,
-                (example,),
+                (example, {}),  # (a dict last would be read as keyword arguments)
                 buf,
-                input_names=["obs"],
+                input_names=names,
                 output_names=["action"],
-                dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+                dynamic_axes={n: {0: "batch"} for n in [*names, "action"]},
                 opset_version=OPSET,
                 dynamo=False,
             )
@@ -260,11 +261,12 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
         write_atomic(out / name, blob)
     norm = policy.norm
     stats = None if norm is None else {k: v.tolist() for k, v in norm.state_dict().items()}
+    dtypes = map_obs(lambda t: str(t.dtype).removeprefix("torch."), example)  # float32, uint8
     meta = {
         "step": data["global_step"],
         "iteration": data["iteration"],
         "env": data["env_name"],
-        "observation_space": {"shape": list(data["obs_shape"]), "dtype": "float32"},
+        "observation_space": {"shape": map_obs(list, data["obs_shape"]), "dtype": dtypes},
         "action_space": {
             **_space_meta(action_space(data["action_space"])),
             "repr": data["action_space"],

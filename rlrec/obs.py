@@ -39,9 +39,14 @@ def shape_of(space_or_shape) -> Shape:
     return tuple(space_or_shape)
 
 
+def first(obs: Obs) -> torch.Tensor:
+    """The tensor of ``obs``, or the first of a pixel observation (its batch size, its device)."""
+    return next(iter(obs.values())) if isinstance(obs, dict) else obs
+
+
 def batch_size(obs: Obs) -> int:
     """How many envs ``obs`` holds."""
-    return next(iter(obs.values())).shape[0] if isinstance(obs, dict) else obs.shape[0]
+    return first(obs).shape[0]
 
 
 def as_float(obs: Obs) -> Obs:

@@ -127,7 +127,8 @@ def test_the_normaliser_sees_the_state_alone():
 @pytest.mark.parametrize(
     "args,says",
     [
-        (["algo.encoder=cnn"], "algo.encoder=cnn reads an image but the env observes a flat"),
+        (["algo.encoder=cnn"], "vector: set env.obs_mode=rgb or rgb_state, or set algo"),
+        (["env=gymnasium", "algo.encoder=cnn"], "env=gymnasium observes no image: set algo.enc"),
         (["env.obs_mode=rgb", "env.obs_width=35", "algo.encoder=cnn"], "too small for NatureCNN"),
         (["env.obs_mode=rgb", "env.obs_width=128"], "algo.encoder=mlp on the raw image 64x128x3"),
     ],
@@ -182,7 +183,7 @@ def test_a_pixel_run_trains_evaluates_records_checkpoints_and_resumes(tmp_path):
     assert len(losses) == 4 and all(v == v for v in losses)
     Runner(make_config([*FAST, *pixels, "total_steps=768", "resume=auto"]), run_dir).run()
     assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 768
-    from rlrec.export import load_policy
+    from rlrec.export import load_policy  # tests/ppo/test_pixel_paths.py: it acts as PPO does
 
-    with pytest.raises(ConfigError, match="observes images"):
-        load_policy(run_dir / "checkpoints" / "last.pt")
+    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert load_policy(run_dir / "checkpoints" / "last.pt")(data["next_obs"]).shape == (8, 2)
