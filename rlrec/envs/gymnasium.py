@@ -140,16 +140,18 @@ def check_ready(env_cfg, sim=None) -> Tuple[gym.envs.registration.EnvSpec, Optio
     meta = getattr(creator, "metadata", None)
     modes = list(meta.get("render_modes") or []) if isinstance(meta, dict) else None
     if env_cfg.obs_mode != ObsMode.state:
-        _refuse_unrenderable(env_cfg, spec, modes, f"observe env.obs_mode={env_cfg.obs_mode}")
+        mode = f"observe env.obs_mode={env_cfg.obs_mode}"
+        _refuse_unrenderable(env_cfg, spec, modes, mode, "observe with env.obs_mode=state")
     return spec, modes
 
 
 def check_renderable(env_cfg) -> None:
     """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
-    _refuse_unrenderable(env_cfg, *check_ready(env_cfg), "be recorded")
+    off = "turn recording off with recorder=none and eval_env.recorder.enabled=false"
+    _refuse_unrenderable(env_cfg, *check_ready(env_cfg), "be recorded", off)
 
 
-def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str) -> None:
+def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, fix: str) -> None:
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
@@ -161,9 +163,8 @@ def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str) -
     if "rgb_array" not in modes:
         raise ConfigError(
             f"env.id={env_cfg.id!r} cannot {what}: it has no render_mode='rgb_array' (its render "
-            f"modes: {modes or 'none'}). Turn recording off with recorder=none and "
-            "eval_env.recorder.enabled=false, observe with env.obs_mode=state, or pick an env "
-            "that renders rgb_array frames."
+            f"modes: {modes or 'none'}). {fix.capitalize()}, or pick an env that renders "
+            "rgb_array frames."
         )
 
 
