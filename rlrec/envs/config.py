@@ -206,6 +206,19 @@ class GenesisEnvConfig(EnvConfig):
     )
     # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
     kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
+    # rgb: every env's camera image (resized), rgb_state: and the env's observation (genesis.py)
+    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        drawn = (self.kwargs or {}).get("rendered_envs_idx")  # rlrec's own tasks' key
+        if self.obs_mode != ObsMode.state and (self.camera_attr is None or drawn is not None):
+            raise ConfigError(
+                f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but "
+                f"env.camera_attr={self.camera_attr} and env.kwargs.rendered_envs_idx={drawn}: "
+                "set env.camera_attr to the env's camera and env.kwargs.rendered_envs_idx=null "
+                "(every env drawn), or env.obs_mode=state"
+            )
 
 
 # env group option -> its schema (Hydra's schema/env/<name>); the backend is the module
