@@ -376,12 +376,12 @@ class VectorEnvAdapter(EnvAdapter):
         return map_obs(torch.clone, self._obs)
 
     def _tensors(self, obs, reset: Optional[torch.Tensor]) -> Obs:
-        # torch.tensor copies: the vector env may reuse its buffer (copy=False)
-        def tensor(x, key=None):
-            dtype = torch.uint8 if key == RGB else torch.float32
-            return torch.tensor(x, dtype=dtype, device=self.device)
-
-        return {k: tensor(v, k) for k, v in obs.items()} if isinstance(obs, dict) else tensor(obs)
+        # torch.tensor copies: the vector env may reuse its buffer (copy=False); an image stays
+        # uint8, the rest becomes float32
+        if not isinstance(obs, dict):
+            return torch.tensor(obs, dtype=torch.float32, device=self.device)
+        float32 = {k: None if k == RGB else torch.float32 for k in obs}
+        return {k: torch.tensor(v, dtype=float32[k], device=self.device) for k, v in obs.items()}
 
     def _np_action(self, action: torch.Tensor) -> np.ndarray:
         if not isinstance(action, torch.Tensor):
