@@ -228,11 +228,8 @@ class GymnasiumEnv(VectorEnvAdapter):
             env = gym.make(env_id, **make_kwargs)
             if not isinstance(env.observation_space, gym.spaces.Box):
                 env = gym.wrappers.FlattenObservation(env)
-            if obs_mode != ObsMode.state:  # the rendered frame as the observation, or beside it
-                rgb_only = obs_mode == ObsMode.rgb
-                env = gym.wrappers.AddRenderObservation(
-                    env, rgb_only, render_key=RGB, obs_key=STATE
-                )
+            if obs_mode != ObsMode.state:  # the frame as the observation (rgb), or beside it
+                env = gym.wrappers.AddRenderObservation(env, obs_mode == ObsMode.rgb, RGB, STATE)
             if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
                 raise ConfigError(
                     f"env.id={env_id!r} has action space {env.action_space}: rlrec's gymnasium "
@@ -265,13 +262,11 @@ class GymnasiumEnv(VectorEnvAdapter):
         if not isinstance(obs, dict):
             return obs
         rgb = resize_images(obs[RGB], self.obs_size)  # all envs at once, on the device
-        if self.frame_stack > 1:
-            if reset is None:  # a step: the oldest image out, the new one in
-                self._stack = torch.cat([self._stack[..., rgb.shape[-1] :], rgb], dim=-1)
-            else:  # never a previous episode's images in a stack
-                self._stack[reset] = rgb[reset].repeat(1, 1, 1, self.frame_stack)
-            rgb = self._stack
-        return {**obs, RGB: rgb}
+        if reset is None:  # a step: the oldest image out, the new one in
+            self._stack = torch.cat([self._stack[..., rgb.shape[-1] :], rgb], dim=-1)
+        else:  # never a previous episode's images in a stack
+            self._stack[reset] = rgb[reset].repeat(1, 1, 1, self.frame_stack)
+        return {**obs, RGB: self._stack}
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         if self.render_mode != "rgb_array":
