@@ -213,9 +213,11 @@ class GenesisEnvConfig(EnvConfig):
         super().__post_init__()
         drawn = (self.kwargs or {}).get("rendered_envs_idx")  # rlrec's own tasks' key
         if self.obs_mode != ObsMode.state and (self.camera_attr is None or drawn is not None):
+            why = f"env.kwargs.rendered_envs_idx={drawn} draws only those envs"
+            if self.camera_attr is None:
+                why = "env.camera_attr=null: no camera"
             raise ConfigError(
-                f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but "
-                f"env.camera_attr={self.camera_attr} and env.kwargs.rendered_envs_idx={drawn}: "
+                f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but {why}: "
                 "set env.camera_attr to the env's camera and env.kwargs.rendered_envs_idx=null "
                 "(every env drawn), or env.obs_mode=state"
             )

@@ -61,9 +61,14 @@ def test_the_observation_is_every_envs_camera_image_resized():
 
 
 def test_pixels_without_every_env_drawn_are_refused_before_work():
-    with pytest.raises(ConfigError, match=r"env.kwargs.rendered_envs_idx=\[0\]: set .*=null"):
+    with pytest.raises(
+        ConfigError, match=r"env.kwargs.rendered_envs_idx=\[0\] draws only those envs: set .*=null"
+    ):
         make_config(["env=genesis", "env.obs_mode=rgb"])  # conf/env/genesis.yaml draws env 0
-    with pytest.raises(ConfigError, match="env.obs_mode=rgb_state observes every env's camera"):
+    with pytest.raises(
+        ConfigError,
+        match="env.obs_mode=rgb_state observes every env's camera image, but env.camera_attr=null",
+    ):
         GenesisEnvConfig(obs_mode="rgb_state", camera_attr=None)
     cfg = make_config(["env=genesis", "env.obs_mode=rgb", "env.kwargs.rendered_envs_idx=null"])
     assert cfg.env.obs_image() == (64, 64, 3)
