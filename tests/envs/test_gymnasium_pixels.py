@@ -144,10 +144,12 @@ def test_frame_stack_joins_the_last_images_and_an_autoreset_restarts_the_stack()
         assert torch.equal(obs["rgb"], torch.cat(([frames[0]] * 2 + frames)[-3:], dim=-1))
     assert bool(term[0]) and not bool(term[1])
     # env 0 was reset in the same step: its stack is its reset image alone, never the previous
-    # episode's images; the final observation holds the ended episode's last three
+    # episode's images; the final observation holds the ended episode's last three images
     fresh = env.render([0])[0]
     assert torch.equal(obs["rgb"][0], fresh.repeat(1, 1, 3))
-    assert not torch.equal(info["final_obs"]["rgb"][0], obs["rgb"][0])
+    final = info["final_obs"]["rgb"][0]
+    assert torch.equal(final[..., :6], torch.cat([frames[-2][0], frames[-1][0]], dim=-1))
+    assert not torch.equal(final[..., 6:], fresh)  # the terminal image, at the left edge
     # env 1 goes on: its last image is its current one, the two before are its earlier images
     c = 3
     assert torch.equal(obs["rgb"][1][..., 2 * c :], env.render([1])[0])
