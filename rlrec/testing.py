@@ -10,7 +10,8 @@
           def make_env(self, num_envs, seed=None):
               return MyAdapter(num_envs, seed=seed)
 
-  Class attributes tune it for slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
+  Observations may be state tensors or pixel dicts (rlrec/obs.py). Class attributes tune it for
+  slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
   renderers that are not bit-exact (``render_atol``: the largest allowed mean absolute pixel
   difference between two renders of the same state).
 - :class:`FrameSpy`: a layer put right below the recorder,
@@ -38,7 +39,7 @@ except ImportError as e:
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
 from rlrec.obs import RGB, Obs, map_obs, shape_of
 
-__all__ = ["EnvContract", "FrameSpy", "decode", "frame_diff", "sample_actions"]
+__all__ = ["EnvContract", "FrameSpy", "decode", "frame_diff", "obs_equal", "rows", "sample_actions"]
 
 
 def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
