@@ -10,7 +10,8 @@
           def make_env(self, num_envs, seed=None):
               return MyAdapter(num_envs, seed=seed)
 
-  Class attributes tune it for slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
+  Observations may be state tensors or pixel dicts (rlrec/obs.py). Class attributes tune it for
+  slow simulators (``num_envs``, ``max_steps_to_truncation``) and for
   renderers that are not bit-exact (``render_atol``: the largest allowed mean absolute pixel
   difference between two renders of the same state).
 - :class:`FrameSpy`: a layer put right below the recorder,
@@ -36,8 +37,9 @@ except ImportError as e:
     raise ImportError(f"rlrec.testing needs pytest ({e}): pip install 'rlrec[testing]'") from None
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
+from rlrec.obs import RGB, Obs, map_obs, shape_of
 
-__all__ = ["EnvContract", "FrameSpy", "decode", "frame_diff", "sample_actions"]
+__all__ = ["EnvContract", "FrameSpy", "decode", "frame_diff", "obs_equal", "rows", "sample_actions"]
 
 
 def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
@@ -46,6 +48,17 @@ def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
     space.seed(seed)
     acts = np.stack([space.sample() for _ in range(env.num_envs)])
     return torch.as_tensor(acts, device=env.device)
+
+
+def rows(obs: Obs, idx) -> Obs:
+    """Rows ``idx`` of an observation (a tensor, or each tensor of a pixel dict)."""
+    return map_obs(lambda x: x[idx], obs)
+
+
+def obs_equal(a: Obs, b: Obs) -> bool:
+    """Whether two observations (tensors, or pixel dicts) are equal."""
+    equal = map_obs(torch.equal, a, b)
+    return all(equal.values()) if isinstance(equal, dict) else equal
 
 
 def frame_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -77,18 +90,25 @@ class EnvContract:
         assert isinstance(env.single_action_space, gym.Space)
 
     def test_reset_and_step_shapes(self, env):
+        """A state tensor or a pixel dict (rlrec/obs.py: "rgb" uint8, "state" float) of the
+        space's shapes, on the env's device."""
         obs, info = env.reset(seed=self.seed)
         n = self.num_envs
-        assert isinstance(obs, torch.Tensor) and obs.device.type == env.device.type
-        assert tuple(obs.shape) == (n, *env.single_observation_space.shape)
-        assert obs.dtype in (torch.float32, torch.float64)
+        space = shape_of(env.single_observation_space)
+        parts = obs if isinstance(obs, dict) else {None: obs}
+        assert set(parts) == (set(space) if isinstance(space, dict) else {None})
+        for key, part in parts.items():
+            assert isinstance(part, torch.Tensor) and part.device.type == env.device.type
+            assert tuple(part.shape) == (n, *(space[key] if key else space)), key
+            floats = part.dtype in (torch.float32, torch.float64)
+            assert part.dtype == torch.uint8 if key == RGB else floats, key
         assert isinstance(info, dict)
         obs2, rew, term, trunc, info = env.step(sample_actions(env))
-        assert tuple(obs2.shape) == tuple(obs.shape)
+        assert map_obs(lambda x: x.shape, obs2) == map_obs(lambda x: x.shape, obs)
         assert rew.shape == (n,) and rew.dtype.is_floating_point
         assert term.shape == (n,) and term.dtype == torch.bool
         assert trunc.shape == (n,) and trunc.dtype == torch.bool
-        for t in (obs2, rew, term, trunc):
+        for t in (*(obs2.values() if isinstance(obs2, dict) else [obs2]), rew, term, trunc):
             assert t.device.type == env.device.type
         for k, v in info.items():
             if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
@@ -106,7 +126,9 @@ class EnvContract:
         other = self.make_env(self.num_envs, seed=self.seed)
         try:
             obs_c, _ = other.reset(seed=7)
-            torch.testing.assert_close(obs_a.cpu(), obs_c.cpu())
+            torch.testing.assert_close(
+                map_obs(torch.Tensor.cpu, obs_a), map_obs(torch.Tensor.cpu, obs_c)
+            )
         finally:
             other.close()
 
@@ -119,32 +141,34 @@ class EnvContract:
         full, _ = env.reset(seed=s)
         for i in range(n):
             for j in range(i):
-                assert not torch.equal(full[i], full[j]), f"sub-envs {j} and {i} start alike"
+                assert not obs_equal(rows(full, i), rows(full, j)), f"sub-envs {j}, {i} start alike"
         other, _ = env.reset(seed=s + n)
-        assert not torch.equal(other, full), "the seed does not change the starts"
+        assert not obs_equal(other, full), "the seed does not change the starts"
         if not env.seed_per_env:
             return
         for i in range(1, n):
             alone, _ = env.reset(seed=s + i)
-            torch.testing.assert_close(alone[0], full[i], msg=f"sub-env {i} is not seeded s + {i}")
+            msg = f"sub-env {i} is not seeded s + {i}"
+            torch.testing.assert_close(rows(alone, 0), rows(full, i), msg=msg)
         env.step(sample_actions(env))
         last = n - 1
         again, _ = env.reset(seed=s, env_idx=[last])
-        torch.testing.assert_close(again[last], full[last], msg="a partial seeded reset differs")
+        msg = "a partial seeded reset differs"
+        torch.testing.assert_close(rows(again, last), rows(full, last), msg=msg)
 
     def test_partial_reset_touches_only_named_envs(self, env):
         env.reset(seed=self.seed)
         for i in range(3):
             obs, *_ = env.step(sample_actions(env, seed=i))
-        before_obs = obs.clone()
+        before_obs = map_obs(torch.clone, obs)
         before_frames = env.render(list(range(self.num_envs)))
         obs_after, _ = env.reset(env_idx=torch.tensor([1], device=env.device))
         after_frames = env.render(list(range(self.num_envs)))
         others = [i for i in range(self.num_envs) if i != 1]
-        torch.testing.assert_close(obs_after[others], before_obs[others])
+        torch.testing.assert_close(rows(obs_after, others), rows(before_obs, others))
         for i in others:
             assert frame_diff(after_frames[i], before_frames[i]) <= self.render_atol, i
-        assert not torch.equal(obs_after[1], before_obs[1])
+        assert not obs_equal(rows(obs_after, 1), rows(before_obs, 1))
         assert frame_diff(after_frames[1], before_frames[1]) > self.render_atol
 
     # ------------------------------------------------------------------ rendering

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
+from rlrec.envs.config import is_image
+from rlrec.obs import RGB, Obs, map_obs
 
 Info = Dict[str, Any]
 EnvIdx = Union[torch.Tensor, Sequence[int], None]
@@ -342,7 +344,8 @@ class VectorEnvAdapter(EnvAdapter):
     A partial reset is the vector env's ``reset_mask`` reset; ``seed`` (None: unseeded) is given
     to the first reset that gets no seed of its own; ``render`` renders the named sub-envs only
     (:func:`render_sub_envs`). Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box
-    (clipped to its bounds when ``clip_actions``); observations ``float32 [N, *shape]``.
+    (clipped to its bounds when ``clip_actions``); observations ``float32 [N, *shape]``, an
+    image (:func:`is_image`) and a dict of observations as rlrec/obs.py has them (uint8 "rgb").
     """
 
     clip_actions = True
@@ -357,16 +360,28 @@ class VectorEnvAdapter(EnvAdapter):
             self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kwargs)
         else:
             self.vec = gym.vector.SyncVectorEnv(fns, **kwargs)
-        self.single_observation_space = self.vec.single_observation_space
+        space = self.vec.single_observation_space
+        # an image (Box of uint8, HxWxC) is observed as {"rgb": ...} (rlrec/obs.py)
+        self._image = is_image(space)
+        self.single_observation_space = gym.spaces.Dict({RGB: space}) if self._image else space
         self.single_action_space = self.vec.single_action_space
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self.dt = float(self.vec.get_attr("dt")[0])  # each sub-env's dt (seconds per step)
-        self._obs = torch.zeros(self.num_envs, *self.single_observation_space.shape, device=device)
+        self._obs: Obs = None  # the last observation (a reset that names no env returns it)
 
-    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        # torch.tensor copies: the vector env may reuse its buffer (copy=False)
-        self._obs = torch.tensor(obs, dtype=torch.float32, device=self.device)
-        return self._obs.clone()
+    def _obs_tensor(self, obs, reset: Optional[torch.Tensor] = None) -> Obs:
+        """The vector env's observation as tensors of rlrec's own (:meth:`_tensors`), and an owned
+        copy of them; ``reset``: the envs a reset named (None: a step)."""
+        self._obs = self._tensors({RGB: obs} if self._image else obs, reset)
+        return map_obs(torch.clone, self._obs)
+
+    def _tensors(self, obs, reset: Optional[torch.Tensor]) -> Obs:
+        # torch.tensor copies: the vector env may reuse its buffer (copy=False); an image stays
+        # uint8, the rest becomes float32
+        if not isinstance(obs, dict):
+            return torch.tensor(obs, dtype=torch.float32, device=self.device)
+        float32 = {k: None if k == RGB else torch.float32 for k in obs}
+        return {k: torch.tensor(v, dtype=float32[k], device=self.device) for k, v in obs.items()}
 
     def _np_action(self, action: torch.Tensor) -> np.ndarray:
         if not isinstance(action, torch.Tensor):
@@ -384,14 +399,15 @@ class VectorEnvAdapter(EnvAdapter):
         seed, self._seed = (self._seed if seed is None else seed), None
         seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
         options = None
+        idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
         if env_idx is not None:
-            idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
             if idx.numel() == 0:
-                return self._obs.clone(), {}
+                return map_obs(torch.clone, self._obs), {}
             options = {"reset_mask": np.zeros(self.num_envs, dtype=np.bool_)}
             options["reset_mask"][idx.numpy()] = True
         obs, info = self.vec.reset(seed=seeds, options=options)
-        return self._obs_tensor(obs), owned_info(info, self.num_envs, self.device, self.info_masks)
+        info = owned_info(info, self.num_envs, self.device, self.info_masks)
+        return self._obs_tensor(obs, idx), info
 
     def step(self, action: torch.Tensor):
         obs, reward, _, _, info = self.vec.step(self._np_action(action))
@@ -407,6 +423,17 @@ class VectorEnvAdapter(EnvAdapter):
 
     def _release(self) -> None:
         self.vec.close()
+
+
+def resize_images(images: torch.Tensor, size: Optional[Tuple[int, int]]) -> torch.Tensor:
+    """uint8 ``[N, H, W, C]`` images at ``size`` = (height, width) (bilinear, antialiased), all at
+    once on their device; as they are where they have that size already (or ``size`` is None)."""
+    if size is None or tuple(images.shape[1:3]) == tuple(size):
+        return images
+    x = torch.nn.functional.interpolate(
+        images.permute(0, 3, 1, 2).float(), size=tuple(size), mode="bilinear", antialias=True
+    )
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
 def render_sub_envs(vec: gym.vector.VectorEnv, env_idx: Sequence[int]) -> torch.Tensor:

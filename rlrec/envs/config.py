@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Type
 
-from rlrec.checks import POSITIVE, Choice, ConfigError, check_choices
+from rlrec.checks import POSITIVE, Choice, ConfigError, check_choices, positive
 
 Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
 Vectorization.__doc__ = (
@@ -113,9 +113,61 @@ class GymnasiumEnvConfig(EnvConfig):
     async_context: Optional[StartMethod] = None  # async only: start method (None: the platform's)
     resize_frames: bool = False  # true: render_height x render_width frames (false: the env's size)
     kwargs: Any = field(default_factory=dict)  # passed to gymnasium.make (+env.kwargs.g=9.81)
+    # the last N observed images, joined on the channel axis (an image env, or obs_mode rgb*)
+    frame_stack: int = 1
+    # state: the env's own observation (an image when its space is a Box of uint8 HxWxC); rgb:
+    # its rendered frame; rgb_state: both (gymnasium's AddRenderObservation); docs/gymnasium.md
+    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self.frame_stack, "env.frame_stack")
 
     def frame_size(self) -> Optional[Tuple[int, int]]:
         return super().frame_size() if self.resize_frames else None
+
+    def obs_image(self) -> Optional[Tuple[int, int, int]]:
+        """A rendered frame has 3 channels; with ``obs_mode=state`` the env's own observation is
+        an image or not (:func:`own_channels`)."""
+        channels = 3 if self.obs_mode != ObsMode.state else own_channels(self.id, self.kwargs)
+        if channels is None and self.frame_stack > 1:
+            raise ConfigError(
+                f"env.frame_stack={self.frame_stack} stacks images, but env.id={self.id!r} "
+                "observes a flat state vector: set env.obs_mode=rgb or rgb_state, or "
+                "env.frame_stack=1"
+            )
+        if channels is None:
+            return None
+        return (self.obs_height, self.obs_width, channels * self.frame_stack)
+
+
+def is_image(space) -> bool:
+    """Whether an observation space is an image: a Box of uint8, HxWxC (rlrec/obs.py)."""
+    import gymnasium as gym
+
+    return isinstance(space, gym.spaces.Box) and space.dtype == "uint8" and len(space.shape) == 3
+
+
+_OWN_CHANNELS: Dict[str, Optional[int]] = {}  # own_channels' answers, by id and kwargs
+
+
+def own_channels(env_id: str, kwargs: Any) -> Optional[int]:
+    """The channels of gymnasium env ``env_id``'s own observation where it is an image, else
+    None: read from one env built without rendering (gymnasium sets an env's space when it builds
+    it), once per id and kwargs in a process, before any work. An env that cannot be built: None
+    (``rlrec.envs.gymnasium.check_ready`` names why, before work)."""
+    key = repr((env_id, dict(kwargs or {})))
+    if key not in _OWN_CHANNELS:
+        import gymnasium as gym
+
+        try:  # gymnasium's own MODULE:ID imports MODULE
+            probe = gym.make(env_id, disable_env_checker=True, **dict(kwargs or {}))
+        except Exception:  # noqa: BLE001 (the backend's check before work says what is wrong)
+            return None
+        space = probe.observation_space
+        probe.close()
+        _OWN_CHANNELS[key] = int(space.shape[-1]) if is_image(space) else None
+    return _OWN_CHANNELS[key]
 
 
 class SapienStartMethod(Choice):
@@ -154,6 +206,21 @@ class GenesisEnvConfig(EnvConfig):
     )
     # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
     kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
+    # rgb: every env's camera image (resized), rgb_state: and the env's observation (genesis.py)
+    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        drawn = (self.kwargs or {}).get("rendered_envs_idx")  # rlrec's own tasks' key
+        if self.obs_mode != ObsMode.state and (self.camera_attr is None or drawn is not None):
+            why = f"env.kwargs.rendered_envs_idx={drawn} draws only those envs"
+            if self.camera_attr is None:
+                why = "env.camera_attr=null: no camera"
+            raise ConfigError(
+                f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but {why}: "
+                "set env.camera_attr to the env's camera and env.kwargs.rendered_envs_idx=null "
+                "(every env drawn), or env.obs_mode=state"
+            )
 
 
 # env group option -> its schema (Hydra's schema/env/<name>); the backend is the module

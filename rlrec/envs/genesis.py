@@ -38,9 +38,11 @@ from rlrec.envs.base import (
     import_object,
     owned,
     owned_info,
+    resize_images,
 )
-from rlrec.envs.config import GenesisEnvConfig
+from rlrec.envs.config import GenesisEnvConfig, ObsMode
 from rlrec.envs.device import use_device
+from rlrec.obs import RGB, STATE, Obs
 
 
 @runtime_checkable
@@ -262,6 +264,15 @@ class GenesisAdapter(EnvAdapter):
     not start as sub-env 0 of seed ``s + i``: its start is the ``i``-th of the batch's draws, and
     a partial reset with seed ``s`` draws its envs' starts from the head of that stream. Resets
     without a seed continue the one stream.
+
+    ``env.obs_mode=rgb|rgb_state``: every env's camera image (one render of the camera for all envs
+    per step, :meth:`render`), resized to ``env.obs_height x env.obs_width``, as ``{"rgb"}``
+    (rlrec/obs.py), with the task's observation as "state" for ``rgb_state``. Genesis draws one
+    image per env on the CPU too: its rasterizer renders a camera of a ``split_envs`` scene env
+    by env (genesis/vis/rasterizer.py, ``render_camera``, lines 69-71; camera.py ``build``, lines
+    163-164 and 179-180: batched over ``rendered_envs_idx``); its BatchRenderer, which renders
+    every env in one pass, requires the CUDA backend (batch_renderer.py, lines 292-293) and is
+    not needed here.
     """
 
     seed_per_env = False
@@ -270,7 +281,14 @@ class GenesisAdapter(EnvAdapter):
         target = env_cfg._target_
         # the camera and the spaces are checked before the scene compiles (task.build())
         self.camera = _camera(task, env_cfg.camera_attr, target)
-        self.single_observation_space, self.single_action_space = _spaces(task, target)
+        state_space, self.single_action_space = _spaces(task, target)
+        self.obs_mode, self.obs_size = env_cfg.obs_mode, (env_cfg.obs_height, env_cfg.obs_width)
+        self.single_observation_space = state_space
+        if self.obs_mode != ObsMode.state:
+            spaces = {RGB: gym.spaces.Box(0, 255, (*self.obs_size, 3), np.uint8)}
+            if self.obs_mode == ObsMode.rgb_state:
+                spaces[STATE] = state_space
+            self.single_observation_space = gym.spaces.Dict(spaces)
         task.build()
         self.task = task
         self.num_envs = num_envs
@@ -303,8 +321,14 @@ class GenesisAdapter(EnvAdapter):
         if idx.numel():
             self.task.reset_idx(idx, self._gen)
             self.clock.reset(idx)
-        obs = owned(self.task.get_observations(), self.device, torch.float32)
-        return obs, {}
+        return self._observe(self.task.get_observations()), {}
+
+    def _observe(self, state: torch.Tensor) -> Obs:
+        state = owned(state, self.device, torch.float32)
+        if self.obs_mode == ObsMode.state:
+            return state
+        rgb = resize_images(self.render(None), self.obs_size).to(self.device)
+        return {RGB: rgb, STATE: state} if self.obs_mode == ObsMode.rgb_state else {RGB: rgb}
 
     def step(self, action: torch.Tensor):
         action = torch.as_tensor(action).to(self._sim_device)
@@ -313,9 +337,9 @@ class GenesisAdapter(EnvAdapter):
         obs, reward, terminated, info = self.task.step(action)
         terminated = owned(terminated, self.device, torch.bool)
         truncated = self.clock.step(terminated, self.max_episode_steps)
-        obs = owned(obs, self.device, torch.float32)
         reward = owned(reward, self.device, torch.float32)
-        return obs, reward, terminated, truncated, owned_info(info, self.num_envs, self.device)
+        info = owned_info(info, self.num_envs, self.device)
+        return self._observe(obs), reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ frames
     def render(self, env_idx: EnvIdx) -> torch.Tensor:

@@ -30,11 +30,19 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.envs.base import EnvIdx, HoldOnDone, VectorEnvAdapter, import_object
-from rlrec.envs.config import GymnasiumEnvConfig
+from rlrec.envs.base import (
+    EnvIdx,
+    HoldOnDone,
+    VectorEnvAdapter,
+    import_object,
+    resize_images,
+)
+from rlrec.envs.config import GymnasiumEnvConfig, ObsMode
+from rlrec.obs import RGB, STATE
 
 # --------------------------------------------------------------------------- config checks
 
@@ -124,18 +132,26 @@ def _check_kwargs(env_cfg, creator) -> None:
 def check_ready(env_cfg, sim=None) -> Tuple[gym.envs.registration.EnvSpec, Optional[List[str]]]:
     """What the env's registry entry refuses, before any work and without building an env: an
     ``env.id`` that is not registered, an ``env.kwargs`` key the env does not take (the entry point
-    asks; make again). Returns the entry and the render modes its class declares (None: not
-    declared)."""
+    asks; make again), and with ``env.obs_mode=rgb|rgb_state`` an env that renders no frames.
+    Returns the entry and the render modes its class declares (None: not declared)."""
     spec = resolve_spec(env_cfg)
     creator = _creator(spec, env_cfg.id)
     _check_kwargs(env_cfg, creator)
     meta = getattr(creator, "metadata", None)
-    return spec, list(meta.get("render_modes") or []) if isinstance(meta, dict) else None
+    modes = list(meta.get("render_modes") or []) if isinstance(meta, dict) else None
+    if env_cfg.obs_mode != ObsMode.state:
+        mode = f"observe env.obs_mode={env_cfg.obs_mode}"
+        _refuse_unrenderable(env_cfg, spec, modes, mode, "observe with env.obs_mode=state")
+    return spec, modes
 
 
 def check_renderable(env_cfg) -> None:
     """Raises ConfigError unless ``env.id`` renders ``rgb_array`` frames (call when recording)."""
-    spec, modes = check_ready(env_cfg)
+    off = "turn recording off with recorder=none and eval_env.recorder.enabled=false"
+    _refuse_unrenderable(env_cfg, *check_ready(env_cfg), "be recorded", off)
+
+
+def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, fix: str) -> None:
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
@@ -146,9 +162,9 @@ def check_renderable(env_cfg) -> None:
             probe.close()
     if "rgb_array" not in modes:
         raise ConfigError(
-            f"env.id={env_cfg.id!r} cannot be recorded: it has no render_mode='rgb_array' "
-            f"(its render modes: {modes or 'none'}). Turn recording off with recorder=none and "
-            "eval_env.recorder.enabled=false, or pick an env that renders rgb_array frames."
+            f"env.id={env_cfg.id!r} cannot {what}: it has no render_mode='rgb_array' (its render "
+            f"modes: {modes or 'none'}). {fix.capitalize()}, or pick an env that renders "
+            "rgb_array frames."
         )
 
 
@@ -172,7 +188,12 @@ class GymnasiumEnv(VectorEnvAdapter):
 
     Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box (clipped to the bounds).
     Observations: ``float32 [N, *shape]`` on ``device`` (non-Box observation spaces are
-    flattened with gymnasium's ``FlattenObservation``; Discrete becomes one-hot).
+    flattened with gymnasium's ``FlattenObservation``; Discrete becomes one-hot); an image
+    (``obs_mode`` state: the env's own, when its space is a Box of uint8 HxWxC; ``rgb``: its
+    rendered frame, ``rgb_state``: the frame and its observation as "state", through gymnasium's
+    ``AddRenderObservation``) as ``{"rgb": uint8 [N, H, W, C * frame_stack]}`` (rlrec/obs.py), at
+    ``obs_size`` (height, width; None: as it comes), the last ``frame_stack`` images on the
+    channel axis, oldest first: a reset fills its envs' stack with the reset image.
     """
 
     def __init__(
@@ -187,6 +208,9 @@ class GymnasiumEnv(VectorEnvAdapter):
         resize: Optional[tuple] = None,
         async_context: Optional[str] = None,
         seed: Optional[int] = None,
+        obs_mode: str = ObsMode.state,
+        obs_size: Optional[Tuple[int, int]] = None,
+        frame_stack: int = 1,
     ):
         self._resize = resize  # (H, W) or None for the env's own frame size
         make_kwargs: Dict[str, Any] = dict(kwargs or {}, disable_env_checker=True)
@@ -204,6 +228,8 @@ class GymnasiumEnv(VectorEnvAdapter):
             env = gym.make(env_id, **make_kwargs)
             if not isinstance(env.observation_space, gym.spaces.Box):
                 env = gym.wrappers.FlattenObservation(env)
+            if obs_mode != ObsMode.state:  # the frame as the observation (rgb), or beside it
+                env = gym.wrappers.AddRenderObservation(env, obs_mode == ObsMode.rgb, RGB, STATE)
             if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
                 raise ConfigError(
                     f"env.id={env_id!r} has action space {env.action_space}: rlrec's gymnasium "
@@ -222,6 +248,25 @@ class GymnasiumEnv(VectorEnvAdapter):
         self.render_mode = self.vec.render_mode
         spec = self.vec.get_attr("spec")[0]
         self.max_episode_steps = spec.max_episode_steps if spec else max_episode_steps
+        self.obs_size, self.frame_stack = obs_size, int(frame_stack)
+        space = self.single_observation_space
+        if isinstance(space, gym.spaces.Dict):  # an image (rlrec/obs.py), at obs_size, stacked
+            h, w = obs_size or space[RGB].shape[:2]
+            image = (h, w, space[RGB].shape[2] * self.frame_stack)
+            rgb = gym.spaces.Box(0, 255, image, np.uint8)
+            self.single_observation_space = gym.spaces.Dict({**space.spaces, RGB: rgb})
+            self._stack = torch.zeros(self.num_envs, *image, dtype=torch.uint8, device=self.device)
+
+    def _tensors(self, obs, reset):
+        obs = super()._tensors(obs, reset)
+        if not isinstance(obs, dict):
+            return obs
+        rgb = resize_images(obs[RGB], self.obs_size)  # all envs at once, on the device
+        if reset is None:  # a step: the oldest image out, the new one in
+            self._stack = torch.cat([self._stack[..., rgb.shape[-1] :], rgb], dim=-1)
+        else:  # never a previous episode's images in a stack
+            self._stack[reset] = rgb[reset].repeat(1, 1, 1, self.frame_stack)
+        return {**obs, RGB: self._stack}
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         if self.render_mode != "rgb_array":
@@ -229,14 +274,7 @@ class GymnasiumEnv(VectorEnvAdapter):
                 f"env.id={self.env_id!r} was built with render_mode={self.render_mode!r}: it "
                 "cannot render frames (see rlrec.envs.gymnasium.check_renderable)"
             )
-        out = super().render(env_idx)  # only the named sub-envs render
-        if self._resize is not None and tuple(out.shape[1:3]) != tuple(self._resize):
-            x = out.permute(0, 3, 1, 2).float()
-            x = torch.nn.functional.interpolate(
-                x, size=self._resize, mode="bilinear", antialias=True
-            )
-            out = x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
-        return out
+        return resize_images(super().render(env_idx), self._resize)  # the named sub-envs only
 
 
 def make(
@@ -262,4 +300,7 @@ def make(
         resize=resize,
         async_context=env_cfg.async_context,
         seed=seed,
+        obs_mode=env_cfg.obs_mode,
+        obs_size=(env_cfg.obs_height, env_cfg.obs_width),
+        frame_stack=env_cfg.frame_stack,
     )

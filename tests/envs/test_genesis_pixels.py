@@ -1,0 +1,74 @@
+"""env=genesis from pixels: FrankaReach observing every env's camera image (Genesis's rasterizer
+draws a split_envs scene env by env, on the CPU too), the adapter contract on that pixel dict, and
+what is refused before work."""
+
+import pytest
+import torch
+
+from rlrec.checks import ConfigError
+from rlrec.envs import genesis as ga
+from rlrec.envs.base import resize_images
+from rlrec.envs.config import SimConfig
+from rlrec.envs.genesis import GenesisEnvConfig
+from rlrec.testing import EnvContract
+from tests.envs.genesis_util import RENDER_ATOL, SIZE
+from tests.envs.test_genesis import needs_genesis
+from tests.helpers import make_config
+
+
+def _make(num_envs=2, seed=0, **kw):
+    cfg = GenesisEnvConfig(
+        num_envs=num_envs,
+        max_episode_steps=6,
+        render_width=SIZE,
+        render_height=SIZE,
+        kwargs={"rendered_envs_idx": None},
+        **{"obs_width": 40, "obs_height": 36, **kw},
+    )
+    return ga.make(cfg, SimConfig(), num_envs, torch.device("cpu"), seed)
+
+
+@needs_genesis
+class TestGenesisRgbStateContract(EnvContract):
+    num_envs = 2
+    render_atol = RENDER_ATOL
+    max_steps_to_truncation = 6
+
+    def make_env(self, num_envs, seed=None):
+        return _make(num_envs, seed, obs_mode="rgb_state")
+
+    @pytest.fixture(scope="class")
+    def env(self):  # one scene for the whole suite: building one takes seconds
+        env = self.make_env(self.num_envs, seed=self.seed)
+        yield env
+        env.close()
+
+
+@needs_genesis
+def test_the_observation_is_every_envs_camera_image_resized():
+    env = _make(3, obs_mode="rgb")
+    try:
+        assert set(env.single_observation_space) == {"rgb"}
+        assert env.single_observation_space["rgb"].shape == (36, 40, 3)
+        obs, _ = env.reset(seed=1)
+        for _ in range(2):
+            assert obs["rgb"].dtype == torch.uint8 and obs["rgb"].shape == (3, 36, 40, 3)
+            assert torch.equal(obs["rgb"], resize_images(env.render([0, 1, 2]), (36, 40)))
+            obs, *_ = env.step(torch.rand(3, 7) * 2 - 1)
+        assert not torch.equal(obs["rgb"][0], obs["rgb"][1])  # each env's own goal and arm
+    finally:
+        env.close()
+
+
+def test_pixels_without_every_env_drawn_are_refused_before_work():
+    with pytest.raises(
+        ConfigError, match=r"env.kwargs.rendered_envs_idx=\[0\] draws only those envs: set .*=null"
+    ):
+        make_config(["env=genesis", "env.obs_mode=rgb"])  # conf/env/genesis.yaml draws env 0
+    with pytest.raises(
+        ConfigError,
+        match="env.obs_mode=rgb_state observes every env's camera image, but env.camera_attr=null",
+    ):
+        GenesisEnvConfig(obs_mode="rgb_state", camera_attr=None)
+    cfg = make_config(["env=genesis", "env.obs_mode=rgb", "env.kwargs.rendered_envs_idx=null"])
+    assert cfg.env.obs_image() == (64, 64, 3)
