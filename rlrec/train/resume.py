@@ -155,7 +155,7 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
         return Start(str(cfg.checkpoint), data or ckpt.load(cfg.checkpoint), key)
     if cfg.resume == "auto":
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
-        found = ckpt.find_resume(RunDir(run_dir).checkpoints, key="resume")
+        found = ckpt.find_resume(RunDir(run_dir).checkpoints)
         if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
             raise ConfigError(
                 f"eval_only=true resume=auto found no checkpoint to evaluate in "
