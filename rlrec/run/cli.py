@@ -168,10 +168,10 @@ def _task(
             if main:  # report.html of the run (rlrec.report; of a sweep: python -m rlrec.report)
                 report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
         except (CheckpointWriteError, OSError) as exc:  # e.g. a full disk: says how to resume
-            storage = isinstance(exc, CheckpointWriteError) or exc.errno in STORAGE_ERRNOS
-            if sweep_dir is not None or not storage:
+            written = isinstance(exc, CheckpointWriteError)  # its message says it
+            if sweep_dir is not None or not (written or exc.errno in STORAGE_ERRNOS):
                 raise
-            print(f"rlrec: {storage_failure(exc, run_dir)}", file=sys.stderr)
+            print(f"rlrec: {exc if written else storage_failure(exc, run_dir)}", file=sys.stderr)
             raise SystemExit(1) from None
         except Diverged as exc:  # one line (every rank stops at the same iteration)
             if main:
