@@ -22,7 +22,7 @@ import sys
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +32,7 @@ from torch import nn
 from rlrec import __version__
 from rlrec.checks import Choice, ConfigError
 from rlrec.files import write_atomic
-from rlrec.layout import CHECKPOINT_FILES, LAST_CHECKPOINT, RunDir, periodic_iteration
+from rlrec.layout import RunDir
 from rlrec.obs import Obs, as_float, first, map_obs, shape_of
 from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.train import checkpoint as ckpt
@@ -175,35 +175,6 @@ def start_data(path, eval_only: bool) -> Optional[Dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- the export
-def _checkpoint(run_dir: Path, step: Optional[int]) -> Tuple[Path, Dict[str, Any]]:
-    """The file and verified contents of the checkpoint of ``step`` (None: the last)."""
-    folder = RunDir(run_dir).checkpoints
-    periodic = [p for p in folder.glob(CHECKPOINT_FILES) if periodic_iteration(p.name) is not None]
-    periodic.sort(key=lambda p: -periodic_iteration(p.name))  # newest first, after last.pt
-    files = [p for p in [folder / LAST_CHECKPOINT, *periodic] if p.is_file()]
-    if not files:
-        raise ConfigError(
-            f"{run_dir} holds no checkpoint ({folder} has no *.pt): give the run dir of a run "
-            "that wrote one (python -m rlrec.export RUN_DIR)"
-        )
-    steps, damaged = [], ""
-    for p in files:
-        try:
-            data = ckpt.load(p)
-        except ConfigError as exc:
-            if step is None:  # the last is not replaced by an older one unasked
-                raise ConfigError(f"{exc}: export another step (export.step=S)") from None
-            damaged += f", {p.name} (unusable)"
-            continue
-        if step is None or data["global_step"] == step:
-            return p, data
-        steps.append(data["global_step"])
-    raise ConfigError(
-        f"{folder} holds no checkpoint of step {step}: export.step= one of "
-        f"{', '.join(map(str, sorted(set(steps))))}{damaged}"
-    )
-
-
 def _space_meta(space: gym.Space) -> Dict[str, Any]:
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": "int64"}
@@ -221,7 +192,7 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
     kinds = ["torchscript", "onnx"] if fmt == ExportFormat.both else [str(fmt)]
     if "onnx" in kinds:
         _need("onnx", "export.format=onnx")
-    path, data = _checkpoint(Path(run_dir), step)
+    path, data = ckpt.of_step(RunDir(run_dir).checkpoints, step, "export.step")
     out = RunDir(run_dir).exported
     old = json.loads((out / META).read_text()) if (out / META).is_file() else {}
     if old and old["step"] != data["global_step"]:

@@ -109,8 +109,8 @@ def run(cfg: DictConfig) -> Optional[float]:
         _refuse_torchrun_sweep()
     try:
         if multirun:
-            return _sweep_job(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
-        return _single_run(cfg, run_dir)
+            return _task(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
+        return _task(cfg, run_dir)
     except BaseException as exc:
         if distributed.lost_peer(exc):
             _lost_rank(exc)
@@ -119,96 +119,67 @@ def run(cfg: DictConfig) -> Optional[float]:
         distributed.shutdown()
 
 
-def _single_run(cfg: DictConfig, run_dir: Path) -> Optional[float]:
+def _task(
+    cfg: DictConfig, run_dir: Path, sweep_dir: Optional[Path] = None, job: int = 0
+) -> Optional[float]:
+    """A single run, or (``sweep_dir``) job ``job`` of a sweep. A refused config ends a single run
+    (exit 2) and fails a sweep's job alone (a FAILED row with the error; the other jobs run); a
+    diverged run ends with its one line (exit 3; a FAILED row). A stop signal stops a single run
+    after its checkpoint (exit 128 + the signal) and a job with a STOPPED row: a job that returns
+    no result says so in the launching process's exit status (rlrec.run.sweep)."""
     import torch
 
     from rlrec.train.checkpoint import STORAGE_ERRNOS, CheckpointWriteError, storage_failure
     from rlrec.train.divergence import EXIT_STATUS, Diverged
 
-    threads = torch.get_num_threads()
-    # Preflight claimed (locked) the run dir before Hydra created it, noting what was there
-    claim = rundir.claim_of(run_dir)
-    try:
-        try:
-            # run() called without Preflight: lock, knowing nothing more (rank 0 alone locks)
-            if claim is None and distributed.env_rank() == 0:
-                claim = rundir.claim(run_dir, "hydra.run.dir", record=False)
-            runner = _build(cfg, run_dir)
-        except ConfigError as exc:
-            if claim is not None:
-                claim.discard()  # removes only what this run created
-            refuse(exc)
-        try:
-            result = runner.run()
-            if runner.main:  # report.html of the run, after training (rlrec.report)
-                report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
-        except CheckpointWriteError as exc:  # e.g. a full disk: the message says how to resume
-            print(f"rlrec: {exc}", file=sys.stderr)
-            raise SystemExit(1) from None
-        except OSError as exc:  # any other output file: a full or read-only file system
-            if exc.errno not in STORAGE_ERRNOS:
-                raise
-            print(f"rlrec: {storage_failure(exc, run_dir)}", file=sys.stderr)
-            raise SystemExit(1) from None
-        except Diverged as exc:  # one line (every rank stops at the same iteration)
-            if distributed.is_main():
-                print(exc, file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_STATUS) from None
-    finally:
-        torch.set_num_threads(threads)
-        if claim is not None:
-            claim.release()
-    preempt.requeue_if_preempted(runner.stop.signum)  # submitit requeues the job and exits
-    if runner.stop:  # stopped by a signal, checkpoint written: 128 + the signal (143 on SIGTERM)
-        raise SystemExit(runner.stop.exit_status)
-    return result.get("eval/return")
-
-
-def _not_started(signum: int) -> None:
-    name = signal.Signals(signum).name
-    sweep.set_outcome(sweep.STOPPED, f"not started: the sweep was stopped by {name}")
-
-
-def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Optional[float]:
-    """One job of a sweep. A refused config fails this job alone (a FAILED row with the error;
-    the other jobs run), a stop signal stops it after its checkpoint (a STOPPED row): either way it
-    returns no result, and the launching process's exit status says so (rlrec.run.sweep)."""
-    import torch
-
-    from rlrec.train.divergence import Diverged
-
     main = distributed.env_rank() == 0  # a submitit job of several tasks: rank 0 keeps the books
-    if main:
-        sweep.begin_job(sweep_dir)
-    signum = sweep.stop_signal(sweep_dir)
-    if signum is not None:  # the sweep is stopping: start nothing
-        return _not_started(signum)
+    if sweep_dir is not None:
+        if main:
+            sweep.begin_job(sweep_dir)
+        signum = sweep.stop_signal(sweep_dir)
+        if signum is not None:  # the sweep is stopping: start nothing
+            return _not_started(signum)
     threads = torch.get_num_threads()  # jobs of a basic-launcher sweep share this process
-    claim = None
+    # Preflight claimed (locked) a single run's dir before Hydra created it, noting what was there
+    claim = rundir.claim_of(run_dir) if sweep_dir is None else None
     try:
         try:
-            if main:
-                claim = rundir.claim(run_dir, "hydra.sweep.dir", record=False)
+            if claim is None and main:  # a sweep's job, or run() called without Preflight
+                key = "hydra.run.dir" if sweep_dir is None else "hydra.sweep.dir"
+                claim = rundir.claim(run_dir, key, record=False)
             runner = _build(cfg, run_dir)
         except ConfigError as exc:
+            if sweep_dir is None:
+                if claim is not None:
+                    claim.discard()  # removes only what this run created
+                refuse(exc)
             print(f"rlrec: config error: {exc}", file=sys.stderr)
             sweep.set_outcome(sweep.FAILED, f"ConfigError: {exc}", refused=True)
             return None
-        signum = distributed.broadcast(sweep.stop_signal(sweep_dir))  # rank 0's decision
-        if signum is not None:  # the stop came while the job was being built
-            runner.close()
-            return _not_started(signum)
-        if main:
-            sweep.job_running(sweep_dir, job)
+        if sweep_dir is not None:
+            signum = distributed.broadcast(sweep.stop_signal(sweep_dir))  # rank 0's decision
+            if signum is not None:  # the stop came while the job was being built
+                runner.close()
+                return _not_started(signum)
+            if main:
+                sweep.job_running(sweep_dir, job)
         try:
             result = runner.run()
-        except Diverged as exc:  # this job alone fails, with its one line
+            if main:  # report.html of the run (rlrec.report; of a sweep: python -m rlrec.report)
+                report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
+        except (CheckpointWriteError, OSError) as exc:  # e.g. a full disk: says how to resume
+            written = isinstance(exc, CheckpointWriteError)  # its message says it
+            if sweep_dir is not None or not (written or exc.errno in STORAGE_ERRNOS):
+                raise
+            print(f"rlrec: {exc if written else storage_failure(exc, run_dir)}", file=sys.stderr)
+            raise SystemExit(1) from None
+        except Diverged as exc:  # one line (every rank stops at the same iteration)
             if main:
                 print(exc, file=sys.stderr, flush=True)
-            sweep.set_outcome(sweep.FAILED, str(exc))
+            if sweep_dir is None:
+                raise SystemExit(EXIT_STATUS) from None
+            sweep.set_outcome(sweep.FAILED, str(exc))  # this job alone fails
             return None
-        if main:  # the job's report.html (rlrec.report); python -m rlrec.report SWEEP_DIR: all
-            report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
     finally:
         torch.set_num_threads(threads)  # the next job starts with the process's default again
         if claim is not None:
@@ -216,7 +187,7 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
     stopped = runner.stop.signum
     # a stop of the sweep (the sweep's stop flag too: no later job starts here), or of this job
     # whose launching process is gone (SIGHUP); submitit's own signal requeues the job instead
-    if stopped is not None and stopped != preempt.requeue_signal():
+    if sweep_dir is not None and stopped is not None and stopped != preempt.requeue_signal():
         sweep.set_outcome(
             sweep.STOPPED,
             f"stopped by {signal.Signals(stopped).name} at step {runner.global_step} (checkpoint "
@@ -224,7 +195,14 @@ def _sweep_job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, job: int) -> Opt
         )
         return None
     preempt.requeue_if_preempted(stopped)  # submitit requeues the job and exits
+    if runner.stop and sweep_dir is None:  # stopped, checkpoint written: 128 + the signal
+        raise SystemExit(runner.stop.exit_status)
     return result.get("eval/return")
+
+
+def _not_started(signum: int) -> None:
+    name = signal.Signals(signum).name
+    sweep.set_outcome(sweep.STOPPED, f"not started: the sweep was stopped by {name}")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")

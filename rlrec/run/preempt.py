@@ -184,11 +184,6 @@ def hold(flag: StopRequested) -> None:
     _HELD = flag
 
 
-def held() -> Optional[StopRequested]:
-    """The flag :func:`hold` made, if any."""
-    return _HELD
-
-
 def release() -> None:
     """Forgets the held flag and restores the handlers it replaced."""
     global _HELD

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from rlrec.checks import ConfigError
 from rlrec.config import Config, EpisodeClips, to_dataclass
-from rlrec.layout import CHECKPOINT_FILES, RunDir
+from rlrec.layout import RunDir
 from rlrec.record import names
 from rlrec.record.settings import Trigger
 from rlrec.run import preempt
@@ -41,25 +41,20 @@ USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALU
 def find_checkpoint(run_dir: Path, step: int) -> Tuple[Optional[Path], dict]:
     """The checkpoint of ``step`` in ``run_dir/checkpoints`` (None for step 0 without one) and the
     data of a checkpoint of the run (for its config); ConfigError when there is none."""
-    any_data, steps = None, []  # a checkpoint's data; the steps of the readable ones
-    for path in sorted(RunDir(run_dir).checkpoints.glob(CHECKPOINT_FILES)):
-        try:
-            data = ckpt.load(path, key="replay")
-        except ConfigError:
-            continue
-        any_data = any_data or data
-        steps.append(int(data.get("global_step", -1)))
-        if steps[-1] == int(step):
-            return path, data
-    if any_data is None:
-        raise ConfigError(f"replay: no readable checkpoint in {RunDir(run_dir).checkpoints}")
-    if int(step) == 0:
-        return None, any_data
-    raise ConfigError(
-        f"replay.step={step}: {run_dir} has no checkpoint of that step (checkpoints of steps "
-        f"{sorted(steps)}); an evaluation is replayable where a checkpoint was written at its step "
-        "(checkpoint_every a divisor of eval_env.every, and the final one)"
-    )
+    folder = RunDir(run_dir).checkpoints
+    try:
+        return ckpt.of_step(folder, step, "replay.step")
+    except ConfigError as exc:
+        if step != 0:
+            raise ConfigError(
+                f"{exc}; an evaluation is replayable where a checkpoint was written at its step "
+                "(checkpoint_every a divisor of eval_env.every, and the final one)"
+            ) from None
+    # step 0 without a checkpoint: the untrained policy, of the config a checkpoint of the run holds
+    data = next((d for _, d in ckpt.scan(folder) if not isinstance(d, ConfigError)), None)
+    if data is None:
+        raise ConfigError(f"replay: no readable checkpoint in {folder}")
+    return None, data
 
 
 def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Config:

@@ -225,13 +225,13 @@ def _state() -> _Sweep:
 
 def _current() -> Optional[_Sweep]:
     """This process's :class:`_Sweep`, if it takes part in a sweep (nothing is held otherwise)."""
-    flag = preempt.held()
+    flag = preempt.run_flag()  # (a new one when none is held)
     return flag if isinstance(flag, _Sweep) else None
 
 
 def _signum() -> Optional[int]:
     """The first stop signal of this process while it takes part in a sweep."""
-    return getattr(preempt.held(), "signum", None)
+    return preempt.run_flag().signum
 
 
 def _say(text: str) -> None:
@@ -328,28 +328,6 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     st.status = 2
 
 
-def _result(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
-    """The end of a sweep this process launched: the summary table, what failed or was stopped,
-    and the exit status it makes."""
-    if rows:
-        summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
-        print(summary, flush=True)
-    failed = [r for r in rows if r.get("status") == FAILED]
-    _state().status = 128 + _signum() if _signum() is not None else int(bool(failed))
-    if failed:
-        jobs = ", ".join(str(r.get("job")) for r in failed)
-        _say(
-            f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the error "
-            f"column of {SweepDir(sweep_dir).summary}"
-        )
-    if _signum() is not None or any(r.get("status") == STOPPED for r in rows):
-        _say(
-            f"rlrec sweep: stopped by {signal.Signals(_signum() or signal.SIGINT).name}; run the "
-            f"same command with resume=auto hydra.sweep.dir={sweep_dir} to complete the stopped "
-            "and unstarted jobs"
-        )
-
-
 def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
     """A "not started" row for each job dir without a row: a job handed to a worker as the sweep
     stopped, whose worker ended (with the launching process) after Hydra made the job's dir and
@@ -368,12 +346,39 @@ def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
 def report_stopped() -> None:
     """In ``rlrec.run.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
     status."""
-    st = _state()
-    st.done.set()
-    if st.sweep_dir is not None and SweepDir(st.sweep_dir).rows.is_dir():
-        _rows_of_unstarted(st.sweep_dir, signal.Signals(_signum() or signal.SIGINT).name)
-        _result(st.sweep_dir, write_summary(st.sweep_dir))
-    st.status = 128 + (_signum() or signal.SIGINT)
+    _end(_state().sweep_dir, stopped=True)
+
+
+def _end(sweep_dir: Optional[Path], stopped: bool = False) -> None:
+    """The end of a sweep this process launched (``stopped``: by :class:`SweepStopped`): the
+    rows of the jobs the stop left unstarted, the summary table, what failed or was stopped, and
+    the exit status it makes; a sweep whose jobs were all refused ends as a refused run does."""
+    _state().done.set()
+    signum, failed = _signum() or (signal.SIGINT if stopped else None), []
+    if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
+        rows = read_rows(sweep_dir)
+        if rows and all(r.get(REFUSED) for r in rows) and signum is None:
+            return _refused(sweep_dir, rows)
+        if stopped:
+            _rows_of_unstarted(sweep_dir, signal.Signals(signum).name)
+        rows = write_summary(sweep_dir)
+        if rows:
+            summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
+            print(summary, flush=True)
+        failed = [r for r in rows if r.get("status") == FAILED]
+        if failed:
+            jobs = ", ".join(str(r.get("job")) for r in failed)
+            _say(
+                f"rlrec sweep: {len(failed)} of {len(rows)} jobs failed (job {jobs}): see the "
+                f"error column of {SweepDir(sweep_dir).summary}"
+            )
+        if signum is not None or any(r.get("status") == STOPPED for r in rows):
+            _say(
+                f"rlrec sweep: stopped by {signal.Signals(signum or signal.SIGINT).name}; run "
+                f"the same command with resume=auto hydra.sweep.dir={sweep_dir} to complete the "
+                "stopped and unstarted jobs"
+            )
+    _state().status = 128 + signum if signum is not None else int(bool(failed))
 
 
 def finish() -> None:
@@ -445,11 +450,4 @@ class SweepSummary(Callback):
             raise SweepStopped(st.signum)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        _state().done.set()
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        if not SweepDir(sweep_dir).rows.is_dir():
-            return
-        rows = read_rows(sweep_dir)
-        if rows and all(r.get(REFUSED) for r in rows) and _signum() is None:
-            return _refused(sweep_dir, rows)
-        _result(sweep_dir, write_summary(sweep_dir))
+        _end(Path(str(config.hydra.sweep.dir)))

@@ -13,6 +13,8 @@ without running code, checked against the env.
   ``resume=auto`` (:func:`find_resume`) falls back from a damaged or unreadable file to the newest
   good one, with a warning naming the bad file, and stops with a :class:`ConfigError` naming every
   file when none can be used (a restart at step 0 would append duplicate steps to metrics.jsonl).
+  Every lookup of a run's checkpoints (``resume=auto``, the export, the replay) reads them through
+  :func:`scan`, newest first.
 - **A failed write loses nothing.** :func:`save` writes a temporary beside the target and renames
   it into place (``rlrec.files.atomic_file``); on a full disk (any ``OSError``) the temporary is
   removed, the files written before are untouched, and :class:`CheckpointWriteError` says which
@@ -35,7 +37,7 @@ import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -207,8 +209,8 @@ def storage_failure(
     if exc.errno in STORAGE_ERRNOS:
         cause += f" ({STORAGE_ERRNOS[exc.errno]})"
     target = shlex.quote(f"hydra.run.dir={run_dir}") if run_dir else "hydra.run.dir=<run dir>"
-    try:
-        found = find_resume(checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints)
+    try:  # (quietly: what resume=auto skips, it says then)
+        found = find_resume(checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints, True)
     except Exception:  # unreadable: say there is none to continue from
         found = None
     if found is None:
@@ -337,59 +339,81 @@ def _pickle_of(p: Path) -> bytes:
         return b""
 
 
-# ---------------------------------------------------------------------- resume=auto
-def find_resume(checkpoint_dir: Path, key: str = "resume") -> Optional[Tuple[Path, Dict[str, Any]]]:
-    """``resume=auto``: the newest good checkpoint of ``checkpoint_dir`` (the one with the most env
-    steps, ``last.pt`` winning ties) and its verified contents, or None when the directory holds
-    no checkpoint at all (a new run). It reads ``last.pt`` and the periodic checkpoints from the
-    highest iteration down to the first good one (iterations only grow within a run), not all of
-    them.
-
-    A damaged or unreadable file is skipped with a warning that names it; when every checkpoint
-    there is unusable a :class:`ConfigError` names them all (a restart at step 0 would append
-    duplicate steps to the run's metrics.jsonl). A file that would run code stops the run with
-    :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by guesswork."""
-    directory = Path(checkpoint_dir)
-    periodic = sorted(
-        (i, p)
-        for p in directory.glob(CHECKPOINT_FILES)
-        if (i := periodic_iteration(p.name)) is not None
-    )
-    last = directory / LAST_CHECKPOINT
-    bad: List[str] = []
-
-    def usable(p: Path) -> Optional[Tuple[Path, Dict[str, Any]]]:
+# ---------------------------------------------------------------------- lookup
+def scan(directory: Path) -> Iterator[Tuple[Path, Union[Dict[str, Any], ConfigError]]]:
+    """The checkpoints of ``directory``, newest first (``last.pt``, then the periodic ones from
+    the highest iteration down), each read as it is asked for: its verified contents, or the
+    :class:`ConfigError` saying why it cannot be used (one without an env step count too; an
+    :class:`UnsafeCheckpoint` for a file that would run code)."""
+    directory = Path(directory)
+    found = ((periodic_iteration(p.name), p) for p in directory.glob(CHECKPOINT_FILES))
+    periodic = [p for i, p in sorted((i, p) for i, p in found if i is not None)]
+    for p in filter(Path.is_file, [directory / LAST_CHECKPOINT, *reversed(periodic)]):
         try:
             data = _read(p, str(p))
             step = data.get("global_step")
             if isinstance(step, bool) or not isinstance(step, int) or step < 0:
                 raise ConfigError(f"{p} holds no env step count (global_step={step!r})")
-            return p, data
-        except UnsafeCheckpoint as exc:
-            raise UnsafeCheckpoint(f"{key}=auto: {exc}") from None
         except ConfigError as exc:
-            bad.append(str(exc))
-            return None
+            data = exc
+        yield p, data
 
-    # the newest good periodic one (the older ones are not read), then last.pt against it
-    best = next((found for _, p in reversed(periodic) if (found := usable(p))), None)
-    found = usable(last) if last.is_file() else None
-    if found and (best is None or found[1]["global_step"] >= best[1]["global_step"]):
-        best = found
-    if best is None:
-        if not bad:
-            return None
+
+def find_resume(directory: Path, quiet: bool = False) -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """``resume=auto``: the newest good checkpoint of ``directory`` (the one with the most env
+    steps, ``last.pt`` winning ties) and its contents, or None when it holds no checkpoint at all
+    (a new run). It reads ``last.pt`` and the periodic ones down to the first good one (iterations
+    only grow within a run), not all of them.
+
+    A damaged or unreadable file is skipped with a warning that names it (none when ``quiet``);
+    when every checkpoint there is unusable a :class:`ConfigError` names them all (a restart at
+    step 0 would append duplicate steps to the run's metrics.jsonl). A file that would run code
+    stops the run with :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by
+    guesswork."""
+    best, bad = None, []
+    for p, got in scan(directory):
+        if isinstance(got, UnsafeCheckpoint):
+            raise UnsafeCheckpoint(f"resume=auto: {got}")
+        if isinstance(got, ConfigError):
+            bad.append(str(got))
+            continue
+        if best is None or got["global_step"] > best[1]["global_step"]:
+            best = p, got
+        if p.name != LAST_CHECKPOINT:
+            break
+    if best is None and bad:
         listing = "\n".join(f"  {reason}" for reason in bad)
         raise ConfigError(
-            f"{key}=auto: no checkpoint in {directory} can be used, so the run does not start "
+            f"resume=auto: no checkpoint in {directory} can be used, so the run does not start "
             f"over at step 0 (which would append duplicate steps to metrics.jsonl):\n{listing}\n"
-            f"Move them out of {directory} to start this run dir afresh, or give "
-            "checkpoint=PATH"
+            f"Move them out of {directory} to start this run dir afresh, or give checkpoint=PATH"
         )
-    for reason in bad:
+    for reason in [] if quiet else bad:
         print(
-            f"rlrec: warning: {key}=auto: {reason}; skipped it, resuming from {best[0]}",
+            f"rlrec: warning: resume=auto: {reason}; skipped it, resuming from {best[0]}",
             file=sys.stderr,
             flush=True,
         )
     return best
+
+
+def of_step(directory: Path, step: Optional[int], key: str) -> Tuple[Path, Dict[str, Any]]:
+    """The checkpoint of env step ``step`` in ``directory`` and its contents (``step`` None: the
+    newest, which a damaged ``last.pt`` does not pass over unasked); a :class:`ConfigError`
+    naming ``key`` and the steps there otherwise."""
+    steps, unusable = [], ""
+    for p, got in scan(directory):
+        if isinstance(got, ConfigError):
+            if step is None:
+                raise ConfigError(f"{got}: ask for another step ({key}=S)") from None
+            unusable += f", {p.name} (unusable)"
+        elif step is None or got["global_step"] == step:
+            return p, got
+        else:
+            steps.append(got["global_step"])
+    if not steps and not unusable:
+        raise ConfigError(f"{directory} holds no checkpoint (no *.pt there)")
+    raise ConfigError(
+        f"{directory} holds no checkpoint of step {step}: {key}= one of "
+        f"{', '.join(map(str, sorted(set(steps))))}{unusable}"
+    )

@@ -42,12 +42,6 @@ def _private_link(path: str) -> str:
     return path
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 class EpisodeStats:
     """Return, length and success of the collection episodes that finished (from AutoReset's
     ``info["episode"]``), summed on the device until :meth:`summary` reads them once per log.
@@ -176,7 +170,8 @@ class RunLogger:
         clip is on disk (:meth:`log_clip`); the scalars go to TensorBoard/W&B now. A line whose
         clip never comes (an encoder failure) is written naming none by :meth:`settle` (before a
         checkpoint) or :meth:`close`."""
-        line = {"step": int(step), **{k: _jsonable(v) for k, v in metrics.items()}}
+        finite = lambda v: not isinstance(v, float) or math.isfinite(v)  # noqa: E731
+        line = {"step": int(step), **{k: v if finite(v) else None for k, v in metrics.items()}}
         self._losses.update((k, v) for k, v in line.items() if k.startswith("record/"))
         if clip is None:
             self._write(line)

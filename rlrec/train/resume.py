@@ -113,10 +113,8 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
             error = exc
     # what rank 0 found, on every rank (with one rank: itself)
     found = distributed.broadcast({"path": start and start.path, "error": error and str(error)})
-    if error is not None:
-        raise error
-    if found["error"]:
-        raise ConfigError(found["error"])
+    if found["error"]:  # rank 0's own error as it was raised (an UnsafeCheckpoint stays one)
+        raise error or ConfigError(found["error"])
     if rank > 0 and found["path"]:
         start = Start(found["path"], ckpt.load(found["path"]), key)
     # a training run that resume=auto continues in its own run dir
@@ -155,7 +153,7 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
         return Start(str(cfg.checkpoint), data or ckpt.load(cfg.checkpoint), key)
     if cfg.resume == "auto":
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
-        found = ckpt.find_resume(RunDir(run_dir).checkpoints, key="resume")
+        found = ckpt.find_resume(RunDir(run_dir).checkpoints)
         if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
             raise ConfigError(
                 f"eval_only=true resume=auto found no checkpoint to evaluate in "

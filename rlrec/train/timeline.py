@@ -44,7 +44,7 @@ import os
 import re
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -95,35 +95,18 @@ class Point:
         return first_step > saved if kind == "train" else first_step >= saved
 
 
-@dataclass
-class Moved:
-    """What :func:`supersede` moved aside."""
-
-    folder: Optional[Path] = None
-    clips: int = 0
-    sidecars: int = 0
-    lines: Dict[str, int] = field(default_factory=dict)  # by file
-    events: int = 0  # TensorBoard events
-
-    def describe(self) -> str:
-        parts = [f"{self.clips} clip(s) and {self.sidecars} sidecar(s)"] if self.clips else []
-        parts += [f"{n} {name} line(s)" for name, n in self.lines.items()]
-        parts += [f"{self.events} TensorBoard event(s)"] if self.events else []
-        return ", ".join(parts)
-
-
 def supersede(
     run_dir: Path,
     checkpoint: Optional[Path],
     data: Optional[Mapping[str, Any]],
     video_dirs: Mapping[str, Path],
-) -> Moved:
+) -> Optional[Path]:
     """Moves what the run in ``run_dir`` wrote after ``checkpoint`` (its contents ``data``; None
     and None: the run left no checkpoint and starts again, :meth:`Point.origin`) into a new
     ``superseded/<n>-step<step>/`` folder (see the module doc), says so in one line, and appends
     the ``resume`` event line to metrics.jsonl (none for a restart that finds nothing written).
     ``video_dirs``: each clip kind's directory; those outside the run dir are left alone.
-    Returns what it moved."""
+    Returns the folder it moved them to (None: nothing was after the checkpoint)."""
     run_dir = Path(run_dir)
     point = Point.origin() if data is None else Point.of(data)
     plan = _Plan(run_dir, point)
@@ -133,11 +116,11 @@ def supersede(
     plan.jsonl(METRICS, lambda line: any(str(k).startswith("eval/") for k in line))
     plan.jsonl(EVAL_EPISODES, lambda line: True)
     plan.tensorboard()
-    moved = plan.carry_out()
-    if checkpoint is None and moved.folder is None:
-        return moved  # a new run: nothing to say
+    folder = plan.carry_out()
+    if checkpoint is None and folder is None:
+        return None  # a new run: nothing to say
     rel = None if checkpoint is None else os.path.relpath(checkpoint, run_dir)
-    step, folder = max(point.step, 0), moved.folder
+    step = max(point.step, 0)
     aside = None if folder is None else os.path.relpath(folder, run_dir)
     event = {"step": step, "event": "resume", "from": rel, "moved": aside}
     with open(run_dir / METRICS, "a") as f:
@@ -147,12 +130,12 @@ def supersede(
         if rel is None:
             start = "found no checkpoint: the run starts again from step 0"
         print(
-            f"rlrec: resume=auto {start}; what the run wrote after it ({moved.describe()}) is "
+            f"rlrec: resume=auto {start}; what the run wrote after it ({plan.describe()}) is "
             f"moved to {aside}/",
             file=sys.stderr,
             flush=True,
         )
-    return moved
+    return folder
 
 
 class _Plan:
@@ -163,7 +146,8 @@ class _Plan:
         self.files: List[Path] = []  # moved whole
         self.split: Dict[Path, Tuple[bytes, bytes]] = {}  # file -> (kept, moved) contents
         self.moved_clips: Dict[str, bool] = {}  # clip path relative to the run dir -> moved
-        self.moved = Moved()
+        self.clips_moved = self.sidecars = self.events = 0  # what moves, counted
+        self.lines: Dict[str, int] = {}  # by file
 
     def clips(self, kind: str, directory: Path) -> None:
         for video in sorted(directory.glob("*.mp4")):
@@ -180,11 +164,11 @@ class _Plan:
             self.moved_clips[os.path.relpath(video, self.run_dir)] = after
             if after:
                 self.files.append(video)
-                self.moved.clips += 1
+                self.clips_moved += 1
                 sidecar = video.with_suffix(".json")
                 if sidecar.is_file():
                     self.files.append(sidecar)
-                    self.moved.sidecars += 1
+                    self.sidecars += 1
 
     def jsonl(self, name: str, is_eval) -> None:
         path = self.run_dir / name
@@ -206,7 +190,7 @@ class _Plan:
             (moved if after else kept).append(raw)
         if moved:
             self.split[path] = (b"".join(kept), b"".join(moved))
-            self.moved.lines[name] = len(moved)
+            self.lines[name] = len(moved)
 
     def tensorboard(self) -> None:
         # (a glob of a dir that is not there finds nothing)
@@ -215,13 +199,19 @@ class _Plan:
                 parts = _split_events(path.read_bytes(), self.point.step)
                 if parts is not None:
                     self.split[path] = parts[:2]
-                    self.moved.events += parts[2]
+                    self.events += parts[2]
 
-    def carry_out(self) -> Moved:
+    def describe(self) -> str:
+        parts = [f"{self.clips_moved} clip(s) and {self.sidecars} sidecar(s)"]
+        parts = parts if self.clips_moved else []
+        parts += [f"{n} {name} line(s)" for name, n in self.lines.items()]
+        parts += [f"{self.events} TensorBoard event(s)"] if self.events else []
+        return ", ".join(parts)
+
+    def carry_out(self) -> Optional[Path]:
         if not self.files and not self.split:
-            return self.moved
+            return None
         folder = _new_folder(self.run_dir / SUPERSEDED, max(self.point.step, 0))
-        self.moved.folder = folder
         # the moved part first: a kill in between leaves a line in both places, never in none
         for path in [*self.split, *self.files]:
             dest = folder / path.relative_to(self.run_dir)
@@ -232,7 +222,7 @@ class _Plan:
                 os.replace(path, dest)
         for path, (kept, _) in self.split.items():
             write_atomic(path, kept, durable=True)
-        return self.moved
+        return folder
 
 
 def _new_folder(base: Path, step: int) -> Path:
