@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
+from rlrec.obs import as_float, map_obs
 
 Info = Dict[str, Any]
 EnvIdx = Union[torch.Tensor, Sequence[int], None]
@@ -361,12 +362,14 @@ class VectorEnvAdapter(EnvAdapter):
         self.single_action_space = self.vec.single_action_space
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self.dt = float(self.vec.get_attr("dt")[0])  # each sub-env's dt (seconds per step)
-        self._obs = torch.zeros(self.num_envs, *self.single_observation_space.shape, device=device)
+        space = self.single_observation_space
+        self._obs_tensor(gym.vector.utils.create_empty_array(space, self.num_envs, fn=np.zeros))
 
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        # torch.tensor copies: the vector env may reuse its buffer (copy=False)
-        self._obs = torch.tensor(obs, dtype=torch.float32, device=self.device)
-        return self._obs.clone()
+        # torch.tensor copies: the vector env may reuse its buffer (copy=False); a pixel dict's
+        # image stays uint8 (rlrec/obs.py)
+        self._obs = as_float(map_obs(lambda v: torch.tensor(v, device=self.device), obs))
+        return map_obs(torch.clone, self._obs)
 
     def _np_action(self, action: torch.Tensor) -> np.ndarray:
         if not isinstance(action, torch.Tensor):
@@ -387,7 +390,7 @@ class VectorEnvAdapter(EnvAdapter):
         if env_idx is not None:
             idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
             if idx.numel() == 0:
-                return self._obs.clone(), {}
+                return map_obs(torch.clone, self._obs), {}
             options = {"reset_mask": np.zeros(self.num_envs, dtype=np.bool_)}
             options["reset_mask"][idx.numpy()] = True
         obs, info = self.vec.reset(seed=seeds, options=options)
