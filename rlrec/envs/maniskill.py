@@ -108,14 +108,14 @@ def build_maniskill_env(
     its assets were checked by :func:`check_ready`. While it is built, ManiSkill's yes/no download
     prompt raises instead of reading stdin.
 
-    A camera ``obs_mode`` (``rgb``, ``rgb_state``) gets ManiSkill's ``FlattenRGBDObservationWrapper``
-    as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd, examples/baselines/ppo/ppo_rgb.py line
-    307: ``obs_mode="rgb"``, given by :func:`make`; line 314: ``rgb=True, depth=False,
-    state=args.include_state``): the sensor cameras' uint8 images joined on the channel axis under
-    "rgb", the robot's state (``agent`` and ``extra`` flattened) under "state" for ``rgb_state``
-    (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76); its constructor sets the env's
-    observation space to that Dict (lines 41-42, ``update_obs_space``). Batched tensors on the
-    sim's device, no loop over envs."""
+    A camera ``obs_mode`` (``rgb``, ``rgb_state``) gets ManiSkill's
+    ``FlattenRGBDObservationWrapper`` as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd,
+    examples/baselines/ppo/ppo_rgb.py line 307: ``obs_mode="rgb"``, given by :func:`make`; line
+    314: ``rgb=True, depth=False, state=args.include_state``): the sensor cameras' uint8 images
+    joined on the channel axis under "rgb", the robot's state (``agent`` and ``extra`` flattened)
+    under "state" for ``rgb_state`` (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76); its
+    constructor sets the env's observation space to that Dict (lines 41-42,
+    ``update_obs_space``). Batched tensors on the sim's device, no loop over envs."""
     spec = _spec(env_id, imports)
     from mani_skill.utils import download_asset
 
