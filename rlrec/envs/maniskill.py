@@ -101,21 +101,10 @@ def _assets_error(env_id: str, what: str) -> ConfigError:
     )
 
 
-def build_maniskill_env(
-    env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = (), obs_mode=ObsMode.state
-):
+def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
     """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
     its assets were checked by :func:`check_ready`. While it is built, ManiSkill's yes/no download
-    prompt raises instead of reading stdin.
-
-    A camera ``obs_mode`` (``rgb``, ``rgb_state``) gets ManiSkill's
-    ``FlattenRGBDObservationWrapper`` as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd,
-    examples/baselines/ppo/ppo_rgb.py line 307: ``obs_mode="rgb"``, given by :func:`make`; line
-    314: ``rgb=True, depth=False, state=args.include_state``): the sensor cameras' uint8 images
-    joined on the channel axis under "rgb", the robot's state (``agent`` and ``extra`` flattened)
-    under "state" for ``rgb_state`` (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76); its
-    constructor sets the env's observation space to that Dict (lines 41-42,
-    ``update_obs_space``). Batched tensors on the sim's device, no loop over envs."""
+    prompt raises instead of reading stdin."""
     spec = _spec(env_id, imports)
     from mani_skill.utils import download_asset
 
@@ -125,7 +114,7 @@ def build_maniskill_env(
     saved = download_asset.prompt_yes_no
     download_asset.prompt_yes_no = refuse
     try:
-        env = spec.cls(**{**spec.default_kwargs, **kwargs})
+        return spec.cls(**{**spec.default_kwargs, **kwargs})
     except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
         if "control" in str(e).lower() or "supported modes" in str(e).lower():
             raise ConfigError(
@@ -143,6 +132,18 @@ def build_maniskill_env(
         raise
     finally:
         download_asset.prompt_yes_no = saved
+
+
+def observing(env, obs_mode: ObsMode):
+    """``env`` observing ``obs_mode``: as built for ``state``; for ``rgb`` and ``rgb_state`` (built
+    with ManiSkill's ``obs_mode="rgb"`` by :func:`make`) in ManiSkill's
+    ``FlattenRGBDObservationWrapper`` as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd,
+    examples/baselines/ppo/ppo_rgb.py line 307: ``obs_mode="rgb"``; line 314: ``rgb=True,
+    depth=False, state=args.include_state``): the sensor cameras' uint8 images joined on the
+    channel axis under "rgb", the robot's state (``agent`` and ``extra`` flattened) under "state"
+    for ``rgb_state`` (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76), batched tensors
+    on the sim's device; its constructor makes the env's observation space that Dict (lines
+    41-42, ``update_obs_space``). ``env.unwrapped`` is the ``BaseEnv``."""
     if obs_mode == ObsMode.state:
         return env
     from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
@@ -219,13 +220,13 @@ class ManiSkillGPUEnv(EnvAdapter):
         self.clock = EpisodeClock(num_envs, self.device)
         self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
         kwargs = gpu_env_kwargs(kwargs, num_envs, device)
-        self.env = build_maniskill_env(env_id, kwargs, imports, obs_mode)
-        base = self.env.unwrapped  # the BaseEnv below the camera modes' wrapper
-        self.dt = float(base.control_timestep)
-        self.single_observation_space = base.single_observation_space
-        self.single_action_space = base.single_action_space
+        self.env = observing(build_maniskill_env(env_id, kwargs, imports), obs_mode)
+        self.base = self.env.unwrapped  # the BaseEnv below the camera modes' wrapper
+        self.dt = float(self.base.control_timestep)
+        self.single_observation_space = self.base.single_observation_space
+        self.single_action_space = self.base.single_action_space
         # the observation of ManiSkill's own reset while it was built (as the wrapper shapes it)
-        self._own(base._init_raw_obs)
+        self._own(self.base._init_raw_obs)
 
     def _own(self, obs) -> Any:
         """``obs`` (a tensor, or the camera modes' dict of them, on the sim's device) kept as owned
@@ -247,13 +248,13 @@ class ManiSkillGPUEnv(EnvAdapter):
             idx.numel() >= self.num_envs and idx.unique().numel() == self.num_envs
         )
         obs, info = self.env.reset(
-            seed=seeds, options={} if full else {"env_idx": idx.to(self.env.device)}
+            seed=seeds, options={} if full else {"env_idx": idx.to(self.base.device)}
         )
         self.clock.reset(idx)
         return self._own(obs), owned_info(info, self.num_envs, self.device)
 
     def step(self, action: torch.Tensor):
-        obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
+        obs, reward, terminated, _, info = self.env.step(action.to(self.base.device))
         terminated = owned(terminated, self.device, torch.bool)
         truncated = self.clock.step(terminated, self.max_episode_steps)
         reward = owned(reward, self.device, torch.float32)
@@ -261,8 +262,7 @@ class ManiSkillGPUEnv(EnvAdapter):
         return self._own(obs), reward, terminated, truncated, info
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
-        idx = as_env_index(env_idx, self.num_envs, "cpu").tolist()
-        return render_rows(self.env.unwrapped, idx)
+        return render_rows(self.base, as_env_index(env_idx, self.num_envs, "cpu").tolist())
 
     def _release(self) -> None:
         self.env.close()
@@ -312,8 +312,8 @@ def _make_cpu_sub_env(
         env_id,
         {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"},
         imports,
-        obs_mode,
     )
+    env = observing(env, obs_mode)
     return HoldOnDone(_CPUSubEnv(env), index, limit)
 
 
@@ -411,7 +411,7 @@ def make(
     limit = spec.max_episode_steps if limit is None else limit
     camera = dict(width=env_cfg.render_width, height=env_cfg.render_height)
     kw = {
-        # ppo_rgb.py's obs_mode="rgb" for both camera modes (build_maniskill_env shapes it)
+        # ppo_rgb.py's obs_mode="rgb" for both camera modes (observing shapes it)
         "obs_mode": "state" if env_cfg.obs_mode == ObsMode.state else "rgb",
         "control_mode": env_cfg.control_mode,
         "reward_mode": env_cfg.reward_mode,
