@@ -16,6 +16,9 @@ What this module guarantees on top of ManiSkill:
 - ``render(env_idx)`` shows the current state as an owned copy: on GPU, pending GPU writes are
   finished (kinematics update + fetch) before rendering, and the selected rows of SAPIEN's
   persistent camera buffer are copied out before anything else can overwrite them.
+- ``env.obs_mode=rgb|rgb_state``: the sensor cameras at ``env.obs_height x env.obs_width`` as
+  rlrec's pixel dict (rlrec/obs.py), shaped by ManiSkill's own wrapper as ppo_rgb.py shapes it
+  (:func:`observing`), batched on the sim's device.
 - Nothing reads stdin: envs whose assets are not downloaded fail with a
   :class:`~rlrec.config.ConfigError` before anything is built, and ManiSkill's download prompt
   is replaced by an error while envs are constructed (robot assets are checked only there).
