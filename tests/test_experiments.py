@@ -93,3 +93,41 @@ def test_the_cartpole_preset_uses_relu_hidden_layers():
     tanh), which hold 475 in fewer env steps (docs/gymnasium.md); rlrec's default stays tanh."""
     assert make_config([]).algo.activation == "tanh"
     assert make_config(["+experiment=cartpole"]).algo.activation == "relu"
+
+
+def test_maniskill_rgb_preset_uses_ppo_rgb_baseline_settings():
+    """ppo_rgb.py's PushCube-v1 command and defaults (docs/maniskill.md maps each one)."""
+    cfg = make_config(["+experiment=maniskill_pushcube_rgb"])
+    env, algo = cfg.env, cfg.algo
+    assert (env.name, env.id, cfg.sim.name, env.obs_mode) == (
+        "maniskill",
+        "PushCube-v1",
+        "gpu",
+        "rgb_state",  # --include-state
+    )
+    assert (env.obs_height, env.obs_width, algo.encoder) == (128, 128, "cnn")
+    assert (env.num_envs, algo.num_steps, algo.update_epochs, algo.num_minibatches) == (
+        256,
+        20,
+        8,
+        8,
+    )
+    assert (cfg.total_steps, cfg.eval_env.every, cfg.eval_env.num_envs) == (1_000_000, 10, 8)
+    assert (algo.gamma, algo.gae_lambda, algo.target_kl, algo.kl_check) == (
+        0.8,
+        0.9,
+        0.2,
+        "minibatch",
+    )
+    assert (algo.bootstrap_at, algo.grad_clip, algo.init, algo.adam_eps) == (
+        "done",
+        "joint",
+        "orthogonal",
+        1e-5,
+    )
+    assert (algo.hidden_sizes, algo.activation, algo.init_log_std, algo.norm_obs) == (
+        [512],
+        "relu",
+        -0.5,
+        False,
+    )

@@ -192,6 +192,9 @@ class ManiSkillEnvConfig(EnvConfig):
     cpu_vectorization: Vectorization = Vectorization.sync  # sim=cpu: sync | async
     async_context: SapienStartMethod = SapienStartMethod.spawn  # async only
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
+    # rgb: the sensor cameras' images at obs_height x obs_width, joined on the channel axis
+    # (PushCube-v1: one camera); rgb_state: and the robot's state (ppo_rgb.py's --include-state)
+    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
 
 
 @dataclass

@@ -16,6 +16,9 @@ What this module guarantees on top of ManiSkill:
 - ``render(env_idx)`` shows the current state as an owned copy: on GPU, pending GPU writes are
   finished (kinematics update + fetch) before rendering, and the selected rows of SAPIEN's
   persistent camera buffer are copied out before anything else can overwrite them.
+- ``env.obs_mode=rgb|rgb_state``: the sensor cameras at ``env.obs_height x env.obs_width`` as
+  rlrec's pixel dict (rlrec/obs.py), shaped by ManiSkill's own wrapper as ppo_rgb.py shapes it
+  (:func:`observing`), batched on the sim's device.
 - Nothing reads stdin: envs whose assets are not downloaded fail with a
   :class:`~rlrec.config.ConfigError` before anything is built, and ManiSkill's download prompt
   is replaced by an error while envs are constructed (robot assets are checked only there).
@@ -44,9 +47,10 @@ from rlrec.envs.base import (
     owned,
     owned_info,
 )
-from rlrec.envs.config import ManiSkillEnvConfig, SimConfig
+from rlrec.envs.config import ManiSkillEnvConfig, ObsMode, SimConfig
 from rlrec.envs.device import explicit
 from rlrec.envs.physx import require_gpu_library
+from rlrec.obs import map_obs
 
 # --------------------------------------------------------------------------- checks before any work
 
@@ -133,6 +137,23 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
         download_asset.prompt_yes_no = saved
 
 
+def observing(env, obs_mode: ObsMode):
+    """``env`` observing ``obs_mode``: as built for ``state``; for ``rgb`` and ``rgb_state`` (built
+    with ManiSkill's ``obs_mode="rgb"`` by :func:`make`) in ManiSkill's
+    ``FlattenRGBDObservationWrapper`` as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd,
+    examples/baselines/ppo/ppo_rgb.py line 307: ``obs_mode="rgb"``; line 314: ``rgb=True,
+    depth=False, state=args.include_state``): the sensor cameras' uint8 images joined on the
+    channel axis under "rgb", the robot's state (``agent`` and ``extra`` flattened) under "state"
+    for ``rgb_state`` (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76), batched tensors
+    on the sim's device; its constructor makes the env's observation space that Dict (lines
+    41-42, ``update_obs_space``). ``env.unwrapped`` is the ``BaseEnv``."""
+    if obs_mode == ObsMode.state:
+        return env
+    from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+    return FlattenRGBDObservationWrapper(env, depth=False, state=obs_mode == ObsMode.rgb_state)
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -194,24 +215,34 @@ class ManiSkillGPUEnv(EnvAdapter):
         max_episode_steps: Optional[int],
         imports: Sequence[str] = (),
         seed: Optional[int] = None,
+        obs_mode: ObsMode = ObsMode.state,
     ):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
         self.clock = EpisodeClock(num_envs, self.device)
         self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
-        self.env = build_maniskill_env(env_id, gpu_env_kwargs(kwargs, num_envs, device), imports)
-        self.dt = float(self.env.control_timestep)
-        self.single_observation_space = self.env.single_observation_space
-        self.single_action_space = self.env.single_action_space
-        self._obs = torch.zeros(num_envs, *self.single_observation_space.shape, device=self.device)
+        kwargs = gpu_env_kwargs(kwargs, num_envs, device)
+        self.env = observing(build_maniskill_env(env_id, kwargs, imports), obs_mode)
+        self.base = self.env.unwrapped  # the BaseEnv below the camera modes' wrapper
+        self.dt = float(self.base.control_timestep)
+        self.single_observation_space = self.base.single_observation_space
+        self.single_action_space = self.base.single_action_space
+        # the observation of ManiSkill's own reset while it was built (as the wrapper shapes it)
+        self._own(self.base._init_raw_obs)
+
+    def _own(self, obs) -> Any:
+        """``obs`` (a tensor, or the camera modes' dict of them, on the sim's device) kept as owned
+        tensors on the adapter's device; a copy of them for the caller."""
+        self._obs = map_obs(lambda v: owned(v, self.device), obs)
+        return map_obs(torch.clone, self._obs)
 
     def reset(
         self, seed: Optional[int] = None, env_idx: EnvIdx = None
     ) -> Tuple[torch.Tensor, Info]:
         idx = as_env_index(env_idx, self.num_envs, self.device)
         if idx.numel() == 0:
-            return self._obs.clone(), {}
+            return map_obs(torch.clone, self._obs), {}
         seed, self._seed = (self._seed if seed is None else seed), None
         # env i is seeded seed + i, as gymnasium's vector envs do for an int seed
         seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
@@ -220,23 +251,21 @@ class ManiSkillGPUEnv(EnvAdapter):
             idx.numel() >= self.num_envs and idx.unique().numel() == self.num_envs
         )
         obs, info = self.env.reset(
-            seed=seeds, options={} if full else {"env_idx": idx.to(self.env.device)}
+            seed=seeds, options={} if full else {"env_idx": idx.to(self.base.device)}
         )
         self.clock.reset(idx)
-        self._obs = owned(obs, self.device)
-        return self._obs.clone(), owned_info(info, self.num_envs, self.device)
+        return self._own(obs), owned_info(info, self.num_envs, self.device)
 
     def step(self, action: torch.Tensor):
-        obs, reward, terminated, _, info = self.env.step(action.to(self.env.device))
+        obs, reward, terminated, _, info = self.env.step(action.to(self.base.device))
         terminated = owned(terminated, self.device, torch.bool)
         truncated = self.clock.step(terminated, self.max_episode_steps)
-        self._obs = owned(obs, self.device)
         reward = owned(reward, self.device, torch.float32)
         info = owned_info(info, self.num_envs, self.device)
-        return self._obs.clone(), reward, terminated, truncated, info
+        return self._own(obs), reward, terminated, truncated, info
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
-        return render_rows(self.env, as_env_index(env_idx, self.num_envs, "cpu").tolist())
+        return render_rows(self.base, as_env_index(env_idx, self.num_envs, "cpu").tolist())
 
     def _release(self) -> None:
         self.env.close()
@@ -247,9 +276,9 @@ class _CPUSubEnv(gym.Wrapper):
 
     def __init__(self, env):
         super().__init__(env)
-        self.observation_space = env.single_observation_space
-        self.action_space = env.single_action_space
-        self.dt = float(env.control_timestep)
+        self.observation_space = env.unwrapped.single_observation_space  # a Dict for cameras
+        self.action_space = env.unwrapped.single_action_space
+        self.dt = float(env.unwrapped.control_timestep)
 
     @staticmethod
     def _info(info: Dict[str, Any]) -> Dict[str, Any]:
@@ -262,18 +291,24 @@ class _CPUSubEnv(gym.Wrapper):
     def reset(self, *, seed=None, options=None):
         options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
         obs, info = self.env.reset(seed=seed, options=options)
-        return obs[0].numpy(), self._info(info)
+        return map_obs(lambda v: v[0].numpy(), obs), self._info(info)
 
     def step(self, action):
         obs, reward, terminated, _, info = self.env.step(np.asarray(action))
-        return obs[0].numpy(), float(reward[0]), bool(terminated[0]), False, self._info(info)
+        obs = map_obs(lambda v: v[0].numpy(), obs)
+        return obs, float(reward[0]), bool(terminated[0]), False, self._info(info)
 
     def render(self) -> np.ndarray:
-        return render_rows(self.env, [0])[0].numpy()
+        return render_rows(self.unwrapped, [0])[0].numpy()
 
 
 def _make_cpu_sub_env(
-    index: int, env_id: str, kwargs: Dict[str, Any], imports: Tuple[str, ...], limit: Optional[int]
+    index: int,
+    env_id: str,
+    kwargs: Dict[str, Any],
+    imports: Tuple[str, ...],
+    limit: Optional[int],
+    obs_mode: ObsMode,
 ) -> HoldOnDone:
     # module-level (picklable) so spawn/forkserver workers can build their env
     env = build_maniskill_env(
@@ -281,6 +316,7 @@ def _make_cpu_sub_env(
         {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"},
         imports,
     )
+    env = observing(env, obs_mode)
     return HoldOnDone(_CPUSubEnv(env), index, limit)
 
 
@@ -301,7 +337,7 @@ class ManiSkillCPUEnv(VectorEnvAdapter):
         seed: Optional[int],
     ):
         self.max_episode_steps = limit
-        args = (env_cfg.id, dict(kwargs), tuple(env_cfg.imports or ()), limit)
+        args = (env_cfg.id, dict(kwargs), tuple(env_cfg.imports or ()), limit, env_cfg.obs_mode)
         fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
         seed = random.randrange(2**31) if seed is None else seed
         try:
@@ -378,14 +414,18 @@ def make(
     limit = spec.max_episode_steps if limit is None else limit
     camera = dict(width=env_cfg.render_width, height=env_cfg.render_height)
     kw = {
-        "obs_mode": env_cfg.obs_mode,
+        # ppo_rgb.py's obs_mode="rgb" for both camera modes (observing shapes it)
+        "obs_mode": "state" if env_cfg.obs_mode == ObsMode.state else "rgb",
         "control_mode": env_cfg.control_mode,
         "reward_mode": env_cfg.reward_mode,
         "render_mode": "rgb_array",
         "human_render_camera_configs": camera,
+        # every sensor camera's size (mani_skill 3.0.1 sensors/camera.py lines 79-89: a key that
+        # names no camera is set on all of them)
+        "sensor_configs": dict(width=env_cfg.obs_width, height=env_cfg.obs_height),
         **(env_cfg.kwargs or {}),
     }
     if sim.name == "gpu":
-        imports = list(env_cfg.imports or [])
-        return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed)
+        imports, mode = list(env_cfg.imports or []), env_cfg.obs_mode
+        return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed, mode)
     return ManiSkillCPUEnv(env_cfg, kw, num_envs, limit, seed)

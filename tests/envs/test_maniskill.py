@@ -188,6 +188,8 @@ def test_gpu_adapter_adds_no_reset_and_seeds_each_sub_scene(monkeypatch):
         device = torch.device("cpu")
         single_observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
         single_action_space = gym.spaces.Box(-1.0, 1.0, (2,))
+        _init_raw_obs = torch.zeros(3, 3)  # the observation of ManiSkill's reset while built
+        unwrapped = property(lambda self: self)
 
         def reset(self, seed=None, options=None):
             seeds.append(seed)
@@ -203,8 +205,8 @@ def test_gpu_adapter_adds_no_reset_and_seeds_each_sub_scene(monkeypatch):
 
 
 def test_bad_config_fails_before_building():
-    with pytest.raises(ConfigError, match="env.obs_mode"):
-        make_env(obs_mode="rgb")
+    with pytest.raises(ConfigError, match="env.obs_mode='depth'.*state, rgb, rgb_state"):
+        make_env(obs_mode="depth")
     with pytest.raises(ConfigError, match="env.reward_mode"):
         make_env(reward_mode="shaped")
     with pytest.raises(ConfigError, match="env.cpu_vectorization"):
