@@ -256,25 +256,20 @@ class PPO:
                 norm.merge_pending(distributed.all_reduce_)
         per_minibatch = cfg.target_kl is not None and cfg.kl_check == KLCheck.minibatch
         kl_limit = cfg.target_kl if per_minibatch else None
+        per_epoch = cfg.target_kl is not None and not per_minibatch
         stopped = False
         for _epoch in range(cfg.update_epochs):
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 stats = self._train_step(mb, clip, kl_limit)
-                if stats is None:  # kl_check=minibatch: over target_kl, this minibatch took no step
-                    stopped = True
+                stopped = stats is None  # kl_check=minibatch: over target_kl, this one took no step
+                if stopped:
                     break
                 totals += stats  # read before the next step (a CUDA graph's output is reused)
-                approx_kl = stats[3].clone()
                 n_updates += 1
-            if stopped:
-                break
-            if cfg.target_kl is None or per_minibatch:
-                continue
-            if self.world > 1:  # the same decision on every rank
-                distributed.all_reduce_(approx_kl, "mean")
-            if float(approx_kl) > cfg.target_kl:
+            # kl_check=epoch: the last minibatch's KL
+            if stopped or (per_epoch and self._kl_above(stats[3], cfg.target_kl)):
                 break
         y, pred = storage.returns.flatten(), storage.values.flatten()
         var_y = y.var()
