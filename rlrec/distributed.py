@@ -107,20 +107,21 @@ def launched() -> bool:
 
 
 # ---------------------------------------------------------------------- rank helpers
-def world_size() -> int:
+def _ask(name: str, alone: Any) -> Any:
+    """``torch.distributed.<name>()`` in the process group; ``alone`` with one process."""
     if not _group:
-        return 1
+        return alone
     import torch
 
-    return torch.distributed.get_world_size()
+    return getattr(torch.distributed, name)()
+
+
+def world_size() -> int:
+    return _ask("get_world_size", 1)
 
 
 def rank() -> int:
-    if not _group:
-        return 0
-    import torch
-
-    return torch.distributed.get_rank()
+    return _ask("get_rank", 0)
 
 
 def is_main() -> bool:
@@ -296,11 +297,7 @@ def shutdown() -> None:
 
 
 def backend_name() -> str:
-    if not _group:
-        return "none"
-    import torch
-
-    return torch.distributed.get_backend()
+    return _ask("get_backend", "none")
 
 
 # ---------------------------------------------------------------------- collectives
