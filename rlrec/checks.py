@@ -30,28 +30,24 @@ class Choice(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Range:
-    """The values a float field allows: always a finite number, within ``low``/``high`` where
-    given (``*_open``: the bound itself excluded). NaN and infinity mean nothing in any field."""
+    """The values a float field allows: always a finite number, at least ``low`` (``low_open``:
+    above it) and at most ``high`` where given (``high`` only with ``low``). NaN and infinity mean
+    nothing in any field."""
 
     low: Optional[float] = None
     high: Optional[float] = None
     low_open: bool = False
-    high_open: bool = False
 
     def __contains__(self, value: float) -> bool:
         above = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
-        return math.isfinite(value) and above and below
+        return math.isfinite(value) and above and (self.high is None or value <= self.high)
 
     def __str__(self) -> str:
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"a finite number in {left}{self.low:g}, {self.high:g}{right}"
-        if self.low is not None:
+        if self.low is None:
+            return "a finite number"
+        if self.high is None:
             return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
-        if self.high is not None:
-            return f"a finite number {'<' if self.high_open else '<='} {self.high:g}"
-        return "a finite number"
+        return f"a finite number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
 
 
 POSITIVE = Range(low=0.0, low_open=True)
