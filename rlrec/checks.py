@@ -71,25 +71,22 @@ def field_types(cls: type) -> Iterator[Tuple[str, Any, bool]]:
         yield f.name, hint, nullable
 
 
-def check_floats(obj: Any, prefix: str = "") -> None:
-    """Every float field of dataclass ``obj`` and of the dataclasses it holds is a finite number
-    in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and the range."""
-    if not is_dataclass(obj):
-        return
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if is_dataclass(value):
-            check_floats(value, f"{prefix}{f.name}.")
+def check_fields(obj: Any, prefix: str = "") -> None:
+    """Every field of dataclass ``obj`` and of the dataclasses it holds, named ``prefix + field``:
+    a :class:`Choice` holds one of its values (:func:`check_choices`), a float is a finite number
+    in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and what is allowed."""
+    check_choices(obj, prefix)
     for name, hint, nullable in field_types(type(obj)):
         value = getattr(obj, name)
-        if hint is not float or (value is None and nullable):
-            continue
-        # its schema's FLOAT_RANGES (a subclass that sets its own restates its bases')
-        allowed = getattr(type(obj), "FLOAT_RANGES", {}).get(name, Range())
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or value not in allowed:
-            rule = f"{allowed} or null" if nullable else str(allowed)
-            raise ConfigError(f"{prefix}{name}={value!r} is invalid: must be {rule}")
+        if is_dataclass(value):
+            check_fields(value, f"{prefix}{name}.")
+        elif hint is float and not (value is None and nullable):
+            # its schema's FLOAT_RANGES (a subclass that sets its own restates its bases')
+            allowed = getattr(type(obj), "FLOAT_RANGES", {}).get(name, Range())
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or value not in allowed:
+                rule = f"{allowed} or null" if nullable else str(allowed)
+                raise ConfigError(f"{prefix}{name}={value!r} is invalid: must be {rule}")
 
 
 SEED_MAX = 2**32 - 1  # NumPy's seeds are 32-bit

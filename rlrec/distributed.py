@@ -58,7 +58,7 @@ class DistributedConfig:
     """Data-parallel training on several processes (``torchrun``, or SLURM through submitit;
     docs/distributed.md). With one process these keys change nothing."""
 
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {"timeout_sec": SECONDS}
 
     backend: Backend = Backend.auto  # auto: nccl on CUDA, gloo on CPU
@@ -369,14 +369,6 @@ def agree_signal(signum: Optional[int]) -> Optional[int]:
     return int(all_reduce_(flag, "max").item()) or None
 
 
-def _to_bytes(obj: Any) -> torch.Tensor:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8)
-
-
 def _from_bytes(data: torch.Tensor) -> Any:
     # plain data only (tensors, containers, numbers, strings): never the full unpickler; on the
     # CPU: without map_location torch.load restores each storage on the device it was saved from
@@ -388,10 +380,12 @@ def _from_bytes(data: torch.Tensor) -> Any:
 
 
 def _all_gather(obj: Any) -> List[torch.Tensor]:
-    """Every rank's ``obj`` as bytes, in rank order, on every rank."""
+    """Every rank's ``obj`` as bytes (``torch.save``), in rank order, on every rank."""
     import torch
 
-    data = _to_bytes(obj).to(_comm_device)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8).to(_comm_device)
     sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
     torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
     padded = torch.zeros(max(int(s.item()) for s in sizes), dtype=torch.uint8, device=_comm_device)

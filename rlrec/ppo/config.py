@@ -111,7 +111,7 @@ def check_encoder(encoder: str, image: Optional[Tuple[int, int, int]], key: str)
 class PPOConfig:
     """PPO hyper-parameters (CleanRL names)."""
 
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {
         "learning_rate": POSITIVE,
         "gamma": UNIT,
