@@ -77,19 +77,16 @@ class PPO:
             # so annealing them never recompiles (the compiled graphs read them, as LeanRL does)
             self._opt_flags = {"foreach": False, "fused": None, "capturable": device.type == "cuda"}
             self._clip = torch.tensor(cfg.clip_coef, device=device)
-            lr = torch.tensor(cfg.learning_rate, device=device)
-            adam = torch.optim.Adam(
-                self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **self._opt_flags
-            )
+            kind, lr = torch.optim.Adam, torch.tensor(cfg.learning_rate, device=device)
         else:
             # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
             # tensor, the larger part of an update step for the small MLPs of PPO; FusedAdam is the
             # same kernel and state layout, without torch.optim's import of torch._dynamo
             fused = fused_available(device)
             self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
-            kind = FusedAdam if fused else torch.optim.Adam
-            adam = kind(self.agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
-        self.optimizer: "torch.optim.Adam | FusedAdam" = adam
+            kind, lr = (FusedAdam if fused else torch.optim.Adam), cfg.learning_rate
+        flags = {} if kind is FusedAdam else self._opt_flags
+        self.optimizer = kind(self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **flags)
         self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
         # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
