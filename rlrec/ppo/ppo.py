@@ -176,7 +176,19 @@ class PPO:
         if cfg.clip_reward is not None:
             reward = reward.clamp(-cfg.clip_reward, cfg.clip_reward)
         if "_final" in info:
-            reward = self.bootstrap_final(reward, terminated, truncated, info["final_obs"])
+            # reward + gamma * V(final_obs) where an episode ended in a way algo.bootstrap_at
+            # bootstraps (GAE then treats every episode end as terminal). truncated: only where
+            # the time limit cut it (not where it terminated), since the return it would have had
+            # continues past the cut. done: at every end, as ManiSkill's PPO baselines do
+            # (final_values from infos["final_observation"] of every done row), so a task that
+            # terminates on success values the success as its reward plus the value of the state
+            # it reached. One masked multiply over the batch: no host sync
+            if cfg.bootstrap_at == BootstrapAt.done:
+                ends = terminated | truncated
+            else:
+                ends = truncated & ~terminated
+            final_value = self.agent.value(self.normalize(info["final_obs"]))
+            reward = reward + cfg.gamma * final_value * ends.float()
         obs, action, logprob, value = self._transition  # type: ignore[misc]
         self.storage.add(obs, action, logprob, value, reward, (terminated | truncated).float())  # type: ignore[union-attr]
 
@@ -207,28 +219,6 @@ class PPO:
         if self.compiled:
             self._clip.fill_(self.clip_coef)
         return lr
-
-    def bootstrap_final(
-        self,
-        reward: torch.Tensor,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-        final_obs: torch.Tensor,
-    ) -> torch.Tensor:
-        """``reward + gamma * V(final_obs)`` where an episode ended in a way that
-        ``algo.bootstrap_at`` bootstraps, ``reward`` elsewhere; GAE then treats every episode end
-        as terminal. ``truncated``: only where the time limit cut it (not where it terminated),
-        since the return it would have had continues past the cut. ``done``: at every end, as
-        ManiSkill's PPO baselines do (``final_values`` from ``infos["final_observation"]`` of
-        every done row), so a task that terminates on success values the success as its reward
-        plus the value of the state it reached. One masked multiply over the batch: no host
-        sync."""
-        if self.cfg.bootstrap_at == BootstrapAt.done:
-            ends = terminated | truncated
-        else:
-            ends = truncated & ~terminated
-        value = self.agent.value(self.normalize(final_obs))
-        return reward + self.cfg.gamma * value * ends.float()
 
     # ------------------------------------------------------------------ learning
     def update(self, storage: Optional[RolloutStorage] = None) -> Dict[str, float]:

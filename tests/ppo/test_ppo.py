@@ -11,6 +11,7 @@ from rlrec.ppo.agent import ActorCritic, ObsNormalizer
 from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO, action_dtype
 from rlrec.ppo.storage import RolloutStorage
+from tests.ppo import stored_reward
 
 CPU = torch.device("cpu")
 
@@ -218,17 +219,17 @@ def test_truncated_episodes_are_bootstrapped_from_their_final_observation():
         env.single_action_space,
         torch.device("cpu"),
     )
-    env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     with torch.inference_mode():
         _, reward, term, trunc, info = env.step(torch.zeros(4, 2))
         assert bool(trunc.all()) and not bool(term.any())
         final = info["final_obs"]
         assert not torch.equal(final, env.env.unwrapped._obs()), "final obs is the pre-reset state"
-        out = ppo.bootstrap_final(reward, term, trunc, final)
+        out = stored_reward(ppo, obs, reward, term, trunc, info)
         torch.testing.assert_close(out, reward + 0.9 * ppo.agent.value(ppo.normalize(final)))
         # terminated episodes are not bootstrapped, even when the time limit hits on the same step
         term2 = torch.tensor([True, False, True, False])
-        out2 = ppo.bootstrap_final(reward, term2, trunc, final)
+        out2 = stored_reward(ppo, obs, reward, term2, trunc, info)
         torch.testing.assert_close(out2[term2], reward[term2])
 
 
