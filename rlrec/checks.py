@@ -131,24 +131,15 @@ def one_of(value: Any, key: str, allowed: List[str]) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
 
 
-def choice(obj: Any, attr: str, kind: type, key: str, allow_none: bool = False) -> None:
-    """Turns ``obj.attr`` into its :class:`Choice` member; ConfigError listing the allowed values.
-    (Hydra already refuses bad values while composing; this covers dataclasses built in code.)"""
-    value = getattr(obj, attr)
-    if value is None and allow_none:
-        return
-    try:
-        setattr(obj, attr, kind(value))
-    except ValueError:
-        allowed = kind.values() + (["null"] if allow_none else [])
-        one_of(value, key, allowed)
-
-
 def check_choices(obj: Any, prefix: str = "") -> None:
     """Every :class:`Choice` field of dataclass ``obj`` holds one of its values (an Optional one
-    may be None) and becomes its member: :func:`choice` for each, naming ``prefix + field``.
-    Hydra refuses such a value while composing; this is the same refusal for a schema built in
-    code."""
+    may be None) and becomes its member; ConfigError naming ``prefix + field`` and the allowed
+    values. Hydra refuses such a value while composing; this is the same refusal for a schema
+    built in code."""
     for name, hint, nullable in field_types(type(obj)):
-        if isinstance(hint, type) and issubclass(hint, Choice):
-            choice(obj, name, hint, prefix + name, allow_none=nullable)
+        value = getattr(obj, name)
+        if isinstance(hint, type) and issubclass(hint, Choice) and not (value is None and nullable):
+            try:
+                setattr(obj, name, hint(value))
+            except ValueError:
+                one_of(value, prefix + name, hint.values() + (["null"] if nullable else []))

@@ -296,8 +296,8 @@ class PPO:
         if kl_limit is not None and self._kl_above(stats[3], kl_limit):
             return None
         loss.backward()
-        if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
-            distributed.mean_grads_(self._params)
+        # several ranks: one all-reduce of the flat gradient (in place: CUDA graphs keep it)
+        distributed.mean_grads_(self._params)
         grad_norm = self._optimizer_step()
         return torch.cat((stats, grad_norm.reshape(1)))
 
