@@ -296,10 +296,6 @@ def shutdown() -> None:
     _store = None
 
 
-def backend_name() -> str:
-    return _ask("get_backend", "none")
-
-
 # ---------------------------------------------------------------------- collectives
 def all_reduce_(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """In place: the sum (``op="sum"``), mean or max of ``tensor`` over the ranks."""
@@ -351,7 +347,7 @@ def announce(num_envs: int, num_steps: int, iterations: int) -> None:
     world = world_size()
     if world > 1 and rank() == 0:
         print(
-            f"rlrec: {world} ranks ({backend_name()}) x env.num_envs={num_envs} x "
+            f"rlrec: {world} ranks ({_ask('get_backend', 'none')}) x env.num_envs={num_envs} x "
             f"algo.num_steps={num_steps}: a global batch of {world * num_envs * num_steps} env "
             f"steps per iteration, {iterations} iterations",
             flush=True,
