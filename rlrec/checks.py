@@ -30,28 +30,24 @@ class Choice(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Range:
-    """The values a float field allows: always a finite number, within ``low``/``high`` where
-    given (``*_open``: the bound itself excluded). NaN and infinity mean nothing in any field."""
+    """The values a float field allows: always a finite number, at least ``low`` (``low_open``:
+    above it) and at most ``high`` where given (``high`` only with ``low``). NaN and infinity mean
+    nothing in any field."""
 
     low: Optional[float] = None
     high: Optional[float] = None
     low_open: bool = False
-    high_open: bool = False
 
     def __contains__(self, value: float) -> bool:
         above = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
-        return math.isfinite(value) and above and below
+        return math.isfinite(value) and above and (self.high is None or value <= self.high)
 
     def __str__(self) -> str:
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"a finite number in {left}{self.low:g}, {self.high:g}{right}"
-        if self.low is not None:
+        if self.low is None:
+            return "a finite number"
+        if self.high is None:
             return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
-        if self.high is not None:
-            return f"a finite number {'<' if self.high_open else '<='} {self.high:g}"
-        return "a finite number"
+        return f"a finite number in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
 
 
 POSITIVE = Range(low=0.0, low_open=True)
@@ -75,25 +71,22 @@ def field_types(cls: type) -> Iterator[Tuple[str, Any, bool]]:
         yield f.name, hint, nullable
 
 
-def check_floats(obj: Any, prefix: str = "") -> None:
-    """Every float field of dataclass ``obj`` and of the dataclasses it holds is a finite number
-    in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and the range."""
-    if not is_dataclass(obj):
-        return
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if is_dataclass(value):
-            check_floats(value, f"{prefix}{f.name}.")
+def check_fields(obj: Any, prefix: str = "") -> None:
+    """Every field of dataclass ``obj`` and of the dataclasses it holds, named ``prefix + field``:
+    a :class:`Choice` holds one of its values (:func:`check_choices`), a float is a finite number
+    in its range (the schema's ``FLOAT_RANGES``); ConfigError naming the key and what is allowed."""
+    check_choices(obj, prefix)
     for name, hint, nullable in field_types(type(obj)):
         value = getattr(obj, name)
-        if hint is not float or (value is None and nullable):
-            continue
-        # its schema's FLOAT_RANGES (a subclass that sets its own restates its bases')
-        allowed = getattr(type(obj), "FLOAT_RANGES", {}).get(name, Range())
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or value not in allowed:
-            rule = f"{allowed} or null" if nullable else str(allowed)
-            raise ConfigError(f"{prefix}{name}={value!r} is invalid: must be {rule}")
+        if is_dataclass(value):
+            check_fields(value, f"{prefix}{name}.")
+        elif hint is float and not (value is None and nullable):
+            # its schema's FLOAT_RANGES (a subclass that sets its own restates its bases')
+            allowed = getattr(type(obj), "FLOAT_RANGES", {}).get(name, Range())
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or value not in allowed:
+                rule = f"{allowed} or null" if nullable else str(allowed)
+                raise ConfigError(f"{prefix}{name}={value!r} is invalid: must be {rule}")
 
 
 SEED_MAX = 2**32 - 1  # NumPy's seeds are 32-bit
@@ -138,24 +131,15 @@ def one_of(value: Any, key: str, allowed: List[str]) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
 
 
-def choice(obj: Any, attr: str, kind: type, key: str, allow_none: bool = False) -> None:
-    """Turns ``obj.attr`` into its :class:`Choice` member; ConfigError listing the allowed values.
-    (Hydra already refuses bad values while composing; this covers dataclasses built in code.)"""
-    value = getattr(obj, attr)
-    if value is None and allow_none:
-        return
-    try:
-        setattr(obj, attr, kind(value))
-    except ValueError:
-        allowed = kind.values() + (["null"] if allow_none else [])
-        one_of(value, key, allowed)
-
-
 def check_choices(obj: Any, prefix: str = "") -> None:
     """Every :class:`Choice` field of dataclass ``obj`` holds one of its values (an Optional one
-    may be None) and becomes its member: :func:`choice` for each, naming ``prefix + field``.
-    Hydra refuses such a value while composing; this is the same refusal for a schema built in
-    code."""
+    may be None) and becomes its member; ConfigError naming ``prefix + field`` and the allowed
+    values. Hydra refuses such a value while composing; this is the same refusal for a schema
+    built in code."""
     for name, hint, nullable in field_types(type(obj)):
-        if isinstance(hint, type) and issubclass(hint, Choice):
-            choice(obj, name, hint, prefix + name, allow_none=nullable)
+        value = getattr(obj, name)
+        if isinstance(hint, type) and issubclass(hint, Choice) and not (value is None and nullable):
+            try:
+                setattr(obj, name, hint(value))
+            except ValueError:
+                one_of(value, prefix + name, hint.values() + (["null"] if nullable else []))

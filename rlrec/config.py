@@ -27,9 +27,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from rlrec.checks import (
     Choice,
     ConfigError,
-    check_choices,
     check_device,
-    check_floats,
+    check_fields,
     check_seed,
     one_of,
     positive,
@@ -195,13 +194,11 @@ def validate(cfg: Config) -> None:
     """Value checks that types cannot express. Raises :class:`ConfigError` naming the key."""
     env = cfg.env
     one_of(env.name, "env.name", list(BACKENDS))
-    check_floats(cfg)  # every float of every schema: finite and in its range
+    check_fields(cfg)  # every closed choice, every float of every schema: finite, in its range
     for key in POSITIVE_KEYS:
         positive(attrgetter(key)(cfg), key)
     for key in POSITIVE_OR_NULL_KEYS:
         positive(attrgetter(key)(cfg), key, allow_none=True)
-    for key in ("sim", "eval_env", "algo", "logger", "distributed"):  # each closed choice
-        check_choices(getattr(cfg, key), f"{key}.")
     if cfg.checkpoint_keep < 0 or cfg.checkpoint_keep == 1:
         raise ConfigError(
             f"checkpoint_keep={cfg.checkpoint_keep} is invalid: allowed values are 0 (keep every "

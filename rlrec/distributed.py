@@ -58,7 +58,7 @@ class DistributedConfig:
     """Data-parallel training on several processes (``torchrun``, or SLURM through submitit;
     docs/distributed.md). With one process these keys change nothing."""
 
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {"timeout_sec": SECONDS}
 
     backend: Backend = Backend.auto  # auto: nccl on CUDA, gloo on CPU
@@ -107,20 +107,21 @@ def launched() -> bool:
 
 
 # ---------------------------------------------------------------------- rank helpers
-def world_size() -> int:
+def _ask(name: str, alone: Any) -> Any:
+    """``torch.distributed.<name>()`` in the process group; ``alone`` with one process."""
     if not _group:
-        return 1
+        return alone
     import torch
 
-    return torch.distributed.get_world_size()
+    return getattr(torch.distributed, name)()
+
+
+def world_size() -> int:
+    return _ask("get_world_size", 1)
 
 
 def rank() -> int:
-    if not _group:
-        return 0
-    import torch
-
-    return torch.distributed.get_rank()
+    return _ask("get_rank", 0)
 
 
 def is_main() -> bool:
@@ -295,14 +296,6 @@ def shutdown() -> None:
     _store = None
 
 
-def backend_name() -> str:
-    if not _group:
-        return "none"
-    import torch
-
-    return torch.distributed.get_backend()
-
-
 # ---------------------------------------------------------------------- collectives
 def all_reduce_(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """In place: the sum (``op="sum"``), mean or max of ``tensor`` over the ranks."""
@@ -354,7 +347,7 @@ def announce(num_envs: int, num_steps: int, iterations: int) -> None:
     world = world_size()
     if world > 1 and rank() == 0:
         print(
-            f"rlrec: {world} ranks ({backend_name()}) x env.num_envs={num_envs} x "
+            f"rlrec: {world} ranks ({_ask('get_backend', 'none')}) x env.num_envs={num_envs} x "
             f"algo.num_steps={num_steps}: a global batch of {world * num_envs * num_steps} env "
             f"steps per iteration, {iterations} iterations",
             flush=True,
@@ -372,14 +365,6 @@ def agree_signal(signum: Optional[int]) -> Optional[int]:
     return int(all_reduce_(flag, "max").item()) or None
 
 
-def _to_bytes(obj: Any) -> torch.Tensor:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8)
-
-
 def _from_bytes(data: torch.Tensor) -> Any:
     # plain data only (tensors, containers, numbers, strings): never the full unpickler; on the
     # CPU: without map_location torch.load restores each storage on the device it was saved from
@@ -391,10 +376,12 @@ def _from_bytes(data: torch.Tensor) -> Any:
 
 
 def _all_gather(obj: Any) -> List[torch.Tensor]:
-    """Every rank's ``obj`` as bytes, in rank order, on every rank."""
+    """Every rank's ``obj`` as bytes (``torch.save``), in rank order, on every rank."""
     import torch
 
-    data = _to_bytes(obj).to(_comm_device)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8).to(_comm_device)
     sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
     torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
     padded = torch.zeros(max(int(s.item()) for s in sizes), dtype=torch.uint8, device=_comm_device)

@@ -8,6 +8,7 @@ submitit_local launcher with two tasks.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -429,8 +430,10 @@ def test_another_ranks_cuda_tensors_arrive_on_the_cpu(monkeypatch):
     on the CPU: torch.load without map_location restores each storage on its saved device
     (``default_restore_location``), which fails where cuda:k is not visible (here: no CUDA)."""
     monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:3")
-    data = distributed._to_bytes({"next_obs": torch.arange(6.0).reshape(2, 3), "n": 7})
+    buf = io.BytesIO()  # as _all_gather serializes what a rank sends
+    torch.save({"next_obs": torch.arange(6.0).reshape(2, 3), "n": 7}, buf)
     monkeypatch.undo()
+    data = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8)
     out = distributed._from_bytes(data)
     assert out["n"] == 7 and out["next_obs"].device == torch.device("cpu")
     assert torch.equal(out["next_obs"], torch.arange(6.0).reshape(2, 3))

@@ -89,7 +89,7 @@ class SimConfig:
 class BuiltinEnvConfig(EnvConfig):
     """rlrec's own point-mass reaching task (``rlrec.envs.builtin``)."""
 
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {"goal_radius": POSITIVE, "dt": POSITIVE}
 
     name: str = "builtin"

@@ -75,9 +75,7 @@ def check_ready(env_cfg: EnvConfig, sim: SimConfig) -> None:
     """What the backend of ``env_cfg`` refuses for ``sim`` before anything is built (its optional
     ``check_ready(env_cfg, sim)``; e.g. ManiSkill's GPU sim without SAPIEN's PhysX GPU library).
     The entry point asks it once, before the process group and the runner; ``make`` again."""
-    check = getattr(backend_module(env_cfg.name), "check_ready", None)
-    if check is not None:
-        check(env_cfg, sim)
+    getattr(backend_module(env_cfg.name), "check_ready", lambda *_: None)(env_cfg, sim)
 
 
 def make_adapter(

@@ -115,7 +115,7 @@ def check_encoder(encoder: str, env: Any, key: str) -> None:
 class PPOConfig:
     """PPO hyper-parameters (CleanRL names)."""
 
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {
         "learning_rate": POSITIVE,
         "gamma": UNIT,

@@ -77,19 +77,16 @@ class PPO:
             # so annealing them never recompiles (the compiled graphs read them, as LeanRL does)
             self._opt_flags = {"foreach": False, "fused": None, "capturable": device.type == "cuda"}
             self._clip = torch.tensor(cfg.clip_coef, device=device)
-            lr = torch.tensor(cfg.learning_rate, device=device)
-            adam = torch.optim.Adam(
-                self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **self._opt_flags
-            )
+            kind, lr = torch.optim.Adam, torch.tensor(cfg.learning_rate, device=device)
         else:
             # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
             # tensor, the larger part of an update step for the small MLPs of PPO; FusedAdam is the
             # same kernel and state layout, without torch.optim's import of torch._dynamo
             fused = fused_available(device)
             self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
-            kind = FusedAdam if fused else torch.optim.Adam
-            adam = kind(self.agent.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
-        self.optimizer: "torch.optim.Adam | FusedAdam" = adam
+            kind, lr = (FusedAdam if fused else torch.optim.Adam), cfg.learning_rate
+        flags = {} if kind is FusedAdam else self._opt_flags
+        self.optimizer = kind(self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **flags)
         self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
         # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
@@ -179,7 +176,19 @@ class PPO:
         if cfg.clip_reward is not None:
             reward = reward.clamp(-cfg.clip_reward, cfg.clip_reward)
         if "_final" in info:
-            reward = self.bootstrap_final(reward, terminated, truncated, info["final_obs"])
+            # reward + gamma * V(final_obs) where an episode ended in a way algo.bootstrap_at
+            # bootstraps (GAE then treats every episode end as terminal). truncated: only where
+            # the time limit cut it (not where it terminated), since the return it would have had
+            # continues past the cut. done: at every end, as ManiSkill's PPO baselines do
+            # (final_values from infos["final_observation"] of every done row), so a task that
+            # terminates on success values the success as its reward plus the value of the state
+            # it reached. One masked multiply over the batch: no host sync
+            if cfg.bootstrap_at == BootstrapAt.done:
+                ends = terminated | truncated
+            else:
+                ends = truncated & ~terminated
+            final_value = self.agent.value(self.normalize(info["final_obs"]))
+            reward = reward + cfg.gamma * final_value * ends.float()
         obs, action, logprob, value = self._transition  # type: ignore[misc]
         self.storage.add(obs, action, logprob, value, reward, (terminated | truncated).float())  # type: ignore[union-attr]
 
@@ -211,28 +220,6 @@ class PPO:
             self._clip.fill_(self.clip_coef)
         return lr
 
-    def bootstrap_final(
-        self,
-        reward: torch.Tensor,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-        final_obs: torch.Tensor,
-    ) -> torch.Tensor:
-        """``reward + gamma * V(final_obs)`` where an episode ended in a way that
-        ``algo.bootstrap_at`` bootstraps, ``reward`` elsewhere; GAE then treats every episode end
-        as terminal. ``truncated``: only where the time limit cut it (not where it terminated),
-        since the return it would have had continues past the cut. ``done``: at every end, as
-        ManiSkill's PPO baselines do (``final_values`` from ``infos["final_observation"]`` of
-        every done row), so a task that terminates on success values the success as its reward
-        plus the value of the state it reached. One masked multiply over the batch: no host
-        sync."""
-        if self.cfg.bootstrap_at == BootstrapAt.done:
-            ends = terminated | truncated
-        else:
-            ends = truncated & ~terminated
-        value = self.agent.value(self.normalize(final_obs))
-        return reward + self.cfg.gamma * value * ends.float()
-
     # ------------------------------------------------------------------ learning
     def update(self, storage: Optional[RolloutStorage] = None) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage (its own by default); returns mean losses and
@@ -256,25 +243,20 @@ class PPO:
                 norm.merge_pending(distributed.all_reduce_)
         per_minibatch = cfg.target_kl is not None and cfg.kl_check == KLCheck.minibatch
         kl_limit = cfg.target_kl if per_minibatch else None
+        per_epoch = cfg.target_kl is not None and not per_minibatch
         stopped = False
         for _epoch in range(cfg.update_epochs):
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 stats = self._train_step(mb, clip, kl_limit)
-                if stats is None:  # kl_check=minibatch: over target_kl, this minibatch took no step
-                    stopped = True
+                stopped = stats is None  # kl_check=minibatch: over target_kl, this one took no step
+                if stopped:
                     break
                 totals += stats  # read before the next step (a CUDA graph's output is reused)
-                approx_kl = stats[3].clone()
                 n_updates += 1
-            if stopped:
-                break
-            if cfg.target_kl is None or per_minibatch:
-                continue
-            if self.world > 1:  # the same decision on every rank
-                distributed.all_reduce_(approx_kl, "mean")
-            if float(approx_kl) > cfg.target_kl:
+            # kl_check=epoch: the last minibatch's KL
+            if stopped or (per_epoch and self._kl_above(stats[3], cfg.target_kl)):
                 break
         y, pred = storage.returns.flatten(), storage.values.flatten()
         var_y = y.var()
@@ -314,8 +296,8 @@ class PPO:
         if kl_limit is not None and self._kl_above(stats[3], kl_limit):
             return None
         loss.backward()
-        if self.world > 1:  # one all-reduce of the flat gradient (in place: CUDA graphs keep it)
-            distributed.mean_grads_(self._params)
+        # several ranks: one all-reduce of the flat gradient (in place: CUDA graphs keep it)
+        distributed.mean_grads_(self._params)
         grad_norm = self._optimizer_step()
         return torch.cat((stats, grad_norm.reshape(1)))
 

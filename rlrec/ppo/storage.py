@@ -9,6 +9,9 @@ import torch
 
 from rlrec.obs import RGB, Shape, map_obs
 
+# a minibatch's tensors, in the order PPO._loss_eager takes them
+BATCH = ("obs", "actions", "logprobs", "values", "advantages", "returns")
+
 
 class RolloutStorage:
     """``[num_steps, num_envs, ...]`` tensors on the sim device, filled in place one step at a
@@ -80,17 +83,9 @@ class RolloutStorage:
     def minibatches(self, num_minibatches: int) -> Iterator[dict]:
         """Shuffled minibatches over the flattened ``num_steps * num_envs`` batch: one permutation
         and one gather per field per call (an epoch), each minibatch a view of the gathered
-        batch, so a minibatch costs no indexing of its own. Its tensors are in the order
-        ``PPO._loss_eager`` takes them."""
+        batch, so a minibatch costs no indexing of its own. Its tensors: :data:`BATCH`."""
         size = self.num_steps * self.num_envs
-        flat = {
-            "obs": map_obs(lambda o: o.reshape(size, *o.shape[2:]), self.obs),
-            "actions": self.actions.reshape(size, *self.actions.shape[2:]),
-            "logprobs": self.logprobs.reshape(size),
-            "values": self.values.reshape(size),
-            "advantages": self.advantages.reshape(size),
-            "returns": self.returns.reshape(size),
-        }
+        flat = {k: map_obs(lambda v: v.reshape(size, *v.shape[2:]), vars(self)[k]) for k in BATCH}
         if num_minibatches == 1:  # the whole batch: its losses are means, order does not matter
             yield flat
             return

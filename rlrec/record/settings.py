@@ -12,8 +12,7 @@ from rlrec.checks import (
     SECONDS,
     Choice,
     ConfigError,
-    check_floats,
-    choice,
+    check_fields,
     positive,
 )
 from rlrec.files import probe_dir
@@ -62,7 +61,7 @@ class View(Choice):
 class RecorderConfig:
     """One recorder: which env, when, how long, how encoded."""
 
-    # the range of each float field, applied by rlrec.checks.check_floats (not a field)
+    # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {"length_sec": SECONDS, "fps": POSITIVE, "stall_timeout_sec": SECONDS}
 
     enabled: bool = True
@@ -110,16 +109,13 @@ class RecorderConfig:
 
         positive(self.every, n("every"), allow_none=True)
         positive(self.length_frames, n("length_frames"), allow_none=True)
-        check_floats(self, f"{key}.")  # length_sec, fps, stall_timeout_sec (by their own names)
+        # length_sec, fps, stall_timeout_sec (by their own names), trigger, preset, on_error
+        check_fields(self, f"{key}.")
         positive(self.queue_size, n("queue_size"))
         if not 1 <= self.quality <= 10:
             refuse("quality", "must be in 1..10")
-        choice(self, "preset", X264Preset, n("preset"))
-        choice(self, "on_error", OnError, n("on_error"))
-        choice(self, "view", View, n("view"))
         if self.length_frames is not None and self.length_sec is not None:
             refuse("length_frames", f"{n('length_sec')} is set too: give at most one clip length")
-        choice(self, "trigger", Trigger, n("trigger"))
         if (self.trigger in (Trigger.episode, Trigger.step)) != (self.every is not None):
             t, e = n("trigger"), n("every")  # exactly one trigger, with its count
             refuse(

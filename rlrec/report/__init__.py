@@ -18,7 +18,6 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
     write it later. Returns the page's path, or None."""
     import sys
     import time
-    from pathlib import Path
 
     if not cfg.enabled:
         return None
@@ -30,7 +29,7 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
 
     start = time.perf_counter()
     try:
-        path = write_run_report(Path(run_dir), cfg)
+        path = write_run_report(run_dir, cfg)
     except Exception as exc:  # the run itself is done and saved: say what failed, go on
         print(f"rlrec: the report failed ({type(exc).__name__}: {exc}); {command}", file=sys.stderr)
         return None

@@ -24,9 +24,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         help="e.g. report.max_failures=6 report.max_tiles=8 report.progress_video=false",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    known = RunDir(args.dir).metrics.is_file() or SweepDir(args.dir).is_sweep()
-    try:
-        if not args.dir.is_dir() or not known:
+    try:  # (either file inside it says it is a directory)
+        if not (RunDir(args.dir).metrics.is_file() or SweepDir(args.dir).is_sweep()):
             raise ConfigError(f"{args.dir} is not a run dir or a sweep dir of rlrec")
         from rlrec.report.html import write_report
 

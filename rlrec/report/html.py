@@ -277,9 +277,7 @@ def run_page(
 
 def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
     """The job's run dir when it lies inside the sweep dir (the page links only below itself)."""
-    for candidate in (row.get("run_dir"), str(sweep_dir / str(row.get("job", "")))):
-        if not candidate:
-            continue
+    for candidate in filter(None, (row.get("run_dir"), sweep_dir / str(row.get("job", "")))):
         path = Path(candidate).resolve()
         if path.is_dir() and sweep_dir.resolve() in path.parents:
             return path

@@ -86,14 +86,12 @@ class Evaluation:
         envs = (self.sidecar or {}).get("envs") or []
         if len(envs) == 1:
             ret, success = _number(envs[0].get("return")), envs[0].get("success")
-            success = None if success is None else (1.0 if success else 0.0)
+            verdict = None if success is None else ("ok" if success else "fail")
         else:
             ret, success = self.ret, self.success
+            verdict = None if success is None else f"s {success:.2f}"
         second = [] if ret is None else [f"R {ret:.2f}"]
-        if success is not None:
-            second.append(
-                ("ok" if success >= 1 else "fail") if len(envs) == 1 else f"s {success:.2f}"
-            )
+        second += [] if verdict is None else [verdict]
         return [f"step {self.step}", " ".join(second)]
 
 

@@ -27,6 +27,7 @@ from rlrec.envs.base import EnvAdapter, EpisodeClock, as_env_index
 from rlrec.ppo.config import BootstrapAt, KLCheck, PPOConfig
 from rlrec.ppo.ppo import PPO
 from tests.helpers import make_config
+from tests.ppo import stored_reward
 
 
 @pytest.fixture(autouse=True)
@@ -156,14 +157,14 @@ def test_done_bootstraps_terminations_too_and_truncated_only_time_outs():
             env.single_action_space,
             torch.device("cpu"),
         )
-        env.reset(seed=0)
+        obs, _ = env.reset(seed=0)
         env.env.pos.copy_(torch.tensor([3, 3, 0, 0]))
         with torch.inference_mode():
             # right, right, stay, stay: two successes (terminated), two time-outs (truncated)
             _, reward, term, trunc, info = env.step(torch.tensor([2, 2, 1, 1]))
             assert term.tolist() == [True, True, False, False] and bool(trunc[2:].all())
-            value = ppo.agent.value(ppo.normalize(info["final_obs"]))
-            outs[rule] = (ppo.bootstrap_final(reward, term, trunc, info["final_obs"]), value)
+            out = stored_reward(ppo, obs, reward, term, trunc, info)
+            outs[rule] = (out, ppo.agent.value(ppo.normalize(info["final_obs"])))
     out, value = outs[BootstrapAt.truncated]
     torch.testing.assert_close(out, reward + 0.8 * value * torch.tensor([0.0, 0, 1, 1]))
     out, value = outs[BootstrapAt.done]

@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from rlrec.checks import choice
+from rlrec.checks import check_choices
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.obs import RGB
 from rlrec.record.frames import obs_frames, side_by_side
@@ -59,7 +59,7 @@ def viewed(env: EnvAdapter, cfg: RecorderConfig, key: str) -> EnvAdapter:
     """``env`` as a recorder with settings ``cfg`` (``key`` in messages) shows it: itself for
     ``view=render``, else under an :class:`ObsView`; ConfigError naming ``{key}.view`` where the
     env's observation has no image."""
-    choice(cfg, "view", View, f"{key}.view")
+    check_choices(cfg, f"{key}.")  # the view's choice among them
     if cfg.view is View.render:
         return env
     check_view(cfg, RGB in getattr(env.single_observation_space, "spaces", {}), key)
