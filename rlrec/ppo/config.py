@@ -83,16 +83,14 @@ def cnn_maps(height: int, width: int) -> List[Tuple[int, int, int]]:
 
 def check_encoder(encoder: str, env: Any, key: str) -> None:
     """ConfigError, before work, for an encoder that cannot read the observation of ``env`` (its
-    schema, an ``rlrec.envs.config.EnvConfig``): a CNN on a state-only env (naming the image modes
-    its backend observes), an image too small for the CNN's strides, an MLP on a large raw image."""
+    schema, an ``rlrec.envs.config.EnvConfig``): a CNN on a state-only env, an image too small for
+    the CNN's strides, an MLP on a large raw image."""
     image = env.obs_image()
     if image is None:
-        if encoder == Encoder.cnn:
-            modes = " or ".join(m.value for m in env.OBS_MODES if m.value != "state")
-            fix = f"set env.obs_mode={modes}, or" if modes else f"env={env.name} observes no image:"
+        if encoder == Encoder.cnn:  # every backend observes images (its OBS_MODES)
             raise ConfigError(
-                f"{key}=cnn reads an image but the env observes a flat state vector: {fix} set "
-                "algo.encoder=mlp"
+                f"{key}=cnn reads an image but env={env.name} observes a flat state vector: set "
+                "env.obs_mode=rgb or rgb_state, or set algo.encoder=mlp"
             )
         return
     h, w, c = image

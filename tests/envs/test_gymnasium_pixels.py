@@ -183,7 +183,7 @@ def test_the_observed_image_is_known_and_refused_before_work():
     with pytest.raises(ConfigError, match="env.frame_stack=0 is invalid"):
         GymnasiumEnvConfig(frame_stack=0)
     make_config(["env=gymnasium", f"env.id={MODULE_ID}", "algo.encoder=cnn"])  # an image: cnn
-    with pytest.raises(ConfigError, match="algo.encoder=cnn reads an image but the env observes"):
+    with pytest.raises(ConfigError, match="cnn reads an image but env=gymnasium observes"):
         make_config(["env=gymnasium", "env.id=CartPole-v1", "algo.encoder=cnn"])
     with pytest.raises(ConfigError, match="algo.encoder=mlp on the raw image 64x64x6"):
         make_config(["env=gymnasium", f"env.id={MODULE_ID}", "env.frame_stack=2"])

@@ -127,8 +127,8 @@ def test_the_normaliser_sees_the_state_alone():
 @pytest.mark.parametrize(
     "args,says",
     [
-        (["algo.encoder=cnn"], "vector: set env.obs_mode=rgb or rgb_state, or set algo"),
-        (["env=gymnasium", "algo.encoder=cnn"], "env=gymnasium observes no image: set algo.enc"),
+        (["algo.encoder=cnn"], "env=builtin observes a flat state vector: set env.obs_mode=rgb or"),
+        (["env=gymnasium", "algo.encoder=cnn"], "env=gymnasium observes a flat state vector: set"),
         (["env.obs_mode=rgb", "env.obs_width=35", "algo.encoder=cnn"], "too small for NatureCNN"),
         (["env.obs_mode=rgb", "env.obs_width=128"], "algo.encoder=mlp on the raw image 64x128x3"),
     ],
