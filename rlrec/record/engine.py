@@ -22,9 +22,9 @@ and two counter increments per step.
 
 The layers it delegates to: every decision of when a clip starts (and whether an ended clip is
 kept) is its :class:`~rlrec.record.schedule.Schedule`'s; each clip's file name is its ``name``
-callable's (:mod:`rlrec.record.names`); which steps become frames and the file's fps come from
-:mod:`rlrec.record.timing`; frames go to an :class:`~rlrec.record.encoder.Encoder` thread, which
-writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through
+callable's (:mod:`rlrec.record.names`); which steps become frames, the file's fps and a clip's
+length in frames are the engine's own (computed once, in its constructor); frames go to an
+:class:`~rlrec.record.encoder.Encoder` thread, which writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through
 ``on_clip`` from the caller's thread.
 """
 
@@ -45,7 +45,6 @@ from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
 from rlrec.record.frames import FrameMeta, draw_overlay
 from rlrec.record.schedule import Schedule, Start
 from rlrec.record.settings import RecorderConfig
-from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +259,11 @@ class ClipEngine:
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
         cfg.check(int(source.num_envs), self.key)
-        check_dt(source.dt, self.key)
+        dt = source.dt
+        if dt is None or not dt > 0:  # the file's fps means nothing without it
+            raise ConfigError(f"{self.key}: the env reports dt={dt!r}; the recorder needs dt > 0")
         self.cfg = cfg
-        dt = float(source.dt)
+        dt = float(dt)
         self.device = torch.device(source.device)
         self.render = source.render
         self.max_episode_steps = getattr(source, "max_episode_steps", None)
@@ -275,9 +276,14 @@ class ClipEngine:
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
         self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._recorded = _Recorded(self.env_idx, self.device)
-        self.steps_per_frame = steps_per_frame(cfg.fps, dt)
-        self.fps = real_fps(self.steps_per_frame, dt)  # written into the file
-        self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
+        # the timing, computed here only: env steps between two frames, max(1, ...) so that
+        # fps * dt > 2 takes every step (at 1 / dt) rather than rounding to 0
+        self.steps_per_frame = 1 if cfg.fps is None else max(1, round(1.0 / (cfg.fps * dt)))
+        self.fps = 1.0 / (self.steps_per_frame * dt)  # what the frames really have: the file's
+        # frames per clip (None: the whole episode), seconds converted at the file's real fps
+        self.length = cfg.length_frames
+        if cfg.length_sec is not None:
+            self.length = max(1, round(cfg.length_sec * self.fps))
         # absolute: a relative dir means the working directory at start-up
         self.video_dir = _video_dir(cfg, video_dir, self.key)
         # a holding schedule's clips are of engines encoding side by side (per-episode clips):
