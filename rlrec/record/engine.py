@@ -24,8 +24,9 @@ The layers it delegates to: every decision of when a clip starts (and whether an
 kept) is its :class:`~rlrec.record.schedule.Schedule`'s; each clip's file name is its ``name``
 callable's (:mod:`rlrec.record.names`); which steps become frames, the file's fps and a clip's
 length in frames are the engine's own (computed once, in its constructor); frames go to an
-:class:`~rlrec.record.encoder.Encoder` thread, which writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through
-``on_clip`` from the caller's thread.
+:class:`~rlrec.record.encoder.Encoder` thread, which writes each clip and its sidecar
+(:mod:`rlrec.record.sidecar`); finished clips are reported through ``on_clip`` from the caller's
+thread.
 """
 
 from __future__ import annotations
