@@ -108,15 +108,13 @@ class RecorderConfig:
         def refuse(f: str, why: str) -> None:
             raise ConfigError(f"{n(f)}={getattr(self, f)!r} is invalid: {why}")
 
-        positive(self.every, n("every"), allow_none=True)
-        positive(self.length_frames, n("length_frames"), allow_none=True)
+        for f in ("every", "length_frames", "queue_size"):
+            positive(getattr(self, f), n(f), allow_none=f != "queue_size")
         check_floats(self, f"{key}.")  # length_sec, fps, stall_timeout_sec (by their own names)
-        positive(self.queue_size, n("queue_size"))
         if not 1 <= self.quality <= 10:
             refuse("quality", "must be in 1..10")
-        choice(self, "preset", X264Preset, n("preset"))
-        choice(self, "on_error", OnError, n("on_error"))
-        choice(self, "view", View, n("view"))
+        for f, kind in (("preset", X264Preset), ("on_error", OnError), ("view", View)):
+            choice(self, f, kind, n(f))
         if self.length_frames is not None and self.length_sec is not None:
             refuse("length_frames", f"{n('length_sec')} is set too: give at most one clip length")
         choice(self, "trigger", Trigger, n("trigger"))
@@ -133,12 +131,12 @@ class RecorderConfig:
         name = self.filename
         # ffmpeg is handed file: and an absolute path, so this is about what the name means: one
         # visible file in the video dir (".mp4" is appended when missing), with room for the
-        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
-        bad = name is not None and (not isinstance(name, str) or name != name.strip() or not name)
-        if name is not None and not bad:
-            bad = "/" in name or "\0" in name or name.startswith((".", "-"))
-            bad = bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200
-        if bad:
+        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit: no '/' or NUL,
+        # not starting with '.', '-' or a space, not ending with a space
+        plain = isinstance(name, str) and re.fullmatch(r"[^/\0.\s-]([^/\0]*[^/\0\s])?", name)
+        if name is not None and not (
+            plain and len(name.encode()) + 4 <= 200 + 4 * name.lower().endswith(".mp4")
+        ):
             refuse(
                 "filename",
                 "must be a plain file name (no '/', not starting with '.', '-' or a space, at "
