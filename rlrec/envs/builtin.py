@@ -23,10 +23,7 @@ from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
 from rlrec.envs.config import BuiltinEnvConfig, ObsMode
 from rlrec.obs import RGB, STATE
 
-_BACKGROUND = (24, 26, 34)
-_GOAL = (60, 200, 90)
-_AGENT = (250, 140, 30)
-_BAR = (235, 235, 235)
+_COLORS = ((24, 26, 34), (60, 200, 90), (250, 140, 30), (235, 235, 235))  # bg, goal, agent, bar
 _U32 = 0xFFFFFFFF
 
 
@@ -126,10 +123,7 @@ class PointReach(EnvAdapter):
         self.goal = torch.zeros(n, 2, device=dev)
         self.clock = EpisodeClock(n, dev)
         self._grids: Dict[Tuple[int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._colors = {
-            k: torch.tensor(c, dtype=torch.uint8, device=dev)
-            for k, c in (("bg", _BACKGROUND), ("goal", _GOAL), ("agent", _AGENT), ("bar", _BAR))
-        }
+        self._colors = torch.tensor(_COLORS, dtype=torch.uint8, device=dev)
 
     @property
     def t(self) -> torch.Tensor:
@@ -225,15 +219,16 @@ class PointReach(EnvAdapter):
             return (xs - cx) ** 2 + (ys - cy) ** 2 <= radius**2
 
         k = pos.shape[0]
-        frame = self._colors["bg"].expand(k, height, width, 3).clone()
-        frame[disc(goal, self.goal_radius)] = self._colors["goal"]
-        frame[disc(pos, self.AGENT_RADIUS)] = self._colors["agent"]
+        background, goal_color, agent_color, bar_color = self._colors
+        frame = background.expand(k, height, width, 3).clone()
+        frame[disc(goal, self.goal_radius)] = goal_color
+        frame[disc(pos, self.AGENT_RADIUS)] = agent_color
         limit = self.max_episode_steps or 100
         filled = (t.float() / limit).clamp(max=1.0)[:, None, None]  # fraction of the bar
         bar_rows = max(1, height // 25)
         col_frac = ((torch.arange(width, device=self.device) + 1) / width)[None, None, :]
         bar = (col_frac <= filled).expand(k, bar_rows, width)
-        frame[:, -bar_rows:][bar] = self._colors["bar"]
+        frame[:, -bar_rows:][bar] = bar_color
         return frame
 
 
