@@ -160,8 +160,7 @@ class _Clip:
         self.ret = np.zeros(k, dtype=np.float32)
         self.length = np.zeros(k, dtype=np.int64)
         self.pending: List[list] = []
-        self.live = np.ones(k, dtype=bool)  # that episode still runs
-        self.all_live = True  # live.all(): the step's bookkeeping is then an append
+        self.all_live = True  # no episode ended: the step's bookkeeping is then an append
         self.terminated = np.zeros(k, dtype=bool)
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
@@ -184,7 +183,8 @@ class _Clip:
     def add_step(self, r: list, term: list, trunc: list, s: Optional[list]) -> bool:
         """Adds a step's values of the recorded envs (plain lists); whether the first recorded
         env's episode ended."""
-        live = self.live
+        # the episodes still running: each is live until it terminates or is truncated
+        live = True if self.all_live else ~(self.terminated | self.truncated)
         done = False
         if self.all_live and not (any(term) or any(trunc)):
             # every recorded episode runs on: its rewards wait to be summed
@@ -194,17 +194,15 @@ class _Clip:
         else:  # an episode ended (or ended before): numpy over the recorded envs
             self.fold()
             t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
-            ended = t | u
             self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
             self.length += live
             self.terminated |= live & t
             self.truncated |= live & u & ~t
-            self.live = live & ~ended
-            self.all_live = bool(self.live.all())
-            done = bool(ended[0])
+            self.all_live = False  # an episode ended, now or before
+            done = bool(t[0] or u[0])
         if s is not None:
             if self.success is None:  # the env reports success
-                self.success = np.zeros(len(live), dtype=bool)
+                self.success = np.zeros(len(term), dtype=bool)
             if any(s):
                 self.success |= np.asarray(s, dtype=bool) & live
         return done
@@ -275,7 +273,6 @@ class ClipEngine:
         self._asks_steps = self.schedule.asks_steps
         self.name = names.fixed(cfg.filename) if cfg.filename else name or names.default
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
-        self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._recorded = _Recorded(self.env_idx, self.device)
         # the timing, computed here only: env steps between two frames, max(1, ...) so that
         # fps * dt > 2 takes every step (at 1 / dt) rather than rounding to 0
@@ -357,7 +354,7 @@ class ClipEngine:
         clip = self._clip
         if self._asks_steps:
             busy = clip is not None and not clip.provisional
-            first = self._first
+            first = self.env_idx[0]  # episodes are counted on the first recorded env
 
             def terminal() -> bool:  # read only when the step trigger falls
                 return bool(torch.as_tensor(terminated)[first] or torch.as_tensor(truncated)[first])
@@ -544,7 +541,7 @@ class ClipEngine:
         if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
             clip.fold()
-            keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
+            keep = bool(self.schedule.keep(self.env_idx[0], success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
 
