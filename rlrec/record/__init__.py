@@ -27,23 +27,19 @@ module; tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported o
 
 from rlrec import lazy
 
-# each name, by the module of rlrec.record that defines it
-_LAZY = {
-    "ClipInfo": "encoder",
-    "Encoder": "encoder",
-    "ClipEngine": "engine",
-    "RecorderError": "engine",
-    "Source": "engine",
-    "EncoderError": "ffmpeg",
-    "FrameMeta": "frames",
-    "Schedule": "schedule",
-    "RecorderConfig": "settings",
-    "Trigger": "settings",
-    "Recorder": "wrappers.adapter",
-    "RecordVectorVideo": "wrappers.gymnasium",
-    "RenderHook": "wrappers.gymnasium",
-    "RecordClips": "wrappers.maniskill",
-    "VideoWrapper": "wrappers.genesis_forge",
+# each module of rlrec.record and the names it defines
+_MODULES = {
+    "encoder": "ClipInfo Encoder",
+    "engine": "ClipEngine RecorderError Source",
+    "ffmpeg": "EncoderError",
+    "frames": "FrameMeta",
+    "schedule": "Schedule",
+    "settings": "RecorderConfig Trigger",
+    "wrappers.adapter": "Recorder",
+    "wrappers.gymnasium": "RecordVectorVideo RenderHook",
+    "wrappers.maniskill": "RecordClips",
+    "wrappers.genesis_forge": "VideoWrapper",
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names.split()}
 __all__ = list(_LAZY)
 __getattr__ = lazy(__name__, _LAZY)
