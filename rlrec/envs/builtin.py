@@ -12,7 +12,7 @@ seed rule), on any device and without a host round trip.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -122,7 +122,6 @@ class PointReach(EnvAdapter):
         self.vel = torch.zeros(n, 2, device=dev)
         self.goal = torch.zeros(n, 2, device=dev)
         self.clock = EpisodeClock(n, dev)
-        self._grids: Dict[Tuple[int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
         self._colors = torch.tensor(_COLORS, dtype=torch.uint8, device=dev)
 
     @property
@@ -208,11 +207,9 @@ class PointReach(EnvAdapter):
         """Frames ``[k, H, W, 3]`` for explicit states: a pure function of ``(pos, goal, t)``, at
         ``size`` (height, width; the render size by default), all envs at once on the device."""
         height, width = size or (self.height, self.width)
-        if (height, width) not in self._grids:  # pixel centres in world units: x right, y up
-            xs = (torch.arange(width, device=self.device) + 0.5) / width * 2 - 1
-            ys = 1 - (torch.arange(height, device=self.device) + 0.5) / height * 2
-            self._grids[height, width] = torch.meshgrid(ys, xs, indexing="ij")
-        ys, xs = (g[None] for g in self._grids[height, width])
+        # pixel centres in world units (x right, y up), broadcast over [k, H, W]
+        xs = ((torch.arange(width, device=self.device) + 0.5) / width * 2 - 1)[None, None]
+        ys = (1 - (torch.arange(height, device=self.device) + 0.5) / height * 2)[None, :, None]
 
         def disc(center: torch.Tensor, radius: float) -> torch.Tensor:
             cx, cy = center[:, 0, None, None], center[:, 1, None, None]
