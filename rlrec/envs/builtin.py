@@ -152,9 +152,7 @@ class PointReach(EnvAdapter):
         self.goal[idx] = goal
         self.vel[idx] = 0.0
         self.clock.reset(idx)
-        return self._obs(), {
-            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        }
+        return self._obs(), {"success": self.pos.new_zeros(self.num_envs, dtype=torch.bool)}
 
     def step(self, action: torch.Tensor):
         action = action.to(self.device, torch.float32).clamp(-1.0, 1.0)

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
+_COUNTERS = ("episode", "steps", "clips_saved")  # the checkpointed counters, beside the schedule
 
 Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
 
@@ -398,8 +399,7 @@ class ClipEngine:
     def end_clip(self, keep: bool = True) -> None:
         """Ends the clip in progress now, e.g. when an evaluation stops early: saved, or dropped
         (``keep=False``) without being encoded to its end."""
-        if self._clip is not None:
-            self._end_clip(keep=keep)
+        self._end_clip(keep=keep)
         self.poll()
 
     def flush(self) -> None:
@@ -413,8 +413,7 @@ class ClipEngine:
         if self.closed:
             return
         self.closed = True
-        if self._clip is not None:
-            self._end_clip(keep=self.cfg.record_final_episode)
+        self._end_clip(keep=self.cfg.record_final_episode)
         self.encoder.close()
         self.poll()
 
@@ -434,18 +433,13 @@ class ClipEngine:
 
     def state_dict(self) -> Dict[str, Any]:
         """Counters and schedule, for checkpoints."""
-        return {
-            "version": _STATE_VERSION,
-            "episode": self.episode,
-            "steps": self.steps,
-            "clips_saved": self.clips_saved,
-            "schedule": self.schedule.state_dict(),
-        }
+        counters = {k: getattr(self, k) for k in _COUNTERS}
+        return {"version": _STATE_VERSION, **counters, "schedule": self.schedule.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
         open belongs to the schedule being replaced and is discarded."""
-        missing = {"episode", "steps", "clips_saved"} - set(state)
+        missing = set(_COUNTERS) - set(state)
         version = state.get("version", _STATE_VERSION)
         if missing or version not in (1, _STATE_VERSION):
             raise ValueError(
@@ -456,11 +450,9 @@ class ClipEngine:
         keys = ("step_pending", "step_fired_at")
         old = {"version": 1, **{k: state[k] for k in keys if k in state}}
         self.schedule.load_state_dict(state.get("schedule", old))
-        if self._clip is not None:
-            self._end_clip(keep=False)
-        self.episode = int(state["episode"])
-        self.steps = int(state["steps"])
-        self.clips_saved = int(state["clips_saved"])
+        self._end_clip(keep=False)
+        for k in _COUNTERS:
+            setattr(self, k, int(state[k]))
 
     def poll(self) -> None:
         """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
@@ -537,7 +529,11 @@ class ClipEngine:
         clip.last_step = clip.first_step + clip.steps
 
     def _end_clip(self, keep: bool) -> None:
+        """Ends the clip in progress (if any): saved (``keep``, where the schedule's rule keeps
+        it too), or dropped."""
         clip, self._clip = self._clip, None
+        if clip is None:
+            return
         if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
             clip.fold()
