@@ -26,14 +26,13 @@ class ObsNormalizer(nn.Module):
     of the observations seen since the last :meth:`merge_pending`, which merges those of every rank
     into the statistics as of the last merge, so that every rank holds the same statistics."""
 
-    def __init__(
-        self, shape: Tuple[int, ...], clip: float = 10.0, eps: float = 1e-8, pending: bool = False
-    ):
+    clip, eps = 10.0, 1e-8  # the bound of a normalised value; the variance's floor, the first count
+
+    def __init__(self, shape: Tuple[int, ...], pending: bool = False):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
-        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
-        self.clip, self.eps = clip, eps
+        self.register_buffer("count", torch.tensor(self.eps, dtype=torch.float64))
         # ``pending``: non-persistent buffers (checkpoints hold mean, var and count alone), so
         # ``.to(device)`` moves them with the statistics and they are never rebuilt: a tensor
         # built inside the rollout's ``torch.inference_mode()`` could not be updated in place by

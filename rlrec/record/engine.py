@@ -211,8 +211,7 @@ class _Clip:
     def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
         self.fold()
-        k = len(env_idx)
-        success = [None] * k if self.success is None else self.success.tolist()
+        success = [None] * len(env_idx) if self.success is None else self.success.tolist()
         cut = np.where(self.truncated, "truncated", "cut")
         ends = np.where(self.terminated, "terminated", cut).tolist()
         values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
