@@ -30,13 +30,10 @@ def map_obs(fn: Callable[..., torch.Tensor], obs: Obs, *more: Obs) -> Obs:
 def shape_of(space_or_shape) -> Shape:
     """The shape of an observation space (a ``Box`` or a ``Dict`` of them), or a saved shape made
     comparable (tuples where a checkpoint may hold lists)."""
-    if hasattr(space_or_shape, "spaces"):
-        return {k: tuple(s.shape) for k, s in space_or_shape.spaces.items()}
-    if hasattr(space_or_shape, "shape"):
-        return tuple(space_or_shape.shape)
-    if isinstance(space_or_shape, dict):
-        return {k: tuple(v) for k, v in space_or_shape.items()}
-    return tuple(space_or_shape)
+    x = getattr(space_or_shape, "spaces", space_or_shape)  # a Dict space: its dict of Boxes
+    if isinstance(x, dict):
+        return {k: tuple(getattr(v, "shape", v)) for k, v in x.items()}
+    return tuple(getattr(x, "shape", x))
 
 
 def first(obs: Obs) -> torch.Tensor:

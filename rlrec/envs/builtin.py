@@ -12,7 +12,7 @@ seed rule), on any device and without a host round trip.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -23,10 +23,7 @@ from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
 from rlrec.envs.config import BuiltinEnvConfig, ObsMode
 from rlrec.obs import RGB, STATE
 
-_BACKGROUND = (24, 26, 34)
-_GOAL = (60, 200, 90)
-_AGENT = (250, 140, 30)
-_BAR = (235, 235, 235)
+_COLORS = ((24, 26, 34), (60, 200, 90), (250, 140, 30), (235, 235, 235))  # bg, goal, agent, bar
 _U32 = 0xFFFFFFFF
 
 
@@ -125,11 +122,7 @@ class PointReach(EnvAdapter):
         self.vel = torch.zeros(n, 2, device=dev)
         self.goal = torch.zeros(n, 2, device=dev)
         self.clock = EpisodeClock(n, dev)
-        self._grids: Dict[Tuple[int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._colors = {
-            k: torch.tensor(c, dtype=torch.uint8, device=dev)
-            for k, c in (("bg", _BACKGROUND), ("goal", _GOAL), ("agent", _AGENT), ("bar", _BAR))
-        }
+        self._colors = torch.tensor(_COLORS, dtype=torch.uint8, device=dev)
 
     @property
     def t(self) -> torch.Tensor:
@@ -159,9 +152,7 @@ class PointReach(EnvAdapter):
         self.goal[idx] = goal
         self.vel[idx] = 0.0
         self.clock.reset(idx)
-        return self._obs(), {
-            "success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        }
+        return self._obs(), {"success": self.pos.new_zeros(self.num_envs, dtype=torch.bool)}
 
     def step(self, action: torch.Tensor):
         action = action.to(self.device, torch.float32).clamp(-1.0, 1.0)
@@ -214,26 +205,25 @@ class PointReach(EnvAdapter):
         """Frames ``[k, H, W, 3]`` for explicit states: a pure function of ``(pos, goal, t)``, at
         ``size`` (height, width; the render size by default), all envs at once on the device."""
         height, width = size or (self.height, self.width)
-        if (height, width) not in self._grids:  # pixel centres in world units: x right, y up
-            xs = (torch.arange(width, device=self.device) + 0.5) / width * 2 - 1
-            ys = 1 - (torch.arange(height, device=self.device) + 0.5) / height * 2
-            self._grids[height, width] = torch.meshgrid(ys, xs, indexing="ij")
-        ys, xs = (g[None] for g in self._grids[height, width])
+        # pixel centres in world units (x right, y up), broadcast over [k, H, W]
+        xs = ((torch.arange(width, device=self.device) + 0.5) / width * 2 - 1)[None, None]
+        ys = (1 - (torch.arange(height, device=self.device) + 0.5) / height * 2)[None, :, None]
 
         def disc(center: torch.Tensor, radius: float) -> torch.Tensor:
             cx, cy = center[:, 0, None, None], center[:, 1, None, None]
             return (xs - cx) ** 2 + (ys - cy) ** 2 <= radius**2
 
         k = pos.shape[0]
-        frame = self._colors["bg"].expand(k, height, width, 3).clone()
-        frame[disc(goal, self.goal_radius)] = self._colors["goal"]
-        frame[disc(pos, self.AGENT_RADIUS)] = self._colors["agent"]
+        background, goal_color, agent_color, bar_color = self._colors
+        frame = background.expand(k, height, width, 3).clone()
+        frame[disc(goal, self.goal_radius)] = goal_color
+        frame[disc(pos, self.AGENT_RADIUS)] = agent_color
         limit = self.max_episode_steps or 100
         filled = (t.float() / limit).clamp(max=1.0)[:, None, None]  # fraction of the bar
         bar_rows = max(1, height // 25)
         col_frac = ((torch.arange(width, device=self.device) + 1) / width)[None, None, :]
         bar = (col_frac <= filled).expand(k, bar_rows, width)
-        frame[:, -bar_rows:][bar] = self._colors["bar"]
+        frame[:, -bar_rows:][bar] = bar_color
         return frame
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from rlrec.obs import RGB, STATE, Obs, shape_of
+from rlrec.obs import RGB, STATE, Obs, Shape, shape_of
 from rlrec.ppo.config import CNN_LAYERS, Encoder, Init, PPOConfig, cnn_maps
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -26,14 +26,13 @@ class ObsNormalizer(nn.Module):
     of the observations seen since the last :meth:`merge_pending`, which merges those of every rank
     into the statistics as of the last merge, so that every rank holds the same statistics."""
 
-    def __init__(
-        self, shape: Tuple[int, ...], clip: float = 10.0, eps: float = 1e-8, pending: bool = False
-    ):
+    clip, eps = 10.0, 1e-8  # the bound of a normalised value; the variance's floor, the first count
+
+    def __init__(self, shape: Tuple[int, ...], pending: bool = False):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape))
         self.register_buffer("var", torch.ones(shape))
-        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
-        self.clip, self.eps = clip, eps
+        self.register_buffer("count", torch.tensor(self.eps, dtype=torch.float64))
         # ``pending``: non-persistent buffers (checkpoints hold mean, var and count alone), so
         # ``.to(device)`` moves them with the statistics and they are never rebuilt: a tensor
         # built inside the rollout's ``torch.inference_mode()`` could not be updated in place by
@@ -52,21 +51,15 @@ class ObsNormalizer(nn.Module):
         """The statistics as of now are what the next merge starts from (copied in place: the
         buffers stay the tensors they are, whatever the grad mode of the caller)."""
         assert self._pending is not None and self._base is not None
-        k = self.mean.numel()
-        self._base[0] = self.count
-        self._base[1 : 1 + k] = self.mean.reshape(-1)
-        self._base[1 + k :] = self.var.reshape(-1)
+        self._base.copy_(torch.cat([self.count.view(1), self.mean.flatten(), self.var.flatten()]))
         self._pending.zero_()
 
     def update(self, x: Obs) -> None:
         x = x[STATE] if isinstance(x, dict) else x  # an image's values are never normalised
         n = x.shape[0]
-        if self._pending is not None:
+        if self._pending is not None:  # [count, sum..., sum of squares...]
             xd = x.double().reshape(n, -1)
-            k = xd.shape[1]
-            self._pending[0] += n
-            self._pending[1 : 1 + k] += xd.sum(0)
-            self._pending[1 + k :] += (xd * xd).sum(0)
+            self._pending += torch.cat([xd.new_full((1,), n), xd.sum(0), (xd * xd).sum(0)])
         stats = _merged(self.count, self.mean, self.var, n, x.mean(0), x.var(0, unbiased=False))
         self._set(*stats)
 
@@ -130,9 +123,14 @@ def _mlp(sizes: List[int], activation: str, out_gain: float, init: str) -> nn.Se
 
 
 class Flatten(nn.Module):
-    """``algo.encoder=mlp``: the observation flattened (no parameters: the checkpoints of
-    state-only runs hold the same keys as before encoders); an image scaled to [0, 1] and
-    joined with the state."""
+    """``algo.encoder=mlp``: the observation of ``shape`` (rlrec/obs.py) flattened (no parameters:
+    the checkpoints of state-only runs hold the same keys as before encoders); an image scaled to
+    [0, 1] and joined with the state."""
+
+    def __init__(self, shape: Shape):
+        super().__init__()
+        parts = shape.values() if isinstance(shape, dict) else [shape]
+        self.out_features = sum(int(np.prod(p)) for p in parts)
 
     def forward(self, obs: Obs) -> torch.Tensor:
         if not isinstance(obs, dict):
@@ -145,13 +143,15 @@ class NatureCNN(nn.Module):
     """``algo.encoder=cnn``: ManiSkill's ppo_rgb.py NatureCNN (examples/baselines/ppo/ppo_rgb.py
     at haosulab/ManiSkill 07bc2dd, lines 176-233): convolutions 8/4, 4/2, 3/1 with ReLUs, flattened,
     a linear layer to 256 with a ReLU; the state through its own linear layer to 256; the two
-    joined. The uint8 image is scaled to [0, 1] here, on the device."""
+    joined. The uint8 image is scaled to [0, 1] here, on the device. ``shape``: the observation's
+    (rlrec/obs.py), an image with or without a state."""
 
     FEATURES = 256
 
-    def __init__(self, image: Tuple[int, ...], state_dim: int):
+    def __init__(self, shape: Dict[str, Tuple[int, ...]]):
         super().__init__()
-        height, width, channels = image
+        height, width, channels = shape[RGB]
+        state_dim = int(np.prod(shape[STATE])) if STATE in shape else 0
         layers: List[nn.Module] = []
         for out, kernel, stride in CNN_LAYERS:
             layers += [nn.Conv2d(channels, out, kernel, stride), nn.ReLU()]
@@ -183,17 +183,9 @@ class ActorCritic(nn.Module):
         encoder: str = PPOConfig.encoder,
     ):
         super().__init__()
-        shape = shape_of(obs_space)
-        if Encoder(encoder) is Encoder.cnn:
-            assert isinstance(shape, dict), "algo.encoder=cnn needs an image observation"
-            self.encoder: nn.Module = NatureCNN(
-                shape[RGB], int(np.prod(shape[STATE])) if STATE in shape else 0
-            )
-            obs_dim = self.encoder.out_features
-        else:
-            self.encoder = Flatten()
-            parts = shape.values() if isinstance(shape, dict) else [shape]
-            obs_dim = sum(int(np.prod(p)) for p in parts)
+        shape = shape_of(obs_space)  # a CNN's: an image (refused before work otherwise)
+        self.encoder = NatureCNN(shape) if Encoder(encoder) is Encoder.cnn else Flatten(shape)
+        obs_dim = self.encoder.out_features
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             act_dim = int(action_space.n)

@@ -5,10 +5,10 @@ The core knows no framework and imports neither Hydra nor any simulator or env l
 - :mod:`~rlrec.record.settings`: :class:`RecorderConfig`, the settings (checked by
   :meth:`RecorderConfig.check`), and :class:`Trigger`;
 - :mod:`~rlrec.record.engine`: :class:`ClipEngine`, every clip of one recorder, driven by two
-  events (``on_reset``, ``on_step``) from whatever wraps the env;
+  events (``on_reset``, ``on_step``) from whatever wraps the env, and its timing (which steps
+  become frames, the file's fps, a clip's length in frames);
 - :mod:`~rlrec.record.schedule`: :class:`Schedule`, every decision of when a clip starts;
 - :mod:`~rlrec.record.names`: every clip's file name, and the parse of a name back;
-- :mod:`~rlrec.record.timing`: which steps become frames, and the file's fps;
 - :mod:`~rlrec.record.frames`: a frame's layout (grid, even size) and its overlay;
 - :mod:`~rlrec.record.encoder`: :class:`Encoder`, the thread that streams clips to ffmpeg;
 - :mod:`~rlrec.record.ffmpeg`: one ffmpeg process per clip;
@@ -27,23 +27,19 @@ module; tests/record/test_portable.py); imageio-ffmpeg and Pillow are imported o
 
 from rlrec import lazy
 
-# each name, by the module of rlrec.record that defines it
-_LAZY = {
-    "ClipInfo": "encoder",
-    "Encoder": "encoder",
-    "ClipEngine": "engine",
-    "RecorderError": "engine",
-    "Source": "engine",
-    "EncoderError": "ffmpeg",
-    "FrameMeta": "frames",
-    "Schedule": "schedule",
-    "RecorderConfig": "settings",
-    "Trigger": "settings",
-    "Recorder": "wrappers.adapter",
-    "RecordVectorVideo": "wrappers.gymnasium",
-    "RenderHook": "wrappers.gymnasium",
-    "RecordClips": "wrappers.maniskill",
-    "VideoWrapper": "wrappers.genesis_forge",
+# each module of rlrec.record and the names it defines
+_MODULES = {
+    "encoder": "ClipInfo Encoder",
+    "engine": "ClipEngine RecorderError Source",
+    "ffmpeg": "EncoderError",
+    "frames": "FrameMeta",
+    "schedule": "Schedule",
+    "settings": "RecorderConfig Trigger",
+    "wrappers.adapter": "Recorder",
+    "wrappers.gymnasium": "RecordVectorVideo RenderHook",
+    "wrappers.maniskill": "RecordClips",
+    "wrappers.genesis_forge": "VideoWrapper",
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names.split()}
 __all__ = list(_LAZY)
 __getattr__ = lazy(__name__, _LAZY)

@@ -22,10 +22,11 @@ and two counter increments per step.
 
 The layers it delegates to: every decision of when a clip starts (and whether an ended clip is
 kept) is its :class:`~rlrec.record.schedule.Schedule`'s; each clip's file name is its ``name``
-callable's (:mod:`rlrec.record.names`); which steps become frames and the file's fps come from
-:mod:`rlrec.record.timing`; frames go to an :class:`~rlrec.record.encoder.Encoder` thread, which
-writes each clip and its sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through
-``on_clip`` from the caller's thread.
+callable's (:mod:`rlrec.record.names`); which steps become frames, the file's fps and a clip's
+length in frames are the engine's own (computed once, in its constructor); frames go to an
+:class:`~rlrec.record.encoder.Encoder` thread, which writes each clip and its sidecar
+(:mod:`rlrec.record.sidecar`); finished clips are reported through ``on_clip`` from the caller's
+thread.
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
 from rlrec.record.frames import FrameMeta, draw_overlay
 from rlrec.record.schedule import Schedule, Start
 from rlrec.record.settings import RecorderConfig
-from rlrec.record.timing import check_dt, clip_length, real_fps, steps_per_frame
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
+_COUNTERS = ("episode", "steps", "clips_saved")  # the checkpointed counters, beside the schedule
 
 Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
 
@@ -160,8 +161,7 @@ class _Clip:
         self.ret = np.zeros(k, dtype=np.float32)
         self.length = np.zeros(k, dtype=np.int64)
         self.pending: List[list] = []
-        self.live = np.ones(k, dtype=bool)  # that episode still runs
-        self.all_live = True  # live.all(): the step's bookkeeping is then an append
+        self.all_live = True  # no episode ended: the step's bookkeeping is then an append
         self.terminated = np.zeros(k, dtype=bool)
         self.truncated = np.zeros(k, dtype=bool)
         self.success: Optional[np.ndarray] = None  # None: the env reports no success
@@ -184,7 +184,8 @@ class _Clip:
     def add_step(self, r: list, term: list, trunc: list, s: Optional[list]) -> bool:
         """Adds a step's values of the recorded envs (plain lists); whether the first recorded
         env's episode ended."""
-        live = self.live
+        # the episodes still running: each is live until it terminates or is truncated
+        live = True if self.all_live else ~(self.terminated | self.truncated)
         done = False
         if self.all_live and not (any(term) or any(trunc)):
             # every recorded episode runs on: its rewards wait to be summed
@@ -194,17 +195,15 @@ class _Clip:
         else:  # an episode ended (or ended before): numpy over the recorded envs
             self.fold()
             t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
-            ended = t | u
             self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
             self.length += live
             self.terminated |= live & t
             self.truncated |= live & u & ~t
-            self.live = live & ~ended
-            self.all_live = bool(self.live.all())
-            done = bool(ended[0])
+            self.all_live = False  # an episode ended, now or before
+            done = bool(t[0] or u[0])
         if s is not None:
             if self.success is None:  # the env reports success
-                self.success = np.zeros(len(live), dtype=bool)
+                self.success = np.zeros(len(term), dtype=bool)
             if any(s):
                 self.success |= np.asarray(s, dtype=bool) & live
         return done
@@ -212,8 +211,7 @@ class _Clip:
     def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
         self.fold()
-        k = len(env_idx)
-        success = [None] * k if self.success is None else self.success.tolist()
+        success = [None] * len(env_idx) if self.success is None else self.success.tolist()
         cut = np.where(self.truncated, "truncated", "cut")
         ends = np.where(self.terminated, "terminated", cut).tolist()
         values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
@@ -260,9 +258,11 @@ class ClipEngine:
     ):
         self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
         cfg.check(int(source.num_envs), self.key)
-        check_dt(source.dt, self.key)
+        dt = source.dt
+        if dt is None or not dt > 0:  # the file's fps means nothing without it
+            raise ConfigError(f"{self.key}: the env reports dt={dt!r}; the recorder needs dt > 0")
         self.cfg = cfg
-        dt = float(source.dt)
+        dt = float(dt)
         self.device = torch.device(source.device)
         self.render = source.render
         self.max_episode_steps = getattr(source, "max_episode_steps", None)
@@ -273,11 +273,15 @@ class ClipEngine:
         self._asks_steps = self.schedule.asks_steps
         self.name = names.fixed(cfg.filename) if cfg.filename else name or names.default
         self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
-        self._first = self.env_idx[0]  # episodes are counted on the first recorded env
         self._recorded = _Recorded(self.env_idx, self.device)
-        self.steps_per_frame = steps_per_frame(cfg.fps, dt)
-        self.fps = real_fps(self.steps_per_frame, dt)  # written into the file
-        self.length = clip_length(cfg, self.fps)  # frames per clip, None: whole episode
+        # the timing, computed here only: env steps between two frames, max(1, ...) so that
+        # fps * dt > 2 takes every step (at 1 / dt) rather than rounding to 0
+        self.steps_per_frame = 1 if cfg.fps is None else max(1, round(1.0 / (cfg.fps * dt)))
+        self.fps = 1.0 / (self.steps_per_frame * dt)  # what the frames really have: the file's
+        # frames per clip (None: the whole episode), seconds converted at the file's real fps
+        self.length = cfg.length_frames
+        if cfg.length_sec is not None:
+            self.length = max(1, round(cfg.length_sec * self.fps))
         # absolute: a relative dir means the working directory at start-up
         self.video_dir = _video_dir(cfg, video_dir, self.key)
         # a holding schedule's clips are of engines encoding side by side (per-episode clips):
@@ -350,7 +354,7 @@ class ClipEngine:
         clip = self._clip
         if self._asks_steps:
             busy = clip is not None and not clip.provisional
-            first = self._first
+            first = self.env_idx[0]  # episodes are counted on the first recorded env
 
             def terminal() -> bool:  # read only when the step trigger falls
                 return bool(torch.as_tensor(terminated)[first] or torch.as_tensor(truncated)[first])
@@ -394,8 +398,7 @@ class ClipEngine:
     def end_clip(self, keep: bool = True) -> None:
         """Ends the clip in progress now, e.g. when an evaluation stops early: saved, or dropped
         (``keep=False``) without being encoded to its end."""
-        if self._clip is not None:
-            self._end_clip(keep=keep)
+        self._end_clip(keep=keep)
         self.poll()
 
     def flush(self) -> None:
@@ -409,8 +412,7 @@ class ClipEngine:
         if self.closed:
             return
         self.closed = True
-        if self._clip is not None:
-            self._end_clip(keep=self.cfg.record_final_episode)
+        self._end_clip(keep=self.cfg.record_final_episode)
         self.encoder.close()
         self.poll()
 
@@ -430,18 +432,13 @@ class ClipEngine:
 
     def state_dict(self) -> Dict[str, Any]:
         """Counters and schedule, for checkpoints."""
-        return {
-            "version": _STATE_VERSION,
-            "episode": self.episode,
-            "steps": self.steps,
-            "clips_saved": self.clips_saved,
-            "schedule": self.schedule.state_dict(),
-        }
+        counters = {k: getattr(self, k) for k in _COUNTERS}
+        return {"version": _STATE_VERSION, **counters, "schedule": self.schedule.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
         open belongs to the schedule being replaced and is discarded."""
-        missing = {"episode", "steps", "clips_saved"} - set(state)
+        missing = set(_COUNTERS) - set(state)
         version = state.get("version", _STATE_VERSION)
         if missing or version not in (1, _STATE_VERSION):
             raise ValueError(
@@ -452,11 +449,9 @@ class ClipEngine:
         keys = ("step_pending", "step_fired_at")
         old = {"version": 1, **{k: state[k] for k in keys if k in state}}
         self.schedule.load_state_dict(state.get("schedule", old))
-        if self._clip is not None:
-            self._end_clip(keep=False)
-        self.episode = int(state["episode"])
-        self.steps = int(state["steps"])
-        self.clips_saved = int(state["clips_saved"])
+        self._end_clip(keep=False)
+        for k in _COUNTERS:
+            setattr(self, k, int(state[k]))
 
     def poll(self) -> None:
         """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
@@ -533,11 +528,15 @@ class ClipEngine:
         clip.last_step = clip.first_step + clip.steps
 
     def _end_clip(self, keep: bool) -> None:
+        """Ends the clip in progress (if any): saved (``keep``, where the schedule's rule keeps
+        it too), or dropped."""
         clip, self._clip = self._clip, None
+        if clip is None:
+            return
         if keep and self.schedule.keep is not None:
             success = None if clip.success is None else bool(clip.success[0])
             clip.fold()
-            keep = bool(self.schedule.keep(self._first, success, float(clip.ret[0])))
+            keep = bool(self.schedule.keep(self.env_idx[0], success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
 

@@ -1,10 +1,9 @@
-"""What one video frame looks like: the view of each recorded env (the render, the policy's
-observation image, or both side by side), the recorded envs tiled into a grid, padded to even
-sizes, and the optional text overlay (episode, step, reward, success) on each tile.
+"""What one video frame looks like: the recorded envs' views (:mod:`rlrec.record.wrappers.view`)
+tiled into a grid, padded to even sizes, and the optional text overlay (episode, step, reward,
+success) on each tile.
 
-The view is made on the training thread, in torch, when the frame is taken
-(:class:`~rlrec.record.wrappers.view.ObsView`); the rest runs on the encoder thread: the training
-thread only hands over the frames and small tensors (rewards, success flags of the recorded envs).
+It runs on the encoder thread: the training thread only hands over the frames and small tensors
+(rewards, success flags of the recorded envs).
 """
 
 from __future__ import annotations
@@ -14,35 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 import numpy as np
-import torch
 
-__all__ = ["FrameMeta", "draw_overlay", "grid_shape", "obs_frames", "pad_even", "side_by_side"]
-__all__ += ["tile"]
-
-
-# ----------------------------------------------------------------------------- view
-
-
-def obs_frames(image: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
-    """Observation images ``uint8 [k, h, w, C]`` as frames ``[k, f*h, f*w, 3]``, upscaled to fit
-    ``size`` (H, W) by nearest neighbour: each pixel repeated ``f = min(H // h, W // w)`` times
-    (at least 1) on each axis, an integer, so every observed pixel stays exact (a size that does
-    not divide is not reached: the tile is the largest multiple within it). Of C channels the last
-    3 (C a multiple of 3: the newest frame of a stack joined oldest first, the last camera of
-    several), else the last one as grey."""
-    c = 3 if image.shape[-1] % 3 == 0 else 1
-    image = image[..., -c:].expand(*image.shape[:-1], 3)
-    f = max(1, min(size[0] // image.shape[1], size[1] // image.shape[2]))
-    return image.repeat_interleave(f, 1).repeat_interleave(f, 2)
-
-
-def side_by_side(*frames: torch.Tensor) -> torch.Tensor:
-    """Frames ``[k, H_i, W_i, 3]`` joined left to right, each padded with black rows at the
-    bottom to the tallest (never scaled)."""
-    h = max(f.shape[1] for f in frames)
-    return torch.cat(
-        [torch.nn.functional.pad(f, (0, 0, 0, 0, 0, h - f.shape[1])) for f in frames], 2
-    )
+__all__ = ["FrameMeta", "draw_overlay", "grid_shape", "pad_even", "tile"]
 
 
 # ----------------------------------------------------------------------------- layout

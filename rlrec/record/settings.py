@@ -107,11 +107,10 @@ class RecorderConfig:
         def refuse(f: str, why: str) -> None:
             raise ConfigError(f"{n(f)}={getattr(self, f)!r} is invalid: {why}")
 
-        positive(self.every, n("every"), allow_none=True)
-        positive(self.length_frames, n("length_frames"), allow_none=True)
-        # length_sec, fps, stall_timeout_sec (by their own names), trigger, preset, on_error
+        for f in ("every", "length_frames", "queue_size"):
+            positive(getattr(self, f), n(f), allow_none=f != "queue_size")
+        # length_sec, fps, stall_timeout_sec (by their own names), trigger, preset, on_error, view
         check_fields(self, f"{key}.")
-        positive(self.queue_size, n("queue_size"))
         if not 1 <= self.quality <= 10:
             refuse("quality", "must be in 1..10")
         if self.length_frames is not None and self.length_sec is not None:
@@ -129,12 +128,12 @@ class RecorderConfig:
         name = self.filename
         # ffmpeg is handed file: and an absolute path, so this is about what the name means: one
         # visible file in the video dir (".mp4" is appended when missing), with room for the
-        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit
-        bad = name is not None and (not isinstance(name, str) or name != name.strip() or not name)
-        if name is not None and not bad:
-            bad = "/" in name or "\0" in name or name.startswith((".", "-"))
-            bad = bad or len(name.encode()) + (0 if name.lower().endswith(".mp4") else 4) > 200
-        if bad:
+        # temporary name beside it (.NAME.PID-N.part) under the 255-byte limit: no '/' or NUL,
+        # not starting with '.', '-' or a space, not ending with a space
+        plain = isinstance(name, str) and re.fullmatch(r"[^/\0.\s-]([^/\0]*[^/\0\s])?", name)
+        if name is not None and not (
+            plain and len(name.encode()) + 4 <= 200 + 4 * name.lower().endswith(".mp4")
+        ):
             refuse(
                 "filename",
                 "must be a plain file name (no '/', not starting with '.', '-' or a space, at "

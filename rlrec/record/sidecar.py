@@ -27,9 +27,7 @@ from typing import Any, Dict
 
 from rlrec.files import atomic_file
 
-__all__ = ["SIDECAR_VERSION", "sha256_file", "sidecar_path", "write_sidecar"]
-
-SIDECAR_VERSION = 1
+__all__ = ["sha256_file", "sidecar_path", "write_sidecar"]
 
 
 def sidecar_path(video: str) -> str:
@@ -49,7 +47,7 @@ def write_sidecar(video: str, data: Dict[str, Any]) -> str:
     """Writes ``data`` (plus ``version`` and ``video``) as the sidecar of ``video``, atomically;
     returns its path."""
     path = sidecar_path(video)
-    body = {"version": SIDECAR_VERSION, "video": os.path.basename(video), **data}
+    body = {"version": 1, "video": os.path.basename(video), **data}  # the sidecar's version
     # the one temporary-name scheme (.NAME.PID-N.part): a resumed run removes one left by a kill
     with atomic_file(path, "w") as f:
         # anything json cannot write (a tag of the caller's, say) is written as its repr

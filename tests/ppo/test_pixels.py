@@ -76,7 +76,7 @@ def test_storage_keeps_images_as_uint8():
 
 
 def test_nature_cnn_matches_ppo_rgb_and_scales_on_the_device():
-    cnn = NatureCNN((64, 64, 3), state_dim=4)
+    cnn = NatureCNN({"rgb": (64, 64, 3), "state": (4,)})
     convs = [m for m in cnn.cnn if isinstance(m, nn.Conv2d)]
     assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
         (32, (8, 8), (4, 4)),
@@ -90,7 +90,7 @@ def test_nature_cnn_matches_ppo_rgb_and_scales_on_the_device():
     assert out.shape == (2, 512) and cnn.out_features == 512
     scaled = cnn.cnn(torch.ones(2, 3, 64, 64))  # 255 is 1.0 to the convolutions
     torch.testing.assert_close(out[:, :256], scaled)
-    assert NatureCNN((36, 36, 3), state_dim=0)({"rgb": obs["rgb"][:, :36, :36]}).shape == (2, 256)
+    assert NatureCNN({"rgb": (36, 36, 3)})({"rgb": obs["rgb"][:, :36, :36]}).shape == (2, 256)
     agent = ActorCritic(_space(64, 64), gym.spaces.Box(-1, 1, (2,)), [32], encoder="cnn")
     action, logp, value = agent.act_with_noise(obs, torch.randn(2, 2))
     assert action.shape == (2, 2) and logp.shape == value.shape == (2,)

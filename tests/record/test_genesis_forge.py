@@ -245,7 +245,7 @@ def test_fps_times_dt_above_two_records_every_step_at_one_over_dt(env, refs, tmp
     assert_frames(frames, refs[0])
 
 
-def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_bool():
+def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_bool(tmp_path):
     """A PURE UNIT TEST of the older Genesis Forge revision (the one with record_final_episode,
     0.4.0 on the package index), which cannot run on Genesis 1.4 (it clears the camera's
     ``_recorded_imgs``, gone in 1.4): its arithmetic and its done test, written out here."""
@@ -264,9 +264,11 @@ def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_boo
     with pytest.raises(RuntimeError):
         torch.any(torch.tensor([False, True]) or torch.tensor([True, False]))
     # rlrec's timing: the same settings take every step and write 1 / dt
-    from rlrec.record.timing import real_fps, steps_per_frame
+    from rlrec.record import ClipEngine, RecorderConfig, Source
 
-    assert steps_per_frame(fps, dt) == 1 and real_fps(1, dt) == pytest.approx(20.0)
+    engine = ClipEngine(RecorderConfig(fps=fps), Source(1, dt, "cpu", None), str(tmp_path))
+    engine.close()
+    assert engine.steps_per_frame == 1 and engine.fps == pytest.approx(20.0)
 
 
 # --------------------------------------------------------------------------- stale images

@@ -1,10 +1,11 @@
-"""The Schedule on its own (every trigger decision and its state), and the timing functions."""
+"""The Schedule on its own (every trigger decision and its state), and the engine's timing."""
 
 import pytest
 
+from rlrec.checks import ConfigError
+from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, Start, capped_cubic
 from rlrec.record.settings import RecorderConfig, Trigger
-from rlrec.record.timing import clip_length, real_fps, steps_per_frame
 
 
 def fired(schedule, episodes, steps_per_episode=1, full_reset=False):
@@ -195,20 +196,29 @@ def test_state_with_a_bad_version_is_refused():
         s.load_state_dict({"step_pending": True})
 
 
-def test_steps_per_frame_and_real_fps():
-    assert steps_per_frame(None, 0.05) == 1
-    assert steps_per_frame(30, 1 / 30) == 1
-    assert steps_per_frame(10, 0.01) == 10
-    assert steps_per_frame(30, 0.01) == 3  # real fps 33.3
-    assert real_fps(3, 0.01) == pytest.approx(100 / 3)
+def _timing(tmp_path, dt, **settings):
+    """``(steps_per_frame, fps, length)`` of an engine of ``settings`` over an env of ``dt``."""
+    engine = ClipEngine(RecorderConfig(**settings), Source(1, dt, "cpu", None), str(tmp_path))
+    engine.close()
+    return engine.steps_per_frame, engine.fps, engine.length
+
+
+def test_steps_per_frame_and_real_fps(tmp_path):
+    assert _timing(tmp_path, 0.05)[:2] == (1, pytest.approx(20.0))
+    assert _timing(tmp_path, 1 / 30, fps=30)[0] == 1
+    assert _timing(tmp_path, 0.01, fps=10)[0] == 10
+    assert _timing(tmp_path, 0.01, fps=30)[:2] == (3, pytest.approx(100 / 3))  # real fps 33.3
     # dt * fps > 2: round(1 / (fps * dt)) is 0; Genesis Forge divided by it, rlrec takes every step
-    assert steps_per_frame(30, 0.1) == 1
-    assert real_fps(steps_per_frame(30, 0.1), 0.1) == pytest.approx(10.0)
-    assert steps_per_frame(1000, 0.05) == 1
+    assert _timing(tmp_path, 0.1, fps=30)[:2] == (1, pytest.approx(10.0))
+    assert _timing(tmp_path, 0.05, fps=1000)[0] == 1
+    for dt in (None, 0.0, -0.1):
+        with pytest.raises(ConfigError, match=rf"recorder: the env reports dt={dt}; .* dt > 0"):
+            _timing(tmp_path, dt)
 
 
-def test_clip_length():
-    assert clip_length(RecorderConfig(), 20.0) is None
-    assert clip_length(RecorderConfig(length_frames=7), 20.0) == 7
-    assert clip_length(RecorderConfig(length_sec=0.5), 20.0) == 10
-    assert clip_length(RecorderConfig(length_sec=0.01), 20.0) == 1
+def test_clip_length(tmp_path):
+    assert _timing(tmp_path, 0.05)[2] is None
+    assert _timing(tmp_path, 0.05, length_frames=7)[2] == 7
+    assert _timing(tmp_path, 0.05, length_sec=0.5)[2] == 10
+    assert _timing(tmp_path, 0.05, length_sec=0.01)[2] == 1
+    assert _timing(tmp_path, 0.01, fps=30, length_sec=0.5)[2] == 17  # at the real fps, 33.3

@@ -16,9 +16,9 @@ from rlrec.checks import ConfigError
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
 from rlrec.record import Recorder
-from rlrec.record.frames import obs_frames
 from rlrec.record.settings import RecorderConfig
 from rlrec.record.wrappers.episodes import ClipChoice, EpisodeClips
+from rlrec.record.wrappers.view import obs_frames
 from tests.helpers import make_config
 from tests.record.recutil import Spy, decode, random_actions, rec_cfg
 

@@ -13,14 +13,27 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 import torch
+from torch.nn.functional import pad
 
 from rlrec.checks import check_choices
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.obs import RGB
-from rlrec.record.frames import obs_frames, side_by_side
 from rlrec.record.settings import RecorderConfig, View, check_view
 
-__all__ = ["ObsView", "viewed"]
+__all__ = ["ObsView", "obs_frames", "viewed"]
+
+
+def obs_frames(image: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+    """Observation images ``uint8 [k, h, w, C]`` as frames ``[k, f*h, f*w, 3]``, upscaled to fit
+    ``size`` (H, W) by nearest neighbour: each pixel repeated ``f = min(H // h, W // w)`` times
+    (at least 1) on each axis, an integer, so every observed pixel stays exact (a size that does
+    not divide is not reached: the tile is the largest multiple within it). Of C channels the last
+    3 (C a multiple of 3: the newest frame of a stack joined oldest first, the last camera of
+    several), else the last one as grey."""
+    c = 3 if image.shape[-1] % 3 == 0 else 1
+    image = image[..., -c:].expand(*image.shape[:-1], 3)
+    f = max(1, min(size[0] // image.shape[1], size[1] // image.shape[2]))
+    return image.repeat_interleave(f, 1).repeat_interleave(f, 2)
 
 
 class ObsView(EnvWrapper):
@@ -52,7 +65,10 @@ class ObsView(EnvWrapper):
                 self._size = tuple(self.unwrapped.render(env_idx[:1]).shape[1:3])
             return obs_frames(image, self._size)
         frames = torch.as_tensor(self.unwrapped.render(env_idx)).cpu()
-        return side_by_side(frames, obs_frames(image, frames.shape[1:3]))
+        tiles = (frames, obs_frames(image, frames.shape[1:3]))
+        # side by side, each padded with black rows at the bottom to the tallest (never scaled)
+        h = max(t.shape[1] for t in tiles)
+        return torch.cat([pad(t, (0, 0, 0, 0, 0, h - t.shape[1])) for t in tiles], 2)
 
 
 def viewed(env: EnvAdapter, cfg: RecorderConfig, key: str) -> EnvAdapter:
