@@ -304,6 +304,9 @@ def test_rollout_and_model_estimates():
     queue = needs["the frame buffers of the recorder queue"]
     assert queue.bytes == 64 * 128 * 128 * 3 and queue.where == "host"
     assert "recorder.queue_size=64" in queue.keys
+    both = make_config(["env.obs_mode=rgb", "algo.encoder=cnn", "recorder.view=both"])
+    queue = {n.what: n for n in budget.estimate(both)}["the frame buffers of the recorder queue"]
+    assert queue.bytes == 64 * 2 * 128 * 128 * 3  # the render and the obs tile side by side
 
 
 def test_estimate_knows_what_lives_on_the_gpu():

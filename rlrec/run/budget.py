@@ -108,8 +108,9 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
         for rec, key in recorders:
             if not recording(rec):
                 continue
-            frames, n = frame * len(rec.env_idx), len(rec.env_idx)
-            queue = f"{key}.queue_size={rec.queue_size} x {n} env(s) ({key}.env_idx) x {size}"
+            n = len(rec.env_idx) * (2 if rec.view == "both" else 1)  # both: two tiles side by side
+            frames = frame * n
+            queue = f"{key}.queue_size={rec.queue_size} x {n} tiles ({key}.env_idx, view) x {size}"
             what = f"the frame buffers of the {key} queue"
             needs.append(Need(what, f"{queue} x 3 bytes", int(rec.queue_size) * frames, "host"))
             needs.append(Need(f"one render of the {key}", size, frames, device))
