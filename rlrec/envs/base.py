@@ -338,20 +338,21 @@ class VectorEnvAdapter(EnvAdapter):
     (:func:`render_sub_envs`). Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box
     (clipped to its bounds when ``clip_actions``); observations ``float32 [N, *shape]``, an
     image (:func:`is_image`) and a dict of observations as rlrec/obs.py has them (uint8 "rgb").
+    ``info_masks``: keep the ``_key`` masks a vector env adds to its info.
     """
 
-    clip_actions = True
-    info_masks = True  # keep the ``_key`` masks a vector env adds to its info
-
-    def __init__(self, fns, device, vectorization: str, context: Optional[str], seed, **kwargs):
+    def __init__(
+        self, fns, device, vectorization, context, seed, clip_actions=True, info_masks=True, **kw
+    ):
         self.num_envs = len(fns)
+        self.clip_actions, self.info_masks = clip_actions, info_masks
         self.device = torch.device(device)
         self._seed = seed  # used by the first reset when it gets no seed
-        kwargs["autoreset_mode"] = gym.vector.AutoresetMode.DISABLED
+        kw["autoreset_mode"] = gym.vector.AutoresetMode.DISABLED
         if vectorization == "async":
-            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kwargs)
+            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kw)
         else:
-            self.vec = gym.vector.SyncVectorEnv(fns, **kwargs)
+            self.vec = gym.vector.SyncVectorEnv(fns, **kw)
         space = self.vec.single_observation_space
         # an image (Box of uint8, HxWxC) is observed as {"rgb": ...} (rlrec/obs.py)
         self._image = is_image(space)
@@ -376,9 +377,7 @@ class VectorEnvAdapter(EnvAdapter):
         return {k: torch.tensor(v, dtype=float32[k], device=self.device) for k, v in obs.items()}
 
     def _np_action(self, action: torch.Tensor) -> np.ndarray:
-        if not isinstance(action, torch.Tensor):
-            action = torch.as_tensor(np.asarray(action))
-        a = action.detach().to("cpu")
+        a = torch.as_tensor(action).detach().to("cpu")
         if self._discrete:
             return a.reshape(self.num_envs).to(torch.int64).numpy()
         space = self.single_action_space

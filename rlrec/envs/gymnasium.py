@@ -85,15 +85,6 @@ def construction_errors(env_id: Any):
         raise ConfigError(f"env.id={env_id!r} cannot be built, {text}") from None
 
 
-def _creator(spec, env_id: Any):
-    """The class or function that builds ``spec``'s env (importing its module)."""
-    creator = spec.entry_point
-    if isinstance(creator, str):
-        with construction_errors(env_id):
-            creator = gym.envs.registration.load_env_creator(creator)
-    return creator
-
-
 # gym.make's own keyword arguments (besides the env's): max_episode_steps, disable_env_checker
 _MAKE_KWARGS = tuple(
     name
@@ -135,7 +126,10 @@ def check_ready(env_cfg, sim=None) -> Tuple[gym.envs.registration.EnvSpec, Optio
     asks; make again), and with ``env.obs_mode=rgb|rgb_state`` an env that renders no frames.
     Returns the entry and the render modes its class declares (None: not declared)."""
     spec = resolve_spec(env_cfg)
-    creator = _creator(spec, env_cfg.id)
+    creator = spec.entry_point  # the class or function that builds the env
+    if isinstance(creator, str):
+        with construction_errors(env_cfg.id):  # importing its module
+            creator = gym.envs.registration.load_env_creator(creator)
     _check_kwargs(env_cfg, creator)
     meta = getattr(creator, "metadata", None)
     modes = list(meta.get("render_modes") or []) if isinstance(meta, dict) else None

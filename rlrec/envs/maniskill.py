@@ -320,36 +320,6 @@ def _make_cpu_sub_env(
     return HoldOnDone(_CPUSubEnv(env), index, limit)
 
 
-class ManiSkillCPUEnv(VectorEnvAdapter):
-    """N single CPU ManiSkill envs of ``env_cfg`` (built with ``kwargs``) in a gymnasium vector env
-    (``env.cpu_vectorization``, ``env.async_context``) with autoreset disabled, each held on its
-    end with the time limit ``limit``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
-
-    clip_actions = False  # as on the GPU sim: ManiSkill's controllers get the actions as given
-    info_masks = False
-
-    def __init__(
-        self,
-        env_cfg: ManiSkillEnvConfig,
-        kwargs: Dict[str, Any],
-        num_envs: int,
-        limit: Optional[int],
-        seed: Optional[int],
-    ):
-        self.max_episode_steps = limit
-        args = (env_cfg.id, dict(kwargs), tuple(env_cfg.imports or ()), limit, env_cfg.obs_mode)
-        fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
-        seed = random.randrange(2**31) if seed is None else seed
-        try:
-            super().__init__(fns, "cpu", env_cfg.cpu_vectorization, env_cfg.async_context, seed)
-        except (EOFError, ConnectionError) as e:  # an async worker died building its env
-            raise RuntimeError(
-                "a ManiSkill worker process failed while building its env (its traceback is "
-                "printed above); env.cpu_vectorization=sync raises the same error in this "
-                "process"
-            ) from e
-
-
 # --------------------------------------------------------------------------- factory entry point
 
 
@@ -428,4 +398,17 @@ def make(
     if sim.name == "gpu":
         imports, mode = list(env_cfg.imports or []), env_cfg.obs_mode
         return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed, mode)
-    return ManiSkillCPUEnv(env_cfg, kw, num_envs, limit, seed)
+    # N single CPU envs, each held on its end with the time limit; seeds as ManiSkillGPUEnv's
+    args = (env_cfg.id, kw, tuple(env_cfg.imports or ()), limit, env_cfg.obs_mode)
+    fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
+    seed = random.randrange(2**31) if seed is None else seed
+    vec = (env_cfg.cpu_vectorization, env_cfg.async_context)
+    try:  # as on the GPU sim: ManiSkill's controllers get the actions as given
+        env = VectorEnvAdapter(fns, "cpu", *vec, seed, clip_actions=False, info_masks=False)
+    except (EOFError, ConnectionError) as e:  # an async worker died building its env
+        raise RuntimeError(
+            "a ManiSkill worker process failed while building its env (its traceback is "
+            "printed above); env.cpu_vectorization=sync raises the same error in this process"
+        ) from e
+    env.max_episode_steps = limit
+    return env
