@@ -195,8 +195,9 @@ class GenesisEnvConfig(EnvConfig):
     name: str = "genesis"
     num_envs: int = 16
     _target_: str = "rlrec.envs.genesis_tasks.FrankaReach"  # the env class (docs/genesis.md)
-    # the env's attribute holding its camera (None: no camera)
-    camera_attr: Optional[str] = "camera"
+    camera_attr: Optional[str] = (
+        "camera"  # the env's attribute holding its camera (None: no camera)
+    )
     # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
     kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
     # rgb: every env's camera image (resized), rgb_state: and the env's observation (genesis.py)

@@ -97,9 +97,6 @@ def _check_kwargs(env_cfg, creator) -> None:
     """ConfigError naming the key and the env's keyword arguments when ``env.kwargs`` has a key
     the env's class (or function) ``creator`` does not take; nothing is built. An env that takes
     ``**kwargs`` accepts any key."""
-    kwargs = dict(env_cfg.kwargs or {})
-    if not kwargs:
-        return
     try:
         params = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):  # no signature to read: the env itself will say
@@ -111,7 +108,7 @@ def _check_kwargs(env_cfg, creator) -> None:
         for p in params
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
-    unknown = [k for k in kwargs if k not in own and k not in _MAKE_KWARGS]
+    unknown = [k for k in env_cfg.kwargs or {} if k not in own and k not in _MAKE_KWARGS]
     if unknown:
         raise ConfigError(
             f"env.kwargs.{unknown[0]} is not a keyword argument of env.id={env_cfg.id!r} "
