@@ -157,23 +157,23 @@ def _params(**bad):
 
 
 def _rollout(watch: Watch, num_steps: int, num_envs: int, bad=None):
-    watch.begin(torch.zeros(num_envs, 3))
-    for t in range(num_steps):
-        obs, reward = torch.zeros(num_envs, 3), torch.zeros(num_envs)
-        info = {}
-        if bad is not None and bad[0] == t:
-            kind, env = bad[1], bad[2]
-            if kind == "obs":
-                obs[env, 1] = math.nan
-            elif kind == "reward":
-                reward[env] = math.inf
-            else:  # the final observation of an episode that ended at this step
-                done = torch.zeros(num_envs, dtype=torch.bool)
-                done[env] = True
-                final = torch.zeros(num_envs, 3)  # AutoReset's: the others' returned obs
-                final[env, 0] = -math.inf
-                info = {"_final": done, "final_obs": final}
-        watch.step(obs, reward, info)
+    with watch.rollout(torch.zeros(num_envs, 3), "iteration 1"):
+        for t in range(num_steps):
+            obs, reward = torch.zeros(num_envs, 3), torch.zeros(num_envs)
+            info = {}
+            if bad is not None and bad[0] == t:
+                kind, env = bad[1], bad[2]
+                if kind == "obs":
+                    obs[env, 1] = math.nan
+                elif kind == "reward":
+                    reward[env] = math.inf
+                else:  # the final observation of an episode that ended at this step
+                    done = torch.zeros(num_envs, dtype=torch.bool)
+                    done[env] = True
+                    final = torch.zeros(num_envs, 3)  # AutoReset's: the others' returned obs
+                    final[env, 0] = -math.inf
+                    info = {"_final": done, "final_obs": final}
+            watch.step(obs, reward, info)
 
 
 def test_a_finite_update_passes(tmp_path):
@@ -273,21 +273,15 @@ def test_after_a_sticky_cuda_error_the_original_error_stands(monkeypatch, tmp_pa
     later CUDA call raises again, which a fake torch.isfinite stands for here. The watch's look
     at the rollout's values must not replace the original error with that second one."""
     watch = Watch(num_steps=2, num_envs=2, device=torch.device("cpu"), run_dir=tmp_path)
-    watch.begin(torch.zeros(2, 3))
 
     def sticky(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(torch, "isfinite", sticky)
     original = RuntimeError("CUDA error: device-side assert triggered")
     with pytest.raises(RuntimeError) as raised:
-        try:
+        with watch.rollout(torch.zeros(2, 3), "iteration 1 (step 16)"):  # as the runner's
+            monkeypatch.setattr(torch, "isfinite", sticky)
             raise original
-        except RuntimeError as exc:  # the runner's handling of a rollout that raised
-            diverged = watch.after_error("iteration 1 (step 16)")
-            if diverged is not None:
-                raise diverged from exc
-            raise
     assert raised.value is original
 
 

@@ -21,7 +21,6 @@ gymnasium vector env, and of no others).
 from __future__ import annotations
 
 import importlib
-import sys
 from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -233,30 +232,23 @@ def import_object(path: str, key: str, value: Optional[str] = None) -> Any:
     parts = path.split(".")
     if not all(parts):  # "", "a..b", ".a"
         raise ConfigError(f"{where} is invalid: an invalid dotstring (no relative imports)")
-    try:
-        obj = importlib.import_module(parts[0])
-        for i, part in enumerate(parts[1:], 2):
-            if isinstance(obj, ModuleType) and not hasattr(obj, part):  # a submodule, maybe
-                obj = importlib.import_module(".".join(parts[:i]))
-            else:
+    obj: Any = None
+    for i, part in enumerate(parts):
+        name = ".".join(parts[: i + 1])
+        if i and not (isinstance(obj, ModuleType) and not hasattr(obj, part)):
+            try:  # an attribute (of a module, or of a class or other object)
                 obj = getattr(obj, part)
-        return obj
-    except (ImportError, AttributeError) as e:
-        cause = e
-    missing = cause.name if isinstance(cause, ModuleNotFoundError) else None
-    if missing and (path == missing or path.startswith(missing + ".")):
-        parent, _, attr = missing.rpartition(".")
-        if parent in sys.modules:  # neither an attribute nor a submodule of an imported module
-            why = f"module {parent!r} has no attribute {attr!r}"
-        else:
-            why = f"cannot import module {missing!r} ({cause})"
-    elif isinstance(cause, AttributeError):  # of a class or other non-module object
-        why = str(cause)
-    else:  # the module was found, and importing it failed (e.g. a missing dependency)
-        prefixes = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
-        first = next((name for name in prefixes if name not in sys.modules), path)
-        why = f"cannot import module {first!r} ({cause})"
-    raise ConfigError(f"{where} cannot be imported: {why}") from cause
+                continue
+            except AttributeError as e:
+                raise ConfigError(f"{where} cannot be imported: {e}") from e
+        try:  # a module, or a submodule of the module before it
+            obj = importlib.import_module(name)
+        except ImportError as e:
+            why = f"cannot import module {name!r} ({e})"
+            if i and isinstance(e, ModuleNotFoundError) and e.name == name:  # nothing of that name
+                why = f"module {'.'.join(parts[:i])!r} has no attribute {part!r}"
+            raise ConfigError(f"{where} cannot be imported: {why}") from e
+    return obj
 
 
 # --------------------------------------------------------------------------- gymnasium sub-envs
@@ -346,20 +338,21 @@ class VectorEnvAdapter(EnvAdapter):
     (:func:`render_sub_envs`). Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box
     (clipped to its bounds when ``clip_actions``); observations ``float32 [N, *shape]``, an
     image (:func:`is_image`) and a dict of observations as rlrec/obs.py has them (uint8 "rgb").
+    ``info_masks``: keep the ``_key`` masks a vector env adds to its info.
     """
 
-    clip_actions = True
-    info_masks = True  # keep the ``_key`` masks a vector env adds to its info
-
-    def __init__(self, fns, device, vectorization: str, context: Optional[str], seed, **kwargs):
+    def __init__(
+        self, fns, device, vectorization, context, seed, clip_actions=True, info_masks=True, **kw
+    ):
         self.num_envs = len(fns)
+        self.clip_actions, self.info_masks = clip_actions, info_masks
         self.device = torch.device(device)
         self._seed = seed  # used by the first reset when it gets no seed
-        kwargs["autoreset_mode"] = gym.vector.AutoresetMode.DISABLED
+        kw["autoreset_mode"] = gym.vector.AutoresetMode.DISABLED
         if vectorization == "async":
-            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kwargs)
+            self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kw)
         else:
-            self.vec = gym.vector.SyncVectorEnv(fns, **kwargs)
+            self.vec = gym.vector.SyncVectorEnv(fns, **kw)
         space = self.vec.single_observation_space
         # an image (Box of uint8, HxWxC) is observed as {"rgb": ...} (rlrec/obs.py)
         self._image = is_image(space)
@@ -384,9 +377,7 @@ class VectorEnvAdapter(EnvAdapter):
         return {k: torch.tensor(v, dtype=float32[k], device=self.device) for k, v in obs.items()}
 
     def _np_action(self, action: torch.Tensor) -> np.ndarray:
-        if not isinstance(action, torch.Tensor):
-            action = torch.as_tensor(np.asarray(action))
-        a = action.detach().to("cpu")
+        a = torch.as_tensor(action).detach().to("cpu")
         if self._discrete:
             return a.reshape(self.num_envs).to(torch.int64).numpy()
         space = self.single_action_space

@@ -50,21 +50,15 @@ class EnvConfig:
     render_width: int = 128
     render_height: int = 128
     # state (a flat float vector) | rgb (a camera image, uint8 at obs_height x obs_width) |
-    # rgb_state (both): rlrec/obs.py; each backend names the modes it observes in OBS_MODES
+    # rgb_state (both): rlrec/obs.py; every backend observes each of them
     obs_mode: ObsMode = ObsMode.state
     obs_width: int = 64
     obs_height: int = 64
-    OBS_MODES = (ObsMode.state,)  # not a field: the modes this backend observes
 
     def __post_init__(self) -> None:
         # a closed choice (an Enum field) is refused here when the schema is built in code, as
         # Hydra refuses it while composing: the backends never see a value outside it
         check_choices(self, "env.")
-        if self.obs_mode not in self.OBS_MODES:
-            raise ConfigError(
-                f"env.obs_mode={self.obs_mode.value} is not observed by env={self.name}: "
-                f"allowed values are {', '.join(m.value for m in self.OBS_MODES)}"
-            )
 
     def frame_size(self) -> Optional[Tuple[int, int]]:
         """``(height, width)`` of this env's frames, or None where the env chooses its own size
@@ -98,7 +92,6 @@ class BuiltinEnvConfig(EnvConfig):
     dt: float = 0.05
     # state: position, velocity, goal minus position; rgb: the env's own image; rgb_state: the
     # image, and the agent's position and velocity (the goal is only in the image)
-    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
 
 
 @dataclass
@@ -117,7 +110,6 @@ class GymnasiumEnvConfig(EnvConfig):
     frame_stack: int = 1
     # state: the env's own observation (an image when its space is a Box of uint8 HxWxC); rgb:
     # its rendered frame; rgb_state: both (gymnasium's AddRenderObservation); docs/gymnasium.md
-    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -194,7 +186,6 @@ class ManiSkillEnvConfig(EnvConfig):
     kwargs: Any = field(default_factory=dict)  # extra keyword arguments of the ManiSkill env class
     # rgb: the sensor cameras' images at obs_height x obs_width, joined on the channel axis
     # (PushCube-v1: one camera); rgb_state: and the robot's state (ppo_rgb.py's --include-state)
-    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
 
 
 @dataclass
@@ -210,7 +201,6 @@ class GenesisEnvConfig(EnvConfig):
     # max_episode_steps None: the env's own (FrankaReach: 100 steps = 2 s)
     kwargs: Any = field(default_factory=dict)  # keyword arguments of the env class
     # rgb: every env's camera image (resized), rgb_state: and the env's observation (genesis.py)
-    OBS_MODES = (ObsMode.state, ObsMode.rgb, ObsMode.rgb_state)
 
     def __post_init__(self) -> None:
         super().__post_init__()

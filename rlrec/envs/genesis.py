@@ -88,20 +88,14 @@ class GenesisTask(Protocol):
 # --------------------------------------------------------------------------- Genesis process state
 
 
-def _set_gl_platform() -> None:
-    """Chooses headless OpenGL for pyrender before genesis imports it; a user's setting wins."""
-    if "PYOPENGL_PLATFORM" in os.environ:
-        return
-    if ctypes.util.find_library("EGL"):
-        os.environ["PYOPENGL_PLATFORM"] = "egl"
-    elif ctypes.util.find_library("OSMesa"):
-        os.environ["PYOPENGL_PLATFORM"] = "osmesa"
-    # else: leave Genesis's own default; rendering will report what is missing
-
-
 def import_genesis():
     """``import genesis`` with headless GL set up, or a ConfigError saying how to install it."""
-    _set_gl_platform()
+    # headless OpenGL for pyrender (egl, else osmesa), chosen before genesis imports it; a user's
+    # setting wins (with neither library, Genesis's own default: rendering says what is missing)
+    if "PYOPENGL_PLATFORM" not in os.environ:
+        found = next((lib for lib in ("EGL", "OSMesa") if ctypes.util.find_library(lib)), None)
+        if found:
+            os.environ["PYOPENGL_PLATFORM"] = found.lower()
     try:
         import genesis as gs
     except ImportError as e:
@@ -301,8 +295,7 @@ class GenesisAdapter(EnvAdapter):
         import genesis as gs
 
         self._sim_device = gs_device = torch.device(gs.device)
-        self._gen = torch.Generator(device=gs_device)
-        self._gen.manual_seed(0 if seed is None else int(seed))
+        self._gen = torch.Generator(device=gs_device).manual_seed(0 if seed is None else int(seed))
         self.clock = EpisodeClock(num_envs, self.device)
         self._box = isinstance(self.single_action_space, gym.spaces.Box)
         if self._box:

@@ -85,15 +85,6 @@ def construction_errors(env_id: Any):
         raise ConfigError(f"env.id={env_id!r} cannot be built, {text}") from None
 
 
-def _creator(spec, env_id: Any):
-    """The class or function that builds ``spec``'s env (importing its module)."""
-    creator = spec.entry_point
-    if isinstance(creator, str):
-        with construction_errors(env_id):
-            creator = gym.envs.registration.load_env_creator(creator)
-    return creator
-
-
 # gym.make's own keyword arguments (besides the env's): max_episode_steps, disable_env_checker
 _MAKE_KWARGS = tuple(
     name
@@ -106,9 +97,6 @@ def _check_kwargs(env_cfg, creator) -> None:
     """ConfigError naming the key and the env's keyword arguments when ``env.kwargs`` has a key
     the env's class (or function) ``creator`` does not take; nothing is built. An env that takes
     ``**kwargs`` accepts any key."""
-    kwargs = dict(env_cfg.kwargs or {})
-    if not kwargs:
-        return
     try:
         params = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):  # no signature to read: the env itself will say
@@ -120,7 +108,7 @@ def _check_kwargs(env_cfg, creator) -> None:
         for p in params
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
-    unknown = [k for k in kwargs if k not in own and k not in _MAKE_KWARGS]
+    unknown = [k for k in env_cfg.kwargs or {} if k not in own and k not in _MAKE_KWARGS]
     if unknown:
         raise ConfigError(
             f"env.kwargs.{unknown[0]} is not a keyword argument of env.id={env_cfg.id!r} "
@@ -135,7 +123,10 @@ def check_ready(env_cfg, sim=None) -> Tuple[gym.envs.registration.EnvSpec, Optio
     asks; make again), and with ``env.obs_mode=rgb|rgb_state`` an env that renders no frames.
     Returns the entry and the render modes its class declares (None: not declared)."""
     spec = resolve_spec(env_cfg)
-    creator = _creator(spec, env_cfg.id)
+    creator = spec.entry_point  # the class or function that builds the env
+    if isinstance(creator, str):
+        with construction_errors(env_cfg.id):  # importing its module
+            creator = gym.envs.registration.load_env_creator(creator)
     _check_kwargs(env_cfg, creator)
     meta = getattr(creator, "metadata", None)
     modes = list(meta.get("render_modes") or []) if isinstance(meta, dict) else None
@@ -184,7 +175,8 @@ def _dt_of(env: gym.Env) -> float:
 
 
 class GymnasiumEnv(VectorEnvAdapter):
-    """A gymnasium vector env of ``num_envs`` copies of ``env_id``, batched as torch tensors.
+    """A gymnasium vector env of ``num_envs`` copies of ``env.id`` (``env_cfg``, the schema of
+    ``env=gymnasium``), batched as torch tensors; ``render``: built with render_mode="rgb_array".
 
     Actions: ``long [N]`` for Discrete, ``float [N, *shape]`` for Box (clipped to the bounds).
     Observations: ``float32 [N, *shape]`` on ``device`` (non-Box observation spaces are
@@ -192,30 +184,25 @@ class GymnasiumEnv(VectorEnvAdapter):
     (``obs_mode`` state: the env's own, when its space is a Box of uint8 HxWxC; ``rgb``: its
     rendered frame, ``rgb_state``: the frame and its observation as "state", through gymnasium's
     ``AddRenderObservation``) as ``{"rgb": uint8 [N, H, W, C * frame_stack]}`` (rlrec/obs.py), at
-    ``obs_size`` (height, width; None: as it comes), the last ``frame_stack`` images on the
-    channel axis, oldest first: a reset fills its envs' stack with the reset image.
+    ``env.obs_height x env.obs_width``, the last ``env.frame_stack`` images on the channel axis,
+    oldest first: a reset fills its envs' stack with the reset image. Frames: of
+    ``env.render_height x env.render_width`` with ``env.resize_frames``, else the env's own size.
     """
 
     def __init__(
         self,
-        env_id: str,
+        env_cfg: GymnasiumEnvConfig,
         num_envs: int,
         device: str | torch.device = "cpu",
-        vectorization: str = "sync",
-        max_episode_steps: Optional[int] = None,
-        kwargs: Optional[Dict[str, Any]] = None,
-        render: bool = True,
-        resize: Optional[tuple] = None,
-        async_context: Optional[str] = None,
         seed: Optional[int] = None,
-        obs_mode: str = ObsMode.state,
-        obs_size: Optional[Tuple[int, int]] = None,
-        frame_stack: int = 1,
+        render: bool = True,
     ):
-        self._resize = resize  # (H, W) or None for the env's own frame size
-        make_kwargs: Dict[str, Any] = dict(kwargs or {}, disable_env_checker=True)
-        if max_episode_steps is not None:
-            make_kwargs["max_episode_steps"] = int(max_episode_steps)
+        env_id, obs_mode = env_cfg.id, env_cfg.obs_mode
+        size = (env_cfg.render_height, env_cfg.render_width)
+        self._resize = size if env_cfg.resize_frames else None  # None: the env's own frame size
+        make_kwargs: Dict[str, Any] = dict(env_cfg.kwargs or {}, disable_env_checker=True)
+        if env_cfg.max_episode_steps is not None:
+            make_kwargs["max_episode_steps"] = int(env_cfg.max_episode_steps)
         if render:
             make_kwargs["render_mode"] = "rgb_array"
             if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
@@ -243,16 +230,17 @@ class GymnasiumEnv(VectorEnvAdapter):
         fns = [functools.partial(make_one, i) for i in range(num_envs)]
         # the first sub-env is built in this process (by an async vector env too, before any
         # worker starts): the env's own errors come from here
+        vec = (env_cfg.vectorization, env_cfg.async_context)
         with construction_errors(env_id):
-            super().__init__(fns, device, vectorization, async_context, seed, copy=False)
+            super().__init__(fns, device, *vec, seed, copy=False)
         self.render_mode = self.vec.render_mode
         spec = self.vec.get_attr("spec")[0]
-        self.max_episode_steps = spec.max_episode_steps if spec else max_episode_steps
-        self.obs_size, self.frame_stack = obs_size, int(frame_stack)
+        self.max_episode_steps = spec.max_episode_steps if spec else env_cfg.max_episode_steps
+        self.obs_size = (env_cfg.obs_height, env_cfg.obs_width)
+        self.frame_stack = int(env_cfg.frame_stack)
         space = self.single_observation_space
         if isinstance(space, gym.spaces.Dict):  # an image (rlrec/obs.py), at obs_size, stacked
-            h, w = obs_size or space[RGB].shape[:2]
-            image = (h, w, space[RGB].shape[2] * self.frame_stack)
+            image = (*self.obs_size, space[RGB].shape[2] * self.frame_stack)
             rgb = gym.spaces.Box(0, 255, image, np.uint8)
             self.single_observation_space = gym.spaces.Dict({**space.spaces, RGB: rgb})
             self._stack = torch.zeros(self.num_envs, *image, dtype=torch.uint8, device=self.device)
@@ -288,19 +276,4 @@ def make(
     built."""
     _, modes = check_ready(env_cfg, sim)
     render = modes is None or "rgb_array" in modes
-    resize = (env_cfg.render_height, env_cfg.render_width) if env_cfg.resize_frames else None
-    return GymnasiumEnv(
-        env_cfg.id,
-        num_envs=num_envs,
-        device=device,
-        vectorization=env_cfg.vectorization,
-        max_episode_steps=env_cfg.max_episode_steps,
-        kwargs=dict(env_cfg.kwargs or {}),
-        render=render,
-        resize=resize,
-        async_context=env_cfg.async_context,
-        seed=seed,
-        obs_mode=env_cfg.obs_mode,
-        obs_size=(env_cfg.obs_height, env_cfg.obs_width),
-        frame_stack=env_cfg.frame_stack,
-    )
+    return GymnasiumEnv(env_cfg, num_envs, device, seed, render)

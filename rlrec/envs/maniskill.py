@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import random
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -55,9 +55,10 @@ from rlrec.obs import map_obs
 # --------------------------------------------------------------------------- checks before any work
 
 
-def _spec(env_id: str, imports: Sequence[str] = ()):
-    """The registry entry of ``env_id``, once mani_skill and the modules of ``env.imports`` (which
+def _spec(env_cfg: ManiSkillEnvConfig):
+    """The registry entry of ``env.id``, once mani_skill and the modules of ``env.imports`` (which
     register envs of their own) are imported."""
+    env_id = env_cfg.id
     try:
         import mani_skill.envs  # noqa: F401  registers the built-in tasks
         from mani_skill.utils.registration import REGISTERED_ENVS as registry
@@ -66,7 +67,7 @@ def _spec(env_id: str, imports: Sequence[str] = ()):
             f"env=maniskill needs the maniskill extra, which is not installed ({e}): pip install "
             "-e .[maniskill] (or run bash scripts/setup_maniskill.sh, which also installs Vulkan)"
         ) from e
-    for i, name in enumerate(imports):
+    for i, name in enumerate(env_cfg.imports or ()):
         import_object(name, f"env.imports[{i}]")
     if env_id not in registry:
         low = env_id.lower()
@@ -104,11 +105,12 @@ def _assets_error(env_id: str, what: str) -> ConfigError:
     )
 
 
-def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[str] = ()):
-    """The bare ManiSkill ``BaseEnv`` (no gym.make wrappers: no TimeLimit, no order enforcing);
-    its assets were checked by :func:`check_ready`. While it is built, ManiSkill's yes/no download
-    prompt raises instead of reading stdin."""
-    spec = _spec(env_id, imports)
+def build_maniskill_env(env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any]):
+    """The bare ManiSkill ``BaseEnv`` of ``env.id`` built with ``kwargs`` (no gym.make wrappers: no
+    TimeLimit, no order enforcing), observing ``env.obs_mode`` (:func:`observing`); its assets
+    were checked by :func:`check_ready`. While it is built, ManiSkill's yes/no download prompt
+    raises instead of reading stdin."""
+    spec, env_id = _spec(env_cfg), env_cfg.id
     from mani_skill.utils import download_asset
 
     def refuse(message: str) -> bool:
@@ -117,7 +119,7 @@ def build_maniskill_env(env_id: str, kwargs: Dict[str, Any], imports: Sequence[s
     saved = download_asset.prompt_yes_no
     download_asset.prompt_yes_no = refuse
     try:
-        return spec.cls(**{**spec.default_kwargs, **kwargs})
+        return observing(spec.cls(**{**spec.default_kwargs, **kwargs}), env_cfg.obs_mode)
     except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
         if "control" in str(e).lower() or "supported modes" in str(e).lower():
             raise ConfigError(
@@ -208,22 +210,19 @@ class ManiSkillGPUEnv(EnvAdapter):
 
     def __init__(
         self,
-        env_id: str,
+        env_cfg: ManiSkillEnvConfig,
         kwargs: Dict[str, Any],
         num_envs: int,
         device: torch.device,
         max_episode_steps: Optional[int],
-        imports: Sequence[str] = (),
         seed: Optional[int] = None,
-        obs_mode: ObsMode = ObsMode.state,
     ):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
         self.clock = EpisodeClock(num_envs, self.device)
         self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
-        kwargs = gpu_env_kwargs(kwargs, num_envs, device)
-        self.env = observing(build_maniskill_env(env_id, kwargs, imports), obs_mode)
+        self.env = build_maniskill_env(env_cfg, gpu_env_kwargs(kwargs, num_envs, device))
         self.base = self.env.unwrapped  # the BaseEnv below the camera modes' wrapper
         self.dt = float(self.base.control_timestep)
         self.single_observation_space = self.base.single_observation_space
@@ -303,51 +302,11 @@ class _CPUSubEnv(gym.Wrapper):
 
 
 def _make_cpu_sub_env(
-    index: int,
-    env_id: str,
-    kwargs: Dict[str, Any],
-    imports: Tuple[str, ...],
-    limit: Optional[int],
-    obs_mode: ObsMode,
+    index: int, env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any], limit: Optional[int]
 ) -> HoldOnDone:
     # module-level (picklable) so spawn/forkserver workers can build their env
-    env = build_maniskill_env(
-        env_id,
-        {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"},
-        imports,
-    )
-    env = observing(env, obs_mode)
-    return HoldOnDone(_CPUSubEnv(env), index, limit)
-
-
-class ManiSkillCPUEnv(VectorEnvAdapter):
-    """N single CPU ManiSkill envs of ``env_cfg`` (built with ``kwargs``) in a gymnasium vector env
-    (``env.cpu_vectorization``, ``env.async_context``) with autoreset disabled, each held on its
-    end with the time limit ``limit``. ``seed``: as :class:`ManiSkillGPUEnv`'s."""
-
-    clip_actions = False  # as on the GPU sim: ManiSkill's controllers get the actions as given
-    info_masks = False
-
-    def __init__(
-        self,
-        env_cfg: ManiSkillEnvConfig,
-        kwargs: Dict[str, Any],
-        num_envs: int,
-        limit: Optional[int],
-        seed: Optional[int],
-    ):
-        self.max_episode_steps = limit
-        args = (env_cfg.id, dict(kwargs), tuple(env_cfg.imports or ()), limit, env_cfg.obs_mode)
-        fns = [functools.partial(_make_cpu_sub_env, i, *args) for i in range(num_envs)]
-        seed = random.randrange(2**31) if seed is None else seed
-        try:
-            super().__init__(fns, "cpu", env_cfg.cpu_vectorization, env_cfg.async_context, seed)
-        except (EOFError, ConnectionError) as e:  # an async worker died building its env
-            raise RuntimeError(
-                "a ManiSkill worker process failed while building its env (its traceback is "
-                "printed above); env.cpu_vectorization=sync raises the same error in this "
-                "process"
-            ) from e
+    cpu = {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"}
+    return HoldOnDone(_CPUSubEnv(build_maniskill_env(env_cfg, cpu)), index, limit)
 
 
 # --------------------------------------------------------------------------- factory entry point
@@ -389,7 +348,7 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig):
             f"sim=cpu with sim.device={sim.device}: the ManiSkill CPU sim hands out CPU tensors; "
             "use sim.device=cpu"
         )
-    spec = _spec(env_cfg.id, list(env_cfg.imports or []))
+    spec = _spec(env_cfg)
     rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
     if rewards:
         one_of(env_cfg.reward_mode, "env.reward_mode", rewards)
@@ -426,6 +385,17 @@ def make(
         **(env_cfg.kwargs or {}),
     }
     if sim.name == "gpu":
-        imports, mode = list(env_cfg.imports or []), env_cfg.obs_mode
-        return ManiSkillGPUEnv(env_cfg.id, kw, num_envs, device, limit, imports, seed, mode)
-    return ManiSkillCPUEnv(env_cfg, kw, num_envs, limit, seed)
+        return ManiSkillGPUEnv(env_cfg, kw, num_envs, device, limit, seed)
+    # N single CPU envs, each held on its end with the time limit; seeds as ManiSkillGPUEnv's
+    fns = [functools.partial(_make_cpu_sub_env, i, env_cfg, kw, limit) for i in range(num_envs)]
+    seed = random.randrange(2**31) if seed is None else seed
+    vec = (env_cfg.cpu_vectorization, env_cfg.async_context)
+    try:  # as on the GPU sim: ManiSkill's controllers get the actions as given
+        env = VectorEnvAdapter(fns, "cpu", *vec, seed, clip_actions=False, info_masks=False)
+    except (EOFError, ConnectionError) as e:  # an async worker died building its env
+        raise RuntimeError(
+            "a ManiSkill worker process failed while building its env (its traceback is "
+            "printed above); env.cpu_vectorization=sync raises the same error in this process"
+        ) from e
+    env.max_episode_steps = limit
+    return env

@@ -92,10 +92,6 @@ class Watch:
         self._settled = 0  # updates in range since the blow-up's last spike
 
     # ------------------------------------------------------------------ collection
-    def begin(self, obs: torch.Tensor) -> None:
-        self._t = 0
-        _sum_rows(obs, self._obs[0])
-
     def step(self, obs: torch.Tensor, reward: torch.Tensor, info: dict) -> None:
         """After env step ``t`` of the rollout: its observation, its reward and, where an
         episode ended, the final observation (AutoReset's ``final_obs``: the other envs' rows are
@@ -140,29 +136,26 @@ class Watch:
 
     @contextmanager
     def rollout(self, obs: torch.Tensor, at: str) -> Iterator[None]:
-        """A rollout from ``obs`` (:meth:`begin`). One that raises raises the :class:`Diverged` of
-        :meth:`after_error` instead, when there is one. ``at``: "iteration I (step S)"."""
-        self.begin(obs)
+        """A rollout from ``obs``, whose env steps :meth:`step` follows. One that raises (a policy
+        fed non-finite observations may, e.g. a categorical head's sampling) raises the
+        :class:`Diverged` naming the env instead, when its values went non-finite first: this
+        rank's own values only (the others may not be there to ask). Not where that look itself
+        fails: after a sticky CUDA error (a device-side assert, an illegal address) every later
+        CUDA call raises again, and the original error is the one to see. ``at``: "iteration I
+        (step S)"."""
+        self._t = 0
+        _sum_rows(obs, self._obs[0])
         try:
             yield
         except Exception as exc:
-            diverged = self.after_error(at)
-            if diverged is not None:
-                raise diverged from exc
+            try:
+                finite = torch.isfinite(self._obs).all() & torch.isfinite(self._reward).all()
+                env_went_bad = not bool(finite)
+            except Exception:  # the device is unusable: the original error stands
+                env_went_bad = False
+            if env_went_bad:
+                raise Diverged(self._message(at, self._env_source(agree=False))) from exc
             raise
-
-    def after_error(self, at: str) -> Optional[Diverged]:
-        """A rollout raised (a policy fed non-finite observations may, e.g. a categorical head's
-        sampling): the :class:`Diverged` naming the env when its values went non-finite first,
-        else None. This rank's own values only (the others may not be there to ask). None too
-        where the check itself fails: after a sticky CUDA error (a device-side assert, an illegal
-        address) every later CUDA call raises again, and the original error is the one to see."""
-        try:
-            if bool(torch.isfinite(self._obs).all()) and bool(torch.isfinite(self._reward).all()):
-                return None
-        except Exception:  # the device is unusable: the caller re-raises the original error
-            return None
-        return Diverged(self._message(at, self._env_source(agree=False)))
 
     def _spikes(self, losses: Dict[str, float], at: str) -> None:
         """Whether this finite update begins (or continues) a blow-up; see the module docstring."""

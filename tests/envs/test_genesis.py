@@ -157,10 +157,10 @@ def test_sim_gpu_refuses_the_real_cpu_fallback_in_a_new_process(tmp_path):
 
 def test_gl_platform_is_set_but_never_clobbered(monkeypatch):
     monkeypatch.setenv("PYOPENGL_PLATFORM", "osmesa")
-    ga._set_gl_platform()
+    ga.import_genesis()
     assert os.environ["PYOPENGL_PLATFORM"] == "osmesa"
     monkeypatch.delenv("PYOPENGL_PLATFORM")
-    ga._set_gl_platform()
+    ga.import_genesis()
     assert os.environ.get("PYOPENGL_PLATFORM") in ("egl", "osmesa", None)
 
 

@@ -20,6 +20,16 @@ from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_acti
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 
+def _gym(env_id, n, seed=None, **cfg):
+    """The adapter of ``env.id=env_id`` with ``cfg`` set in its schema."""
+    return GymnasiumEnv(GymnasiumEnvConfig(id=env_id, **cfg), n, seed=seed)
+
+
+def _resized(size):
+    """The schema's keys of frames resized to ``size`` (H, W)."""
+    return dict(resize_frames=True, render_height=size[0], render_width=size[1])
+
+
 class TestCartPoleContract(EnvContract):
     num_envs = 3
     # CartPole draws at 125 px/m with integer pixel coordinates, so a few steps can be sub-pixel:
@@ -27,14 +37,14 @@ class TestCartPoleContract(EnvContract):
     seed = 0
 
     def make_env(self, num_envs, seed=None):
-        return GymnasiumEnv("CartPole-v1", num_envs, seed=seed, max_episode_steps=60)
+        return _gym("CartPole-v1", num_envs, seed, max_episode_steps=60)
 
 
 class TestPendulumContract(EnvContract):
     num_envs = 2
 
     def make_env(self, num_envs, seed=None):
-        return GymnasiumEnv("Pendulum-v1", num_envs, seed=seed, max_episode_steps=30)
+        return _gym("Pendulum-v1", num_envs, seed, max_episode_steps=30)
 
 
 class TestCartPoleAsyncContract(EnvContract):
@@ -42,9 +52,7 @@ class TestCartPoleAsyncContract(EnvContract):
     seed = 0  # see TestCartPoleContract
 
     def make_env(self, num_envs, seed=None):
-        return GymnasiumEnv(
-            "CartPole-v1", num_envs, vectorization="async", seed=seed, max_episode_steps=40
-        )
+        return _gym("CartPole-v1", num_envs, seed, vectorization="async", max_episode_steps=40)
 
 
 # --------------------------------------------------------------------------- behaviour
@@ -59,7 +67,7 @@ def _singles(env_id, n, seed, **kw):
 
 def test_discrete_actions_match_plain_gymnasium_envs():
     n, seed = 4, 11
-    env = GymnasiumEnv("CartPole-v1", n)
+    env = _gym("CartPole-v1", n)
     singles, obs_ref = _singles("CartPole-v1", n, seed)
     obs, _ = env.reset(seed=seed)
     assert obs.dtype == torch.float32 and torch.equal(obs, torch.from_numpy(obs_ref))
@@ -77,7 +85,7 @@ def test_discrete_actions_match_plain_gymnasium_envs():
 
 
 def test_box_actions_are_clipped_to_bounds():
-    a, b = GymnasiumEnv("Pendulum-v1", 2), GymnasiumEnv("Pendulum-v1", 2)
+    a, b = _gym("Pendulum-v1", 2), _gym("Pendulum-v1", 2)
     a.reset(seed=5), b.reset(seed=5)
     obs_a, rew_a, *_ = a.step(torch.full((2, 1), 10.0))
     obs_b, rew_b, *_ = b.step(torch.full((2, 1), 2.0))  # Pendulum's max torque
@@ -86,7 +94,7 @@ def test_box_actions_are_clipped_to_bounds():
 
 
 def test_finished_env_stays_on_its_terminal_state_until_reset():
-    env = GymnasiumEnv("CartPole-v1", 2, max_episode_steps=200)
+    env = _gym("CartPole-v1", 2, max_episode_steps=200)
     env.reset(seed=0)
     push = torch.tensor([1, 0])  # env 0 always right: falls within a few dozen steps; env 1 left
     for _ in range(200):
@@ -106,7 +114,7 @@ def test_finished_env_stays_on_its_terminal_state_until_reset():
 
 def test_partial_reset_seeds_and_leaves_others_alone():
     n = 3
-    env = GymnasiumEnv("CartPole-v1", n)
+    env = _gym("CartPole-v1", n)
     env.reset(seed=1)
     for i in range(4):
         before, *_ = env.step(sample_actions(env, seed=i))
@@ -125,7 +133,7 @@ def test_partial_reset_seeds_and_leaves_others_alone():
 
 
 def test_sync_and_async_agree():
-    envs = [GymnasiumEnv("Pendulum-v1", 3, vectorization=v) for v in ("sync", "async")]
+    envs = [_gym("Pendulum-v1", 3, vectorization=v) for v in ("sync", "async")]
     outs = []
     for env in envs:
         obs, _ = env.reset(seed=9)
@@ -140,9 +148,9 @@ def test_sync_and_async_agree():
 
 
 def test_dt_time_limit_and_spaces():
-    cart = GymnasiumEnv("CartPole-v1", 1)
-    pend = GymnasiumEnv("Pendulum-v1", 1, max_episode_steps=7)
-    car = GymnasiumEnv("MountainCar-v0", 1)  # neither dt nor tau: 1 / render_fps
+    cart = _gym("CartPole-v1", 1)
+    pend = _gym("Pendulum-v1", 1, max_episode_steps=7)
+    car = _gym("MountainCar-v0", 1)  # neither dt nor tau: 1 / render_fps
     assert (cart.dt, cart.max_episode_steps) == (0.02, 500)
     assert (pend.dt, pend.max_episode_steps) == (0.05, 7)
     assert car.dt == pytest.approx(1 / 30)
@@ -153,7 +161,7 @@ def test_dt_time_limit_and_spaces():
 
 
 def test_resize_frames():
-    env = GymnasiumEnv("CartPole-v1", 2, resize=(48, 64))
+    env = _gym("CartPole-v1", 2, **_resized((48, 64)))
     env.reset(seed=0)
     frames = env.render([1])
     assert frames.shape == (1, 48, 64, 3) and frames.dtype == torch.uint8
@@ -161,7 +169,7 @@ def test_resize_frames():
 
 
 def test_close_is_idempotent():
-    env = GymnasiumEnv("CartPole-v1", 2, vectorization="async")
+    env = _gym("CartPole-v1", 2, vectorization="async")
     env.close()
     env.close()
 
@@ -273,7 +281,7 @@ def evals(tmp_path_factory):
     from rlrec.record.settings import RecorderConfig, Trigger
 
     tmp = tmp_path_factory.mktemp("gym_rec")
-    adapter = GymnasiumEnv("CartPole-v1", 2, max_episode_steps=EVAL_LIMIT, resize=SIZE, seed=7)
+    adapter = _gym("CartPole-v1", 2, 7, max_episode_steps=EVAL_LIMIT, **_resized(SIZE))
     spy = FrameSpy(adapter)
     clips = []
     cfg = RecorderConfig(
@@ -281,7 +289,7 @@ def evals(tmp_path_factory):
     )
     rec = Recorder(spy, cfg, str(tmp), kind="eval", on_clip=clips.append)
     env = AutoReset(rec)
-    train = AutoReset(GymnasiumEnv("CartPole-v1", 2, seed=3))  # a separate collection stack
+    train = AutoReset(_gym("CartPole-v1", 2, 3))  # a separate collection stack
     train.reset()
     rng = np.random.default_rng(0)
     stale, ends, other_resets = [], [], 0
@@ -305,7 +313,7 @@ def evals(tmp_path_factory):
         rec.flush()
     refs = []
     for seed in EVAL_SEEDS:  # a fresh env, reset the same way
-        fresh = GymnasiumEnv("CartPole-v1", 2, resize=SIZE)
+        fresh = _gym("CartPole-v1", 2, **_resized(SIZE))
         fresh.reset(seed=seed)
         refs.append(fresh.render([0])[0].numpy().copy())
         fresh.close()
@@ -372,7 +380,7 @@ def test_partial_resets_of_other_envs_leave_the_recorded_image_alone(evals):
 
 def test_only_asked_envs_render():
     for vectorization in ("sync", "async"):
-        env = GymnasiumEnv("CartPole-v1", 3, vectorization=vectorization)
+        env = _gym("CartPole-v1", 3, vectorization=vectorization)
         env.reset(seed=0)
         if vectorization == "sync":
             calls = []

@@ -72,7 +72,9 @@ class TestImageEnvContract(EnvContract):
     """The contract on a dict observation: an env whose own observation is an image."""
 
     def make_env(self, num_envs, seed=None):
-        return GymnasiumEnv(ID, num_envs, seed=seed)
+        return GymnasiumEnv(
+            GymnasiumEnvConfig(id=ID, obs_height=Dots.H, obs_width=Dots.W), num_envs, seed=seed
+        )
 
 
 class TestBuiltinRgbStateContract(EnvContract):
@@ -83,16 +85,7 @@ class TestBuiltinRgbStateContract(EnvContract):
 
 
 def _env(env_id=ID, n=2, **kw):
-    cfg = GymnasiumEnvConfig(id=env_id, **kw)
-    return GymnasiumEnv(
-        env_id,
-        n,
-        seed=5,
-        vectorization=cfg.vectorization,
-        obs_mode=cfg.obs_mode,
-        obs_size=(cfg.obs_height, cfg.obs_width),
-        frame_stack=cfg.frame_stack,
-    )
+    return GymnasiumEnv(GymnasiumEnvConfig(id=env_id, **kw), n, seed=5)
 
 
 def test_an_image_env_observes_its_own_image_resized():

@@ -197,7 +197,7 @@ def test_gpu_adapter_adds_no_reset_and_seeds_each_sub_scene(monkeypatch):
 
     monkeypatch.setattr(ms, "build_maniskill_env", lambda *args, **kwargs: Batched())
     monkeypatch.setattr(ms, "gpu_env_kwargs", lambda kwargs, num_envs, device: kwargs)
-    env = ms.ManiSkillGPUEnv("PushCube-v1", {}, 3, torch.device("cpu"), LIMIT, seed=5)
+    env = ms.ManiSkillGPUEnv(make_cfg(), {}, 3, torch.device("cpu"), LIMIT, seed=5)
     assert seeds == []
     env.reset()  # the first reset takes the adapter's seed
     env.reset(seed=7, env_idx=[1])
