@@ -87,7 +87,7 @@ def check_encoder(encoder: str, env: Any, key: str) -> None:
     the CNN's strides, an MLP on a large raw image."""
     image = env.obs_image()
     if image is None:
-        if encoder == Encoder.cnn:  # every backend observes images (its OBS_MODES)
+        if encoder == Encoder.cnn:  # every backend observes images (env.obs_mode)
             raise ConfigError(
                 f"{key}=cnn reads an image but env={env.name} observes a flat state vector: set "
                 "env.obs_mode=rgb or rgb_state, or set algo.encoder=mlp"
