@@ -265,7 +265,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
     gc.collect()
     took = time.monotonic() - start
     try:
-        assert took < 3.0, took
+        assert took < BOUND / 2, took  # ABANDON_TIMEOUT_S (0.5 s) and a loaded machine's slack
         assert not is_running_ffmpeg(pid)
         assert hidden(tmp_path) == [] and mp4s(tmp_path) == []
     finally:
