@@ -248,7 +248,7 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     outside the run dir): never a file of this process or of a live one (see :func:`_stale`)."""
     removed = []
     run_dir = Path(run_dir)
-    holder = rundir.taken_over_from(run_dir)
+    holder = getattr(rundir.claim_of(run_dir), "previous", None)  # the dead one it took over
     # (a glob of a dir that is not there finds nothing)
     subs = (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD)
     candidates = [(p, True) for sub in subs for p in (run_dir / sub).rglob(".*")]
