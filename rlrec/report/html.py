@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 from urllib.parse import quote
 
+from rlrec.checks import ConfigError
 from rlrec.files import write_atomic
 from rlrec.layout import PROGRESS_VIDEO, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
@@ -354,12 +355,13 @@ def write_report(
     path: Path, cfg: Optional[ReportConfig] = None, overrides: Sequence[str] = ()
 ) -> Path:
     """The report of a run dir, or of a sweep dir (with each job's own report); returns the
-    page's path. ``cfg``: the settings of every page; None: each run's own ``report.*``
-    (:func:`~rlrec.report.config.run_settings`) under ``overrides``."""
+    page's path; a ConfigError when ``path`` is neither. ``cfg``: the settings of every page;
+    None: each run's own ``report.*`` (:func:`~rlrec.report.config.run_settings`) under
+    ``overrides``."""
     path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
     if not SweepDir(path).is_sweep():
+        if not RunDir(path).metrics.is_file():  # (either file inside it says it is a directory)
+            raise ConfigError(f"{path} is not a run dir or a sweep dir of rlrec")
         return write_run_report(path, cfg or run_settings(path, overrides))
     if cfg is None:
         run_settings(path, overrides)  # a bad override is refused before any job's report
