@@ -60,11 +60,8 @@ class UnsafeCheckpoint(ConfigError):
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (e.g. a full disk); the message says which file, that
-    the checkpoints written before are intact, and how to resume."""
-
-    def __init__(self, message: str, cause: OSError):
-        super().__init__(message)
-        self.cause = cause
+    the checkpoints written before are intact, and how to resume; its ``__cause__``: the
+    ``OSError``."""
 
 
 # ---------------------------------------------------------------------- RNG streams
@@ -188,7 +185,7 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         with atomic_file(path, durable=True) as f:
             f.write(buf.getbuffer())
     except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
-        raise CheckpointWriteError(storage_failure(exc, run_dir, path), exc) from None
+        raise CheckpointWriteError(storage_failure(exc, run_dir, path)) from exc
 
 
 # what a full or read-only output file system raises, wherever the run writes
