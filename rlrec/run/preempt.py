@@ -198,12 +198,6 @@ def run_flag() -> StopRequested:
     return _HELD if _HELD is not None else StopRequested()
 
 
-def default_resume(cfg) -> None:
-    """``resume=auto`` for submitit jobs that did not ask for anything else (see module doc)."""
-    if under_submitit() and cfg.resume is None and cfg.checkpoint is None and not cfg.eval_only:
-        cfg.resume = "auto"
-
-
 def requeue_if_preempted(signum: Optional[int]) -> None:
     """After the run stopped on submitit's signal and saved its checkpoint: let submitit requeue
     the job (its handler exits the process)."""
