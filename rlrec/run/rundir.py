@@ -196,9 +196,7 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     if old is not None:  # an earlier job of this process that ended without releasing
         old.release()
     created: List[Path] = []
-    before: Optional[FrozenSet[str]] = None
-    if record:
-        before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
+    before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
     for d in missing_dirs(run_dir):
         with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: not ours
             d.mkdir()
@@ -208,7 +206,7 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     except BaseException:
         _remove_empty(created)
         raise
-    result = Claim(run_dir, fd, previous, created, before)
+    result = Claim(run_dir, fd, previous, created, before if record else None)
     _CLAIMS[os.path.realpath(run_dir)] = result
     return result
 
