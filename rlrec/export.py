@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from rlrec import __version__
-from rlrec.checks import Choice, ConfigError
+from rlrec.checks import Choice, ConfigError, one_of
 from rlrec.files import write_atomic
 from rlrec.layout import RunDir
 from rlrec.obs import Obs, as_float, first, map_obs, shape_of
@@ -186,9 +186,7 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
     """Writes ``exported/`` of ``run_dir`` (the files of ``fmt``, then policy.json) and returns
     the paths written. Everything is checked before anything is written: the format's extra, the
     checkpoint (missing, damaged), and an earlier export of another step (never replaced)."""
-    if fmt not in ExportFormat.values():
-        allowed = ", ".join(ExportFormat.values())
-        raise ConfigError(f"export.format={fmt} is invalid: allowed values are {allowed}")
+    one_of(fmt, "export.format", ExportFormat.values())
     kinds = ["torchscript", "onnx"] if fmt == ExportFormat.both else [str(fmt)]
     if "onnx" in kinds:
         _need("onnx", "export.format=onnx")

@@ -212,7 +212,7 @@ def test_a_write_that_fails_with_enospc_keeps_the_older_file_and_says_how_to_res
     monkeypatch.setattr(files, "temporary_name", lambda final, tag="": str(tmp))
     with pytest.raises(ckpt.CheckpointWriteError) as e:
         ckpt.save(tmp_path / "last.pt", {"global_step": 6}, run_dir=tmp_path.parent)
-    assert e.value.cause.errno == errno.ENOSPC
+    assert e.value.__cause__.errno == errno.ENOSPC
     msg = str(e.value)
     assert f"could not write checkpoint {tmp_path / 'last.pt'}" in msg
     assert "the disk is full" in msg and "intact (last.pt" in msg

@@ -202,7 +202,7 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_written(
     shutil.copytree(builtin_run / "checkpoints", run / "checkpoints", dirs_exist_ok=True)
     line = _refused([run, "export.step=100"], capsys)
     assert "no checkpoint of step 100: export.step= one of 256, 512" in line
-    assert "export.format=tflite is invalid: allowed values are torchscript, onnx, both" in (
+    assert "export.format='tflite' is invalid: allowed values are torchscript, onnx, both" in (
         _refused([run, "export.format=tflite"], capsys)
     )
     assert "allowed keys are export.step, export.format" in _refused([run, "step=3"], capsys)

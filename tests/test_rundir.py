@@ -75,7 +75,7 @@ def test_the_lock_names_its_live_holder_and_is_taken_over_once_it_died(tmp_path)
     claim = rundir.claim(run_dir, "hydra.run.dir")  # the kernel dropped the dead one's lock
     try:
         assert claim.previous is not None and claim.previous.pid == holder.pid
-        assert rundir.taken_over_from(run_dir) == claim.previous
+        assert rundir.claim_of(run_dir) is claim
         mine = json.loads((run_dir / ".rlrec.lock").read_text())
         assert mine["pid"] == os.getpid() and mine["host"] == socket.gethostname()
     finally:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import List, Optional
 
 from rlrec.checks import ConfigError
-from rlrec.layout import RunDir, SweepDir
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -24,12 +23,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         help="e.g. report.max_failures=6 report.max_tiles=8 report.progress_video=false",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    try:  # (either file inside it says it is a directory)
-        if not (RunDir(args.dir).metrics.is_file() or SweepDir(args.dir).is_sweep()):
-            raise ConfigError(f"{args.dir} is not a run dir or a sweep dir of rlrec")
+    try:
         from rlrec.report.html import write_report
 
-        # write_report refuses a bad override before it writes anything
+        # write_report refuses a dir of neither kind, or a bad override, before it writes anything
         print(write_report(args.dir, overrides=args.overrides).resolve())
     except ConfigError as err:
         print(f"rlrec-report: {err}", file=sys.stderr)

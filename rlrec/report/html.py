@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 from urllib.parse import quote
 
+from rlrec.checks import ConfigError
 from rlrec.files import write_atomic
 from rlrec.layout import PROGRESS_VIDEO, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
 from rlrec.report.curves import curves_svg
 from rlrec.report.progress import write_progress
-from rlrec.report.rundata import Evaluation, RunData, read_rows, read_run, read_sidecar
+from rlrec.report.rundata import HEALTH_KEYS, Evaluation, RunData, read_rows, read_run, read_sidecar
 
 __all__ = ["replay_command", "write_report"]
 
@@ -141,18 +142,14 @@ def _health(run: RunData) -> str:
     """One row: what the recorders lost, and the run's stops and resumes (each event below)."""
     # named and not on disk, or lost before they were written ("eval/clip_lost")
     lost = sum(1 for ev in run.evaluations if ev.clip and not ev.clip_ok)
-    lost += run.health.get("eval/clips_lost", 0.0)
-    figures = [
-        ("clips dropped", "clips_dropped", run.health.get("record/clips_dropped", 0.0), True),
-        ("frames dropped", "frames_dropped", run.health.get("record/frames_dropped", 0.0), True),
-        ("encoder stalls", "encoder_stalls", run.health.get("record/encoder_stalls", 0.0), True),
-        ("eval clips missing or lost", "clips_missing", lost, True),
-        ("stops (signals, preemptions)", "stops", run.count_events("stop"), True),
-        ("resumes", "resumes", run.count_events("resume"), False),
-    ]
+    figures = [(k.split("/")[1], run.health.get(k, 0.0)) for k in HEALTH_KEYS]  # clips_dropped
+    figures += [("clips_missing", lost + run.health.get("eval/clips_lost", 0.0))]
+    figures += [("stops", run.count_events("stop")), ("resumes", run.count_events("resume"))]
+    head = [key.replace("_", " ") for key, _ in figures[:3]]
+    head += ["eval clips missing or lost", "stops (signals, preemptions)", "resumes"]
     cells = []
-    for _, key, value, bad in figures:
-        cls = ("bad" if value else "ok") if bad else "muted"
+    for key, value in figures:  # resumes: no fault
+        cls = "muted" if key == "resumes" else ("bad" if value else "ok")
         cells.append(f'<span class="{cls}" data-health="{key}">{int(value)}</span>')
     detail = [
         [_e(e.get("event")), _fmt(e.get("step")),
@@ -160,7 +157,7 @@ def _health(run: RunData) -> str:
         for e in run.events
     ]  # fmt: skip
     events = [_table(["event", "step", "details"], detail, left=1)] if detail else []
-    return _section("health", "Health", _table([f[0] for f in figures], [cells]), *events)
+    return _section("health", "Health", _table(head, [cells]), *events)
 
 
 def _evaluations(run: RunData) -> str:
@@ -199,7 +196,7 @@ def _progress(run: RunData, progress_rel: Optional[str], failed: Optional[str]) 
 
 
 def _failures(run: RunData, max_rows: int) -> str:
-    failed = run.failed_episodes()
+    failed = [e for e in run.episodes if e.get("success") is False]  # oldest first
     shown = failed[-max_rows:]
     if not run.has_episode_file:
         text = (
@@ -354,12 +351,13 @@ def write_report(
     path: Path, cfg: Optional[ReportConfig] = None, overrides: Sequence[str] = ()
 ) -> Path:
     """The report of a run dir, or of a sweep dir (with each job's own report); returns the
-    page's path. ``cfg``: the settings of every page; None: each run's own ``report.*``
-    (:func:`~rlrec.report.config.run_settings`) under ``overrides``."""
+    page's path; a ConfigError when ``path`` is neither. ``cfg``: the settings of every page;
+    None: each run's own ``report.*`` (:func:`~rlrec.report.config.run_settings`) under
+    ``overrides``."""
     path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
     if not SweepDir(path).is_sweep():
+        if not RunDir(path).metrics.is_file():  # (either file inside it says it is a directory)
+            raise ConfigError(f"{path} is not a run dir or a sweep dir of rlrec")
         return write_run_report(path, cfg or run_settings(path, overrides))
     if cfg is None:
         run_settings(path, overrides)  # a bad override is refused before any job's report

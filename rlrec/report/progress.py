@@ -28,7 +28,7 @@ from rlrec.record.frames import grid_shape, pad_even, tile
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
 
-__all__ = ["BAND", "even_subset", "write_progress"]
+__all__ = ["BAND", "even_subset", "read_frames", "write_progress"]
 
 BAND = 24  # pixels of label above each tile (two lines of PIL's default font)
 
@@ -44,7 +44,7 @@ def even_subset(items: Sequence[Any], k: int) -> List[Any]:
     return [items[i] for i in picks]
 
 
-def _frames(path: Path) -> Iterator[np.ndarray]:
+def read_frames(path: Path) -> Iterator[np.ndarray]:
     """The frames of an mp4 as ``uint8 [H, W, 3]`` arrays (rgb24), decoded by ffmpeg."""
     import imageio_ffmpeg
 
@@ -92,7 +92,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
     out = RunDir(run.path).progress_video
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(out)
-    readers = [_frames(run.path / str(ev.clip)) for ev in chosen]
+    readers = [read_frames(run.path / str(ev.clip)) for ev in chosen]
     proc = FFmpegProcess(tmp, width, height, fps, quality, lossless, "ultrafast")
     frames = 0
     try:

@@ -119,10 +119,6 @@ class RunData:
                 values.append(value)
         return steps, values
 
-    def failed_episodes(self) -> List[Dict[str, Any]]:
-        """The eval episodes that did not succeed (``success`` false), oldest first."""
-        return [e for e in self.episodes if e.get("success") is False]
-
     def count_events(self, name: str) -> int:
         return sum(1 for e in self.events if e.get("event") == name)
 

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from rlrec import distributed, report
 from rlrec.checks import ConfigError
 from rlrec.config import register_configs
-from rlrec.run import preempt, rundir, sweep
-from rlrec.run.preflight import check_argv, checked_for, refuse, refuse_before_work
+from rlrec.run import preempt, preflight, rundir, sweep
+from rlrec.run.preflight import checked_for, refuse, refuse_before_work
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -55,7 +55,9 @@ def _build(cfg: DictConfig, run_dir: Path):
 
     checked = checked_for(run_dir, cfg) or refuse_before_work(cfg)
     config, device = checked.config, checked.device
-    preempt.default_resume(config)  # a requeued submitit job continues its checkpoint
+    # a (requeued) submitit job that asked for nothing else continues its checkpoint
+    if preempt.under_submitit() and not (config.resume or config.checkpoint or config.eval_only):
+        config.resume = "auto"
     if config.resume == "auto" and distributed.env_rank() == 0:
         # what a killed run left half-written, here and in recorder dirs outside the run dir
         recorder_dirs = [r.dir for r in (config.recorder, config.eval_env.recorder) if r.dir]
@@ -99,16 +101,17 @@ def _refuse_torchrun_sweep() -> None:
         )
 
 
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def run(cfg: DictConfig) -> Optional[float]:
-    """The task body: validate, build, run; returns the final eval return (for sweepers)."""
+    """The Hydra task function: validates, builds, trains (or evaluates) and returns the final
+    eval return, for sweepers such as Optuna."""
     from hydra.core.hydra_config import HydraConfig
 
     hydra_cfg = HydraConfig.get()
     run_dir, multirun = Path(hydra_cfg.runtime.output_dir), hydra_cfg.mode == RunMode.MULTIRUN
-    if multirun:
-        _refuse_torchrun_sweep()
     try:
         if multirun:
+            _refuse_torchrun_sweep()
             return _task(cfg, run_dir, Path(str(hydra_cfg.sweep.dir)), int(hydra_cfg.job.num))
         return _task(cfg, run_dir)
     except BaseException as exc:
@@ -205,17 +208,12 @@ def _not_started(signum: int) -> None:
     sweep.set_outcome(sweep.STOPPED, f"not started: the sweep was stopped by {name}")
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
-def _hydra_main(cfg: DictConfig) -> Optional[float]:
-    """Trains (or evaluates) and returns the final eval return, for sweepers such as Optuna."""
-    return run(cfg)
-
-
 def main() -> None:
     """Checks the command line for launcher/sweeper plugins that are not installed (naming the
     extra), then hands over to Hydra. A sweep exits with 1 when a job failed and with 128 + the
     signal when it was stopped (rlrec.run.sweep.exit_status)."""
-    check_argv()
+    with preflight.refusing():  # before Hydra composes anything
+        preflight.check_plugin_extras(sys.argv[1:])
     if distributed.launched():
         if any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in sys.argv[1:]):
             _refuse_torchrun_sweep()
@@ -226,7 +224,7 @@ def main() -> None:
                 sys.argv += ["hydra/job_logging=stdout"]
     try:
         try:
-            _hydra_main()
+            run()
         except sweep.SweepStopped:
             sweep.report_stopped()
         status = sweep.exit_status()

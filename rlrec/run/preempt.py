@@ -198,12 +198,6 @@ def run_flag() -> StopRequested:
     return _HELD if _HELD is not None else StopRequested()
 
 
-def default_resume(cfg) -> None:
-    """``resume=auto`` for submitit jobs that did not ask for anything else (see module doc)."""
-    if under_submitit() and cfg.resume is None and cfg.checkpoint is None and not cfg.eval_only:
-        cfg.resume = "auto"
-
-
 def requeue_if_preempted(signum: Optional[int]) -> None:
     """After the run stopped on submitit's signal and saved its checkpoint: let submitit requeue
     the job (its handler exits the process)."""
@@ -248,7 +242,7 @@ def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -
     outside the run dir): never a file of this process or of a live one (see :func:`_stale`)."""
     removed = []
     run_dir = Path(run_dir)
-    holder = rundir.taken_over_from(run_dir)
+    holder = getattr(rundir.claim_of(run_dir), "previous", None)  # the dead one it took over
     # (a glob of a dir that is not there finds nothing)
     subs = (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD)
     candidates = [(p, True) for sub in subs for p in (run_dir / sub).rglob(".*")]

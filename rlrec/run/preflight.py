@@ -70,12 +70,6 @@ def check_logger_extra(config: DictConfig) -> None:
         raise ConfigError(WANDB_MISSING)
 
 
-def check_argv() -> None:
-    """Entry-point check of the command line (before Hydra composes anything)."""
-    with refusing():
-        check_plugin_extras(sys.argv[1:])
-
-
 @dataclass
 class Checked:
     """A run's config that passed every check before work, and the device it was checked for."""

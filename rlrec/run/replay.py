@@ -118,22 +118,21 @@ def _parse(argv: List[str]) -> Tuple[Path, int, int, List[str], Optional[Path]]:
     """``replay``'s arguments, in its order, from the command line."""
     if not argv or "=" in argv[0]:
         raise ConfigError(f"usage: {USAGE}")
-    run_dir, step, env, out, rest = Path(argv[0]), None, None, None, []
+    numbers, out, rest = {}, None, []  # replay.step and replay.env
     for arg in argv[1:]:
         key, _, value = arg.partition("=")
         if key in ("replay.step", "replay.env"):
             try:
-                number = int(value)
+                numbers[key] = int(value)
             except ValueError:
                 raise ConfigError(f"{key}={value!r} is invalid: an integer") from None
-            step, env = (number, env) if key == "replay.step" else (step, number)
         elif key == "replay.dir":
             out = Path(value)
         else:
             rest.append(arg)
-    if step is None or env is None:
+    if len(numbers) < 2:
         raise ConfigError(f"replay.step and replay.env are both needed; usage: {USAGE}")
-    return run_dir, step, env, rest, out
+    return Path(argv[0]), numbers["replay.step"], numbers["replay.env"], rest, out
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -4,8 +4,8 @@
   whole life; the file names the holder (pid, host, since when). A second run in the same dir fails
   before any work with a message that names the holder. The kernel drops a flock when its holder
   dies, so the lock a killed run left is taken over by the next run, which remembers whom it took
-  it from (:func:`taken_over_from`): ``rlrec.run.preempt.remove_stale_temporaries`` removes
-  that process's temporaries and no live process's.
+  it from (:attr:`Claim.previous`): ``rlrec.run.preempt.remove_stale_temporaries`` removes that
+  process's temporaries and no live process's.
 - **What a run created.** For a single run, :class:`rlrec.run.preflight.Preflight` claims the run
   dir (:func:`claim`) before Hydra creates it: the claim records which of its ancestors and entries
   existed, creates the dir and takes the lock before Hydra writes ``.hydra/`` or its log. A run
@@ -167,8 +167,8 @@ class Claim:
                 RunDir(self.run_dir).lock.unlink()
             os.close(self.fd)
             self.fd = None
-        if _CLAIMS.get(_key(self.run_dir)) is self:
-            del _CLAIMS[_key(self.run_dir)]
+        if claim_of(self.run_dir) is self:
+            del _CLAIMS[os.path.realpath(self.run_dir)]
 
     def discard(self) -> List[Path]:
         """After a config error: releases the claim and removes what this run created (nothing
@@ -179,11 +179,7 @@ class Claim:
         return remove_created(self.run_dir, self.before, self.created_dirs)
 
 
-_CLAIMS: Dict[str, Claim] = {}  # this process's claims, by run dir
-
-
-def _key(path: Path) -> str:
-    return os.path.realpath(path)
+_CLAIMS: Dict[str, Claim] = {}  # this process's claims, by run dir (its real path)
 
 
 def missing_dirs(path: Path) -> List[Path]:
@@ -196,13 +192,11 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     which entries were there before) and takes its lock; :class:`RunDirBusy` (a ConfigError naming
     ``key`` and the holder) while another run holds it, having created nothing."""
     run_dir = Path(os.path.abspath(run_dir))
-    old = _CLAIMS.get(_key(run_dir))
+    old = claim_of(run_dir)
     if old is not None:  # an earlier job of this process that ended without releasing
         old.release()
     created: List[Path] = []
-    before: Optional[FrozenSet[str]] = None
-    if record:
-        before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
+    before = frozenset(os.listdir(run_dir)) if run_dir.is_dir() else frozenset()
     for d in missing_dirs(run_dir):
         with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: not ours
             d.mkdir()
@@ -212,20 +206,14 @@ def claim(run_dir: Path, key: str, record: bool = True) -> Claim:
     except BaseException:
         _remove_empty(created)
         raise
-    result = Claim(run_dir, fd, previous, created, before)
-    _CLAIMS[_key(run_dir)] = result
+    result = Claim(run_dir, fd, previous, created, before if record else None)
+    _CLAIMS[os.path.realpath(run_dir)] = result
     return result
 
 
 def claim_of(run_dir: Path) -> Optional[Claim]:
     """This process's claim on ``run_dir`` (made by Preflight for a single run), if any."""
-    return _CLAIMS.get(_key(run_dir))
-
-
-def taken_over_from(run_dir: Path) -> Optional[Holder]:
-    """The holder whose lock on ``run_dir`` this process's claim took over (it had died), if
-    any."""
-    return getattr(claim_of(run_dir), "previous", None)
+    return _CLAIMS.get(os.path.realpath(run_dir))
 
 
 def _only_hydra_files(path: Path) -> bool:

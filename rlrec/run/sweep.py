@@ -229,11 +229,6 @@ def _current() -> Optional[_Sweep]:
     return flag if isinstance(flag, _Sweep) else None
 
 
-def _signum() -> Optional[int]:
-    """The first stop signal of this process while it takes part in a sweep."""
-    return preempt.run_flag().signum
-
-
 def _say(text: str) -> None:
     # os.write: a signal handler may run while the main thread is inside print()
     os.write(2, (text + "\n").encode())
@@ -284,8 +279,8 @@ def begin_job(sweep_dir: Path) -> None:
 def stop_signal(sweep_dir: Path) -> Optional[int]:
     """The signal that stopped the sweep (this process got it, or the launching process recorded
     it for this attempt), else None: a job that has not started training yet must not start."""
-    if _signum() is not None:
-        return _signum()
+    if preempt.run_flag().signum is not None:  # this process got it
+        return preempt.run_flag().signum
     paths = SweepDir(sweep_dir)
     attempt, stop = (read_json(paths.attempt) or {}).get("id"), read_json(paths.stop) or {}
     return int(stop["signal"]) if attempt and stop.get("attempt") == attempt else None
@@ -354,7 +349,7 @@ def _end(sweep_dir: Optional[Path], stopped: bool = False) -> None:
     rows of the jobs the stop left unstarted, the summary table, what failed or was stopped, and
     the exit status it makes; a sweep whose jobs were all refused ends as a refused run does."""
     _state().done.set()
-    signum, failed = _signum() or (signal.SIGINT if stopped else None), []
+    signum, failed = _state().signum or (signal.SIGINT if stopped else None), []
     if sweep_dir is not None and SweepDir(sweep_dir).rows.is_dir():
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and signum is None:

@@ -60,11 +60,8 @@ class UnsafeCheckpoint(ConfigError):
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (e.g. a full disk); the message says which file, that
-    the checkpoints written before are intact, and how to resume."""
-
-    def __init__(self, message: str, cause: OSError):
-        super().__init__(message)
-        self.cause = cause
+    the checkpoints written before are intact, and how to resume; its ``__cause__``: the
+    ``OSError``."""
 
 
 # ---------------------------------------------------------------------- RNG streams
@@ -188,7 +185,7 @@ def save(path: Path, payload: Dict[str, Any], run_dir: Optional[Path] = None) ->
         with atomic_file(path, durable=True) as f:
             f.write(buf.getbuffer())
     except OSError as exc:  # e.g. a full disk: atomic_file removed the half-written temporary
-        raise CheckpointWriteError(storage_failure(exc, run_dir, path), exc) from None
+        raise CheckpointWriteError(storage_failure(exc, run_dir, path)) from exc
 
 
 # what a full or read-only output file system raises, wherever the run writes
@@ -263,7 +260,7 @@ def _read(p: Path, label: str) -> Dict[str, Any]:
         failure = " ".join(str(exc).split()) or type(exc).__name__
     # what its pickle holds, scanned (not run): the globals it would import
     if not is_zip or failure:
-        code, head = _scan(_pickle_of(p))
+        code, head = _scan(p)
         found = dict(zip(head[:4:2], head[1:4:2]))  # save() puts the format and version first
         if found.get("format") == FORMAT and found.get("version") != VERSION:
             raise ConfigError(_other_version(label, found.get("version")))
@@ -273,15 +270,10 @@ def _read(p: Path, label: str) -> Dict[str, Any]:
                 f"rlrec loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} "
                 "only; it was not loaded"
             )
+        why = f"could not be read: {str(failure).split('. ')[0][:300]}"
         if not is_zip:
-            raise ConfigError(
-                f"{label} is not an rlrec checkpoint (not a zip archive written by torch.save; "
-                "empty, truncated or another kind of file)"
-            )
-        raise ConfigError(
-            f"{label} is not an rlrec checkpoint, or is damaged (could not be read: "
-            f"{str(failure).split('. ')[0][:300]})"
-        )
+            why = "not a zip archive written by torch.save: empty, truncated or another file"
+        raise ConfigError(f"{label} is not an rlrec checkpoint, or is damaged ({why})")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{label} is not an rlrec checkpoint (no '{FORMAT}' tag)")
     if data.get("version") != VERSION:
@@ -307,12 +299,20 @@ _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_B
 _INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
 
 
-def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
-    """What the pickle ``raw`` holds in its first ``limit`` opcodes, parsed only (nothing is
-    executed): the globals it would import (but those of torch's own legacy format, not code of
-    the file's choosing), and its strings and ints in order."""
+def _scan(p: Path, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
+    """What the pickle of ``p`` (a torch zip archive's ``data.pkl``, else the file's head) holds
+    in its first ``limit`` opcodes, parsed only (nothing is executed): the globals it would
+    import (but those of torch's own legacy format, not code of the file's choosing), and its
+    strings and ints in order."""
     names, strings, values = [], [], []
-    with contextlib.suppress(Exception):  # truncated or not a pickle: what was parsed so far
+    # unreadable, truncated or not a pickle: what was parsed so far
+    with contextlib.suppress(Exception):
+        if zipfile.is_zipfile(p):
+            with zipfile.ZipFile(p) as z:
+                raw = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+        else:
+            with open(p, "rb") as f:
+                raw = f.read(1 << 22)
         for op, arg, _ in itertools.islice(pickletools.genops(raw), limit):
             if op.name in ("GLOBAL", "INST"):
                 names.append(str(arg).replace(" ", "."))
@@ -325,18 +325,6 @@ def _scan(raw: bytes, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
         for n in names
         if not n.startswith(("torch.", "collections.OrderedDict", "_codecs.encode"))
     ], values
-
-
-def _pickle_of(p: Path) -> bytes:
-    """The pickle of ``p`` as bytes: a torch zip archive's ``data.pkl``, else the file's head."""
-    try:
-        if zipfile.is_zipfile(p):
-            with zipfile.ZipFile(p) as z:
-                return z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
-        with open(p, "rb") as f:
-            return f.read(1 << 22)
-    except Exception:  # unreadable: nothing to scan
-        return b""
 
 
 # ---------------------------------------------------------------------- lookup

@@ -22,6 +22,7 @@ from rlrec import distributed
 from rlrec.config import LoggerConfig, LoggerName
 from rlrec.files import remove_quietly, temporary_name
 from rlrec.layout import RunDir
+from rlrec.report.progress import read_frames
 
 # keys shown in the progress bar, in order
 _PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
@@ -357,17 +358,14 @@ def _tb_add_clip(
     decoded, so at most that many frames are ever held. A clip that cannot be previewed is
     reported (as ``rel``), never raised: it must not stop training. ``remove``: ``path`` is the
     private link made for this preview, removed after it."""
-    import imageio_ffmpeg
-    import numpy as np
     from PIL import Image
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     try:
-        decoded = imageio_ffmpeg.read_frames(path)
-        w, h = next(decoded)["size"]
         stride = max(1, math.ceil(num_frames / PREVIEW_FRAMES))
-        kept = itertools.islice(decoded, 0, None, stride)  # every stride-th frame
-        images = [Image.fromarray(np.frombuffer(b, np.uint8).reshape(h, w, 3)) for b in kept]
+        kept = itertools.islice(read_frames(Path(path)), 0, None, stride)  # every stride-th frame
+        images = [Image.fromarray(frame) for frame in kept]
+        w, h = images[0].size
         buf, duration = io.BytesIO(), max(20, int(1000 * stride / fps))
         images[0].save(
             buf, "GIF", save_all=True, append_images=images[1:], duration=duration, loop=0

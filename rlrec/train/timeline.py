@@ -32,8 +32,8 @@ What is after the checkpoint (:class:`Point`):
   dir (other runs may share it) stay where they are.
 
 A run killed (or diverged) before its first checkpoint leaves none: ``resume=auto`` then starts
-again from step 0, and everything the first attempt wrote is after that start
-(:meth:`Point.origin`), moved to ``superseded/<n>-step000000000/``.
+again from step 0, and everything the first attempt wrote is after that start (the point before
+anything a run writes), moved to ``superseded/<n>-step000000000/``.
 """
 
 from __future__ import annotations
@@ -73,11 +73,6 @@ class Point:
             steps[kind] = int(rec["steps"]) if isinstance(rec, dict) and "steps" in rec else None
         return cls(int(data["global_step"]), bool(data.get("eval_due")), steps)
 
-    @classmethod
-    def origin(cls) -> "Point":
-        """Before anything a run writes: where a run that left no checkpoint starts again."""
-        return cls(-1, True, {"train": -1, "eval": -1})
-
     def line_after(self, line: Any, is_eval: bool) -> bool:
         """Whether a JSON line (``is_eval``: an evaluation's) was written after this point."""
         if not isinstance(line, dict) or not isinstance(line.get("step"), int):
@@ -102,13 +97,14 @@ def supersede(
     video_dirs: Mapping[str, Path],
 ) -> Optional[Path]:
     """Moves what the run in ``run_dir`` wrote after ``checkpoint`` (its contents ``data``; None
-    and None: the run left no checkpoint and starts again, :meth:`Point.origin`) into a new
+    and None: the run left no checkpoint and starts again, from before anything) into a new
     ``superseded/<n>-step<step>/`` folder (see the module doc), says so in one line, and appends
     the ``resume`` event line to metrics.jsonl (none for a restart that finds nothing written).
     ``video_dirs``: each clip kind's directory; those outside the run dir are left alone.
     Returns the folder it moved them to (None: nothing was after the checkpoint)."""
     run_dir = Path(run_dir)
-    point = Point.origin() if data is None else Point.of(data)
+    # no checkpoint: the point before anything a run writes
+    point = Point(-1, True, {"train": -1, "eval": -1}) if data is None else Point.of(data)
     plan = _Plan(run_dir, point)
     for kind, directory in video_dirs.items():
         if inside(Path(directory), run_dir):

@@ -109,7 +109,7 @@ def test_run_writes_its_report(lossless_run):
     # the clip of each failed episode that has one (the recorded env's), in the failures table
     sources = re.findall(r'<video [^>]*src="([^"]+)"', page)
     assert sources[0] == PROGRESS_VIDEO
-    failed = [ep["clip"] for ep in run.failed_episodes() if ep.get("clip")]
+    failed = [ep["clip"] for ep in run.episodes if ep.get("success") is False and ep.get("clip")]
     assert sources[1:] == [ev.clip for ev in run.evaluations] + failed
     assert all(not s.startswith(("/", "http", "file:")) for s in sources)
     assert page.count("<svg") == 1 and "eval/return" in page  # the curves, inline
