@@ -74,18 +74,6 @@ class Source:
     max_episode_steps: Optional[int] = None
 
 
-def _video_dir(cfg: RecorderConfig, default: Optional[str], key: str) -> str:
-    """The absolute directory of the clips, created: ``cfg.dir`` (probed by the settings'
-    check), else ``default``, probed here; ConfigError naming ``key``."""
-    if cfg.dir:
-        os.makedirs(cfg.dir, exist_ok=True)
-        return os.path.abspath(cfg.dir)
-    where = f"{key}.dir (or the run's video dir)"
-    if not default:
-        raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
-    return os.path.abspath(probe_dir(default, where, use="the video directory", create=True))
-
-
 class _Recorded:
     """The values of the recorded envs, on the host: what the engine reads of a step.
 
@@ -282,8 +270,13 @@ class ClipEngine:
         self.length = cfg.length_frames
         if cfg.length_sec is not None:
             self.length = max(1, round(cfg.length_sec * self.fps))
+        # the clips' directory, created and probed (ConfigError): cfg.dir, else video_dir;
         # absolute: a relative dir means the working directory at start-up
-        self.video_dir = _video_dir(cfg, video_dir, self.key)
+        where = f"{self.key}.dir (or the run's video dir)"
+        if not (cfg.dir or video_dir):
+            raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
+        probed = probe_dir(cfg.dir or video_dir, where, use="the video directory", create=True)
+        self.video_dir = os.path.abspath(probed)
         # a holding schedule's clips are of engines encoding side by side (per-episode clips):
         # one x264 thread each
         hold, threads = self.schedule.hold, 1 if self.schedule.hold else None
