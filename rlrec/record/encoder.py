@@ -164,13 +164,6 @@ class _Worker:
         self._frames = 0
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
 
-    def idle(self, since: float) -> float:
-        """Seconds without progress of the encoder thread (or of its ffmpeg), from ``since`` at
-        the earliest."""
-        proc = self.proc
-        last = max(self.alive_at, since, proc.progress_at if proc is not None else since)
-        return time.monotonic() - last
-
     def abandon(self) -> None:
         """The owner was collected, or the interpreter exits, without :meth:`close`: the clip in
         progress and every clip not yet on disk are dropped (ffmpeg killed and reaped, temporary
@@ -648,7 +641,9 @@ class Encoder:
         with w.cv:
             while busy():
                 w.cv.wait(self._slice)
-                if busy() and w.idle(start) > self._patience:
+                proc = w.proc  # the last progress of the encoder thread, or of its ffmpeg
+                last = max(w.alive_at, start, proc.progress_at if proc is not None else start)
+                if busy() and time.monotonic() - last > self._patience:
                     return False
         return True
 
