@@ -43,6 +43,7 @@ from rlrec.checks import ConfigError
 from rlrec.files import probe_dir
 from rlrec.record import names
 from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
+from rlrec.record.ffmpeg import encoder_settings
 from rlrec.record.frames import FrameMeta, draw_overlay
 from rlrec.record.schedule import Schedule, Start
 from rlrec.record.settings import RecorderConfig
@@ -471,18 +472,12 @@ class ClipEngine:
         clip = self._clip = _Clip(
             self._episodes.tolist(), self.steps, self._seed, provisional, autoreset
         )
+        path = os.path.join(self.video_dir, self.name(at))
         job = ClipJob(
-            path=os.path.join(self.video_dir, self.name(at)),
+            info=ClipInfo(path, self.kind, self.episode, self.steps, 0, self.fps, self.tag),
             fixed_name=bool(self.cfg.filename),
-            kind=self.kind,
-            episode=self.episode,
-            step=self.steps,
-            fps=self.fps,
-            quality=self.cfg.quality,
-            preset=self.cfg.preset,
-            lossless=self.cfg.lossless,
+            encoding=encoder_settings(self.cfg.quality, self.cfg.lossless, self.cfg.preset),
             overlay=draw_overlay if self.cfg.overlay else None,
-            tag=self.tag,
         )
         self.encoder.open(job)
         self._capture()
