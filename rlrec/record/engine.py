@@ -460,8 +460,15 @@ class ClipEngine:
                 log.info("saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames)
                 if self.on_clip is not None:
                     self.on_clip(result)
-            else:
-                self._report(result)
+                continue
+            self.errors.append(result)
+            if self.cfg.on_error == "raise":
+                raise RecorderError(f"{self.key}: {result} ({self.key}.on_error=raise)")
+            if len(self.errors) == 1:  # once; later failures are only appended to .errors
+                log.error(
+                    f"{self.key}: {result}. Recording goes on without this clip (later errors "
+                    f"are only collected in .errors); {self.key}.on_error=raise makes this fatal."
+                )
 
     # ------------------------------------------------------------------ internals
     def _start_clip(self, start: Start, autoreset: bool = False) -> None:
@@ -527,13 +534,3 @@ class ClipEngine:
             keep = bool(self.schedule.keep(self.env_idx[0], success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
-
-    def _report(self, message: str) -> None:
-        self.errors.append(message)
-        if self.cfg.on_error == "raise":
-            raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
-        if len(self.errors) == 1:  # once; later failures are only appended to .errors
-            log.error(
-                f"{self.key}: {message}. Recording goes on without this clip (later errors are "
-                f"only collected in .errors); {self.key}.on_error=raise makes this fatal."
-            )
