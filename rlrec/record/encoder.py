@@ -317,13 +317,12 @@ class _Worker:
         info = dataclasses.replace(job.info, num_frames=self._frames)
         info._pending, info._fixed = tmp, job.fixed_name
         if summary is not None:  # the clip's summary and the file's figures
-            w, h = proc.size
             info._sidecar_data = {
                 "sha256": sha256_file(tmp),  # type: ignore[arg-type]
                 "frames": self._frames,
                 "fps": info.fps,
-                "width": w,
-                "height": h,
+                "width": proc.size[0],
+                "height": proc.size[1],
                 "encoder": job.encoding,
                 "tag": info.tag,
                 **summary,
