@@ -32,7 +32,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rlrec.record.ffmpeg import FFmpegProcess  # noqa: E402
+from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings  # noqa: E402
 from rlrec.record.sidecar import write_sidecar  # noqa: E402
 
 
@@ -52,7 +52,8 @@ def make_run(run_dir: Path, evals: int, eval_envs: int, size: int = 64) -> None:
                           "sps/collect": 2e3})  # fmt: skip
         frames = int(rng.integers(20, 101))
         name = f"eval-step{step:09d}.mp4"
-        proc = FFmpegProcess(str(clips / name), size, size, 20.0, 7, False, "ultrafast")
+        encoding = encoder_settings(7, False, "ultrafast")
+        proc = FFmpegProcess(str(clips / name), size, size, 20.0, encoding)
         images = []
         for t in range(frames):
             image = np.full((size, size, 3), 20, np.uint8)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -35,7 +36,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set
 import numpy as np
 
 from rlrec.files import remove_quietly, temporary_name
-from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess, encoder_settings
+from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess
 from rlrec.record.frames import pad_even, tile
 from rlrec.record.sidecar import sha256_file, write_sidecar
 
@@ -67,17 +68,11 @@ class ClipInfo:
 class ClipJob:
     """What the encoder needs to know about one clip."""
 
-    path: str  # final path
+    # the clip as it is handed on once on disk (its final path; num_frames: counted here)
+    info: ClipInfo
     fixed_name: bool  # True: replace an existing file; False: never overwrite, pick a free name
-    kind: str
-    episode: int
-    step: int
-    fps: float
-    quality: int
-    lossless: bool
-    preset: str
+    encoding: dict  # rlrec.record.ffmpeg.encoder_settings
     overlay: Optional[Callable[[np.ndarray, Any], np.ndarray]] = None
-    tag: Any = None  # copied into ClipInfo.tag
 
 
 # a filesystem without hard links (FAT, some network and FUSE mounts) answers os.link with these
@@ -163,13 +158,6 @@ class _Worker:
         self.tmp: Optional[str] = None
         self._frames = 0
         self._abandoned = False  # the owner is gone without close(): drop everything, stop
-
-    def idle(self, since: float) -> float:
-        """Seconds without progress of the encoder thread (or of its ffmpeg), from ``since`` at
-        the earliest."""
-        proc = self.proc
-        last = max(self.alive_at, since, proc.progress_at if proc is not None else since)
-        return time.monotonic() - last
 
     def abandon(self) -> None:
         """The owner was collected, or the interpreter exits, without :meth:`close`: the clip in
@@ -289,10 +277,10 @@ class _Worker:
                 array = job.overlay(array, meta)
             image = pad_even(tile(array))
             if self.proc is None:  # the size is known with the first frame
-                self.tmp = temporary_name(job.path)
+                self.tmp = temporary_name(job.info.path)
                 h, w = image.shape[:2]
                 self.proc = FFmpegProcess(
-                    self.tmp, w, h, job.fps, job.quality, job.lossless, job.preset,
+                    self.tmp, w, h, job.info.fps, job.encoding,
                     stall_timeout=self.stall_timeout, threads=self.threads,
                 )  # fmt: skip
             return np.ascontiguousarray(image)
@@ -326,20 +314,17 @@ class _Worker:
         if serial in self.reported:  # given up on meanwhile
             raise EncoderError("given up on by the training thread")
         # moved to its name when handed to the training thread
-        info = ClipInfo(job.path, job.kind, job.episode, job.step, self._frames, job.fps, job.tag)
+        info = dataclasses.replace(job.info, num_frames=self._frames)
         info._pending, info._fixed = tmp, job.fixed_name
         if summary is not None:  # the clip's summary and the file's figures
-            encoder = encoder_settings(job.quality, job.lossless)
-            encoder.update(preset=str(job.preset), quality=job.quality, lossless=job.lossless)
-            w, h = proc.size
             info._sidecar_data = {
                 "sha256": sha256_file(tmp),  # type: ignore[arg-type]
                 "frames": self._frames,
-                "fps": job.fps,
-                "width": w,
-                "height": h,
-                "encoder": encoder,
-                "tag": job.tag,
+                "fps": info.fps,
+                "width": proc.size[0],
+                "height": proc.size[1],
+                "encoder": job.encoding,
+                "tag": info.tag,
                 **summary,
             }
         self.job, self.proc, self.tmp = None, None, None
@@ -648,7 +633,9 @@ class Encoder:
         with w.cv:
             while busy():
                 w.cv.wait(self._slice)
-                if busy() and w.idle(start) > self._patience:
+                proc = w.proc  # the last progress of the encoder thread, or of its ffmpeg
+                last = max(w.alive_at, start, proc.progress_at if proc is not None else start)
+                if busy() and time.monotonic() - last > self._patience:
                     return False
         return True
 
@@ -673,5 +660,5 @@ class Encoder:
 
 
 def _failure(job: Optional[ClipJob], err: Exception) -> str:
-    what = f"clip {job.path!r}" if job is not None else "a clip"
+    what = f"clip {job.info.path!r}" if job is not None else "a clip"
     return f"encoding {what} failed: {type(err).__name__}: {err}"

@@ -43,6 +43,7 @@ from rlrec.checks import ConfigError
 from rlrec.files import probe_dir
 from rlrec.record import names
 from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
+from rlrec.record.ffmpeg import encoder_settings
 from rlrec.record.frames import FrameMeta, draw_overlay
 from rlrec.record.schedule import Schedule, Start
 from rlrec.record.settings import RecorderConfig
@@ -72,18 +73,6 @@ class Source:
     device: Any
     render: Render
     max_episode_steps: Optional[int] = None
-
-
-def _video_dir(cfg: RecorderConfig, default: Optional[str], key: str) -> str:
-    """The absolute directory of the clips, created: ``cfg.dir`` (probed by the settings'
-    check), else ``default``, probed here; ConfigError naming ``key``."""
-    if cfg.dir:
-        os.makedirs(cfg.dir, exist_ok=True)
-        return os.path.abspath(cfg.dir)
-    where = f"{key}.dir (or the run's video dir)"
-    if not default:
-        raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
-    return os.path.abspath(probe_dir(default, where, use="the video directory", create=True))
 
 
 class _Recorded:
@@ -282,8 +271,13 @@ class ClipEngine:
         self.length = cfg.length_frames
         if cfg.length_sec is not None:
             self.length = max(1, round(cfg.length_sec * self.fps))
+        # the clips' directory, created and probed (ConfigError): cfg.dir, else video_dir;
         # absolute: a relative dir means the working directory at start-up
-        self.video_dir = _video_dir(cfg, video_dir, self.key)
+        where = f"{self.key}.dir (or the run's video dir)"
+        if not (cfg.dir or video_dir):
+            raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
+        probed = probe_dir(cfg.dir or video_dir, where, use="the video directory", create=True)
+        self.video_dir = os.path.abspath(probed)
         # a holding schedule's clips are of engines encoding side by side (per-episode clips):
         # one x264 thread each
         hold, threads = self.schedule.hold, 1 if self.schedule.hold else None
@@ -466,8 +460,15 @@ class ClipEngine:
                 log.info("saved %s clip %s (%d frames)", self.kind, result.path, result.num_frames)
                 if self.on_clip is not None:
                     self.on_clip(result)
-            else:
-                self._report(result)
+                continue
+            self.errors.append(result)
+            if self.cfg.on_error == "raise":
+                raise RecorderError(f"{self.key}: {result} ({self.key}.on_error=raise)")
+            if len(self.errors) == 1:  # once; later failures are only appended to .errors
+                log.error(
+                    f"{self.key}: {result}. Recording goes on without this clip (later errors "
+                    f"are only collected in .errors); {self.key}.on_error=raise makes this fatal."
+                )
 
     # ------------------------------------------------------------------ internals
     def _start_clip(self, start: Start, autoreset: bool = False) -> None:
@@ -478,18 +479,12 @@ class ClipEngine:
         clip = self._clip = _Clip(
             self._episodes.tolist(), self.steps, self._seed, provisional, autoreset
         )
+        path = os.path.join(self.video_dir, self.name(at))
         job = ClipJob(
-            path=os.path.join(self.video_dir, self.name(at)),
+            info=ClipInfo(path, self.kind, self.episode, self.steps, 0, self.fps, self.tag),
             fixed_name=bool(self.cfg.filename),
-            kind=self.kind,
-            episode=self.episode,
-            step=self.steps,
-            fps=self.fps,
-            quality=self.cfg.quality,
-            preset=self.cfg.preset,
-            lossless=self.cfg.lossless,
+            encoding=encoder_settings(self.cfg.quality, self.cfg.lossless, self.cfg.preset),
             overlay=draw_overlay if self.cfg.overlay else None,
-            tag=self.tag,
         )
         self.encoder.open(job)
         self._capture()
@@ -539,13 +534,3 @@ class ClipEngine:
             keep = bool(self.schedule.keep(self.env_idx[0], success, float(clip.ret[0])))
         summary = clip.summary(self.kind, self.env_idx) if keep else None
         self.encoder.end(keep, summary)
-
-    def _report(self, message: str) -> None:
-        self.errors.append(message)
-        if self.cfg.on_error == "raise":
-            raise RecorderError(f"{self.key}: {message} ({self.key}.on_error=raise)")
-        if len(self.errors) == 1:  # once; later failures are only appended to .errors
-            log.error(
-                f"{self.key}: {message}. Recording goes on without this clip (later errors are "
-                f"only collected in .errors); {self.key}.on_error=raise makes this fatal."
-            )

@@ -65,19 +65,24 @@ def _cpu_ticks(pid: int) -> Optional[int]:
         return None
 
 
-def encoder_settings(quality: int, lossless: bool) -> dict:
-    """The codec, its rate control and pixel format of a clip (as its sidecar names them)."""
+def encoder_settings(quality: int, lossless: bool, preset: str) -> dict:
+    """A clip's encoding, as :class:`FFmpegProcess` takes it and the clip's sidecar names it: the
+    codec, its rate control, pixel format and preset, and the settings they come from."""
+    # str: an X264Preset prints as its value
+    settings = {"preset": str(preset), "quality": quality, "lossless": lossless}
     if lossless:  # exact RGB: for tests and pixel-exact analysis; fewer players support it
-        return {"codec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24"}
+        return {"codec": "libx264rgb", "qp": 0, "pix_fmt": "rgb24", **settings}
     # imageio's 1..10 quality scale mapped to x264's CRF as imageio-ffmpeg maps it (7 -> 15)
-    return {"codec": "libx264", "crf": int((1 - quality / 10.0) * 51), "pix_fmt": "yuv420p"}
+    crf = int((1 - quality / 10.0) * 51)
+    return {"codec": "libx264", "crf": crf, "pix_fmt": "yuv420p", **settings}
 
 
 class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file.
 
-    ``stall_timeout``: seconds without progress after which a write or :meth:`finish` gives up
-    (ffmpeg is killed, EncoderError); ``threads``: x264's threads (None: x264 chooses)."""
+    ``encoding``: :func:`encoder_settings`; ``stall_timeout``: seconds without progress after
+    which a write or :meth:`finish` gives up (ffmpeg is killed, EncoderError); ``threads``:
+    x264's threads (None: x264 chooses)."""
 
     def __init__(
         self,
@@ -85,9 +90,7 @@ class FFmpegProcess:
         width: int,
         height: int,
         fps: float,
-        quality: int,
-        lossless: bool,
-        preset: str,
+        encoding: dict,
         stall_timeout: float = STALL_TIMEOUT_S,
         threads: Optional[int] = None,
     ):
@@ -104,15 +107,13 @@ class FFmpegProcess:
             "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate),
             "-i", "-", "-an",
         ]  # fmt: skip
-        codec = encoder_settings(quality, lossless)
-        q = "qp" if lossless else "crf"
+        codec, q = encoding, "qp" if encoding["lossless"] else "crf"
         cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
         cmd += [] if threads is None else ["-threads", str(threads)]  # x264's; None: its own
-        if lossless:  # primaries and transfer tagged: without them Chromium ignores the stream's
-            # GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
+        if codec["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the
+            # stream's GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
             cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
-        # str: an X264Preset prints as its value
-        cmd += ["-preset", str(preset), "-f", "mp4", ffmpeg_output_path(path)]
+        cmd += ["-preset", codec["preset"], "-f", "mp4", ffmpeg_output_path(path)]
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.

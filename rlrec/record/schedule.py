@@ -120,7 +120,15 @@ class Schedule:
         by_step = self.trigger is Trigger.step and (
             self._step_pending or (steps != self._step_fired_at and self._step_due(steps))
         )
-        by_episode = self._episode_fires(episode, full_reset)  # both callables: its clip too
+        trigger = self.trigger  # eval: the first episode after a full reset; none: never
+        by_episode = (  # with both callables, its clip too
+            bool(self.episode_fn(episode))
+            if self.episode_fn is not None
+            else (trigger is Trigger.cubic and capped_cubic(episode))
+            or (trigger is Trigger.episode and episode % self.every == 0)  # type: ignore[operator]
+            or trigger is Trigger.always
+            or (trigger is Trigger.eval and full_reset)
+        )
         if not (by_step or by_episode or self._record_next or self._final(steps)):
             return Start.provisional if self.provisional else None
         if self.trigger is Trigger.step:
@@ -151,17 +159,6 @@ class Schedule:
         if self.step_fn is not None:
             return bool(self.step_fn(steps))
         return steps % self.every == 0  # type: ignore[operator]
-
-    def _episode_fires(self, episode: int, full_reset: bool) -> bool:
-        if self.episode_fn is not None:
-            return bool(self.episode_fn(episode))
-        trigger = self.trigger  # eval: the first episode after a full reset; none: never
-        return (
-            (trigger is Trigger.cubic and capped_cubic(episode))
-            or (trigger is Trigger.episode and episode % self.every == 0)  # type: ignore[operator]
-            or trigger is Trigger.always
-            or (trigger is Trigger.eval and full_reset)
-        )
 
     def _final(self, steps: int) -> bool:
         """Whether an episode reset after ``steps`` steps may be in progress at the announced

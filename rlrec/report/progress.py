@@ -23,7 +23,7 @@ import numpy as np
 
 from rlrec.files import remove_quietly, temporary_name
 from rlrec.layout import RunDir
-from rlrec.record.ffmpeg import FFmpegProcess, ffmpeg_output_path
+from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings, ffmpeg_output_path
 from rlrec.record.frames import grid_shape, pad_even, tile
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
@@ -93,7 +93,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(out)
     readers = [read_frames(run.path / str(ev.clip)) for ev in chosen]
-    proc = FFmpegProcess(tmp, width, height, fps, quality, lossless, "ultrafast")
+    proc = FFmpegProcess(tmp, width, height, fps, encoder_settings(quality, lossless, "ultrafast"))
     frames = 0
     try:
         while True:

@@ -11,14 +11,15 @@ import pytest
 import torch
 
 from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
+from rlrec.record.ffmpeg import encoder_settings
 from rlrec.testing import decode
 from tests.record.recutil import listing
 
 
-def job(path, **kw) -> ClipJob:
-    kw = {"fixed_name": False, "kind": "train", "episode": 3, "step": 42, "fps": 10.0, "quality": 7,
-          "lossless": True, "preset": "ultrafast", **kw}  # fmt: skip
-    return ClipJob(path=str(path), **kw)
+def job(path, episode=3, step=42, tag=None, **kw) -> ClipJob:
+    info = ClipInfo(str(path), "train", episode, step, 0, 10.0, tag)
+    kw = {"fixed_name": False, "encoding": encoder_settings(7, True, "ultrafast"), **kw}
+    return ClipJob(info, **kw)
 
 
 def frames(n, k=1, size=16, seed=0) -> torch.Tensor:

@@ -26,7 +26,8 @@ import pytest
 import torch
 
 from rlrec.record import encoder as encoder_module
-from rlrec.record.encoder import ClipJob, Encoder
+from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
+from rlrec.record.ffmpeg import encoder_settings
 from rlrec.record.sidecar import sha256_file, sidecar_path
 from rlrec.testing import decode
 from tests.record.recutil import make_stack, zeros
@@ -168,10 +169,10 @@ def test_uncaught_exception_mid_clip_leaves_nothing_behind(tmp_path, mode, filen
 # --------------------------------------------------------------------------- garbage collection
 
 
-def job(path, **kw) -> ClipJob:
-    kw = {"fixed_name": False, "kind": "train", "episode": 0, "step": 0, "fps": 10.0, "quality": 7,
-          "lossless": True, "preset": "ultrafast", **kw}  # fmt: skip
-    return ClipJob(path=str(path), **kw)
+def job(path, episode=0, step=0, tag=None, **kw) -> ClipJob:
+    info = ClipInfo(str(path), "train", episode, step, 0, 10.0, tag)
+    kw = {"fixed_name": False, "encoding": encoder_settings(7, True, "ultrafast"), **kw}
+    return ClipJob(info, **kw)
 
 
 def frames(n, size=16, seed=0) -> torch.Tensor:

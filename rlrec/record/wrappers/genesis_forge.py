@@ -221,9 +221,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
                 base.reset = self._own_reset
         self._base_reset = None
 
-    def finish_recording(self) -> None:
-        """Ends and saves the clip in progress now (Genesis Forge's name for :meth:`end_clip`)."""
-        self.end_clip()
+    finish_recording = RecorderWrapper.end_clip  # Genesis Forge's name for it
 
     # ------------------------------------------------------------------ internals
     def _on_clip(self, info: ClipInfo) -> None:

@@ -249,9 +249,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
     def video_folder(self) -> str:
         return self.engine.video_dir
 
-    def stop_recording(self) -> None:
-        """Ends and saves the clip in progress now (Gymnasium's name for :meth:`end_clip`)."""
-        self.end_clip()
+    stop_recording = RecorderWrapper.end_clip  # Gymnasium's name for it
 
 
 def _check_arguments(env, video_folder, video_aspect_ratio, video_length) -> None:
