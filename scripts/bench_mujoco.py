@@ -74,6 +74,9 @@ def run_figures(run_dir: Path) -> Dict[str, float]:
 
 
 def _pm(values: List[float]) -> str:
+    values = [v for v in values if v == v]  # NaN: no such figure (eval_env.enabled=false)
+    if not values:
+        return "-"
     return f"{statistics.fmean(values):.2f} +- {statistics.pstdev(values):.2f}"
 
 
