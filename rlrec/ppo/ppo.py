@@ -167,11 +167,12 @@ class PPO:
         episode end that ``algo.bootstrap_at`` names bootstrapped from its real final observation
         (``info["final_obs"]``)."""
         cfg = self.cfg
+        done = terminated | truncated  # every episode end
         reward = reward.float() * cfg.reward_scale
         if self.return_norm is not None:
             self._returns.mul_(cfg.gamma).add_(reward)
             self.return_norm.update(self._returns)
-            self._returns.masked_fill_(terminated | truncated, 0.0)
+            self._returns.masked_fill_(done, 0.0)
             reward = reward / torch.sqrt(self.return_norm.var + self.return_norm.eps)
         if cfg.clip_reward is not None:
             reward = reward.clamp(-cfg.clip_reward, cfg.clip_reward)
@@ -183,14 +184,11 @@ class PPO:
             # (final_values from infos["final_observation"] of every done row), so a task that
             # terminates on success values the success as its reward plus the value of the state
             # it reached. One masked multiply over the batch: no host sync
-            if cfg.bootstrap_at == BootstrapAt.done:
-                ends = terminated | truncated
-            else:
-                ends = truncated & ~terminated
+            ends = done if cfg.bootstrap_at == BootstrapAt.done else truncated & ~terminated
             final_value = self.agent.value(self.normalize(info["final_obs"]))
             reward = reward + cfg.gamma * final_value * ends.float()
         obs, action, logprob, value = self._transition  # type: ignore[misc]
-        self.storage.add(obs, action, logprob, value, reward, (terminated | truncated).float())  # type: ignore[union-attr]
+        self.storage.add(obs, action, logprob, value, reward, done.float())  # type: ignore[union-attr]
 
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE over the filled storage, bootstrapped from the value of the observation after it."""
