@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.envs.config import is_image
-from rlrec.obs import RGB, Obs, map_obs
+from rlrec.envs.config import ObsMode, is_image
+from rlrec.obs import RGB, STATE, Obs, map_obs
 
 Info = Dict[str, Any]
 EnvIdx = Union[torch.Tensor, Sequence[int], None]
@@ -185,6 +185,15 @@ class EpisodeClock:
         if max_episode_steps is None:
             return torch.zeros_like(terminated)
         return (self.elapsed >= max_episode_steps) & ~terminated
+
+    def finish(self, adapter: EnvAdapter, obs: Obs, reward, terminated, info: Optional[Info]):
+        """The step of ``adapter`` (whose clock this is) from its simulator's ``obs``, ``reward``,
+        ``terminated`` and ``info``: owned on its device, truncated at its time limit."""
+        terminated = owned(terminated, adapter.device, torch.bool)
+        truncated = self.step(terminated, adapter.max_episode_steps)
+        reward = owned(reward, adapter.device, torch.float32)
+        info = owned_info(info, adapter.num_envs, adapter.device)
+        return obs, reward, terminated, truncated, info
 
 
 # --------------------------------------------------------------------------- info
@@ -414,6 +423,15 @@ class VectorEnvAdapter(EnvAdapter):
 
     def _release(self) -> None:
         self.vec.close()
+
+
+def pixel_space(obs_mode: ObsMode, size: Tuple[int, int], state: gym.Space) -> gym.Space:
+    """The observation space of an env observing ``obs_mode`` (rlrec/obs.py): ``state``, or a
+    ``uint8 [*size, 3]`` image with ``state`` beside it for ``rgb_state``."""
+    if obs_mode == ObsMode.state:
+        return state
+    spaces = {RGB: gym.spaces.Box(0, 255, (*size, 3), np.uint8), STATE: state}
+    return gym.spaces.Dict(spaces if obs_mode == ObsMode.rgb_state else {RGB: spaces[RGB]})
 
 
 def resize_images(images: torch.Tensor, size: Optional[Tuple[int, int]]) -> torch.Tensor:

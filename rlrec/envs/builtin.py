@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index
+from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index, pixel_space
 from rlrec.envs.config import BuiltinEnvConfig, ObsMode
 from rlrec.obs import RGB, STATE
 
@@ -108,12 +108,11 @@ class PointReach(EnvAdapter):
         self.goal_radius = float(goal_radius)
         self.width, self.height = int(render_width), int(render_height)
         self.obs_mode, self.obs_size = ObsMode(obs_mode), (int(obs_height), int(obs_width))
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
-        if self.obs_mode != ObsMode.state:
-            spaces = {RGB: gym.spaces.Box(0, 255, (*self.obs_size, 3), np.uint8)}
-            if self.obs_mode == ObsMode.rgb_state:
-                spaces[STATE] = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
-            self.single_observation_space = gym.spaces.Dict(spaces)
+        # the state: position, velocity and goal minus position; beside an image (rgb_state),
+        # position and velocity
+        state_dim = 6 if self.obs_mode == ObsMode.state else 4
+        state = gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
+        self.single_observation_space = pixel_space(self.obs_mode, self.obs_size, state)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         n, dev = num_envs, self.device
         # the construction's seed seeds the streams of the resets that get none

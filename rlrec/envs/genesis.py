@@ -37,7 +37,7 @@ from rlrec.envs.base import (
     as_env_index,
     import_object,
     owned,
-    owned_info,
+    pixel_space,
     resize_images,
 )
 from rlrec.envs.config import GenesisEnvConfig, ObsMode
@@ -277,12 +277,7 @@ class GenesisAdapter(EnvAdapter):
         self.camera = _camera(task, env_cfg.camera_attr, target)
         state_space, self.single_action_space = _spaces(task, target)
         self.obs_mode, self.obs_size = env_cfg.obs_mode, (env_cfg.obs_height, env_cfg.obs_width)
-        self.single_observation_space = state_space
-        if self.obs_mode != ObsMode.state:
-            spaces = {RGB: gym.spaces.Box(0, 255, (*self.obs_size, 3), np.uint8)}
-            if self.obs_mode == ObsMode.rgb_state:
-                spaces[STATE] = state_space
-            self.single_observation_space = gym.spaces.Dict(spaces)
+        self.single_observation_space = pixel_space(self.obs_mode, self.obs_size, state_space)
         task.build()
         self.task = task
         self.num_envs = num_envs
@@ -328,11 +323,7 @@ class GenesisAdapter(EnvAdapter):
         if self._box:
             action = torch.clamp(action.float(), self._low, self._high)
         obs, reward, terminated, info = self.task.step(action)
-        terminated = owned(terminated, self.device, torch.bool)
-        truncated = self.clock.step(terminated, self.max_episode_steps)
-        reward = owned(reward, self.device, torch.float32)
-        info = owned_info(info, self.num_envs, self.device)
-        return self._observe(obs), reward, terminated, truncated, info
+        return self.clock.finish(self, self._observe(obs), reward, terminated, info)
 
     # ------------------------------------------------------------------ frames
     def render(self, env_idx: EnvIdx) -> torch.Tensor:

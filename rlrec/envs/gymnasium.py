@@ -85,12 +85,11 @@ def construction_errors(env_id: Any):
         raise ConfigError(f"env.id={env_id!r} cannot be built, {text}") from None
 
 
+# the kinds of parameter a keyword names
+_KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 # gym.make's own keyword arguments (besides the env's): max_episode_steps, disable_env_checker
-_MAKE_KWARGS = tuple(
-    name
-    for name, p in inspect.signature(gym.make).parameters.items()
-    if name != "id" and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-)
+_MAKE_PARAMS = inspect.signature(gym.make).parameters.values()
+_MAKE_KWARGS = [p.name for p in _MAKE_PARAMS if p.kind in _KEYWORDS and p.name != "id"]
 
 
 def _check_kwargs(env_cfg, creator) -> None:
@@ -103,11 +102,7 @@ def _check_kwargs(env_cfg, creator) -> None:
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return
-    own = [
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
+    own = [p.name for p in params if p.kind in _KEYWORDS]
     unknown = [k for k in env_cfg.kwargs or {} if k not in own and k not in _MAKE_KWARGS]
     if unknown:
         raise ConfigError(

@@ -192,8 +192,8 @@ class ManiSkillGPUEnv(EnvAdapter):
     """One batched ``physx_cuda`` ManiSkill env, with the time limit counted here.
 
     Nothing is reset here: ManiSkill's env resets itself once while it is built (with its own
-    seeds), and the adapter's first reset is the caller's. ``seed`` (None: a random one) is given
-    to the first reset that gets no seed of its own.
+    seeds), and the adapter's first reset is the caller's. ``seed`` (:func:`make` draws a random
+    one for None) is given to the first reset that gets no seed of its own.
 
     Seeds (``seed_per_env = False``): ``reset(seed=s)`` gives ManiSkill the seeds ``s + i``, so
     sub-scene ``i``'s episode seed is ``s + i`` (``_batched_episode_rng``, which tasks use for
@@ -221,7 +221,7 @@ class ManiSkillGPUEnv(EnvAdapter):
         self.device = torch.device(device)
         self.max_episode_steps = max_episode_steps
         self.clock = EpisodeClock(num_envs, self.device)
-        self._seed: Optional[int] = random.randrange(2**31) if seed is None else seed
+        self._seed = seed
         self.env = build_maniskill_env(env_cfg, gpu_env_kwargs(kwargs, num_envs, device))
         self.base = self.env.unwrapped  # the BaseEnv below the camera modes' wrapper
         self.dt = float(self.base.control_timestep)
@@ -257,11 +257,7 @@ class ManiSkillGPUEnv(EnvAdapter):
 
     def step(self, action: torch.Tensor):
         obs, reward, terminated, _, info = self.env.step(action.to(self.base.device))
-        terminated = owned(terminated, self.device, torch.bool)
-        truncated = self.clock.step(terminated, self.max_episode_steps)
-        reward = owned(reward, self.device, torch.float32)
-        info = owned_info(info, self.num_envs, self.device)
-        return self._own(obs), reward, terminated, truncated, info
+        return self.clock.finish(self, self._own(obs), reward, terminated, info)
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         return render_rows(self.base, as_env_index(env_idx, self.num_envs, "cpu").tolist())
@@ -384,11 +380,11 @@ def make(
         "sensor_configs": dict(width=env_cfg.obs_width, height=env_cfg.obs_height),
         **(env_cfg.kwargs or {}),
     }
+    seed = random.randrange(2**31) if seed is None else seed  # a random one, for either sim
     if sim.name == "gpu":
         return ManiSkillGPUEnv(env_cfg, kw, num_envs, device, limit, seed)
     # N single CPU envs, each held on its end with the time limit; seeds as ManiSkillGPUEnv's
     fns = [functools.partial(_make_cpu_sub_env, i, env_cfg, kw, limit) for i in range(num_envs)]
-    seed = random.randrange(2**31) if seed is None else seed
     vec = (env_cfg.cpu_vectorization, env_cfg.async_context)
     try:  # as on the GPU sim: ManiSkill's controllers get the actions as given
         env = VectorEnvAdapter(fns, "cpu", *vec, seed, clip_actions=False, info_masks=False)

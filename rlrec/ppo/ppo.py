@@ -72,11 +72,12 @@ class PPO:
             self.return_norm = ObsNormalizer((), pending=self.world > 1).to(device)
         self._returns = torch.zeros(0, device=device)
         self.compiled = bool(cfg.compile)
+        # the clip range (and, compiled, the learning rate) is a tensor, changed in place by
+        # set_schedule, so annealing it never recompiles (the compiled graphs read it, as LeanRL
+        # does)
+        self.clip_coef = torch.tensor(cfg.clip_coef, device=device)
         if self.compiled:
-            # the learning rate and the clip range are tensors, changed in place by set_schedule,
-            # so annealing them never recompiles (the compiled graphs read them, as LeanRL does)
             self._opt_flags = {"foreach": False, "fused": None, "capturable": device.type == "cuda"}
-            self._clip = torch.tensor(cfg.clip_coef, device=device)
             kind, lr = torch.optim.Adam, torch.tensor(cfg.learning_rate, device=device)
         else:
             # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
@@ -87,7 +88,6 @@ class PPO:
             kind, lr = (FusedAdam if fused else torch.optim.Adam), cfg.learning_rate
         flags = {} if kind is FusedAdam else self._opt_flags
         self.optimizer = kind(self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **flags)
-        self.clip_coef = cfg.clip_coef
         self._params = list(self.agent.parameters())
         # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
         critic = list(self.agent.critic.parameters())
@@ -167,11 +167,12 @@ class PPO:
         episode end that ``algo.bootstrap_at`` names bootstrapped from its real final observation
         (``info["final_obs"]``)."""
         cfg = self.cfg
+        done = terminated | truncated  # every episode end
         reward = reward.float() * cfg.reward_scale
         if self.return_norm is not None:
             self._returns.mul_(cfg.gamma).add_(reward)
             self.return_norm.update(self._returns)
-            self._returns.masked_fill_(terminated | truncated, 0.0)
+            self._returns.masked_fill_(done, 0.0)
             reward = reward / torch.sqrt(self.return_norm.var + self.return_norm.eps)
         if cfg.clip_reward is not None:
             reward = reward.clamp(-cfg.clip_reward, cfg.clip_reward)
@@ -183,14 +184,11 @@ class PPO:
             # (final_values from infos["final_observation"] of every done row), so a task that
             # terminates on success values the success as its reward plus the value of the state
             # it reached. One masked multiply over the batch: no host sync
-            if cfg.bootstrap_at == BootstrapAt.done:
-                ends = terminated | truncated
-            else:
-                ends = truncated & ~terminated
+            ends = done if cfg.bootstrap_at == BootstrapAt.done else truncated & ~terminated
             final_value = self.agent.value(self.normalize(info["final_obs"]))
             reward = reward + cfg.gamma * final_value * ends.float()
         obs, action, logprob, value = self._transition  # type: ignore[misc]
-        self.storage.add(obs, action, logprob, value, reward, (terminated | truncated).float())  # type: ignore[union-attr]
+        self.storage.add(obs, action, logprob, value, reward, done.float())  # type: ignore[union-attr]
 
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE over the filled storage, bootstrapped from the value of the observation after it."""
@@ -215,9 +213,7 @@ class PPO:
                 group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
-        self.clip_coef = self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0)
-        if self.compiled:
-            self._clip.fill_(self.clip_coef)
+        self.clip_coef.fill_(self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0))
         return lr
 
     # ------------------------------------------------------------------ learning
@@ -235,7 +231,6 @@ class PPO:
         storage = self.storage if storage is None else storage
         assert storage is not None, "init_storage() first, or pass a storage"
         cfg = self.cfg
-        clip = self._clip if self.compiled else self.clip_coef
         totals = torch.zeros(len(UPDATE_STATS), device=self.device)  # summed on the device
         n_updates = 0
         for norm in (self.obs_norm, self.return_norm):  # every rank's of this rollout, merged
@@ -249,7 +244,7 @@ class PPO:
             for mb in storage.minibatches(cfg.num_minibatches):
                 if self._cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                stats = self._train_step(mb, clip, kl_limit)
+                stats = self._train_step(mb, self.clip_coef, kl_limit)
                 stopped = stats is None  # kl_check=minibatch: over target_kl, this one took no step
                 if stopped:
                     break
@@ -272,7 +267,7 @@ class PPO:
         return out
 
     def _train_step(
-        self, mb: Dict[str, torch.Tensor], clip: "float | torch.Tensor", kl_limit: Optional[float]
+        self, mb: Dict[str, torch.Tensor], clip: torch.Tensor, kl_limit: Optional[float]
     ) -> Optional[torch.Tensor]:
         """One minibatch (a :meth:`RolloutStorage.minibatches` item: ``logprobs`` and ``values``
         are the rollout's): the clipped PPO loss, its backward pass, the gradient clip and the Adam
@@ -317,7 +312,7 @@ class PPO:
         old_values: torch.Tensor,
         advantages: torch.Tensor,
         returns: torch.Tensor,
-        clip: "float | torch.Tensor",
+        clip: torch.Tensor,
     ):
         """``(loss, [policy, value, entropy, approx_kl, clipfrac])`` of one minibatch."""
         cfg = self.cfg
