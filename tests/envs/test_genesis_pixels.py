@@ -10,8 +10,8 @@ from rlrec.envs import genesis as ga
 from rlrec.envs.base import resize_images
 from rlrec.envs.config import SimConfig
 from rlrec.envs.genesis import GenesisEnvConfig
-from rlrec.testing import EnvContract
-from tests.envs.genesis_util import RENDER_ATOL, SIZE
+from tests.envs import test_genesis  # its contract class, not collected twice under a module name
+from tests.envs.genesis_util import SIZE
 from tests.envs.test_genesis import needs_genesis
 from tests.helpers import make_config
 
@@ -29,19 +29,11 @@ def _make(num_envs=2, seed=0, **kw):
 
 
 @needs_genesis
-class TestGenesisRgbStateContract(EnvContract):
+class TestGenesisRgbStateContract(test_genesis.TestGenesisContract):  # its one shared scene
     num_envs = 2
-    render_atol = RENDER_ATOL
-    max_steps_to_truncation = 6
 
     def make_env(self, num_envs, seed=None):
         return _make(num_envs, seed, obs_mode="rgb_state")
-
-    @pytest.fixture(scope="class")
-    def env(self):  # one scene for the whole suite: building one takes seconds
-        env = self.make_env(self.num_envs, seed=self.seed)
-        yield env
-        env.close()
 
 
 @needs_genesis
