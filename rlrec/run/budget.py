@@ -108,12 +108,12 @@ def estimate(cfg: Config, on_gpu: bool = False) -> List[Need]:
         for rec, key in recorders:
             if not recording(rec):
                 continue
-            n = len(rec.env_idx) * (2 if rec.view == "both" else 1)  # both: two tiles side by side
-            frames = frame * n
+            renders = frame * len(rec.env_idx)  # both: the obs tile beside it, built on the host
+            n = len(rec.env_idx) * (2 if rec.view == "both" else 1)
             queue = f"{key}.queue_size={rec.queue_size} x {n} tiles ({key}.env_idx, view) x {size}"
             what = f"the frame buffers of the {key} queue"
-            needs.append(Need(what, f"{queue} x 3 bytes", int(rec.queue_size) * frames, "host"))
-            needs.append(Need(f"one render of the {key}", size, frames, device))
+            needs.append(Need(what, f"{queue} x 3 bytes", int(rec.queue_size) * frame * n, "host"))
+            needs.append(Need(f"one render of the {key}", size, renders, device))
     return sorted(needs, key=lambda n: n.bytes, reverse=True)
 
 

@@ -389,12 +389,12 @@ def of_step(directory: Path, step: Optional[int], key: str) -> Tuple[Path, Dict[
     """The checkpoint of env step ``step`` in ``directory`` and its contents (``step`` None: the
     newest, which a damaged ``last.pt`` does not pass over unasked); a :class:`ConfigError`
     naming ``key`` and the steps there otherwise."""
-    steps, unusable = [], ""
+    steps, unusable = [], []
     for p, got in scan(directory):
         if isinstance(got, ConfigError):
             if step is None:
                 raise ConfigError(f"{got}: ask for another step ({key}=S)") from None
-            unusable += f", {p.name} (unusable)"
+            unusable.append(f"{p.name} (unusable)")
         elif step is None or got["global_step"] == step:
             return p, got
         else:
@@ -403,5 +403,5 @@ def of_step(directory: Path, step: Optional[int], key: str) -> Tuple[Path, Dict[
         raise ConfigError(f"{directory} holds no checkpoint (no *.pt there)")
     raise ConfigError(
         f"{directory} holds no checkpoint of step {step}: {key}= one of "
-        f"{', '.join(map(str, sorted(set(steps))))}{unusable}"
+        f"{', '.join([*map(str, sorted(set(steps))), *unusable])}"
     )

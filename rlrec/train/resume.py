@@ -113,7 +113,7 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
             error = exc
     # what rank 0 found, on every rank (with one rank: itself)
     found = distributed.broadcast({"path": start and start.path, "error": error and str(error)})
-    if found["error"]:  # rank 0's own error as it was raised (an UnsafeCheckpoint stays one)
+    if error is not None or found["error"]:  # rank 0's own error as raised (an UnsafeCheckpoint)
         raise error or ConfigError(found["error"])
     if rank > 0 and found["path"]:
         start = Start(found["path"], ckpt.load(found["path"]), key)

@@ -107,8 +107,10 @@ def test_obs_frames_channels_and_sizes_that_do_not_divide():
     out = obs_frames(rgb, (7, 5))  # 7 // 3 = 2, 5 // 2 = 2: a 6 x 4 tile, never stretched
     assert out.shape == (2, 6, 4, 3)
     assert torch.equal(out[:, ::2, ::2], rgb[..., 3:])  # the newest frame
-    grey = torch.randint(0, 256, (1, 4, 4, 4), dtype=torch.uint8)  # four grey frames
-    assert torch.equal(obs_frames(grey, (2, 2)), grey[..., 3:].expand(1, 4, 4, 3))
+    grey = torch.randint(0, 256, (1, 4, 4, 3), dtype=torch.uint8)  # three grey frames stacked
+    assert torch.equal(obs_frames(grey, (2, 2), 1), grey[..., 2:].expand(1, 4, 4, 3))  # not RGB
+    rgba = torch.randint(0, 256, (1, 4, 4, 8), dtype=torch.uint8)  # two RGBA frames stacked
+    assert torch.equal(obs_frames(rgba, (4, 4), 4), rgba[..., 4:7])  # the newest frame's RGB
 
 
 @pytest.mark.parametrize("key", ["recorder", "eval_env.recorder"])

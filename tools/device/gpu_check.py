@@ -889,7 +889,7 @@ def rank_worker(out_dir: Path, overrides: List[str]) -> None:
 
     ppo.update = recording_update
     runner.run()
-    info = {"backend": distributed.backend_name(), "device": str(ppo.device)}
+    info = {"backend": torch.distributed.get_backend(), "device": str(ppo.device)}
     distributed.shutdown()
     torch.save({"after": after, "info": info}, out_dir / f"rank{rank}.pt")
 

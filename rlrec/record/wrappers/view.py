@@ -23,15 +23,15 @@ from rlrec.record.settings import RecorderConfig, View, check_view
 __all__ = ["ObsView", "obs_frames", "viewed"]
 
 
-def obs_frames(image: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+def obs_frames(image: torch.Tensor, size: Tuple[int, int], channels: int = 3) -> torch.Tensor:
     """Observation images ``uint8 [k, h, w, C]`` as frames ``[k, f*h, f*w, 3]``, upscaled to fit
     ``size`` (H, W) by nearest neighbour: each pixel repeated ``f = min(H // h, W // w)`` times
     (at least 1) on each axis, an integer, so every observed pixel stays exact (a size that does
-    not divide is not reached: the tile is the largest multiple within it). Of C channels the last
-    3 (C a multiple of 3: the newest frame of a stack joined oldest first, the last camera of
-    several), else the last one as grey."""
-    c = 3 if image.shape[-1] % 3 == 0 else 1
-    image = image[..., -c:].expand(*image.shape[:-1], 3)
+    not divide is not reached: the tile is the largest multiple within it). Shown: the newest
+    frame (the last ``channels`` of C: a stack is joined oldest first), its first 3 channels (RGB;
+    of several cameras, the first) or, with fewer, its first as grey."""
+    start, c = image.shape[-1] - channels, 3 if channels >= 3 else 1
+    image = image[..., start : start + c].expand(*image.shape[:-1], 3)
     f = max(1, min(size[0] // image.shape[1], size[1] // image.shape[2]))
     return image.repeat_interleave(f, 1).repeat_interleave(f, 2)
 
@@ -44,6 +44,9 @@ class ObsView(EnvWrapper):
     def __init__(self, env: EnvAdapter, view: View):
         super().__init__(env)
         self.view = view
+        # channels of one observed frame: C over the stack's depth (env.frame_stack, where kept)
+        stack = getattr(env.unwrapped, "frame_stack", 1)
+        self.channels = env.single_observation_space[RGB].shape[-1] // stack
         self._obs: Any = None
         self._size: Optional[Tuple[int, int]] = None
 
@@ -63,9 +66,9 @@ class ObsView(EnvWrapper):
         if self.view == View.obs:
             if self._size is None:  # the adapter's: a view above another shows its image once
                 self._size = tuple(self.unwrapped.render(env_idx[:1]).shape[1:3])
-            return obs_frames(image, self._size)
+            return obs_frames(image, self._size, self.channels)
         frames = torch.as_tensor(self.unwrapped.render(env_idx)).cpu()
-        tiles = (frames, obs_frames(image, frames.shape[1:3]))
+        tiles = (frames, obs_frames(image, frames.shape[1:3], self.channels))
         # side by side, each padded with black rows at the bottom to the tallest (never scaled)
         h = max(t.shape[1] for t in tiles)
         return torch.cat([pad(t, (0, 0, 0, 0, 0, h - t.shape[1])) for t in tiles], 2)
