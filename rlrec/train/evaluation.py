@@ -206,9 +206,13 @@ class Evaluator:
             json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n"
             for r in records
         )
-        # one write in append mode (unbuffered): the evaluation's lines go out together
-        with open(RunDir(self.run_dir).eval_episodes, "ab", buffering=0) as f:
-            f.write(text.encode())
+        # one write in append mode: the evaluation's lines go out together
+        path = RunDir(self.run_dir).eval_episodes
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
 
     # ------------------------------------------------------------------ clips
     def flush(self) -> None:
