@@ -173,6 +173,11 @@ def test_the_observed_image_is_known_and_refused_before_work():
     assert cfg.obs_image() == (64, 64, 12)
     with pytest.raises(ConfigError, match="env.frame_stack=2 stacks images, but env.id='Cart"):
         GymnasiumEnvConfig(id="CartPole-v1", frame_stack=2).obs_image()
+    # an env that cannot be built is refused as the backend's check before work refuses it
+    with pytest.raises(ConfigError, match="is not a registered gymnasium id. Did you mean Cart"):
+        GymnasiumEnvConfig(id="CartPol-v1", frame_stack=2).obs_image()
+    with pytest.raises(ConfigError, match="env.kwargs.bogus is not a keyword argument"):
+        GymnasiumEnvConfig(id="CartPole-v1", frame_stack=2, kwargs={"bogus": 1}).obs_image()
     with pytest.raises(ConfigError, match="env.frame_stack=0 is invalid"):
         GymnasiumEnvConfig(frame_stack=0)
     make_config(["env=gymnasium", f"env.id={MODULE_ID}", "algo.encoder=cnn"])  # an image: cnn

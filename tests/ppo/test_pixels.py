@@ -129,6 +129,11 @@ def test_the_normaliser_sees_the_state_alone():
     [
         (["algo.encoder=cnn"], "env=builtin observes a flat state vector: set env.obs_mode=rgb or"),
         (["env=gymnasium", "algo.encoder=cnn"], "env=gymnasium observes a flat state vector: set"),
+        # an id that is not registered: the registry's refusal, not the encoder's
+        (
+            ["env=gymnasium", "env.id=CartPol-v1", "algo.encoder=cnn"],
+            "env.id='CartPol-v1' is not a registered gymnasium id. Did you mean CartPole-v1",
+        ),
         (["env.obs_mode=rgb", "env.obs_width=35", "algo.encoder=cnn"], "too small for NatureCNN"),
         (["env.obs_mode=rgb", "env.obs_width=128"], "algo.encoder=mlp on the raw image 64x128x3"),
     ],
