@@ -119,7 +119,7 @@ def build_maniskill_env(env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any]):
     saved = download_asset.prompt_yes_no
     download_asset.prompt_yes_no = refuse
     try:
-        return observing(spec.cls(**{**spec.default_kwargs, **kwargs}), env_cfg.obs_mode)
+        return observing(spec.cls(**{**spec.default_kwargs, **kwargs}), env_cfg)
     except AssertionError as e:  # ManiSkill asserts on bad control modes with the allowed list
         if "control" in str(e).lower() or "supported modes" in str(e).lower():
             raise ConfigError(
@@ -139,7 +139,7 @@ def build_maniskill_env(env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any]):
         download_asset.prompt_yes_no = saved
 
 
-def observing(env, obs_mode: ObsMode):
+def observing(env, env_cfg: ManiSkillEnvConfig):
     """``env`` observing ``obs_mode``: as built for ``state``; for ``rgb`` and ``rgb_state`` (built
     with ManiSkill's ``obs_mode="rgb"`` by :func:`make`) in ManiSkill's
     ``FlattenRGBDObservationWrapper`` as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd,
@@ -148,9 +148,18 @@ def observing(env, obs_mode: ObsMode):
     channel axis under "rgb", the robot's state (``agent`` and ``extra`` flattened) under "state"
     for ``rgb_state`` (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76), batched tensors
     on the sim's device; its constructor makes the env's observation space that Dict (lines
-    41-42, ``update_obs_space``). ``env.unwrapped`` is the ``BaseEnv``."""
+    41-42, ``update_obs_space``). ``env.unwrapped`` is the ``BaseEnv``. A task without a sensor
+    camera is refused (and closed) here: its cameras are known once it is built."""
+    obs_mode = env_cfg.obs_mode
     if obs_mode == ObsMode.state:
         return env
+    if not env.unwrapped.scene.sensors:  # the wrapper reads the first camera's image
+        env.close()
+        raise ConfigError(
+            f"env.obs_mode={obs_mode.value} observes the task's sensor cameras, but "
+            f"env.id={env_cfg.id!r} has none (found once the env was built): set "
+            "env.obs_mode=state, or pick a task with a sensor camera (PushCube-v1: base_camera)"
+        )
     from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
 
     return FlattenRGBDObservationWrapper(env, depth=False, state=obs_mode == ObsMode.rgb_state)

@@ -13,6 +13,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
 ]
 
+from rlrec.checks import ConfigError  # noqa: E402
 from rlrec.envs import maniskill as ms  # noqa: E402
 from rlrec.envs.autoreset import AutoReset  # noqa: E402
 from rlrec.envs.config import SimConfig  # noqa: E402
@@ -107,6 +108,27 @@ def test_the_gpu_adapter_observes_its_cameras(monkeypatch):
         assert again["rgb"].data_ptr() != stepped["rgb"].data_ptr()
     finally:
         env.close()
+
+
+def test_a_task_without_a_sensor_camera_is_refused_naming_the_obs_mode():
+    """ManiSkill's flatten wrapper reads the first sensor camera: a task with none is refused with
+    a ConfigError naming env.obs_mode once it is built (not a StopIteration inside the wrapper)."""
+    from mani_skill.envs.tasks import PushCubeEnv
+    from mani_skill.utils.registration import REGISTERED_ENVS, register_env
+
+    if "RlrecNoCamera-v1" not in REGISTERED_ENVS:
+
+        @register_env("RlrecNoCamera-v1", max_episode_steps=LIMIT)
+        class NoCamera(PushCubeEnv):
+            @property
+            def _default_sensor_configs(self):
+                return []
+
+    with pytest.raises(ConfigError, match="env.obs_mode=rgb observes the task's sensor cameras, "):
+        ms.make(make_cfg("rgb", id="RlrecNoCamera-v1"), SimConfig(), 1, torch.device("cpu"))
+    # the same task observing its state is built as any other
+    env = ms.make(make_cfg("state", id="RlrecNoCamera-v1"), SimConfig(), 1, torch.device("cpu"))
+    env.close()
 
 
 @pytest.mark.slow
