@@ -51,6 +51,13 @@ def test_short_clip_preview_keeps_every_frame(tmp_path):
     _tb_add_clip(writer, "video/train", str(path), fps=30.0, step=0, num_frames=20)
     gif = Image.open(io.BytesIO(writer.summaries[0][0].value[0].image.encoded_image_string))
     assert gif.n_frames == 20
+    # each frame in its own colours: the clip's decoded frames, within a palette's rounding
+    from rlrec.report.progress import read_frames
+
+    for i, frame in enumerate(read_frames(path)):
+        gif.seek(i)
+        shown = np.asarray(gif.convert("RGB"), dtype=np.int16)
+        assert np.abs(shown - frame).max() <= 8, i
 
 
 def _solid_clip(path, n, value, size=16):
