@@ -298,6 +298,15 @@ class GenesisAdapter(EnvAdapter):
             self._low = torch.as_tensor(sp.low, dtype=torch.float32, device=gs_device)
             self._high = torch.as_tensor(sp.high, dtype=torch.float32, device=gs_device)
         self._rows = {} if self.camera is None else camera_rows(task.scene, self.camera, num_envs)
+        drawn = sorted(self._rows)
+        if self.obs_mode != ObsMode.state and len(drawn) < num_envs:  # known once it is built
+            self._release()
+            raise ConfigError(
+                f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but "
+                f"camera {self._camera_name} draws envs {drawn} only (found once the scene was "
+                "built): build it with gs.options.VisOptions(split_envs=True) drawing every env "
+                "(rendered_envs_idx=None), or set env.obs_mode=state"
+            )
 
     # ------------------------------------------------------------------ episodes
     def reset(

@@ -10,6 +10,7 @@ from rlrec.envs import genesis as ga
 from rlrec.envs.base import resize_images
 from rlrec.envs.config import SimConfig
 from rlrec.envs.genesis import GenesisEnvConfig
+from rlrec.envs.genesis_tasks import FrankaReach
 from tests.envs import test_genesis  # its contract class, not collected twice under a module name
 from tests.envs.genesis_util import SIZE
 from tests.envs.test_genesis import needs_genesis
@@ -50,6 +51,22 @@ def test_the_observation_is_every_envs_camera_image_resized():
         assert not torch.equal(obs["rgb"][0], obs["rgb"][1])  # each env's own goal and arm
     finally:
         env.close()
+
+
+class DrawsFirstEnv(FrankaReach):
+    """A class of the user's own whose camera draws env 0 only, under a keyword rlrec cannot
+    read before the scene is built."""
+
+    def __init__(self, num_envs, **kwargs):
+        super().__init__(num_envs, **kwargs, rendered_envs_idx=[0])
+
+
+@needs_genesis
+def test_pixels_from_a_class_that_does_not_draw_every_env_are_refused_naming_the_obs_mode():
+    cfg = GenesisEnvConfig(_target_=f"{__name__}.DrawsFirstEnv", obs_mode="rgb", num_envs=2)
+    says = r"env.obs_mode=rgb observes every env's camera image, but camera .* draws envs \[0\] "
+    with pytest.raises(ConfigError, match=says + r"only \(found once the scene was built\)"):
+        ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
 
 
 def test_pixels_without_every_env_drawn_are_refused_before_work():
