@@ -147,7 +147,7 @@ class Arguments:
             if fn is not None and not callable(fn):
                 self.refuse(name, fn, "give a callable or None")
 
-    def config(self, num_envs: int, options: Dict[str, Any], extra=(), **fields: Any):
+    def config(self, num_envs: int, options: Dict[str, Any], extra=(), **fields) -> RecorderConfig:
         """The drop-in's settings for ``num_envs`` envs, checked (:meth:`RecorderConfig.check`,
         naming ``names``): ``fields`` from its framework's arguments, ``options`` the
         :class:`RecorderConfig` fields its caller named (those of ``OPTIONS + extra`` that
