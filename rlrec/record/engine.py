@@ -440,9 +440,7 @@ class ClipEngine:
                 f"missing keys {sorted(missing)}"
             )
         # version 1 kept the schedule's keys (its version 1) at the top level
-        keys = ("step_pending", "step_fired_at")
-        old = {"version": 1, **{k: state[k] for k in keys if k in state}}
-        self.schedule.load_state_dict(state.get("schedule", old))
+        self.schedule.load_state_dict(state.get("schedule", {**state, "version": 1}))
         self._end_clip(keep=False)
         for k in _COUNTERS:
             setattr(self, k, int(state[k]))

@@ -77,9 +77,8 @@ class RecorderConfig:
     # a fixed name replaced atomically by each clip; None: one file per clip
     filename: Optional[str] = None
     dir: Optional[str] = None  # None: the run's video dir (<run dir>/videos/train or /eval)
-    record_final_episode: bool = (
-        True  # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress
-    )
+    # close() (exit, exception, Ctrl-C, SIGTERM) saves the clip in progress
+    record_final_episode: bool = True
     queue_size: int = 64  # frame buffers in flight between the training thread and the encoder
     # seconds a hung ffmpeg may stall training: then its clip is dropped and training goes on
     stall_timeout_sec: float = 10.0

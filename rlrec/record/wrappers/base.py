@@ -4,13 +4,15 @@ a user makes on a recorder, written once.
 A wrapper puts :class:`RecorderWrapper` first among its bases, before its framework's wrapper
 class (``class RecordVectorVideo(RecorderWrapper, VectorWrapper)``), sets ``self.engine`` and turns
 its env's resets and steps into the engine's two events. Everything else a user reads or calls
-(the figures of the clips: ``wrapper.engine``) is the engine's.
+(the figures of the clips: ``wrapper.engine``) is the engine's. A drop-in checks its arguments
+and builds its settings through one :class:`Arguments` bound to its name.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, NoReturn, Optional
 
 import numpy as np
 
@@ -19,8 +21,7 @@ from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
 from rlrec.record.settings import RecorderConfig
 
-__all__ = ["RecorderWrapper", "check_callables", "env_index_list", "positive_number"]
-__all__ += ["recorder_config"]
+__all__ = ["Arguments", "RecorderWrapper"]
 
 
 class RecorderWrapper:
@@ -95,57 +96,69 @@ class RecorderWrapper:
             self._user_on_clip(info)
 
 
-def env_index_list(value: Any, key: str) -> List[int]:
-    """A wrapper's ``env_idx`` argument, one int or a list of them, as a list; ConfigError naming
-    ``key`` otherwise (the range is checked with the rest of the settings)."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not items or not all(
-        isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items
-    ):
-        raise ConfigError(
-            f"{key}: env_idx={value!r} is invalid: give one env index (an int) or a list of them"
-        )
-    return [int(i) for i in items]
-
-
-def positive_number(value: Any, key: str, name: str, rule: str) -> Optional[float]:
-    """A wrapper's numeric argument as a float: None stays None, else a finite number > 0, or a
-    ConfigError ``{key}: {name}=... is invalid: {rule}``."""
-    if value is None:
-        return None
-    number = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
-    if not number or not math.isfinite(value) or not value > 0:
-        raise ConfigError(f"{key}: {name}={value!r} is invalid: {rule}")
-    return float(value)
-
-
-def check_callables(key: str, **arguments: Any) -> None:
-    """ConfigError naming ``key`` and the argument unless each of ``arguments`` is a callable or
-    None."""
-    for name, fn in arguments.items():
-        if fn is not None and not callable(fn):
-            raise ConfigError(f"{key}: {name}={fn!r} is invalid: give a callable or None")
-
-
 # RecorderConfig fields a drop-in takes by their own names (besides its framework's arguments)
 OPTIONS = ("length_frames", "length_sec", "record_final_episode", "overlay", "filename")
 OPTIONS += ("queue_size", "stall_timeout_sec", "quality", "preset", "lossless", "on_error")
 
 
-def recorder_config(
-    key: str, num_envs: int, names: Dict[str, str], options: Dict[str, Any], extra=(), **fields: Any
-) -> RecorderConfig:
-    """A drop-in's settings for ``num_envs`` envs, checked (:meth:`RecorderConfig.check`, its
-    messages naming ``names``: a field under the drop-in's argument name): ``fields`` from its
-    framework's arguments, ``options`` the :class:`RecorderConfig` fields its caller named (those
-    of ``OPTIONS + extra`` that ``fields`` does not set); ConfigError naming any other."""
-    allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"{key} got an unknown argument {', '.join(map(repr, unknown))}: allowed are its "
-            f"framework's arguments, its own and {', '.join(allowed)}"
-        )
-    cfg = RecorderConfig(**fields, **options)
-    cfg.check(num_envs, key, names)
-    return cfg
+def _whole(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """The checks of a drop-in's arguments, before any work: each refusal is the one
+    ConfigError ``{key}: {name}=... is invalid: {rule}`` (:meth:`refuse`). ``names`` maps a
+    :class:`RecorderConfig` field to the drop-in's own argument name, for the settings' messages
+    (``RecordVectorVideo.video_length``, not ``RecordVectorVideo.length_frames``)."""
+
+    key: str
+    names: Dict[str, str] = field(default_factory=dict)
+
+    def refuse(self, name: str, value: Any, rule: str) -> NoReturn:
+        raise ConfigError(f"{self.key}: {name}={value!r} is invalid: {rule}")
+
+    def env_idx(self, value: Any) -> List[int]:
+        """The ``env_idx`` argument, one int or a list of them, as a list (the range is checked
+        with the rest of the settings)."""
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not items or not all(map(_whole, items)):
+            self.refuse("env_idx", value, "give one env index (an int) or a list of them")
+        return [int(i) for i in items]
+
+    def whole(self, value: Any, name: str, least: int, rule: str) -> int:
+        """An int argument (not a bool) of at least ``least``."""
+        if not _whole(value) or value < least:
+            self.refuse(name, value, rule)
+        return int(value)
+
+    def positive(self, value: Any, name: str, rule: str) -> Optional[float]:
+        """A numeric argument as a float: None stays None, else a finite number > 0."""
+        if value is None:
+            return None
+        number = _whole(value) or isinstance(value, (float, np.floating))
+        if not number or not math.isfinite(value) or not value > 0:
+            self.refuse(name, value, rule)
+        return float(value)
+
+    def callables(self, **arguments: Any) -> None:
+        """Each of ``arguments`` is a callable or None."""
+        for name, fn in arguments.items():
+            if fn is not None and not callable(fn):
+                self.refuse(name, fn, "give a callable or None")
+
+    def config(self, num_envs: int, options: Dict[str, Any], extra=(), **fields) -> RecorderConfig:
+        """The drop-in's settings for ``num_envs`` envs, checked (:meth:`RecorderConfig.check`,
+        naming ``names``): ``fields`` from its framework's arguments, ``options`` the
+        :class:`RecorderConfig` fields its caller named (those of ``OPTIONS + extra`` that
+        ``fields`` does not set); ConfigError naming any other."""
+        allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ConfigError(
+                f"{self.key} got an unknown argument {', '.join(map(repr, unknown))}: allowed are "
+                f"its framework's arguments, its own and {', '.join(allowed)}"
+            )
+        cfg = RecorderConfig(**fields, **options)
+        cfg.check(num_envs, self.key, self.names)
+        return cfg

@@ -45,20 +45,14 @@ from rlrec.envs.genesis import camera_rows, render_camera
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
-from rlrec.record.wrappers.base import (
-    RecorderWrapper,
-    check_callables,
-    env_index_list,
-    positive_number,
-    recorder_config,
-)
+from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
 __all__ = ["VideoWrapper"]
 
 KEY = "VideoWrapper"
 _POSITIVE = "must be a positive number or None"
 # the settings' fields under Genesis Forge's argument names, for the error messages
-_NAMES = {"length_sec": "video_length_sec", "dir": "out_dir"}
+_ARGS = Arguments(KEY, {"length_sec": "video_length_sec", "dir": "out_dir"})
 
 
 class VideoWrapper(RecorderWrapper, Wrapper):
@@ -102,22 +96,18 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     ):
         super().__init__(env)
         if episode_trigger is not None and step_trigger is not None:  # as Genesis Forge's
-            raise ConfigError(
-                f"{KEY}: episode_trigger and step_trigger are both given: pass at most one"
-            )
-        check_callables(KEY, episode_trigger=episode_trigger, step_trigger=step_trigger)
+            _ARGS.refuse("step_trigger", step_trigger, "episode_trigger is given too: pass one")
+        _ARGS.callables(episode_trigger=episode_trigger, step_trigger=step_trigger)
         if not isinstance(camera_attr, str) or not camera_attr:
-            raise ConfigError(f"{KEY}: camera_attr={camera_attr!r} must be an attribute name")
+            _ARGS.refuse("camera_attr", camera_attr, "must be an attribute name")
         if options.get("length_frames") is not None:
             video_length_sec = None  # length_frames replaces the default 8 s
-        cfg = recorder_config(
-            KEY,
+        cfg = _ARGS.config(
             int(self.num_envs),
-            _NAMES,
             options,
-            length_sec=positive_number(video_length_sec, KEY, "video_length_sec", _POSITIVE),
-            fps=positive_number(fps, KEY, "fps", _POSITIVE),
-            env_idx=env_index_list(env_idx, KEY),
+            length_sec=_ARGS.positive(video_length_sec, "video_length_sec", _POSITIVE),
+            fps=_ARGS.positive(fps, "fps", _POSITIVE),
+            env_idx=_ARGS.env_idx(env_idx),
             filename=filename,
             record_final_episode=bool(record_final_episode),
         )
@@ -160,22 +150,19 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         from genesis.vis.camera import Camera
 
         if not isinstance(cam, Camera):
-            cams = sorted(n for n, v in vars(base).items() if isinstance(v, Camera))
-            raise ConfigError(
-                f"{KEY}: camera_attr={self._camera_attr!r} is invalid: "
-                f"{type(base).__name__}.{self._camera_attr} is "
-                f"{'missing' if cam is None else type(cam).__name__}, not a Genesis camera; "
-                f"its cameras: {', '.join(cams) or 'none'}"
-            )
+            what = "missing" if cam is None else type(cam).__name__
+            cams = ", ".join(sorted(n for n, v in vars(base).items() if isinstance(v, Camera)))
+            rule = f"{type(base).__name__}.{self._camera_attr} is {what}, not a Genesis camera"
+            _ARGS.refuse("camera_attr", self._camera_attr, f"{rule}; its cameras: {cams or 'none'}")
         rows = camera_rows(base.scene, cam, int(self.num_envs))
         missing = [e for e in self.engine.env_idx if e not in rows]
         if missing:
-            raise ConfigError(
-                f"{KEY}: env_idx={self.engine.env_idx} is invalid: camera "
-                f"{self._camera_attr!r} draws envs {sorted(rows)} only (env {missing} not). Build "
-                "the scene with gs.options.VisOptions(split_envs=True) and rendered_envs_idx "
-                "covering the recorded envs"
+            rule = (
+                f"camera {self._camera_attr!r} draws envs {sorted(rows)} only (env {missing} "
+                "not). Build the scene with gs.options.VisOptions(split_envs=True) and "
+                "rendered_envs_idx covering the recorded envs"
             )
+            _ARGS.refuse("env_idx", self.engine.env_idx, rule)
         self._cam, self._rows = cam, rows
         if self._base_reset is None:
             # the bound method, or a hook someone set on the instance before us (put back later)

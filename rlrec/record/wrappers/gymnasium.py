@@ -28,26 +28,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
-from rlrec.checks import ConfigError
 from rlrec.envs.base import RENDER_METHOD, SubEnv
 from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
-from rlrec.record.wrappers.base import (
-    RecorderWrapper,
-    check_callables,
-    env_index_list,
-    positive_number,
-    recorder_config,
-)
+from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
 __all__ = ["RecordVectorVideo", "RenderHook"]
 
 _KEY = "RecordVectorVideo"
 _FPS = 30  # Gymnasium's RecordVideo: without render_fps, 30
 # the settings' fields under this wrapper's own argument names, for its error messages
-_NAMES = {"length_frames": "video_length", "dir": "video_folder"}
+_ARGS = Arguments(_KEY, {"length_frames": "video_length", "dir": "video_folder"})
 
 
 class RenderHook(SubEnv):
@@ -120,17 +113,15 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
     ):
         _check_arguments(env, video_folder, video_aspect_ratio, video_length)
         triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
-        check_callables(_KEY, gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
+        _ARGS.callables(gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
         # the recorded sub-envs: env_idx, else env 0 (record_first_only), else all
         envs = [0] if record_first_only else list(range(env.num_envs))
         if env_idx is not None:
-            envs = env_index_list(env_idx, _KEY)
+            envs = _ARGS.env_idx(env_idx)
             if record_first_only and envs != [0]:
-                raise ConfigError(
-                    f"{_KEY}: record_first_only=True and env_idx={env_idx!r} disagree: give one"
-                )
+                _ARGS.refuse("env_idx", env_idx, "record_first_only=True records env 0: give one")
         fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
-        cfg = recorder_config(_KEY, env.num_envs, _NAMES, options, env_idx=envs, **fields)
+        cfg = _ARGS.config(env.num_envs, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
         self._sync = isinstance(base, SyncVectorEnv)
         self._async_hooks = isinstance(base, AsyncVectorEnv) and all(
@@ -145,7 +136,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         if dt is None:  # the sub-env's dt, else 1 / render_fps
             dt = _sub_env_attr(base, "dt") or 1.0 / (env.metadata.get("render_fps") or _FPS)
         spec = getattr(base, "spec", None) or _sub_env_attr(base, "spec")
-        dt = positive_number(dt, _KEY, "dt", "seconds of sim time per step, > 0")
+        dt = _ARGS.positive(dt, "dt", "seconds of sim time per step, > 0")
         source = Source(
             env.num_envs, dt, "cpu", self._render, getattr(spec, "max_episode_steps", None)
         )
@@ -265,18 +256,12 @@ def _check_arguments(env, video_folder, video_aspect_ratio, video_length) -> Non
             "render_mode='rgb_array' (e.g. gym.make_vec(..., render_mode='rgb_array'))"
         )
     if not isinstance(video_folder, (str, os.PathLike)) or not os.fspath(video_folder):
-        raise ConfigError(f"{_KEY}: video_folder={video_folder!r} is invalid: give a directory")
+        _ARGS.refuse("video_folder", video_folder, "give a directory")
     if tuple(video_aspect_ratio) != (1, 1):
-        raise ConfigError(
-            f"{_KEY}: video_aspect_ratio={tuple(video_aspect_ratio)!r} is not supported: "
-            "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
-        )
-    whole = isinstance(video_length, (int, np.integer)) and not isinstance(video_length, bool)
-    if not whole or video_length < 0:
-        raise ConfigError(
-            f"{_KEY}: video_length={video_length!r} is invalid: frames per clip, an int >= 0 "
-            "(0: whole episodes)"
-        )
+        rule = "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
+        _ARGS.refuse("video_aspect_ratio", tuple(video_aspect_ratio), rule)
+    rule = "frames per clip, an int >= 0 (0: whole episodes)"
+    _ARGS.whole(video_length, "video_length", 0, rule)
 
 
 def _sub_env_attr(base: VectorEnv, name: str) -> Any:

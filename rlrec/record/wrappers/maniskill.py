@@ -35,13 +35,7 @@ from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
 from rlrec.record.settings import Trigger, recording
-from rlrec.record.wrappers.base import (
-    RecorderWrapper,
-    check_callables,
-    env_index_list,
-    positive_number,
-    recorder_config,
-)
+from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
 __all__ = ["RecordClips"]
 
@@ -58,6 +52,8 @@ RENAMED = {
     "record_final_episode": "save_on_reset",
 }
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
+# the settings' fields under RecordEpisode's names, for the messages
+ARGS = Arguments(KEY, RENAMED)
 
 
 class RecordClips(RecorderWrapper, gym.Wrapper):
@@ -136,42 +132,29 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         for k in sorted(set(recorder) & set(RENAMED)):  # the first one
             raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
         if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
-            raise ConfigError(f"{KEY}: output_dir={output_dir!r} is invalid: a directory path")
+            ARGS.refuse("output_dir", output_dir, "a directory path")
         for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
             if parameter.annotation == "bool" and not isinstance(flags[name], bool):
-                raise ConfigError(
-                    f"{KEY}: {name}={flags[name]!r} is invalid: allowed values are True, False"
-                )
+                ARGS.refuse(name, flags[name], "allowed values are True, False")
         if render_substeps is not False:
-            raise ConfigError(
-                f"{KEY}: render_substeps={render_substeps!r} is not supported: allowed value is "
-                "False (frames are taken once per env step)"
-            )
-        steps = max_steps_per_video
-        if steps is not None and (type(steps) is not int or steps < 1):  # a bool is no int here
-            raise ConfigError(
-                f"{KEY}: max_steps_per_video={steps!r} is invalid: a positive int or None (the "
-                "whole episode)"
-            )
+            rule = "allowed value is False (frames are taken once per env step)"
+            ARGS.refuse("render_substeps", render_substeps, rule)
+        if max_steps_per_video is not None:
+            rule = "a positive int or None (the whole episode)"
+            ARGS.whole(max_steps_per_video, "max_steps_per_video", 1, rule)
         rule = "a positive number or None (real time, 1 / control_timestep)"
-        positive_number(video_fps, KEY, "video_fps", rule)
-        check_callables(KEY, save_video_trigger=save_video_trigger)
+        ARGS.positive(video_fps, "video_fps", rule)
+        ARGS.callables(save_video_trigger=save_video_trigger)
         if save_video_trigger is not None and "trigger" in recorder:
-            raise ConfigError(
-                f"{KEY}: save_video_trigger and trigger={recorder['trigger']!r} are both set: "
-                "give at most one trigger"
-            )
+            rule = "save_video_trigger and trigger are both set: give at most one trigger"
+            ARGS.refuse("trigger", recorder["trigger"], rule)
         if base.render_mode not in RENDER_MODES:
-            raise ConfigError(
-                f"{KEY}: the env's render_mode={base.render_mode!r} cannot be recorded: allowed "
-                "values are rgb_array, sensors, all (or None: the human render camera)"
-            )
+            rule = "allowed values are rgb_array, sensors, all (or None: the human render camera)"
+            ARGS.refuse("the env's render_mode", base.render_mode, rule)
         if "env_idx" in recorder:
-            recorder["env_idx"] = env_index_list(recorder["env_idx"], KEY)
-        cfg = recorder_config(
-            KEY,
+            recorder["env_idx"] = ARGS.env_idx(recorder["env_idx"])
+        cfg = ARGS.config(
             base.num_envs,
-            RENAMED,  # the settings' fields under RecordEpisode's names, for the messages
             {"trigger": Trigger.always, **recorder},
             extra=("trigger", "every", "env_idx"),
             overlay=info_on_video,
