@@ -74,16 +74,6 @@ def final_figures(run_dir: Path) -> Dict[str, Any]:
     return out
 
 
-def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
-    """The overrides that tell this job apart (``seed=2`` of ``seed=1,2``, the learning rate an
-    Optuna trial drew): those whose key the command line did not fix for the whole sweep."""
-    try:
-        fixed = set(json.loads(SweepDir(sweep_dir).fixed.read_text()))
-    except (OSError, ValueError):  # not written (yet): every override counts
-        return overrides
-    return [o for o in overrides if o.partition("=")[0] not in fixed]
-
-
 # --------------------------------------------------------------------------- a job's outcome
 
 
@@ -103,10 +93,15 @@ def job_row(
     run_dir = Path(hydra.runtime.output_dir)
     overrides: List[str] = list(OmegaConf.to_container(hydra.overrides.task))  # type: ignore[arg-type]
     status = outcome["status"] if outcome else job_return.status.name
+    try:  # the keys the command line fixed for the whole sweep
+        fixed = set(json.loads(SweepDir(str(hydra.sweep.dir)).fixed.read_text()))
+    except (OSError, ValueError):  # not written (yet): every override counts
+        fixed = set()
     row: Dict[str, Any] = {
         "job": int(hydra.job.num),
         "status": status,
-        "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
+        # the overrides that tell this job apart (seed=2 of seed=1,2, an Optuna trial's draw)
+        "swept": " ".join(o for o in overrides if o.partition("=")[0] not in fixed),
         "overrides": " ".join(overrides),
     }
     # one column per override key, so the CSV sorts and plots directly
@@ -234,17 +229,6 @@ def _say(text: str) -> None:
     os.write(2, (text + "\n").encode())
 
 
-def _jobs_running(sweep_dir: Path, attempt: Optional[str]) -> bool:
-    """Whether a job of this attempt is still run by its process (entries of dead processes are
-    ignored)."""
-    entries = [read_json(p) or {} for p in SweepDir(sweep_dir).running.glob("*.json")]
-    return any(
-        e.get("attempt") == attempt
-        and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
-        for e in entries
-    )
-
-
 def _watch(st: _Sweep) -> None:
     """In the launching process of process-per-job launchers: once no job runs any more (each
     wrote its row), or after GRACE_S, interrupt the main thread, which raises SweepStopped."""
@@ -252,7 +236,13 @@ def _watch(st: _Sweep) -> None:
     while time.monotonic() < deadline:
         if st.done.wait(0.1):
             return
-        if st.sweep_dir is None or not _jobs_running(st.sweep_dir, st.attempt):
+        # the jobs of this attempt still run by their process (those of dead ones are ignored)
+        running = [] if st.sweep_dir is None else SweepDir(st.sweep_dir).running.glob("*.json")
+        if not any(
+            e.get("attempt") == st.attempt
+            and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
+            for e in (read_json(p) or {} for p in running)
+        ):
             break
     else:
         _say(f"rlrec sweep: jobs still running {GRACE_S:.0f} s after the stop: ending them")
