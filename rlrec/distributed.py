@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, List, Optional
@@ -419,8 +418,3 @@ def lost_peer(exc: BaseException) -> bool:
     if isinstance(exc, getattr(torch.distributed, "DistError", ())):
         return True
     return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _LOST)
-
-
-def say(text: str) -> None:
-    """A line on stderr prefixed with this rank (other ranks' console output stays short)."""
-    print(f"rlrec[rank {rank()}]: {text}", file=sys.stderr, flush=True)
