@@ -165,7 +165,7 @@ class Preflight(Callback):
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
             if distributed.launched():
-                distributed.publish_error("run_dir", str(err), timeout)
+                distributed.publish("run_dir", str(err), timeout, error=True)
             refuse(err)
         if distributed.launched():
             distributed.publish("run_dir", str(claimed.run_dir), timeout)

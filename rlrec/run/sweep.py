@@ -254,8 +254,7 @@ def begin_job(sweep_dir: Path) -> None:
     """At the start of a job's task function: a stop signal that reaches this process between
     jobs or while the job is being built is recorded, not fatal (a joblib worker that died of it
     would take the other workers with it). submitit handles the signals of its own jobs."""
-    flag = _state()
-    flag.outcome = {}
+    flag = _state()  # (its outcome: on_job_end took the last job's)
     if not preempt.under_submitit():
         flag.catch(STOP_SIGNALS)
         attempt = read_json(SweepDir(sweep_dir).attempt) or {}  # who launched it, from where
