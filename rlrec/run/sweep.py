@@ -312,21 +312,6 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     st.status = 2
 
 
-def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
-    """A "not started" row for each job dir without a row: a job handed to a worker as the sweep
-    stopped, whose worker ended (with the launching process) after Hydra made the job's dir and
-    before the job wrote its own "not started" row. No job trains without a row of its own: one
-    still building when the stop came checks the stop before it trains."""
-    have = {int(r.get("job", -1)) for r in read_rows(sweep_dir)}
-    for job_dir in sorted(Path(sweep_dir).iterdir()):
-        if not (job_dir.is_dir() and job_dir.name.isdigit()) or int(job_dir.name) in have:
-            continue
-        row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir),
-               "error": f"not started: the sweep was stopped by {name}"}  # fmt: skip
-        row["overrides"] = " ".join(read_overrides(job_dir))  # none: Hydra had not written them
-        write_summary(sweep_dir, row)
-
-
 def report_stopped() -> None:
     """In ``rlrec.run.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
     status."""
@@ -343,8 +328,19 @@ def _end(sweep_dir: Optional[Path], stopped: bool = False) -> None:
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and signum is None:
             return _refused(sweep_dir, rows)
-        if stopped:
-            _rows_of_unstarted(sweep_dir, signal.Signals(signum).name)
+        if stopped:  # a "not started" row for each job dir without a row: a job handed to a
+            # worker as the sweep stopped, whose worker ended (with the launching process) after
+            # Hydra made the job's dir and before the job wrote its own "not started" row (no job
+            # trains without a row of its own: one still building checks the stop before it trains)
+            have = {int(r.get("job", -1)) for r in rows}
+            for job_dir in sorted(Path(sweep_dir).iterdir()):
+                if not (job_dir.is_dir() and job_dir.name.isdigit()) or int(job_dir.name) in have:
+                    continue
+                error = f"not started: the sweep was stopped by {signal.Signals(signum).name}"
+                row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir)}
+                # its overrides (none where Hydra had not written them yet)
+                row.update(error=error, overrides=" ".join(read_overrides(job_dir)))
+                write_summary(sweep_dir, row)
         rows = write_summary(sweep_dir)
         if rows:
             summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"
