@@ -102,14 +102,6 @@ class LoggerConfig:
     wandb_mode: WandbMode = WandbMode.offline  # offline works without a network
 
 
-# refused before the run (rlrec.run.preflight) and, should wandb still fail to import when the run
-# starts, by the logger (rlrec.train.logger)
-WANDB_MISSING = (
-    "logger=wandb needs the 'wandb' extra, which is not installed: "
-    "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
-)
-
-
 # --------------------------------------------------------------------------- top level
 
 

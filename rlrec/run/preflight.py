@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlrec import distributed
 from rlrec.checks import ConfigError
-from rlrec.config import WANDB_MISSING, Config, to_dataclass
+from rlrec.config import Config, to_dataclass
 from rlrec.files import probe_dir
 from rlrec.run import budget, rundir
 
@@ -67,7 +67,10 @@ def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first
     files."""
     if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
-        raise ConfigError(WANDB_MISSING)
+        raise ConfigError(
+            "logger=wandb needs the 'wandb' extra, which is not installed: "
+            "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
+        )
 
 
 @dataclass
