@@ -102,14 +102,6 @@ class LoggerConfig:
     wandb_mode: WandbMode = WandbMode.offline  # offline works without a network
 
 
-# refused before the run (rlrec.run.preflight) and, should wandb still fail to import when the run
-# starts, by the logger (rlrec.train.logger)
-WANDB_MISSING = (
-    "logger=wandb needs the 'wandb' extra, which is not installed: "
-    "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
-)
-
-
 # --------------------------------------------------------------------------- top level
 
 
@@ -195,10 +187,8 @@ def validate(cfg: Config) -> None:
     env = cfg.env
     one_of(env.name, "env.name", list(BACKENDS))
     check_fields(cfg)  # every closed choice, every float of every schema: finite, in its range
-    for key in POSITIVE_KEYS:
-        positive(attrgetter(key)(cfg), key)
-    for key in POSITIVE_OR_NULL_KEYS:
-        positive(attrgetter(key)(cfg), key, allow_none=True)
+    for key in (*POSITIVE_KEYS, *POSITIVE_OR_NULL_KEYS):
+        positive(attrgetter(key)(cfg), key, allow_none=key in POSITIVE_OR_NULL_KEYS)
     if cfg.checkpoint_keep < 0 or cfg.checkpoint_keep == 1:
         raise ConfigError(
             f"checkpoint_keep={cfg.checkpoint_keep} is invalid: allowed values are 0 (keep every "

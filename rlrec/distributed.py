@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, List, Optional
@@ -142,15 +141,12 @@ def store(timeout_sec: float) -> Any:
     return _store
 
 
-def publish(key: str, value: str, timeout_sec: float) -> None:
-    """Rank 0 publishes ``value`` under ``key`` for the other ranks (:func:`wait_for`)."""
-    store(timeout_sec).set(_KEY_PREFIX + key, value)
-
-
-def publish_error(key: str, message: str, timeout_sec: float) -> None:
-    """Rank 0 failed before ``key``: the other ranks waiting for it fail with ``message``."""
-    with contextlib.suppress(Exception):  # no store (rank 0 could not host it): they time out
-        publish(key, _ERROR + message, timeout_sec)
+def publish(key: str, value: str, timeout_sec: float, error: bool = False) -> None:
+    """Rank 0 publishes ``value`` under ``key`` for the other ranks (:func:`wait_for`); ``error``:
+    rank 0 failed before ``key``, and the ranks waiting for it fail with the message ``value``
+    (or, where rank 0 could not even host the store, time out)."""
+    with contextlib.suppress(Exception) if error else contextlib.nullcontext():
+        store(timeout_sec).set(_KEY_PREFIX + key, (_ERROR if error else "") + value)
 
 
 def wait_for(key: str, timeout_sec: float) -> str:
@@ -419,8 +415,3 @@ def lost_peer(exc: BaseException) -> bool:
     if isinstance(exc, getattr(torch.distributed, "DistError", ())):
         return True
     return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _LOST)
-
-
-def say(text: str) -> None:
-    """A line on stderr prefixed with this rank (other ranks' console output stays short)."""
-    print(f"rlrec[rank {rank()}]: {text}", file=sys.stderr, flush=True)

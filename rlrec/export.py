@@ -175,13 +175,6 @@ def start_data(path, eval_only: bool) -> Optional[Dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- the export
-def _space_meta(space: gym.Space) -> Dict[str, Any]:
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": "int64"}
-    low, high = (np.where(np.isfinite(b), b, None).tolist() for b in (space.low, space.high))
-    return {"type": "Box", "shape": list(space.shape), "dtype": "float32", "low": low, "high": high}
-
-
 def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> List[Path]:
     """Writes ``exported/`` of ``run_dir`` (the files of ``fmt``, then policy.json) and returns
     the paths written. Everything is checked before anything is written: the format's extra, the
@@ -228,18 +221,21 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
     out.mkdir(exist_ok=True)
     for name, blob in blobs.items():
         write_atomic(out / name, blob)
-    norm = policy.norm
+    norm, space = policy.norm, action_space(data["action_space"])
     stats = None if norm is None else {k: v.tolist() for k, v in norm.state_dict().items()}
+    if isinstance(space, gym.spaces.Discrete):
+        kind = {"type": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": "int64"}
+    else:  # bounds: infinite ones as null
+        low, high = (np.where(np.isfinite(b), b, None).tolist() for b in (space.low, space.high))
+        kind = {"type": "Box", "shape": list(space.shape), "dtype": "float32"}
+        kind.update(low=low, high=high)
     dtypes = map_obs(lambda t: str(t.dtype).removeprefix("torch."), example)  # float32, uint8
     meta = {
         "step": data["global_step"],
         "iteration": data["iteration"],
         "env": data["env_name"],
         "observation_space": {"shape": map_obs(list, data["obs_shape"]), "dtype": dtypes},
-        "action_space": {
-            **_space_meta(action_space(data["action_space"])),
-            "repr": data["action_space"],
-        },
+        "action_space": {**kind, "repr": data["action_space"]},
         "normalizer": stats and {**stats, "eps": norm.eps, "clip": norm.clip},
         "checkpoint": {
             "path": str(path.relative_to(run_dir)),

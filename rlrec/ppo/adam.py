@@ -12,7 +12,7 @@ its ``state_dict`` has that optimizer's layout: a checkpoint loads into either.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List
 
 import torch
 
@@ -29,16 +29,10 @@ _PLAIN = {"amsgrad": False, "weight_decay": 0.0, "maximize": False}
 class FusedAdam:
     """Adam (no weight decay, no AMSGrad) over one parameter group, float learning rate."""
 
-    def __init__(
-        self,
-        params: Iterable[torch.nn.Parameter],
-        lr: float,
-        eps: float = 1e-8,
-        betas: Tuple[float, float] = (0.9, 0.999),
-    ):
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, eps: float = 1e-8):
         self.params: List[torch.nn.Parameter] = list(params)
-        # torch.optim.Adam's group keys, so a state_dict loads into either optimizer
-        group = {"params": self.params, "lr": lr, "betas": tuple(betas), "eps": eps}
+        # torch.optim.Adam's group keys (its default betas), so a state_dict loads into either
+        group = {"params": self.params, "lr": lr, "betas": (0.9, 0.999), "eps": eps}
         off = ("amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay")
         group.update(dict.fromkeys(off, False), weight_decay=0, foreach=None, fused=True)
         self.param_groups: List[Dict[str, Any]] = [group]

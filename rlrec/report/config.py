@@ -10,8 +10,6 @@ from typing import Iterable
 from rlrec.checks import ConfigError, positive
 from rlrec.layout import RunDir
 
-__all__ = ["ReportConfig", "run_settings"]
-
 
 @dataclass
 class ReportConfig:

@@ -79,10 +79,12 @@ def _lost_rank(exc: BaseException) -> None:
     import logging
 
     text = " ".join(str(exc).split())[:400]
-    distributed.say(
-        f"stopped: another rank of this run failed or did not answer within "
-        f"distributed.timeout_sec ({type(exc).__name__}: {text}); resume=auto with the same run "
-        "dir continues from the newest checkpoint"
+    print(
+        f"rlrec[rank {distributed.rank()}]: stopped: another rank of this run failed or did not "
+        f"answer within distributed.timeout_sec ({type(exc).__name__}: {text}); resume=auto with "
+        "the same run dir continues from the newest checkpoint",
+        file=sys.stderr,
+        flush=True,
     )
     logging.shutdown()
     sys.stdout.flush()

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlrec import distributed
 from rlrec.checks import ConfigError
-from rlrec.config import WANDB_MISSING, Config, to_dataclass
+from rlrec.config import Config, to_dataclass
 from rlrec.files import probe_dir
 from rlrec.run import budget, rundir
 
@@ -67,7 +67,10 @@ def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first
     files."""
     if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
-        raise ConfigError(WANDB_MISSING)
+        raise ConfigError(
+            "logger=wandb needs the 'wandb' extra, which is not installed: "
+            "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
+        )
 
 
 @dataclass
@@ -165,7 +168,7 @@ class Preflight(Callback):
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
         except ConfigError as err:
             if distributed.launched():
-                distributed.publish_error("run_dir", str(err), timeout)
+                distributed.publish("run_dir", str(err), timeout, error=True)
             refuse(err)
         if distributed.launched():
             distributed.publish("run_dir", str(claimed.run_dir), timeout)

@@ -65,10 +65,6 @@ class Holder:
     def describe(self) -> str:
         return f"pid {self.pid} on host {self.host}, since {self.since}"
 
-    def gone(self) -> bool:
-        """True when the holder is known to have exited (same host, no such process)."""
-        return self.host == this_host() and not pid_alive(self.pid)
-
     @classmethod
     def parse(cls, text: str) -> Optional["Holder"]:
         try:
@@ -94,7 +90,7 @@ def _busy(path: Path, run_dir: Path, key: str) -> RunDirBusy:
         f"{key}={run_dir} is in use by another rlrec run ({who}; lock file {path}): wait for it "
         f"to end, or choose another {key}"
     )
-    if holder is not None and holder.gone():
+    if holder is not None and holder.host == this_host() and not pid_alive(holder.pid):
         msg += (
             f" (pid {holder.pid} has exited, but a process it started, such as a simulator "
             "worker, still holds the lock: end it first)"

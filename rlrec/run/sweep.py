@@ -74,16 +74,6 @@ def final_figures(run_dir: Path) -> Dict[str, Any]:
     return out
 
 
-def swept_overrides(overrides: List[str], sweep_dir: Path) -> List[str]:
-    """The overrides that tell this job apart (``seed=2`` of ``seed=1,2``, the learning rate an
-    Optuna trial drew): those whose key the command line did not fix for the whole sweep."""
-    try:
-        fixed = set(json.loads(SweepDir(sweep_dir).fixed.read_text()))
-    except (OSError, ValueError):  # not written (yet): every override counts
-        return overrides
-    return [o for o in overrides if o.partition("=")[0] not in fixed]
-
-
 # --------------------------------------------------------------------------- a job's outcome
 
 
@@ -103,10 +93,15 @@ def job_row(
     run_dir = Path(hydra.runtime.output_dir)
     overrides: List[str] = list(OmegaConf.to_container(hydra.overrides.task))  # type: ignore[arg-type]
     status = outcome["status"] if outcome else job_return.status.name
+    try:  # the keys the command line fixed for the whole sweep
+        fixed = set(json.loads(SweepDir(str(hydra.sweep.dir)).fixed.read_text()))
+    except (OSError, ValueError):  # not written (yet): every override counts
+        fixed = set()
     row: Dict[str, Any] = {
         "job": int(hydra.job.num),
         "status": status,
-        "swept": " ".join(swept_overrides(overrides, Path(str(hydra.sweep.dir)))),
+        # the overrides that tell this job apart (seed=2 of seed=1,2, an Optuna trial's draw)
+        "swept": " ".join(o for o in overrides if o.partition("=")[0] not in fixed),
         "overrides": " ".join(overrides),
     }
     # one column per override key, so the CSV sorts and plots directly
@@ -234,17 +229,6 @@ def _say(text: str) -> None:
     os.write(2, (text + "\n").encode())
 
 
-def _jobs_running(sweep_dir: Path, attempt: Optional[str]) -> bool:
-    """Whether a job of this attempt is still run by its process (entries of dead processes are
-    ignored)."""
-    entries = [read_json(p) or {} for p in SweepDir(sweep_dir).running.glob("*.json")]
-    return any(
-        e.get("attempt") == attempt
-        and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
-        for e in entries
-    )
-
-
 def _watch(st: _Sweep) -> None:
     """In the launching process of process-per-job launchers: once no job runs any more (each
     wrote its row), or after GRACE_S, interrupt the main thread, which raises SweepStopped."""
@@ -252,7 +236,13 @@ def _watch(st: _Sweep) -> None:
     while time.monotonic() < deadline:
         if st.done.wait(0.1):
             return
-        if st.sweep_dir is None or not _jobs_running(st.sweep_dir, st.attempt):
+        # the jobs of this attempt still run by their process (those of dead ones are ignored)
+        running = [] if st.sweep_dir is None else SweepDir(st.sweep_dir).running.glob("*.json")
+        if not any(
+            e.get("attempt") == st.attempt
+            and (e.get("host") != rundir.this_host() or rundir.pid_alive(int(e.get("pid", 0))))
+            for e in (read_json(p) or {} for p in running)
+        ):
             break
     else:
         _say(f"rlrec sweep: jobs still running {GRACE_S:.0f} s after the stop: ending them")
@@ -264,8 +254,7 @@ def begin_job(sweep_dir: Path) -> None:
     """At the start of a job's task function: a stop signal that reaches this process between
     jobs or while the job is being built is recorded, not fatal (a joblib worker that died of it
     would take the other workers with it). submitit handles the signals of its own jobs."""
-    flag = _state()
-    flag.outcome = {}
+    flag = _state()  # (its outcome: on_job_end took the last job's)
     if not preempt.under_submitit():
         flag.catch(STOP_SIGNALS)
         attempt = read_json(SweepDir(sweep_dir).attempt) or {}  # who launched it, from where
@@ -323,21 +312,6 @@ def _refused(sweep_dir: Path, rows: List[Dict[str, Any]]) -> None:
     st.status = 2
 
 
-def _rows_of_unstarted(sweep_dir: Path, name: str) -> None:
-    """A "not started" row for each job dir without a row: a job handed to a worker as the sweep
-    stopped, whose worker ended (with the launching process) after Hydra made the job's dir and
-    before the job wrote its own "not started" row. No job trains without a row of its own: one
-    still building when the stop came checks the stop before it trains."""
-    have = {int(r.get("job", -1)) for r in read_rows(sweep_dir)}
-    for job_dir in sorted(Path(sweep_dir).iterdir()):
-        if not (job_dir.is_dir() and job_dir.name.isdigit()) or int(job_dir.name) in have:
-            continue
-        row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir),
-               "error": f"not started: the sweep was stopped by {name}"}  # fmt: skip
-        row["overrides"] = " ".join(read_overrides(job_dir))  # none: Hydra had not written them
-        write_summary(sweep_dir, row)
-
-
 def report_stopped() -> None:
     """In ``rlrec.run.cli`` after :class:`SweepStopped`: the summary as it stands, and the exit
     status."""
@@ -354,8 +328,19 @@ def _end(sweep_dir: Optional[Path], stopped: bool = False) -> None:
         rows = read_rows(sweep_dir)
         if rows and all(r.get(REFUSED) for r in rows) and signum is None:
             return _refused(sweep_dir, rows)
-        if stopped:
-            _rows_of_unstarted(sweep_dir, signal.Signals(signum).name)
+        if stopped:  # a "not started" row for each job dir without a row: a job handed to a
+            # worker as the sweep stopped, whose worker ended (with the launching process) after
+            # Hydra made the job's dir and before the job wrote its own "not started" row (no job
+            # trains without a row of its own: one still building checks the stop before it trains)
+            have = {int(r.get("job", -1)) for r in rows}
+            for job_dir in sorted(Path(sweep_dir).iterdir()):
+                if not (job_dir.is_dir() and job_dir.name.isdigit()) or int(job_dir.name) in have:
+                    continue
+                error = f"not started: the sweep was stopped by {signal.Signals(signum).name}"
+                row = {"job": int(job_dir.name), "status": STOPPED, "run_dir": str(job_dir)}
+                # its overrides (none where Hydra had not written them yet)
+                row.update(error=error, overrides=" ".join(read_overrides(job_dir)))
+                write_summary(sweep_dir, row)
         rows = write_summary(sweep_dir)
         if rows:
             summary = f"rlrec sweep summary ({SweepDir(sweep_dir).summary}):\n{format_table(rows)}"

@@ -80,15 +80,6 @@ class Point:
         step = line["step"]
         return step > self.step or (step == self.step and self.eval_due and is_eval)
 
-    def clip_after(self, kind: str, first_step: int) -> Optional[bool]:
-        """Whether a clip of ``kind`` whose first frame is at ``first_step`` began after this
-        point; None when the checkpoint has no recorder state of that kind (cannot be told)."""
-        saved = self.recorder_steps.get(kind)
-        if saved is None:
-            return None
-        # an evaluation begins with a reset at the count it starts from
-        return first_step > saved if kind == "train" else first_step >= saved
-
 
 def supersede(
     run_dir: Path,
@@ -152,11 +143,12 @@ class _Plan:
             step = names.evaluation_step(video.name, kind)
             if step is not None:  # an evaluation's clip goes or stays with its lines
                 after = self.point.line_after({"step": step}, True)
-            else:
-                first = _first_step(video, kind)
-                after = None if first is None else self.point.clip_after(kind, first)
-            if after is None:
-                continue
+            else:  # by the recorder's count at its first frame (unknown: the clip stays)
+                first, saved = _first_step(video, kind), self.point.recorder_steps.get(kind)
+                if first is None or saved is None:
+                    continue
+                # an evaluation begins with a reset at the count it starts from
+                after = first > saved if kind == "train" else first >= saved
             self.moved_clips[os.path.relpath(video, self.run_dir)] = after
             if after:
                 self.files.append(video)
@@ -178,9 +170,10 @@ class _Plan:
             with contextlib.suppress(ValueError):
                 line = json.loads(raw)
             after = self.point.line_after(line, isinstance(line, dict) and is_eval(line))
-            clip = _clip_named(line)
-            if clip is not None and clip in self.moved_clips:
-                after = self.moved_clips[clip]  # a clip's line goes or stays with the clip
+            # the logger's {"video/<kind>": path} line of a clip goes or stays with the clip
+            for key, value in line.items() if isinstance(line, dict) else ():
+                if str(key).startswith("video/") and isinstance(value, str):
+                    after = self.moved_clips.get(os.path.normpath(value), after)
             if not raw.endswith(b"\n"):
                 raw += b"\n"
             (moved if after else kept).append(raw)
@@ -242,16 +235,6 @@ def _first_step(video: Path, kind: str) -> Optional[int]:
         if side.get("kind", kind) == kind and isinstance(side.get("first_step"), int):
             return side["first_step"]
     return names.first_step(video.name, kind)
-
-
-def _clip_named(line: Any) -> Optional[str]:
-    """The clip a ``{"video/<kind>": path}`` line names (the logger's line for each clip)."""
-    if not isinstance(line, dict):
-        return None
-    for key, value in line.items():
-        if str(key).startswith("video/") and isinstance(value, str):
-            return os.path.normpath(value)
-    return None
 
 
 # TensorBoard event files: records of <length u64><crc u32><data><crc u32>, each an Event
