@@ -10,6 +10,8 @@ from typing import Iterable
 from rlrec.checks import ConfigError, positive
 from rlrec.layout import RunDir
 
+__all__ = ["ReportConfig", "run_settings"]
+
 
 @dataclass
 class ReportConfig:

@@ -9,6 +9,8 @@ from typing import List, Tuple
 
 from rlrec.report.rundata import RunData
 
+__all__ = ["PANELS", "curves_svg"]
+
 # (title, keys): one panel each, those of a run that has none of its keys are left out
 MAX_POINTS = 400  # points drawn per curve: a longer series is drawn every k-th point (and its last)
 

@@ -26,6 +26,8 @@ from rlrec.report.curves import curves_svg
 from rlrec.report.progress import write_progress
 from rlrec.report.rundata import HEALTH_KEYS, Evaluation, RunData, read_rows, read_run, read_sidecar
 
+__all__ = ["replay_command", "write_report"]
+
 PROGRESS_TIMEOUT_S = 600.0  # the longest the page waits for its progress video
 
 # nothing but inline styles and the run dir's own files: a report never reaches a network

@@ -28,6 +28,8 @@ from rlrec.record.frames import grid_shape, pad_even, tile
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
 
+__all__ = ["BAND", "even_subset", "read_frames", "write_progress"]
+
 BAND = 24  # pixels of label above each tile (two lines of PIL's default font)
 
 

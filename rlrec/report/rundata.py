@@ -18,6 +18,17 @@ from typing import Any, Dict, List, Optional
 from rlrec.layout import METRICS, ROW_FILES, RunDir, SweepDir
 from rlrec.record.sidecar import sidecar_path
 
+__all__ = [
+    "HEALTH_KEYS",
+    "Evaluation",
+    "RunData",
+    "read_json",
+    "read_jsonl",
+    "read_overrides",
+    "read_rows",
+    "read_run",
+]
+
 # the recorders' loss counters (cumulative: the last value logged is the run's figure)
 HEALTH_KEYS = ("record/clips_dropped", "record/frames_dropped", "record/encoder_stalls")
 

@@ -172,3 +172,6 @@ def check(cfg: Config, device=None) -> None:
             f"this run needs at least {gb(total)} of {label} but the machine has "
             f"{gb(available)} ({source}): {parts}. Lower the keys named."
         )
+
+
+__all__ = ["Need", "check", "device_memory", "estimate", "host_memory"]

@@ -33,6 +33,8 @@ from rlrec.record.settings import Trigger
 from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
 
+__all__ = ["find_checkpoint", "main", "replay", "replay_config"]
+
 USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALUE ...]"
 
 
