@@ -34,7 +34,7 @@ from rlrec.checks import (
     positive,
 )
 from rlrec.distributed import DistributedConfig
-from rlrec.envs.config import BACKENDS, SimConfig
+from rlrec.envs.config import BACKENDS, EnvNotBuilt, SimConfig
 from rlrec.ppo.config import PPOConfig, check_encoder
 from rlrec.record.settings import RecorderConfig, Trigger, check_view
 from rlrec.report.config import ReportConfig
@@ -211,12 +211,18 @@ def validate(cfg: Config) -> None:
         )
     if not a.hidden_sizes or any(h <= 0 for h in a.hidden_sizes):
         raise ConfigError(f"algo.hidden_sizes={list(a.hidden_sizes)} must be positive sizes")
-    check_encoder(a.encoder, env, "algo.encoder")
     cfg.report.check("report")
     cfg.recorder.check(env.num_envs, "recorder")
     ev.recorder.check(ev.num_envs, "eval_env.recorder")
-    for key, rec in (("recorder", cfg.recorder), ("eval_env.recorder", ev.recorder)):
-        check_view(rec, env.obs_image() is not None, key)
+    try:  # both read the env's observation: a Gymnasium env is built to read its space
+        check_encoder(a.encoder, env, "algo.encoder")
+        for key, rec in (("recorder", cfg.recorder), ("eval_env.recorder", ev.recorder)):
+            check_view(rec, env.obs_image() is not None, key)
+    except EnvNotBuilt:  # the backend's own check names why (the registry's close matches)
+        from rlrec.envs.factory import check_ready
+
+        check_ready(env, cfg.sim)
+        raise
     check_device(cfg.sim.device)  # last: it imports torch (sim=gpu on the CPU: resolve_device)
 
 

@@ -121,7 +121,7 @@ class GymnasiumEnvConfig(EnvConfig):
     def obs_image(self) -> Optional[Tuple[int, int, int]]:
         """A rendered frame has 3 channels; with ``obs_mode=state`` the env's own observation is
         an image or not (:func:`own_channels`)."""
-        channels = 3 if self.obs_mode != ObsMode.state else own_channels(self)
+        channels = 3 if self.obs_mode != ObsMode.state else own_channels(self.id, self.kwargs)
         if channels is None and self.frame_stack > 1:
             raise ConfigError(
                 f"env.frame_stack={self.frame_stack} stacks images, but env.id={self.id!r} "
@@ -143,25 +143,24 @@ def is_image(space) -> bool:
 _OWN_CHANNELS: Dict[str, Optional[int]] = {}  # own_channels' answers, by id and kwargs
 
 
-def own_channels(env_cfg: "GymnasiumEnvConfig") -> Optional[int]:
-    """The channels of gymnasium env ``env.id``'s own observation where it is an image, else
+class EnvNotBuilt(ConfigError):
+    """An env built to read its space before work could not be built (the backend's own check
+    before work names why: ``rlrec.config.validate`` asks it first)."""
+
+
+def own_channels(env_id: str, kwargs: Any) -> Optional[int]:
+    """The channels of gymnasium env ``env_id``'s own observation where it is an image, else
     None: read from one env built without rendering (gymnasium sets an env's space when it builds
-    it), once per id and kwargs in a process, before any work. An env that cannot be built is
-    refused by the backend's check before work (``rlrec.envs.gymnasium.check_ready``: an id not
-    registered, a keyword it does not take, a missing dependency), here, so its message comes
-    first; one that passes it and still cannot be built: None."""
-    kwargs = dict(env_cfg.kwargs or {})
-    key = repr((env_cfg.id, kwargs))
+    it), once per id and kwargs in a process, before any work; :class:`EnvNotBuilt` when it
+    cannot be built."""
+    key = repr((env_id, dict(kwargs or {})))
     if key not in _OWN_CHANNELS:
         import gymnasium as gym
 
         try:  # gymnasium's own MODULE:ID imports MODULE
-            probe = gym.make(env_cfg.id, disable_env_checker=True, **kwargs)
-        except Exception:  # noqa: BLE001 (the backend's check says what is wrong)
-            from rlrec.envs.gymnasium import check_ready
-
-            check_ready(env_cfg)
-            return None
+            probe = gym.make(env_id, disable_env_checker=True, **dict(kwargs or {}))
+        except Exception as err:  # noqa: BLE001 (named in the refusal)
+            raise EnvNotBuilt(f"env.id={env_id!r} cannot be built: {err}") from err
         space = probe.observation_space
         probe.close()
         _OWN_CHANNELS[key] = int(space.shape[-1]) if is_image(space) else None

@@ -17,7 +17,7 @@ from rlrec.checks import ConfigError
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import resize_images
 from rlrec.envs.builtin import PointReach
-from rlrec.envs.config import GymnasiumEnvConfig
+from rlrec.envs.config import EnvNotBuilt, GymnasiumEnvConfig
 from rlrec.envs.gymnasium import GymnasiumEnv, check_ready
 from rlrec.testing import EnvContract
 from tests.helpers import FAST, make_config, run_train
@@ -175,9 +175,12 @@ def test_the_observed_image_is_known_and_refused_before_work():
         GymnasiumEnvConfig(id="CartPole-v1", frame_stack=2).obs_image()
     # an env that cannot be built is refused as the backend's check before work refuses it
     with pytest.raises(ConfigError, match="is not a registered gymnasium id. Did you mean Cart"):
-        GymnasiumEnvConfig(id="CartPol-v1", frame_stack=2).obs_image()
+        make_config(["env=gymnasium", "env.id=CartPol-v1", "env.frame_stack=2"])
     with pytest.raises(ConfigError, match="env.kwargs.bogus is not a keyword argument"):
-        GymnasiumEnvConfig(id="CartPole-v1", frame_stack=2, kwargs={"bogus": 1}).obs_image()
+        make_config(["env=gymnasium", "env.frame_stack=2", "+env.kwargs.bogus=1"])
+    # and where the check passes, the probe's own error names the env
+    with pytest.raises(EnvNotBuilt, match="env.id='CartPol-v1' cannot be built: .*CartPol"):
+        GymnasiumEnvConfig(id="CartPol-v1", frame_stack=2).obs_image()
     with pytest.raises(ConfigError, match="env.frame_stack=0 is invalid"):
         GymnasiumEnvConfig(frame_stack=0)
     make_config(["env=gymnasium", f"env.id={MODULE_ID}", "algo.encoder=cnn"])  # an image: cnn
