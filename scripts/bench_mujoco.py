@@ -6,9 +6,11 @@ table (MuJoCo v4, 1M env steps, 3 seeds; CleanRL's docs/rl-algorithms/ppo.md, ta
     python scripts/bench_mujoco.py                        # Hopper, HalfCheetah, Walker2d x 3 seeds
     python scripts/bench_mujoco.py --tasks InvertedPendulum-v4 --seeds 1 --steps 200000
     python scripts/bench_mujoco.py --tasks Hopper-v4 -- recorder=none eval_env.enabled=false
+    python scripts/bench_mujoco.py --tasks Walker2d-v4 --seeds 1 2 -- hydra/launcher=joblib \
+        hydra.launcher.n_jobs=2                           # two runs at a time (1 thread each)
 
 One Hydra multirun (``python train.py -m +experiment=mujoco env.id=... seed=...``, the basic
-launcher: one job after another) in ``--sweep-dir``; then the sweep's report page
+launcher: one job after another; Hydra's joblib launcher runs several at once) in ``--sweep-dir``; then the sweep's report page
 (``python -m rlrec.report``: each run's curves and last eval clip) and, per task, the mean +- std
 over seeds of the final training return (the mean of the last 10 training episodes, from the last
 ``train/return`` lines of metrics.jsonl weighted by their ``train/episodes``, as CleanRL's table
