@@ -29,12 +29,12 @@ PANEL = (307, 230)  # width, height of a panel in px
 MARGIN = (52, 18, 26, 38)  # left, right, top, bottom: the plot area's margins in a panel
 
 
-def curves_svg(run: RunData) -> str:
-    """The ``<svg>`` element of the run's curves ("" when the run logged none): four panels a
-    row, each with its title, its axes' ticks and grid, its curves (an eval curve with markers)
-    and, with two curves, their legend."""
+def curves_svg(run: RunData, panels_of: List[Tuple[str, Tuple[str, ...]]] = PANELS) -> str:
+    """The ``<svg>`` element of the run's curves (those of ``panels_of``; "" when the run logged
+    none): four panels a row, each with its title, its axes' ticks and grid, its curves (an eval
+    curve with markers) and, with two curves, their legend."""
     panels = []
-    for title, keys in PANELS:
+    for title, keys in panels_of:
         series = [(key, *_thin(*run.series(key))) for key in keys]
         series = [s for s in series if s[1]]
         if series:

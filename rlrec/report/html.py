@@ -22,7 +22,7 @@ from rlrec.checks import ConfigError
 from rlrec.files import write_atomic
 from rlrec.layout import PROGRESS_VIDEO, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
-from rlrec.report.curves import curves_svg
+from rlrec.report.curves import PANELS, curves_svg
 from rlrec.report.progress import write_progress
 from rlrec.report.rundata import HEALTH_KEYS, Evaluation, RunData, read_rows, read_run, read_sidecar
 
@@ -296,13 +296,15 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
              _fmt(row.get("step")), _fmt(row.get("eval/return")), _fmt(row.get("eval/success")),
              _e(row.get("error") or "")]
         )  # fmt: skip
-        evals = [] if job_dir is None else read_run(job_dir).evaluations
+        run = None if job_dir is None else read_run(job_dir)
+        evals = [] if run is None else run.evaluations
         last: Optional[Evaluation] = next((ev for ev in reversed(evals) if ev.clip_ok), None)
         if last is not None:
             rel = job_dir.relative_to(sweep_dir.resolve()).as_posix()
             caption = f"job {job} &middot; step {last.step:,} &middot; return {_fmt(last.ret)}"
             cards.append(
                 f"<figure>{_video(f'{rel}/{last.clip}', last.sidecar)}"
+                f"{curves_svg(run, PANELS[:1])}"  # its return curves, training and eval
                 f"<figcaption>{caption}<br><code>{_e(swept)}</code></figcaption></figure>"
             )
     head = ["job", "status", "overrides", "step", "return", "success", "error"]
@@ -314,7 +316,7 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
         f"<h1>rlrec sweep {_e(sweep_dir.resolve().name)}</h1>",
         f"<p>{len(jobs)} jobs &middot; <code>{_e(sweep_dir.resolve())}</code></p>",
         _section("jobs", "Jobs", jobs_table),
-        _section("clips", "Last eval clip of each job", clips),
+        _section("clips", "Last eval clip and return curves of each job", clips),
     ]
     return _page(f"rlrec sweep {sweep_dir.resolve().name}", body)
 

@@ -211,6 +211,9 @@ def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
     last = read_run(lossless_run).evaluations[-1].clip
     assert f'src="0/{last}"' in page and f'src="1/{last}"' in page
     assert 'href="0/report.html"' in page and RunDir(sweep / "1").report.is_file()
+    # each job's return curves beside its clip: the return panel alone, one per job
+    assert page.count("<svg") == 2 and "steps per second" not in page
+    assert page.count(">return</text>") == 2
 
 
 # --------------------------------------------------------------------------- entry points
