@@ -10,8 +10,9 @@ table (MuJoCo v4, 1M env steps, 3 seeds; CleanRL's docs/rl-algorithms/ppo.md, ta
         hydra.launcher.n_jobs=2                           # two runs at a time (1 thread each)
 
 One Hydra multirun (``python train.py -m +experiment=mujoco env.id=... seed=...``, the basic
-launcher: one job after another; Hydra's joblib launcher runs several at once) in ``--sweep-dir``; then the sweep's report page
-(``python -m rlrec.report``: each run's curves and last eval clip) and, per task, the mean +- std
+launcher: one job after another; Hydra's joblib launcher runs several at once) in
+``--sweep-dir``; then the sweep's report page (``python -m rlrec.report``: each run's return
+curves and last eval clip) and, per task, the mean +- std
 over seeds of the final training return (the mean of the last 10 training episodes, from the last
 ``train/return`` lines of metrics.jsonl weighted by their ``train/episodes``, as CleanRL's table
 averages its last episodes) and of rlrec's last deterministic eval return, beside CleanRL's

@@ -7,7 +7,8 @@ A run's page: the figures of its last evaluation, its health (clips and frames t
 dropped, encoder stalls, stops and resumes), the learning curves, the progress video, every
 evaluation with its clip, the failed eval episodes with their seeds and the command that replays
 each, and the config (the user's overrides first). A sweep's page: one row per job (its overrides
-and final figures, a link to the job's own page) and each job's last eval clip side by side.
+and final figures, a link to the job's own page) and, for each job with an eval clip on disk, its
+last eval clip beside its return curves.
 """
 
 from __future__ import annotations

@@ -89,7 +89,9 @@ def refuse_before_work(cfg: DictConfig) -> Checked:
     before the run dir exists and, where no Preflight checked the run (a sweep's jobs), by
     ``rlrec.run.cli``; :func:`checked_for` hands Preflight's result to the run."""
     check_logger_extra(cfg)
-    config = to_dataclass(cfg)  # what it refuses is refused without importing torch
+    # what it refuses is refused without importing torch, but for an env that cannot be built
+    # (the backend's check names why)
+    config = to_dataclass(cfg)
     from rlrec.envs.factory import check_ready, resolve_device
     from rlrec.train.checkpoint import check_exists
 

@@ -178,7 +178,7 @@ def test_the_observed_image_is_known_and_refused_before_work():
         make_config(["env=gymnasium", "env.id=CartPol-v1", "env.frame_stack=2"])
     with pytest.raises(ConfigError, match="env.kwargs.bogus is not a keyword argument"):
         make_config(["env=gymnasium", "env.frame_stack=2", "+env.kwargs.bogus=1"])
-    # and where the check passes, the probe's own error names the env
+    # the probe alone (no validation around it) raises with the env's own error
     with pytest.raises(EnvNotBuilt, match="env.id='CartPol-v1' cannot be built: .*CartPol"):
         GymnasiumEnvConfig(id="CartPol-v1", frame_stack=2).obs_image()
     with pytest.raises(ConfigError, match="env.frame_stack=0 is invalid"):

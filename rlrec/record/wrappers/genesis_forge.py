@@ -96,7 +96,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     ):
         super().__init__(env)
         if episode_trigger is not None and step_trigger is not None:  # as Genesis Forge's
-            _ARGS.refuse("step_trigger", step_trigger, "episode_trigger is given too: pass one")
+            _ARGS.refuse("step_trigger", "<a callable>", "episode_trigger is given too: pass one")
         _ARGS.callables(episode_trigger=episode_trigger, step_trigger=step_trigger)
         if not isinstance(camera_attr, str) or not camera_attr:
             _ARGS.refuse("camera_attr", camera_attr, "must be an attribute name")

@@ -141,7 +141,7 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             ARGS.refuse("render_substeps", render_substeps, rule)
         if max_steps_per_video is not None:
             rule = "a positive int or None (the whole episode)"
-            ARGS.whole(max_steps_per_video, "max_steps_per_video", 1, rule)
+            max_steps_per_video = ARGS.whole(max_steps_per_video, "max_steps_per_video", 1, rule)
         rule = "a positive number or None (real time, 1 / control_timestep)"
         ARGS.positive(video_fps, "video_fps", rule)
         ARGS.callables(save_video_trigger=save_video_trigger)
