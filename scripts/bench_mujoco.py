@@ -8,6 +8,7 @@ table (MuJoCo v4, 1M env steps, 3 seeds; CleanRL's docs/rl-algorithms/ppo.md, ta
     python scripts/bench_mujoco.py --tasks Hopper-v4 -- recorder=none eval_env.enabled=false
     python scripts/bench_mujoco.py --tasks Walker2d-v4 --seeds 1 2 -- hydra/launcher=joblib \
         hydra.launcher.n_jobs=2                           # two runs at a time (1 thread each)
+    python scripts/bench_mujoco.py --table-of SWEEP_DIR [SWEEP_DIR ...]  # several sweeps' runs
 
 One Hydra multirun (``python train.py -m +experiment=mujoco env.id=... seed=...``, the basic
 launcher: one job after another; Hydra's joblib launcher runs several at once) in
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,7 +63,7 @@ def final_train_return(lines: List[dict], episodes: int = LAST_EPISODES) -> floa
     return total / weight if weight else float("nan")
 
 
-def run_figures(run_dir: Path) -> Dict[str, float]:
+def run_figures(run_dir: Path) -> Dict[str, Any]:
     """What one job's run dir says: final training return, last eval return, steps, wall s."""
     paths = RunDir(run_dir)
     lines = read_jsonl(paths.metrics)
@@ -73,6 +74,7 @@ def run_figures(run_dir: Path) -> Dict[str, float]:
         "eval": evals[-1] if evals else float("nan"),
         "steps": float(max((int(x.get("step", 0)) for x in lines), default=0)),
         "wall": wall,
+        "run_dir": str(run_dir),
     }
 
 
@@ -91,8 +93,18 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--steps", type=int, default=1_000_000, help="total_steps of each run")
     ap.add_argument("--sweep-dir", type=Path, help="default: outputs/bench_mujoco/<time>")
+    ap.add_argument(
+        "--table-of",
+        nargs="+",
+        type=Path,
+        metavar="SWEEP_DIR",
+        help="run nothing: the table of these sweeps' completed runs together",
+    )
     ap.add_argument("overrides", nargs="*", help="extra overrides for every run (after --)")
     a = ap.parse_args()
+    if a.table_of:
+        a.tasks = sorted({str(row["env.id"]) for d in a.table_of for row in read_rows(d)})
+        sys.exit(print_table(a.tasks, a.table_of))
     sweep = a.sweep_dir or ROOT / "outputs" / "bench_mujoco" / time.strftime("%Y%m%d-%H%M%S")
     command = [
         sys.executable,
@@ -111,13 +123,20 @@ def main() -> None:
     code = subprocess.run(command, cwd=ROOT).returncode
     elapsed = time.perf_counter() - t0
     report = write_report(sweep)
-    by_task: Dict[str, List[Dict[str, float]]] = {}
-    for row in read_rows(sweep):
+    print_table(a.tasks, [sweep])
+    print(f"\nsweep {sweep} in {elapsed:.0f} s (exit {code}); report {report}", flush=True)
+    sys.exit(code)
+
+
+def print_table(tasks: List[str], sweeps: List[Path]) -> int:
+    """Per task, the completed runs of ``sweeps``: mean +- std over seeds, beside CleanRL."""
+    by_task: Dict[str, List[Dict[str, Any]]] = {}
+    for row in (row for sweep in sweeps for row in read_rows(sweep)):
         if row.get("status") == "COMPLETED":
             by_task.setdefault(str(row["env.id"]), []).append(run_figures(Path(row["run_dir"])))
     head = ("task", "seeds", f"train return (last {LAST_EPISODES} ep)", "eval return")
     print(f"\n{' | '.join(head)} | CleanRL | wall s per run | steps/s")
-    for task in a.tasks:
+    for task in tasks:
         runs = by_task.get(task, [])
         if not runs:
             print(f"{task} | 0 | no completed run")
@@ -127,8 +146,11 @@ def main() -> None:
         sps = statistics.fmean(r["steps"] / r["wall"] for r in runs)
         train, evals = _pm([r["train"] for r in runs]), _pm([r["eval"] for r in runs])
         print(f"{task} | {len(runs)} | {train} | {evals} | {clean} | {wall:.0f} | {sps:.0f}")
-    print(f"\nsweep {sweep} in {elapsed:.0f} s (exit {code}); report {report}", flush=True)
-    sys.exit(code)
+        for r in runs:
+            print(
+                f"  {r['run_dir']}: train {r['train']:.2f}, eval {r['eval']:.2f}, {r['wall']:.0f} s"
+            )
+    return 0
 
 
 if __name__ == "__main__":
