@@ -10,6 +10,11 @@ The policy stands still, so every episode runs to the time limit (100 steps) and
 then records and keeps every clip, as ``all`` does (the most work the option can ask for).
 Printed: the median seconds per evaluation of each setting and its ratio to ``none``, in wall time
 and in CPU time (this process and its ffmpeg processes: on a shared machine the steadier figure).
+
+Then the floor of any per-episode encoding: ``none`` plus the encoding alone of the frames those
+clips hold (every env's 101 frames, drawn ahead, clip after clip), by ONE ffmpeg process at the
+eval recorder's settings: one process start, one x264 set-up, no render, no copy, no thread.
+No way of encoding those clips costs less, so no setting can get below that ratio here.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rlrec.envs.builtin import make  # noqa: E402
+from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings  # noqa: E402
 from rlrec.train.evaluation import Evaluator  # noqa: E402
 from tests.helpers import make_config  # noqa: E402
 
@@ -52,6 +60,28 @@ def _cpu() -> float:
     return sum(u.ru_utime + u.ru_stime for u in usage)
 
 
+def _frames(envs: int, size: int) -> np.ndarray:
+    """Every env's frames of one evaluation (the reset and 100 steps standing still), clip after
+    clip: uint8 ``[envs * 101, size, size, 3]``."""
+    cfg = make_config([f"env.render_width={size}", f"env.render_height={size}"])
+    env = make(cfg.env, cfg.sim, envs, torch.device("cpu"), seed=0)
+    env.reset()
+    every = list(range(envs))
+    frames = [env.render(every)]
+    for _ in range(100):
+        env.step(torch.zeros(envs, 2))
+        frames.append(env.render(every))
+    return torch.stack(frames, 1).reshape(-1, size, size, 3).numpy()
+
+
+def _encode_once(frames: np.ndarray, path: Path, encoding: dict) -> None:
+    """``frames`` as one clip, by one ffmpeg process (x264 on one thread, as each clip's)."""
+    size = frames.shape[1]
+    ffmpeg = FFmpegProcess(str(path), size, size, 10.0, encoding, threads=1)
+    ffmpeg.write(list(frames))
+    ffmpeg.finish()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=16)
@@ -60,8 +90,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rules = ("none", "failed", "all")
-    times = {r: [] for r in rules}
-    cpus = {r: [] for r in rules}
+    times = {r: [] for r in rules + ("encoding",)}
+    cpus = {r: [] for r in rules + ("encoding",)}
+    frames = _frames(args.envs, args.size)
+    rec = make_config([]).eval_env.recorder  # its default settings
+    encoding = encoder_settings(rec.quality, rec.lossless, rec.preset)
     with tempfile.TemporaryDirectory() as tmp:
         evaluators = {r: _evaluator(r, args.envs, args.size, Path(tmp)) for r in rules}
         try:
@@ -73,6 +106,11 @@ def main() -> None:
                     if i:  # the first round warms up
                         times[rule].append(time.perf_counter() - t0)
                         cpus[rule].append(_cpu() - c0)
+                c0, t0 = _cpu(), time.perf_counter()
+                _encode_once(frames, Path(tmp) / f"floor{i}.mp4", encoding)
+                if i:
+                    times["encoding"].append(time.perf_counter() - t0)
+                    cpus["encoding"].append(_cpu() - c0)
         finally:
             for ev in evaluators.values():
                 ev.env.close()
@@ -82,6 +120,11 @@ def main() -> None:
         for rule in rules:
             med = statistics.median(figures[rule])
             print(f"clips={rule:<7} {med:7.3f} {what} s per evaluation   x{med / base:.2f} of none")
+        floor = base + statistics.median(figures["encoding"])
+        print(
+            f"floor   {floor:7.3f} {what} s: none + one ffmpeg encoding the {len(frames):,} frames "
+            f"alone   x{floor / base:.2f} of none"
+        )
 
 
 if __name__ == "__main__":
