@@ -65,3 +65,26 @@ def test_the_run_mode_of_the_command_line(tmp_path):
     proc = _importtime(["hydra.mode=BOGUS", f"hydra.run.dir={run}"], tmp_path)
     assert proc.returncode != 0 and "hydra.mode" in proc.stderr and "MULTIRUN" in proc.stderr
     assert not run.exists()
+
+
+def test_exit_freezes_the_objects_left_once_however_often_main_runs(tmp_path):
+    """``main`` registers ``gc.freeze`` as an exit handler once, however often it runs in a
+    process: at exit the interpreter's collections then skip every object left (torch's)."""
+    code = f"""
+import atexit, gc, sys
+import rlrec.run.cli as cli
+calls, freeze = [], gc.freeze
+gc.freeze = lambda: calls.append(1) or freeze()  # what main() registers, counted
+# registered first, so run last: after the handlers main() registered
+atexit.register(lambda: print("at exit:", len(calls), "freezes,", gc.get_freeze_count() > 0))
+for _ in range(2):
+    sys.argv = ["train.py", "--cfg", "job", "hydra.run.dir={tmp_path / 'run'}"]
+    cli.main()
+print("before exit:", len(calls), "freezes,", gc.get_freeze_count() > 0)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "before exit: 0 freezes, False" in proc.stdout, proc.stdout
+    assert "at exit: 1 freezes, True" in proc.stdout, proc.stdout
