@@ -70,6 +70,7 @@ def test_the_run_mode_of_the_command_line(tmp_path):
 def test_exit_freezes_the_objects_left_once_however_often_main_runs(tmp_path):
     """``main`` registers ``gc.freeze`` as an exit handler once, however often it runs in a
     process: at exit the interpreter's collections then skip every object left (torch's)."""
+    run_dir = tmp_path / "run"
     code = f"""
 import atexit, gc, sys
 import rlrec.run.cli as cli
@@ -78,7 +79,7 @@ gc.freeze = lambda: calls.append(1) or freeze()  # what main() registers, counte
 # registered first, so run last: after the handlers main() registered
 atexit.register(lambda: print("at exit:", len(calls), "freezes,", gc.get_freeze_count() > 0))
 for _ in range(2):
-    sys.argv = ["train.py", "--cfg", "job", "hydra.run.dir={tmp_path / 'run'}"]
+    sys.argv = ["train.py", "--cfg", "job", "hydra.run.dir={run_dir}"]
     cli.main()
 print("before exit:", len(calls), "freezes,", gc.get_freeze_count() > 0)
 """
