@@ -4,12 +4,13 @@ fetched (the text is in the page's own sans-serif font)."""
 
 from __future__ import annotations
 
+import html
 import math
 from typing import List, Tuple
 
 from rlrec.report.rundata import RunData
 
-__all__ = ["PANELS", "curves_svg"]
+__all__ = ["PANELS", "curves_svg", "overlay_svg", "tick_labels"]
 
 # (title, keys): one panel each, those of a run that has none of its keys are left out
 MAX_POINTS = 400  # points drawn per curve: a longer series is drawn every k-th point (and its last)
@@ -24,9 +25,13 @@ PANELS: List[Tuple[str, Tuple[str, ...]]] = [
     ("approx. KL", ("loss/approx_kl",)),
     ("steps per second", ("sps/total", "sps/collect")),
 ]
-COLORS = ("#1f77b4", "#ff7f0e")  # a panel's first and second curve
-PANEL = (307, 230)  # width, height of a panel in px
+# a panel's curves in turn (matplotlib's tab10)
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+PANEL = (307, 230)  # width, height of a panel in px (without its legend's rows)
 MARGIN = (52, 18, 26, 38)  # left, right, top, bottom: the plot area's margins in a panel
+LEGEND_ROW = 14  # px: a row of legend entries, below the panel's axis label (outside the plot)
+
+Series = Tuple[str, list, list, bool]  # label, steps, values, markers at its points
 
 
 def curves_svg(run: RunData, panels_of: List[Tuple[str, Tuple[str, ...]]] = PANELS) -> str:
@@ -35,24 +40,52 @@ def curves_svg(run: RunData, panels_of: List[Tuple[str, Tuple[str, ...]]] = PANE
     curve with markers) and, with two curves, their legend."""
     panels = []
     for title, keys in panels_of:
-        series = [(key, *_thin(*run.series(key))) for key in keys]
+        series = [(key, *_thin(*run.series(key)), key.startswith("eval/")) for key in keys]
         series = [s for s in series if s[1]]
         if series:
             panels.append((title, series))
+    return _svg(panels)
+
+
+def overlay_svg(title: str, curves: List[Tuple[str, RunData]], key: str = "eval/return") -> str:
+    """One panel of the ``key`` curves of several runs (``curves``: each run with its label), each
+    with markers ("" when none logged it)."""
+    series = [(label, *_thin(*run.series(key)), True) for label, run in curves]
+    return _svg([(title, [s for s in series if s[1]])] if any(s[1] for s in series) else [])
+
+
+def _svg(panels: List[Tuple[str, List[Series]]]) -> str:
     if not panels:
         return ""
     cols = min(4, len(panels))
-    width, height = cols * PANEL[0], -(-len(panels) // cols) * PANEL[1]
+    rows = max(_legend(0, [s[0] for s in series])[1] for _, series in panels)
+    panel_h = PANEL[1] + LEGEND_ROW * rows
+    width, height = cols * PANEL[0], -(-len(panels) // cols) * panel_h
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="9">'
     ]
     for i, (title, series) in enumerate(panels):
-        out += _panel((i % cols) * PANEL[0], (i // cols) * PANEL[1], title, series)
+        out += _panel((i % cols) * PANEL[0], (i // cols) * panel_h, title, series)
     return "\n".join(out + ["</svg>"])
 
 
-def _panel(left: int, top: int, title: str, series: list) -> List[str]:
+def _legend(x0: float, labels: List[str]) -> Tuple[List[Tuple[float, int]], int]:
+    """Where each legend entry goes, (x, row), in rows from ``x0`` across a panel's plot width,
+    and the rows it takes (none for one curve: the panel's title names it)."""
+    if len(labels) < 2:
+        return [], 0
+    places, x, row, right = [], x0, 0, x0 + PANEL[0] - MARGIN[0] - MARGIN[1]
+    for label in labels:
+        width = 22 + 5.5 * len(label)  # its line, and its text at about 5.5 px a character
+        if x > x0 and x + width > right:
+            x, row = x0, row + 1
+        places.append((x, row))
+        x += width
+    return places, row + 1
+
+
+def _panel(left: int, top: int, title: str, series: List[Series]) -> List[str]:
     """The elements of one panel whose top left corner is at (left, top)."""
     x0, x1 = left + MARGIN[0], left + PANEL[0] - MARGIN[1]
     y0, y1 = top + MARGIN[2], top + PANEL[1] - MARGIN[3]  # y0 the top of the plot area
@@ -70,35 +103,40 @@ def _panel(left: int, top: int, title: str, series: list) -> List[str]:
     )
     out = [
         f'<text x="{(x0 + x1) / 2}" y="{top + 16}" text-anchor="middle" font-size="13">'
-        f"{title}</text>",
+        f"{html.escape(title)}</text>",
         f'<path d="{grid}" stroke="#b0b0b0" stroke-opacity="0.5" stroke-width="0.8"/>',
         f'<path d="M{x0} {y0}H{x1}V{y1}H{x0}Z" fill="none" stroke="#000" stroke-width="0.8"/>',
         f'<text x="{(x0 + x1) / 2}" y="{y1 + 32}" text-anchor="middle" font-size="11">'
         "env steps</text>",
     ]
     out += [
-        f'<text x="{px(x):.1f}" y="{y1 + 12}" text-anchor="middle">{_label(x)}</text>' for x in xt
+        f'<text x="{px(x):.1f}" y="{y1 + 12}" text-anchor="middle">{label}</text>'
+        for x, label in zip(xt, tick_labels(xt))
     ]
     out += [
-        f'<text x="{x0 - 4}" y="{py(y) + 3:.1f}" text-anchor="end">{_label(y)}</text>' for y in yt
+        f'<text x="{x0 - 4}" y="{py(y) + 3:.1f}" text-anchor="end">{label}</text>'
+        for y, label in zip(yt, tick_labels(yt))
     ]
-    for (key, steps, values), color in zip(series, COLORS):
+    for i, (_, steps, values, markers) in enumerate(series):
+        color = COLORS[i % len(COLORS)]
         points = [(px(x), py(y)) for x, y in zip(steps, values)]
         line = "L".join(f"{x:.1f} {y:.1f}" for x, y in points)
         out.append(f'<path d="M{line}" fill="none" stroke="{color}" stroke-width="1.6"/>')
-        if key.startswith("eval/") or len(points) == 1:  # a lone point: its marker alone
+        if markers or len(points) == 1:  # a lone point: its marker alone
             out += [
                 f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"/>' for x, y in points
             ]
-    if len(series) > 1:  # the legend, in the plot area's top right corner
+    # the legend, below the axis label: outside the plot area, it hides no data
+    places, rows = _legend(x0, [s[0] for s in series])
+    if rows:
         out.append(
-            f'<rect x="{x1 - 84}" y="{y0 + 4}" width="80" height="{12 * len(series) + 6}" '
-            'fill="#fff" fill-opacity="0.8" stroke="#ccc"/>'
+            f'<rect x="{x0}" y="{y1 + 36}" width="{x1 - x0}" height="{LEGEND_ROW * rows}" '
+            'fill="none" stroke="#ccc"/>'
         )
-        for j, ((key, _, _), color) in enumerate(zip(series, COLORS)):
-            y = y0 + 14 + 12 * j
-            out.append(f'<path d="M{x1 - 80} {y - 3}h14" stroke="{color}" stroke-width="1.6"/>')
-            out.append(f'<text x="{x1 - 62}" y="{y}">{key}</text>')
+    for i, ((label, *_), (x, row)) in enumerate(zip(series, places)):
+        y, color = y1 + 46 + LEGEND_ROW * row, COLORS[i % len(COLORS)]
+        out.append(f'<path d="M{x + 4} {y - 3}h14" stroke="{color}" stroke-width="1.6"/>')
+        out.append(f'<text x="{x + 20}" y="{y}">{html.escape(label)}</text>')
     return out
 
 
@@ -116,8 +154,13 @@ def _ticks(values: list) -> List[float]:
     return [k * step for k in range(first, last + 1)]
 
 
-def _label(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+def tick_labels(ticks: List[float]) -> List[str]:
+    """The labels of an axis's ``ticks`` (:func:`_ticks`): as many decimals as their step needs
+    (2.825 of a 0.005 step, 2.8395 of a 0.0005 one), so each label is its tick's value and no
+    two are alike."""
+    step = (ticks[-1] - ticks[0]) / (len(ticks) - 1)
+    decimals = next(d for d in range(17) if abs(round(step, d) - step) <= 1e-6 * step)
+    return [f"{t + 0.0:,.{decimals}f}" for t in ticks]  # + 0.0: no "-0"
 
 
 def _thin(steps: list, values: list) -> tuple:

@@ -3,12 +3,15 @@ offline. Nothing is fetched: the curves are inline SVG, the styles inline, no sc
 are the run dir's own files, referenced by relative paths (so the page works wherever the run dir
 is moved, and a Content-Security-Policy forbids anything else).
 
-A run's page: the figures of its last evaluation, its health (clips and frames the recorders
+A run's page: the figures of its last evaluation (a success rate with its 95% Wilson interval
+and episode count, here and in every table), its health (clips and frames the recorders
 dropped, encoder stalls, stops and resumes), the learning curves, the progress video, every
 evaluation with its clip, the failed eval episodes with their seeds and the command that replays
 each, and the config (the user's overrides first). A sweep's page: one row per job (its overrides
-and final figures, a link to the job's own page) and, for each job with an eval clip on disk, its
-last eval clip beside its return curves.
+and final figures, a link to the job's own page), a row for each group of jobs that differ only
+by their seed (their last evaluations' mean return, their success over all their episodes, their
+eval return curves on one panel) and, for each job with an eval clip on disk, its last eval clip
+beside its return curves. Neither page names an absolute path: it links to its own folder.
 """
 
 from __future__ import annotations
@@ -23,13 +26,23 @@ from rlrec.checks import ConfigError
 from rlrec.files import write_atomic
 from rlrec.layout import PROGRESS_VIDEO, RunDir, SweepDir
 from rlrec.report.config import ReportConfig, run_settings
-from rlrec.report.curves import PANELS, curves_svg
+from rlrec.report.curves import PANELS, curves_svg, overlay_svg
 from rlrec.report.progress import write_progress
-from rlrec.report.rundata import HEALTH_KEYS, Evaluation, RunData, read_rows, read_run, read_sidecar
+from rlrec.report.rundata import (
+    HEALTH_KEYS,
+    Evaluation,
+    RunData,
+    read_rows,
+    read_run,
+    read_sidecar,
+    success_text,
+)
 
 __all__ = ["replay_command", "write_report"]
 
 PROGRESS_TIMEOUT_S = 600.0  # the longest the page waits for its progress video
+SUCCESS, SUCCESS_HEAD = "eval/success", "success [95% interval]"  # the interval: Wilson's
+EPISODES = "eval/episodes"
 
 # nothing but inline styles and the run dir's own files: a report never reaches a network
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; media-src 'self' file:; img-src 'self' data:"
@@ -62,6 +75,14 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return _e(value)
+
+
+def _success(metrics: Dict[str, Any]) -> str:
+    """An eval line's (or a sweep row's) success with its 95% interval and episode count."""
+    rate = metrics.get(SUCCESS)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        return _fmt(rate)
+    return _e(success_text(float(rate), metrics.get(EPISODES)))
 
 
 def _video(rel: str, sidecar: Optional[Dict[str, Any]], least: int = 128) -> str:
@@ -129,10 +150,11 @@ def _summary(run: RunData) -> str:
     if last is not None:
         parts.append(f"last eval return {_fmt(last.ret)}")
         if last.success is not None:
-            parts.append(f"success {_fmt(last.success)}")
+            parts.append(f"success {_success(last.metrics)}")
     if RunDir(run.path).checkpoints.is_dir():  # its policy for a robot (rlrec.export)
         parts.append("export its policy (in the run dir): <code>python -m rlrec.export .</code>")
-    return f"<p>{' &middot; '.join(parts)} &middot; <code>{_e(run.path.resolve())}</code></p>"
+    # the run dir by a relative link (this page's folder), not its path: it holds once moved
+    return f'<p>{" &middot; ".join(parts)} &middot; <a href="./">the run dir</a></p>'
 
 
 def _section(anchor: str, title: str, *parts: str) -> str:
@@ -177,8 +199,9 @@ def _evaluations(run: RunData) -> str:
             clip = '<span class="bad">clip lost</span>'
         else:
             clip = '<span class="muted">no clip</span>'
-        rows.append([_fmt(ev.step), *(_fmt(ev.metrics.get(k)) for k in keys), clip])
-    head = ["step", *(k.split("/", 1)[1] for k in keys), "clip"]
+        cells = (_success(ev.metrics) if k == SUCCESS else _fmt(ev.metrics.get(k)) for k in keys)
+        rows.append([_fmt(ev.step), *cells, clip])
+    head = ["step", *(SUCCESS_HEAD if k == SUCCESS else k.split("/", 1)[1] for k in keys), "clip"]
     return _section("evaluations", "Evaluations", _table(head, rows))
 
 
@@ -282,10 +305,39 @@ def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
     return None
 
 
+def _seed_groups(jobs: List[tuple], runs: Dict[int, RunData]) -> str:
+    """A row for each group of completed jobs that differ only by their seed: the mean return of
+    their last evaluations [least, greatest], the success of all their episodes together with its
+    95% interval, and their eval return curves on one panel."""
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for row, _, _ in jobs:
+        if row.get("status") == "COMPLETED" and isinstance(row.get("eval/return"), (int, float)):
+            keys = str(row.get("swept") or row.get("overrides", "")).split()
+            rest = " ".join(o for o in keys if o.partition("=")[0].lstrip("+~") != "seed")
+            groups.setdefault(rest, []).append(row)
+    table = []
+    for rest, rows in ((k, v) for k, v in groups.items() if len(v) > 1):
+        returns = [float(r["eval/return"]) for r in rows]
+        success = "&ndash;"
+        if all(isinstance(r.get(key), (int, float)) for r in rows for key in (SUCCESS, EPISODES)):
+            n = sum(int(r[EPISODES]) for r in rows)
+            won = sum(round(r[SUCCESS] * r[EPISODES]) for r in rows)
+            success = _e(success_text(won / n, n))
+        curves = [(f"seed={r.get('seed')}", runs[r["job"]]) for r in rows if r["job"] in runs]
+        mean = f"{_fmt(sum(returns) / len(returns))} [{_fmt(min(returns))}, {_fmt(max(returns))}]"
+        seeds = _e(" ".join(str(r.get("seed")) for r in rows))
+        swept = f"<code>{_e(rest)}</code>" if rest else "(the seed alone is swept)"
+        table.append([swept, seeds, mean, success, overlay_svg("eval return", curves)])
+    if not table:
+        return "<p>No jobs that differ only by their seed.</p>"
+    head = ["swept overrides", "seeds", "return: mean [least, greatest]", SUCCESS_HEAD, "curves"]
+    return _table(head, table, left=1)
+
+
 def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
     """The page of a sweep: ``jobs`` holds each job's summary row, its run dir inside the sweep dir
     and its report (relative to the sweep dir), where it has them."""
-    table, cards = [], []
+    table, cards, runs = [], [], {}
     for row, job_dir, report in jobs:
         job = int(row.get("job") or 0)
         link = _e(job) if report is None else f'<a href="{_src(report)}">{_e(job)}</a>'
@@ -294,10 +346,12 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
         swept = row.get("swept") or row.get("overrides", "")
         table.append(
             [link, f'<span class="{cls}">{_e(status)}</span>', f"<code>{_e(swept)}</code>",
-             _fmt(row.get("step")), _fmt(row.get("eval/return")), _fmt(row.get("eval/success")),
+             _fmt(row.get("step")), _fmt(row.get("eval/return")), _success(row),
              _e(row.get("error") or "")]
         )  # fmt: skip
         run = None if job_dir is None else read_run(job_dir)
+        if run is not None:
+            runs[row.get("job")] = run
         evals = [] if run is None else run.evaluations
         last: Optional[Evaluation] = next((ev for ev in reversed(evals) if ev.clip_ok), None)
         if last is not None:
@@ -308,15 +362,16 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
                 f"{curves_svg(run, PANELS[:1])}"  # its return curves, training and eval
                 f"<figcaption>{caption}<br><code>{_e(swept)}</code></figcaption></figure>"
             )
-    head = ["job", "status", "overrides", "step", "return", "success", "error"]
+    head = ["job", "status", "overrides", "step", "return", SUCCESS_HEAD, "error"]
     jobs_table = _table(head, table, left=3) if table else "<p>No job has finished yet.</p>"
     clips = (
         f'<div class="cards">{"".join(cards)}</div>' if cards else "<p>No eval clip on disk.</p>"
     )
     body = [
         f"<h1>rlrec sweep {_e(sweep_dir.resolve().name)}</h1>",
-        f"<p>{len(jobs)} jobs &middot; <code>{_e(sweep_dir.resolve())}</code></p>",
+        f'<p>{len(jobs)} jobs &middot; <a href="./">the sweep dir</a></p>',
         _section("jobs", "Jobs", jobs_table),
+        _section("seeds", "Jobs that differ only by their seed", _seed_groups(jobs, runs)),
         _section("clips", "Last eval clip and return curves of each job", clips),
     ]
     return _page(f"rlrec sweep {sweep_dir.resolve().name}", body)

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from rlrec.layout import METRICS, ROW_FILES, RunDir, SweepDir
 from rlrec.record.sidecar import sidecar_path
@@ -27,6 +27,8 @@ __all__ = [
     "read_overrides",
     "read_rows",
     "read_run",
+    "success_text",
+    "wilson",
 ]
 
 # the recorders' loss counters (cumulative: the last value logged is the run's figure)
@@ -55,6 +57,25 @@ def _number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def wilson(successes: float, n: int, z: float = 1.96) -> Tuple[float, float]:
+    """The 95% (``z``) Wilson score interval of a success rate: ``successes`` of ``n`` episodes."""
+    if n <= 0:
+        return 0.0, 1.0
+    p, zz = successes / n, z * z / n
+    centre = (p + zz / 2) / (1 + zz)
+    half = z / (1 + zz) * math.sqrt(p * (1 - p) / n + zz / (4 * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def success_text(rate: float, episodes: Any) -> str:
+    """An eval success rate with its 95% Wilson interval and its episode count,
+    ``0.900 [0.596, 0.982] of 10 episodes`` (the rate alone without a count: an older run's)."""
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes <= 0:
+        return f"{rate:.3f}"
+    lo, hi = wilson(round(rate * episodes), episodes)
+    return f"{rate:.3f} [{lo:.3f}, {hi:.3f}] of {episodes} episodes"
 
 
 @dataclass

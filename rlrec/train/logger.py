@@ -23,6 +23,7 @@ from rlrec.config import LoggerConfig, LoggerName
 from rlrec.files import remove_quietly, temporary_name
 from rlrec.layout import RunDir
 from rlrec.report.progress import read_frames
+from rlrec.report.rundata import success_text
 
 # keys shown in the progress bar, in order
 _PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
@@ -270,8 +271,9 @@ def summary(
     losses: Optional[Dict[str, int]] = None,
 ) -> None:
     """The run's last console line: done or stopped (by ``signum``: then, when ``resumable``, how to
-    continue), in how long, its env steps, its last eval figures, what recording lost (``losses``:
-    ``record/clips_dropped``, ... when any is nonzero) and its run dir; rank 0's alone."""
+    continue), in how long, its env steps, its last eval figures (a success with its 95% interval
+    and episode count), what recording lost (``losses``: ``record/clips_dropped``, ... when any is
+    nonzero) and its run dir; rank 0's alone."""
     if not distributed.is_main():
         return
     ended = "stopped by signal" if signum is not None else "done"
@@ -280,7 +282,7 @@ def summary(
         ev = last_eval
         figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
         if "eval/success" in ev:
-            figures += f", success {ev['eval/success']:.3f}"
+            figures += f", success {success_text(ev['eval/success'], ev.get('eval/episodes'))}"
         parts.append(figures)
     lost = {k.split("/")[-1]: v for k, v in (losses or {}).items() if v}
     if lost:

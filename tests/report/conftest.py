@@ -42,3 +42,14 @@ def lossless_run(tmp_path_factory) -> Path:
 def default_run(tmp_path_factory) -> Path:
     """A run with the default encoding (H.264 yuv420p), as users get it."""
     return _run(tmp_path_factory.mktemp("default"))
+
+
+@pytest.fixture(scope="session")
+def short_run(tmp_path_factory) -> tuple:
+    """A run of one iteration (one training point a curve: episodes of 10 steps end in its 16)
+    with evaluations before and after it: its run dir and its console output."""
+    tmp = tmp_path_factory.mktemp("short")
+    args = [*FAST, "total_steps=128", "env.max_episode_steps=10", "eval_env.every=1"]
+    args += ["recorder=none", "report.enabled=true"]
+    proc = run_train([*args, f"hydra.run.dir={tmp / 'run'}"], cwd=tmp)
+    return tmp / "run", proc.stdout

@@ -16,11 +16,12 @@ import pytest
 from rlrec.checks import ConfigError
 from rlrec.layout import PROGRESS_VIDEO, RunDir
 from rlrec.report.config import ReportConfig
+from rlrec.report.curves import tick_labels
 from rlrec.report.html import write_report, write_run_report
 from rlrec.report.progress import BAND, even_subset, write_progress
-from rlrec.report.rundata import read_run
+from rlrec.report.rundata import read_rows, read_run, wilson
 from rlrec.run import sweep as sweep_summary
-from tests.helpers import REPO, make_config
+from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
 
 
 def _decode(path: Path) -> np.ndarray:
@@ -212,8 +213,121 @@ def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
     assert f'src="0/{last}"' in page and f'src="1/{last}"' in page
     assert 'href="0/report.html"' in page and RunDir(sweep / "1").report.is_file()
     # each job's return curves beside its clip: the return panel alone, one per job
-    assert page.count("<svg") == 2 and "steps per second" not in page
-    assert page.count(">return</text>") == 2
+    clips = page[page.index('id="clips"') :]
+    assert clips.count("<svg") == 2 and "steps per second" not in page
+    assert clips.count(">return</text>") == 2
+
+
+# --------------------------------------------------------------------------- curves, figures
+
+
+def test_tick_labels_are_distinct_and_equal_their_ticks():
+    """The ranges of the issue: each label is its tick's value (as many decimals as the step)."""
+    for ticks, labels in (
+        ([2.82, 2.825, 2.83, 2.835, 2.84], "2.820 2.825 2.830 2.835 2.840"),
+        ([2.8395 + 0.0005 * k for k in range(6)], "2.8395 2.8400 2.8405 2.8410 2.8415 2.8420"),
+        ([0, 2.5e5, 5e5, 7.5e5], "0 250,000 500,000 750,000"),
+        ([-0.2, 0.0, 0.2], "-0.2 0.0 0.2"),
+    ):
+        assert " ".join(tick_labels(ticks)) == labels
+
+
+def test_wilson_interval_known_values():
+    known = [(9, 10, 0.5958, 0.9821), (0, 10, 0.0, 0.2775), (900, 1000, 0.8798, 0.9171)]
+    for k, n, lo, hi in [*known, (10, 10, 0.7225, 1.0)]:
+        assert wilson(k, n) == pytest.approx((lo, hi), abs=1e-4)
+
+
+def _panels(svg: str) -> list:
+    """Each panel of a curves SVG: its frame (x0, y0, x1, y1), its axes' (position, label)s, its
+    curves' points and its legend box (x, y, w, h) or None."""
+    out = []
+    for part in svg.split('font-size="13">')[1:]:
+        frame = [
+            float(v) for v in re.search(r'd="M([\d.]+) ([\d.]+)H([\d.]+)V([\d.]+)', part).groups()
+        ]
+        xs = re.findall(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="middle">([^<]+)<', part)
+        ys = re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="end">([^<]+)<', part)
+        points = re.findall(r'cx="([\d.]+)" cy="([\d.]+)"', part)
+        for line in re.findall(
+            r'<path d="M([^"]+)" fill="none" stroke="#\w+" stroke-width="1.6"', part
+        ):
+            points += [p.split() for p in line.split("L")]
+        box = re.search(r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"', part)
+        points = [(float(x), float(y)) for x, y in points]
+        out.append((frame, xs, ys, points, box and [float(v) for v in box.groups()]))
+    return out
+
+
+def test_short_run_axes_legends_and_success_interval(short_run):
+    """Through train.py, a run of one training point: every axis's labels are distinct and true
+    (their values in proportion to their positions); each legend lies below its plot area and
+    covers no point; the page and the console's last line give the eval success with its Wilson
+    interval and episode count."""
+    run_dir, stdout = short_run
+    page = RunDir(run_dir).report.read_text()
+    panels = _panels(re.search(r"<svg.*?</svg>", page, re.S)[0])
+    assert len(panels) >= 6 and sum(box is not None for *_, box in panels) >= 4
+    for frame, xs, ys, points, box in panels:
+        for axis in (xs, ys):
+            values = [float(label.replace(",", "")) for _, label in axis]
+            assert len(set(values)) == len(values) >= 2, axis
+            pos = [float(p) for p, _ in axis]
+            per_px = (values[-1] - values[0]) / (pos[-1] - pos[0])
+            for p, v in zip(pos, values):  # a label off by half a step fails
+                assert v == pytest.approx(values[0] + (p - pos[0]) * per_px, abs=abs(per_px))
+        if box is not None:
+            x, y, w, h = box
+            assert y > frame[3]  # below the plot area
+            assert not any(x <= px <= x + w and y <= py <= y + h for px, py in points)
+    last = [r for r in read_metrics(run_dir) if "eval/success" in r][-1]
+    n, rate = last["eval/episodes"], last["eval/success"]
+    lo, hi = wilson(round(rate * n), n)
+    figure = f"success {rate:.3f} [{lo:.3f}, {hi:.3f}] of {n} episodes"
+    done = [line for line in stdout.splitlines() if line.startswith("rlrec: done in")]
+    assert figure in done[0] and figure in page
+
+
+def test_a_moved_run_dir_names_no_old_path(short_run, tmp_path):
+    """The page a run wrote, opened where the run dir was moved to, and the page the command
+    writes there, name no absolute path: the summary links to its own folder."""
+    run_dir, _ = short_run
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved)  # (the run's dir stays: the session's other tests read it)
+    for page in (RunDir(moved).report.read_text(), _command_report(moved)):
+        assert str(run_dir.resolve()) not in page and str(moved.resolve()) not in page
+        assert re.search(r"<p>128 env steps .*<a href=\"./\">the run dir</a></p>", page)
+
+
+def _command_report(run_dir: Path) -> str:
+    cmd = [sys.executable, "-m", "rlrec.report", str(run_dir)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return (run_dir / "report.html").read_text()
+
+
+def test_sweep_groups_the_jobs_that_differ_only_by_seed(tmp_path):
+    """Through train.py -m: the jobs of seed=1,2 make one group, with the mean and range of their
+    last eval returns, the success of all their episodes with its interval, and their eval return
+    curves on one panel, one curve a seed."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "seed=1,2", *FAST, "total_steps=256", "recorder=none", f"hydra.sweep.dir={sweep}"]
+    run_train(args, cwd=tmp_path)
+    page = _command_report(sweep)
+    group = page[page.index('id="seeds"') : page.index('id="clips"')]
+    rows = read_rows(sweep)
+    returns = [r["eval/return"] for r in rows]
+    assert len(rows) == 2 and group.count("<tr>") == 2  # its header and the one group
+    mean = f"{sum(returns) / 2:.4g} [{min(returns):.4g}, {max(returns):.4g}]"
+    assert f"<td>1 2</td><td>{mean}</td>" in group
+    n = sum(r["eval/episodes"] for r in rows)
+    k = sum(round(r["eval/success"] * r["eval/episodes"]) for r in rows)
+    lo, hi = wilson(k, n)
+    assert f"{k / n:.3f} [{lo:.3f}, {hi:.3f}] of {n} episodes" in group
+    ((frame, _, _, points, box),) = _panels(group)
+    assert ">seed=1<" in group and ">seed=2<" in group and box is not None
+    evals = sum(len([x for x in read_metrics(r["run_dir"]) if "eval/return" in x]) for r in rows)
+    assert group.count("<circle") == evals  # each seed's every evaluation
 
 
 # --------------------------------------------------------------------------- entry points
