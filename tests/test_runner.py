@@ -353,6 +353,34 @@ def test_final_episode_has_a_clip_on_cartpole(tmp_path):
     _assert_final_clip_covers_the_last_step(run_dir, rec)
 
 
+@pytest.mark.parametrize("horizon", [[], ["env.max_episode_steps=1000"]])
+def test_train_clips_are_the_triggers_and_the_final_one(tmp_path, horizon):
+    """record_final_episode records every episode that may still run at the end (those that
+    begin within the last max_episode_steps steps: with 1000, longer than the run, every one),
+    but keeps only the one in progress at the end: the train clips are exactly the cubic
+    trigger's and that one. Episodes of a few dozen steps (a wide goal) against a 100-step limit
+    (issue 48: episode 5 of this run was kept too)."""
+    from rlrec.record.schedule import capped_cubic
+
+    run_dir = tmp_path / "run"
+    args = ["env.num_envs=8", "env.goal_radius=0.4", "algo.num_steps=32", "total_steps=2560"]
+    args += ["eval_env.enabled=false", "env.render_width=32", "env.render_height=32"]
+    args += ["logger=none", "logger.progress=false", "report.enabled=false", *horizon]
+    run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    videos = run_dir / "videos" / "train"
+    sidecars = {p.name: json.loads(p.read_text()) for p in videos.glob("*.json")}
+    assert sorted(p.name for p in videos.iterdir()) == sorted(
+        [*sidecars, *(s["video"] for s in sidecars.values())]
+    )  # each clip with its sidecar, nothing else
+    episodes = {int(name.split("-ep")[1].split("-")[0]) for name in sidecars}
+    # the final clip: the episode of env 0 in progress at the run's last step (2560 / 8)
+    final = [s for s in sidecars.values() if s["last_step"] == 320 and s["envs"][0]["end"] == "cut"]
+    assert len(final) == 1, sidecars
+    last = final[0]["episodes"][0]
+    assert last >= 3  # episodes 2 and up to last - 1 (not cubic) were no one's
+    assert episodes == {e for e in range(last) if capped_cubic(e)} | {last}
+
+
 def test_a_clip_lost_at_the_final_evaluation_is_counted_in_the_report(tmp_path):
     """The only evaluation is the final one (after the loop), and its clip is lost (the eval
     clips' directory turns into a file): metrics.jsonl ends with the loss counters as the stacks

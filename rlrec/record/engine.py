@@ -385,8 +385,9 @@ class ClipEngine:
     def expect_end(self, steps_left: int) -> None:
         """The caller will report ``steps_left`` more steps, then call :meth:`close`: with
         ``record_final_episode``, every episode of the recorded env that begins within the last
-        ``max_episode_steps`` steps (every one if the env has no limit) is recorded, so the
-        episode in progress at ``close()`` has a clip (:meth:`Schedule.expect_end`)."""
+        ``max_episode_steps`` steps (every one if the env has no limit) is recorded, provisionally
+        where no trigger selects it, so the episode in progress at ``close()`` has a clip and no
+        other is kept (:meth:`Schedule.expect_end`)."""
         self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
 
     def end_clip(self, keep: bool = True) -> None:

@@ -12,8 +12,9 @@ The recorder counts steps (calls of ``step``) and episodes of the recorded env a
 
 Beyond the trigger, two requests start a clip at a reset: :meth:`Schedule.record_next_episode`
 (the next episode, once) and :meth:`Schedule.expect_end` (with ``record_final_episode``: every
-episode that may still be in progress when the run ends). Each decision says why a clip starts
-(:class:`Start`), which its name may tell; ``keep`` (asked as each clip ends) may drop it.
+episode that may still be in progress when the run ends, provisionally). Each decision says why a
+clip starts (:class:`Start`), which its name may tell; ``keep`` (asked as each clip ends) may drop
+it.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ Keep = Callable[[int, Optional[bool], float], bool]  # env, success, return -> k
 
 class Start(enum.Enum):
     """Why a clip starts: at an episode's reset (``episode``), by the step trigger (``step``), or
-    provisionally (``provisional``: recorded in case it is the last episode, see ``provisional``
-    of :class:`Schedule`)."""
+    provisionally (``provisional``: recorded in case it is the episode in progress at
+    ``close()``, which alone keeps it; see ``provisional`` of :class:`Schedule` and
+    :meth:`Schedule.expect_end`)."""
 
     episode = "episode"
     step = "step"
@@ -129,8 +131,9 @@ class Schedule:
             or trigger is Trigger.always
             or (trigger is Trigger.eval and full_reset)
         )
-        if not (by_step or by_episode or self._record_next or self._final(steps)):
-            return Start.provisional if self.provisional else None
+        if not (by_step or by_episode or self._record_next):
+            # no trigger: a clip only in case this episode is the one in progress at close()
+            return Start.provisional if self.provisional or self._final(steps) else None
         if self.trigger is Trigger.step:
             self._step_fired_at = steps
         self._step_pending = self._record_next = False
@@ -176,8 +179,9 @@ class Schedule:
         """The recorder is at step ``steps`` and will be closed after ``steps_left`` more steps.
 
         With ``record_final_episode``, every episode that begins within the last ``horizon`` steps
-        (the longest an episode can last; None: unknown, so every episode from now on) starts a
-        clip, so the episode in progress at the end has one. An idle recorder renders nothing, so
+        (the longest an episode can last; None: unknown, so every episode from now on) and that no
+        trigger selects starts a provisional clip, so the episode in progress at the end has one
+        and the others are dropped as they end. An idle recorder renders nothing, so
         an episode already running when this is called cannot get a clip any more: announce the
         end at least ``horizon`` steps before it. Not checkpointed: a resumed run announces its
         own end. Without ``record_final_episode`` it does nothing; it ends ``provisional``.

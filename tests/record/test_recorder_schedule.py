@@ -1,8 +1,11 @@
 """When clips start: the cubic schedule, no re-firing, step trigger, idle cost, resume."""
 
+import os
+
 import numpy as np
 import pytest
 
+from rlrec.record.schedule import capped_cubic
 from tests.record.recutil import decode, listing, make_stack, zeros
 
 
@@ -168,9 +171,11 @@ def test_expect_end_gives_the_final_episode_a_clip(tmp_path, final):
     assert len(frames) == total - 91 + 1
 
 
-def test_expect_end_without_a_time_limit_records_every_later_episode(tmp_path):
+def test_expect_end_without_a_time_limit_keeps_only_the_triggers_and_the_last_episode(tmp_path):
     """No max_episode_steps: any episode may still run at the end, so each one that starts after
-    expect_end is recorded. Episodes end on success only (the policy heads for the goal)."""
+    expect_end is recorded, provisionally: those that end before close are dropped, and the clips
+    are the cubic trigger's and the episode in progress at close. Episodes end on success only
+    (the policy heads for the goal)."""
     stack, rec, spy, clips = make_stack(tmp_path, max_steps=None, trigger="cubic")
     env = stack.unwrapped
 
@@ -183,16 +188,25 @@ def test_expect_end_without_a_time_limit_records_every_later_episode(tmp_path):
     stack.reset(seed=0)
     run(60)
     announced_in = rec.engine.episode
+    assert not rec.recording
+    renders = len(spy.render_requests)
     rec.expect_end(120)
     run(120)
     last = rec.engine.episode
     stack.close()
     later = list(range(announced_in + 1, last + 1))
     assert len(later) >= 3
-    assert [c.episode for c in clips if c.episode > announced_in] == later
+    # every later episode was rendered whole, kept or not
+    assert len(spy.render_requests) - renders == sum(len(spy.episodes[e]) for e in later)
+    kept = sorted({e for e in later if capped_cubic(e)} | {last})
+    assert len(kept) < len(later)
+    assert [c.episode for c in clips if c.episode > announced_in] == kept
     assert clips[-1].episode == last
     frames, _ = decode(clips[-1].path)
     assert np.array_equal(frames, np.stack(spy.episodes[last]))
+    # the dropped clips left no file behind
+    names = [os.path.basename(p) for c in clips for p in (c.path, c.sidecar)]
+    assert listing(tmp_path) == sorted(names)
 
 
 def test_clips_carry_the_tag_current_at_their_start(tmp_path):

@@ -150,6 +150,18 @@ def test_expect_end_records_every_episode_that_may_be_in_progress_at_the_end():
     ] == [13, 14]
 
 
+def test_expect_end_records_untriggered_episodes_provisionally():
+    """In the last ``horizon`` steps an episode the trigger selects is the trigger's clip, every
+    other one a provisional clip (kept only if it is in progress at close)."""
+    s = Schedule(Trigger.cubic, record_final_episode=True)
+    s.expect_end(steps=0, steps_left=100, horizon=10)
+    resets = {7: 85, 8: 91, 9: 93, 10: 96}  # episode: the step count at its reset
+    starts = {e: s.on_reset(e, steps, False) for e, steps in resets.items()}
+    assert starts == {7: None, 8: Start.episode, 9: Start.provisional, 10: Start.provisional}
+    s.record_next_episode()
+    assert s.on_reset(11, 95, False) is Start.episode
+
+
 def test_expect_end_without_a_time_limit_records_every_episode_from_now_on():
     s = Schedule(Trigger.eval, record_final_episode=True)
     assert fired(s, range(3), steps_per_episode=5) == []

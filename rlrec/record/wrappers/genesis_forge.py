@@ -73,8 +73,8 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     it, ``record_final_episode`` cannot know which episode is the last, so every episode that no
     trigger selects is recorded provisionally (a render every ``steps_per_frame`` steps, and
     encoding) and dropped when it ends; ``close()`` keeps the one in progress. After
-    ``expect_end`` only the episodes that may still run at the end are recorded, and an
-    untriggered episode costs nothing.
+    ``expect_end`` only the episodes that may still run at the end are recorded (provisionally
+    too), and an earlier untriggered episode costs nothing.
     """
 
     def __init__(
