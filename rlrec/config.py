@@ -25,6 +25,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from rlrec.checks import (
+    SECONDS,
     Choice,
     ConfigError,
     check_device,
@@ -100,6 +101,11 @@ class LoggerConfig:
     wandb_project: str = "rlrec"
     wandb_entity: Optional[str] = None
     wandb_mode: WandbMode = WandbMode.offline  # offline works without a network
+    # without a terminal (a job's log, nohup, CI), progress=true prints a status line instead of
+    # the bar: at most this often, and after each evaluation
+    status_every_sec: float = 30.0
+
+    FLOAT_RANGES = {"status_every_sec": SECONDS}
 
 
 # --------------------------------------------------------------------------- top level

@@ -25,6 +25,7 @@ PROGRESS_VIDEO = "videos/progress.mp4"  # the report links it relative to the ru
 TENSORBOARD = "tensorboard"
 TENSORBOARD_EVENTS = "events.out.tfevents.*"
 SUPERSEDED = "superseded"  # superseded/<n>-step<S>/: what a resume moved aside
+WANDB_RUN = "wandb_run.json"  # the id of the run's W&B run and the last step sent to it
 HYDRA = ".hydra"  # Hydra's output subdir
 HYDRA_SWEEP = "multirun.yaml"  # Hydra's config of a sweep, in the sweep dir
 ROW_FILES = "[0-9]*.json"  # a sweep's job rows, NNNNNN.json
@@ -51,6 +52,7 @@ class RunDir:
     progress_video = property(lambda self: Path(self.root, PROGRESS_VIDEO))
     tensorboard = property(lambda self: Path(self.root, TENSORBOARD))
     report = property(lambda self: Path(self.root, "report.html"))
+    wandb_run = property(lambda self: Path(self.root, WANDB_RUN))
     hydra_config = property(lambda self: Path(self.root, HYDRA, "config.yaml"))
     hydra_overrides = property(lambda self: Path(self.root, HYDRA, "overrides.yaml"))
     lock = property(lambda self: Path(self.root, ".rlrec.lock"))

@@ -1,13 +1,16 @@
-"""RunLogger's TensorBoard clip previews."""
+"""RunLogger: its TensorBoard clip previews, and its status lines without a terminal."""
 
 import io
 import os
+import re
 
 import imageio_ffmpeg
 import numpy as np
+import pytest
 from PIL import Image
 
 from rlrec.train.logger import _tb_add_clip
+from tests.helpers import FAST, read_metrics, run_train
 
 
 class _Writer:
@@ -118,3 +121,67 @@ def test_closing_never_waits_unbounded_for_a_stuck_preview(capsys):
     release.set()
     assert made == [1] and 0.4 < took < 5
     assert "did not finish within 0.5 s; 1 not made" in capsys.readouterr().err
+
+
+_STATUS = re.compile(
+    r"^rlrec: step ([\d,]+)/([\d,]+) \(\d+%\) \| (?:[\d,]+|-) SPS \|.* "
+    r"\| elapsed (\d+):(\d\d):(\d\d) \| left (?:[\d:]+|-)$"
+)
+
+
+def _status_lines(stdout: str) -> list:
+    """(step, elapsed seconds) of each status line of a run's output."""
+    found = [_STATUS.match(line) for line in stdout.splitlines()]
+    return [
+        (int(m[1].replace(",", "")), int(m[3]) * 3600 + int(m[4]) * 60 + int(m[5]))
+        for m in found
+        if m
+    ]
+
+
+@pytest.mark.slow
+def test_without_a_terminal_a_status_line_follows_each_evaluation(tmp_path):
+    """Output captured (no terminal): a status line after each evaluation, with its figures;
+    no other while logger.status_every_sec has not passed."""
+    run_dir = tmp_path / "run"
+    args = [*FAST, "logger.progress=true", "logger.status_every_sec=86400", "total_steps=1024"]
+    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    evals = [m for m in read_metrics(run_dir) if "eval/return" in m]
+    assert [step for step, _ in _status_lines(proc.stdout)] == [m["step"] for m in evals]
+    last = [line for line in proc.stdout.splitlines() if _STATUS.match(line)][-1]
+    assert last.startswith("rlrec: step 1,024/1,024 (100%) | ")
+    assert f"eval return {evals[-1]['eval/return']:.3g} success " in last
+    assert "train return " in last
+
+
+@pytest.mark.slow
+def test_without_a_terminal_status_lines_come_at_a_bounded_rate(tmp_path):
+    """Without evaluations, a status line at most every logger.status_every_sec: far fewer than
+    the iterations."""
+    run_dir = tmp_path / "run"
+    args = [*FAST, "logger.progress=true", "logger.status_every_sec=0.5"]
+    args += ["eval_env.enabled=false", "recorder=none", "total_steps=16384"]  # 128 iterations
+    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    lines = _status_lines(proc.stdout)
+    iterations = [m for m in read_metrics(run_dir) if "train/lr" in m]
+    elapsed = lines[-1][1] + 1  # whole seconds shown: less than one more
+    assert 1 <= len(lines) <= elapsed / 0.5 + 1 and len(lines) < len(iterations) / 4, proc.stdout
+    assert [s for s, _ in lines] == sorted(s for s, _ in lines)
+
+
+def test_a_status_line_says_steps_speed_figures_and_time_left(tmp_path, capsys):
+    """Off a terminal (pytest captures the output), logger.progress=true: no bar, a status line
+    after an evaluation; logger.progress=false: none."""
+    from rlrec.config import LoggerConfig, LoggerName
+    from rlrec.train.logger import RunLogger
+
+    for progress in (True, False):
+        cfg = LoggerConfig(name=LoggerName.none, progress=progress)
+        logger = RunLogger(cfg, tmp_path, total_steps=100, config_dict={})
+        logger.progress(50, sps=10.0)  # logger.status_every_sec has not passed: no line
+        logger.log(50, {"eval/return": 1.5, "eval/success": 1.0})  # an evaluation: a line
+        logger.close()
+        assert logger._progress is None
+        out = capsys.readouterr().out
+        line = "rlrec: step 50/100 (50%) | 10 SPS | eval return 1.5 success 1 | elapsed 0:00:00"
+        assert out == (f"{line} | left 0:00:05\n" if progress else ""), out

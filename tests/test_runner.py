@@ -280,6 +280,58 @@ def test_wandb_offline_logs_metrics_and_clips(tmp_path, monkeypatch):
     assert list(runs[0].glob("run-*.wandb"))
 
 
+@pytest.mark.slow
+def test_resume_auto_continues_the_wandb_run_and_logs_no_step_twice(tmp_path, monkeypatch):
+    """A run killed after its checkpoint at iteration 2 (its later checkpoints removed: the kill
+    came before them) had sent W&B steps up to 640; resume=auto continues the same W&B run (its
+    id kept in the run dir) from step 256 and sends W&B only the steps after 640."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "wb"
+    args = [*FAST, "logger=wandb", "logger.wandb_mode=offline", "checkpoint_every=2"]
+    args += [f"hydra.run.dir={run_dir}"]
+    run_train([*args, "total_steps=640"], cwd=tmp_path)
+    for name in ("last.pt", "iter_000004.pt"):
+        (run_dir / "checkpoints" / name).unlink()
+    run_train([*args, "total_steps=1024", "resume=auto"], cwd=tmp_path)
+
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"), key=lambda p: p.name)
+    ids = {p.name.rsplit("-", 1)[1] for p in runs}
+    assert len(runs) == 2 and len(ids) == 1, runs  # one W&B run, written by both processes
+    (first, second) = [_wandb_history_steps(next(p.glob("run-*.wandb"))) for p in runs]
+    assert first == [0, 128, 256, 384, 512, 640] and second == [768, 896, 1024]
+    # metrics.jsonl and TensorBoard hold the resumed run's lines of steps 384..640
+    resumed = [m["step"] for m in read_metrics(run_dir) if "train/lr" in m]
+    assert resumed == list(range(128, 1025, 128))
+    kept = json.loads((run_dir / "wandb_run.json").read_text())
+    assert kept == {"id": ids.pop(), "step": 1024}
+
+
+def _wandb_history_steps(path: Path) -> list:
+    """The step of each history record of an offline W&B run file (``run-ID.wandb``): a 7-byte
+    header, then 32 KiB blocks of records (each with a 7-byte header: CRC, length, type: FULL 1,
+    FIRST 2, MIDDLE 3, LAST 4) that hold W&B's protobuf Records."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, steps, part, pos, block = path.read_bytes(), [], b"", 7, 32768
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # the rest of a block is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack_from("<IHB", data, pos)
+        part += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a record is whole
+            record = pb.Record()
+            record.ParseFromString(part)
+            part = b""
+            if record.HasField("history"):
+                steps.append(record.history.step.num)
+    return steps
+
+
 def _assert_final_clip_covers_the_last_step(run_dir: Path, rec) -> None:
     """The last train clip in metrics.jsonl is of the episode of env 0 in progress at the end,
     and its last frame is the run's final env step."""

@@ -11,19 +11,15 @@ from rlrec.report.config import ReportConfig
 __all__ = ["ReportConfig", "write_at_end"]
 
 
-def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
+def write_at_end(run_dir, cfg: ReportConfig):
     """The end of a run (its main rank, after training, every env and encoder closed): writes
-    the report and prints its path. A report that fails does not fail the run (the message says
-    so); a stopped run (a signal, a preemption: its time is short) writes none and says how to
-    write it later. Returns the page's path, or None."""
+    the report and prints its path. A stopped run (a signal, a preemption) writes it too: the
+    page says it was stopped (its last event). A report that fails does not fail the run (the
+    message says so). Returns the page's path, or None."""
     import sys
     import time
 
     if not cfg.enabled:
-        return None
-    command = f"python -m rlrec.report {run_dir}"
-    if stopped:
-        print(f"rlrec: no report of a stopped run: {command} writes it", flush=True)
         return None
     from rlrec.report.html import write_run_report
 
@@ -31,6 +27,7 @@ def write_at_end(run_dir, cfg: ReportConfig, stopped: bool = False):
     try:
         path = write_run_report(run_dir, cfg)
     except Exception as exc:  # the run itself is done and saved: say what failed, go on
+        command = f"python -m rlrec.report {run_dir}"
         print(f"rlrec: the report failed ({type(exc).__name__}: {exc}); {command}", file=sys.stderr)
         return None
     secs = time.perf_counter() - start

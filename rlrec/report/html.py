@@ -3,7 +3,7 @@ offline. Nothing is fetched: the curves are inline SVG, the styles inline, no sc
 are the run dir's own files, referenced by relative paths (so the page works wherever the run dir
 is moved, and a Content-Security-Policy forbids anything else).
 
-A run's page: the figures of its last evaluation (a success rate with its 95% Wilson interval
+A run's page: whether a signal stopped it, the figures of its last evaluation (a success rate with its 95% Wilson interval
 and episode count, here and in every table), its health (clips and frames the recorders
 dropped, encoder stalls, stops and resumes), the learning curves, the progress video, every
 evaluation with its clip, the failed eval episodes with their seeds and the command that replays
@@ -16,7 +16,9 @@ beside its return curves. Neither page names an absolute path: it links to its o
 
 from __future__ import annotations
 
+import contextlib
 import html
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
@@ -157,6 +159,21 @@ def _summary(run: RunData) -> str:
     return f'<p>{" &middot; ".join(parts)} &middot; <a href="./">the run dir</a></p>'
 
 
+def _stopped(run: RunData) -> str:
+    """A note when a signal stopped the run (its last stop or resume event is a stop)."""
+    last = [e for e in run.events if e.get("event") in ("stop", "resume")][-1:]
+    if not last or last[0]["event"] != "stop":
+        return ""
+    step, signum = int(last[0].get("step", 0)), last[0].get("signal")
+    with contextlib.suppress(ValueError, TypeError):
+        signum = signal.Signals(signum).name
+    return (
+        f'<p class="bad" data-stopped="{_e(step)}">Stopped by {_e(signum)} at step {step:,}, '
+        "before the end of the run: this page shows what it did. The same command with "
+        "<code>resume=auto</code> and this run dir continues it.</p>"
+    )
+
+
 def _section(anchor: str, title: str, *parts: str) -> str:
     return "\n".join([f'<h2 id="{anchor}">{title}</h2>', *parts])
 
@@ -278,6 +295,7 @@ def run_page(
     inline = " ".join(f"<code>{_e(o)}</code>" for o in run.overrides)  # what it changed, first
     body = [
         f"<h1>rlrec run {_e(name)}</h1>",
+        _stopped(run),
         _summary(run),
         '<p><a href="#health">health</a> &middot; <a href="#progress">progress</a> &middot; '
         '<a href="#curves">curves</a> &middot; <a href="#evaluations">evaluations</a> &middot; '

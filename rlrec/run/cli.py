@@ -173,7 +173,7 @@ def _task(
         try:
             result = runner.run()
             if main:  # report.html of the run (rlrec.report; of a sweep: python -m rlrec.report)
-                report.write_at_end(run_dir, runner.cfg.report, stopped=bool(runner.stop))
+                report.write_at_end(run_dir, runner.cfg.report)
         except (CheckpointWriteError, OSError) as exc:  # e.g. a full disk: says how to resume
             written = isinstance(exc, CheckpointWriteError)  # its message says it
             if sweep_dir is not None or not (written or exc.errno in STORAGE_ERRNOS):

@@ -3,6 +3,8 @@ and the statistics of the training episodes that finished since the last log lin
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import io
 import itertools
 import json
@@ -13,6 +15,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -20,13 +23,13 @@ import torch
 
 from rlrec import distributed
 from rlrec.config import LoggerConfig, LoggerName
-from rlrec.files import remove_quietly, temporary_name
+from rlrec.files import remove_quietly, temporary_name, write_atomic
 from rlrec.layout import RunDir
 from rlrec.report.progress import read_frames
 from rlrec.report.rundata import success_text
 
-# keys shown in the progress bar, in order
-_PROGRESS_KEYS = ("train/return", "eval/return", "eval/success")
+# keys shown in the progress bar and the status lines, in order
+_PROGRESS_KEYS = ("train/return", "train/success", "eval/return", "eval/success")
 
 
 def _private_link(path: str) -> str:
@@ -119,10 +122,13 @@ class Held:
 class RunLogger:
     """Writes every logged dict to ``metrics.jsonl`` (one JSON object per line, each with ``step``),
     to TensorBoard (scalars and clips) and, with ``logger=wandb``, to Weights & Biases. Every rank
-    has one, and rank 0's alone writes: the others' lines go nowhere (``os.devnull``).
+    has one, and rank 0's alone writes: the others' lines go nowhere (``os.devnull``). With
+    ``logger.progress``, the console shows a progress bar on a terminal, else a status line (see
+    :meth:`progress`).
 
     ``wait_clips``: waits (bounded) until the clips that lines wait for are on disk
-    (:meth:`settle`)."""
+    (:meth:`settle`); ``resumed``: ``resume=auto`` continues the run from a checkpoint (its W&B
+    run continues too: :class:`_WandbRun`)."""
 
     def __init__(
         self,
@@ -131,6 +137,7 @@ class RunLogger:
         total_steps: int,
         config_dict: dict,
         wait_clips: Optional[Callable[[], None]] = None,
+        resumed: bool = False,
     ):
         self.run_dir = Path(run_dir)
         self.writes = writes = distributed.is_main()
@@ -138,7 +145,7 @@ class RunLogger:
         self._wait_clips = wait_clips
         self._tb, self._previews = None, None  # TensorBoard's writer, its clip previews
         wandb = cfg.name == "wandb" and writes
-        self._wandb = _start_wandb(cfg, self.run_dir, config_dict) if wandb else None
+        self._wandb = _WandbRun(cfg, self.run_dir, config_dict, resumed) if wandb else None
         metrics = RunDir(self.run_dir).metrics if writes else os.devnull
         self._metrics = open(metrics, "a", buffering=1)
         self._held: Dict[str, Held] = {}  # lines waiting for their clips, by clip kind: log()
@@ -148,7 +155,13 @@ class RunLogger:
 
             self._tb = SummaryWriter(log_dir=str(RunDir(self.run_dir).tensorboard))
         self._progress, self._task, self._latest = None, None, {}
-        if cfg.progress and writes:
+        self.total_steps, self._sps, self._t0 = total_steps, 0.0, time.monotonic()
+        # no bar off a terminal: a status line at most every status_every_sec (None: neither)
+        self._status_every, self._status_at = None, self._t0
+        terminal = sys.stderr.isatty() or bool(os.environ.get("RLREC_PROGRESS"))
+        if cfg.progress and writes and not terminal:
+            self._status_every = cfg.status_every_sec
+        elif cfg.progress and writes:
             from rich import progress as bar
 
             self._progress = bar.Progress(
@@ -158,7 +171,6 @@ class RunLogger:
                 bar.TextColumn("steps {task.fields[sps]} SPS"),
                 bar.TimeRemainingColumn(),
                 bar.TextColumn("{task.fields[info]}"),
-                disable=not sys.stderr.isatty() and not os.environ.get("RLREC_PROGRESS"),
             )
             self._task = self._progress.add_task("train", total=total_steps, sps="-", info="")
             self._progress.start()
@@ -184,9 +196,11 @@ class RunLogger:
         if self._tb is not None:
             for k, v in numeric.items():
                 self._tb.add_scalar(k, v, step)
-        if self._wandb is not None and numeric:
+        if self._wandb is not None and numeric and self._wandb.takes(step):
             self._wandb.log(numeric, step=step)
         self._latest.update((k, numeric[k]) for k in _PROGRESS_KEYS if k in numeric)
+        if "eval/return" in numeric:
+            self._status(step)  # after each evaluation
 
     def event(self, step: int, name: str, **fields: Any) -> None:
         """One event line of metrics.jsonl, ``{"step": step, "event": name, **fields}`` (a stop by
@@ -197,10 +211,39 @@ class RunLogger:
         self._metrics.write(json.dumps(line) + "\n")
 
     def progress(self, step: int, sps: float) -> None:
-        if self._progress is None:
+        """The console after an iteration: the progress bar on a terminal; without one (a job's
+        log, ``nohup``, CI) a status line once ``logger.status_every_sec`` passed since the last
+        (and after each evaluation, :meth:`log`)."""
+        self._sps = sps
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=self._info())
+        elif self._status_every is not None:
+            if time.monotonic() - self._status_at >= self._status_every:
+                self._status(step)
+
+    def _info(self, sep: str = "  ") -> str:
+        """The latest figures, ``train return 1.2 success 0.5{sep}eval return 3.4 success 1``."""
+        groups: Dict[str, str] = {}
+        for key in (k for k in _PROGRESS_KEYS if k in self._latest):
+            kind, name = key.split("/")
+            groups[kind] = f"{groups.get(kind, kind)} {name} {self._latest[key]:.3g}"
+        return sep.join(groups.values())
+
+    def _status(self, step: int) -> None:
+        """One status line: steps, SPS, the latest returns and successes, elapsed, time left."""
+        if self._status_every is None:
             return
-        info = "  ".join(f"{k.replace('/', ' ')} {v:.3g}" for k, v in self._latest.items())
-        self._progress.update(self._task, completed=step, sps=f"{sps:,.0f}", info=info)
+        self._status_at = now = time.monotonic()
+        clock = lambda s: str(datetime.timedelta(seconds=int(s)))  # noqa: E731
+        left = (self.total_steps - step) / self._sps if self._sps > 0 else None
+        parts = [
+            f"rlrec: step {step:,}/{self.total_steps:,} ({step / max(self.total_steps, 1):.0%})",
+            f"{self._sps:,.0f} SPS" if self._sps > 0 else "- SPS",
+            *([self._info(" | ")] if self._latest else []),
+            f"elapsed {clock(now - self._t0)}",
+            f"left {clock(left) if left is not None else '-'}",
+        ]
+        print(" | ".join(parts), flush=True)
 
     def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
         """Records a saved clip: its path in metrics.jsonl, the video in TensorBoard and W&B.
@@ -216,7 +259,7 @@ class RunLogger:
             source = _private_link(path)
             args = (f"video/{kind}", source, fps, step, num_frames, rel, source != path)
             self._previews.submit(_tb_add_clip, self._tb, *args)
-        if self._wandb is not None:
+        if self._wandb is not None and self._wandb.takes(step):
             import wandb
 
             self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
@@ -295,21 +338,56 @@ def summary(
     print(" | ".join(parts), flush=True)
 
 
-def _start_wandb(cfg: LoggerConfig, run_dir: Path, config_dict: dict):
-    import wandb  # the extra is checked before work (rlrec.run.preflight.check_logger_extra)
+class _WandbRun:
+    """The run's W&B run. Its id and the last step sent to it are kept in the run dir
+    (``wandb_run.json``, rank 0's): a run that ``resume=auto`` continues from a checkpoint
+    (``resumed``) continues that W&B run (``resume="allow"``), as its TensorBoard logs continue.
+    W&B takes no step twice: the steps it has (the stopped run's, up to where it got past its
+    checkpoint) are not sent again (:meth:`takes`); metrics.jsonl and TensorBoard hold the
+    resumed run's lines of those steps. A run started again without a checkpoint starts a new
+    one."""
 
-    # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
-    sweep = run_dir.parent.name if run_dir.name.isdigit() else None
-    return wandb.init(
-        project=cfg.wandb_project,
-        entity=cfg.wandb_entity,
-        mode=cfg.wandb_mode,
-        dir=str(run_dir),
-        config=config_dict,
-        name=f"{sweep}/{run_dir.name}" if sweep else run_dir.name,
-        group=sweep,
-        reinit="finish_previous",
-    )
+    def __init__(self, cfg: LoggerConfig, run_dir: Path, config_dict: dict, resumed: bool):
+        import wandb  # the extra is checked before work (rlrec.run.preflight.check_logger_extra)
+
+        self.path = RunDir(run_dir).wandb_run
+        kept: Any = None
+        if resumed:  # (a damaged file: a new W&B run)
+            with contextlib.suppress(OSError, ValueError):
+                kept = json.loads(self.path.read_text())
+        known = isinstance(kept, dict) and isinstance(kept.get("id"), str)
+        known = known and isinstance(kept.get("step"), int)
+        # jobs of a sweep (multirun/<date>/<time>_<id>/<job>) are grouped under their sweep dir
+        sweep = run_dir.parent.name if run_dir.name.isdigit() else None
+        self.run = wandb.init(
+            project=cfg.wandb_project,
+            entity=cfg.wandb_entity,
+            mode=cfg.wandb_mode,
+            dir=str(run_dir),
+            config=config_dict,
+            name=f"{sweep}/{run_dir.name}" if sweep else run_dir.name,
+            group=sweep,
+            reinit="finish_previous",
+            id=kept["id"] if known else None,
+            resume="allow" if known else None,
+        )
+        self.floor = self.last = kept["step"] if known else -1  # the steps the W&B run has
+        self._keep()
+
+    def takes(self, step: int) -> bool:
+        return step > self.floor
+
+    def log(self, data: Dict[str, Any], step: int) -> None:
+        self.run.log(data, step=step)
+        if step > self.last:
+            self.last = step
+            self._keep()
+
+    def _keep(self) -> None:
+        write_atomic(self.path, json.dumps({"id": self.run.id, "step": self.last}))
+
+    def finish(self) -> None:
+        self.run.finish()
 
 
 PREVIEW_TIMEOUT_S = 60.0  # how long close() waits for the TensorBoard previews still queued

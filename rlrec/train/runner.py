@@ -95,7 +95,9 @@ class Runner:
         self.num_iterations = resume.iterations(cfg, self.world)
         total, config = self.num_iterations * self.batch_size, to_container(cfg)
         wait = None if self.evaluator is None else self.evaluator.flush  # eval lines await clips
-        self.logger = RunLogger(cfg.logger, self.run_dir, total, config, wait)
+        # resume=auto continues the run from its checkpoint: its W&B run continues too
+        resumed = self.start is not None and self.start.key == "resume" and not cfg.eval_only
+        self.logger = RunLogger(cfg.logger, self.run_dir, total, config, wait, resumed)
         settle = self.logger.settle  # before each checkpoint: the eval lines of its steps
         protect = lambda: self.watch.protected  # noqa: E731  (the checkpoint before a blow-up)
         self.resume_point = resume.ResumePoint(

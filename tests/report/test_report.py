@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from rlrec.report.html import write_report, write_run_report
 from rlrec.report.progress import BAND, even_subset, write_progress
 from rlrec.report.rundata import read_rows, read_run, wilson
 from rlrec.run import sweep as sweep_summary
-from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
+from tests.helpers import FAST, REPO, make_config, read_metrics, run_train, start_train, wait_for
 
 
 def _decode(path: Path) -> np.ndarray:
@@ -390,16 +391,13 @@ def test_report_options_are_checked():
         make_config(["report.max_tiles=0"])
 
 
-def test_end_of_run_writes_prints_or_says_why_not(lossless_run, tmp_path, capsys):
+def test_end_of_run_writes_and_prints_or_says_why_not(lossless_run, tmp_path, capsys):
     from rlrec.report import write_at_end
 
     run_dir = _copy(lossless_run, tmp_path)
     RunDir(run_dir).report.unlink()
     assert write_at_end(run_dir, ReportConfig(enabled=False)) is None
     assert not RunDir(run_dir).report.exists() and capsys.readouterr().out == ""
-    assert write_at_end(run_dir, ReportConfig(), stopped=True) is None
-    assert not RunDir(run_dir).report.exists()
-    assert f"python -m rlrec.report {run_dir} writes it" in capsys.readouterr().out
     path = write_at_end(run_dir, ReportConfig(progress_video=False))
     assert re.fullmatch(
         rf"rlrec: report {path.resolve()} \(written in [\d.]+ s\)\n", capsys.readouterr().out
@@ -407,6 +405,34 @@ def test_end_of_run_writes_prints_or_says_why_not(lossless_run, tmp_path, capsys
     # a report that fails does not fail the run: it says so
     assert write_at_end(tmp_path / "gone", ReportConfig()) is None
     assert "the report failed" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_stopped_run_writes_its_report_marked_stopped_until_resumed(tmp_path):
+    """A run stopped by a signal writes its report as it ends, which says it was stopped and how
+    to continue; the report of the resumed run that ends says no more."""
+    run_dir = tmp_path / "run"
+    args = [*FAST, "report.enabled=true", "recorder=none", f"hydra.run.dir={run_dir}"]
+    proc = start_train([*args, "total_steps=100000000", "checkpoint_every=100000"], tmp_path)
+    wait_for(lambda: any(m.get("train/lr") for m in _lines(run_dir)), proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    assert f"rlrec: report {RunDir(run_dir).report.resolve()} (written in" in out, out
+    (stop,) = [m for m in _lines(run_dir) if m.get("event") == "stop"]
+    page = RunDir(run_dir).report.read_text()
+    assert f'data-stopped="{stop["step"]}">Stopped by SIGTERM at step {stop["step"]:,}' in page
+    assert "<code>resume=auto</code>" in page
+
+    run_train([*args, f"total_steps={stop['step'] + 256}", "resume=auto"], cwd=tmp_path)
+    page = RunDir(run_dir).report.read_text()
+    assert "data-stopped" not in page and '<span class="bad" data-health="stops">1<' in page
+
+
+def _lines(run_dir: Path) -> list:
+    path = RunDir(run_dir).metrics
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(x) for x in text.splitlines() if x.endswith("}")]
 
 
 def test_a_failed_progress_video_leaves_the_page(lossless_run, tmp_path):
