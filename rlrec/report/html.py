@@ -3,15 +3,15 @@ offline. Nothing is fetched: the curves are inline SVG, the styles inline, no sc
 are the run dir's own files, referenced by relative paths (so the page works wherever the run dir
 is moved, and a Content-Security-Policy forbids anything else).
 
-A run's page: whether a signal stopped it, the figures of its last evaluation (a success rate with its 95% Wilson interval
-and episode count, here and in every table), its health (clips and frames the recorders
-dropped, encoder stalls, stops and resumes), the learning curves, the progress video, every
-evaluation with its clip, the failed eval episodes with their seeds and the command that replays
-each, and the config (the user's overrides first). A sweep's page: one row per job (its overrides
-and final figures, a link to the job's own page), a row for each group of jobs that differ only
-by their seed (their last evaluations' mean return, their success over all their episodes, their
-eval return curves on one panel) and, for each job with an eval clip on disk, its last eval clip
-beside its return curves. Neither page names an absolute path: it links to its own folder.
+A run's page: whether a signal stopped it, the figures of its last evaluation (a success rate with
+its 95% Wilson interval and episode count, here and in every table), its health (clips and frames
+the recorders dropped, encoder stalls, stops and resumes), the learning curves, the progress video,
+every evaluation with its clip, the failed eval episodes with their seeds and the command that
+replays each, and the config (the user's overrides first). A sweep's page: one row per job (its
+overrides and final figures, a link to the job's own page), a row for each group of jobs that differ
+only by their seed (their last evaluations' mean return, their success over all their episodes,
+their eval return curves on one panel) and, for each job with an eval clip on disk, its last eval
+clip beside its return curves. Neither page names an absolute path: it links to its own folder.
 """
 
 from __future__ import annotations
