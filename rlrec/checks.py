@@ -6,11 +6,12 @@ and messages as a composed run.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import math
 import typing
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 
 class ConfigError(ValueError):
@@ -126,9 +127,28 @@ def positive(value: Any, key: str, *, allow_none: bool = False) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: must be {rule}")
 
 
+def close_matches(value: str, allowed: Sequence[str]) -> List[str]:
+    """The names of ``allowed`` closest to a mistyped ``value``, best first: one that differs only
+    in case, then difflib's close matches."""
+    close = difflib.get_close_matches(value, allowed, n=3, cutoff=0.6)
+    case = [name for name in allowed if name.lower() == value.lower() and name not in close]
+    return case[:1] + close
+
+
+def did_you_mean(value: str, allowed: Sequence[str], before: str = "", after: str = "") -> str:
+    """``"did you mean X?"`` for the closest names of ``allowed`` (each written between ``before``
+    and ``after``), or ``""`` where none is close."""
+    close = " or ".join(before + name + after for name in close_matches(value, allowed))
+    return f"did you mean {close}?" if close else ""
+
+
 def one_of(value: Any, key: str, allowed: List[str]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}")
+        hint = did_you_mean(str(value), allowed)
+        raise ConfigError(
+            f"{key}={value!r} is invalid: allowed values are {', '.join(allowed)}"
+            + (f" ({hint})" if hint else "")
+        )
 
 
 def check_choices(obj: Any, prefix: str = "") -> None:

@@ -31,6 +31,7 @@ from rlrec.checks import (
     check_device,
     check_fields,
     check_seed,
+    did_you_mean,
     one_of,
     positive,
 )
@@ -165,18 +166,26 @@ def check_keys(node: DictConfig, prefix: str = "") -> None:
         return
     allowed = [f.name for f in fields(schema)]
     for key in node.keys():
-        if key in allowed or (not prefix and key == "hydra"):
-            continue
-        where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
-        extra = " (+experiment=NAME adds a preset)" if not prefix else ""
-        raise ConfigError(
-            f"{prefix}{key} is not a config key: allowed keys at {where} are "
-            f"{', '.join(allowed)}{extra}"
-        )
+        if key not in allowed and (prefix or key != "hydra"):
+            raise unknown_key(prefix, key, schema)
     for key in allowed:
         child = node._get_node(key)
         if isinstance(child, DictConfig):
             check_keys(child, f"{prefix}{key}.")
+
+
+def unknown_key(prefix: str, key: str, schema: type, rest: str = "") -> ConfigError:
+    """The refusal of ``prefix + key``, a key dataclass ``schema`` does not declare: the closest
+    declared keys (each written as ``prefix + name + rest``: ``rest`` completes what the user
+    wrote, ``.trigger=cubic`` of ``recoder.trigger=cubic``), then every declared key."""
+    allowed = [f.name for f in fields(schema)]
+    where = f"{prefix.rstrip('.')} ({schema.__name__})" if prefix else "the top level"
+    extra = " (+experiment=NAME adds a preset)" if not prefix else ""
+    hint = did_you_mean(key, allowed, prefix, rest)
+    return ConfigError(
+        f"{prefix}{key} is not a config key: {hint + ' ' if hint else ''}allowed keys at {where} "
+        f"are {', '.join(allowed)}{extra}"
+    )
 
 
 # the counts that must be positive, and those that may also be null

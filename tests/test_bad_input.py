@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from hydra.errors import ConfigCompositionException
 
 import rlrec.run.cli
 from rlrec.run import budget
@@ -55,7 +56,7 @@ def _assert_refused(args, key, tmp_path, monkeypatch, capsys, also=()):
 
 def test_unknown_config_group_option(tmp_path, monkeypatch, capsys):
     _assert_refused(
-        ["env=nope"], "env/nope", tmp_path, monkeypatch, capsys, also=["builtin", "gymnasium"]
+        ["env=nope"], "env='nope'", tmp_path, monkeypatch, capsys, also=["builtin", "gymnasium"]
     )
 
 
@@ -65,6 +66,61 @@ def test_unknown_key(tmp_path, monkeypatch, capsys):
 
 def test_wrong_type(tmp_path, monkeypatch, capsys):
     _assert_refused(["env.num_envs=abc"], "env.num_envs", tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize(
+    "override,says",
+    [
+        # an unknown key or group: the closest names, as the override would be written
+        ("evn=gymnasium", "evn is not a config key: did you mean env=gymnasium?"),
+        ("recoder.trigger=cubic", "recoder is not a config key: did you mean recorder.trigger=cub"),
+        ("env.num_envz=4", "env.num_envz is not a config key: did you mean env.num_envs=4?"),
+        ("env=gymnasum", "env='gymnasum' is invalid: allowed values are builtin, genesis, gym"),
+        ("+experiment=cartpol", "did you mean cartpole?"),
+        ("recorder.trigger=Cubic", "allowed values are cubic, episode, step"),
+        # a wrong type: the key, its type and an example (the key's value so far)
+        ("total_steps=1e5", "must be an integer, e.g. total_steps=100000 (1e5 is a float: write"),
+        (
+            "env.num_envs=8.5",
+            "env.num_envs=8.5 is invalid: must be an integer, e.g. env.num_envs=64",
+        ),
+        ("recorder.quality=7.5", "recorder.quality=7.5 is invalid: must be an integer, e.g. recor"),
+        ("algo.learning_rate=abc", "must be a number, e.g. algo.learning_rate=0.0003"),
+        ("recorder.env_idx=[x]", "must be a list of integers, e.g. recorder.env_idx=[0]"),
+        ("algo.hidden_sizes=8", "must be a list of integers, e.g. algo.hidden_sizes=[64,64]"),
+        ("env.max_episode_steps=x", "must be an integer or null, e.g. env.max_episode_steps=100"),
+        ("hydra.mode=SWEEP", "hydra.mode='SWEEP' is invalid: allowed values are RUN, MULTIRUN"),
+    ],
+)
+def test_an_override_hydra_cannot_apply_gets_one_line(
+    override, says, tmp_path, monkeypatch, capsys
+):
+    """Hydra's own errors (``Could not override 'evn'``, ``Error merging override ...``, exit 1)
+    become rlrec's one line, exit 2."""
+    code, out, work = _main([override], tmp_path, monkeypatch, capsys)
+    assert code == 2, out
+    assert out.startswith("rlrec: config error: ") and out.count("\n") == 1, out
+    assert says in out, out
+    assert _files(work) == [] and "HYDRA_FULL_ERROR" not in os.environ
+
+
+def test_hydra_reports_a_crash_of_the_run_as_without_rlrec(tmp_path, monkeypatch, capsys):
+    """What the run raises is Hydra's to report, without Hydra's own frames (exit 1); a user's
+    HYDRA_FULL_ERROR=1 gets Hydra's own error of an override."""
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the run crashed")
+
+    monkeypatch.setattr(rlrec.run.cli, "_task", crash)
+    code, out, _ = _main([f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, monkeypatch, capsys)
+    assert code == 1 and "RuntimeError: the run crashed" in out, out
+    assert "rlrec: config error" not in out and "hydra/_internal" not in out, out
+    assert "HYDRA_FULL_ERROR" not in os.environ
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.setattr(sys, "argv", ["train.py", "evn=gymnasium"])
+    with pytest.raises(ConfigCompositionException, match="Could not override 'evn'"):
+        rlrec.run.cli.main()
+    assert os.environ["HYDRA_FULL_ERROR"] == "1"
 
 
 def test_unknown_launcher(tmp_path, monkeypatch, capsys):
@@ -248,7 +304,8 @@ def test_mistyped_key_added_with_plus(override, key, tmp_path, monkeypatch, caps
         capsys,
     )
     if key == "evn":
-        assert "env, sim, eval_env" in out and "+experiment=NAME" in out, out
+        assert "did you mean env?" in out and "env, sim, eval_env" in out, out
+        assert "+experiment=NAME" in out, out
 
 
 def test_eval_only_resume_auto_without_a_checkpoint(tmp_path, monkeypatch, capsys):

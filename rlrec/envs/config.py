@@ -5,6 +5,9 @@ torch and no simulator (each backend's module, ``rlrec.envs.<name>``, builds its
 
 from __future__ import annotations
 
+import importlib
+import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -155,16 +158,37 @@ def own_channels(env_id: str, kwargs: Any) -> Optional[int]:
     cannot be built."""
     key = repr((env_id, dict(kwargs or {})))
     if key not in _OWN_CHANNELS:
-        import gymnasium as gym
-
         try:  # gymnasium's own MODULE:ID imports MODULE
-            probe = gym.make(env_id, disable_env_checker=True, **dict(kwargs or {}))
+            probe = gym_make(env_id, disable_env_checker=True, **dict(kwargs or {}))
         except Exception as err:  # noqa: BLE001 (named in the refusal)
             raise EnvNotBuilt(f"env.id={env_id!r} cannot be built: {err}") from err
         space = probe.observation_space
         probe.close()
         _OWN_CHANNELS[key] = int(space.shape[-1]) if is_image(space) else None
     return _OWN_CHANNELS[key]
+
+
+def gym_make(env_id: str, **kwargs: Any):
+    """``gymnasium.make(env_id, **kwargs)``, with MuJoCo's warnings (e.g. a deprecated attribute
+    of the model) in rlrec's log: MuJoCo writes them to ``MUJOCO_LOG.TXT`` in the working directory
+    unless the program installs its own handler, so once the env's module has imported mujoco (a
+    MuJoCo env), rlrec installs one where none is. Another env never imports mujoco."""
+    import gymnasium as gym
+
+    module, _, name = env_id.rpartition(":")
+    if module:  # MODULE:ID: importing MODULE registers ID
+        importlib.import_module(module)
+    spec = gym.registry.get(name)  # (gym.make says what is wrong with an id that is not there)
+    if spec is not None and isinstance(spec.entry_point, str):  # the env's module, imported first
+        gym.envs.registration.load_env_creator(spec.entry_point)
+    mujoco = sys.modules.get("mujoco")
+    if mujoco is not None and mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+    return gym.make(env_id, **kwargs)
+
+
+def _mujoco_warning(text: str) -> None:
+    logging.getLogger(__name__).warning("MuJoCo: %s", text.strip())
 
 
 class SapienStartMethod(Choice):

@@ -7,7 +7,8 @@ the vector env), so the recorder below it sees the terminal frame of every episo
 frame of the next.
 
 Each sub-env is ``gym.make(env.id, render_mode="rgb_array", **env.kwargs)`` (with gymnasium's own
-``TimeLimit``; ``env.max_episode_steps`` replaces its limit), wrapped in
+``TimeLimit``; ``env.max_episode_steps`` replaces its limit; a MuJoCo env's warnings go to rlrec's
+log: :func:`rlrec.envs.config.gym_make`), wrapped in
 :class:`~rlrec.envs.base.HoldOnDone`, which keeps a finished sub-env frozen on its terminal state
 until it is reset. That is the adapter contract ("step never resets; a finished env stays in its
 terminal state") and it never asks the vector env to step a finished env, which gymnasium's
@@ -23,7 +24,6 @@ else ``1 / metadata["render_fps"]``, else 1/30.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import inspect
 import os
@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import ConfigError
+from rlrec.checks import ConfigError, did_you_mean
 from rlrec.envs.base import (
     EnvIdx,
     HoldOnDone,
@@ -41,7 +41,7 @@ from rlrec.envs.base import (
     import_object,
     resize_images,
 )
-from rlrec.envs.config import GymnasiumEnvConfig, ObsMode
+from rlrec.envs.config import GymnasiumEnvConfig, ObsMode, gym_make
 from rlrec.obs import RGB, STATE
 
 # --------------------------------------------------------------------------- config checks
@@ -56,14 +56,9 @@ def resolve_spec(env_cfg) -> gym.envs.registration.EnvSpec:
         import_object(module, "env.id", env_cfg.id)
     if env_id in gym.registry:
         return gym.registry[env_id]
-    known = list(gym.registry.keys())
-    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
-    lower = {k.lower(): k for k in known}
-    if env_id.lower() in lower and lower[env_id.lower()] not in close:
-        close.insert(0, lower[env_id.lower()])
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    hint = did_you_mean(env_id, list(gym.registry))
     raise ConfigError(
-        f"env.id={env_cfg.id!r} is not a registered gymnasium id.{hint} "
+        f"env.id={env_cfg.id!r} is not a registered gymnasium id{': ' + hint if hint else ''}. "
         "(Ids from other packages need their module imported first: write env.id=MODULE:ID.)"
     )
 
@@ -141,7 +136,7 @@ def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, f
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
-            probe = gym.make(spec.id, render_mode="rgb_array", disable_env_checker=True, **kwargs)
+            probe = gym_make(spec.id, render_mode="rgb_array", disable_env_checker=True, **kwargs)
         try:
             modes = [probe.render_mode] if probe.render_mode else []
         finally:
@@ -207,7 +202,7 @@ class GymnasiumEnv(VectorEnvAdapter):
                 os.environ.setdefault("MUJOCO_GL", "egl")
 
         def make_one(index: int) -> gym.Env:
-            env = gym.make(env_id, **make_kwargs)
+            env = gym_make(env_id, **make_kwargs)  # MuJoCo's warnings: rlrec's log
             if not isinstance(env.observation_space, gym.spaces.Box):
                 env = gym.wrappers.FlattenObservation(env)
             if obs_mode != ObsMode.state:  # the frame as the observation (rgb), or beside it

@@ -111,6 +111,7 @@ def run(cfg: DictConfig) -> Optional[float]:
     eval return, for sweepers such as Optuna."""
     from hydra.core.hydra_config import HydraConfig
 
+    preflight.composed()  # Hydra reports what the run raises as it does without rlrec
     hydra_cfg = HydraConfig.get()
     run_dir, multirun = Path(hydra_cfg.runtime.output_dir), hydra_cfg.mode == RunMode.MULTIRUN
     try:
@@ -214,8 +215,9 @@ def _not_started(signum: int) -> None:
 
 def main() -> None:
     """Checks the command line for launcher/sweeper plugins that are not installed (naming the
-    extra), then hands over to Hydra. A sweep exits with 1 when a job failed and with 128 + the
-    signal when it was stopped (rlrec.run.sweep.exit_status)."""
+    extra), then hands over to Hydra; an override Hydra cannot apply ends as every config error
+    does (``rlrec: config error: ...``, exit 2). A sweep exits with 1 when a job failed and with
+    128 + the signal when it was stopped (rlrec.run.sweep.exit_status)."""
     # The interpreter's collections at exit walk every object torch made (0.7-1 s of a short run
     # on a 2-core CPU): frozen by the first exit handler to run, those objects are freed by
     # reference counting alone. What holds a file or a process is closed before (Runner.close).
@@ -233,7 +235,8 @@ def main() -> None:
                 sys.argv += ["hydra/job_logging=stdout"]
     try:
         try:
-            run()
+            with preflight.overrides_refused():  # Hydra's errors on an override, in rlrec's words
+                run()
         except sweep.SweepStopped:
             sweep.report_stopped()
         status = sweep.exit_status()

@@ -3,7 +3,8 @@ and values, the logger's extra, what several ranks refuse, the device, the env b
 and the memory budget), which the Hydra callback :class:`Preflight` runs before Hydra creates the
 run dir (with the writable-dir checks of the run or sweep dir) and ``rlrec.run.cli`` runs for a
 run no Preflight checked (a sweep's jobs); the entry point checks the launcher/sweeper extras
-before Hydra composes anything.
+before Hydra composes anything, and an override Hydra cannot apply is refused in rlrec's words
+(:func:`overrides_refused`).
 
 Each failure prints ``rlrec: config error: ...`` naming the key and exits with status 2, like every
 other config error, and leaves nothing behind.
@@ -13,19 +14,24 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import importlib.util
 import os
+import re
 import sys
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, NoReturn, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NoReturn, Optional, Tuple, Union
 
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from rlrec import distributed
-from rlrec.checks import ConfigError
-from rlrec.config import Config, to_dataclass
+from rlrec.checks import ConfigError, field_types, one_of
+from rlrec.config import Config, to_dataclass, unknown_key
 from rlrec.files import probe_dir
 from rlrec.run import budget, rundir
 
@@ -134,6 +140,123 @@ def refusing() -> Iterator[None]:
         yield
     except ConfigError as err:
         refuse(err)
+
+
+# Hydra prints its own error and exits 1 unless this is "1": then it raises the error
+FULL_ERROR = "HYDRA_FULL_ERROR"
+_HELD: List[Optional[str]] = []  # the user's HYDRA_FULL_ERROR, while Hydra composes
+
+
+@contextlib.contextmanager
+def overrides_refused() -> Iterator[None]:
+    """Hydra run inside: an override it cannot apply ends the process as :func:`refuse` does, in
+    rlrec's words (:func:`override_error`). Until the task function starts (:func:`composed`),
+    HYDRA_FULL_ERROR=1 makes Hydra raise such an error to here; where the user set it, Hydra's
+    own error is raised as it is."""
+    users = os.environ.get(FULL_ERROR)
+    _HELD.append(users)
+    os.environ[FULL_ERROR] = "1"
+    try:
+        yield
+    except (ConfigCompositionException, OverrideParseException) as exc:
+        if users == "1":
+            raise
+        refuse(override_error(exc))
+    finally:
+        composed()
+
+
+def composed() -> None:
+    """Hydra composed the run's config (its task function starts): HYDRA_FULL_ERROR as the user
+    set it, so that Hydra reports the run's own errors as it does without rlrec."""
+    while _HELD:
+        users = _HELD.pop()
+        if users is None:
+            os.environ.pop(FULL_ERROR, None)
+        else:
+            os.environ[FULL_ERROR] = users
+
+
+_MERGING = "Error merging override "  # Hydra's words for a value of the wrong type
+
+
+def override_error(exc: Exception) -> ConfigError:
+    """rlrec's one line for Hydra's error on an override: an unknown key with the closest declared
+    keys ("did you mean env=gymnasium?"), an unknown option of a config group with its options, a
+    value of the wrong type with the key's type and an example; any other error in Hydra's words,
+    on one line."""
+    text, cause = str(exc), exc.__cause__
+    try:
+        if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+            group, _, name = exc.missing_cfg_file.rpartition("/")  # env/gymasium
+            one_of(name, group, list(exc.options))
+        unknown = isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key
+        if unknown and is_dataclass(cause.object_type) and "use +" in text:
+            written = text.rpartition("use +")[2]  # Hydra: "To append to your config use +K=V"
+            prefix, _, key = cause.full_key.rpartition(".")
+            rest = written[len(cause.full_key) :]  # what follows the unknown key: .trigger=cubic
+            raise unknown_key(prefix and prefix + ".", key, cause.object_type, rest)
+        if isinstance(cause, ValidationError) and cause.full_key and text.startswith(_MERGING):
+            written = text[len(_MERGING) :]
+            check_type(written, cause)
+            text = f"{written} is invalid: {str(cause.msg).splitlines()[0]}"  # OmegaConf's words
+    except ConfigError as err:
+        return err
+    return ConfigError(" ".join(text.split()))
+
+
+# the types a key may declare: what a value is, what a list of them holds, an example
+_KINDS = {
+    bool: ("true or false", "true/false values", "true"),
+    int: ("an integer", "integers", "8"),
+    float: ("a number", "numbers", "0.5"),
+    str: ("a string", "strings", "text"),
+}
+
+
+def _written(value: Any) -> str:
+    """``value`` as an override writes it."""
+    if isinstance(value, (list, tuple)):
+        return f"[{','.join(map(_written, value))}]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_type(written: str, err: ValidationError) -> None:
+    """ConfigError for override ``written`` (``KEY=VALUE``) whose value Hydra could not merge
+    into the key's type (``err``): the key, its type and an example (the key's value before, where
+    it is one), or a closed choice's allowed values. Returns where the key's type is not one of
+    these."""
+    key = re.sub(r"\[\d+\]$", "", str(err.full_key))  # an element's error: its list's key
+    name = key.rpartition(".")[2]
+    node = err.parent_node
+    if node is not None and not isinstance(node, DictConfig):
+        node = node._get_parent()  # an element's list: the dict that holds it
+    schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+    declared = {n: (h, null) for n, h, null in field_types(schema)} if is_dataclass(schema) else {}
+    hint, nullable = declared.get(name, (None, False))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):  # OmegaConf takes their names
+        one_of(err.value, key, [m.name for m in hint] + (["null"] if nullable else []))
+    many = typing.get_origin(hint) is list
+    base = typing.get_args(hint)[0] if many else hint
+    if base not in _KINDS:
+        return
+    one, several, example = _KINDS[base]
+    before = OmegaConf.select(node, name, throw_on_resolution_failure=False)  # its value so far
+    values = list(before) if many and before is not None else [before]
+    if values and all(type(v) is base for v in values):
+        example = _written(values if many else before)
+    elif many:
+        example = f"[{example},{example}]"
+    note = ""
+    if base is int and not many and isinstance(err.value, float) and err.value.is_integer():
+        count = int(err.value)  # 1e5: a float
+        example = str(count)
+        note = f" ({written.partition('=')[2]} is a float: write a count as {count} or {count:_})"
+    kind = f"a list of {several}" if many else one
+    raise ConfigError(
+        f"{written} is invalid: must be {kind}{' or null' if nullable else ''}, e.g. "
+        f"{key}={example}{note}"
+    )
 
 
 class Preflight(Callback):

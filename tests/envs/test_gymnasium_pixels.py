@@ -174,7 +174,7 @@ def test_the_observed_image_is_known_and_refused_before_work():
     with pytest.raises(ConfigError, match="env.frame_stack=2 stacks images, but env.id='Cart"):
         GymnasiumEnvConfig(id="CartPole-v1", frame_stack=2).obs_image()
     # an env that cannot be built is refused as the backend's check before work refuses it
-    with pytest.raises(ConfigError, match="is not a registered gymnasium id. Did you mean Cart"):
+    with pytest.raises(ConfigError, match="is not a registered gymnasium id: did you mean Cart"):
         make_config(["env=gymnasium", "env.id=CartPol-v1", "env.frame_stack=2"])
     with pytest.raises(ConfigError, match="env.kwargs.bogus is not a keyword argument"):
         make_config(["env=gymnasium", "env.frame_stack=2", "+env.kwargs.bogus=1"])

@@ -56,3 +56,35 @@ def test_the_preset_trains_logs_the_training_return_and_records_clips(tmp_path):
     assert len(list((run_dir / "videos" / "eval").glob("*.mp4"))) == 3
     assert list((run_dir / "videos" / "train").glob("*.mp4"))
     assert (run_dir / "checkpoints" / "last.pt").is_file()
+
+
+def test_mujocos_warnings_go_to_the_runs_log_not_the_working_directory(tmp_path):
+    """HalfCheetah-v4's model sets ``settotalmass``, which mujoco 3+ warns of: MuJoCo would write
+    the warning to MUJOCO_LOG.TXT in the working directory; the run writes it to its own log."""
+    import mujoco
+
+    if int(mujoco.__version__.split(".")[0]) < 3:
+        pytest.skip("mujoco < 3 does not warn of settotalmass")
+    run_dir = tmp_path / "run"
+    proc = run_train(
+        [
+            "env=gymnasium",
+            "env.id=HalfCheetah-v4",
+            "env.num_envs=2",
+            "total_steps=64",
+            "algo.num_steps=32",
+            "algo.num_minibatches=2",
+            "algo.update_epochs=1",
+            "eval_env.enabled=false",
+            "recorder=none",
+            "logger=none",
+            "logger.progress=false",
+            "report.enabled=false",
+            f"hydra.run.dir={run_dir}",
+        ],
+        tmp_path,
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # the working directory
+    log = (run_dir / "train.log").read_text()
+    assert "MuJoCo: compiler attribute 'settotalmass' is deprecated" in log, log
+    assert "WARNING: compiler attribute" not in proc.stdout + proc.stderr  # MuJoCo's own print

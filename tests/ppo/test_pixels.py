@@ -132,7 +132,7 @@ def test_the_normaliser_sees_the_state_alone():
         # an id that is not registered: the registry's refusal, not the encoder's
         (
             ["env=gymnasium", "env.id=CartPol-v1", "algo.encoder=cnn"],
-            "env.id='CartPol-v1' is not a registered gymnasium id. Did you mean CartPole-v1",
+            "env.id='CartPol-v1' is not a registered gymnasium id: did you mean CartPole-v1",
         ),
         (["env.obs_mode=rgb", "env.obs_width=35", "algo.encoder=cnn"], "too small for NatureCNN"),
         (["env.obs_mode=rgb", "env.obs_width=128"], "algo.encoder=mlp on the raw image 64x128x3"),
