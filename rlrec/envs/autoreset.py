@@ -17,8 +17,9 @@ class AutoReset(EnvWrapper):
 
     When envs finish in ``step``, their final observation and info are cloned into
     ``info["final_obs"]`` / ``info["final_info"]`` (full-batch tensors; rows valid where
-    ``info["_final"]`` is True) and then only those envs are reset, so the returned ``obs`` is
-    already the first observation of the next episode. Episode returns and lengths of finished
+    ``info["_final"]`` is True; ``info["_final_idx"]``: their indices, a long tensor on the CPU) and
+    then only those envs are reset, so the returned ``obs`` is already the first observation of the
+    next episode. Episode returns and lengths of finished
     envs are reported in ``info["episode"]``.
 
     A step reads one thing back from the device, the done flags, and names the envs it resets
@@ -60,6 +61,7 @@ class AutoReset(EnvWrapper):
                 final_obs=map_obs(torch.clone, obs),
                 final_info=dict(info),
                 _final=done.clone(),
+                _final_idx=idx,
             )
             info["episode"] = {
                 "return": self._return.clone(),

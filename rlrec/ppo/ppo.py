@@ -183,10 +183,19 @@ class PPO:
             # continues past the cut. done: at every end, as ManiSkill's PPO baselines do
             # (final_values from infos["final_observation"] of every done row), so a task that
             # terminates on success values the success as its reward plus the value of the state
-            # it reached. One masked multiply over the batch: no host sync
+            # it reached. The value is taken of the ended rows alone (ManiSkill's ppo_rgb.py:
+            # final_observation[done_mask]), named by AutoReset's host index (copied without
+            # waiting for the device, as rlrec.envs.base.as_env_index does): no host sync, and no
+            # pass (a CNN's with pixels) over the envs that did not end
             ends = done if cfg.bootstrap_at == BootstrapAt.done else truncated & ~terminated
-            final_value = self.agent.value(self.normalize(info["final_obs"]))
-            reward = reward + cfg.gamma * final_value * ends.float()
+            idx = info.get("_final_idx")  # absent: an info not from AutoReset (one sync here)
+            if idx is None:
+                rows = info["_final"].nonzero().flatten()
+            else:
+                rows = idx.to(self.device, non_blocking=True)
+            final_obs = map_obs(lambda t: t[rows], info["final_obs"])
+            bootstrap = cfg.gamma * self.agent.value(self.normalize(final_obs)) * ends[rows]
+            reward = reward.index_add(0, rows, bootstrap)
         obs, action, logprob, value = self._transition  # type: ignore[misc]
         self.storage.add(obs, action, logprob, value, reward, done.float())  # type: ignore[union-attr]
 

@@ -171,6 +171,38 @@ def test_done_bootstraps_terminations_too_and_truncated_only_time_outs():
     torch.testing.assert_close(out, reward + 0.8 * value)
 
 
+def test_the_bootstrap_values_the_ended_rows_alone_without_a_host_sync():
+    """V(final_obs) is taken of the envs that ended (AutoReset's host index), not of the whole
+    batch: the critic sees 2 rows of 6, the stored rewards equal the full-batch formula, and the
+    step reads nothing back from the device (a GPU would wait for none)."""
+    from tests.hostsync import HostReads
+
+    env = AutoReset(GoalLine(6, max_episode_steps=20))
+    torch.manual_seed(0)
+    ppo = PPO(
+        PPOConfig(gamma=0.8, bootstrap_at=BootstrapAt.done),
+        env.single_observation_space,
+        env.single_action_space,
+        torch.device("cpu"),
+    )
+    obs, _ = env.reset(seed=0)
+    env.env.pos.copy_(torch.tensor([3, 0, 0, 3, 0, 0]))
+    rows = []
+    ppo.agent.critic.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
+    with torch.inference_mode():
+        _, reward, term, trunc, info = env.step(torch.tensor([2, 1, 1, 2, 1, 1]))
+        assert term.tolist() == [True, False, False, True, False, False]
+        ppo.init_storage(6)
+        ppo.act(obs)
+        rows.clear()
+        with HostReads() as reads:
+            ppo.process_env_step(reward, term, trunc, info)
+        assert rows == [2] and reads.count == 0, reads.where
+        value = ppo.agent.value(ppo.normalize(info["final_obs"]))
+    expected = reward + 0.8 * value * term.float()
+    torch.testing.assert_close(ppo.storage.rewards[0], expected)
+
+
 def test_bootstrap_at_and_kl_check_are_closed_choices():
     cfg = make_config(["algo.bootstrap_at=done", "algo.kl_check=minibatch"])
     assert cfg.algo.bootstrap_at is BootstrapAt.done and cfg.algo.kl_check is KLCheck.minibatch
