@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlrec.checks import ConfigError
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.divergence import EXIT_STATUS, Diverged, Watch
 from rlrec.train.runner import Runner
@@ -334,6 +335,20 @@ def test_a_blow_up_names_the_checkpoint_before_it_and_the_printed_advice_reaches
     kls = [m["loss/approx_kl"] for m in read_metrics(new_dir) if "loss/approx_kl" in m]
     assert len(kls) == 28 and max(kls) < 0.1, kls
 
+    # resume=auto in the run dir passes over the checkpoints written during the blow-up (each says
+    # so) to the one before it, saying so, and reaches the end with a sane policy too
+    ruined = [p for p in before.parent.glob("*.pt") if ckpt.load(p).get("blowup")]
+    assert sorted(p.name for p in ruined) == ["iter_000005.pt", "iter_000006.pt", "last.pt"]
+    proc = run_train([*command, "algo.learning_rate=0.0003"], cwd=tmp_path)
+    assert (
+        "rlrec: warning: resume=auto: last.pt, iter_000006.pt, iter_000005.pt written after the "
+        "blow-up that began at iteration 5 (step 640)"
+    ) in proc.stderr, proc.stderr
+    assert f"skipped, resuming from {before} (step 512)" in proc.stderr
+    final = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert final["global_step"] == 4096 and final["blowup"] is None
+    assert float(final["ppo"]["agent"]["log_std"].abs().max()) < 0.5
+
 
 @pytest.mark.slow
 def test_a_blow_up_from_the_first_update_names_no_checkpoint(tmp_path):
@@ -347,6 +362,34 @@ def test_a_blow_up_from_the_first_update_names_no_checkpoint(tmp_path):
     assert "the blow-up began at iteration 1 (step 128) with loss/approx_kl" in line, line
     assert "no checkpoint was written before it; to start again with other settings" in line
     assert "checkpoint=" not in line and "resume=auto" not in line
+
+    # the checkpoint written during the blow-up says so itself; resume=auto of it with a sane
+    # learning rate is refused, saying why and how to start again, and changes nothing
+    last = run_dir / "checkpoints" / "last.pt"
+    assert ckpt.load(last)["global_step"] == 128
+    assert ckpt.load(last)["blowup"].startswith("iteration 1 (step 128) with loss/approx_kl")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
+    sane = [*BLOWUP, "total_steps=4096", "algo.learning_rate=0.0003"]
+    proc = run_train([*sane, "resume=auto", f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        f"resume=auto: every checkpoint in {last.parent} that can be read (last.pt, "
+        "iter_000001.pt) was written after the blow-up that began at iteration 1 (step 128)"
+    ) in proc.stderr, proc.stderr
+    assert "the same command in a new run dir" in proc.stderr
+    assert "diverged" not in proc.stderr and "last finite checkpoint" not in proc.stderr
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
+    assert {p: b for p, b in after.items() if ".hydra" not in p.parts} == {
+        p: b for p, b in before.items() if ".hydra" not in p.parts
+    }
+    # and so is training from it by name (evaluating it is not)
+    new_dir = tmp_path / "new"
+    args = [*sane, f"checkpoint={last}", f"hydra.run.dir={new_dir}"]
+    proc = run_train(args, cwd=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"checkpoint={last} was written after the blow-up that began at" in proc.stderr
+    assert "none from before it is beside it" in proc.stderr
+    assert not (new_dir / "checkpoints").exists()
 
 
 @pytest.mark.slow
@@ -384,6 +427,46 @@ def test_the_checkpoint_before_a_spike_is_protected_until_the_run_settles(tmp_pa
     _rollout(watch, 3, 4)
     watch.check(calm, _params(), "iteration 8")
     assert watch.protected is None  # three: the run survived the spike
+
+
+@pytest.mark.parametrize("periodic", [True, False], ids=["periodic", "last.pt-only"])
+def test_a_checkpoint_written_during_a_blow_up_is_never_the_one_to_continue_from(
+    tmp_path, periodic
+):
+    """Checkpoints after iterations 4 (calm), 5 (a spike begins a blow-up) and 8 (the run came back
+    into range after 3 calm updates), then a non-finite update: the one of iteration 5 says it
+    was written during the blow-up, resume=auto passes over it, and the line names the newest one
+    from before it, never it. With last.pt alone, iteration 5's wrote over iteration 4's."""
+    from rlrec.train.resume import ResumePoint
+
+    state = {"global_step": 0, "iteration": 0, "blowup": None}
+    point = ResumePoint(lambda: dict(state), tmp_path, make_config(["checkpoint_every=1"]))
+    watch = Watch(3, 4, torch.device("cpu"), tmp_path, lambda: point.last)
+    calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
+    for i in range(1, 10):
+        _rollout(watch, 3, 4)
+        spike = {"loss/value": 5e3} if i == 5 else {}
+        watch.check({**calm, **spike}, _params(), f"iteration {i}")
+        state.update(global_step=12 * i, iteration=i, blowup=watch.under_way)
+        if i in (4, 5):
+            point.save(i if periodic else None)
+    checkpoints = tmp_path / "checkpoints"
+    assert ckpt.load(checkpoints / "last.pt")["blowup"] == (
+        "iteration 5 with loss/value 5e+03 (up to 1 before)"
+    )
+    assert watch.blowup is None  # iterations 6, 7 and 8 were back in range
+    _rollout(watch, 3, 4)
+    with pytest.raises(Diverged) as e:
+        watch.check({**calm, "loss/value": math.nan}, _params(), "iteration 10")
+    msg = str(e.value)
+    assert str(checkpoints / "last.pt") not in msg, msg
+    if periodic:
+        assert ckpt.find_resume(checkpoints)[0].name == "iter_000004.pt"
+        assert f"last finite checkpoint {checkpoints / 'iter_000004.pt'} (step 48)" in msg, msg
+    else:
+        with pytest.raises(ConfigError, match="was written after the blow-up that began at"):
+            ckpt.find_resume(checkpoints)
+        assert "no checkpoint was written before it; to start again" in msg, msg
 
 
 def test_retention_keeps_the_protected_checkpoint(tmp_path):

@@ -480,6 +480,51 @@ def test_a_kill_before_the_first_checkpoint_then_resume_equals_the_uninterrupted
                 and "-env" not in p.name and "superseded" not in p.parts]  # fmt: skip
 
 
+def _eval_episodes(run_dir: Path):
+    """eval_episodes.jsonl's records, in a fixed order."""
+    lines = (run_dir / "eval_episodes.jsonl").read_text().splitlines()
+    return sorted(lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every, saved_iteration", [(4, 4), (7, 7)])
+def test_a_kill_during_the_final_evaluation_then_resume_equals_the_uninterrupted_run(
+    tmp_path, uninterrupted_resumable, every, saved_iteration
+):
+    """SIGKILL at step 10 of the final evaluation, once the last training line is written: the
+    last iteration's checkpoint comes after the final evaluation (as every periodic one comes
+    after its iteration's evaluation), so resume=auto continues from the one before and does the
+    final evaluation (its line, its clip, its eval_episodes.jsonl records). The final train clip
+    (the episode in progress at the end; with checkpoints every 7 iterations it began before the
+    last one) is on disk before the final evaluation. The run dir equals the uninterrupted run's;
+    resumed again, nothing changes."""
+    run_dir, reference = tmp_path / "run", uninterrupted_resumable
+    args = [*FAST, f"total_steps={TOTAL}", f"checkpoint_every={every}", f"hydra.run.dir={run_dir}"]
+    killed = _drive(tmp_path, "SIGKILL", "eval", "5:10", args)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert _train_steps(run_dir)[-1] == TOTAL
+    saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert saved["global_step"] == saved_iteration * BATCH and not saved.get("eval_due")
+    final_clip = [f for f in _files(reference) if f.endswith(".mp4") and "/train/" in f][-1]
+    assert _first_step(reference / final_clip) < 7 * NUM_STEPS  # before iteration 7's end
+    assert final_clip in _files(run_dir)
+
+    resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
+    assert "done already" not in resumed.stdout, resumed.stdout
+    _assert_same_run(reference, run_dir)
+    assert _eval_episodes(run_dir) == _eval_episodes(reference)
+    assert f"videos/eval/eval-step{TOTAL:09d}.mp4" in _files(run_dir)
+    assert _temporaries(run_dir) == []
+
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
+    again = run_train([*args, "resume=auto"], cwd=tmp_path)
+    assert "done already" in again.stdout, again.stdout
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
+    assert {p: b for p, b in after.items() if ".hydra" not in p.parts} == {
+        p: b for p, b in before.items() if ".hydra" not in p.parts
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("eval_recorder", ["true", "false"])
 def test_two_kills_then_resume_leave_the_per_episode_clips_of_an_uninterrupted_run(

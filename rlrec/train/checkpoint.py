@@ -347,28 +347,43 @@ def scan(directory: Path) -> Iterator[Tuple[Path, Union[Dict[str, Any], ConfigEr
         yield p, data
 
 
+def blowup(data: Mapping) -> Optional[str]:
+    """The blow-up under way when the checkpoint ``data`` was written ("iteration I (step S)
+    with WHAT", ``rlrec.train.divergence``), or None: its values are finite but ruined, and
+    training from it diverges again, so ``resume=auto`` passes over it and ``checkpoint=`` of it
+    trains nothing."""
+    began = data.get("blowup")
+    return str(began) if began else None
+
+
 def find_resume(directory: Path, quiet: bool = False) -> Optional[Tuple[Path, Dict[str, Any]]]:
     """``resume=auto``: the newest good checkpoint of ``directory`` (the one with the most env
     steps, ``last.pt`` winning ties) and its contents, or None when it holds no checkpoint at all
     (a new run). It reads ``last.pt`` and the periodic ones down to the first good one (iterations
     only grow within a run), not all of them.
 
-    A damaged or unreadable file is skipped with a warning that names it (none when ``quiet``);
-    when every checkpoint there is unusable a :class:`ConfigError` names them all (a restart at
-    step 0 would append duplicate steps to the run's metrics.jsonl). A file that would run code
-    stops the run with :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by
-    guesswork."""
-    best, bad = None, []
+    A damaged or unreadable file is skipped with a warning that names it, and so is one written
+    during a blow-up (:func:`blowup`; none when ``quiet``); when every checkpoint there is
+    unusable a :class:`ConfigError` names them all (a restart at step 0 would append duplicate
+    steps to the run's metrics.jsonl), or, when they were written during a blow-up, says so and
+    how to start again. A file that would run code stops the run with
+    :class:`UnsafeCheckpoint`: nothing in that run dir is trusted by guesswork."""
+    best, bad, ruined = None, [], []
     for p, got in scan(directory):
         if isinstance(got, UnsafeCheckpoint):
             raise UnsafeCheckpoint(f"resume=auto: {got}")
         if isinstance(got, ConfigError):
             bad.append(str(got))
             continue
+        if blowup(got):
+            ruined.append((p, blowup(got)))
+            continue
         if best is None or got["global_step"] > best[1]["global_step"]:
             best = p, got
         if p.name != LAST_CHECKPOINT:
             break
+    if ruined:
+        _passed_over(directory, ruined, best, quiet)
     if best is None and bad:
         listing = "\n".join(f"  {reason}" for reason in bad)
         raise ConfigError(
@@ -383,6 +398,28 @@ def find_resume(directory: Path, quiet: bool = False) -> Optional[Tuple[Path, Di
             flush=True,
         )
     return best
+
+
+def _passed_over(directory: Path, ruined: List[Tuple[Path, str]], best, quiet: bool) -> None:
+    """What ``resume=auto`` says of the checkpoints it passed over, ``ruined`` (each with the
+    blow-up it was written during): a warning naming them and ``best``, the one it resumes from
+    (none when ``quiet``), or, without one, a :class:`ConfigError` saying how to start again."""
+    names = ", ".join(p.name for p, _ in ruined)
+    why = f"written after the blow-up that began at {ruined[0][1]}: finite but ruined values"
+    if best is None:
+        raise ConfigError(
+            f"resume=auto: every checkpoint in {directory} that can be read ({names}) was {why}, "
+            "from which training diverges again. To start again with other settings (a lower "
+            "algo.learning_rate, say): the same command in a new run dir (hydra.run.dir=...), or "
+            f"move them out of {directory} (resume=auto then starts this run dir again from step 0)"
+        )
+    if not quiet:
+        print(
+            f"rlrec: warning: resume=auto: {names} {why}; skipped, resuming from {best[0]} "
+            f"(step {best[1]['global_step']}), the newest from before it",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def of_step(directory: Path, step: Optional[int], key: str) -> Tuple[Path, Dict[str, Any]]:

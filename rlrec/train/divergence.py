@@ -18,10 +18,12 @@ evaluation of that state; the process exits with :data:`EXIT_STATUS`.
 A blow-up is usually under way before anything is non-finite: an update that moves the policy by
 nats (its ``loss/approx_kl``; a healthy PPO update moves it by about 0.01), or whose KL, value
 loss, gradient norm or policy std is far outside the run's own recent range (:data:`SPIKE`),
-begins one. From then on the checkpoint before it is the one the line names (every checkpoint
-written since holds finite but ruined values), and ``checkpoint_keep`` does not remove it; a run
-whose figures come back into range for :data:`SETTLED` updates survived the spike and goes on as
-before.
+begins one. From then on the checkpoint before it is the one the line names, and
+``checkpoint_keep`` does not remove it: every checkpoint written since holds finite but ruined
+values, and says so itself (its ``blowup`` entry, :attr:`Watch.under_way`), so that ``resume=auto``
+passes over it (to the newest one from before, or refuses saying why) and ``checkpoint=`` of it
+trains nothing. A run whose figures come back into range for :data:`SETTLED` updates survived the
+spike and goes on as before.
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ class Diverged(RuntimeError):
 class Watch:
     """The finite check of one rank's run (see the module docstring). The runner wraps each
     rollout in :meth:`rollout`, calls :meth:`step` after each env step and :meth:`check` after each
-    update. ``last()``: the last checkpoint written or started from (``ResumePoint.last``: its
-    path, its step, whether ``resume=auto`` in the run dir finds it, and the file of it that the
-    next checkpoint does not write again), or None."""
+    update. ``last()``: the last checkpoint written or started from with no blow-up under way
+    (``ResumePoint.last``: its path, its step, whether ``resume=auto`` in the run dir finds it,
+    and the file of it that the next checkpoint does not write again), or None."""
 
     def __init__(
         self,
@@ -190,6 +192,12 @@ class Watch:
             self.blowup = None
 
     @property
+    def under_way(self) -> Optional[str]:
+        """The blow-up under way, "iteration I (step S) with WHAT", which every checkpoint written
+        during it holds (``rlrec.train.checkpoint.blowup``); None."""
+        return None if self.blowup is None else f"{self.blowup[0]} with {self.blowup[1]}"
+
+    @property
     def protected(self) -> Optional[str]:
         """The file name (in checkpoints/) of the checkpoint before the blow-up under way, which
         ``checkpoint_keep`` must not remove; None when none is under way."""
@@ -229,9 +237,9 @@ class Watch:
         saved, began, none = self.last(), "", _NONE
         kept = None if self.blowup is None else self.blowup[2]
         if self.blowup is not None:
-            began = f"the blow-up began at {self.blowup[0]} with {self.blowup[1]}; "
+            began = f"the blow-up began at {self.under_way}; "
             # last.pt, when it was the one before the blow-up, is written again by each checkpoint
-            if kept and saved and kept[0] == saved[0] and saved[1] != kept[1]:
+            if kept and saved is None:
                 kept, none = None, "the checkpoint before it (last.pt) was written over since"
         if kept is not None:  # the checkpoints since are finite but ruined: a new run dir
             path, step = kept

@@ -147,10 +147,30 @@ def iterations(cfg: Config, world: int) -> int:
     return max(1, cfg.total_steps // (world * cfg.env.num_envs * cfg.algo.num_steps))
 
 
+def _ruined(path: Path, began: str) -> str:
+    """The refusal to train from ``path``, written during the blow-up that ``began``, naming
+    the newest checkpoint from before it beside it, if there is one."""
+    try:
+        found = ckpt.find_resume(path.parent, quiet=True)
+    except ConfigError:  # none there can be used
+        found = None
+    before = "none from before it is beside it"
+    if found is not None:
+        before = f"checkpoint={found[0]} (step {found[1]['global_step']}) is from before it"
+    return (
+        f"checkpoint={path} was written after the blow-up that began at {began}: its values are "
+        f"finite but ruined, and training from it diverges again; {before}. Give a checkpoint "
+        "from before the blow-up, or start afresh, with other settings (a lower "
+        "algo.learning_rate, say)"
+    )
+
+
 def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
     if cfg.checkpoint is not None:  # eval_only=true: an export too (rlrec.export)
-        data = export.start_data(cfg.checkpoint, cfg.eval_only)
-        return Start(str(cfg.checkpoint), data or ckpt.load(cfg.checkpoint), key)
+        data = export.start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
+        if ckpt.blowup(data) and not cfg.eval_only:
+            raise ConfigError(_ruined(Path(cfg.checkpoint), ckpt.blowup(data)))
+        return Start(str(cfg.checkpoint), data, key)
     if cfg.resume == "auto":
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
         found = ckpt.find_resume(RunDir(run_dir).checkpoints)
@@ -195,9 +215,10 @@ class ResumePoint:
         self.retain = cfg.checkpoint_keep
         names = start.data.get("periodic") or [] if start and start.key == "resume" else []
         self.own = [str(n) for n in names if periodic_iteration(str(n)) is not None]
-        # the last checkpoint written or started from: (path, its step, whether resume=auto in the
-        # run dir finds it, the file of it that the next checkpoint does not write again: the
-        # periodic checkpoint of its iteration beside it, if it is there)
+        # the last checkpoint written or started from that no blow-up was under way in (what a
+        # diverged run names): (path, its step, whether resume=auto in the run dir finds it, the
+        # file of it that the next checkpoint does not write again: the periodic checkpoint of its
+        # iteration beside it, if it is there)
         self.last: Optional[Tuple[str, int, bool, str]] = None
         if start is not None:
             path = Path(start.path)
@@ -258,7 +279,11 @@ class ResumePoint:
         for name in set(old) - {protected}:
             remove_quietly(self.paths.checkpoints / name)
         self.own = [n for n in old if n == protected] + own[len(old) :]
-        self.last = (str(last), step, True, str(periodic or last))
+        if not ckpt.blowup(state):
+            self.last = (str(last), step, True, str(periodic or last))
+        elif self.last is not None and self.last[0] == str(last):  # last.pt is ruined now
+            twin = self.last[3]  # (its periodic twin stays: protected)
+            self.last = None if twin == str(last) else (twin, self.last[1], True, twin)
         return step
 
 

@@ -128,6 +128,7 @@ class Runner:
             "action_space": repr(self.action_space),
             "env_name": self.cfg.env.name,
             "config": to_container(self.cfg),
+            "blowup": self.watch.under_way,  # resume=auto passes over a checkpoint that has one
         }
 
     def _restore(self) -> Optional[torch.Tensor]:
@@ -237,16 +238,29 @@ class Runner:
                 metrics.update(record_losses(self.train_env, self.eval_env))  # cumulative
                 self.logger.log(self.global_step, {**metrics, "sps/total": sps})
             self.logger.progress(self.global_step, sps)
+            if self.iteration >= self.num_iterations:
+                return self._end()
             if evaluating:
-                if self.iteration % cfg.eval_env.every or self.iteration >= self.num_iterations:
+                if self.iteration % cfg.eval_env.every:
                     self.evaluator.poll()  # an eval clip finished encoding since the evaluation
                 elif not self._unit(self.evaluate, eval_due=True):
                     return
             self.resume_point.periodic(self.iteration)
+        if self.iteration >= self.num_iterations:  # resumed with the final evaluation due
+            self._end()
+
+    def _end(self) -> None:
+        """After the last update: the train recorder's last clip (the episode in progress, whose
+        frames no checkpoint holds) goes to disk, then the final evaluation runs, then the last
+        iteration's periodic checkpoint is written, as after every other iteration; a run killed
+        before it resumes from the one before, and a stop leaves the evaluation due (resume=auto
+        does it). :meth:`train` writes last.pt, the run's end, after it."""
         self.stop.agreed()  # a signal during the last update: every rank exits with it
-        if evaluating and self.iteration >= self.num_iterations:
-            # the final one; a stop leaves it due (resume=auto does it; else the run has ended)
-            self._unit(self.evaluate, eval_due=True)
+        if (rec := recorder_of(self.train_env)) is not None:
+            rec.finish()
+        if self.evaluator is not None and not self._unit(self.evaluate, eval_due=True):
+            return
+        self.resume_point.periodic(self.iteration)
 
     def _unit(self, work: Callable[[], Any], eval_due: bool = False) -> Any:
         """``work()`` (an iteration, or an evaluation: ``eval_due``) with the state before it as the

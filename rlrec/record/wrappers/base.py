@@ -68,6 +68,13 @@ class RecorderWrapper:
         if self.engine is not None:
             self.engine.flush()
 
+    def finish(self) -> None:
+        """The env is stepped no more (:meth:`close` comes later): the clip in progress is saved
+        if ``record_final_episode`` (else dropped), as at close, and waited for (bounded)."""
+        if self.engine is not None:
+            self.engine.end_clip(keep=self.engine.cfg.record_final_episode)
+            self.engine.flush()
+
     def poll(self) -> None:
         """Reports finished clips and encoder errors (see :meth:`ClipEngine.poll`)."""
         if self.engine is not None:
