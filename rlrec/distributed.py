@@ -5,12 +5,13 @@ One run trains one policy on ``WORLD_SIZE`` processes (``torchrun``, or SLURM/su
 - **Start-up.** The rendezvous is ``env://`` (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``,
   ``WORLD_SIZE``, ``LOCAL_RANK``), as torchrun exports it; in a submitit job with several tasks,
   the first read of one (:func:`env_rank`, ...) exports it from submitit's job environment. The
-  rendezvous store is made once (:func:`store`) and serves twice: before Hydra creates the run
+  rendezvous store is made once (:func:`store`) and serves three times: with the policy on CUDA,
+  the ranks tell each other their GPU's UUID (:func:`shared_gpus`); before Hydra creates the run
   dir, rank 0 publishes the run dir it resolved and every other rank takes it (:func:`publish`,
   :func:`wait_for`), so a ``${now:...}`` in ``hydra.run.dir`` names one dir for the whole run;
   then the process group (:func:`init`) is built on the same store, gloo on CPU and NCCL on
-  CUDA, with ``distributed.timeout_sec`` as the timeout of every collective: no rank waits
-  longer than that for a rank that died or hangs.
+  CUDA (gloo where two ranks share a GPU), with ``distributed.timeout_sec`` as the timeout of
+  every collective: no rank waits longer than that for a rank that died or hangs.
 - **Training.** Gradients are averaged every minibatch (:func:`mean_grads_`, one all-reduce of the
   flat gradient), the normaliser's statistics are merged once per update and the KL early stop is
   decided on the mean KL (:func:`all_reduce_`), the stop flag once per rollout
@@ -29,7 +30,7 @@ import io
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +46,8 @@ _comm_device: Any = "cpu"  # where collectives run (CUDA for NCCL)
 
 
 class Backend(Choice):
-    """torch.distributed backend: ``auto`` is NCCL when the policy is on CUDA, else gloo."""
+    """torch.distributed backend: ``auto`` is NCCL when the policy is on CUDA and no two ranks
+    share a GPU, else gloo."""
 
     auto = "auto"
     gloo = "gloo"
@@ -60,11 +62,11 @@ class DistributedConfig:
     # the range of each float field, applied by rlrec.checks.check_fields (not a field)
     FLOAT_RANGES = {"timeout_sec": SECONDS}
 
-    backend: Backend = Backend.auto  # auto: nccl on CUDA, gloo on CPU
+    backend: Backend = Backend.auto  # auto: nccl on CUDA (a GPU per rank), else gloo
     # seconds a collective (or the start-up rendezvous) waits for the other ranks before the run
     # fails: longer than the slowest evaluation + checkpoint, which only rank 0 runs
     timeout_sec: float = 600.0
-    share_gpus: bool = False  # sim=gpu: let several local ranks share a GPU (else refused)
+    share_gpus: bool = False  # let several ranks share a GPU (else refused)
 
 
 # ---------------------------------------------------------------------- the environment
@@ -94,10 +96,6 @@ def env_world_size() -> int:
 
 def env_rank() -> int:
     return _env_int("RANK", 0)
-
-
-def env_local_world_size() -> int:
-    return max(1, _env_int("LOCAL_WORLD_SIZE", env_world_size()))
 
 
 def launched() -> bool:
@@ -171,7 +169,7 @@ def wait_for(key: str, timeout_sec: float) -> str:
 def check(cfg: Any) -> None:
     """What a run of ``WORLD_SIZE`` ranks refuses before any work (ConfigError naming the keys):
     evaluation alone on several ranks, a total below one global batch, env seeds past 32 bits,
-    NCCL without CUDA, and sim=gpu with fewer visible GPUs than ranks on this node."""
+    NCCL without CUDA, and the policy on CUDA with two ranks on one GPU (:func:`shared_gpus`)."""
     world = env_world_size()
     if world <= 1:
         return
@@ -204,35 +202,59 @@ def check(cfg: Any) -> None:
     if cuda:
         import torch
 
-        visible = torch.cuda.device_count()
-        local = env_local_world_size()
         if torch.device(cfg.sim.device).index is not None:
             raise ConfigError(
                 f"sim.device={cfg.sim.device} names one GPU for every rank: use sim.device=cuda "
                 "(rank with local rank k uses cuda:k)"
             )
-        if backend is Backend.nccl and visible and gpus_shared():
+        if not torch.cuda.is_available():
+            return  # resolve_device refuses it
+        shared = _shared(rank_device(torch.device("cuda")), cfg.distributed.timeout_sec)
+        where = "; ".join(f"ranks {', '.join(map(str, r))} on GPU {u}" for u, r in shared.items())
+        if backend is Backend.nccl and shared:
             raise ConfigError(
-                f"distributed.backend=nccl with {local} ranks on {visible} GPU(s): NCCL cannot "
-                "put two ranks on one GPU; use distributed.backend=auto (gloo when GPUs are "
-                "shared) or one rank per GPU"
+                f"distributed.backend=nccl, but {where}: NCCL cannot put two ranks on one GPU; "
+                "use distributed.backend=auto (gloo when GPUs are shared) or one rank per GPU"
             )
-        if gpus_shared() and not cfg.distributed.share_gpus:
+        if shared and not cfg.distributed.share_gpus:
             raise ConfigError(
-                f"sim={cfg.sim.name} with {local} ranks on this node (LOCAL_WORLD_SIZE) but "
-                f"{visible} visible GPU(s) (CUDA_VISIBLE_DEVICES="
-                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): start at most {visible} "
-                "ranks per node (torchrun --nproc-per-node), or set distributed.share_gpus=true"
+                f"sim={cfg.sim.name} with {where} (CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): start at most one rank per "
+                "GPU (torchrun --nproc-per-node), or set distributed.share_gpus=true"
             )
 
 
-def gpus_shared() -> bool:
-    """Whether the ranks of this node are more than the GPUs each of them sees."""
+def shared_gpus(
+    s: Any, uuid: str, rank: int, world: int, timeout_sec: float
+) -> Dict[str, List[int]]:
+    """The GPUs that several ranks of a run use, by UUID, each with its ranks: rank ``rank`` of
+    ``world`` publishes ``uuid``, its GPU's, in the rendezvous store ``s`` and reads every rank's,
+    waiting at most ``timeout_sec``; every rank gets the same answer. NCCL refuses two ranks on
+    one GPU only (nccl src/init.cc: "Duplicate GPU detected", one bus id on one host), so one GPU
+    per rank is not shared, whatever its index (CUDA_VISIBLE_DEVICES=$LOCAL_RANK: each cuda:0)."""
+    keys = [f"{_KEY_PREFIX}gpu/{r}" for r in range(world)]
+    s.set(keys[rank], uuid)
+    try:
+        s.wait(keys, timedelta(seconds=timeout_sec))
+    except Exception as exc:
+        missing = [r for r, key in enumerate(keys) if not s.check([key])]
+        raise ConfigError(
+            f"rank {rank}: rank(s) {missing} did not publish their GPU within "
+            f"distributed.timeout_sec={timeout_sec:g}s ({type(exc).__name__})"
+        ) from None
+    ranks: Dict[str, List[int]] = {}
+    for r, key in enumerate(keys):
+        ranks.setdefault(s.get(key).decode(), []).append(r)
+    return {gpu: group for gpu, group in ranks.items() if len(group) > 1}
+
+
+def _shared(device: torch.device, timeout_sec: float) -> Dict[str, List[int]]:
+    """:func:`shared_gpus` for this rank, whose GPU is ``device`` (its UUID: torch/cuda/__init__.py
+    ``get_device_properties``, line 725, ``.uuid``: torch/_C/__init__.pyi line 11722)."""
     import torch
 
-    if os.environ.get("SLURM_GPUS_PER_TASK"):
-        return False
-    return torch.cuda.device_count() < env_local_world_size()
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return shared_gpus(store(timeout_sec), uuid, env_rank(), env_world_size(), timeout_sec)
 
 
 def rank_device(device: torch.device) -> torch.device:
@@ -250,18 +272,19 @@ def rank_device(device: torch.device) -> torch.device:
 # ---------------------------------------------------------------------- the process group
 def init(cfg: DistributedConfig, device: torch.device) -> None:
     """Joins the process group of this run when ``WORLD_SIZE`` > 1 (a no-op otherwise):
-    ``distributed.backend`` (auto: NCCL on CUDA, gloo on CPU), ``distributed.timeout_sec`` for
-    every collective. Idempotent."""
+    ``distributed.backend`` (auto: NCCL on CUDA with a GPU per rank, else gloo),
+    ``distributed.timeout_sec`` for every collective. Idempotent."""
     global _group, _comm_device
     import torch
 
     if _group or not launched():
         return
     backend = Backend(cfg.backend)
-    if backend is Backend.auto:  # NCCL cannot put two ranks on one GPU: shared GPUs use gloo
-        backend = Backend.nccl if device.type == "cuda" and not gpus_shared() else Backend.gloo
     timeout = timedelta(seconds=cfg.timeout_sec)
     base = store(cfg.timeout_sec)
+    if backend is Backend.auto:  # NCCL on CUDA, unless two ranks share a GPU (NCCL refuses that)
+        own_gpu = device.type == "cuda" and not _shared(device, cfg.timeout_sec)
+        backend = Backend.nccl if own_gpu else Backend.gloo
     base.set_timeout(timeout)
     kwargs = {}
     if backend is Backend.nccl:

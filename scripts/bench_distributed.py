@@ -6,7 +6,7 @@ rank steps ``--envs`` envs, so two ranks collect twice the batch per iteration).
     python scripts/bench_distributed.py --envs 256 --steps 400000   # larger batches
 
 With CUDA it also runs the built-in env on one GPU with one rank, and with two ranks sharing
-that GPU (``sim=gpu distributed.share_gpus=true``, NCCL).
+that GPU (``sim=gpu distributed.share_gpus=true``, gloo: NCCL needs a GPU per rank).
 
 Each run is ``torchrun --nproc-per-node N train.py`` (``python train.py`` for one rank) with no
 evaluation, no recorder and no logger, on the built-in env; the figure is the last

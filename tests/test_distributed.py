@@ -15,8 +15,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import pytest
@@ -343,7 +345,6 @@ def test_submitit_local_two_tasks_train_one_run(tmp_path):
         (["total_steps=200"], "total_steps=200 is less than one global batch: WORLD_SIZE=2"),
         ([f"seed={2**32 - 12}"], "is invalid with WORLD_SIZE=2"),
         (["distributed.backend=nccl"], "distributed.backend=nccl needs the policy on CUDA"),
-        (["sim=gpu"], "visible GPU(s)"),
     ],
 )
 def test_bad_input_for_two_ranks(monkeypatch, overrides, message):
@@ -353,6 +354,94 @@ def test_bad_input_for_two_ranks(monkeypatch, overrides, message):
     cfg = make_config([*FAST, *overrides])
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         distributed.check(cfg)
+
+
+# ------------------------------------------------------------------ GPUs (CUDA faked)
+def _exchange(uuids: List[str], timeout: float = 10) -> List[object]:
+    """Each rank r of len(uuids) publishes uuids[r] in one store, each from its own thread:
+    what shared_gpus answers each (or the ConfigError it raised)."""
+    store, out = torch.distributed.HashStore(), [None] * len(uuids)
+
+    def rank(r: int) -> None:
+        try:
+            out[r] = distributed.shared_gpus(store, uuids[r], r, len(uuids), timeout)
+        except ConfigError as exc:
+            out[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(uuids))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    return out
+
+
+def test_ranks_tell_each_other_their_gpu():
+    """Every rank gets the same answer: the GPUs two ranks use, by UUID, with their ranks."""
+    assert _exchange(["GPU-a", "GPU-b"]) == [{}, {}]
+    assert _exchange(["GPU-a", "GPU-b", "GPU-a"]) == [{"GPU-a": [0, 2]}] * 3
+
+
+def test_a_rank_that_never_publishes_its_gpu_ends_the_wait_within_the_timeout():
+    store = torch.distributed.HashStore()
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"rank 0: rank\(s\) \[1\] did not publish their GPU"):
+        distributed.shared_gpus(store, "GPU-a", 0, 2, 0.5)
+    assert time.monotonic() - start < 5
+
+
+@pytest.fixture
+def rank_1_of_2(monkeypatch):
+    """Rank 1 of a 2-rank torchrun run on one node, with CUDA faked: this rank sees ``visible``
+    GPUs, its own with UUID ``mine``; rank 0 has published ``other`` in the rendezvous store (a
+    HashStore). Returns the setup function; it returns the backends init_process_group was
+    asked for."""
+
+    def setup(mine: str, other: str, visible: int = 1) -> List[str]:
+        for name, value in _rank_env(1, 2, 0).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("SLURM_GPUS_PER_TASK", raising=False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+        monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+        props = SimpleNamespace(uuid=mine)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+        store = torch.distributed.HashStore()
+        store.set("rlrec/gpu/0", other)  # as rank 0 publishes it
+        monkeypatch.setattr(distributed, "_store", store)
+        monkeypatch.setattr(distributed, "_group", False)
+        monkeypatch.setattr(distributed, "_comm_device", "cpu")
+        asked: List[str] = []
+        fake = lambda backend, **kwargs: asked.append(backend)  # noqa: E731
+        monkeypatch.setattr(torch.distributed, "init_process_group", fake)
+        return asked
+
+    return setup
+
+
+def test_one_gpu_per_rank_each_seen_as_cuda_0_runs_on_nccl(rank_1_of_2):
+    """The recipe of docs/distributed.md for Genesis: torchrun, each rank with
+    CUDA_VISIBLE_DEVICES=$LOCAL_RANK. Each rank sees one GPU, its own: not shared (NCCL refuses
+    only two ranks on one GPU), so the run needs no distributed.share_gpus and runs on NCCL."""
+    asked = rank_1_of_2(mine="GPU-b", other="GPU-a")
+    cfg = make_config([*FAST, "sim=gpu"])
+    distributed.check(cfg)
+    distributed.init(cfg.distributed, torch.device("cuda", 0))
+    assert asked == ["nccl"]
+
+
+def test_two_ranks_on_one_gpu(rank_1_of_2):
+    """Both ranks on the GPU with UUID GPU-a: refused unless distributed.share_gpus=true, which
+    runs the collectives on gloo; distributed.backend=nccl is refused."""
+    asked = rank_1_of_2(mine="GPU-a", other="GPU-a", visible=2)
+    with pytest.raises(ConfigError, match=r"sim=gpu with ranks 0, 1 on GPU GPU-a .*share_gpus"):
+        distributed.check(make_config([*FAST, "sim=gpu"]))
+    with pytest.raises(ConfigError, match="NCCL cannot put two ranks on one GPU"):
+        distributed.check(make_config([*FAST, "sim=gpu", "distributed.backend=nccl"]))
+    cfg = make_config([*FAST, "sim=gpu", "distributed.share_gpus=true"])
+    distributed.check(cfg)
+    distributed.init(cfg.distributed, torch.device("cuda", 1))
+    assert asked == ["gloo"]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])

@@ -3,16 +3,19 @@ device, and hands that one device to its adapters, its policy and its normaliser
 and renderer get the same index (rlrec/envs/factory.py resolve_device, rlrec/train/runner.py).
 
 CUDA is faked (two GPUs, torch.cuda.* monkeypatched) and each rank is one torchrun launch's
-environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE); no process group is made.
+environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE); no process group is made. The
+rendezvous store is a HashStore in which rank 0 has published the UUID of its GPU, cuda:0.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import List
 
 import pytest
 import torch
 
+from rlrec import distributed
 from rlrec.envs.config import SimConfig
 from tests.helpers import FAST, make_config
 
@@ -25,16 +28,24 @@ def two_gpus(monkeypatch) -> List[int]:
     current = {"index": 0}
     calls: List[int] = []
 
-    def set_device(device):
+    def index(device) -> int:
         index = device if isinstance(device, int) else torch.device(device).index
-        assert index is not None, f"set_device({device!r}) without an index"
-        current["index"] = index
-        calls.append(index)
+        assert index is not None, f"{device!r} without an index"
+        return index
+
+    def set_device(device):
+        current["index"] = index(device)
+        calls.append(current["index"])
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", set_device)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current["index"])
+    uuid = lambda device: SimpleNamespace(uuid=f"GPU-{index(device)}")  # noqa: E731
+    monkeypatch.setattr(torch.cuda, "get_device_properties", uuid)
+    store = torch.distributed.HashStore()
+    store.set("rlrec/gpu/0", "GPU-0")  # as rank 0 publishes it (distributed.shared_gpus)
+    monkeypatch.setattr(distributed, "_store", store)
     for name in ("SLURM_GPUS_PER_TASK", "SUBMITIT_EXECUTOR", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
     return calls
@@ -234,3 +245,43 @@ def test_genesis_on_another_gpu_than_the_first_is_refused_before_work(
         refuse_before_work(cfg)
     with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES"):
         genesis.make(GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 1), seed=0)
+
+
+@pytest.mark.parametrize(
+    "rank, overrides",
+    [(1, ["sim.device=cuda"]), (None, ["sim.device=cuda:1"])],
+    ids=["rank-1", "cuda-1"],
+)
+def test_genesis_cpu_sim_with_the_policy_on_another_gpu_runs(
+    two_gpus, monkeypatch, rank, overrides
+):
+    """sim=cpu: Genesis runs on its CPU backend, which makes no CUDA context (a CPU torch device,
+    Quadrants started with arch=cpu: docs/distributed.md), so the policy may be on any GPU. The
+    entry point's checks pass with the rank's GPU, and make starts Genesis's CPU backend."""
+    from omegaconf import OmegaConf
+
+    from rlrec.envs import genesis
+    from rlrec.envs.genesis import GenesisEnvConfig
+    from rlrec.run.preflight import refuse_before_work
+    from tests.helpers import compose_cfg
+
+    class Stop(Exception):
+        pass
+
+    started = []
+
+    def init_genesis(sim_name):
+        started.append((sim_name, torch.cuda.current_device()))
+        raise Stop
+
+    monkeypatch.setattr(genesis, "import_genesis", lambda: None)
+    monkeypatch.setattr(genesis, "import_object", lambda target, key: object)
+    monkeypatch.setattr(genesis, "init_genesis", init_genesis)
+    if rank is not None:
+        as_rank(monkeypatch, rank)
+    cfg = compose_cfg([*FAST, "env=genesis", "sim=cpu", *overrides])
+    checked = refuse_before_work(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+    assert checked.device == torch.device("cuda", 1)
+    with pytest.raises(Stop):
+        genesis.make(GenesisEnvConfig(), checked.config.sim, 2, checked.device, seed=0)
+    assert started == [("cpu", 1)]

@@ -107,30 +107,33 @@ def import_genesis():
     return gs
 
 
-def refuse_device(device: torch.device) -> None:
-    """Refuses Genesis on a CUDA device other than the first one visible. Quadrants, Genesis's
-    kernel backend, creates its CUDA context on device 0 whatever torch's current device is (its
-    ``rhi/cuda/cuda_context.cpp``; quadrants 1.3.3's binary logs "Using CUDA device [id=0]"), so
-    on ``cuda:N`` (rank N >= 1 on a shared node, ``sim.device=cuda:N``) Genesis's zero-copy state
-    tensors would live on device 0 while rlrec's adapter, policy and buffers are on device N.
-    Until Genesis follows the device, each process must see its own GPU as its cuda:0."""
+def refuse_device(sim, device: torch.device) -> None:
+    """Refuses Genesis's GPU sim on a CUDA device other than the first one visible. Quadrants,
+    Genesis's kernel backend, creates its CUDA context on device 0 whatever torch's current device
+    is (its ``rhi/cuda/cuda_context.cpp``; quadrants 1.3.3's binary logs "Using CUDA device
+    [id=0]"), so with ``sim=gpu`` on ``cuda:N`` (rank N >= 1 on a shared node,
+    ``sim.device=cuda:N``) Genesis's zero-copy state tensors would live on device 0 while rlrec's
+    adapter, policy and buffers are on device N. ``sim=cpu`` with the policy on ``cuda:N`` is not
+    refused: Genesis's CPU backend makes no CUDA context (its torch device is the CPU,
+    genesis/utils/misc.py ``get_device`` lines 224-229; Quadrants starts with ``arch=cpu``, which
+    makes a ``CpuDevice`` and no ``CUDAContext``: docs/distributed.md, "Each rank's device")."""
     device = torch.device(device)
-    if device.type == "cuda" and (device.index or 0) != 0:
+    if sim.name == "gpu" and device.type == "cuda" and (device.index or 0) != 0:
         raise ConfigError(
-            f"env=genesis runs on the first visible GPU only (Genesis's CUDA context takes "
-            f"device 0), but this process's device is {device}: give each process its own GPU as "
-            "cuda:0 with CUDA_VISIBLE_DEVICES (SLURM: --gpus-per-task=1; torchrun: each rank with "
-            "CUDA_VISIBLE_DEVICES=$LOCAL_RANK and distributed.share_gpus=true; "
-            "docs/distributed.md), or use sim.device=cuda:0"
+            f"env=genesis sim=gpu runs on the first visible GPU only (Genesis's CUDA context "
+            f"takes device 0), but this process's device is {device}: give each process its own "
+            "GPU as cuda:0 with CUDA_VISIBLE_DEVICES (SLURM: --gpus-per-task=1; torchrun: each "
+            "rank with CUDA_VISIBLE_DEVICES=$LOCAL_RANK; docs/distributed.md), use "
+            "sim.device=cuda:0, or sim=cpu (Genesis on the CPU, the policy on any GPU)"
         )
 
 
 def check_ready(env_cfg: GenesisEnvConfig, sim) -> None:
-    """What the entry point refuses before anything is built: the rank's CUDA device, when it is
-    not the first visible one (:func:`refuse_device`). Imports no Genesis."""
+    """What the entry point refuses before anything is built: the GPU sim on a CUDA device that
+    is not the first visible one (:func:`refuse_device`). Imports no Genesis."""
     from rlrec.envs.factory import resolve_device
 
-    refuse_device(resolve_device(sim))
+    refuse_device(sim, resolve_device(sim))
 
 
 def init_genesis(sim_name: str):
@@ -367,7 +370,7 @@ def make(
     seed: Optional[int] = None,
 ) -> GenesisAdapter:
     """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
-    refuse_device(device)  # for callers that did not ask check_ready (the entry point does)
+    refuse_device(sim, device)  # for callers that did not ask check_ready (the entry point does)
     target = env_cfg._target_
     import_genesis()
     if "." not in target:

@@ -91,13 +91,19 @@ def require_gpu_library() -> None:
     )
 
 
+_MAPS = "/proc/self/maps"  # the files this process mapped (a test's stand-in replaces it)
+
+
 def _loaded_path(name: str) -> Optional[str]:
-    """Where the shared library ``name`` this process loaded lies (/proc/self/maps), or None."""
+    """Where the shared library ``name`` this process loaded lies, or None. The map shows the
+    file a symlink resolves to, so ``name`` matches its versioned names too: libcuda.so.1 is
+    usually a link to libcuda.so.<driver version> (e.g. libcuda.so.550.54.15)."""
     try:
-        with open("/proc/self/maps") as maps:
+        with open(_MAPS) as maps:
             for line in maps:
                 path = line.split(maxsplit=5)[-1].strip()
-                if os.path.basename(path) == name:
+                base = os.path.basename(path)
+                if base == name or base.startswith(name + "."):
                     return path
     except OSError:
         return None
@@ -121,11 +127,14 @@ def require_libcuda(load=None) -> None:
         missing = str(e)
     try:
         load("libcuda.so.1", ctypes.RTLD_GLOBAL)
-        found = _loaded_path("libcuda.so.1")
+        found = _loaded_path("libcuda.so")
     except OSError:
         found = None
     if found:
-        link = os.path.join(os.path.dirname(found), "libcuda.so")
+        folder = os.path.dirname(found)
+        if os.path.exists(os.path.join(folder, "libcuda.so.1")):  # the link ldconfig keeps
+            found = os.path.join(folder, "libcuda.so.1")
+        link = os.path.join(folder, "libcuda.so")
         fix = (
             f"the driver's {found} is there: link it under that name (as root: ln -s {found} "
             f"{link}; without root: ln -s {found} DIR/libcuda.so and add DIR to LD_LIBRARY_PATH)"

@@ -286,8 +286,10 @@ class Preflight(Callback):
             return
         run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
         try:
-            probe_dir(run_dir, "hydra.run.dir", use=OUTPUT_DIR)
+            # validated first, as on every other rank: with the policy on CUDA the ranks meet in
+            # it (distributed.shared_gpus), and a refusal must come after that to reach them
             checked = self._validate(task)
+            probe_dir(run_dir, "hydra.run.dir", use=OUTPUT_DIR)
             # last, once the checks passed: lock the run dir before Hydra writes into it, noting
             # what was there (a later config error removes only what this run created)
             claimed = rundir.claim(Path(run_dir), "hydra.run.dir")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
 import shutil
 import socket
 import subprocess
@@ -237,15 +238,36 @@ def test_libcuda_by_its_unversioned_name_passes():
     physx.require_libcuda(load=_loader({"libcuda.so", "libcuda.so.1"}))
 
 
-def test_only_libcuda_so_1_gives_the_symlink_to_make(monkeypatch):
-    """A container with the driver mounted as libcuda.so.1 only (ManiSkill issue #647)."""
-    lib = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
-    monkeypatch.setattr(physx, "_loaded_path", lambda name: lib if name == "libcuda.so.1" else None)
+def test_only_libcuda_so_1_gives_the_symlink_to_make(monkeypatch, tmp_path):
+    """A container with the driver mounted as libcuda.so.1 only (ManiSkill issue #647), laid out
+    as the driver installs it: libcuda.so.1 links to libcuda.so.<driver version>, the file the
+    process's memory map shows once libcuda.so.1 is loaded."""
+    lib = tmp_path / "libcuda.so.550.54.15"
+    lib.write_bytes(b"")
+    (tmp_path / "libcuda.so.1").symlink_to(lib.name)
+    maps = tmp_path / "maps"
+    maps.write_text(f"7f3a1c000000-7f3a1c200000 r-xp 00000000 08:01 1234    {lib}\n")
+    monkeypatch.setattr(physx, "_MAPS", str(maps))
     with pytest.raises(ConfigError) as err:
         physx.require_libcuda(load=_loader({"libcuda.so.1"}))
     message = str(err.value)
     assert "\n" not in message and "ctypes.CDLL('libcuda.so')" in message
-    assert f"ln -s {lib} /usr/lib/x86_64-linux-gnu/libcuda.so" in message
+    assert f"ln -s {tmp_path}/libcuda.so.1 {tmp_path}/libcuda.so;" in message
+
+
+def test_the_memory_map_names_the_file_a_soname_links_to():
+    """What _loaded_path reads, on this machine: a library loaded by its soname (libz.so.1, a link
+    to libz.so.1.<version>) is mapped under the file the link resolves to."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("z")
+    if not Path("/proc/self/maps").is_file() or not name:
+        pytest.skip("no /proc/self/maps or no zlib")
+    ctypes.CDLL(name)
+    path = physx._loaded_path("libz.so")
+    assert path is not None and os.path.realpath(path) == path
+    assert os.path.basename(path).startswith("libz.so.")
 
 
 def test_no_driver_at_all_is_refused_before_anything_is_built(monkeypatch, home):
