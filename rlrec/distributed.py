@@ -269,6 +269,18 @@ def rank_device(device: torch.device) -> torch.device:
     return torch.device("cuda", _env_int("LOCAL_RANK", 0) % max(1, torch.cuda.device_count()))
 
 
+def ranks_sharing(device: torch.device) -> int:
+    """How many ranks of this node use ``device`` (this rank's, :func:`rank_device`): more than
+    one where the ranks share the GPUs (``distributed.share_gpus``: rank k on ``cuda:(k mod
+    GPUs)``)."""
+    import torch
+
+    if device.type != "cuda" or not launched() or os.environ.get("SLURM_GPUS_PER_TASK"):
+        return 1
+    gpus = max(1, torch.cuda.device_count())
+    return max(1, len(range(device.index or 0, env_local_world_size(), gpus)))
+
+
 # ---------------------------------------------------------------------- the process group
 def init(cfg: DistributedConfig, device: torch.device) -> None:
     """Joins the process group of this run when ``WORLD_SIZE`` > 1 (a no-op otherwise):

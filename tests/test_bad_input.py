@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
 
 import rlrec.run.cli
@@ -351,6 +352,50 @@ def test_sizes_that_cannot_fit(args, key, tmp_path, monkeypatch, capsys):
     if have is not None and have >= need:
         pytest.skip(f"this machine has {budget.gb(have)}: {args} ({budget.gb(need)}) fits")
     _assert_refused(args, key, tmp_path, monkeypatch, capsys, also=["of host memory", "GB"])
+
+
+def _one_gpu(monkeypatch, free: int, total: int) -> None:
+    """torch sees one GPU with ``free`` of ``total`` bytes free (cudaMemGetInfo's answer)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
+    for name in ("SLURM_GPUS_PER_TASK", "CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+GPU_RUN = ["sim.device=cuda", "env.obs_mode=rgb_state", "algo.encoder=cnn", "algo.compile=true"]
+
+
+def _gpu_need(args: List[str]) -> int:
+    return sum(n.bytes for n in budget.estimate(make_config(args), True) if n.where == "device")
+
+
+def test_a_run_larger_than_the_free_gpu_memory_is_refused(tmp_path, monkeypatch, capsys):
+    """The device's free memory is what a run can have, not its total; the refusal says what it
+    does not count. Half of the need free: refused; twice: accepted."""
+    need = _gpu_need(GPU_RUN)
+    _one_gpu(monkeypatch, need // 2, 10 * need)
+    also = ["of GPU memory (cuda:0)", "free of", "torch.cuda.mem_get_info", "CUDA-graph copies"]
+    also += ["Not counted: the simulator's and the renderer's own memory"]
+    _assert_refused(GPU_RUN, "env.num_envs", tmp_path, monkeypatch, capsys, also=also)
+    _one_gpu(monkeypatch, 2 * need, 10 * need)
+    budget.check(make_config(GPU_RUN), torch.device("cuda", 0))
+
+
+def test_ranks_sharing_a_gpu_share_its_free_memory(tmp_path, monkeypatch, capsys):
+    """distributed.share_gpus: two ranks on one GPU each have half its free memory."""
+    args = [*GPU_RUN, "distributed.share_gpus=true"]
+    need = _gpu_need(args)
+    _one_gpu(monkeypatch, 3 * need // 2, 10 * need)
+    budget.check(make_config(args), torch.device("cuda", 0))  # one process: it fits
+    for key, value in (("RANK", 1), ("LOCAL_RANK", 1), ("WORLD_SIZE", 2), ("LOCAL_WORLD_SIZE", 2)):
+        monkeypatch.setenv(key, str(value))
+    also = ["shared by the 2 ranks on it (distributed.share_gpus)"]
+    _assert_refused(args, "env.num_envs", tmp_path, monkeypatch, capsys, also=also)
 
 
 # --------------------------------------------------------------------------- files

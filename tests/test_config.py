@@ -319,6 +319,84 @@ def test_estimate_knows_what_lives_on_the_gpu():
     assert {n.where for n in budget.estimate(cfg)} == {"host"}
 
 
+def _model_and_batch(cfg, rows):
+    """The model a run of ``cfg`` builds, for a one-float state and one action, and a batch."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from rlrec.ppo.agent import ActorCritic
+
+    image = cfg.env.obs_image()
+    state = gym.spaces.Box(-1, 1, (1,), np.float32)
+    obs, space = torch.randn(rows, 1), state
+    if image is not None:
+        space = gym.spaces.Dict({"rgb": gym.spaces.Box(0, 255, image, np.uint8)})
+        obs = {"rgb": torch.randint(0, 256, (rows, *image), dtype=torch.uint8)}
+        if cfg.env.obs_mode == "rgb_state":
+            space.spaces["state"], obs["state"] = state, torch.randn(rows, 1)
+    a = cfg.algo
+    model = ActorCritic(space, gym.spaces.Discrete(1), list(a.hidden_sizes), encoder=a.encoder)
+    return model, obs
+
+
+PIXELS = [
+    [],
+    ["env.obs_mode=rgb_state", "algo.encoder=cnn"],
+    ["env.obs_mode=rgb", "algo.encoder=cnn", "env.obs_width=40", "env.obs_height=52"],
+    ["env.obs_mode=rgb_state", "env.obs_width=32", "env.obs_height=32"],  # algo.encoder=mlp
+]
+
+
+@pytest.mark.parametrize("args", PIXELS)
+def test_the_estimate_counts_the_model_and_what_autograd_keeps(args):
+    """The model's parameters as the model has them (NatureCNN's included); an update minibatch's
+    activations at most what autograd keeps of a batch and within 20% of it (what it leaves out:
+    the inputs and the heads' outputs, a few floats per row)."""
+    import torch
+
+    from rlrec.run import budget
+
+    cfg = make_config([*args, "algo.hidden_sizes=[7,5]", "algo.num_minibatches=1"])
+    needs = {n.what: n for n in budget.estimate(cfg)}
+    rows = cfg.env.num_envs * cfg.algo.num_steps
+    model, obs = _model_and_batch(cfg, rows)
+    params = sum(p.numel() for p in model.parameters())
+    assert needs["the model with its gradients and Adam state"].bytes == params * 4 * 4
+    ours = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in ours:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.evaluate(obs, torch.zeros(rows))
+    counted = needs["the activations of one update minibatch"].bytes
+    assert 0.8 * sum(kept.values()) <= counted <= sum(kept.values())
+
+
+def test_cuda_graphs_count_their_input_copies_and_the_bootstrap_pass():
+    """algo.compile on CUDA: the graphs' copies of their inputs (the policy step's observation and
+    noise, one minibatch) and the eager bootstrap pass beside the graphs; eager or on the CPU,
+    the bootstrap pass runs in the action step's memory and nothing is copied."""
+    from rlrec.run import budget
+
+    args = ["env.obs_mode=rgb_state", "algo.encoder=cnn", "env.num_envs=100", "algo.num_steps=8"]
+    cfg = make_config([*args, "algo.num_minibatches=4", "algo.compile=true"])
+    needs = {n.what: n for n in budget.estimate(cfg, on_gpu=True)}
+    obs = 64 * 64 * 3 + 4  # the image and a one-float state
+    assert needs["the CUDA-graph copies of the policy step's inputs"].bytes == 100 * (obs + 4)
+    assert needs["the CUDA-graph copies of one minibatch"].bytes == 200 * (obs + 5 * 4)
+    step = needs["the activations of one action step (and of its bootstrap pass)"].bytes
+    bootstrap = needs["the activations of the bootstrap pass (eager, beside the CUDA graphs)"]
+    assert step > bootstrap.bytes > step * 0.9  # the encoder dominates; the critic alone
+    eager = {n.what for n in budget.estimate(make_config(args), on_gpu=True)}
+    on_cpu = {n.what for n in budget.estimate(cfg)}
+    assert not any("CUDA-graph" in w or "bootstrap pass (eager" in w for w in eager | on_cpu)
+
+
 def test_host_memory_is_the_machine_s():
     from rlrec.run import budget
 

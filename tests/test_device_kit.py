@@ -345,3 +345,18 @@ def test_a_part_that_overruns_is_cut_and_the_next_keeps_its_time(tmp_path, monke
     assert data["slow"]["status"] == "cut" and data["slow"]["s"] < 10
     assert data["slow"]["checks"][0]["ok"] is False
     assert data["next"]["status"] == "done" and ran["budget"] > 2.9  # its 3 s
+
+
+def test_the_rehearsal_runs_the_pixel_path_and_the_gpu_memory_refusal(tmp_path, monkeypatch):
+    """Call 1's train_cuda (train.py from pixels, NatureCNN, recorder.view=both) and memory_budget
+    (CUDA faked with 40 GiB of 80 free: the refusal names the free memory) on the CPU."""
+    gpu_check = _load("gpu_check")
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # main tees them into its log
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    argv = ["--device", "cpu", "--quick", "--parts", "train_cuda", "memory_budget"]
+    assert gpu_check.main([*argv, "--out", str(tmp_path)]) == 0
+    parts = json.loads((tmp_path / "gpu_check.json").read_text())["parts"]
+    checks = {c["name"]: c for p in parts.values() for c in p["checks"]}
+    assert any("recorder.view=both" in name and c["ok"] for name, c in checks.items())
+    refusal = next(c for name, c in checks.items() if "free memory" in name)
+    assert refusal["ok"] and "free of 85.9 GB on cuda:0" in refusal["detail"]

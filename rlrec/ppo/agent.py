@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from rlrec.obs import RGB, STATE, Obs, Shape, shape_of
-from rlrec.ppo.config import CNN_LAYERS, Encoder, Init, PPOConfig, cnn_maps
+from rlrec.ppo.config import CNN_FEATURES, CNN_LAYERS, Encoder, Init, PPOConfig, cnn_maps
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -146,8 +146,6 @@ class NatureCNN(nn.Module):
     joined. The uint8 image is scaled to [0, 1] here, on the device. ``shape``: the observation's
     (rlrec/obs.py), an image with or without a state."""
 
-    FEATURES = 256
-
     def __init__(self, shape: Dict[str, Tuple[int, ...]]):
         super().__init__()
         height, width, channels = shape[RGB]
@@ -158,10 +156,10 @@ class NatureCNN(nn.Module):
             channels = out
         _, h, w = cnn_maps(height, width)[-1]
         self.cnn = nn.Sequential(
-            *layers, nn.Flatten(), nn.Linear(channels * h * w, self.FEATURES), nn.ReLU()
+            *layers, nn.Flatten(), nn.Linear(channels * h * w, CNN_FEATURES), nn.ReLU()
         )
-        self.state = nn.Linear(state_dim, self.FEATURES) if state_dim else None
-        self.out_features = self.FEATURES * (2 if state_dim else 1)
+        self.state = nn.Linear(state_dim, CNN_FEATURES) if state_dim else None
+        self.out_features = CNN_FEATURES * (2 if state_dim else 1)
 
     def forward(self, obs: Dict[str, torch.Tensor]) -> torch.Tensor:
         x = self.cnn(obs[RGB].permute(0, 3, 1, 2).float() / 255.0)

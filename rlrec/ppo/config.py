@@ -69,6 +69,7 @@ class Encoder(Choice):
 
 MLP_IMAGE_LIMIT = 64 * 64 * 3  # values of an image an MLP reads raw; beyond it: algo.encoder=cnn
 CNN_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # NatureCNN's convolutions: out, kernel, stride
+CNN_FEATURES = 256  # NatureCNN's linear layers' outputs: the image's, and the state's
 
 
 def cnn_maps(height: int, width: int) -> List[Tuple[int, int, int]]:

@@ -151,7 +151,7 @@ def test_the_estimate_counts_the_images():
     images = needs["the observed images (uint8) and an epoch's shuffled copy"]
     assert images.bytes == 4096 * 50 * 64 * 64 * 3 * 2
     assert "env.obs_height x env.obs_width" in images.keys and "64x64x3" in images.keys
-    assert "the CNN activations of one update minibatch" in needs
+    assert "algo.encoder=cnn on 64x64x3" in needs["the activations of one update minibatch"].keys
 
 
 def test_a_pixel_run_that_cannot_fit_is_refused_naming_the_image(monkeypatch):

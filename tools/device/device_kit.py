@@ -524,8 +524,8 @@ NO_START_UNDER_S = 4 * 60
 SPARE = 0.2  # each call leaves this share of its timeout unallocated (a slow start or install)
 INSTALL_S = {1: 15, 2: 30}  # each bundle's install (measured: tools/device/README.md)
 START_S = 10  # gpu_check's imports and preflight, before its --budget clock runs
-CALL_TIMEOUT_S = {1: 225, 2: 310}
-CHECK_BUDGET_S = {1: 155, 2: 208}  # gpu_check's --budget in each call (gpu_check.CALL_BUDGET)
+CALL_TIMEOUT_S = {1: 240, 2: 310}
+CHECK_BUDGET_S = {1: 165, 2: 208}  # gpu_check's --budget in each call (gpu_check.CALL_BUDGET)
 CALL_PARTS = {  # gpu_check.CALL_PARTS, most valuable first (this file runs on the stdlib alone)
     1: ["compiled_update", "train_cuda", "memory_budget", "recorder_cost", "frames_are_states"],
     2: ["maniskill_render", "physx_refusal", "compile_speedup", "two_ranks"],
