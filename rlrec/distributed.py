@@ -277,8 +277,8 @@ def ranks_sharing(device: torch.device) -> int:
 
     if device.type != "cuda" or not launched() or os.environ.get("SLURM_GPUS_PER_TASK"):
         return 1
-    gpus = max(1, torch.cuda.device_count())
-    return max(1, len(range(device.index or 0, env_local_world_size(), gpus)))
+    gpus, local = max(1, torch.cuda.device_count()), _env_int("LOCAL_WORLD_SIZE", env_world_size())
+    return max(1, len(range(device.index or 0, local, gpus)))
 
 
 # ---------------------------------------------------------------------- the process group

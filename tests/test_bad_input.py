@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import List
 
 import pytest
@@ -19,6 +20,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 import rlrec.run.cli
+from rlrec import distributed
 from rlrec.run import budget
 from rlrec.train.runner import Runner
 from tests.helpers import FAST, REPO, make_config
@@ -394,6 +396,13 @@ def test_ranks_sharing_a_gpu_share_its_free_memory(tmp_path, monkeypatch, capsys
     budget.check(make_config(args), torch.device("cuda", 0))  # one process: it fits
     for key, value in (("RANK", 1), ("LOCAL_RANK", 1), ("WORLD_SIZE", 2), ("LOCAL_WORLD_SIZE", 2)):
         monkeypatch.setenv(key, str(value))
+    # the ranks' GPUs, as rank 0 published its own (rlrec.distributed.shared_gpus): the same one
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda d: SimpleNamespace(uuid="GPU-0")
+    )
+    store = torch.distributed.HashStore()
+    store.set("rlrec/gpu/0", "GPU-0")
+    monkeypatch.setattr(distributed, "_store", store)
     also = ["shared by the 2 ranks on it (distributed.share_gpus)"]
     _assert_refused(args, "env.num_envs", tmp_path, monkeypatch, capsys, also=also)
 
