@@ -11,7 +11,8 @@ Genesis facts this module relies on (1.4.5, see docs/genesis.md):
   once and reuses it for every later scene (sequential sweeps in one process).
 - The rasterizer draws from a cache that is refreshed only after ``scene.step``: after a reset or
   any pose write without a step, ``camera.render()`` returns the old image. The adapter therefore
-  always renders with ``force_render=True``.
+  always renders with ``force_render=True``, once per state: the images of a render serve the
+  observation and every ``render(env_idx)`` until the next step or reset.
 - ``VisOptions(split_envs=True)`` makes a camera return one image per rendered env
   ``[len(rendered_envs_idx), H, W, 3]``; otherwise it returns one image of the env it is bound to.
 - Headless OpenGL needs ``PYOPENGL_PLATFORM`` (``egl`` or ``osmesa``) set before genesis is
@@ -176,35 +177,35 @@ def init_genesis(sim_name: str):
 # --------------------------------------------------------------------------- cameras
 
 
-def camera_rows(scene, camera, num_envs: int) -> Dict[int, Optional[int]]:
-    """env index -> row of ``camera.render()``'s output for the envs it draws (None: the camera
-    returns a single image, of the env it is bound to)."""
+def camera_rows(scene, camera, num_envs: int) -> Dict[int, int]:
+    """env index -> row of :func:`render_camera`'s images for the envs the camera draws (one row
+    when it returns a single image, of the env it is bound to)."""
     vis = scene.options.vis
     if vis.split_envs:
         rendered = range(num_envs) if vis.rendered_envs_idx is None else vis.rendered_envs_idx
         return {int(e): row for row, e in enumerate(rendered)}
-    return {int(camera.env_idx or 0): None}
+    return {int(camera.env_idx or 0): 0}
 
 
-def render_camera(camera, rows: Dict[int, Optional[int]], envs) -> torch.Tensor:
-    """The camera's image of the current state of ``envs`` (all in ``rows``, see
-    :func:`camera_rows`), an owned ``uint8 [len(envs), H, W, 3]`` tensor on the CPU.
+def render_camera(camera, pin: bool = False) -> torch.Tensor:
+    """The camera's images of the current state, an owned ``uint8 [rows, H, W, 3]`` tensor on
+    the CPU (rows: see :func:`camera_rows`), in pinned memory where ``pin`` (the observation's
+    copy to a GPU then runs without waiting for the GPU).
 
     On the CPU whatever the sim's device: the rasterizer draws with OpenGL and hands back numpy
     arrays, which the recorder's encoder reads on the CPU, so moving them to a GPU would only add
-    a copy there and one back (into pinned memory). A renderer that answers with a CUDA tensor
-    costs the one copy to the CPU that its encoding needs anyway."""
+    a copy there and one back. A renderer that answers with a CUDA tensor costs the one copy to
+    the CPU that its encoding needs anyway."""
     # force_render: after a reset or pose write without a step, Genesis would return its old
     # image
     rgb = camera.render(rgb=True, force_render=True)[0]
     rgb = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rgb))
-    rgb = rgb.as_subclass(torch.Tensor)
-    if rgb.ndim == 3:  # a single image of the camera's env
-        frames = rgb[None].expand(len(envs), *rgb.shape)
-    else:
-        frames = rgb[[rows[e] for e in envs]]
-    # copy=True: an owned copy even where the camera hands out its own buffer
-    return frames[..., :3].to(device="cpu", dtype=torch.uint8, copy=True).contiguous()
+    rgb = rgb.as_subclass(torch.Tensor)[..., :3]
+    rgb = rgb[None] if rgb.ndim == 3 else rgb  # a single image of the camera's env
+    # a copy of its own: the batch renderer hands out the tensors it caches for later renders
+    # (genesis/vis/batch_renderer.py, lines 377-391 and 437-444); the rasterizer's numpy images
+    # are new at each render (ext/pyrender/jit_render.py read_color_buf, lines 1252-1259)
+    return torch.empty(rgb.shape, dtype=torch.uint8, pin_memory=pin).copy_(rgb)
 
 
 # --------------------------------------------------------------------------- building the task
@@ -262,9 +263,10 @@ class GenesisAdapter(EnvAdapter):
     a partial reset with seed ``s`` draws its envs' starts from the head of that stream. Resets
     without a seed continue the one stream.
 
-    ``env.obs_mode=rgb|rgb_state``: every env's camera image (one render of the camera for all envs
-    per step, :meth:`render`), resized to ``env.obs_height x env.obs_width``, as ``{"rgb"}``
-    (rlrec/obs.py), with the task's observation as "state" for ``rgb_state``. Genesis draws one
+    ``env.obs_mode=rgb|rgb_state``: every env's camera image (the step's one render of the camera
+    for all envs, which :meth:`render` serves too), resized on rlrec's device to
+    ``env.obs_height x env.obs_width``, as ``{"rgb"}`` (rlrec/obs.py), with the task's
+    observation as "state" for ``rgb_state``. Genesis draws one
     image per env on the CPU too: its rasterizer renders a camera of a ``split_envs`` scene env
     by env (genesis/vis/rasterizer.py, ``render_camera``, lines 69-71; camera.py ``build``, lines
     163-164 and 179-180: batched over ``rendered_envs_idx``); its BatchRenderer, which renders
@@ -301,6 +303,8 @@ class GenesisAdapter(EnvAdapter):
             self._low = torch.as_tensor(sp.low, dtype=torch.float32, device=gs_device)
             self._high = torch.as_tensor(sp.high, dtype=torch.float32, device=gs_device)
         self._rows = {} if self.camera is None else camera_rows(task.scene, self.camera, num_envs)
+        # the camera's images of the current state (render_camera), dropped by every step and reset
+        self._frames: Optional[torch.Tensor] = None
         drawn = sorted(self._rows)
         if self.obs_mode != ObsMode.state and len(drawn) < num_envs:  # known once it is built
             self._release()
@@ -310,6 +314,9 @@ class GenesisAdapter(EnvAdapter):
                 "built): build it with gs.options.VisOptions(split_envs=True) drawing every env "
                 "(rendered_envs_idx=None), or set env.obs_mode=state"
             )
+        if self.obs_mode != ObsMode.state:  # each env's row of the images, where they are observed
+            rows = [self._rows[e] for e in range(num_envs)]
+            self._obs_rows = torch.tensor(rows, device=self.device)
 
     # ------------------------------------------------------------------ episodes
     def reset(
@@ -319,6 +326,7 @@ class GenesisAdapter(EnvAdapter):
             self._gen.manual_seed(int(seed))
         idx = as_env_index(env_idx, self.num_envs, self._sim_device)
         if idx.numel():
+            self._frames = None
             self.task.reset_idx(idx, self._gen)
             self.clock.reset(idx)
         return self._observe(self.task.get_observations()), {}
@@ -327,10 +335,14 @@ class GenesisAdapter(EnvAdapter):
         state = owned(state, self.device, torch.float32)
         if self.obs_mode == ObsMode.state:
             return state
-        rgb = resize_images(self.render(None), self.obs_size).to(self.device)
+        # the uint8 images go to the device (from pinned memory, without waiting for it) and are
+        # resized there
+        rgb = self._drawn().to(self.device, non_blocking=True)[self._obs_rows]
+        rgb = resize_images(rgb, self.obs_size)
         return {RGB: rgb, STATE: state} if self.obs_mode == ObsMode.rgb_state else {RGB: rgb}
 
     def step(self, action: torch.Tensor):
+        self._frames = None
         action = torch.as_tensor(action).to(self._sim_device)
         if self._box:
             action = torch.clamp(action.float(), self._low, self._high)
@@ -355,7 +367,14 @@ class GenesisAdapter(EnvAdapter):
                 "recorded envs (recorder.env_idx, eval_env.recorder.env_idx); for rlrec's own "
                 "tasks set env.kwargs.rendered_envs_idx (null: every env)"
             )
-        return render_camera(self.camera, self._rows, envs)
+        return self._drawn()[[self._rows[e] for e in envs]]  # indexing copies: owned
+
+    def _drawn(self) -> torch.Tensor:
+        """The camera's images of the current state: one render per step or reset at most, shared
+        by the observation and every :meth:`render` until the next step or reset."""
+        if self._frames is None:
+            self._frames = render_camera(self.camera, pin=self.device.type == "cuda")
+        return self._frames
 
     def _release(self) -> None:
         self.task.scene.destroy()

@@ -68,7 +68,7 @@ def test_frames_come_back_on_the_cpu_whatever_the_sim_device():
     adapter = object.__new__(ga.GenesisAdapter)
     adapter.camera, adapter.num_envs = _Camera(images), 3
     adapter.device = torch.device("meta")
-    adapter._rows = {0: 0, 1: 1, 2: 2}
+    adapter._rows, adapter._frames = {0: 0, 1: 1, 2: 2}, None
     adapter._camera_name = "'camera' of tests.Fake"
     frames = adapter.render([2, 0])
     assert frames.device.type == "cpu" and frames.dtype == torch.uint8
@@ -256,19 +256,17 @@ def test_sequential_adapters_in_one_process():
 
 
 @needs_genesis
-def test_pose_write_without_step_is_rendered():
-    """Genesis's camera alone returns the old image after set_pos without a step; the adapter's
-    render shows the new pose."""
+def test_reset_without_step_is_rendered():
+    """Genesis's camera alone returns the old image after a reset's pose writes without a step;
+    the adapter's render shows the reset pose, although a render of the state before it was
+    served already."""
     env = make_genesis(2, limit=6, seed=0)
     try:
         env.reset(seed=0)
         env.step(torch.zeros(2, 7))
         before = env.render([0, 1])
-        task = env.task
-        goal = task.goal.clone()
-        goal[0, 1] += 0.25
-        task.goal_marker.set_pos(goal)  # a pose write, no scene.step
-        raw = torch.as_tensor(task.camera.render(rgb=True)[0])
+        env.reset(env_idx=[0])  # pose writes (set_dofs_position, set_pos), no scene.step
+        raw = torch.as_tensor(env.task.camera.render(rgb=True)[0])
         after = env.render([0, 1])
         assert diff(raw[0], before[0]) <= RENDER_ATOL, (
             "Genesis no longer returns a stale image: revisit the note"

@@ -221,7 +221,11 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             return self._terminal
         if self._cam is None:
             raise ConfigError(f"{KEY}: call build() before reset() or step()")
-        return render_camera(self._cam, self._rows, env_idx)
+        return self._draw(env_idx)
+
+    def _draw(self, env_idx: List[int]) -> torch.Tensor:
+        """The camera's images of ``env_idx`` now (indexing copies them: owned)."""
+        return render_camera(self._cam)[[self._rows[e] for e in env_idx]]
 
     def _reset_hook(self, env_ids=None, *args, **kwargs):
         if not self._in_step:
@@ -233,6 +237,6 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         if self._terminal is None and self.engine.recording and self._cam is not None:
             # a device read only while a clip is open
             if set(envs.tolist()) & set(self.engine.env_idx):
-                self._terminal = render_camera(self._cam, self._rows, self.engine.env_idx)
+                self._terminal = self._draw(self.engine.env_idx)
         self._stepped_resets.append(envs)
         return self._base_reset(env_ids, *args, **kwargs)
