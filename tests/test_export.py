@@ -315,3 +315,32 @@ def test_closed_loop_check_fails_what_the_forward_pass_check_passes(
         "exported/rejected/policy.pt"
     ]
     assert "policy.pt" not in json.loads((out / "policy.json").read_text())["files"]
+
+
+VERIFIED = {
+    "mujoco": ["env=gymnasium", "env.id=InvertedPendulum-v5"],
+    "pixels": ["+experiment=builtin_pixels", "env.num_envs=4", "total_steps=128"],
+    "maniskill": ["env=maniskill", "env.num_envs=4", "env.max_episode_steps=20"],
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mujoco",
+        "pixels",
+        pytest.param("maniskill", marks=[pytest.mark.slow, pytest.mark.maniskill]),
+    ],
+)
+def test_closed_loop_check_across_backends(tmp_path, name):
+    """The check passes both formats of a MuJoCo task, a pixel policy and ManiSkill's CPU sim:
+    TorchScript step for step equal, ONNX within the tolerance."""
+    pytest.importorskip({"mujoco": "mujoco", "maniskill": "mani_skill"}.get(name, "torch"))
+    run = _train(tmp_path / name, ["recorder=none", "total_steps=64", *VERIFIED[name]])
+    assert main([str(run), "export.format=both"]) == 0
+    report = json.loads((run / "exported" / "verify.json").read_text())
+    script, onnx_ = report["formats"]["torchscript"], report["formats"]["onnx"]
+    assert script["passed"] and script["max_action_diff"] == 0 and script["max_obs_diff"] == 0
+    assert onnx_["passed"] and onnx_["max_action_diff"] <= 1e-5
+    lengths = [e["length"] for e in report["checkpoint"]["episodes"]]
+    assert len(lengths) == 4 and [e["length"] for e in onnx_["episodes"]] == lengths
