@@ -271,6 +271,12 @@ def test_export_is_verified_in_closed_loop(builtin_run, capsys):
     want = _frames(out / report["checkpoint"]["clip"])
     assert len(want) > 10 and _frames(clips["torchscript"]) == want
     assert not (out / "rejected").exists() and not list(out.glob(".verify-*"))
+    from rlrec.report.html import write_report
+
+    page = write_report(builtin_run).read_text()  # the check's figures and clips, side by side
+    assert "Export of step 512, checked in closed loop" in page
+    for rel in ("checkpoint-env000.mp4", "torchscript-env000.mp4", "onnx-env000.mp4"):
+        assert f'src="exported/verify/{rel}"' in page
 
 
 class _SampledRange(torch.nn.Module):
