@@ -46,7 +46,14 @@ def main() -> None:
             export(run_dir, fmt=fmt)
             print(f"export {fmt:<11}: {time.perf_counter() - t0:6.2f} s (target: under 5 s)")
         t0 = time.perf_counter()
-        cli = [sys.executable, "-m", "rlrec.export", str(run_dir), "export.format=both"]
+        cli = [
+            sys.executable,
+            "-m",
+            "rlrec.export",
+            str(run_dir),
+            "export.format=both",
+            "export.verify=0",
+        ]
         subprocess.run(cli, cwd=REPO, check=True, capture_output=True)
         print(
             f"python -m rlrec.export, both formats, a fresh interpreter: "

@@ -26,7 +26,7 @@ trap 'kill "$genesis" 2>/dev/null || true' EXIT  # a failed step below ends it t
 step bash scripts/setup_maniskill.sh
 step bash scripts/setup_browser.sh
 step bash scripts/setup_launchers.sh   # the Ray launcher's venv
-step "$PY" -m tests.base_venv          # the venv of tests/test_dependencies.py
+step "$PY" -m tests.base_venv          # the venvs of test_dependencies.py, test_onnx_policy.py
 wait "$genesis"
 trap - EXIT
 echo "scripts/test.sh: set-up took $((SECONDS - start)) s"

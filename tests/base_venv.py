@@ -1,5 +1,6 @@
 """A venv with only rlrec's declared base dependencies (``[project] dependencies``), for
-tests/test_dependencies.py: not rlrec itself (the tests run the checkout's train.py, which imports
+tests/test_dependencies.py, and one with only onnxruntime and numpy (:func:`onnx_python`, for
+tests/test_onnx_policy.py): not rlrec itself (the tests run the checkout's files, which import
 rlrec from beside it). Made once and cached under ``~/.cache/rlrec/test-venvs/`` by the digest of
 the dependency list, the constraints and the Python; torch comes from ``scripts/constraints.txt``
 as in the set-up scripts. scripts/test.sh makes it during set-up (``python -m tests.base_venv``),
@@ -31,14 +32,23 @@ def base_dependencies() -> list:
 
 
 def base_python() -> Path:
-    """The venv's python, made first where it is missing."""
-    deps = base_dependencies()
+    """The base venv's python, made first where it is missing."""
+    return venv_python("base", base_dependencies())
+
+
+def onnx_python() -> Path:
+    """The python of a venv of onnxruntime and numpy alone (no torch), made first where missing."""
+    return venv_python("onnx", ["onnxruntime", "numpy"])
+
+
+def venv_python(name: str, deps: list) -> Path:
+    """The python of the venv ``name`` of ``deps``, made first where it is missing."""
     constraints = REPO / "scripts" / "constraints.txt"
     key = json.dumps([sys.version, deps, constraints.read_text()]).encode()
     cache = (
         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlrec" / "test-venvs"
     )
-    venv = cache / f"base-{hashlib.sha256(key).hexdigest()[:16]}"
+    venv = cache / f"{name}-{hashlib.sha256(key).hexdigest()[:16]}"
     python = venv / "bin" / "python"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".lock", "w") as lock:  # one builder at a time (xdist workers, checkouts)
@@ -61,4 +71,4 @@ def base_python() -> Path:
 
 
 if __name__ == "__main__":
-    print(f"tests/base_venv.py: {base_python()}")
+    print(f"tests/base_venv.py: {base_python()} {onnx_python()}")

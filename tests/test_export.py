@@ -18,7 +18,8 @@ import torch
 
 import rlrec
 from rlrec.checks import ConfigError
-from rlrec.export import export, main
+from rlrec.export import export
+from rlrec.export.__main__ import main
 from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.runner import Runner
@@ -43,11 +44,10 @@ def _train(run_dir: Path, overrides) -> Path:
     return run_dir
 
 
-def _check_equal(run_dir: Path, overrides) -> float:
-    """Exports ``run_dir`` and compares, on 1,000 observations its env gives under the policy,
-    both exports' actions with the checkpoint's deterministic actions computed by PPO itself
-    (clamped to the action space's bounds, as the adapters clamp them); the ONNX difference."""
-    export(run_dir, fmt="both")
+def _sampled(run_dir: Path, overrides):
+    """1,000 observations the env of ``overrides`` gives under the checkpoint's policy of
+    ``run_dir``, and that policy's deterministic actions computed by PPO itself (clamped to the
+    action space's bounds, as the adapters clamp them)."""
     cfg = make_config([*FAST, *overrides])
     env = make_env_stack(cfg.env, cfg.sim, cfg.env.num_envs, seed=cfg.seed + 100).env
     space = env.single_action_space
@@ -66,6 +66,14 @@ def _check_equal(run_dir: Path, overrides) -> float:
         seen.append(env.step(act(seen[-1]))[0])
     env.close()
     obs = torch.cat(seen)[:1000]
+    return obs, act
+
+
+def _check_equal(run_dir: Path, overrides) -> float:
+    """Exports ``run_dir`` and compares, on 1,000 observations its env gives under the policy,
+    both exports' actions with the checkpoint's deterministic actions; the ONNX difference."""
+    export(run_dir, fmt="both")
+    obs, act = _sampled(run_dir, overrides)
     want = act(obs)
     assert not torch.equal(want, want[:1].expand_as(want)), "the observations vary the action"
     script = rlrec.load_policy(run_dir / "exported" / "policy.pt")(obs)
@@ -205,7 +213,12 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_written(
     assert "export.format='tflite' is invalid: allowed values are torchscript, onnx, both" in (
         _refused([run, "export.format=tflite"], capsys)
     )
-    assert "allowed keys are export.step, export.format" in _refused([run, "step=3"], capsys)
+    keys = "allowed keys are export.step, export.format, export.verify, export.tolerance"
+    assert keys in _refused([run, "step=3"], capsys)
+    assert "export.verify=-1 is invalid" in _refused([run, "export.verify=-1"], capsys)
+    assert "export.tolerance=x is invalid: a number > 0" in (
+        _refused([run, "export.tolerance=x"], capsys)
+    )
     monkeypatch.setitem(sys.modules, "onnx", None)  # the extra is not installed
     line = _refused([run, "export.format=both"], capsys)
     assert "needs the 'export' extra" in line and "pip install 'rlrec[export]'" in line
@@ -216,9 +229,9 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_written(
     assert "one of 256, 512, last.pt (unusable)" in _refused([run, "export.step=100"], capsys)
     assert not (run / "exported").exists()
     # another step's export is never replaced; the same step's is completed
-    assert main([str(run), "export.step=256", "export.format=onnx"]) == 0
+    assert main([str(run), "export.step=256", "export.format=onnx", "export.verify=0"]) == 0
     assert "move it aside first" in _refused([run, "export.step=512"], capsys)
-    assert main([str(run), "export.step=256"]) == 0
+    assert main([str(run), "export.step=256", "export.verify=0"]) == 0
     meta = json.loads((run / "exported" / "policy.json").read_text())
     assert meta["step"] == 256 and set(meta["files"]) == {"policy.onnx", "policy.pt"}
 
@@ -228,3 +241,112 @@ def test_report_links_the_export_command(builtin_run):
 
     html = write_report(builtin_run).read_text()
     assert "python -m rlrec.export ." in html
+
+
+# ---------------------------------------------------------------------- the closed-loop check
+def test_export_is_verified_in_closed_loop(builtin_run, capsys):
+    """``python -m rlrec.export RUN export.format=both``: 4 eval episodes of the run's eval env by
+    the checkpoint and by each file, equal step by step; env 0's clips of each beside each other."""
+    assert main([str(builtin_run), "export.format=both"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("verify policy.pt: 4 episodes, max action diff 0, max obs diff 0")
+    assert lines[-1].startswith("verify policy.onnx: 4 episodes") and "passed" in lines[-1]
+    out = builtin_run / "exported"
+    report = json.loads((out / "verify.json").read_text())
+    assert report["step"] == 512 and report["episodes"] == 4
+    ref = report["checkpoint"]["episodes"]
+    assert [e["seed"] for e in ref] == [1_000_000 + i for i in range(4)]
+    # the checkpoint's episodes are the run's own final evaluation's (its 2 eval envs; a batch of
+    # another size rounds otherwise)
+    run_eval = [json.loads(x) for x in (builtin_run / "eval_episodes.jsonl").open()]
+    final = [(e["seed"], e["return"]) for e in run_eval if e["step"] == 512]
+    assert final == [(e["seed"], pytest.approx(e["return"], abs=1e-5)) for e in ref[:2]]
+    script, onnx_ = report["formats"]["torchscript"], report["formats"]["onnx"]
+    assert script["passed"] and script["max_action_diff"] == 0 and script["max_obs_diff"] == 0
+    assert [e["return"] for e in script["episodes"]] == [e["return"] for e in ref]
+    assert onnx_["passed"] and 0 < onnx_["max_action_diff"] <= 1e-5
+    assert all(e["parted_at_step"] is None for e in onnx_["episodes"])
+    assert [e["length"] for e in onnx_["episodes"]] == [e["length"] for e in ref]
+    clips = {k: out / f["clip"] for k, f in report["formats"].items()}
+    want = _frames(out / report["checkpoint"]["clip"])
+    assert len(want) > 10 and _frames(clips["torchscript"]) == want
+    assert not (out / "rejected").exists() and not list(out.glob(".verify-*"))
+    from rlrec.report.html import write_report
+
+    page = write_report(builtin_run).read_text()  # the check's figures and clips, side by side
+    assert "Export of step 512, checked in closed loop" in page
+    for rel in ("checkpoint-env000.mp4", "torchscript-env000.mp4", "onnx-env000.mp4"):
+        assert f'src="exported/verify/{rel}"' in page
+
+
+class _SampledRange(torch.nn.Module):
+    """A wrong export: the policy of observations clamped to the range of the 1,000 the
+    forward-pass check samples (as a normaliser folded with the sampled range's clip would)."""
+
+    def __init__(self, policy, lo, hi):
+        super().__init__()
+        self.policy, self.norm = policy, policy.norm  # (policy.json names the normaliser)
+        self.register_buffer("lo", lo)
+        self.register_buffer("hi", hi)
+
+    def forward(self, obs):
+        return self.policy(torch.minimum(torch.maximum(obs, self.lo), self.hi))
+
+
+def test_closed_loop_check_fails_what_the_forward_pass_check_passes(
+    builtin_run, tmp_path, monkeypatch, capsys
+):
+    import rlrec.export as rexport
+
+    run = tmp_path / "run"
+    shutil.copytree(builtin_run / "checkpoints", run / "checkpoints")
+    obs, act = _sampled(run, [])
+    real = rexport.policy_of
+    wrong = lambda data: _SampledRange(real(data), obs.amin(0), obs.amax(0))  # noqa: E731
+    monkeypatch.setattr(rexport, "policy_of", wrong)
+    assert main([str(run)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    out = run / "exported"
+    assert not (out / "policy.pt").exists()
+    moved = out / "rejected" / "policy.pt"
+    # the forward-pass check passes the file: on the 1,000 observations it acts as the checkpoint
+    assert torch.equal(rlrec.load_policy(moved)(obs), act(obs))
+    report = json.loads((out / "verify.json").read_text())["formats"]["torchscript"]
+    bad = report["failed"]
+    assert not report["passed"] and bad["parted_at_step"] is not None
+    assert err == [
+        f"verify policy.pt: 4 episodes, max action diff {report['max_action_diff']:.3g}, FAILED: "
+        f"episode {bad['episode']} (seed {bad['seed']}) parts from the checkpoint's at step "
+        f"{bad['parted_at_step']} (tolerance 0.0001); torchscript moved to "
+        "exported/rejected/policy.pt"
+    ]
+    assert "policy.pt" not in json.loads((out / "policy.json").read_text())["files"]
+
+
+VERIFIED = {
+    "mujoco": ["env=gymnasium", "env.id=InvertedPendulum-v5"],
+    "pixels": ["+experiment=builtin_pixels", "env.num_envs=4", "total_steps=128"],
+    "maniskill": ["env=maniskill", "env.num_envs=4", "env.max_episode_steps=20"],
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mujoco",
+        "pixels",
+        pytest.param("maniskill", marks=[pytest.mark.slow, pytest.mark.maniskill]),
+    ],
+)
+def test_closed_loop_check_across_backends(tmp_path, name):
+    """The check passes both formats of a MuJoCo task, a pixel policy and ManiSkill's CPU sim:
+    TorchScript step for step equal, ONNX within the tolerance."""
+    pytest.importorskip({"mujoco": "mujoco", "maniskill": "mani_skill"}.get(name, "torch"))
+    run = _train(tmp_path / name, ["recorder=none", "total_steps=64", *VERIFIED[name]])
+    assert main([str(run), "export.format=both"]) == 0
+    report = json.loads((run / "exported" / "verify.json").read_text())
+    script, onnx_ = report["formats"]["torchscript"], report["formats"]["onnx"]
+    assert script["passed"] and script["max_action_diff"] == 0 and script["max_obs_diff"] == 0
+    assert onnx_["passed"] and onnx_["max_action_diff"] <= 1e-5
+    lengths = [e["length"] for e in report["checkpoint"]["episodes"]]
+    assert len(lengths) == 4 and [e["length"] for e in onnx_["episodes"]] == lengths

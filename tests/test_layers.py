@@ -17,6 +17,7 @@ LAYERS = [
     # value checks shared by every component's settings (plain Python), the names of a run dir's
     # files (rlrec.layout); the two folders' __init__ import nothing
     ["rlrec.checks", "rlrec.layout", "rlrec.run", "rlrec.train"],
+    ["rlrec.onnx_policy"],  # an export's ONNX policy with onnxruntime and numpy alone
     ["rlrec.obs"],  # what an observation is (a tensor, or a pixel dict), for envs and the policy
     ["rlrec.files"],  # one temporary-name scheme, atomic writes, one directory probe
     ["rlrec.record"],  # the recorder: drops into any loop (tests/record/test_portable.py)
@@ -45,6 +46,9 @@ LAYERS = [
     ["rlrec.run.sweep"],
     ["rlrec.run.cli"],  # makes the stop flag and hands it to the runner
     ["rlrec.run.replay"],  # re-runs an evaluation of a run: builds its config as the CLI does
+    # the export's closed-loop check (the run's eval, as replay builds it) and its command
+    ["rlrec.export.verify"],
+    ["rlrec.export.__main__"],
     ["rlrec"],  # the package's own __init__ may name anything
 ]
 
@@ -68,11 +72,11 @@ def _layer(module: str) -> int:
 
 def _package(module: str) -> str:
     parts = module.split(".")
-    # rlrec.run and rlrec.train hold modules of several layers: each module is its own unit;
-    # the recorder's wrappers sit above its core (which must not import them)
+    # rlrec.run, rlrec.train and rlrec.export hold modules of several layers: each module is its
+    # own unit; the recorder's wrappers sit above its core (which must not import them)
     if parts[1:3] == ["record", "wrappers"]:
         return "rlrec.record.wrappers"
-    return ".".join(parts[:3] if parts[1:2] in (["run"], ["train"]) else parts[:2])
+    return ".".join(parts[:3] if parts[1:2] in (["run"], ["train"], ["export"]) else parts[:2])
 
 
 def _imports() -> Dict[str, Set[str]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import json
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -286,6 +287,33 @@ def _config(run: RunData) -> str:
     return _section("config", "Config", *parts)
 
 
+def _verified(run: RunData) -> str:
+    """The export's closed-loop check (exported/verify.json): per format its figures, and its clip
+    of env 0's episode beside the checkpoint's of the same seed."""
+    path = RunDir(run.path).exported / "verify.json"
+    if not path.is_file():
+        return ""
+    report = json.loads(path.read_text())
+    clip = lambda rel: _video(f"exported/{rel}", None) if rel else "no clip"  # noqa: E731
+    rows = [
+        [
+            f"<code>{_e(f['file'])}</code>",
+            "passed" if f["passed"] else f'<span class="bad">failed: {_e(f["failed"])}</span>',
+            *(f"{f[k]:.3g}" for k in ("max_action_diff", "max_obs_diff", "max_return_diff")),
+            clip(report["checkpoint"]["clip"]) + clip(f["clip"]),
+        ]
+        for f in report["formats"].values()
+    ]
+    head = ["file", "check", "max action diff", "max obs diff", "max return diff"]
+    return _section(
+        "exported",
+        f"Export of step {report['step']:,}, checked in closed loop",
+        f"<p>{report['episodes']} eval episodes by the checkpoint and by each file (tolerance "
+        f"{report['tolerance']:g}); env 0's episode: the checkpoint's, then the file's.</p>",
+        _table([*head, "clips"], rows, left=2),
+    )
+
+
 def run_page(
     run: RunData, cfg: ReportConfig, progress_rel: Optional[str], svg: str, failed: Optional[str]
 ) -> str:
@@ -306,6 +334,7 @@ def run_page(
         _section("curves", "Learning curves", svg or "<p>No metrics logged.</p>"),
         _evaluations(run),
         _failures(run, cfg.max_failures),
+        _verified(run),
         _config(run),
     ]
     return _page(f"rlrec run {name}", body)

@@ -18,7 +18,6 @@ import importlib.util
 import io
 import json
 import re
-import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -135,13 +134,12 @@ def load_policy(path) -> LoadedPolicy:
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
     if p.suffix == ".onnx":
         _need("onnxruntime", f"running {p}")
-        import onnxruntime
+        from rlrec.onnx_policy import OnnxPolicy
 
-        session = onnxruntime.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+        onnx_policy = OnnxPolicy(p)
 
         def run(x: Obs) -> torch.Tensor:
-            feed = map_obs(lambda v: v.cpu().numpy(), x if isinstance(x, dict) else {"obs": x})
-            return torch.from_numpy(session.run(None, feed)[0])
+            return torch.from_numpy(onnx_policy(map_obs(lambda v: v.cpu().numpy(), x)))
 
         return LoadedPolicy(run, meta)
     if _is_torchscript(p):
@@ -252,35 +250,3 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
     }
     write_atomic(out / META, json.dumps(meta, indent=2) + "\n")
     return [out / n for n in blobs] + [out / META]
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m rlrec.export RUN_DIR [export.step=S] [export.format=F]``."""
-    args = sys.argv[1:] if argv is None else argv
-    formats = "|".join(ExportFormat.values())
-    usage = f"usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format={formats}]"
-    try:
-        if not args or "=" in args[0] or args[0].startswith("-"):
-            raise ConfigError(usage)
-        options: Dict[str, Optional[str]] = {"export.step": None, "export.format": "torchscript"}
-        for item in args[1:]:
-            key, sep, value = item.partition("=")
-            if key not in options or not sep:
-                raise ConfigError(f"{item} is not an option: allowed keys are {', '.join(options)}")
-            options[key] = value
-        step = options["export.step"]
-        if step is not None and not step.isdigit():
-            raise ConfigError(
-                f"export.step={step} is invalid: the env step of a checkpoint, an integer"
-            )
-        written = export(args[0], None if step is None else int(step), options["export.format"])
-    except ConfigError as exc:
-        print(f"rlrec-export: {exc}", file=sys.stderr)
-        return 2
-    for p in written:
-        print(p)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
