@@ -280,9 +280,14 @@ class _Worker:
                 self.tmp = temporary_name(job.info.path)
                 h, w = image.shape[:2]
                 self.proc = FFmpegProcess(
-                    self.tmp, w, h, job.info.fps, job.encoding,
-                    stall_timeout=self.stall_timeout, threads=self.threads,
-                )  # fmt: skip
+                    self.tmp,
+                    w,
+                    h,
+                    job.info.fps,
+                    job.encoding,
+                    stall_timeout=self.stall_timeout,
+                    threads=self.threads,
+                )
             return np.ascontiguousarray(image)
         except Exception as err:
             self._fail(err)

@@ -102,11 +102,8 @@ class FFmpegProcess:
         self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
 
         rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
-        cmd = [
-            imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-nostdin", "-loglevel", "error",
-            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate),
-            "-i", "-", "-an",
-        ]  # fmt: skip
+        cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-y -nostdin -loglevel error -f rawvideo".split()]
+        cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
         codec, q = encoding, "qp" if encoding["lossless"] else "crf"
         cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
         cmd += [] if threads is None else ["-threads", str(threads)]  # x264's; None: its own

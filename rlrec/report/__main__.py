@@ -19,9 +19,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     )
     parser.add_argument("dir", type=Path, help="a run dir (or a sweep dir) of rlrec")
     parser.add_argument(
-        "overrides", nargs="*", metavar="report.KEY=VALUE",
+        "overrides",
+        nargs="*",
+        metavar="report.KEY=VALUE",
         help="e.g. report.max_failures=6 report.max_tiles=8 report.progress_video=false",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     try:
         from rlrec.report.html import write_report

@@ -192,11 +192,10 @@ def _health(run: RunData) -> str:
     for key, value in figures:  # resumes: no fault
         cls = "muted" if key == "resumes" else ("bad" if value else "ok")
         cells.append(f'<span class="{cls}" data-health="{key}">{int(value)}</span>')
-    detail = [
-        [_e(e.get("event")), _fmt(e.get("step")),
-         _e(", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step")))]
-        for e in run.events
-    ]  # fmt: skip
+    detail = []
+    for e in run.events:
+        rest = ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step"))
+        detail.append([_e(e.get("event")), _fmt(e.get("step")), _e(rest)])
     events = [_table(["event", "step", "details"], detail, left=1)] if detail else []
     return _section("health", "Health", _table(head, [cells]), *events)
 
@@ -268,10 +267,8 @@ def _failures(run: RunData, max_rows: int) -> str:
         replay = '<span class="muted">no checkpoint of its step kept</span>'
         if command:
             replay = f"<code>{_e(command)}</code>"
-        rows.append(
-            [_fmt(ep.get("step")), _fmt(ep.get("env")), _fmt(ep.get("seed")),
-             _fmt(ep.get("return")), _fmt(ep.get("length")), _e(ep.get("ended", "")), cell, replay]
-        )  # fmt: skip
+        figures = [_fmt(ep.get(k)) for k in ("step", "env", "seed", "return", "length")]
+        rows.append([*figures, _e(ep.get("ended", "")), cell, replay])
     head = ["step", "env", "seed", "return", "length", "ended", "clip", "replay (in the run dir)"]
     return _section("failures", "Failed eval episodes", text, _table(head, rows))
 
@@ -391,11 +388,9 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
         status = row.get("status", "")
         cls = "ok" if status == "COMPLETED" else "bad"
         swept = row.get("swept") or row.get("overrides", "")
-        table.append(
-            [link, f'<span class="{cls}">{_e(status)}</span>', f"<code>{_e(swept)}</code>",
-             _fmt(row.get("step")), _fmt(row.get("eval/return")), _success(row),
-             _e(row.get("error") or "")]
-        )  # fmt: skip
+        cells = [link, f'<span class="{cls}">{_e(status)}</span>', f"<code>{_e(swept)}</code>"]
+        figures = [_fmt(row.get("step")), _fmt(row.get("eval/return")), _success(row)]
+        table.append([*cells, *figures, _e(row.get("error") or "")])
         run = None if job_dir is None else read_run(job_dir)
         if run is not None:
             runs[row.get("job")] = run

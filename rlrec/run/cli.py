@@ -69,8 +69,10 @@ def _build(cfg: DictConfig, run_dir: Path):
     try:  # the stop flag: a sweep's, when this process runs its jobs
         return Runner(config, run_dir, device, stop=preempt.run_flag())
     except ConfigError as exc:  # what only reading the checkpoint or building the envs shows
-        exc.args = (f"{exc} (found after the run dir was claimed: when the run read its "
-                    "checkpoint or built its envs)",)  # fmt: skip
+        exc.args = (
+            f"{exc} (found after the run dir was claimed: when the run read its "
+            "checkpoint or built its envs)",
+        )
         raise
 
 

@@ -61,9 +61,17 @@ class Evaluator:
         self._on_clip = on_clip
         choice = None if cfg.clips == "none" else ClipChoice(cfg.clips, cfg.clips_k)
         stack = make_env_stack(
-            env_cfg, sim, cfg.num_envs, cfg.seed, cfg.recorder, video_dir, "eval",
-            self.clip_saved, device, choice,
-        )  # fmt: skip
+            env_cfg,
+            sim,
+            cfg.num_envs,
+            cfg.seed,
+            cfg.recorder,
+            video_dir,
+            "eval",
+            self.clip_saved,
+            device,
+            choice,
+        )
         self.env, self.recorder, self.clips = stack.env, stack.recorder, stack.clips
         self.recorded = False  # whether the last evaluation started a clip
         # the records of evaluations whose clip is still being encoded

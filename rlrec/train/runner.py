@@ -80,9 +80,14 @@ class Runner:
             ).env
         if (cfg.eval_env.enabled or cfg.eval_only) and self.main:  # rank 0 alone evaluates
             self.evaluator = Evaluator(
-                cfg.env, cfg.sim, cfg.eval_env, self.run_dir, on_clip=self._on_clip,
-                video_dir=str(RunDir(self.run_dir).videos("eval")), device=self.device,
-            )  # fmt: skip
+                cfg.env,
+                cfg.sim,
+                cfg.eval_env,
+                self.run_dir,
+                on_clip=self._on_clip,
+                video_dir=str(RunDir(self.run_dir).videos("eval")),
+                device=self.device,
+            )
             self.eval_env = self.evaluator.env
         env = self.train_env or self.eval_env
         self.obs_shape = shape_of(env.single_observation_space)
@@ -275,8 +280,11 @@ class Runner:
         """Trains (or, with eval_only, evaluates the checkpoint); always closes cleanly."""
         if self.start is not None and self.start.finished:
             steps = f"{self.global_step:,} env steps"
-            print(f"rlrec: done already: {self.start.path} is at the end of the run ({steps}); "
-                  f"nothing to do | run dir {self.run_dir}", flush=True)  # fmt: skip
+            print(
+                f"rlrec: done already: {self.start.path} is at the end of the run ({steps}); "
+                f"nothing to do | run dir {self.run_dir}",
+                flush=True,
+            )
             return self.last_eval
         t0 = time.perf_counter()
         self.stop.install()
@@ -289,8 +297,15 @@ class Runner:
         finally:
             self.stop.uninstall()
             self.close()
-        summary(time.perf_counter() - t0, self.global_step, self.last_eval, self.run_dir,
-                self.stop.signum, not self.cfg.eval_only, self.losses)  # fmt: skip
+        summary(
+            time.perf_counter() - t0,
+            self.global_step,
+            self.last_eval,
+            self.run_dir,
+            self.stop.signum,
+            not self.cfg.eval_only,
+            self.losses,
+        )
         return self.last_eval
 
     def close(self) -> None:

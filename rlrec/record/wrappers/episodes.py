@@ -114,11 +114,15 @@ class EpisodeClips(EnvWrapper):
                 queue_size=max(2 * BATCH, cfg.queue_size // n),
             )
             engine = ClipEngine(
-                one, source, video_dir, kind=kind, key=key,
+                one,
+                source,
+                video_dir,
+                kind=kind,
+                key=key,
                 on_clip=lambda clip, i=i: self._placed.update({i: clip}),
                 schedule=Schedule.of(one, keep=choice.keep, hold=True),  # placed by settle()
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
-            )  # fmt: skip
+            )
             self.engines.append(engine)
 
     def _render(self, env_idx: List[int]) -> torch.Tensor:

@@ -119,14 +119,17 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
         base = self.unwrapped
         horizon = getattr(base, "max_episode_length_steps", None)
-        source = Source(int(self.num_envs), float(self.dt), getattr(base, "device", "cpu"),
-                        self._render, None if horizon is None else int(horizon))  # fmt: skip
+        horizon = None if horizon is None else int(horizon)
+        device = getattr(base, "device", "cpu")
+        source = Source(int(self.num_envs), float(self.dt), device, self._render, horizon)
         # record_final_episode without expect_end: every untriggered episode is recorded
         # provisionally, so close() has the one in progress to keep
-        schedule = Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_trigger,
-                               provisional=True)  # fmt: skip
-        self.engine = ClipEngine(cfg, source, out_dir, key=KEY, on_clip=self._on_clip,
-                                 schedule=schedule)  # fmt: skip
+        schedule = Schedule.of(
+            cfg, episode_fn=episode_trigger, step_fn=step_trigger, provisional=True
+        )
+        self.engine = ClipEngine(
+            cfg, source, out_dir, key=KEY, on_clip=self._on_clip, schedule=schedule
+        )
         self._cam = None
         self._rows: dict = {}
         self._base_reset: Optional[Callable] = None

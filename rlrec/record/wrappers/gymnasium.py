@@ -143,9 +143,13 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         # Gymnasium's step ids: 0 after the first step (the engine counts 1 there)
         step_fn = None if step_trigger is None else lambda s: s > 0 and step_trigger(s - 1)
         self.engine = ClipEngine(
-            cfg, source, key=_KEY, on_clip=self._on_clip, name=names.prefixed(name_prefix, _KEY, 1),
+            cfg,
+            source,
+            key=_KEY,
+            on_clip=self._on_clip,
+            name=names.prefixed(name_prefix, _KEY, 1),
             schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True),
-        )  # fmt: skip
+        )
         # once the engine has checked every setting: the recorded sub-envs' hooks of a
         # SyncVectorEnv in SAME_STEP mode, installed here; an AsyncVectorEnv built with hooks
         # learns its indices

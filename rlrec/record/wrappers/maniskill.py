@@ -175,22 +175,39 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
             # engine times frames as if a step lasted 1 / video_fps seconds
             dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
-            source = Source(base.num_envs, dt, base.device, self._render,
-                            gym_utils.find_max_episode_steps_value(env))  # fmt: skip
+            source = Source(
+                base.num_envs,
+                dt,
+                base.device,
+                self._render,
+                gym_utils.find_max_episode_steps_value(env),
+            )
             self.engine = ClipEngine(
-                cfg, source, self.output_dir, kind="video", key=KEY, on_clip=on_clip,
-                schedule=Schedule.of(cfg, step_fn=save_video_trigger), name=name,
-            )  # fmt: skip
+                cfg,
+                source,
+                self.output_dir,
+                kind="video",
+                key=KEY,
+                on_clip=on_clip,
+                schedule=Schedule.of(cfg, step_fn=save_video_trigger),
+                name=name,
+            )
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
             from mani_skill.utils.wrappers.record import RecordEpisode
 
             env = RecordEpisode(
-                env, output_dir=self.output_dir, save_trajectory=True,
-                trajectory_name=trajectory_name, save_video=False, save_on_reset=save_on_reset,
-                clean_on_close=clean_on_close, record_reward=record_reward,
-                record_env_state=record_env_state, source_type=source_type,
+                env,
+                output_dir=self.output_dir,
+                save_trajectory=True,
+                trajectory_name=trajectory_name,
+                save_video=False,
+                save_on_reset=save_on_reset,
+                clean_on_close=clean_on_close,
+                record_reward=record_reward,
+                record_env_state=record_env_state,
+                source_type=source_type,
                 source_desc=source_desc,
-            )  # fmt: skip
+            )
         super().__init__(env)
 
     # ------------------------------------------------------------------ the engine's events
