@@ -23,7 +23,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from typing import Any, Callable, List, Optional
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import torch
@@ -34,7 +35,7 @@ from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
-from rlrec.record.settings import Trigger, recording
+from rlrec.record.settings import RecorderConfig, Trigger, recording
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
 __all__ = ["RecordClips"]
@@ -118,78 +119,25 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
         **recorder: Any,
     ):
-        from mani_skill.envs.sapien_env import BaseEnv
-
-        base = getattr(env, "unwrapped", None)
-        if not isinstance(base, BaseEnv):
-            raise ConfigError(
-                f"{KEY}: env must be a ManiSkill env (gym.make of a ManiSkill task, before any "
-                f"vector wrapper), got {type(env).__name__}"
-            )
-        # what the settings' own check cannot see, before any work; the arguments annotated bool
-        # must be bools
-        flags = locals()
-        for k in sorted(set(recorder) & set(RENAMED)):  # the first one
-            raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
-        if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
-            ARGS.refuse("output_dir", output_dir, "a directory path")
-        for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
-            if parameter.annotation == "bool" and not isinstance(flags[name], bool):
-                ARGS.refuse(name, flags[name], "allowed values are True, False")
-        if render_substeps is not False:
-            rule = "allowed value is False (frames are taken once per env step)"
-            ARGS.refuse("render_substeps", render_substeps, rule)
-        if max_steps_per_video is not None:
-            rule = "a positive int or None (the whole episode)"
-            max_steps_per_video = ARGS.whole(max_steps_per_video, "max_steps_per_video", 1, rule)
-        rule = "a positive number or None (real time, 1 / control_timestep)"
-        ARGS.positive(video_fps, "video_fps", rule)
-        ARGS.callables(save_video_trigger=save_video_trigger)
-        if save_video_trigger is not None and "trigger" in recorder:
-            rule = "save_video_trigger and trigger are both set: give at most one trigger"
-            ARGS.refuse("trigger", recorder["trigger"], rule)
-        if base.render_mode not in RENDER_MODES:
-            rule = "allowed values are rgb_array, sensors, all (or None: the human render camera)"
-            ARGS.refuse("the env's render_mode", base.render_mode, rule)
-        if "env_idx" in recorder:
-            recorder["env_idx"] = ARGS.env_idx(recorder["env_idx"])
-        cfg = ARGS.config(
-            base.num_envs,
-            {"trigger": Trigger.always, **recorder},
-            extra=("trigger", "every", "env_idx"),
-            overlay=info_on_video,
-            record_final_episode=save_on_reset,
-            length_frames=None if max_steps_per_video is None else max_steps_per_video + 1,
-        )
+        base, cfg = _checked(locals())
         self.output_dir = os.fspath(output_dir)
         self.ignore_terminations = ignore_terminations
         # the first recorded env terminated and was not reset yet; that was logged
         self._ended_unreset, self._warned = False, False
         self._base, self._first = base, 0
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
-        name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
         if save_video and recording(cfg):
-            from mani_skill.utils import gym_utils
-
             self._first = int(cfg.env_idx[0])
-            # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
-            # engine times frames as if a step lasted 1 / video_fps seconds
-            dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
-            source = Source(
-                base.num_envs,
-                dt,
-                base.device,
-                self._render,
-                gym_utils.find_max_episode_steps_value(env),
-            )
+            name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
+            schedule = Schedule.of(cfg, step_fn=save_video_trigger)
             self.engine = ClipEngine(
                 cfg,
-                source,
+                self._source(env, video_fps),
                 self.output_dir,
                 kind="video",
                 key=KEY,
                 on_clip=on_clip,
-                schedule=Schedule.of(cfg, step_fn=save_video_trigger),
+                schedule=schedule,
                 name=name,
             )
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
@@ -209,6 +157,16 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
                 source_desc=source_desc,
             )
         super().__init__(env)
+
+    def _source(self, env: gym.Env, video_fps: Optional[float]) -> Source:
+        """The recorded envs. video_fps: every step is a frame, played at video_fps (RecordEpisode's
+        meaning): the engine times frames as if a step lasted 1 / video_fps seconds."""
+        from mani_skill.utils import gym_utils
+
+        base = self._base
+        dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
+        horizon = gym_utils.find_max_episode_steps_value(env)
+        return Source(base.num_envs, dt, base.device, self._render, horizon)
 
     # ------------------------------------------------------------------ the engine's events
 
@@ -273,3 +231,53 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         if not isinstance(self.env, RecordEpisode):
             raise RuntimeError(f"{KEY}.flush_trajectory needs save_trajectory=True")
         return self.env.flush_trajectory(*args, **kwargs)
+
+
+def _checked(args: Dict[str, Any]) -> Tuple[Any, RecorderConfig]:
+    """The ManiSkill env under ``args["env"]`` and the recorder's settings of ``RecordClips``'s
+    arguments (``args``: its call's), checked before any work: what the settings' own check
+    cannot see first; the arguments annotated bool must be bools."""
+    from mani_skill.envs.sapien_env import BaseEnv
+
+    a, recorder = SimpleNamespace(**args), dict(args["recorder"])
+    base = getattr(a.env, "unwrapped", None)
+    if not isinstance(base, BaseEnv):
+        raise ConfigError(
+            f"{KEY}: env must be a ManiSkill env (gym.make of a ManiSkill task, before any "
+            f"vector wrapper), got {type(a.env).__name__}"
+        )
+    for k in sorted(set(recorder) & set(RENAMED)):  # the first one
+        raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
+    if not isinstance(a.output_dir, (str, os.PathLike)) or not os.fspath(a.output_dir):
+        ARGS.refuse("output_dir", a.output_dir, "a directory path")
+    for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
+        if parameter.annotation == "bool" and not isinstance(args[name], bool):
+            ARGS.refuse(name, args[name], "allowed values are True, False")
+    if a.render_substeps is not False:
+        rule = "allowed value is False (frames are taken once per env step)"
+        ARGS.refuse("render_substeps", a.render_substeps, rule)
+    steps = a.max_steps_per_video
+    if steps is not None:
+        steps = ARGS.whole(
+            steps, "max_steps_per_video", 1, "a positive int or None (the whole episode)"
+        )
+    rule = "a positive number or None (real time, 1 / control_timestep)"
+    ARGS.positive(a.video_fps, "video_fps", rule)
+    ARGS.callables(save_video_trigger=a.save_video_trigger)
+    if a.save_video_trigger is not None and "trigger" in recorder:
+        rule = "save_video_trigger and trigger are both set: give at most one trigger"
+        ARGS.refuse("trigger", recorder["trigger"], rule)
+    if base.render_mode not in RENDER_MODES:
+        rule = "allowed values are rgb_array, sensors, all (or None: the human render camera)"
+        ARGS.refuse("the env's render_mode", base.render_mode, rule)
+    if "env_idx" in recorder:
+        recorder["env_idx"] = ARGS.env_idx(recorder["env_idx"])
+    cfg = ARGS.config(
+        base.num_envs,
+        {"trigger": Trigger.always, **recorder},
+        extra=("trigger", "every", "env_idx"),
+        overlay=a.info_on_video,
+        record_final_episode=a.save_on_reset,
+        length_frames=None if steps is None else steps + 1,
+    )
+    return base, cfg
