@@ -11,7 +11,7 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 import hydra
 from hydra.types import RunMode
@@ -139,9 +139,6 @@ def _task(
     no result says so in the launching process's exit status (rlrec.run.sweep)."""
     import torch
 
-    from rlrec.train.checkpoint import STORAGE_ERRNOS, CheckpointWriteError, storage_failure
-    from rlrec.train.divergence import EXIT_STATUS, Diverged
-
     main = distributed.env_rank() == 0  # a submitit job of several tasks: rank 0 keeps the books
     if sweep_dir is not None:
         if main:
@@ -173,27 +170,47 @@ def _task(
                 return _not_started(signum)
             if main:
                 sweep.job_running(sweep_dir, job)
-        try:
-            result = runner.run()
-            if main:  # report.html of the run (rlrec.report; of a sweep: python -m rlrec.report)
-                report.write_at_end(run_dir, runner.cfg.report)
-        except (CheckpointWriteError, OSError) as exc:  # e.g. a full disk: says how to resume
-            written = isinstance(exc, CheckpointWriteError)  # its message says it
-            if sweep_dir is not None or not (written or exc.errno in STORAGE_ERRNOS):
-                raise
-            print(f"rlrec: {exc if written else storage_failure(exc, run_dir)}", file=sys.stderr)
-            raise SystemExit(1) from None
-        except Diverged as exc:  # one line (every rank stops at the same iteration)
-            if main:
-                print(exc, file=sys.stderr, flush=True)
-            if sweep_dir is None:
-                raise SystemExit(EXIT_STATUS) from None
-            sweep.set_outcome(sweep.FAILED, str(exc))  # this job alone fails
+        result = _run(runner, run_dir, sweep_dir, main)
+        if result is None:  # a sweep's job that diverged
             return None
     finally:
         torch.set_num_threads(threads)  # the next job starts with the process's default again
         if claim is not None:
             claim.release()
+    return None if _stopped(runner, sweep_dir) else result.get("eval/return")
+
+
+def _run(
+    runner, run_dir: Path, sweep_dir: Optional[Path], main: bool
+) -> Optional[Dict[str, float]]:
+    """The run's result, then its report.html. A full disk ends a single run with how to resume
+    (exit 1); a diverged run ends with its one line (exit 3; a sweep's job: a FAILED row, None)."""
+    from rlrec.train.checkpoint import STORAGE_ERRNOS, CheckpointWriteError, storage_failure
+    from rlrec.train.divergence import EXIT_STATUS, Diverged
+
+    try:
+        result = runner.run()
+        if main:  # report.html of the run (rlrec.report; of a sweep: python -m rlrec.report)
+            report.write_at_end(run_dir, runner.cfg.report)
+        return result
+    except (CheckpointWriteError, OSError) as exc:  # e.g. a full disk: says how to resume
+        written = isinstance(exc, CheckpointWriteError)  # its message says it
+        if sweep_dir is not None or not (written or exc.errno in STORAGE_ERRNOS):
+            raise
+        print(f"rlrec: {exc if written else storage_failure(exc, run_dir)}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except Diverged as exc:  # one line (every rank stops at the same iteration)
+        if main:
+            print(exc, file=sys.stderr, flush=True)
+        if sweep_dir is None:
+            raise SystemExit(EXIT_STATUS) from None
+        sweep.set_outcome(sweep.FAILED, str(exc))  # this job alone fails
+        return None
+
+
+def _stopped(runner, sweep_dir: Optional[Path]) -> bool:
+    """Whether a stop ended a sweep's job (its STOPPED row written). A stopped single run exits
+    with 128 + the signal; submitit's own signal requeues the job (and exits)."""
     stopped = runner.stop.signum
     # a stop of the sweep (the sweep's stop flag too: no later job starts here), or of this job
     # whose launching process is gone (SIGHUP); submitit's own signal requeues the job instead
@@ -203,11 +220,11 @@ def _task(
             f"stopped by {signal.Signals(stopped).name} at step {runner.global_step} (checkpoint "
             "saved): resume=auto continues it",
         )
-        return None
+        return True
     preempt.requeue_if_preempted(stopped)  # submitit requeues the job and exits
     if runner.stop and sweep_dir is None:  # stopped, checkpoint written: 128 + the signal
         raise SystemExit(runner.stop.exit_status)
-    return result.get("eval/return")
+    return False
 
 
 def _not_started(signum: int) -> None:

@@ -128,17 +128,8 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
         if save_video and recording(cfg):
             self._first = int(cfg.env_idx[0])
-            name = None if name_prefix is None else names.prefixed(name_prefix, KEY)
-            schedule = Schedule.of(cfg, step_fn=save_video_trigger)
-            self.engine = ClipEngine(
-                cfg,
-                self._source(env, video_fps),
-                self.output_dir,
-                kind="video",
-                key=KEY,
-                on_clip=on_clip,
-                schedule=schedule,
-                name=name,
+            self.engine = self._engine(
+                cfg, env, video_fps, save_video_trigger, name_prefix, on_clip
             )
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
             from mani_skill.utils.wrappers.record import RecordEpisode
@@ -158,15 +149,26 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
             )
         super().__init__(env)
 
-    def _source(self, env: gym.Env, video_fps: Optional[float]) -> Source:
-        """The recorded envs. video_fps: every step is a frame, played at video_fps (RecordEpisode's
-        meaning): the engine times frames as if a step lasted 1 / video_fps seconds."""
+    def _engine(self, cfg, env, video_fps, trigger, name_prefix, on_clip) -> ClipEngine:
+        """The clip engine of the recorded envs. video_fps: every step is a frame, played at
+        video_fps (RecordEpisode's meaning): the engine times frames as if a step lasted
+        1 / video_fps seconds."""
         from mani_skill.utils import gym_utils
 
         base = self._base
         dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
         horizon = gym_utils.find_max_episode_steps_value(env)
-        return Source(base.num_envs, dt, base.device, self._render, horizon)
+        source = Source(base.num_envs, dt, base.device, self._render, horizon)
+        return ClipEngine(
+            cfg,
+            source,
+            self.output_dir,
+            kind="video",
+            key=KEY,
+            on_clip=on_clip,
+            schedule=Schedule.of(cfg, step_fn=trigger),
+            name=None if name_prefix is None else names.prefixed(name_prefix, KEY),
+        )
 
     # ------------------------------------------------------------------ the engine's events
 
