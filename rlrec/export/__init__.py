@@ -172,26 +172,8 @@ def start_data(path, eval_only: bool) -> Optional[Dict[str, Any]]:
     }
 
 
-# ---------------------------------------------------------------------- the export
-def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> List[Path]:
-    """Writes ``exported/`` of ``run_dir`` (the files of ``fmt``, then policy.json) and returns
-    the paths written. Everything is checked before anything is written: the format's extra, the
-    checkpoint (missing, damaged), and an earlier export of another step (never replaced)."""
-    one_of(fmt, "export.format", ExportFormat.values())
-    kinds = ["torchscript", "onnx"] if fmt == ExportFormat.both else [str(fmt)]
-    if "onnx" in kinds:
-        _need("onnx", "export.format=onnx")
-    path, data = ckpt.of_step(RunDir(run_dir).checkpoints, step, "export.step")
-    out = RunDir(run_dir).exported
-    old = json.loads((out / META).read_text()) if (out / META).is_file() else {}
-    if old and old["step"] != data["global_step"]:
-        raise ConfigError(
-            f"{out} holds the export of step {old['step']}, which an export of step "
-            f"{data['global_step']} would replace: move it aside first "
-            f"(mv {out} {out}-step{old['step']})"
-        )
-    policy = policy_of(data)
-    example = as_float(map_obs(lambda s: torch.zeros(1, *s, dtype=torch.uint8), data["obs_shape"]))
+def _blobs(policy: DeterministicPolicy, example: Obs, kinds: List[str]) -> Dict[str, bytes]:
+    """The files of ``policy`` in each format of ``kinds``, traced with ``example``, by name."""
     names = list(example) if isinstance(example, dict) else ["obs"]
     blobs: Dict[str, bytes] = {}
     with torch.no_grad(), warnings.catch_warnings():
@@ -216,6 +198,30 @@ def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> Lis
             )
             onnx.checker.check_model(onnx.load_from_string(buf.getvalue()))
             blobs[FILES["onnx"]] = buf.getvalue()
+    return blobs
+
+
+# ---------------------------------------------------------------------- the export
+def export(run_dir, step: Optional[int] = None, fmt: str = "torchscript") -> List[Path]:
+    """Writes ``exported/`` of ``run_dir`` (the files of ``fmt``, then policy.json) and returns
+    the paths written. Everything is checked before anything is written: the format's extra, the
+    checkpoint (missing, damaged), and an earlier export of another step (never replaced)."""
+    one_of(fmt, "export.format", ExportFormat.values())
+    kinds = ["torchscript", "onnx"] if fmt == ExportFormat.both else [str(fmt)]
+    if "onnx" in kinds:
+        _need("onnx", "export.format=onnx")
+    path, data = ckpt.of_step(RunDir(run_dir).checkpoints, step, "export.step")
+    out = RunDir(run_dir).exported
+    old = json.loads((out / META).read_text()) if (out / META).is_file() else {}
+    if old and old["step"] != data["global_step"]:
+        raise ConfigError(
+            f"{out} holds the export of step {old['step']}, which an export of step "
+            f"{data['global_step']} would replace: move it aside first "
+            f"(mv {out} {out}-step{old['step']})"
+        )
+    policy = policy_of(data)
+    example = as_float(map_obs(lambda s: torch.zeros(1, *s, dtype=torch.uint8), data["obs_shape"]))
+    blobs = _blobs(policy, example, kinds)
     out.mkdir(exist_ok=True)
     for name, blob in blobs.items():
         write_atomic(out / name, blob)
