@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,14 +59,45 @@ def read_frames(path: Path) -> Iterator[np.ndarray]:
         reader.close()  # ends ffmpeg
 
 
+def _layout(chosen: List[Evaluation], tile_h: int, tile_w: int) -> Tuple[np.ndarray, List[dict]]:
+    """The cells of the tiles (each its label band above an empty frame) and the place of each
+    tile in the tiled frame (its step, clip, y, x, h, w)."""
+    from PIL import Image, ImageDraw
+
+    cells = np.zeros((len(chosen), BAND + tile_h, tile_w, 3), dtype=np.uint8)
+    cols = grid_shape(len(chosen))[1]
+    tiles = []
+    for i, ev in enumerate(chosen):
+        band = Image.new("RGB", (tile_w, BAND), (24, 24, 24))  # the label above the tile
+        label = "\n".join(ev.tile_label())
+        ImageDraw.Draw(band).multiline_text((2, 1), label, fill=(255, 255, 255), spacing=1)
+        cells[i, :BAND] = np.asarray(band)
+        y, x = (i // cols) * (BAND + tile_h) + BAND, (i % cols) * tile_w
+        tiles.append({"step": ev.step, "clip": ev.clip, "y": y, "x": x, "h": tile_h, "w": tile_w})
+    return cells, tiles
+
+
+def _encode(proc: FFmpegProcess, readers: List[Iterator[np.ndarray]], cells: np.ndarray) -> int:
+    """Writes the tiled frames until every clip has ended and returns how many."""
+    frames = 0
+    while True:
+        live = False
+        for i, frame in enumerate(next(reader, None) for reader in readers):
+            if frame is not None:  # a finished clip's cell holds its last frame
+                cells[i, BAND : BAND + frame.shape[0], : frame.shape[1]] = frame
+                live = True
+        if not live:
+            return frames
+        proc.write([pad_even(tile(cells))])
+        frames += 1
+
+
 def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
     """Writes ``videos/progress.mp4`` and its sidecar (with the place of each tile: its step,
     clip, y, x, h, w) of ``run`` and returns its path; None when the run has no eval clip on
     disk. The file appears complete or not at all (a temporary, then a rename). Each tile's cell
     (its label band above its clip's frame) holds the frame last written into it, and the cells
     are tiled as the recorder tiles its envs (``rlrec.record.frames``)."""
-    from PIL import Image, ImageDraw
-
     evaluations: List[Evaluation] = [e for e in run.evaluations if e.clip_ok and e.clip]
     if not evaluations:
         return None
@@ -78,34 +109,15 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
     encoders = [s.get("encoder") or {} for s in sidecars]
     lossless = all(bool(e.get("lossless")) for e in encoders)
     quality = int(encoders[0].get("quality") or 7)
-    cells = np.zeros((len(chosen), BAND + tile_h, tile_w, 3), dtype=np.uint8)
-    cols = grid_shape(len(chosen))[1]
-    tiles = []
-    for i, ev in enumerate(chosen):
-        band = Image.new("RGB", (tile_w, BAND), (24, 24, 24))  # the label above the tile
-        label = "\n".join(ev.tile_label())
-        ImageDraw.Draw(band).multiline_text((2, 1), label, fill=(255, 255, 255), spacing=1)
-        cells[i, :BAND] = np.asarray(band)
-        y, x = (i // cols) * (BAND + tile_h) + BAND, (i % cols) * tile_w
-        tiles.append({"step": ev.step, "clip": ev.clip, "y": y, "x": x, "h": tile_h, "w": tile_w})
+    cells, tiles = _layout(chosen, tile_h, tile_w)
     height, width = pad_even(tile(cells)).shape[:2]
     out = RunDir(run.path).progress_video
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(out)
     readers = [read_frames(run.path / str(ev.clip)) for ev in chosen]
     proc = FFmpegProcess(tmp, width, height, fps, encoder_settings(quality, lossless, "ultrafast"))
-    frames = 0
     try:
-        while True:
-            live = False
-            for i, frame in enumerate(next(reader, None) for reader in readers):
-                if frame is not None:  # a finished clip's cell holds its last frame
-                    cells[i, BAND : BAND + frame.shape[0], : frame.shape[1]] = frame
-                    live = True
-            if not live:
-                break
-            proc.write([pad_even(tile(cells))])
-            frames += 1
+        frames = _encode(proc, readers, cells)
         proc.finish()
         if frames == 0:
             remove_quietly(tmp)
