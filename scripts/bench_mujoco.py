@@ -165,7 +165,7 @@ def run_sb3(preset: str, task: str, seed: int, steps: int, out: Path, extra: Lis
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(
             command + extra,
-            cwd=ROOT,
+            cwd=out,  # what MuJoCo or SB3 write into the working directory lands beside the log
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **ONE_THREAD},
