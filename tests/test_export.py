@@ -246,11 +246,16 @@ def test_report_links_the_export_command(builtin_run):
 # ---------------------------------------------------------------------- the closed-loop check
 def test_export_is_verified_in_closed_loop(builtin_run, capsys):
     """``python -m rlrec.export RUN export.format=both``: 4 eval episodes of the run's eval env by
-    the checkpoint and by each file, equal step by step; env 0's clips of each beside each other."""
+    the checkpoint and by each file, equal step by step; env 0's clips of each beside each other,
+    on the run's page, which the command rewrites."""
+    from rlrec.report.html import write_report
+
+    write_report(builtin_run)  # the run's page, as a run with report.enabled leaves it
     assert main([str(builtin_run), "export.format=both"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].startswith("verify policy.pt: 4 episodes, max action diff 0, max obs diff 0")
-    assert lines[-1].startswith("verify policy.onnx: 4 episodes") and "passed" in lines[-1]
+    assert lines[-3].startswith("verify policy.pt: 4 episodes, max action diff 0, max obs diff 0")
+    assert lines[-2].startswith("verify policy.onnx: 4 episodes") and "passed" in lines[-2]
+    assert lines[-1] == f"report {builtin_run / 'report.html'}"
     out = builtin_run / "exported"
     report = json.loads((out / "verify.json").read_text())
     assert report["step"] == 512 and report["episodes"] == 4
@@ -271,9 +276,7 @@ def test_export_is_verified_in_closed_loop(builtin_run, capsys):
     want = _frames(out / report["checkpoint"]["clip"])
     assert len(want) > 10 and _frames(clips["torchscript"]) == want
     assert not (out / "rejected").exists() and not list(out.glob(".verify-*"))
-    from rlrec.report.html import write_report
-
-    page = write_report(builtin_run).read_text()  # the check's figures and clips, side by side
+    page = (builtin_run / "report.html").read_text()  # the check's figures and clips, side by side
     assert "Export of step 512, checked in closed loop" in page
     for rel in ("checkpoint-env000.mp4", "torchscript-env000.mp4", "onnx-env000.mp4"):
         assert f'src="exported/verify/{rel}"' in page

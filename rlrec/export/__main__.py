@@ -1,7 +1,8 @@
 """``python -m rlrec.export RUN_DIR [export.step=S] [export.format=F] [export.verify=N]
 [export.tolerance=T]`` (``rlrec-export``): the export (:func:`rlrec.export.export`), then its
-closed-loop check (:mod:`rlrec.export.verify`; ``export.verify=0`` skips it). Exit status 2: bad
-input, nothing written; 1: an exported file failed the check (moved to ``exported/rejected/``)."""
+closed-loop check (:mod:`rlrec.export.verify`; ``export.verify=0`` skips it), then the run's
+``report.html`` rewritten (where the run has one) to show it. Exit status 2: bad input, nothing
+written; 1: an exported file failed the check (moved to ``exported/rejected/``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Dict, List, Optional
 from rlrec.checks import ConfigError
 from rlrec.export import ExportFormat, export
 from rlrec.export.verify import TOLERANCE, verify
+from rlrec.layout import RunDir
+from rlrec.report.html import write_report
 
 DEFAULTS = {
     "export.step": None,
@@ -76,6 +79,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     lines = [_line(k, report["formats"][k], n, tolerance) for k in kinds]
     for k, line in zip(kinds, lines):
         print(line, file=sys.stdout if report["formats"][k]["passed"] else sys.stderr)
+    if RunDir(args[0]).report.is_file():  # the page shows the check beside the run's figures
+        print(f"report {write_report(RunDir(args[0]).root)}")
     return 0 if all(report["formats"][k]["passed"] for k in kinds) else 1
 
 
