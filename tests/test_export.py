@@ -317,12 +317,14 @@ def test_closed_loop_check_fails_what_the_forward_pass_check_passes(
     report = json.loads((out / "verify.json").read_text())["formats"]["torchscript"]
     bad = report["failed"]
     assert not report["passed"] and bad["parted_at_step"] is not None
-    assert err == [
+    # the last line (a logging handler an earlier in-process Hydra run of this worker left on a
+    # closed stream may print its own complaints before it)
+    assert err[-1] == (
         f"verify policy.pt: 4 episodes, max action diff {report['max_action_diff']:.3g}, FAILED: "
         f"episode {bad['episode']} (seed {bad['seed']}) parts from the checkpoint's at step "
         f"{bad['parted_at_step']} (tolerance 0.0001); torchscript moved to "
         "exported/rejected/policy.pt"
-    ]
+    )
     assert "policy.pt" not in json.loads((out / "policy.json").read_text())["files"]
 
 

@@ -303,7 +303,7 @@ def _verified(run: RunData) -> str:
     ]
     head = ["file", "check", "max action diff", "max obs diff", "max return diff"]
     return _section(
-        "exported",
+        "export-check",
         f"Export of step {report['step']:,}, checked in closed loop",
         f"<p>{report['episodes']} eval episodes by the checkpoint and by each file (tolerance "
         f"{report['tolerance']:g}); env 0's episode: the checkpoint's, then the file's.</p>",
