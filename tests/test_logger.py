@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rlrec.train.logger import _tb_add_clip
+from rlrec.train.logger import _tb_add_clip, figure
 from tests.helpers import FAST, read_metrics, run_train
 
 
@@ -150,7 +150,7 @@ def test_without_a_terminal_a_status_line_follows_each_evaluation(tmp_path):
     assert [step for step, _ in _status_lines(proc.stdout)] == [m["step"] for m in evals]
     last = [line for line in proc.stdout.splitlines() if _STATUS.match(line)][-1]
     assert last.startswith("rlrec: step 1,024/1,024 (100%) | ")
-    assert f"eval return {evals[-1]['eval/return']:.3g} success " in last
+    assert f"eval return {figure(evals[-1]['eval/return'])} success " in last
     assert "train return " in last
 
 

@@ -28,6 +28,13 @@ from rlrec.layout import RunDir
 from rlrec.report.progress import read_frames
 from rlrec.report.rundata import success_text
 
+
+def figure(x: float) -> str:
+    """A return or success as the console shows it: 3 significant digits, a thousand or more in
+    whole units (``4,226``, not ``4.23e+03``)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
 # keys shown in the progress bar and the status lines, in order
 _PROGRESS_KEYS = ("train/return", "train/success", "eval/return", "eval/success")
 
@@ -226,7 +233,7 @@ class RunLogger:
         groups: Dict[str, str] = {}
         for key in (k for k in _PROGRESS_KEYS if k in self._latest):
             kind, name = key.split("/")
-            groups[kind] = f"{groups.get(kind, kind)} {name} {self._latest[key]:.3g}"
+            groups[kind] = f"{groups.get(kind, kind)} {name} {figure(self._latest[key])}"
         return sep.join(groups.values())
 
     def _status(self, step: int) -> None:
