@@ -326,6 +326,10 @@ def test_closed_loop_check_fails_what_the_forward_pass_check_passes(
         "exported/rejected/policy.pt"
     )
     assert "policy.pt" not in json.loads((out / "policy.json").read_text())["files"]
+    # the same export again: its rejected file goes beside the first, never over it
+    first = moved.read_bytes()
+    assert main([str(run)]) == 1
+    assert moved.read_bytes() == first and (out / "rejected" / "policy-1.pt").is_file()
 
 
 VERIFIED = {

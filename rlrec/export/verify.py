@@ -119,9 +119,14 @@ def _keep_clip(tmp: Path, step: int, out: Path, name: str) -> Optional[str]:
 
 
 def _reject(out: Path, kind: str) -> Path:
-    """Moves a failed file to ``exported/rejected/`` and drops it from policy.json."""
+    """Moves a failed file to ``exported/rejected/`` (beside an earlier one of its name, never
+    over it: ``policy-1.pt``, ...) and drops it from policy.json."""
     (out / "rejected").mkdir(exist_ok=True)
-    moved = out / "rejected" / FILES[kind]
+    name, taken = Path(FILES[kind]), 0
+    moved = out / "rejected" / name
+    while moved.exists():
+        taken += 1
+        moved = out / "rejected" / f"{name.stem}-{taken}{name.suffix}"
     os.replace(out / FILES[kind], moved)
     meta = json.loads((out / META).read_text())
     meta["files"].pop(FILES[kind], None)
