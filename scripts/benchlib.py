@@ -1,0 +1,280 @@
+"""The harness the benchmarks under scripts/ share: their command line (``--write-docs`` writes the
+printed table into docs/benchmarks.md between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``,
+NAME the script's stem), the table, timing, rounds in which the configurations take turns, and
+``train.py`` runs timed from outside with their metrics read as they are written."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+sys.path.insert(0, str(ROOT))
+
+
+class Bench:
+    """One benchmark's command line and table: ``out`` prints a line and keeps it, ``finish``
+    writes the kept lines into ``--write-docs``'s file between the script's markers."""
+
+    def __init__(self, file: str, doc: str, runs: bool = False):
+        self.name, self.lines, self.runs = Path(file).stem, [], None
+        self.parser = argparse.ArgumentParser(
+            f"scripts/{self.name}.py",
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        self.parser.add_argument(
+            "--write-docs",
+            nargs="?",
+            const=DOCS,
+            type=Path,
+            metavar="FILE",
+            help=f"write the table between FILE's bench:{self.name} markers (docs/benchmarks.md)",
+        )
+        if runs:  # it makes train.py run folders
+            self.parser.add_argument("--keep-runs", action="store_true", help="keep the runs' dirs")
+
+    def args(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+        """The parsed arguments; ``--write-docs``'s markers are checked now, before any work."""
+        a = self.parser.parse_args(argv)
+        given, self.argv, self.docs = list(sys.argv[1:] if argv is None else argv), [], a.write_docs
+        for i, arg in enumerate(given):  # the command as the docs show it: no --write-docs
+            value = i and given[i - 1] == "--write-docs" and not arg.startswith("-")
+            if not (arg.startswith("--write-docs") or value):
+                self.argv.append(arg)
+        if self.docs is not None:
+            try:
+                self._markers(self.docs.read_text())
+            except (OSError, ValueError) as e:
+                self.parser.error(f"--write-docs {self.docs}: {e}")
+        if getattr(a, "keep_runs", None) is not None:
+            self.runs = RunDirs(a.keep_runs)
+        return a
+
+    def _markers(self, text: str) -> Tuple[int, int]:
+        start, end = f"<!-- bench:{self.name} -->", f"<!-- /bench:{self.name} -->"
+        if text.count(start) != 1 or text.count(end) != 1 or text.find(start) > text.find(end):
+            raise ValueError(f"it needs one {start} and, after it, one {end}")
+        return text.find(start) + len(start), text.find(end)
+
+    def out(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def table(self, head: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+        """A Markdown table, its columns padded so that it reads in a terminal too."""
+        cells = [[str(c) for c in r] for r in [head, *rows]]
+        widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(head))]
+        for r in cells[:1] + [["-" * w for w in widths]] + cells[1:]:
+            self.out("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+    def finish(self) -> None:
+        """With ``--write-docs``: the kept lines replace the text between the markers (the file
+        read again now, and replaced whole: never left half written)."""
+        if self.docs is None:
+            return
+        text = self.docs.read_text()
+        try:
+            a, b = self._markers(text)
+        except ValueError as e:
+            sys.exit(f"--write-docs {self.docs}: {e}; the table above is not written")
+        import torch
+
+        command = " ".join([f"python scripts/{self.name}.py", *self.argv])
+        head = f"`{command}` ({os.cpu_count()} CPU cores, torch {torch.__version__}):"
+        tmp = self.docs.with_name(self.docs.name + ".partial")
+        tmp.write_text(text[:a] + "\n" + "\n".join([head, "", *self.lines]) + "\n" + text[b:])
+        os.replace(tmp, self.docs)
+        print(f"{self.name}: table written into {self.docs}")
+
+
+def compare(
+    b: Bench, runs: Dict[str, List[dict]], columns: Sequence[Tuple], ratio_of: Tuple = ()
+) -> None:
+    """Per side (a row), the median over its runs of each column ``(label, fn(run) -> value or
+    None, format)``; a run with None left out and the count said; with ``ratio_of=(a, b)`` a row
+    of a's medians over b's."""
+    rows, meds = [], {}
+    for side, rs in runs.items():
+        row, meds[side] = [side], []
+        for _, fn, spec in columns:
+            values = list(map(fn, rs))
+            meds[side].append(median(values))
+            known = sum(v is not None for v in values)
+            count = f" ({known}/{len(rs)})" if known < len(rs) else ""
+            row.append(fmt(meds[side][-1], spec) + count)
+        rows.append(row)
+    if ratio_of:
+        rows.append([" / ".join(ratio_of), *map(ratio, *(meds[s] for s in ratio_of))])
+    b.table(["", *(c[0] for c in columns)], rows)
+
+
+def median(xs) -> Optional[float]:
+    """The median of the values that are not None (None when there is none)."""
+    known = [x for x in xs if x is not None]
+    return statistics.median(known) if known else None
+
+
+def require(module: str, dist: str) -> None:
+    """Exits naming ``dist`` when ``module`` cannot be imported."""
+    if importlib.util.find_spec(module) is None:
+        sys.exit(f"{dist} is missing: pip install -c scripts/constraints.txt -e '.[bench]'")
+
+
+def fmt(x: Optional[float], spec: str = ",.0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> str:
+    return "-" if not a or not b else f"{a / b:.3f}"
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def per_call(fn: Callable[[], object], n: int) -> Tuple[float, float]:
+    """(wall seconds, this thread's CPU seconds) per call of ``fn``, over ``n`` calls."""
+    w, c = time.perf_counter(), time.thread_time()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - w) / n, (time.thread_time() - c) / n
+
+
+def cpu(children_only: bool = False) -> float:
+    """User + system CPU seconds of this process (unless ``children_only``) and of its ended,
+    waited-for children (ffmpeg, train.py)."""
+    who = [resource.RUSAGE_CHILDREN] + ([] if children_only else [resource.RUSAGE_SELF])
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, who))
+
+
+def rounds(configs: Dict[str, Callable[[], object]], n: int, warmup: int = 0) -> Dict[str, list]:
+    """What each configuration returns in each of ``n`` rounds, the configurations taking turns
+    (who goes first rotates), so that load from other processes falls on all alike; the first
+    ``warmup`` rounds are not kept. Results of one index come from one round (paired)."""
+    names, out = list(configs), {k: [] for k in configs}
+    for r in range(warmup + n):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            value = configs[name]()
+            if r >= warmup:
+                out[name].append(value)
+    return out
+
+
+def timed(cmd: List, cwd: Path = ROOT, refused: bool = False, **kw) -> Tuple[float, float, str]:
+    """(wall seconds, CPU seconds of it and its children, output) of one command, which must exit
+    0 (non-zero where ``refused``)."""
+    w, c = time.perf_counter(), cpu(children_only=True)
+    proc = subprocess.run(list(map(str, cmd)), cwd=cwd, capture_output=True, text=True, **kw)
+    wall, used, text = (
+        time.perf_counter() - w,
+        cpu(children_only=True) - c,
+        proc.stdout + proc.stderr,
+    )
+    if (proc.returncode != 0) != refused:
+        sys.exit(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{text[-3000:]}")
+    return wall, used, text
+
+
+# --------------------------------------------------------------------------- train.py runs
+
+
+class RunDirs:
+    """The run folders a benchmark makes (``new``: a fresh ``mkdtemp`` folder that only its run
+    writes into), removed at exit (those alone) unless ``keep`` (``--keep-runs``)."""
+
+    def __init__(self, keep: bool = False) -> None:
+        self.keep, self.made = keep, []
+        atexit.register(self.remove)
+
+    def new(self, prefix: str) -> Path:
+        self.made.append(Path(tempfile.mkdtemp(prefix=prefix)))
+        return self.made[-1]
+
+    def remove(self) -> None:
+        if self.keep and self.made:
+            print(f"run folders kept: {', '.join(map(str, self.made))}")
+        while self.made and not self.keep:
+            shutil.rmtree(self.made.pop(), ignore_errors=True)
+
+
+class MetricsTail:
+    """A jsonl file read while a process writes it: ``read`` returns the complete lines new since
+    the last read, each with the seconds since ``t0``."""
+
+    def __init__(self, path: Path, t0: float):
+        self.path, self.t0, self.pos, self.buf = Path(path), t0, 0, ""
+
+    def read(self) -> List[Tuple[float, dict]]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as f:
+            f.seek(self.pos)
+            self.buf += f.read()
+            self.pos = f.tell()
+        now = time.time() - self.t0
+        *lines, self.buf = self.buf.split("\n")
+        return [(now, json.loads(line)) for line in lines]
+
+
+def env(threads: Optional[int] = 1, **extra: str) -> Dict[str, str]:
+    """A child's environment: ``threads`` OpenMP/MKL threads (None: as set), no forced progress."""
+    n = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}
+    return {**os.environ, **n, "RLREC_PROGRESS": "", **extra}
+
+
+def train_cmd(overrides: Sequence[str], run_dir: Path, threads: Optional[int] = 1) -> List[str]:
+    """``python train.py`` with no logger, in ``run_dir``, ``threads`` torch threads (None: the
+    config's)."""
+    cmd = [sys.executable, "train.py", "logger=none", f"hydra.run.dir={run_dir}"]
+    return cmd + ([f"torch_threads={threads}"] if threads else []) + list(overrides)
+
+
+def follow(
+    cmd: List[str],
+    metrics: Path,
+    stop: Optional[Callable[[float, dict], bool]] = None,
+    sig: int = signal.SIGTERM,
+    cwd: Path = ROOT,
+    environ: Optional[Dict[str, str]] = None,
+) -> dict:
+    """``cmd`` in a fresh process, timed from just before its start (imports included), its
+    ``metrics`` (jsonl) read every 10 ms, so each line is timed within 10 ms of being written:
+    ``{"lines": [(seconds, record)], "wall": seconds, "out": its output}``. Where
+    ``stop(seconds, record)`` is true the process gets ``sig`` (SIGTERM: rlrec checkpoints and
+    exits), and the lines it writes until it exits are kept. Raises with the output's tail when it
+    fails unstopped."""
+    lines, stopped = [], False
+    with tempfile.TemporaryFile("w+") as log:
+        t0 = time.time()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=environ)
+        tail = MetricsTail(metrics, t0)
+        while True:
+            done = proc.poll() is not None
+            for now, rec in tail.read():
+                lines.append((now, rec))
+                if stop is not None and not stopped and stop(now, rec):
+                    proc.send_signal(sig)  # its own child
+                    stopped = True
+            if done:
+                break
+            time.sleep(0.01)
+        wall = time.time() - t0
+        log.seek(0)
+        text = log.read()
+    if proc.returncode != 0 and not stopped:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{text[-3000:]}")
+    return {"lines": lines, "wall": wall, "out": text}
