@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """MuJoCo returns of rlrec's PPO presets beside the references' PPO, run side by side in one
 sitting on this machine (the same tasks, seeds, env steps and software):
 
@@ -8,32 +7,23 @@ sitting on this machine (the same tasks, seeds, env steps and software):
     python scripts/bench_mujoco.py --tasks Hopper-v4 --seeds 1 --steps 300000 --cleanrl PATH
     python scripts/bench_mujoco.py --table-of SWEEP_DIR [SWEEP_DIR ...]  # sittings' runs together
 
-Sides, each one stream of runs (task by task, seed by seed, one run at a time, one torch thread),
-the streams started together so that each side's run of a task and seed runs beside the other's:
+Each side is one stream of runs (task by task, seed by seed, one torch thread), the streams
+started together so that each side's run of a task and seed runs beside the other's:
 
-- rlrec: one Hydra multirun, ``python train.py -m +experiment=PRESET`` over the tasks and seeds
-  (``env.id=...``; for ``mujoco_tuned`` its ``zoo=...`` group), with the preset's recorder and
-  evaluations on; extra overrides after ``--`` go to its runs.
-- ``--cleanrl PATH``: CleanRL's ``ppo_continuous_action.py`` (repository vwxyzjn/cleanrl, commit
-  016ca33, the revision for Gymnasium 1.x; needs tyro), whose settings ``+experiment=mujoco``
-  reproduces (docs/gymnasium.md says where rlrec differs). Run from a copy in the sitting's folder
-  with the one line Gymnasium >= 1.0 needs (``TransformObservation`` given the observation space);
-  its ``episodic_return`` lines are the training returns (it has no deterministic evaluation).
-- ``--sb3``: Stable-Baselines3's PPO with the preset's settings (``scripts/bench_sb3_ppo.py``: the
-  same values in SB3's terms), the Zoo's VecNormalize and deterministic evaluation.
+- rlrec: one multirun ``python train.py -m +experiment=PRESET`` over the tasks and seeds (recorder
+  and evaluations on); overrides after ``--`` go to its runs.
+- ``--cleanrl PATH``: CleanRL's ``ppo_continuous_action.py`` (vwxyzjn/cleanrl at 016ca33; needs
+  tyro), which ``+experiment=mujoco`` reproduces, run from a copy with the one line Gymnasium >=
+  1.0 needs; its ``episodic_return`` lines are its training returns (it has no deterministic eval).
+- ``--sb3``: SB3's PPO with the preset's settings (``scripts/bench_sb3_ppo.py``).
 
-Printed per task and side: mean +- std over seeds of the final training return (the mean of the
-last 10 training episodes: for rlrec the last ``train/return`` lines of metrics.jsonl weighted by
-their ``train/episodes``), of the last deterministic eval return, the wall time per run and env
-steps/s, with the ratio of rlrec to each reference. A published figure (CleanRL's own table, from
-older MuJoCo and Gym) is printed as context only. Each side's runs land in ``--sweep-dir``:
-rlrec's as a sweep (its report page: ``report.html``), a reference's as
-``<side>/<task>/seed<S>/result.json``.
+Per task and side: mean +- std over seeds of the final training return (the last 10 training
+episodes), of the last deterministic eval return, wall s per run and env steps/s, and rlrec against
+each reference; CleanRL's published figure as context only. The runs land in ``--sweep-dir``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -47,12 +37,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import benchlib as bl
 
-from rlrec.layout import RunDir  # noqa: E402
-from rlrec.report.html import write_report  # noqa: E402
-from rlrec.report.rundata import read_jsonl, read_rows  # noqa: E402
+from rlrec.layout import RunDir
+from rlrec.report.html import write_report
+from rlrec.report.rundata import read_jsonl, read_rows
+
+ROOT = bl.ROOT
 
 # CleanRL's published ppo_continuous_action.py table (MuJoCo v4 on older MuJoCo and Gym, 1M steps,
 # 3 seeds): context only, never the reference (the side-by-side runs are)
@@ -192,9 +183,8 @@ def versions() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    b = bl.Bench(__file__, __doc__, fenced=True)  # its table is the sittings' text
+    ap = b.parser
     ap.add_argument("--preset", choices=PRESETS, default="mujoco", help="rlrec's +experiment")
     ap.add_argument("--tasks", nargs="+", default=["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
@@ -211,9 +201,10 @@ def main() -> None:
         help="run nothing: the table of these sittings' completed runs together",
     )
     ap.add_argument("overrides", nargs="*", help="extra overrides for rlrec's runs (after --)")
-    a = ap.parse_args()
+    a = b.args()
     if a.table_of:
-        sys.exit(print_table(a.table_of))
+        print_table(a.table_of, b.out)
+        return b.finish()
     if a.cleanrl and a.preset != "mujoco":
         ap.error("--cleanrl runs CleanRL's own settings: --preset mujoco reproduces them")
     if a.cleanrl and not a.cleanrl.is_file():
@@ -247,8 +238,9 @@ def main() -> None:
         thread.join()  # each stream's subprocesses end on their own (their runs' lengths)
     elapsed = time.perf_counter() - t0
     report = write_report(sweep) if "rlrec" in streams else None
-    print_table([sweep])
+    print_table([sweep], b.out)
     print(f"\nsitting {sweep} in {elapsed:.0f} s; {versions()}; report {report}", flush=True)
+    b.finish()
 
 
 def _pm(values: List[float]) -> str:
@@ -274,11 +266,11 @@ def collect(sweeps: List[Path]) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
     return out
 
 
-def print_table(sweeps: List[Path]) -> int:
+def print_table(sweeps: List[Path], out: Callable[[str], None] = print) -> None:
     """Per task and side, the completed runs of ``sweeps``: mean +- std over seeds."""
     by_task = collect(sweeps)
     head = ("task", "side", "runs", f"train return (last {LAST_EPISODES} ep)", "eval return")
-    print(f"\n{' | '.join(head)} | wall s per run | steps/s")
+    out(f"\n{' | '.join(head)} | wall s per run | steps/s")
     for task, sides in sorted(by_task.items()):
         means = {}
         for side, runs in sides.items():
@@ -286,9 +278,9 @@ def print_table(sweeps: List[Path]) -> int:
             sps = statistics.fmean(r["steps"] / r["wall"] for r in runs)
             train, evals = _pm([r["train"] for r in runs]), _pm([r["eval"] for r in runs])
             means[side] = (statistics.fmean(r["train"] for r in runs), wall)
-            print(f"{task} | {side} | {len(runs)} | {train} | {evals} | {wall:.0f} | {sps:.0f}")
+            out(f"{task} | {side} | {len(runs)} | {train} | {evals} | {wall:.0f} | {sps:.0f}")
             for r in runs:
-                print(
+                out(
                     f"    {r['run_dir']}: train {r['train']:.2f}, eval {r['eval']:.2f}, "
                     f"{r['wall']:.0f} s"
                 )
@@ -296,16 +288,15 @@ def print_table(sweeps: List[Path]) -> int:
             if "rlrec" in means and side in means:
                 (mine, my_wall), (theirs, their_wall) = means["rlrec"], means[side]
                 ratio = f" ({mine / theirs:.3f}x)" if min(mine, theirs) > 0 else ""
-                print(
+                out(
                     f"{task} | rlrec - {side}: train return {mine - theirs:+.2f}{ratio}, "
                     f"wall {my_wall / their_wall:.3f}x"
                 )
         if task in PUBLISHED:
-            print(
+            out(
                 f"{task} | CleanRL's published table (older MuJoCo; context only): "
                 "%.2f +- %.2f" % PUBLISHED[task]
             )
-    return 0
 
 
 if __name__ == "__main__":

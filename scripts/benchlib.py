@@ -30,8 +30,8 @@ class Bench:
     """One benchmark's command line and table: ``out`` prints a line and keeps it, ``finish``
     writes the kept lines into ``--write-docs``'s file between the script's markers."""
 
-    def __init__(self, file: str, doc: str, runs: bool = False):
-        self.name, self.lines, self.runs = Path(file).stem, [], None
+    def __init__(self, file: str, doc: str, runs: bool = False, fenced: bool = False):
+        self.name, self.lines, self.runs, self.fenced = Path(file).stem, [], None, fenced
         self.parser = argparse.ArgumentParser(
             f"scripts/{self.name}.py",
             description=doc,
@@ -97,7 +97,8 @@ class Bench:
         command = " ".join([f"python scripts/{self.name}.py", *self.argv])
         head = f"`{command}` ({os.cpu_count()} CPU cores, torch {torch.__version__}):"
         tmp = self.docs.with_name(self.docs.name + ".partial")
-        tmp.write_text(text[:a] + "\n" + "\n".join([head, "", *self.lines]) + "\n" + text[b:])
+        lines = ["```text", *self.lines, "```"] if self.fenced else self.lines
+        tmp.write_text(text[:a] + "\n" + "\n".join([head, "", *lines]) + "\n" + text[b:])
         os.replace(tmp, self.docs)
         print(f"{self.name}: table written into {self.docs}")
 
