@@ -1,18 +1,13 @@
-#!/usr/bin/env python
-"""CartPole-v1: wall time to reach, and then hold, an eval return of 475, rlrec against
-Stable-Baselines3 (``pip install -c scripts/constraints.txt -e '.[bench]'``).
+"""CartPole-v1: wall time to reach and hold an eval return of 475, rlrec against Stable-Baselines3
+(``pip install -c scripts/constraints.txt -e '.[bench]'``).
 
     python scripts/bench_cartpole.py          # seeds 1 2 3, the sides one after the other
 
-Each run is a fresh process timed from just before its start (imports included), one at a time,
-each side with ``--threads`` torch threads: rlrec ``python train.py env=gymnasium
-env.id=CartPole-v1 +experiment=cartpole seed=S logger=none`` (the preset's evaluations and videos
-as they are); SB3's PPO with rl-baselines3-zoo's tuned CartPole-v1 settings (hyperparams/ppo.yml)
-and the zoo's evaluation (every 25,000 env steps, 5 deterministic episodes on one env). Each
-evaluation is timed when its line is written. "Reaches and holds": the first evaluation >= the
-threshold after which every later one of the run is too. Per side, medians over seeds: seconds and
-env steps to it, steps/s up to it (start-up and evaluations included), and the whole-run steps/s
-(env steps at the last evaluation over the time to it), which does not depend on when 475 is held.
+Each run is a fresh process timed from just before its start, one at a time, with ``--threads``
+torch threads: ``train.py env=gymnasium env.id=CartPole-v1 +experiment=cartpole``, and SB3's PPO
+with rl-baselines3-zoo's CartPole-v1 settings and evaluation (every 25,000 steps, 5 episodes). Reach
+and hold: the first evaluation >= 475 after which every later one is too. Per side, medians over
+seeds: seconds, env steps and steps/s to it, and the whole run's steps/s (to its last evaluation).
 """
 
 from __future__ import annotations
@@ -68,7 +63,7 @@ def run(side: str, seed: int, a) -> dict:
         cmd += ["--threads", str(a.threads), "--sb3-steps", str(a.sb3_steps)]
         cmd += ["--sb3-eval-freq", str(a.sb3_eval_freq)]
         cmd += ["--sb3-eval-episodes", str(a.sb3_eval_episodes)]
-    r = bl.follow(cmd, metrics, environ=bl.env(a.threads))
+    r = bl.follow(cmd, metrics, env=bl.env(a.threads))
     r["evals"] = [
         {"t": t, "step": x["step"], "return": x["eval/return"]}
         for t, x in r["lines"]

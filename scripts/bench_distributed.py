@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Env steps/s of one rank and of two ranks of the same run, side by side (weak scaling: each rank
 steps ``--envs`` envs, so two ranks collect twice the batch per iteration).
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What per-episode eval clips cost an evaluation: ``Evaluator.run`` on the built-in env with
 ``eval_env.clips`` none (the evaluation's one clip only), failed and all, in rounds that take turns.
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """train.py timed end to end, side by side: checkouts (``--trees``, ``--against REV``) times
 settings (``--sides``), alternated round by round (a before/after pair measured in one sitting).
 
@@ -58,7 +57,7 @@ def job(tree: Path, over: list, a, seed) -> dict:
         return False
 
     cmd = bl.train_cmd(over, run_dir, a.threads)
-    r = bl.follow(cmd, run_dir / "metrics.jsonl", stop, cwd=tree, environ=bl.env(a.threads))
+    r = bl.follow(cmd, run_dir / "metrics.jsonl", stop, cwd=tree, env=bl.env(a.threads))
     steps = train[-1]["step"] - train[0]["step"] if len(train) > 1 else 0
     learn = sum(x["time/collect"] + x["time/learn"] for x in train[1:])
     collect = sum(x["time/collect"] for x in train[1:])

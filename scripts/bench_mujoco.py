@@ -183,7 +183,7 @@ def versions() -> str:
 
 
 def main() -> None:
-    b = bl.Bench(__file__, __doc__, fenced=True)  # its table is the sittings' text
+    b = bl.Bench(__file__, __doc__)
     ap = b.parser
     ap.add_argument("--preset", choices=PRESETS, default="mujoco", help="rlrec's +experiment")
     ap.add_argument("--tasks", nargs="+", default=["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"])

@@ -1,28 +1,15 @@
-#!/usr/bin/env python
-"""Learning per env step and throughput on the built-in env: rlrec's main job against rsl_rl
-(``pip install -c scripts/constraints.txt -e '.[bench]'``: rsl-rl-lib).
+"""Learning per env step and throughput on the built-in env: rlrec's main job against rsl_rl's
+OnPolicyRunner (``pip install -c scripts/constraints.txt -e '.[bench]'``).
 
     python scripts/bench_rsl_rl.py            # seeds 1 2 3, the sides interleaved seed by seed
 
-Each run is a fresh process timed from just before its start (imports included), one at a time,
-each with ``--threads`` torch threads. rlrec: ``python train.py seed=S logger=none`` (the main job
-as it is, its evaluations and clips too). rsl_rl: its ``OnPolicyRunner`` on the same env
-(``PointReach``, 64 envs, 100-step episodes) with rlrec's defaults wherever its config has them:
-32 steps per env, 4 epochs of 4 minibatches, lr 3e-4 fixed, gamma 0.99, lambda 0.95, clip 0.2, no
-entropy bonus, gradient norm 0.5, no clipped value loss, advantages normalised per minibatch,
-observations normalised, 64x64 tanh MLPs (rsl_rl's value loss has no factor 1/2: its
-``value_loss_coef`` 0.25 is rlrec's ``vf_coef`` 0.5). rlrec's defaults follow rsl_rl where its
-config has no setting (``algo.grad_clip=per_network``, ``algo.init=torch_default``, Adam's eps).
-Still different: rlrec's KL early stop, its std parameter (``exp(log_std)``), its observation
-statistics (updated at each step), time-outs bootstrapped from the final observation, and the
-batch shuffled per epoch. ``--rsl-defaults``: rsl_rl's own PPO settings instead.
-
-An iteration's training success is the fraction of the episodes that ended in its rollout that
-ended in success (``train/success``), counted alike on both sides. A run reaches ``--threshold``
-at the first iteration where the mean success of the last ``--window`` iterations is at or above
-it (4 iterations are 128 steps per env: whole 100-step episodes, not only the fast early ones).
-Per side, medians over seeds: env steps and seconds to it, the steps/s up to it (start-up
-included) and the loop's steps/s (first to last iteration). ``--stop-at-hit`` ends each run there.
+Each run is a fresh process timed from just before its start, one at a time, with ``--threads``
+torch threads: ``train.py seed=S`` as it is, and rsl_rl on the same env with rlrec's PPO settings
+where its config has them (``--rsl-defaults``: rsl_rl's own; docs/architecture.md says what still
+differs). A run reaches ``--threshold`` at the first iteration where the mean ``train/success`` of
+the last ``--window`` iterations is at or above it. Per side, medians over seeds: env steps, seconds
+and steps/s to it, and the loop's steps/s (first to last iteration). ``--stop-at-hit`` ends runs
+there.
 """
 
 from __future__ import annotations
@@ -132,7 +119,7 @@ def run(side: str, seed: int, a) -> dict:
             iters.append({"t": t, "step": line["step"], "success": line.get("train/success", 0.0)})
         return a.stop_at_hit and first_hit(iters, a.threshold, a.window) is not None
 
-    r = bl.follow(cmd, metrics, stop, signal.SIGKILL, environ=bl.env(a.threads))
+    r = bl.follow(cmd, metrics, stop, signal.SIGKILL, env=bl.env(a.threads))
     r["hit"] = first_hit(iters, a.threshold, a.window)
     r["loop_sps"] = None  # steps/s from the first iteration's line to the last
     if len(iters) > 1 and iters[-1]["t"] > iters[0]["t"]:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """One run of Stable-Baselines3's PPO with the PPO settings of an rlrec config, for
 ``scripts/bench_mujoco.py --sb3`` (the side beside rlrec's runs):
 

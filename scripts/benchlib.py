@@ -1,7 +1,7 @@
-"""The harness the benchmarks under scripts/ share: their command line (``--write-docs`` writes the
-printed table into docs/benchmarks.md between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``,
-NAME the script's stem), the table, timing, rounds in which the configurations take turns, and
-``train.py`` runs timed from outside with their metrics read as they are written."""
+"""The benchmarks' harness: the command line (``--write-docs`` writes the printed table into
+docs/benchmarks.md between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``, NAME the script's
+stem), the table, timing, rounds in which the configurations take turns, and ``train.py`` runs
+timed from outside, their metrics read as they are written."""
 
 from __future__ import annotations
 
@@ -22,39 +22,33 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "benchmarks.md"
 sys.path.insert(0, str(ROOT))
 
 
 class Bench:
-    """One benchmark's command line and table: ``out`` prints a line and keeps it, ``finish``
+    """A benchmark's command line and table: ``out`` prints a line and keeps it; ``finish``
     writes the kept lines into ``--write-docs``'s file between the script's markers."""
 
-    def __init__(self, file: str, doc: str, runs: bool = False, fenced: bool = False):
-        self.name, self.lines, self.runs, self.fenced = Path(file).stem, [], None, fenced
-        self.parser = argparse.ArgumentParser(
+    def __init__(self, file: str, doc: str, runs: bool = False):
+        self.name, self.lines, self.runs = Path(file).stem, [], None
+        self.parser = p = argparse.ArgumentParser(
             f"scripts/{self.name}.py",
             description=doc,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        self.parser.add_argument(
-            "--write-docs",
-            nargs="?",
-            const=DOCS,
-            type=Path,
-            metavar="FILE",
-            help=f"write the table between FILE's bench:{self.name} markers (docs/benchmarks.md)",
-        )
+        docs = ROOT / "docs" / "benchmarks.md"
+        help = f"write the table between FILE's bench:{self.name} markers (default {docs.name})"
+        p.add_argument("--write-docs", nargs="?", const=docs, type=Path, metavar="FILE", help=help)
         if runs:  # it makes train.py run folders
-            self.parser.add_argument("--keep-runs", action="store_true", help="keep the runs' dirs")
+            p.add_argument("--keep-runs", action="store_true", help="keep the runs' folders")
 
     def args(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """The parsed arguments; ``--write-docs``'s markers are checked now, before any work."""
         a = self.parser.parse_args(argv)
         given, self.argv, self.docs = list(sys.argv[1:] if argv is None else argv), [], a.write_docs
         for i, arg in enumerate(given):  # the command as the docs show it: no --write-docs
-            value = i and given[i - 1] == "--write-docs" and not arg.startswith("-")
-            if not (arg.startswith("--write-docs") or value):
+            its_value = i and given[i - 1] == "--write-docs" and not arg.startswith("-")
+            if not (arg.startswith("--write-docs") or its_value):
                 self.argv.append(arg)
         if self.docs is not None:
             try:
@@ -76,15 +70,15 @@ class Bench:
         self.lines.append(line)
 
     def table(self, head: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-        """A Markdown table, its columns padded so that it reads in a terminal too."""
+        """A Markdown table, its columns padded so that it reads as text too."""
         cells = [[str(c) for c in r] for r in [head, *rows]]
         widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(head))]
         for r in cells[:1] + [["-" * w for w in widths]] + cells[1:]:
             self.out("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
 
     def finish(self) -> None:
-        """With ``--write-docs``: the kept lines replace the text between the markers (the file
-        read again now, and replaced whole: never left half written)."""
+        """With ``--write-docs``: the command and the kept lines replace the text between the
+        markers (the file read again now and replaced whole: never left half written)."""
         if self.docs is None:
             return
         text = self.docs.read_text()
@@ -92,48 +86,37 @@ class Bench:
             a, b = self._markers(text)
         except ValueError as e:
             sys.exit(f"--write-docs {self.docs}: {e}; the table above is not written")
-        import torch
-
         command = " ".join([f"python scripts/{self.name}.py", *self.argv])
-        head = f"`{command}` ({os.cpu_count()} CPU cores, torch {torch.__version__}):"
+        block = [f"`{command}` ({os.cpu_count()} CPU cores):", "", "```text", *self.lines, "```"]
         tmp = self.docs.with_name(self.docs.name + ".partial")
-        lines = ["```text", *self.lines, "```"] if self.fenced else self.lines
-        tmp.write_text(text[:a] + "\n" + "\n".join([head, "", *lines]) + "\n" + text[b:])
+        tmp.write_text(text[:a] + "\n" + "\n".join(block) + "\n" + text[b:])
         os.replace(tmp, self.docs)
         print(f"{self.name}: table written into {self.docs}")
 
 
-def compare(
-    b: Bench, runs: Dict[str, List[dict]], columns: Sequence[Tuple], ratio_of: Tuple = ()
-) -> None:
-    """Per side (a row), the median over its runs of each column ``(label, fn(run) -> value or
-    None, format)``; a run with None left out and the count said; with ``ratio_of=(a, b)`` a row
-    of a's medians over b's."""
+def compare(b: Bench, runs: Dict[str, List[dict]], columns: Sequence, ratio_of=()) -> None:
+    """A row per side: the median over its runs of each column ``(label, fn(run) -> value or
+    None, format)`` (a run with None left out, the count said); with ``ratio_of=(a, b)`` a row of
+    a's medians over b's."""
     rows, meds = [], {}
     for side, rs in runs.items():
-        row, meds[side] = [side], []
-        for _, fn, spec in columns:
-            values = list(map(fn, rs))
-            meds[side].append(median(values))
-            known = sum(v is not None for v in values)
-            count = f" ({known}/{len(rs)})" if known < len(rs) else ""
-            row.append(fmt(meds[side][-1], spec) + count)
-        rows.append(row)
+        values = [list(map(fn, rs)) for _, fn, _ in columns]
+        meds[side] = [median(v) for v in values]
+        counts = [f" ({k}/{len(rs)})" if k < len(rs) else "" for k in map(known, values)]
+        rows.append([side, *(fmt(m, c[2]) + n for m, c, n in zip(meds[side], columns, counts))])
     if ratio_of:
         rows.append([" / ".join(ratio_of), *map(ratio, *(meds[s] for s in ratio_of))])
     b.table(["", *(c[0] for c in columns)], rows)
 
 
+def known(xs) -> int:
+    return sum(x is not None for x in xs)
+
+
 def median(xs) -> Optional[float]:
-    """The median of the values that are not None (None when there is none)."""
-    known = [x for x in xs if x is not None]
-    return statistics.median(known) if known else None
-
-
-def require(module: str, dist: str) -> None:
-    """Exits naming ``dist`` when ``module`` cannot be imported."""
-    if importlib.util.find_spec(module) is None:
-        sys.exit(f"{dist} is missing: pip install -c scripts/constraints.txt -e '.[bench]'")
+    """The median of the values that are not None (None when there are none)."""
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def fmt(x: Optional[float], spec: str = ",.0f") -> str:
@@ -144,7 +127,9 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
     return "-" if not a or not b else f"{a / b:.3f}"
 
 
-# --------------------------------------------------------------------------- timing
+def require(module: str, dist: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        sys.exit(f"{dist} is missing: pip install -c scripts/constraints.txt -e '.[bench]'")
 
 
 def per_call(fn: Callable[[], object], n: int) -> Tuple[float, float]:
@@ -158,14 +143,14 @@ def per_call(fn: Callable[[], object], n: int) -> Tuple[float, float]:
 def cpu(children_only: bool = False) -> float:
     """User + system CPU seconds of this process (unless ``children_only``) and of its ended,
     waited-for children (ffmpeg, train.py)."""
-    who = [resource.RUSAGE_CHILDREN] + ([] if children_only else [resource.RUSAGE_SELF])
+    who = [resource.RUSAGE_CHILDREN] + [resource.RUSAGE_SELF] * (not children_only)
     return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, who))
 
 
 def rounds(configs: Dict[str, Callable[[], object]], n: int, warmup: int = 0) -> Dict[str, list]:
     """What each configuration returns in each of ``n`` rounds, the configurations taking turns
-    (who goes first rotates), so that load from other processes falls on all alike; the first
-    ``warmup`` rounds are not kept. Results of one index come from one round (paired)."""
+    (who goes first rotates) so that load from other processes falls on all alike, after
+    ``warmup`` rounds not kept. The i-th results of all come from one round (paired)."""
     names, out = list(configs), {k: [] for k in configs}
     for r in range(warmup + n):
         for name in names[r % len(names) :] + names[: r % len(names)]:
@@ -175,22 +160,15 @@ def rounds(configs: Dict[str, Callable[[], object]], n: int, warmup: int = 0) ->
     return out
 
 
-def timed(cmd: List, cwd: Path = ROOT, refused: bool = False, **kw) -> Tuple[float, float, str]:
+def timed(cmd: list, cwd: Path = ROOT, refused: bool = False, **kw) -> Tuple[float, float, str]:
     """(wall seconds, CPU seconds of it and its children, output) of one command, which must exit
     0 (non-zero where ``refused``)."""
     w, c = time.perf_counter(), cpu(children_only=True)
     proc = subprocess.run(list(map(str, cmd)), cwd=cwd, capture_output=True, text=True, **kw)
-    wall, used, text = (
-        time.perf_counter() - w,
-        cpu(children_only=True) - c,
-        proc.stdout + proc.stderr,
-    )
+    wall, used = time.perf_counter() - w, cpu(children_only=True) - c
     if (proc.returncode != 0) != refused:
-        sys.exit(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{text[-3000:]}")
-    return wall, used, text
-
-
-# --------------------------------------------------------------------------- train.py runs
+        sys.exit(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return wall, used, proc.stdout + proc.stderr
 
 
 class RunDirs:
@@ -212,25 +190,6 @@ class RunDirs:
             shutil.rmtree(self.made.pop(), ignore_errors=True)
 
 
-class MetricsTail:
-    """A jsonl file read while a process writes it: ``read`` returns the complete lines new since
-    the last read, each with the seconds since ``t0``."""
-
-    def __init__(self, path: Path, t0: float):
-        self.path, self.t0, self.pos, self.buf = Path(path), t0, 0, ""
-
-    def read(self) -> List[Tuple[float, dict]]:
-        if not self.path.exists():
-            return []
-        with open(self.path) as f:
-            f.seek(self.pos)
-            self.buf += f.read()
-            self.pos = f.tell()
-        now = time.time() - self.t0
-        *lines, self.buf = self.buf.split("\n")
-        return [(now, json.loads(line)) for line in lines]
-
-
 def env(threads: Optional[int] = 1, **extra: str) -> Dict[str, str]:
     """A child's environment: ``threads`` OpenMP/MKL threads (None: as set), no forced progress."""
     n = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}
@@ -238,36 +197,33 @@ def env(threads: Optional[int] = 1, **extra: str) -> Dict[str, str]:
 
 
 def train_cmd(overrides: Sequence[str], run_dir: Path, threads: Optional[int] = 1) -> List[str]:
-    """``python train.py`` with no logger, in ``run_dir``, ``threads`` torch threads (None: the
+    """``python train.py`` in ``run_dir`` with no logger and ``threads`` torch threads (None: the
     config's)."""
     cmd = [sys.executable, "train.py", "logger=none", f"hydra.run.dir={run_dir}"]
-    return cmd + ([f"torch_threads={threads}"] if threads else []) + list(overrides)
+    return cmd + [f"torch_threads={threads}"] * bool(threads) + list(overrides)
 
 
-def follow(
-    cmd: List[str],
-    metrics: Path,
-    stop: Optional[Callable[[float, dict], bool]] = None,
-    sig: int = signal.SIGTERM,
-    cwd: Path = ROOT,
-    environ: Optional[Dict[str, str]] = None,
-) -> dict:
-    """``cmd`` in a fresh process, timed from just before its start (imports included), its
-    ``metrics`` (jsonl) read every 10 ms, so each line is timed within 10 ms of being written:
-    ``{"lines": [(seconds, record)], "wall": seconds, "out": its output}``. Where
-    ``stop(seconds, record)`` is true the process gets ``sig`` (SIGTERM: rlrec checkpoints and
-    exits), and the lines it writes until it exits are kept. Raises with the output's tail when it
-    fails unstopped."""
-    lines, stopped = [], False
+def follow(cmd: List[str], metrics: Path, stop=None, sig=signal.SIGTERM, cwd=ROOT, **kw) -> dict:
+    """``cmd`` in a fresh process timed from just before its start (imports included), the new
+    complete lines of its ``metrics`` (jsonl) read every 10 ms: ``{"lines": [(seconds, record)],
+    "wall": seconds, "out": its output}``. Once ``stop(seconds, record)`` is true the process gets
+    ``sig`` (SIGTERM: rlrec checkpoints and exits); its lines until it exits are kept. Raises with
+    its output's tail when it fails unstopped."""
+    lines, stopped, pos, buf = [], False, 0, ""
     with tempfile.TemporaryFile("w+") as log:
         t0 = time.time()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=environ)
-        tail = MetricsTail(metrics, t0)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, **kw)
         while True:
             done = proc.poll() is not None
-            for now, rec in tail.read():
-                lines.append((now, rec))
-                if stop is not None and not stopped and stop(now, rec):
+            if Path(metrics).exists():
+                with open(metrics) as f:
+                    f.seek(pos)
+                    buf += f.read()
+                    pos = f.tell()
+            *new, buf = buf.split("\n")  # a line still being written waits for the next read
+            for rec in map(json.loads, new):
+                lines.append((time.time() - t0, rec))
+                if stop is not None and not stopped and stop(lines[-1][0], rec):
                     proc.send_signal(sig)  # its own child
                     stopped = True
             if done:
@@ -275,7 +231,7 @@ def follow(
             time.sleep(0.01)
         wall = time.time() - t0
         log.seek(0)
-        text = log.read()
+        out = log.read()
     if proc.returncode != 0 and not stopped:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{text[-3000:]}")
-    return {"lines": lines, "wall": wall, "out": text}
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-3000:]}")
+    return {"lines": lines, "wall": wall, "out": out}

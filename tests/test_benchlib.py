@@ -1,14 +1,13 @@
 """scripts/benchlib.py, the benchmarks' harness: ``--write-docs`` replaces the text between a
 script's markers and refuses a file without them before any work; the run folders it makes are
-removed at exit (those alone); a run's metrics are read line by line while it writes them."""
+removed at exit (those alone); a run's metrics are read line by line while it writes them, and
+it is stopped where asked."""
 
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -36,7 +35,7 @@ def test_write_docs_replaces_the_text_between_the_markers_and_nothing_else(tmp_p
     block = text.split("<!-- bench:bench_x -->\n")[1].split("<!-- /bench:bench_x -->")[0]
     assert block.startswith("`python scripts/bench_x.py --rounds 3` (")  # no --write-docs
     table = ["|      | steps/s |", "| ---- | ------- |", "| none | 1,000   |", "| idle | 999     |"]
-    assert block.splitlines()[2:] == table
+    assert block.splitlines()[2:] == ["```text", *table, "```"]
     assert "| none | 1,000   |" in capsys.readouterr().out  # printed as written
 
 
@@ -70,27 +69,13 @@ def test_run_dirs_removes_what_it_made_only_and_keep_says_where(tmp_path, monkey
     kept.made.clear()  # left to tmp_path
 
 
-def test_metrics_tail_returns_complete_lines_once(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    tail = bl.MetricsTail(path, time.time())
-    assert tail.read() == []  # not written yet
-    with open(path, "w") as f:
-        f.write(json.dumps({"step": 1}) + "\n" + '{"step": 2')  # the second line half written
-        f.flush()
-        assert [rec for _, rec in tail.read()] == [{"step": 1}]
-        f.write("}\n")
-        f.flush()
-        got = tail.read()
-    assert [rec for _, rec in got] == [{"step": 2}] and got[0][0] >= 0 and tail.read() == []
-
-
 def test_follow_stops_a_run_where_asked_and_keeps_its_lines(tmp_path):
     metrics = tmp_path / "m.jsonl"
-    writer = (
-        "import json, sys, time\n"
+    writer = (  # each line written in two parts, flushed apart: read whole, once
+        "import sys, time\n"
         "with open(sys.argv[1], 'a', buffering=1) as f:\n"
         "    for i in range(1000):\n"
-        "        f.write(json.dumps({'step': i}) + '\\n'); time.sleep(0.01)\n"
+        "        f.write('{\"step\": '); f.flush(); time.sleep(0.01); f.write(f'{i}}}\\n')\n"
     )
     r = bl.follow(
         [sys.executable, "-c", writer, str(metrics)], metrics, lambda t, x: x["step"] == 5
