@@ -1,16 +1,12 @@
 """Env steps/s of one rank and of two ranks of the same run, side by side (weak scaling: each rank
-steps ``--envs`` envs, so two ranks collect twice the batch per iteration).
+steps ``--envs`` envs), and what the stop-flag all-reduce costs an iteration.
 
-    python scripts/bench_distributed.py                              # CPU: 1 rank, 2 gloo ranks
-    python scripts/bench_distributed.py --envs 256 --steps 400000    # larger batches
+    python scripts/bench_distributed.py [--envs 256 --steps 400000]   # CPU: 1 rank, 2 gloo ranks
 
-With CUDA also one GPU with one rank and with two ranks sharing it (``sim=gpu
-distributed.share_gpus=true``, gloo). Each run: ``torchrun --nproc-per-node N train.py`` (``python
-train.py`` for one rank) on the built-in env with no evaluation, recorder or logger; its figure is
-the last ``sps/total`` of rank 0's metrics.jsonl (the training loop's global steps/s, start-up
-excluded). Efficiency: 2 ranks' steps/s over twice one rank's. Then the cost of the stop-flag
-all-reduce the runner makes once per rollout between two gloo ranks. Ranks that share cores
-measure the machine, not the code.
+Each run: ``python train.py`` or ``torchrun --nproc-per-node 2 train.py`` on the built-in env with
+no evaluation, recorder or logger; its figure is rank 0's last ``sps/total`` (the loop's global
+steps/s, start-up excluded). With CUDA also one GPU, one rank and two sharing it (gloo). Efficiency:
+two ranks' steps/s over twice one rank's (ranks sharing cores measure the machine, not the code).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """What per-episode eval clips cost an evaluation: ``Evaluator.run`` on the built-in env with
-``eval_env.clips`` none (the evaluation's one clip only), failed and all, in rounds that take turns.
+``eval_env.clips`` none, failed and all, in rounds that take turns.
 
-    python scripts/bench_eval_clips.py          # 16 eval envs, 64x64, 5 rounds
+    python scripts/bench_eval_clips.py [--envs 16] [--size 64] [--rounds 5]
 
-The policy stands still, so every episode runs to the time limit (100 steps) and fails: ``failed``
-then keeps every clip, as ``all`` does (the most work the option can ask for). Printed: the median
-seconds per evaluation of each, over ``none``, in wall time and in CPU time (this process and its
-ffmpeg processes: on a shared machine the steadier figure). Then the floor: ``none`` plus ONE
-ffmpeg process encoding the frames those clips hold (every env's 101 frames, drawn ahead) at the
-eval recorder's settings: no setting can cost less CPU. In wall time an encoding entirely beside
-the evaluation (on another core) would still take as long as that encoding alone, also printed.
+The policy stands still: every episode runs to the time limit and fails, so ``failed`` keeps every
+clip (the most work it can ask for). Median seconds per evaluation, wall and CPU (this process and
+its ffmpeg), over ``none``; and the floor no setting's CPU can go below: ``none`` plus ONE ffmpeg
+process encoding the frames those clips hold, drawn ahead (in wall time: that encoding alone).
 """
 
 from __future__ import annotations

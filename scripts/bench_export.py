@@ -2,12 +2,10 @@
 
     python scripts/bench_export.py [--steps 2000] [--batches 1 64 1024]
 
-A short built-in run of a 256x256x3 MLP policy, then ``rlrec.export.export`` of its last
-checkpoint timed per format, its read and verification included (target: under 5 s; the first
-ONNX export of a process imports onnx), and ``python -m rlrec.export`` in a fresh interpreter.
-Then the per-step latency on the CPU (one thread, as a run has) of ``rlrec.load_policy`` of the
-checkpoint (the eager model), of policy.pt and of policy.onnx: the median of ``--steps`` calls
-for each batch of ``--batches`` observations, side by side.
+A short built-in run of a 256x256x3 MLP policy; ``rlrec.export.export`` of its checkpoint timed per
+format (read and verification included; target under 5 s) and ``python -m rlrec.export`` in a fresh
+interpreter. Then the per-step latency on one CPU thread of the checkpoint's eager model, policy.pt
+and policy.onnx (``rlrec.load_policy``): the median of ``--steps`` calls per batch size.
 """
 
 from __future__ import annotations

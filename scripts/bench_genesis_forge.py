@@ -1,13 +1,12 @@
-"""Steps per second of a Genesis Forge env under Genesis Forge 0.5.3's VideoWrapper and under
-rlrec's drop-in, in rounds that take turns (medians printed).
+"""Steps/s of a Genesis Forge env bare, under Genesis Forge 0.5.3's VideoWrapper and under rlrec's
+drop-in, in rounds that take turns.
 
     python scripts/bench_genesis_forge.py [--steps 400] [--rounds 3]
 
-The env is the tests' ThrownBox (tests/record/thrown_box.py): 2 envs, episodes of 20 steps, a
-64x64 camera, Genesis's CPU backend. Every wrapper has its default trigger (the capped cubic
-schedule) and length (8 s). What is recorded differs, so the rates say what each default costs:
-0.5.3 records 8 s clips spanning episodes; rlrec whole episodes 0, 1 and 8 and, with
-``record_final_episode`` and no ``expect_end``, every other episode provisionally.
+The tests' ThrownBox (2 envs, 20-step episodes, 64x64, Genesis's CPU backend); every wrapper with
+its default trigger and length, so the rates say what each default costs: 0.5.3 records 8 s clips
+across episodes, rlrec whole episodes, and with ``record_final_episode`` and no ``expect_end`` every
+other episode provisionally.
 """
 
 from __future__ import annotations

@@ -3,24 +3,20 @@ settings (``--sides``), alternated round by round (a before/after pair measured 
 
     python scripts/bench_main_job.py                     # this checkout: start-up, the main job
     python scripts/bench_main_job.py --against HEAD~3    # and HEAD~3 (a temporary git worktree)
-    python scripts/bench_main_job.py --only job --sides report.enabled=false report.enabled=true
-    python scripts/bench_main_job.py --only job --target 0.9 --stop --runs 1 --seeds 1 \\
-      --threads 1 --sides +experiment=builtin_pixels \\
-      "+experiment=builtin_pixels env.obs_mode=state algo.encoder=mlp"   # pixels against state
+    python scripts/bench_main_job.py --only job --sides "" algo.compile=true   # two settings
 
 Each command is a fresh process timed from just before its start (imports included). Start-up:
 ``--cfg job``, a refused input and one PPO iteration of the side's config, in wall and CPU seconds
-(user + system, children too: the steadier figure on a loaded machine). The job: ``python
-train.py logger=none`` with the side's settings (evaluations, clips and report on): seconds and
-env steps to its first evaluation with eval/success >= ``--target`` (``--stop``: SIGTERM there),
-training steps/s (env steps over time/collect + time/learn: start-up and evaluations left out),
-collection steps/s, seconds to its end and its report's own. Medians per side; each over the first.
+(user + system, children too: the steadier figure on a loaded machine). The job: ``python train.py
+logger=none`` with the side's settings (evaluations, clips and report on): seconds and env steps to
+its first evaluation with eval/success 1.0, training steps/s (env steps over time/collect +
+time/learn: start-up and evaluations left out), collection steps/s, seconds to its end and its
+report's own. Medians per side; each over the first.
 """
 
 from __future__ import annotations
 
 import itertools
-import re
 import subprocess
 import sys
 import tempfile
@@ -43,35 +39,6 @@ def startup(tree: Path, over: list, run_dir: Path) -> dict:
     return {k: bl.timed(cmd + argv, tree, no)[:2] for k, (argv, no) in commands.items()}
 
 
-def job(tree: Path, over: list, a, seed) -> dict:
-    run_dir = a.bench.runs.new("bench_main_job_")
-    over = [*over, *([f"seed={seed}"] if seed is not None else [])]
-    hit, train = {}, []
-
-    def stop(t: float, x: dict) -> bool:
-        if "time/collect" in x:
-            train.append(x)
-        if not hit and x.get("eval/success", -1) >= a.target:
-            hit.update(t=t, step=x["step"])
-            return a.stop
-        return False
-
-    cmd = bl.train_cmd(over, run_dir, a.threads)
-    r = bl.follow(cmd, run_dir / "metrics.jsonl", stop, cwd=tree, env=bl.env(a.threads))
-    steps = train[-1]["step"] - train[0]["step"] if len(train) > 1 else 0
-    learn = sum(x["time/collect"] + x["time/learn"] for x in train[1:])
-    collect = sum(x["time/collect"] for x in train[1:])
-    report = re.search(r"\(written in ([\d.]+) s\)", r["out"])
-    return {
-        "t": hit.get("t"),
-        "step": hit.get("step"),
-        "train": steps / learn if learn else None,
-        "collect": steps / collect if collect else None,
-        "wall": r["wall"],
-        "report": float(report[1]) if report else None,
-    }
-
-
 def main() -> None:
     b = bl.Bench(__file__, __doc__, runs=True)
     p = b.parser
@@ -82,9 +49,6 @@ def main() -> None:
     p.add_argument("--only", choices=["startup", "job"], help="default: both")
     p.add_argument("--runs", type=int, default=3, help="rounds: each side once per round")
     p.add_argument("--seeds", type=int, nargs="+", help="round i: the i-th (default: the config's)")
-    p.add_argument("--target", type=float, default=1.0, help="eval/success to reach")
-    p.add_argument("--stop", action="store_true", help="end each job at the target")
-    p.add_argument("--threads", type=int, help="torch_threads and OMP threads of each run")
     a = b.args()
     a.bench = b
     trees = [t.resolve() for t in a.trees]
@@ -115,7 +79,8 @@ def measure(a, trees: list, tmp: Path) -> dict:
             if a.only != "job":
                 starts.append(startup(tree, over, tmp / f"run-{r}-{i}"))
             if a.only != "startup":
-                jobs.append(job(tree, over, a, a.seeds[r % len(a.seeds)] if a.seeds else None))
+                seed = [f"seed={a.seeds[r % len(a.seeds)]}"] if a.seeds else []
+                jobs.append(bl.job(a.bench.runs, over + seed, cwd=tree))
                 print(f"{label} run {r + 1}: {jobs[-1]}", flush=True)
     return sides
 
@@ -133,16 +98,7 @@ def report(b: bl.Bench, a, sides: dict) -> None:
         b.table(["command", "side", "wall s", "CPU s", "wall ratio", "CPU ratio"], rows)
     if a.only != "startup":
         b.out(f"\ntrain.py {' '.join(a.override)}, medians of {a.runs} runs")
-        t = f"{a.target:g}"
-        columns = [
-            (f"s to success {t}", "t", ".2f"),
-            (f"steps to {t}", "step", ",.0f"),
-            ("train steps/s", "train", ",.0f"),
-            ("collect steps/s", "collect", ",.0f"),
-            ("s to the end", "wall", ".2f"),
-            ("report s", "report", ".2f"),
-        ]
-        columns = [(label, lambda r, k=k: r[k], spec) for label, k, spec in columns]
+        columns = bl.job_columns(1.0, "t", "step", "train", "collect", "wall", "report")
         runs = {label: jobs for label, (_, _, _, jobs) in sides.items()}
         bl.compare(b, runs, columns, tuple(list(runs)[1::-1]) if len(runs) > 1 else ())
 

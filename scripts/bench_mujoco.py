@@ -119,50 +119,41 @@ def cleanrl_copy(script: Path, folder: Path) -> Path:
     return copy.resolve()  # absolute: never read as an option
 
 
-def run_cleanrl(script: Path, task: str, seed: int, steps: int, out: Path) -> None:
-    """One CleanRL run (cwd ``out``: its runs/ folder lands there); its stdout in ``out/log.txt``
-    and the training returns it printed in ``out/result.json``."""
+def logged(side: str, command: List[str], task: str, seed: int, out: Path) -> float:
+    """``command`` run in ``out`` (what it writes into its working directory lands there), its
+    output in ``out/log.txt``, one torch thread; its seconds (a failure is said)."""
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(script), "--env-id", task, "--seed", str(seed)]
-    command += ["--total-timesteps", str(steps), "--no-cuda"]
     t0 = time.perf_counter()
     with open(out / "log.txt", "w") as log:
-        code = subprocess.run(
-            command, cwd=out, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD}
-        ).returncode
-    wall = time.perf_counter() - t0
-    found = CLEANRL_RETURN.findall((out / "log.txt").read_text())
-    if code != 0:
-        print(f"cleanrl {task} seed {seed}: exit {code} (see {out / 'log.txt'})", flush=True)
+        env = {**os.environ, **ONE_THREAD}
+        code = subprocess.run(command, cwd=out, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if code.returncode != 0:
+        print(
+            f"{side} {task} seed {seed}: exit {code.returncode} (see {out / 'log.txt'})", flush=True
+        )
+    return time.perf_counter() - t0 if code.returncode == 0 else -1.0
+
+
+def run_cleanrl(script: Path, task: str, seed: int, steps: int, out: Path) -> None:
+    """One CleanRL run; the training returns it printed in ``out/result.json``."""
+    command = [sys.executable, str(script), "--env-id", task, "--seed", str(seed)]
+    command += ["--total-timesteps", str(steps), "--no-cuda"]
+    wall = logged("cleanrl", command, task, seed, out)
+    if wall < 0:
         return
-    result = {
-        "side": "cleanrl",
-        "task": task,
-        "seed": seed,
-        "steps": steps - steps % 2048,  # whole iterations of 2,048 steps
-        "train": {"returns": [float(r) for _, r in found]},
-        "eval": [],
-        "wall": wall,
-    }
+    found = CLEANRL_RETURN.findall((out / "log.txt").read_text())
+    result = dict(side="cleanrl", task=task, seed=seed, eval=[], wall=wall)
+    result["steps"] = steps - steps % 2048  # whole iterations of 2,048 steps
+    result["train"] = {"returns": [float(r) for _, r in found]}
     (out / "result.json").write_text(json.dumps(result))
     print(f"cleanrl {task} seed {seed}: {len(found)} episodes in {wall:.0f} s", flush=True)
 
 
 def run_sb3(preset: str, task: str, seed: int, steps: int, out: Path, extra: List[str]) -> None:
     """One SB3 run of ``preset``'s settings (scripts/bench_sb3_ppo.py)."""
-    out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(ROOT / "scripts" / "bench_sb3_ppo.py"), str(out.resolve())]
     command += [str(seed), str(steps), f"+experiment={preset}", task_override(preset, [task])]
-    with open(out / "log.txt", "w") as log:
-        code = subprocess.run(
-            command + extra,
-            cwd=out,  # what MuJoCo or SB3 write into the working directory lands beside the log
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **ONE_THREAD},
-        ).returncode
-    if code != 0:
-        print(f"sb3 {task} seed {seed}: exit {code} (see {out / 'log.txt'})", flush=True)
+    logged("sb3", command + extra, task, seed, out)
 
 
 def task_override(preset: str, tasks: List[str]) -> str:
@@ -172,9 +163,8 @@ def task_override(preset: str, tasks: List[str]) -> str:
 
 
 def versions() -> str:
-    names = ("torch", "gymnasium", "mujoco", "stable-baselines3", "tyro")
     found = []
-    for name in names:
+    for name in ("torch", "gymnasium", "mujoco", "stable-baselines3", "tyro"):
         try:
             found.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
@@ -183,7 +173,7 @@ def versions() -> str:
 
 
 def main() -> None:
-    b = bl.Bench(__file__, __doc__)
+    b = bl.Bench(__file__, __doc__, fenced=True)  # its table is plain text
     ap = b.parser
     ap.add_argument("--preset", choices=PRESETS, default="mujoco", help="rlrec's +experiment")
     ap.add_argument("--tasks", nargs="+", default=["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"])
@@ -193,13 +183,8 @@ def main() -> None:
     ap.add_argument("--sb3", action="store_true", help="SB3's PPO with the preset's settings")
     ap.add_argument("--no-rlrec", action="store_true", help="the reference sides only")
     ap.add_argument("--sweep-dir", type=Path, help="default: outputs/bench_mujoco/<time>")
-    ap.add_argument(
-        "--table-of",
-        nargs="+",
-        type=Path,
-        metavar="SWEEP_DIR",
-        help="run nothing: the table of these sittings' completed runs together",
-    )
+    ap.add_argument("--table-of", nargs="+", type=Path, metavar="SWEEP_DIR", help="run nothing: "
+                    "the table of these sittings' completed runs together")  # fmt: skip
     ap.add_argument("overrides", nargs="*", help="extra overrides for rlrec's runs (after --)")
     a = b.args()
     if a.table_of:

@@ -2,14 +2,11 @@
 
     python scripts/bench_ppo.py [--num-envs 16 256 4096] [--device cpu] [--iters 5] [--compile]
 
-Per num_envs: env-only steps/s (random actions, no policy), rollout steps/s (policy, env and
-storage, as in training) and the PPO update's seconds per iteration (the default PPOConfig: 4
-epochs of 4 minibatches; no KL stop, so every iteration does the same work), the ratio of the two
-rates and the update's share of an iteration. ``floor``: the networks' own arithmetic in those
-epochs alone (a forward and a backward pass of the actor and the critic per minibatch: no loss
-terms, clip or optimizer) and its share: the least any formulation of the same epochs can reach.
-``--compile``: the same update with ``algo.compile=true`` on the same rollout (its compilation,
-the first update, timed apart), and its ratio to the eager one.
+Per num_envs: env-only steps/s (random actions), rollout steps/s (policy, env and storage, as in
+training), the update's seconds per iteration (4 epochs of 4 minibatches, no KL stop) and its share
+of an iteration; ``floor``: the networks' own forward and backward passes in those epochs alone
+(the least any formulation of them can take) and its share. ``--compile``: the same update with
+``algo.compile=true`` on the same rollout (its first update, the compile, apart), over the eager.
 """
 
 from __future__ import annotations

@@ -175,11 +175,8 @@ def rss(a, work: str) -> dict:
     growth = record_until(lambda: s.step(action), rec, until)
     assert rec.engine.clips_saved == 1 and not rec.errors, rec.errors
     s.close()
-    return {
-        "growth": growth,
-        "ffmpeg": ffmpeg[0],
-        "fps": a.clip_frames / (time.perf_counter() - t0),
-    }
+    fps = a.clip_frames / (time.perf_counter() - t0)
+    return {"growth": growth, "ffmpeg": ffmpeg[0], "fps": fps}
 
 
 def gym_point_reach(a):
@@ -301,13 +298,8 @@ def wrapper_idle(a, work: str) -> dict:
     runs = {"plain": cartpole(500), "bare": gym.vector.VectorWrapper(cartpole(500))}
     runs["idle"] = RecordVectorVideo(cartpole(500), work, env_idx=0, episode_trigger=NEVER)
     runs = {k: Driven(e, random_steps=steps) for k, e in runs.items()}
-    rows = []
-    for _ in range(a.rounds):
-        spent = dict.fromkeys(runs, 0.0)
-        for t in range(steps):  # step by step, in turns, each first in turn
-            for name in list(runs)[t % 3 :] + list(runs)[: t % 3]:
-                spent[name] += bl.per_call(runs[name].step, 1)[0] / steps
-        rows.append(spent)
+    each = {k: lambda k=k: bl.per_call(runs[k].step, 1)[0] for k in runs}  # in turns, step by step
+    rows = [{k: np.mean(v) for k, v in bl.rounds(each, steps).items()} for _ in range(a.rounds)]
     for d in runs.values():
         d.env.close()
     out["plain"] = bl.median(r["plain"] for r in rows)
@@ -394,30 +386,24 @@ def target(ok: bool, what: str) -> str:
 
 def rlrec_rows(b: bl.Bench, a, cache: dict) -> list:
     t, r = part("timing", a, cache), part("rss", a, cache)
-    b.out(f"rlrec's Recorder, built-in env: {a.num_envs} envs, {a.size}x{a.size} frames, medians "
-          f"of {a.rounds} rounds")  # fmt: skip
-    rows = [
-        [m, f"{1 / t[m][0]:.1f}", f"{t[m][0] * 1e6:.1f}", f"{t[m][1] * 1e6:.1f}"] for m in MODES
-    ]
-    b.table(["", "steps/s", "wall us per step", "CPU us"], rows)
-    (none, idle, render, rec), q = (t[m] for m in ("none", "idle", "render", "recording")), {}
-    for k in ("wall", "cpu"):
-        q[k] = "{1:.3f} ({0:.3f}..{2:.3f})".format(*t[f"ratio:{k}"])
+    b.out(f"rlrec's Recorder, {a.num_envs} built-in envs, {a.size}x{a.size}, {a.rounds} rounds")
+    us = {m: [f"{1 / t[m][0]:.1f}", f"{t[m][0] * 1e6:.1f}", f"{t[m][1] * 1e6:.1f}"] for m in MODES}
+    b.table(["", "steps/s", "wall us per step", "CPU us"], [[m, *us[m]] for m in MODES])
+    none, idle, render, rec = (t[m] for m in ("none", "idle", "render", "recording"))
+    q = {k: "{1:.3f} ({0:.3f}..{2:.3f})".format(*t[f"ratio:{k}"]) for k in ("wall", "cpu")}
     share, paid = t["idle_call"] / none[1], (rec[1] - none[1]) * 1e6
-    return [
-        ["idle recorder, isolated", f"{t['idle_call'] * 1e6:.2f} us, {share:.2%} of a step",
-         target(share < 0.01, "< 1%")],
-        ["idle recorder in the run (none/idle steps/s)", f"{idle[0] / none[0]:.3f}", ""],
-        ["recording / render + one copy, CPU (quartiles)", q["cpu"],
-         target(t["ratio:cpu"][1] <= 1.1, "<= 1.10")],
-        ["the same in wall time (quartiles)", q["wall"], ""],
-        ["a recording step's CPU beyond a plain one; a render, a copy alone",
-         f"{paid:.0f}; {render[1] * 1e6:.0f}, {t['copy'][1] * 1e6:.0f} us", ""],
-        ["steps/s recording over none; a render in plain steps",
-         f"{none[0] / rec[0]:.3f}; {render[0] / none[0]:.1f}", ""],
-        [f"RSS growth over a {a.clip_frames}-frame clip (ffmpeg's RSS)",
-         f"{r['growth']:.1f} MB ({r['ffmpeg']:.0f} MB)", target(r["growth"] < 50, "< 50 MB")],
-    ]  # fmt: skip
+    rows = [("idle recorder, isolated", f"{t['idle_call'] * 1e6:.2f} us, {share:.2%} of a step")]
+    rows[0] += (target(share < 0.01, "< 1%"),)
+    rows.append(("idle recorder in the run (none/idle steps/s)", f"{idle[0] / none[0]:.3f}"))
+    ok = target(t["ratio:cpu"][1] <= 1.1, "<= 1.10")
+    rows += [("recording / render + one copy, CPU (quartiles)", q["cpu"], ok)]
+    rows.append(("the same in wall time (quartiles)", q["wall"]))
+    alone = f"{paid:.0f}; {render[1] * 1e6:.0f}, {t['copy'][1] * 1e6:.0f} us"
+    rows.append(("a recording step's CPU beyond a plain one; a render, a copy alone", alone))
+    ratio = f"{none[0] / rec[0]:.3f}; {render[0] / none[0]:.1f}"
+    rows.append(("steps/s recording over none; a render in plain steps", ratio))
+    mb, ok = f"{r['growth']:.1f} MB ({r['ffmpeg']:.0f} MB)", target(r["growth"] < 50, "< 50 MB")
+    return rows + [(f"RSS growth over a {a.clip_frames}-frame clip (ffmpeg's RSS)", mb, ok)]
 
 
 def scaled(g: dict, frames: int) -> float:
@@ -429,21 +415,18 @@ def wrapper_rows(a, cache: dict) -> list:
     i, t, r = (part(f"wrapper-{k}", a, cache) for k in ("idle", "throughput", "rss"))
     best, x = i["best"], t["ours"] / t["theirs"]
     theirs = scaled(part("8 CartPole envs, record_first_only", a, cache), a.clip_frames)
-    return [
-        ["RecordVectorVideo idle, isolated: no episode ends; one ends every "
-         f"{i['ends_every']:.1f} steps", f"{i['idle'] / best:.2%}; {i['idle_ends'] / best:.2%} "
-         f"of a {best * 1e6:.0f} us step", target(max(i["idle"], i["idle_ends"]) < best / 100,
-                                                  "< 1%")],
-        ["RecordVectorVideo idle; a pass-through VectorWrapper, in a run",
-         f"{i['idle_run'] / i['plain']:+.1%}; {i['bare_run'] / i['plain']:+.1%}", ""],
-        [f"steps/s recording ({t['frames']} frames): none, RecordVectorVideo, RecordVideo",
-         f"{t['plain']:.0f}, {t['ours']:.1f}, {t['theirs']:.2f}: {x:.1f}x",
-         target(x >= 10, ">= 10x")],
-        ["a render of env 0; of all 8 (as RecordVideo renders)",
-         f"{t['render_one'] * 1e3:.1f}; {t['render_all'] * 1e3:.1f} ms", ""],
-        [f"RSS growth over a {a.clip_frames}-frame clip: RecordVectorVideo, RecordVideo",
-         f"{r['growth']:.1f}, ~{theirs:.0f} MB", ""],
-    ]  # fmt: skip
+    idle = f"{i['idle'] / best:.2%}; {i['idle_ends'] / best:.2%} of a {best * 1e6:.0f} us step"
+    ok = target(max(i["idle"], i["idle_ends"]) < best / 100, "< 1%")
+    rows = [(f"RecordVectorVideo idle; an episode ending every {i['ends_every']:.1f}", idle, ok)]
+    run = f"{i['idle_run'] / i['plain']:+.1%}; {i['bare_run'] / i['plain']:+.1%}"
+    rows.append(("RecordVectorVideo idle; a pass-through VectorWrapper, in a run", run))
+    sps = f"{t['plain']:.0f}, {t['ours']:.1f}, {t['theirs']:.2f}: {x:.1f}x"
+    what = f"steps/s recording {t['frames']} frames: none, RecordVectorVideo, RecordVideo"
+    rows.append((what, sps, target(x >= 10, ">= 10x")))
+    renders = f"{t['render_one'] * 1e3:.1f}; {t['render_all'] * 1e3:.1f} ms"
+    rows.append(("a render of env 0; of all 8 (as RecordVideo renders)", renders))
+    what = f"RSS growth over a {a.clip_frames}-frame clip: RecordVectorVideo, RecordVideo"
+    return rows + [(what, f"{r['growth']:.1f}, ~{theirs:.0f} MB")]
 
 
 def gym_rows(a, cache: dict) -> list:
@@ -490,7 +473,7 @@ def main() -> None:
         rows += rlrec_rows(b, a, cache)
     if not a.no_gym:
         rows += wrapper_rows(a, cache)
-    b.table(["", "measured", "target"], rows)
+    b.table(["", "measured", "target"], [(*row, "")[:3] for row in rows])
     if not (a.no_gym or a.gym_wrapper_only):
         b.out(f"\nGymnasium's vector RecordVideo (moviepy), {a.gym_frames}-frame clip")
         head = ["", "steps/s: no wrapper / recording / with its encode", "x of no wrapper"]

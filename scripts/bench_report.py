@@ -1,13 +1,13 @@
-"""How long the run report takes: ``write_run_report`` (report.html and videos/progress.mp4) of a
-synthetic run dir in this process, wall and CPU (this process and its ffmpeg children; target
-under 5 s), and the command ``python -m rlrec.report DIR`` in a fresh interpreter.
+"""How long the run report takes, and what it adds to a run's wall time.
 
-    python scripts/bench_report.py [--evals 200] [--eval-envs 16]
+    python scripts/bench_report.py [--evals 200] [--runs 1] [--skip-train] [--preset OVERRIDES]
 
-The run dir: ``--evals`` evaluations, each with a small real H.264 clip of a moving dot and its
-sidecar, five train lines between them in metrics.jsonl, and ``--eval-envs`` episodes each in
-eval_episodes.jsonl, a third of them failed. What the report adds to a run's wall time:
-``scripts/bench_main_job.py --only job --sides report.enabled=false report.enabled=true``.
+1. ``write_run_report`` (report.html and videos/progress.mp4) of a synthetic run dir in this process
+(wall, and CPU with its ffmpeg; target under 5 s) and ``python -m rlrec.report DIR`` in a fresh
+interpreter. The run dir: ``--evals`` evaluations, each a small real H.264 clip with its sidecar,
+train lines between them, ``--eval-envs`` episodes each in eval_episodes.jsonl (a third failed).
+2. The main job (``--preset``: its overrides) with ``report.enabled=false`` and ``=true``,
+alternated ``--runs`` times: wall times, their ratio, and the report's own seconds in its runs.
 """
 
 from __future__ import annotations
@@ -75,9 +75,12 @@ def make_run(run_dir: Path, evals: int, eval_envs: int) -> None:
 
 
 def main() -> None:
-    b = bl.Bench(__file__, __doc__)
+    b = bl.Bench(__file__, __doc__, runs=True)
     b.parser.add_argument("--evals", type=int, default=200)
     b.parser.add_argument("--eval-envs", type=int, default=16)
+    b.parser.add_argument("--runs", type=int, default=1, help="main jobs of each, alternated")
+    b.parser.add_argument("--skip-train", action="store_true", help="part 1 only")
+    b.parser.add_argument("--preset", default="", help="overrides of the main job")
     a = b.args()
     from rlrec.report.html import write_run_report
 
@@ -94,6 +97,14 @@ def main() -> None:
     rows = [[f"in process (target < 5 s; report.html {size:.0f} kB)", f"{wall:.2f}", f"{cpu:.2f}"]]
     rows.append(["python -m rlrec.report DIR (a fresh interpreter)", f"{fresh:.2f}", "-"])
     b.table(["write_run_report", "wall s", "CPU s"], rows)
+    if not a.skip_train:
+        sides = {
+            f"report.enabled={k}": a.preset.split() + [f"report.enabled={k}"]
+            for k in ("false", "true")
+        }
+        jobs = bl.rounds({k: lambda o=o: bl.job(b.runs, o) for k, o in sides.items()}, a.runs)
+        b.out(f"\ntrain.py {a.preset}, medians of {a.runs} runs, alternated")
+        bl.compare(b, jobs, bl.job_columns(1.0, "wall", "report"), tuple(sides)[::-1])
     b.finish()
 
 

@@ -1,13 +1,11 @@
-"""Wall time of a sweep: ``hydra/launcher=joblib`` (parallel processes) against the same jobs run
+"""Wall time of a sweep with ``hydra/launcher=joblib`` (parallel processes) against the same jobs
 one after another by Hydra's basic launcher, and the ratio.
 
-    python scripts/bench_sweep.py                 # 4 seeds of +experiment=smoke, 2 joblib workers
-    python scripts/bench_sweep.py --jobs 4 --n-jobs 2 --steps 16384 --separate
+    python scripts/bench_sweep.py [--jobs 4 --n-jobs 2 --steps 16384] [--separate] [OVERRIDES]
 
-Both are real ``python train.py -m`` commands (start-up, recorders and checkpoints included) with
-the same overrides and ``torch_threads=1`` (``--threads``; the parallel jobs then fill a core
-each); ``--separate`` also times the jobs as separate ``python train.py`` processes in a row.
-Cores busy: the CPU seconds of all processes over the wall seconds. Repeat with ``--repeat``.
+Real ``python train.py -m`` commands (start-up, recorders, checkpoints) of ``+experiment=smoke``
+seeds, ``torch_threads=1``; ``--separate`` also the jobs as separate processes in a row. Cores busy:
+CPU seconds of all processes over wall seconds.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import atexit
 import importlib.util
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -29,8 +30,8 @@ class Bench:
     """A benchmark's command line and table: ``out`` prints a line and keeps it; ``finish``
     writes the kept lines into ``--write-docs``'s file between the script's markers."""
 
-    def __init__(self, file: str, doc: str, runs: bool = False):
-        self.name, self.lines, self.runs = Path(file).stem, [], None
+    def __init__(self, file: str, doc: str, runs: bool = False, fenced: bool = False):
+        self.name, self.lines, self.runs, self.fenced = Path(file).stem, [], None, fenced
         self.parser = p = argparse.ArgumentParser(
             f"scripts/{self.name}.py",
             description=doc,
@@ -70,7 +71,9 @@ class Bench:
         self.lines.append(line)
 
     def table(self, head: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-        """A Markdown table, its columns padded so that it reads as text too."""
+        """A Markdown table (after an empty line), its columns padded to read as text too."""
+        if self.lines and self.lines[-1]:
+            self.out()
         cells = [[str(c) for c in r] for r in [head, *rows]]
         widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(head))]
         for r in cells[:1] + [["-" * w for w in widths]] + cells[1:]:
@@ -87,7 +90,8 @@ class Bench:
         except ValueError as e:
             sys.exit(f"--write-docs {self.docs}: {e}; the table above is not written")
         command = " ".join([f"python scripts/{self.name}.py", *self.argv])
-        block = [f"`{command}` ({os.cpu_count()} CPU cores):", "", "```text", *self.lines, "```"]
+        lines = ["```text", *self.lines, "```"] if self.fenced else self.lines
+        block = [f"`{command}` ({os.cpu_count()} CPU cores):", "", *lines]
         tmp = self.docs.with_name(self.docs.name + ".partial")
         tmp.write_text(text[:a] + "\n" + "\n".join(block) + "\n" + text[b:])
         os.replace(tmp, self.docs)
@@ -235,3 +239,37 @@ def follow(cmd: List[str], metrics: Path, stop=None, sig=signal.SIGTERM, cwd=ROO
     if proc.returncode != 0 and not stopped:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-3000:]}")
     return {"lines": lines, "wall": wall, "out": out}
+
+
+def job(runs: RunDirs, over: list, target=1.0, stop=False, threads=None, cwd=ROOT) -> dict:
+    """One ``train.py`` run followed: seconds and env steps to its first evaluation with
+    eval/success >= ``target`` (``stop``: SIGTERM there), its training steps/s (env steps over
+    time/collect + time/learn: start-up and evaluations left out) and collection steps/s, its
+    seconds to the end and its report's own seconds (the line it ends with)."""
+    run_dir, hit, train = runs.new("bench_train_"), {}, []
+
+    def at(t: float, x: dict) -> bool:
+        train.extend([x] * ("time/collect" in x))
+        if not hit and x.get("eval/success", -1) >= target:
+            hit.update(t=t, step=x["step"])
+            return stop
+        return False
+
+    cmd = train_cmd(over, run_dir, threads)
+    r = follow(cmd, run_dir / "metrics.jsonl", at, cwd=cwd, env=env(threads))
+    steps = train[-1]["step"] - train[0]["step"] if len(train) > 1 else 0
+    learn = sum(x["time/collect"] + x["time/learn"] for x in train[1:])
+    collect = sum(x["time/collect"] for x in train[1:])
+    report = re.search(r"\(written in ([\d.]+) s\)", r["out"])
+    out = {"t": hit.get("t"), "step": hit.get("step"), "wall": r["wall"]}
+    out.update(train=steps / learn if learn else None, collect=steps / collect if collect else None)
+    return {**out, "report": float(report[1]) if report else None}
+
+
+def job_columns(target: float, *keys: str) -> list:
+    """``compare``'s columns of :func:`job`'s figures named by ``keys``."""
+    labels = {"t": f"s to success {target:g}", "step": f"steps to {target:g}"}
+    labels.update(train="train steps/s", collect="collect steps/s", wall="s to the end")
+    labels["report"] = "report s"
+    spec = {"t": ".2f", "wall": ".2f", "report": ".2f"}
+    return [(labels[k], lambda r, k=k: r[k], spec.get(k, ",.0f")) for k in keys]
