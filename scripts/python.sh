@@ -27,18 +27,9 @@ PY
 
 _rlrec_pick_python() {
   local repo=$1 cand base=""
-  if [ -n "${PYTHON:-}" ]; then
-    PY=$PYTHON
-    return
-  fi
-  if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
-    PY=$VIRTUAL_ENV/bin/python
-    return
-  fi
-  if [ -x "$repo/.venv/bin/python" ]; then
-    PY=$repo/.venv/bin/python
-    return
-  fi
+  [ -n "${PYTHON:-}" ] && { PY=$PYTHON; return; }
+  [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ] && { PY=$VIRTUAL_ENV/bin/python; return; }
+  [ -x "$repo/.venv/bin/python" ] && { PY=$repo/.venv/bin/python; return; }
   for cand in python python3; do
     command -v "$cand" >/dev/null 2>&1 || continue
     _rlrec_new_enough "$cand" || continue
