@@ -1,21 +1,16 @@
 """What the recorder costs the training thread, measured side by side in one run.
 
-    python scripts/bench_recorder.py                     # 64 envs, 256x256 frames, 5,000-frame clip
-    python scripts/bench_recorder.py --quick             # small counts: a smoke run
-    python scripts/bench_recorder.py --gym-wrapper-only  # RecordVectorVideo against RecordVideo
+    python scripts/bench_recorder.py [--quick] [--gym-wrapper-only]   # 64 envs, 256x256 frames
 
-rlrec's Recorder on the built-in env (zero actions: no episode ends): four stacks take turns in
-each round: no recorder, armed but idle, one that only renders the recorded env and copies its
-frame (the least any recording costs), and recording every step (each block flushes the encoder,
-its wait charged to the block). Target: ``(recording - none) / (render_copy - none)`` <= 1.10 in
-the training thread's CPU time, taken within each round (median, quartiles; wall time beside it).
-The idle recorder alone (best of 50 runs over an adapter that answers at once): < 1% of a step.
-RSS growth over a clip: < 50 MB. Then Gymnasium's vector RecordVideo (renders every env, holds the
-clip, encodes on close) on the same frames and on 8 CartPole envs, and RecordVectorVideo against
-it on those: its idle cost (also over a replayed random-action trace, and in a run beside a plain
-env and a pass-through wrapper, step by step), steps/s recording every step (encoding included;
-target >= 10x RecordVideo's) and RSS growth. Each measurement runs in a fresh process (memory an
-earlier one freed would hide the next one's growth), torch on ``--threads`` threads.
+rlrec's Recorder on the built-in env, four stacks taking turns each round: no recorder, armed but
+idle, one that only renders the recorded env and copies its frame (the least any recording costs),
+and recording every step (each block flushes the encoder, its wait charged to the block). Targets:
+recording over render + one copy <= 1.10 in the training thread's CPU time, paired within each
+round (wall time beside it); the idle recorder alone (best of 50 runs over an adapter that answers
+at once) < 1% of a step; RSS growth over a clip < 50 MB. Gymnasium's vector RecordVideo on the same
+frames and on 8 CartPole envs; RecordVectorVideo against it there: idle cost (also over a replayed
+random-action trace), steps/s recording (encoding included; target >= 10x) and RSS growth. Each
+measurement in a fresh process (freed memory would hide the next one's growth).
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,7 +131,8 @@ def timing(a, work: str) -> dict:
     out = {k: list(np.median(v, axis=0)) for k, v in rows.items()}
     for i, kind in enumerate(("wall", "cpu")):  # the target, paired within each round
         n, c, r = (rows[m][:, i] for m in ("none", "render_copy", "recording"))
-        out[f"ratio:{kind}"] = list(np.quantile((r - n) / (c - n), [0.25, 0.5, 0.75]))
+        ratios = list((r - n) / (c - n))
+        out[f"ratio:{kind}"] = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     env = PointReach(4, render_width=16, render_height=16, max_episode_steps=10**9)
     env.reset(seed=0)
     bare = Ready(env, env.step(action[:4]))
