@@ -59,10 +59,7 @@ def run(side: str, seed: int, a) -> dict:
         over = ["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole", f"seed={seed}"]
         cmd = bl.train_cmd([*over, *a.rlrec_override], run_dir, a.threads)
     else:
-        cmd = [sys.executable, __file__, "--sb3-worker", str(seed), str(metrics)]
-        cmd += ["--threads", str(a.threads), "--sb3-steps", str(a.sb3_steps)]
-        cmd += ["--sb3-eval-freq", str(a.sb3_eval_freq)]
-        cmd += ["--sb3-eval-episodes", str(a.sb3_eval_episodes)]
+        cmd = [sys.executable, __file__, *a.bench.argv, "--sb3-worker", str(seed), str(metrics)]
     r = bl.follow(cmd, metrics, env=bl.env(a.threads))
     r["evals"] = [
         {"t": t, "step": x["step"], "return": x["eval/return"]}

@@ -94,10 +94,7 @@ def first_hit(iters: List[dict], threshold: float, window: int) -> Optional[dict
     """The first iteration at which the mean success of the last ``window`` iterations (one where
     no episode ended counting as 0) is at or above ``threshold``."""
     for i in range(window - 1, len(iters)):
-        if (
-            sum(it.get("success", 0.0) for it in iters[i - window + 1 : i + 1])
-            >= threshold * window
-        ):
+        if sum(it["success"] for it in iters[i - window + 1 : i + 1]) >= threshold * window:
             return iters[i]
     return None
 
@@ -109,9 +106,7 @@ def run(side: str, seed: int, a) -> dict:
         over = [f"seed={seed}", f"total_steps={a.total_steps}", *a.rlrec_override]
         cmd = bl.train_cmd(over, run_dir, a.threads)
     else:
-        cmd = [sys.executable, __file__, "--rsl-worker", str(seed), str(metrics)]
-        cmd += ["--threads", str(a.threads), "--total-steps", str(a.total_steps)]
-        cmd += ["--rsl-defaults"] * a.rsl_defaults
+        cmd = [sys.executable, __file__, *a.bench.argv, "--rsl-worker", str(seed), str(metrics)]
     iters: List[dict] = []
 
     def stop(t: float, line: dict) -> bool:
