@@ -146,14 +146,9 @@ def test_install_checks_the_manifest_then_installs_with_no_deps(tmp_path):
     tool = site / "rlrec_kit_probe1" / "bin" / "tool"
     assert tool.read_bytes() == b"#!/bin/sh\necho ok\n"
     assert stat.S_IMODE(tool.stat().st_mode) == 0o755
-    out = subprocess.run(
-        [sys.executable, "-c", "import rlrec_kit_probe1 as m; print(m.X)"],
-        env={**os.environ, "PYTHONPATH": str(site)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.stdout.strip() == "1"
+    probe = [sys.executable, "-c", "import rlrec_kit_probe1 as m; print(m.X)"]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    assert subprocess.check_output(probe, env=env, text=True, timeout=60).strip() == "1"
     assert kit.install(1, tmp_path / "kit", site, sys.executable) == 0.0  # already there
     # a call installs its own bundle, and runs
     assert kit.installed_bundles(site) == [1]
@@ -267,9 +262,7 @@ def test_each_call_carries_what_its_parts_need():
             assert needs, part
             assert needs - set(gpu_check.SYSTEM) <= pinned, (n, part, needs - pinned)
         for path in call["carry"]:
-            ignored = subprocess.run(
-                ["git", "-C", str(REPO), "check-ignore", "-q", path], timeout=30
-            )
+            ignored = subprocess.run(["git", "-C", REPO, "check-ignore", "-q", path], timeout=30)
             assert ignored.returncode == 0, f"{path} must be ignored by git to travel by carry"
     assert "sapien" in gpu_check.PARTS["maniskill_render"].needs
 
