@@ -98,7 +98,7 @@ def report(b: bl.Bench, a, sides: dict) -> None:
         b.table(["command", "side", "wall s", "CPU s", "wall ratio", "CPU ratio"], rows)
     if a.only != "startup":
         b.out(f"\ntrain.py {' '.join(a.override)}, medians of {a.runs} runs")
-        columns = bl.job_columns(1.0, "t", "step", "train", "collect", "wall", "report")
+        columns = bl.columns("success 1.0", "t", "step", "train", "collect", "wall", "report")
         runs = {label: jobs for label, (_, _, _, jobs) in sides.items()}
         bl.compare(b, runs, columns, tuple(list(runs)[1::-1]) if len(runs) > 1 else ())
 

@@ -28,7 +28,7 @@ def main() -> None:
         p: [bl.job(b.runs, over(p, s), a.target, True, a.threads) for s in a.seeds] for p in PATHS
     }
     b.out(f"built-in env, +experiment=builtin_pixels, seeds {a.seeds}, target {a.target}")
-    columns = bl.job_columns(a.target, "step", "t", "train", "collect")
+    columns = bl.columns(f"success {a.target:g}", "step", "t", "train", "collect")
     bl.compare(b, runs, columns, ("pixels", "state"))
     b.finish()
 

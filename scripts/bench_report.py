@@ -104,7 +104,7 @@ def main() -> None:
         }
         jobs = bl.rounds({k: lambda o=o: bl.job(b.runs, o) for k, o in sides.items()}, a.runs)
         b.out(f"\ntrain.py {a.preset}, medians of {a.runs} runs, alternated")
-        bl.compare(b, jobs, bl.job_columns(1.0, "wall", "report"), tuple(sides)[::-1])
+        bl.compare(b, jobs, bl.columns("", "wall", "report"), tuple(sides)[::-1])
     b.finish()
 
 

@@ -24,7 +24,7 @@ import benchlib as bl
 NUM_ENVS, NUM_STEPS = 64, 32
 
 
-def rsl_worker(seed: int, total_steps: int, rsl_defaults: bool, out: str) -> None:
+def rsl_worker(a, seed: int, out: str) -> None:
     """rsl_rl's OnPolicyRunner on the built-in env; a line per iteration appended to ``out``."""
     import torch
     from rsl_rl.env import VecEnv
@@ -67,7 +67,7 @@ def rsl_worker(seed: int, total_steps: int, rsl_defaults: bool, out: str) -> Non
         "num_steps_per_env": NUM_STEPS,
         "save_interval": 10**9,
         "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
-        "algorithm": {"class_name": "PPO", **({} if rsl_defaults else alg)},
+        "algorithm": {"class_name": "PPO", **({} if a.rsl_defaults else alg)},
         "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution"}},
         "critic": model,
         "check_for_nan": False,
@@ -87,7 +87,7 @@ def rsl_worker(seed: int, total_steps: int, rsl_defaults: bool, out: str) -> Non
         return losses
 
     runner.alg.update = update_and_report
-    runner.learn(total_steps // (NUM_ENVS * NUM_STEPS))
+    runner.learn(a.total_steps // (NUM_ENVS * NUM_STEPS))
 
 
 def first_hit(iters: List[dict], threshold: float, window: int) -> Optional[dict]:
@@ -106,7 +106,7 @@ def run(side: str, seed: int, a) -> dict:
         over = [f"seed={seed}", f"total_steps={a.total_steps}", *a.rlrec_override]
         cmd = bl.train_cmd(over, run_dir, a.threads)
     else:
-        cmd = [sys.executable, __file__, *a.bench.argv, "--rsl-worker", str(seed), str(metrics)]
+        cmd = [sys.executable, __file__, *a.bench.argv, "--worker", str(seed), str(metrics)]
     iters: List[dict] = []
 
     def stop(t: float, line: dict) -> bool:
@@ -115,58 +115,28 @@ def run(side: str, seed: int, a) -> dict:
         return a.stop_at_hit and first_hit(iters, a.threshold, a.window) is not None
 
     r = bl.follow(cmd, metrics, stop, signal.SIGKILL, env=bl.env(a.threads))
-    r["hit"] = first_hit(iters, a.threshold, a.window)
+    r.update(first_hit(iters, a.threshold, a.window) or {"t": None, "step": None})
     r["loop_sps"] = None  # steps/s from the first iteration's line to the last
     if len(iters) > 1 and iters[-1]["t"] > iters[0]["t"]:
         r["loop_sps"] = (iters[-1]["step"] - iters[0]["step"]) / (iters[-1]["t"] - iters[0]["t"])
-    hit = r["hit"] or {}
-    print(
-        f"{side} seed {seed}: to {a.threshold:g} success {bl.fmt(hit.get('step'))} steps, "
-        f"{bl.fmt(hit.get('t'), '.1f')} s | loop {bl.fmt(r['loop_sps'])} steps/s",
-        flush=True,
-    )
+    print(f"{side} seed {seed}: {r['step']} steps, {r['t']} s to {a.threshold:g}", flush=True)
     return r
 
 
 def main() -> None:
     b = bl.Bench(__file__, __doc__, runs=True)
-    p = b.parser
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--threshold", type=float, default=0.95)
-    p.add_argument("--window", type=int, default=4, help="iterations the success is averaged over")
-    p.add_argument("--total-steps", type=int, default=200_000, help="per run, both sides")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of both sides")
-    p.add_argument("--only", choices=["rlrec", "rsl_rl"], help="one side only")
-    p.add_argument("--rsl-defaults", action="store_true", help="rsl_rl's own PPO settings")
-    p.add_argument("--rlrec-override", nargs="*", default=[], help="extra overrides for train.py")
-    p.add_argument("--stop-at-hit", action="store_true", help="end each run at the threshold")
-    p.add_argument("--rsl-worker", nargs=2, metavar=("SEED", "OUT"), help="(internal)")
-    a = b.args()
-    if a.rsl_worker:
-        import torch
-
-        torch.set_num_threads(a.threads)
-        return rsl_worker(int(a.rsl_worker[0]), a.total_steps, a.rsl_defaults, a.rsl_worker[1])
-    a.bench = b
-    sides = [s for s in ("rlrec", "rsl_rl") if a.only in (None, s)]
-    if "rsl_rl" in sides:
-        bl.require("rsl_rl", "rsl-rl-lib")
-    results = {s: [] for s in sides}
-    for seed in a.seeds:
-        for side in sides:
-            results[side].append(run(side, seed, a))
-    hit = lambda key: lambda r: r["hit"] and r["hit"][key]  # noqa: E731
+    b.parser.add_argument("--window", type=int, default=4, help="iterations averaged over")
+    b.parser.add_argument("--total-steps", type=int, default=200_000, help="per run, both sides")
+    b.parser.add_argument("--rsl-defaults", action="store_true", help="rsl_rl's own PPO settings")
+    b.parser.add_argument("--stop-at-hit", action="store_true", help="end runs at the threshold")
+    a, results = bl.against(b, "rsl_rl", ("rsl_rl", "rsl-rl-lib"), 0.95, rsl_worker, run)
     b.out(
         f"built-in env, {NUM_ENVS} envs, training success >= {a.threshold:g}, seeds {a.seeds}, "
         f"torch threads {a.threads}: medians over seeds ('-': never reached)"
     )
-    columns = [
-        ("env steps", hit("step"), ",.0f"),
-        ("s", hit("t"), ".1f"),
-        ("steps/s", lambda r: r["hit"] and r["hit"]["step"] / r["hit"]["t"], ",.0f"),
-        ("loop steps/s", lambda r: r["loop_sps"], ",.0f"),
-    ]
-    bl.compare(b, results, columns, ("rlrec", "rsl_rl") if len(sides) == 2 else ())
+    loop = ("loop steps/s", lambda r: r["loop_sps"], ",.0f")
+    columns = [*bl.columns(f"{a.threshold:g} success", "step", "t", "sps"), loop]
+    bl.compare(b, results, columns, tuple(results) if len(results) == 2 else ())
     b.finish()
 
 

@@ -113,6 +113,35 @@ def compare(b: Bench, runs: Dict[str, List[dict]], columns: Sequence, ratio_of=(
     b.table(["", *(c[0] for c in columns)], rows)
 
 
+def against(b: Bench, ref: str, need: Tuple[str, str], threshold: float, worker, run):
+    """rlrec against the reference ``ref`` (``need``: its module and the distribution that
+    installs it), the sides interleaved seed by seed: ``run(side, seed, args)`` per run (with
+    ``args.bench``); ``worker(args, seed, out)`` is the reference's run in its own process
+    (``--worker SEED OUT``). Returns the args and each side's runs."""
+    p = b.parser
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--threshold", type=float, default=threshold)
+    p.add_argument("--only", choices=["rlrec", ref], help="one side only")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of both sides")
+    p.add_argument("--rlrec-override", nargs="*", default=[], help="extra overrides for train.py")
+    p.add_argument("--worker", nargs=2, metavar=("SEED", "OUT"), help="(internal) a reference run")
+    a = b.args()
+    a.bench = b
+    if a.worker:
+        import torch
+
+        torch.set_num_threads(a.threads)
+        sys.exit(worker(a, int(a.worker[0]), a.worker[1]))
+    sides = [s for s in ("rlrec", ref) if a.only in (None, s)]
+    if ref in sides:
+        require(*need)
+    runs = {s: [] for s in sides}
+    for seed in a.seeds:
+        for side in sides:
+            runs[side].append(run(side, seed, a))
+    return a, runs
+
+
 def known(xs) -> int:
     return sum(x is not None for x in xs)
 
@@ -266,10 +295,12 @@ def job(runs: RunDirs, over: list, target=1.0, stop=False, threads=None, cwd=ROO
     return {**out, "report": float(report[1]) if report else None}
 
 
-def job_columns(target: float, *keys: str) -> list:
-    """``compare``'s columns of :func:`job`'s figures named by ``keys``."""
-    labels = {"t": f"s to success {target:g}", "step": f"steps to {target:g}"}
+def columns(target: str, *keys: str) -> list:
+    """``compare``'s columns of a run's figures named by ``keys``: ``t`` and ``step`` (seconds and
+    env steps to ``target``, None where not reached), ``sps`` (their ratio) and :func:`job`'s."""
+    labels = {"t": f"s to {target}", "step": f"steps to {target}", "sps": f"steps/s to {target}"}
     labels.update(train="train steps/s", collect="collect steps/s", wall="s to the end")
     labels["report"] = "report s"
-    spec = {"t": ".2f", "wall": ".2f", "report": ".2f"}
-    return [(labels[k], lambda r, k=k: r[k], spec.get(k, ",.0f")) for k in keys]
+    spec = {"t": ".1f", "wall": ".2f", "report": ".2f"}
+    get = {"sps": lambda r: r["step"] / r["t"] if r["step"] else None}
+    return [(labels[k], get.get(k, lambda r, k=k: r[k]), spec.get(k, ",.0f")) for k in keys]
