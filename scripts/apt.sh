@@ -1,7 +1,5 @@
-# Sourced by the set-up scripts that need Debian packages: rlrec_apt_install [APT OPTIONS] PKG...
-# installs them with apt-get (as root, else through sudo). The package lists are fetched at most
-# once an hour, so the scripts that scripts/test.sh runs one after another pay for one update.
-# Where there is no apt-get it says what to install and returns 0 (what needs them then says so).
+# Sourced: rlrec_apt_install [APT OPTIONS] PKG... installs with apt-get (root, else sudo), fetching
+# the lists at most once an hour; without apt-get it says what to install and returns 0.
 
 rlrec_apt_install() {
   local sudo=""

@@ -1,117 +1,106 @@
-#!/usr/bin/env python
-"""The main job (``python train.py``) in wall time: to its first evaluation at success 1.0, and to
-its end, for one or more checkouts, run alternately (these machines are noisy: a before/after pair
-measured side by side in one run, not two runs at different times).
+"""train.py timed end to end, side by side: checkouts (``--trees``, ``--against REV``) times
+settings (``--sides``), alternated round by round (a before/after pair measured in one sitting).
 
-    python scripts/bench_main_job.py                          # this checkout, 3 runs
-    python scripts/bench_main_job.py --trees /tmp/before .    # two checkouts, alternated
+    python scripts/bench_main_job.py                     # this checkout: start-up, the main job
+    python scripts/bench_main_job.py --against HEAD~3    # and HEAD~3 (a temporary git worktree)
+    python scripts/bench_main_job.py --only job --sides "" algo.compile=true   # two settings
 
-Each run is a fresh process started in the checkout's root, timed from just before it starts
-(imports included): ``python train.py logger=none`` (plus ``seed=S`` with ``--seed``, and the
-``--override``s), the main job's settings otherwise (evaluations, their clips and the report stay
-on). ``metrics.jsonl`` is polled
-every 10 ms; an evaluation is timed when its line appears. Printed per run: seconds and env steps
-to the first evaluation with ``eval/success`` 1.0, seconds to the end, the last evaluation's
-success; then per checkout the medians and, with two checkouts, the ratios second/first.
+Each command is a fresh process timed from just before its start (imports included). Start-up:
+``--cfg job``, a refused input and one PPO iteration of the side's config, in wall and CPU seconds
+(user + system, children too: the steadier figure on a loaded machine). The job: ``python train.py
+logger=none`` with the side's settings (evaluations, clips and report on): seconds and env steps to
+its first evaluation with eval/success 1.0, training steps/s (env steps over time/collect +
+time/learn: start-up and evaluations left out), collection steps/s, seconds to its end and its
+report's own. Medians per side; each over the first.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
+import itertools
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
-from typing import List, Optional
 
-from metrics_tail import MetricsTail, RunDirs
-
-ROOT = Path(__file__).resolve().parent.parent
-RUNS = RunDirs()  # the runs' folders, removed at exit unless --keep-runs
+import benchlib as bl
+import yaml
 
 
-def run(tree: Path, overrides: List[str]) -> dict:
-    run_dir = RUNS.new("bench_main_job_")
-    metrics = run_dir / "metrics.jsonl"
-    cmd = [
-        sys.executable,
-        "train.py",
-        "logger=none",
-        f"hydra.run.dir={run_dir}",
-        *overrides,
-    ]
-    env = dict(os.environ, RLREC_PROGRESS="", PYTHONPATH=str(tree))
-    t0 = time.time()
-    proc = subprocess.Popen(
-        cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
-    )
-    first: Optional[dict] = None
-    last: Optional[dict] = None
-    tail = MetricsTail(metrics, t0)
-
-    def read_new() -> None:
-        nonlocal first, last
-        for now, rec in tail.read():
-            if "eval/success" not in rec:
-                continue
-            last = {"t": now, "step": rec["step"], "success": rec["eval/success"]}
-            if first is None and rec["eval/success"] >= 1.0:
-                first = last
-
-    while proc.poll() is None:
-        read_new()
-        time.sleep(0.01)
-    wall = time.time() - t0
-    read_new()
-    out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    if proc.returncode != 0:
-        raise RuntimeError(f"{tree}: train.py {' '.join(overrides)} failed:\n{out[-3000:]}")
-    return {"first": first, "last": last, "wall": wall}
+def startup(tree: Path, over: list, run_dir: Path) -> dict:
+    """(wall, CPU) seconds of each start-up command in ``tree``."""
+    cmd = [sys.executable, "train.py", *over]
+    cfg = yaml.safe_load(bl.timed([*cmd, "--cfg", "job"], tree)[2])
+    steps = int(cfg["env"]["num_envs"]) * int(cfg["algo"]["num_steps"])
+    commands = {
+        "--cfg job": (["--cfg", "job"], False),
+        "refused (recorder.trigger=bogus)": (["recorder.trigger=bogus"], True),
+        "one iteration": ([f"total_steps={steps}", f"hydra.run.dir={run_dir}"], False),
+    }
+    return {k: bl.timed(cmd + argv, tree, no)[:2] for k, (argv, no) in commands.items()}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--trees", nargs="+", default=[str(ROOT)], help="checkouts to compare")
-    p.add_argument("--runs", type=int, default=3, help="runs per checkout, alternated")
-    p.add_argument("--seed", type=int, default=None, help="default: the main job's own seed")
-    p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
-    RUNS.add_argument(p)
-    args = p.parse_args()
-    RUNS.start(args.keep_runs)
-    trees = [Path(t).resolve() for t in args.trees]
-    results = {t: [] for t in trees}
-    for i in range(args.runs):
-        for tree in trees:
-            seed = [] if args.seed is None else [f"seed={args.seed}"]
-            r = run(tree, seed + list(args.override))
-            results[tree].append(r)
-            f = r["first"]
-            print(
-                f"{tree}  run {i + 1}: success 1.0 at "
-                + ("-" if f is None else f"{f['t']:.2f} s, step {f['step']:,}")
-                + f" | end {r['wall']:.2f} s, last eval success {r['last']['success']:.3f}",
-                flush=True,
-            )
-    medians = {}
-    for tree in trees:
-        firsts = [r["first"]["t"] for r in results[tree] if r["first"] is not None]
-        walls = [r["wall"] for r in results[tree]]
-        medians[tree] = (statistics.median(firsts) if firsts else None, statistics.median(walls))
-        first = medians[tree][0]
-        print(
-            f"{tree}: median to success 1.0 "
-            + ("-" if first is None else f"{first:.2f} s")
-            + f" ({len(firsts)}/{len(walls)} runs reached it), median to the end "
-            f"{medians[tree][1]:.2f} s"
-        )
-    if len(trees) == 2:
-        (a1, a2), (b1, b2) = medians[trees[0]], medians[trees[1]]
-        ratio = "-" if a1 is None or b1 is None else f"{b1 / a1:.3f}"
-        print(f"ratio second/first: to success 1.0 {ratio}, to the end {b2 / a2:.3f}")
+    b = bl.Bench(__file__, __doc__, runs=True)
+    p = b.parser
+    p.add_argument("--trees", nargs="+", type=Path, default=[bl.ROOT], help="checkouts")
+    p.add_argument("--against", metavar="REV", help="also this git revision (a temporary worktree)")
+    p.add_argument("--sides", nargs="+", default=[""], help="settings: overrides each, quoted")
+    p.add_argument("--override", nargs="*", default=[], help="overrides of every side")
+    p.add_argument("--only", choices=["startup", "job"], help="default: both")
+    p.add_argument("--runs", type=int, default=3, help="rounds: each side once per round")
+    p.add_argument("--seeds", type=int, nargs="+", help="round i: the i-th (default: the config's)")
+    a = b.args()
+    a.bench = b
+    trees = [t.resolve() for t in a.trees]
+    with tempfile.TemporaryDirectory(prefix="rlrec-bench-main-job-") as tmp:
+        if a.against:
+            trees.append(Path(tmp) / "against")
+            git = ["git", "worktree", "add", "--detach", str(trees[-1]), a.against]
+            subprocess.run(git, cwd=bl.ROOT, check=True, capture_output=True)
+        try:
+            sides = measure(a, trees, Path(tmp))
+        finally:
+            if a.against:
+                git = ["git", "worktree", "remove", "--force", str(trees[-1])]
+                subprocess.run(git, cwd=bl.ROOT, check=False)
+    report(b, a, sides)
+    b.finish()
+
+
+def measure(a, trees: list, tmp: Path) -> dict:
+    names = {t: a.against if a.against and t == trees[-1] else str(t) for t in trees}
+    sides = {}
+    for tree, setting in itertools.product(trees, a.sides):
+        label = " ".join(n for n in (names[tree] * (len(trees) > 1), setting) if n) or "this tree"
+        sides[label] = (tree, [*setting.split(), *a.override], [], [])
+    for r in range(a.runs):
+        order = list(sides.items())[:: -1 if r % 2 else 1]  # alternate who goes first
+        for i, (label, (tree, over, starts, jobs)) in enumerate(order):
+            if a.only != "job":
+                starts.append(startup(tree, over, tmp / f"run-{r}-{i}"))
+            if a.only != "startup":
+                seed = [f"seed={a.seeds[r % len(a.seeds)]}"] if a.seeds else []
+                jobs.append(bl.job(a.bench.runs, over + seed, cwd=tree))
+                print(f"{label} run {r + 1}: {jobs[-1]}", flush=True)
+    return sides
+
+
+def report(b: bl.Bench, a, sides: dict) -> None:
+    first = next(iter(sides.values()))
+    if a.only != "job":
+        b.out(f"start-up, medians of {a.runs} rounds (wall and CPU seconds; over the first side)")
+        rows = []
+        for label, (_, _, starts, _) in sides.items():
+            for cmd in starts[0]:
+                w, c = (bl.median(s[cmd][i] for s in starts) for i in (0, 1))
+                w0, c0 = (bl.median(s[cmd][i] for s in first[2]) for i in (0, 1))
+                rows.append([cmd, label, f"{w:.2f}", f"{c:.2f}", bl.ratio(w, w0), bl.ratio(c, c0)])
+        b.table(["command", "side", "wall s", "CPU s", "wall ratio", "CPU ratio"], rows)
+    if a.only != "startup":
+        b.out(f"\ntrain.py {' '.join(a.override)}, medians of {a.runs} runs")
+        columns = bl.columns("success 1.0", "t", "step", "train", "collect", "wall", "report")
+        runs = {label: jobs for label, (_, _, _, jobs) in sides.items()}
+        bl.compare(b, runs, columns, tuple(list(runs)[1::-1]) if len(runs) > 1 else ())
 
 
 if __name__ == "__main__":

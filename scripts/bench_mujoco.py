@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """MuJoCo returns of rlrec's PPO presets beside the references' PPO, run side by side in one
 sitting on this machine (the same tasks, seeds, env steps and software):
 
@@ -8,32 +7,23 @@ sitting on this machine (the same tasks, seeds, env steps and software):
     python scripts/bench_mujoco.py --tasks Hopper-v4 --seeds 1 --steps 300000 --cleanrl PATH
     python scripts/bench_mujoco.py --table-of SWEEP_DIR [SWEEP_DIR ...]  # sittings' runs together
 
-Sides, each one stream of runs (task by task, seed by seed, one run at a time, one torch thread),
-the streams started together so that each side's run of a task and seed runs beside the other's:
+Each side is one stream of runs (task by task, seed by seed, one torch thread), the streams
+started together so that each side's run of a task and seed runs beside the other's:
 
-- rlrec: one Hydra multirun, ``python train.py -m +experiment=PRESET`` over the tasks and seeds
-  (``env.id=...``; for ``mujoco_tuned`` its ``zoo=...`` group), with the preset's recorder and
-  evaluations on; extra overrides after ``--`` go to its runs.
-- ``--cleanrl PATH``: CleanRL's ``ppo_continuous_action.py`` (repository vwxyzjn/cleanrl, commit
-  016ca33, the revision for Gymnasium 1.x; needs tyro), whose settings ``+experiment=mujoco``
-  reproduces (docs/gymnasium.md says where rlrec differs). Run from a copy in the sitting's folder
-  with the one line Gymnasium >= 1.0 needs (``TransformObservation`` given the observation space);
-  its ``episodic_return`` lines are the training returns (it has no deterministic evaluation).
-- ``--sb3``: Stable-Baselines3's PPO with the preset's settings (``scripts/bench_sb3_ppo.py``: the
-  same values in SB3's terms), the Zoo's VecNormalize and deterministic evaluation.
+- rlrec: one multirun ``python train.py -m +experiment=PRESET`` over the tasks and seeds (recorder
+  and evaluations on); overrides after ``--`` go to its runs.
+- ``--cleanrl PATH``: CleanRL's ``ppo_continuous_action.py`` (vwxyzjn/cleanrl at 016ca33; needs
+  tyro), which ``+experiment=mujoco`` reproduces, run from a copy with the one line Gymnasium >=
+  1.0 needs; its ``episodic_return`` lines are its training returns (it has no deterministic eval).
+- ``--sb3``: SB3's PPO with the preset's settings (``scripts/bench_sb3_ppo.py``).
 
-Printed per task and side: mean +- std over seeds of the final training return (the mean of the
-last 10 training episodes: for rlrec the last ``train/return`` lines of metrics.jsonl weighted by
-their ``train/episodes``), of the last deterministic eval return, the wall time per run and env
-steps/s, with the ratio of rlrec to each reference. A published figure (CleanRL's own table, from
-older MuJoCo and Gym) is printed as context only. Each side's runs land in ``--sweep-dir``:
-rlrec's as a sweep (its report page: ``report.html``), a reference's as
-``<side>/<task>/seed<S>/result.json``.
+Per task and side: mean +- std over seeds of the final training return (the last 10 training
+episodes), of the last deterministic eval return, wall s per run and env steps/s, and rlrec against
+each reference; CleanRL's published figure as context only. The runs land in ``--sweep-dir``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -47,12 +37,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import benchlib as bl
 
-from rlrec.layout import RunDir  # noqa: E402
-from rlrec.report.html import write_report  # noqa: E402
-from rlrec.report.rundata import read_jsonl, read_rows  # noqa: E402
+from rlrec.layout import RunDir
+from rlrec.report.html import write_report
+from rlrec.report.rundata import read_jsonl, read_rows
+
+ROOT = bl.ROOT
 
 # CleanRL's published ppo_continuous_action.py table (MuJoCo v4 on older MuJoCo and Gym, 1M steps,
 # 3 seeds): context only, never the reference (the side-by-side runs are)
@@ -128,50 +119,41 @@ def cleanrl_copy(script: Path, folder: Path) -> Path:
     return copy.resolve()  # absolute: never read as an option
 
 
-def run_cleanrl(script: Path, task: str, seed: int, steps: int, out: Path) -> None:
-    """One CleanRL run (cwd ``out``: its runs/ folder lands there); its stdout in ``out/log.txt``
-    and the training returns it printed in ``out/result.json``."""
+def logged(side: str, command: List[str], task: str, seed: int, out: Path) -> float:
+    """``command`` run in ``out`` (what it writes into its working directory lands there), its
+    output in ``out/log.txt``, one torch thread; its seconds (a failure is said)."""
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, str(script), "--env-id", task, "--seed", str(seed)]
-    command += ["--total-timesteps", str(steps), "--no-cuda"]
     t0 = time.perf_counter()
     with open(out / "log.txt", "w") as log:
-        code = subprocess.run(
-            command, cwd=out, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ONE_THREAD}
-        ).returncode
-    wall = time.perf_counter() - t0
-    found = CLEANRL_RETURN.findall((out / "log.txt").read_text())
-    if code != 0:
-        print(f"cleanrl {task} seed {seed}: exit {code} (see {out / 'log.txt'})", flush=True)
+        env = {**os.environ, **ONE_THREAD}
+        code = subprocess.run(command, cwd=out, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if code.returncode != 0:
+        print(
+            f"{side} {task} seed {seed}: exit {code.returncode} (see {out / 'log.txt'})", flush=True
+        )
+    return time.perf_counter() - t0 if code.returncode == 0 else -1.0
+
+
+def run_cleanrl(script: Path, task: str, seed: int, steps: int, out: Path) -> None:
+    """One CleanRL run; the training returns it printed in ``out/result.json``."""
+    command = [sys.executable, str(script), "--env-id", task, "--seed", str(seed)]
+    command += ["--total-timesteps", str(steps), "--no-cuda"]
+    wall = logged("cleanrl", command, task, seed, out)
+    if wall < 0:
         return
-    result = {
-        "side": "cleanrl",
-        "task": task,
-        "seed": seed,
-        "steps": steps - steps % 2048,  # whole iterations of 2,048 steps
-        "train": {"returns": [float(r) for _, r in found]},
-        "eval": [],
-        "wall": wall,
-    }
+    found = CLEANRL_RETURN.findall((out / "log.txt").read_text())
+    result = dict(side="cleanrl", task=task, seed=seed, eval=[], wall=wall)
+    result["steps"] = steps - steps % 2048  # whole iterations of 2,048 steps
+    result["train"] = {"returns": [float(r) for _, r in found]}
     (out / "result.json").write_text(json.dumps(result))
     print(f"cleanrl {task} seed {seed}: {len(found)} episodes in {wall:.0f} s", flush=True)
 
 
 def run_sb3(preset: str, task: str, seed: int, steps: int, out: Path, extra: List[str]) -> None:
     """One SB3 run of ``preset``'s settings (scripts/bench_sb3_ppo.py)."""
-    out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(ROOT / "scripts" / "bench_sb3_ppo.py"), str(out.resolve())]
     command += [str(seed), str(steps), f"+experiment={preset}", task_override(preset, [task])]
-    with open(out / "log.txt", "w") as log:
-        code = subprocess.run(
-            command + extra,
-            cwd=out,  # what MuJoCo or SB3 write into the working directory lands beside the log
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **ONE_THREAD},
-        ).returncode
-    if code != 0:
-        print(f"sb3 {task} seed {seed}: exit {code} (see {out / 'log.txt'})", flush=True)
+    logged("sb3", command + extra, task, seed, out)
 
 
 def task_override(preset: str, tasks: List[str]) -> str:
@@ -181,9 +163,8 @@ def task_override(preset: str, tasks: List[str]) -> str:
 
 
 def versions() -> str:
-    names = ("torch", "gymnasium", "mujoco", "stable-baselines3", "tyro")
     found = []
-    for name in names:
+    for name in ("torch", "gymnasium", "mujoco", "stable-baselines3", "tyro"):
         try:
             found.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
@@ -192,9 +173,8 @@ def versions() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    b = bl.Bench(__file__, __doc__, fenced=True)  # its table is plain text
+    ap = b.parser
     ap.add_argument("--preset", choices=PRESETS, default="mujoco", help="rlrec's +experiment")
     ap.add_argument("--tasks", nargs="+", default=["HalfCheetah-v4", "Hopper-v4", "Walker2d-v4"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
@@ -203,17 +183,13 @@ def main() -> None:
     ap.add_argument("--sb3", action="store_true", help="SB3's PPO with the preset's settings")
     ap.add_argument("--no-rlrec", action="store_true", help="the reference sides only")
     ap.add_argument("--sweep-dir", type=Path, help="default: outputs/bench_mujoco/<time>")
-    ap.add_argument(
-        "--table-of",
-        nargs="+",
-        type=Path,
-        metavar="SWEEP_DIR",
-        help="run nothing: the table of these sittings' completed runs together",
-    )
+    ap.add_argument("--table-of", nargs="+", type=Path, metavar="SWEEP_DIR", help="run nothing: "
+                    "the table of these sittings' completed runs together")  # fmt: skip
     ap.add_argument("overrides", nargs="*", help="extra overrides for rlrec's runs (after --)")
-    a = ap.parse_args()
+    a = b.args()
     if a.table_of:
-        sys.exit(print_table(a.table_of))
+        print_table(a.table_of, b.out)
+        return b.finish()
     if a.cleanrl and a.preset != "mujoco":
         ap.error("--cleanrl runs CleanRL's own settings: --preset mujoco reproduces them")
     if a.cleanrl and not a.cleanrl.is_file():
@@ -247,8 +223,9 @@ def main() -> None:
         thread.join()  # each stream's subprocesses end on their own (their runs' lengths)
     elapsed = time.perf_counter() - t0
     report = write_report(sweep) if "rlrec" in streams else None
-    print_table([sweep])
+    print_table([sweep], b.out)
     print(f"\nsitting {sweep} in {elapsed:.0f} s; {versions()}; report {report}", flush=True)
+    b.finish()
 
 
 def _pm(values: List[float]) -> str:
@@ -274,11 +251,11 @@ def collect(sweeps: List[Path]) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
     return out
 
 
-def print_table(sweeps: List[Path]) -> int:
+def print_table(sweeps: List[Path], out: Callable[[str], None] = print) -> None:
     """Per task and side, the completed runs of ``sweeps``: mean +- std over seeds."""
     by_task = collect(sweeps)
     head = ("task", "side", "runs", f"train return (last {LAST_EPISODES} ep)", "eval return")
-    print(f"\n{' | '.join(head)} | wall s per run | steps/s")
+    out(f"\n{' | '.join(head)} | wall s per run | steps/s")
     for task, sides in sorted(by_task.items()):
         means = {}
         for side, runs in sides.items():
@@ -286,9 +263,9 @@ def print_table(sweeps: List[Path]) -> int:
             sps = statistics.fmean(r["steps"] / r["wall"] for r in runs)
             train, evals = _pm([r["train"] for r in runs]), _pm([r["eval"] for r in runs])
             means[side] = (statistics.fmean(r["train"] for r in runs), wall)
-            print(f"{task} | {side} | {len(runs)} | {train} | {evals} | {wall:.0f} | {sps:.0f}")
+            out(f"{task} | {side} | {len(runs)} | {train} | {evals} | {wall:.0f} | {sps:.0f}")
             for r in runs:
-                print(
+                out(
                     f"    {r['run_dir']}: train {r['train']:.2f}, eval {r['eval']:.2f}, "
                     f"{r['wall']:.0f} s"
                 )
@@ -296,16 +273,15 @@ def print_table(sweeps: List[Path]) -> int:
             if "rlrec" in means and side in means:
                 (mine, my_wall), (theirs, their_wall) = means["rlrec"], means[side]
                 ratio = f" ({mine / theirs:.3f}x)" if min(mine, theirs) > 0 else ""
-                print(
+                out(
                     f"{task} | rlrec - {side}: train return {mine - theirs:+.2f}{ratio}, "
                     f"wall {my_wall / their_wall:.3f}x"
                 )
         if task in PUBLISHED:
-            print(
+            out(
                 f"{task} | CleanRL's published table (older MuJoCo; context only): "
                 "%.2f +- %.2f" % PUBLISHED[task]
             )
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,17 +1,14 @@
-#!/usr/bin/env python
-"""One run of Stable-Baselines3's PPO with the PPO settings of an rlrec config, for
-``scripts/bench_mujoco.py --sb3`` (the side beside rlrec's runs):
+"""One run of Stable-Baselines3's PPO with the PPO settings of an rlrec config, the SB3 side of
+``scripts/bench_mujoco.py --sb3``:
 
     python scripts/bench_sb3_ppo.py OUT_DIR SEED TOTAL_STEPS +experiment=mujoco_tuned zoo=Hopper-v4
 
-The Hydra overrides compose rlrec's config (``train.py``'s), whose ``algo`` and ``env.id`` become
-SB3's ``PPO`` and ``VecNormalize`` arguments (:func:`sb3_settings`; a setting SB3 cannot express is
-refused), as RL Baselines3 Zoo builds them: ``DummyVecEnv`` of ``env.num_envs`` Gymnasium envs
-under ``Monitor`` (the raw episode returns), ``VecNormalize(gamma=algo.gamma)``. After training,
-``eval_env.num_envs`` deterministic episodes on a separate env with the training's observation
-statistics frozen (the Zoo's evaluation). Writes ``OUT_DIR/result.json``: every training episode's
-return and length in order, the eval returns, the env steps and the wall time of the run (imports
-included).
+The overrides compose rlrec's config, whose ``algo`` becomes SB3's ``PPO`` and ``VecNormalize``
+arguments (:func:`sb3_settings`; what SB3 cannot express is refused), built as RL Baselines3 Zoo
+does (``env.num_envs`` Gymnasium envs under ``Monitor`` in a ``DummyVecEnv``); then the Zoo's
+evaluation (``eval_env.num_envs`` deterministic episodes, observation statistics frozen). Writes
+``OUT_DIR/result.json``: the training episodes' returns and lengths, the eval returns, the env steps
+and the run's wall time (imports included).
 """
 
 from __future__ import annotations
@@ -125,17 +122,13 @@ def main() -> None:
         obs, _, done, info = eval_env.step(action)
         if done[0]:
             returns.append(float(info[0]["episode"]["r"]))
-    result = {
-        "side": "sb3",
-        "task": task,
-        "seed": seed,
-        "steps": int(model.num_timesteps),
-        "train": {"returns": [r for _, r, _ in episodes], "lengths": [n for _, _, n in episodes]},
-        "eval": returns,
-        "wall": train_wall,
-        "overrides": overrides,
-        "versions": {"stable_baselines3": __import__("stable_baselines3").__version__},
+    result = dict(side="sb3", task=task, seed=seed, steps=int(model.num_timesteps), eval=returns)
+    result["train"] = {
+        "returns": [r for _, r, _ in episodes],
+        "lengths": [n for _, _, n in episodes],
     }
+    result.update(wall=train_wall, overrides=overrides)
+    result["versions"] = {"stable_baselines3": __import__("stable_baselines3").__version__}
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, default=float))
     print(f"sb3 {task} seed {seed}: {result['steps']} steps in {train_wall:.0f} s", flush=True)

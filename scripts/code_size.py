@@ -1,15 +1,12 @@
-"""The size figures of rlrec/ (issue "Smaller and plainer"), for the working tree or a revision:
+"""The size figures of rlrec/ (issue 52) for the working tree, or a revision read with git show:
 
-    python scripts/code_size.py            # the working tree
-    python scripts/code_size.py c084cb2    # a revision (read with git show, nothing checked out)
+    python scripts/code_size.py [REV]
 
-Lines: every line of rlrec/*.py; code lines: those with a token that is not a comment, a docstring
-or blank; the same counted after ``ruff format`` of a copy with every ``# fmt: skip`` removed; code
-tokens: Python's tokens less comments, docstrings and layout (NEWLINE, NL, INDENT, DEDENT). Then the
-``# fmt: skip`` sites, the functions over 60 lines, the modules (and the folders) that import each
-other, the clip engine's class (lines, methods, constructor parameters), the runner's module, the
-layout names spelled outside rlrec/layout.py, the ConfigError sites, and whether train/ imports
-run/.
+Lines; code lines (a token that is not a comment or a docstring), also after ``ruff format`` of a
+copy with every ``# fmt: skip`` removed; code tokens (less comments, docstrings and layout); then
+the ``# fmt: skip`` sites, the functions over 60 lines, the modules and folders importing each
+other, the clip engine's class, the runner, layout names spelled outside rlrec/layout.py, the
+ConfigError sites and whether train/ imports run/.
 """
 
 from __future__ import annotations
@@ -56,14 +53,11 @@ def docstrings(tree: ast.AST) -> Iterator[ast.Expr]:
 
 
 def code_lines(src: str) -> int:
-    docs = set()
-    for doc in docstrings(ast.parse(src)):
-        docs.update(range(doc.lineno, doc.end_lineno + 1))
-    lines = set()
-    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
-        if tok.type not in SKIP:
-            lines.update(range(tok.start[0], tok.end[0] + 1))
-    return len(lines - docs)
+    docs = {i for d in docstrings(ast.parse(src)) for i in range(d.lineno, d.end_lineno + 1)}
+    toks = tokenize.generate_tokens(io.StringIO(src).readline)
+    return len(
+        {i for t in toks if t.type not in SKIP for i in range(t.start[0], t.end[0] + 1)} - docs
+    )
 
 
 def code_tokens(src: str) -> int:

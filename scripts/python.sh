@@ -1,14 +1,7 @@
-# Sourced by rlrec's set-up scripts (scripts/train.sh, setup*.sh, test.sh): chooses the Python that
-# rlrec is installed into and run with, sets PY to it and exports PYTHON=$PY for the scripts it
-# calls. The first of:
-#   1. $PYTHON, when set;
-#   2. the active virtual environment ($VIRTUAL_ENV);
-#   3. .venv in the repo, made by an earlier set-up;
-#   4. `python`, else `python3`, on PATH, when pip may install into it: not an externally managed
-#      Python (PEP 668: Debian's and Ubuntu's own) and its site-packages writable;
-#   5. a new .venv in the repo, made with that `python3` (or `python`).
-# Where none can work it says in one line what to install and exits 1, before anything is installed.
-# Never pip's --break-system-packages.
+# Sourced by the set-up scripts: sets PY (and exports PYTHON) to the first of $PYTHON, the active
+# venv, the repo's .venv, `python`/`python3` on PATH when pip may install into it (not externally
+# managed, PEP 668; site-packages writable), else a new .venv made with it. Where none can work it
+# says what to install and exits 1 before installing anything; never --break-system-packages.
 
 _rlrec_fail() {
   echo "rlrec set-up: $*" >&2
@@ -34,18 +27,9 @@ PY
 
 _rlrec_pick_python() {
   local repo=$1 cand base=""
-  if [ -n "${PYTHON:-}" ]; then
-    PY=$PYTHON
-    return
-  fi
-  if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
-    PY=$VIRTUAL_ENV/bin/python
-    return
-  fi
-  if [ -x "$repo/.venv/bin/python" ]; then
-    PY=$repo/.venv/bin/python
-    return
-  fi
+  [ -n "${PYTHON:-}" ] && { PY=$PYTHON; return; }
+  [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ] && { PY=$VIRTUAL_ENV/bin/python; return; }
+  [ -x "$repo/.venv/bin/python" ] && { PY=$repo/.venv/bin/python; return; }
   for cand in python python3; do
     command -v "$cand" >/dev/null 2>&1 || continue
     _rlrec_new_enough "$cand" || continue

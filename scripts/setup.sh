@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
-# Installs rlrec (editable) with the given extras into the Python that scripts/python.sh chooses
-# (the active venv, else the machine's python when pip may install into it, else .venv), e.g.
-#   bash scripts/setup.sh                        # just rlrec
-#   bash scripts/setup.sh dev maniskill          # + what the tests and env=maniskill need
-# torch is taken from scripts/constraints.txt (CPU build) when it is not installed yet; all
-# extras are resolved by one pip call. Idempotent: a second run installs nothing new.
+# Installs rlrec (editable) with the given extras into the Python scripts/python.sh chooses, torch
+# from scripts/constraints.txt (CPU) when missing, in one pip resolve; idempotent:
+#   bash scripts/setup.sh [dev maniskill ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/python.sh

@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the report's browser test needs (called by scripts/test.sh): Debian's headless
-# Chromium and its driver (/usr/bin/chromium, /usr/bin/chromedriver; Debian's build plays H.264),
-# and selenium (the `dev` extra) into the current Python.
-#   bash scripts/setup_browser.sh
-# Idempotent: returns at once when everything is there. RLREC_SKIP_BROWSER=1 skips it (the
-# browser test then skips, saying why). Installing the packages needs root (or sudo) and apt-get.
+# Installs what the report's browser test needs (called by scripts/test.sh): Debian's Chromium and
+# chromedriver (its build plays H.264; root or sudo) and selenium. Idempotent; RLREC_SKIP_BROWSER=1
+# skips it (the browser test then skips, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/python.sh

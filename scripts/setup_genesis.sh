@@ -1,19 +1,9 @@
 #!/usr/bin/env bash
-# Installs what env=genesis needs: headless OpenGL libraries (EGL, with OSMesa as a fallback) from
-# Debian, and rlrec's `genesis` and `genesis-forge` extras (genesis-world; Genesis Forge 0.5.3, which
-# the tests of rlrec.record.VideoWrapper compare with) under the CPU torch constraint.
-# Idempotent and fast once installed: each step is skipped when its result is already there.
-#
-# First use compiles Genesis's kernels (about 100 s on 2 CPU cores); the compiled kernels are cached
-# under ~/.cache (Genesis/Quadrants defaults), so keep that directory within one CI run (or cache it
-# between runs) and the later scenes build in a few seconds. The last step compiles them here, with
-# one tiny train.py run, once per Genesis/Quadrants version and install (a marker under
-# ~/.cache/rlrec): else the two test workers each compile the same kernels at once on a new machine
-# (about 600 s of test time).
-#   bash scripts/setup_genesis.sh              # the libraries, the extras, the kernel compile
-#   bash scripts/setup_genesis.sh --install    # the libraries and the extras only
-#   bash scripts/setup_genesis.sh --warm-up    # the kernel compile only (scripts/test.sh runs it
-#                                              # beside other set-up steps)
+# Installs what env=genesis needs: Debian's headless OpenGL libraries (EGL, OSMesa fallback) and
+# the `genesis` and `genesis-forge` extras; then compiles Genesis's kernels once per version and
+# install (one tiny train.py run, a marker under ~/.cache/rlrec; about 100 s on 2 cores, cached in
+# ~/.cache), so that two test workers do not compile them at once. Each step is skipped when done.
+#   bash scripts/setup_genesis.sh [--install | --warm-up]   # all; libraries and extras; compile
 set -euo pipefail
 mode=${1:-all}
 case "$mode" in all | --install | --warm-up) ;; *) echo "usage: $0 [--install | --warm-up]" >&2; exit 2 ;; esac
@@ -38,17 +28,15 @@ if [ "$mode" != --warm-up ]; then
 fi
 [ "$mode" = --install ] && exit 0
 
-# A process killed while Quadrants writes its kernel cache leaves the cache's lock file behind, and
-# every later process then skips the cache ("Lock .../qdcache.lock failed") and compiles again. A
-# lock older than 10 minutes is such a leftover (a write takes seconds): it is removed, saying so.
+# A lock older than 10 minutes was left by a process killed while writing Quadrants's kernel cache
+# (a write takes seconds); while it is there every process skips the cache and compiles again.
 lock="${XDG_CACHE_HOME:-$HOME/.cache}/quadrants/qdcache/kernel_compilation_manager/qdcache.lock"
 if [ -n "$(find "$lock" -mmin +10 2>/dev/null)" ]; then
   echo "setup_genesis.sh: removing Quadrants's stale kernel-cache lock $lock (left by a killed process)"
   rm -f "$lock"
 fi
 
-# Quadrants keys its kernel cache by the kernels' source files, so the marker names the versions
-# and where Genesis is installed (another venv compiles again); find_spec: no import
+# the cache is keyed by the kernels' source files: the marker names the versions and the install
 versions=$("$PY" -c "
 import hashlib, importlib.util as u
 from importlib.metadata import version as v

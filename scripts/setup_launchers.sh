@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Hydra launchers and sweepers rlrec's sweeps use (called by scripts/test.sh).
-#   bash scripts/setup_launchers.sh
-# 1. The `launchers` extra (joblib, submitit local/SLURM, Optuna) into the current Python.
-# 2. The `ray` extra into its own virtual environment, .venv-ray (it sees this Python's packages,
-#    rlrec included, whether this Python is a venv or not): hydra-ray-launcher pins cloudpickle 2.2.1 while joblib >= 1.6 needs
-#    cloudpickle >= 3, so installing it here would break `pip check` for everything else.
-#    About 70 s and 320 MB the first time; RLREC_SKIP_RAY=1 skips it (the Ray test then skips).
-# Idempotent: returns in about a second when everything is already installed.
+# Installs the Hydra launchers rlrec's sweeps use (called by scripts/test.sh): the `launchers` extra
+# (joblib, submitit, Optuna) into this Python, and the Ray launcher into .venv-ray, which sees this
+# Python's packages (hydra-ray-launcher pins cloudpickle 2.2.1, joblib >= 1.6 needs >= 3). About
+# 70 s the first time; RLREC_SKIP_RAY=1 skips Ray (its test then skips). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/python.sh
@@ -23,10 +19,8 @@ if [ "${RLREC_SKIP_RAY:-0}" != "1" ]; then
   if [ ! -x "$RAY_PY" ]; then
     "$PY" -m venv .venv-ray
   fi
-  # The venv sees $PY's packages (rlrec, torch, Hydra, ...) behind its own: a .pth line that adds
-  # $PY's site-packages as a site dir (so their own .pth files, rlrec's editable install among
-  # them, are read too), written anew each time so that it follows the Python this set-up uses.
-  # Not --system-site-packages: that is the base interpreter's, not an active venv's.
+  # $PY's site-packages as a site dir behind the venv's own (their .pth files read too: rlrec's
+  # editable install), written anew each time (not --system-site-packages: the base's, not $PY's)
   site=$("$RAY_PY" -c "import sysconfig; print(sysconfig.get_path('purelib'))")
   "$PY" - "$site/rlrec-parent.pth" <<'PY'
 import sys, sysconfig

@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
-# Installs what env=maniskill needs on a Debian machine without a GPU, then the `maniskill` extra.
-#   bash scripts/setup_maniskill.sh
-# 1. Vulkan: SAPIEN needs a Vulkan device even for state-only sims. Without a GPU that is Mesa's
-#    lavapipe, and Debian 12's stock Mesa (22.x) is refused by SAPIEN, so on bookworm Mesa comes
-#    from bookworm-backports. The backports sources file is derived from the machine's own Debian
-#    sources file (first deb822 stanza, Suites: changed), so no mirror is named here.
-# 2. pip: the `maniskill` extra under scripts/constraints.txt (keeps the CPU torch build).
-# Idempotent, and it returns in about a second when everything is already installed.
+# Installs what env=maniskill needs on a Debian machine without a GPU: a Vulkan driver (SAPIEN needs
+# one even for state-only sims: Mesa's lavapipe >= 23; on bookworm from bookworm-backports, its
+# sources file derived from the machine's own, no mirror named here), then the `maniskill` extra.
+# Idempotent: about a second when everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/python.sh

@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything the tests need on a fresh machine, then runs the whole suite, with the Python
-# that scripts/python.sh chooses (the active venv, else the machine's python when pip may install
-# into it, else .venv in the repo).
-#   bash scripts/test.sh [pytest args]
-# Two pytest-xdist workers; an idle worker takes tests queued for the other (worksteal: the long
-# end-to-end runs do not pile up on one worker). RLREC_TEST_WORKERS=N for N workers, 0 for one
-# process. Each step is skipped where its result is already there; the set-up's time is printed.
+# Installs everything the tests need on a fresh machine, then runs the whole suite with the Python
+# that scripts/python.sh chooses:  bash scripts/test.sh [pytest args]
+# Two pytest-xdist workers, worksteal (RLREC_TEST_WORKERS=N; 0: one process). Set-up steps already
+# done are skipped; their time is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/python.sh

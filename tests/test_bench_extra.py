@@ -36,7 +36,7 @@ def bench_modules() -> Set[str]:
                 modules |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 modules.add(node.module.split(".")[0])
-    local = {"rlrec", "tests", "__future__", "metrics_tail"}  # scripts/metrics_tail.py
+    local = {"rlrec", "tests", "__future__", "benchlib"}  # scripts/benchlib.py
     return {m for m in modules - local if m not in sys.stdlib_module_names}
 
 

@@ -29,54 +29,24 @@ ZOO = {
 def test_tuned_preset_is_the_zoos_ppo_in_rlrecs_and_sb3s_terms(task):
     cfg = make_config(["+experiment=mujoco_tuned", f"zoo={task}"])
     n_steps, batch, epochs, lr, gamma, lam, clip, ent, vf, max_norm = ZOO[task]
-    a = cfg.algo
-    assert (cfg.env.id, cfg.env.num_envs, a.num_steps, a.update_epochs) == (
-        task,
-        1,
-        n_steps,
-        epochs,
-    )
-    assert n_steps // a.num_minibatches == batch
-    assert (a.learning_rate, a.gamma, a.gae_lambda, a.clip_coef, a.ent_coef) == (
-        lr,
-        gamma,
-        lam,
-        clip,
-        ent,
-    )
+    a, zoo = cfg.algo, (lr, gamma, lam, clip, ent)
+    assert (cfg.env.id, cfg.env.num_envs) == (task, 1)
+    assert (a.num_steps, a.update_epochs, n_steps // a.num_minibatches) == (n_steps, epochs, batch)
+    assert (a.learning_rate, a.gamma, a.gae_lambda, a.clip_coef, a.ent_coef) == zoo
     assert a.vf_coef == pytest.approx(2 * vf)  # SB3's value loss has no factor 1/2
     assert (a.anneal_lr, a.clip_vloss, a.grad_clip, a.target_kl) == (False, False, "joint", None)
     settings = sb3_settings(cfg)
-    ppo, norm = settings["ppo"], settings["normalize"]
+    ppo, norm, kwargs = settings["ppo"], settings["normalize"], settings["ppo"]["policy_kwargs"]
     assert (ppo["n_steps"], ppo["batch_size"], ppo["n_epochs"]) == (n_steps, batch, epochs)
-    assert (ppo["learning_rate"], ppo["gamma"], ppo["gae_lambda"], ppo["clip_range"]) == (
-        lr,
-        gamma,
-        lam,
-        clip,
-    )
-    assert (ppo["vf_coef"], ppo["ent_coef"], ppo["max_grad_norm"]) == (
-        pytest.approx(vf),
-        ent,
-        max_norm,
-    )
-    assert ppo["clip_range_vf"] is None and ppo["policy_kwargs"]["optimizer_kwargs"]["eps"] == 1e-5
+    keys = ("learning_rate", "gamma", "gae_lambda", "clip_range", "ent_coef", "max_grad_norm")
+    assert tuple(ppo[k] for k in keys) == (*zoo, max_norm) and ppo["vf_coef"] == pytest.approx(vf)
+    assert ppo["clip_range_vf"] is None and kwargs["optimizer_kwargs"]["eps"] == 1e-5
     assert norm == {"norm_obs": True, "norm_reward": True, "clip_reward": 10.0, "gamma": gamma}
-    kwargs = ppo["policy_kwargs"]
-    if task == "Walker2d-v4":  # no policy_kwargs in the Zoo: SB3's MlpPolicy defaults
-        assert (kwargs["net_arch"]["pi"], kwargs["ortho_init"], kwargs["log_std_init"]) == (
-            [64, 64],
-            True,
-            0.0,
-        )
-        assert kwargs["activation_fn"].__name__ == "Tanh"
-    else:
-        assert (kwargs["net_arch"]["vf"], kwargs["ortho_init"], kwargs["log_std_init"]) == (
-            [256, 256],
-            False,
-            -2.0,
-        )
-        assert kwargs["activation_fn"].__name__ == "ReLU"
+    default = task == "Walker2d-v4"  # no policy_kwargs in the Zoo: SB3's MlpPolicy defaults
+    net = [64, 64] if default else [256, 256]
+    want = (True, 0.0, "Tanh") if default else (False, -2.0, "ReLU")
+    assert kwargs["net_arch"] == {"pi": net, "vf": net}
+    assert (kwargs["ortho_init"], kwargs["log_std_init"], kwargs["activation_fn"].__name__) == want
 
 
 def test_sb3_side_maps_cleanrls_settings_and_refuses_what_sb3_cannot_run():

@@ -24,15 +24,15 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "device" / f"{name}.py")
+def _load(name, folder=REPO / "tools" / "device"):
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-kit = _load("device_kit")
+kit, gpu_check = _load("device_kit"), _load("gpu_check")
 
 
 def _wheel(path: Path, name: str, files: dict) -> Path:
@@ -146,14 +146,9 @@ def test_install_checks_the_manifest_then_installs_with_no_deps(tmp_path):
     tool = site / "rlrec_kit_probe1" / "bin" / "tool"
     assert tool.read_bytes() == b"#!/bin/sh\necho ok\n"
     assert stat.S_IMODE(tool.stat().st_mode) == 0o755
-    out = subprocess.run(
-        [sys.executable, "-c", "import rlrec_kit_probe1 as m; print(m.X)"],
-        env={**os.environ, "PYTHONPATH": str(site)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.stdout.strip() == "1"
+    probe = [sys.executable, "-c", "import rlrec_kit_probe1 as m; print(m.X)"]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    assert subprocess.check_output(probe, env=env, text=True, timeout=60).strip() == "1"
     assert kit.install(1, tmp_path / "kit", site, sys.executable) == 0.0  # already there
     # a call installs its own bundle, and runs
     assert kit.installed_bundles(site) == [1]
@@ -205,12 +200,19 @@ def test_the_kit_never_deletes_a_directory_it_did_not_make(tmp_path):
 DEVICE_S, COMMAND_S, NO_START_UNDER_S = 15 * 60, 600, 4 * 60
 
 
+def test_the_tools_import_one_way():
+    """gpu_check imports physx_parts and gpu_common, physx_parts gpu_common: no circle."""
+    code_size = _load("code_size", REPO / "scripts")
+    files = {p.name: p.read_text() for p in (REPO / "tools").rglob("*.py")}
+    graph = code_size.imports(files)
+    assert graph["gpu_check"] == {"physx_parts", "gpu_common"} and not code_size.mutual(graph)
+
+
 def test_the_plan_fits_the_device_tool_with_a_fifth_of_each_call_spare():
     """Each call's planned time (its install, gpu_check's start, its parts' --budget, each part's
     budget and cut grace within it) is at most 80% of its timeout; the calls fit 15 minutes even if
     each starts a machine (none with under 4 minutes left) and idles warm after it (but the last,
     given back)."""
-    gpu_check = _load("gpu_check")
     calls = kit.plan_calls()
     assert kit.CALL_PARTS == gpu_check.CALL_PARTS and kit.CHECK_BUDGET_S == gpu_check.CALL_BUDGET
     assert kit.MACHINE_START_S >= 120 and kit.WARM_S >= 30
@@ -240,7 +242,6 @@ def test_the_most_valuable_parts_run_first():
     """Call 1 opens with the compiled PPO.update() and the built-in env on CUDA with a recorder;
     Call 2 with ManiSkill under SAPIEN's renderer on CUDA; every part runs in exactly one call and
     none needs the PhysX GPU library."""
-    gpu_check = _load("gpu_check")
     assert gpu_check.CALL_PARTS[1][:2] == ["compiled_update", "train_cuda"]
     assert gpu_check.CALL_PARTS[2][0] == "maniskill_render"
     named = [p for n in (1, 2) for p in gpu_check.CALL_PARTS[n]]
@@ -253,7 +254,6 @@ def test_each_call_carries_what_its_parts_need():
     """A call never relies on an earlier call's install (the machine may have gone back): the
     distributions its parts need are pinned in its own bundle; what else they need is one of the
     things the preflight checks on the machine."""
-    gpu_check = _load("gpu_check")
     for n, call in enumerate(kit.plan_calls(), 1):
         assert call["carry"] == [f"build/device_kit/bundle-{n}"]
         pinned = {kit._name(r) for r in kit.BUNDLES[n]}
@@ -262,9 +262,7 @@ def test_each_call_carries_what_its_parts_need():
             assert needs, part
             assert needs - set(gpu_check.SYSTEM) <= pinned, (n, part, needs - pinned)
         for path in call["carry"]:
-            ignored = subprocess.run(
-                ["git", "-C", str(REPO), "check-ignore", "-q", path], timeout=30
-            )
+            ignored = subprocess.run(["git", "-C", REPO, "check-ignore", "-q", path], timeout=30)
             assert ignored.returncode == 0, f"{path} must be ignored by git to travel by carry"
     assert "sapien" in gpu_check.PARTS["maniskill_render"].needs
 
@@ -291,7 +289,6 @@ def test_plan_prints_the_calls_and_the_build_command_before_a_build(tmp_path, ca
 
 
 def test_the_rehearsal_parses_and_the_physx_parts_are_named_only():
-    gpu_check = _load("gpu_check")
     args = gpu_check.parse_args(["--device", "cpu", "--quick"])
     assert args.parts == [*gpu_check.CALL_PARTS[1], *gpu_check.CALL_PARTS[2]]
     assert gpu_check.parse_args(["--call", "2"]).parts == gpu_check.CALL_PARTS[2]
@@ -303,7 +300,6 @@ def test_the_rehearsal_parses_and_the_physx_parts_are_named_only():
 def test_the_preflight_names_what_this_machine_lacks(tmp_path, monkeypatch):
     """A distribution the bundle should have installed, and a Vulkan driver manifest whose library
     does not load, are named with the parts that need them (which then do not run)."""
-    gpu_check = _load("gpu_check")
     manifest = tmp_path / "icd.json"
     manifest.write_text(json.dumps({"ICD": {"library_path": "/nonexistent/libvulkan_x.so"}}))
     monkeypatch.setenv("VK_DRIVER_FILES", str(manifest))
@@ -323,7 +319,6 @@ def test_the_preflight_names_what_this_machine_lacks(tmp_path, monkeypatch):
 
 
 def test_a_part_that_overruns_is_cut_and_the_next_keeps_its_time(tmp_path, monkeypatch):
-    gpu_check = _load("gpu_check")
     ran = {}
 
     def slow(args, rep, tmp, budget):
@@ -350,7 +345,6 @@ def test_a_part_that_overruns_is_cut_and_the_next_keeps_its_time(tmp_path, monke
 def test_the_rehearsal_runs_the_pixel_path_and_the_gpu_memory_refusal(tmp_path, monkeypatch):
     """Call 1's train_cuda (train.py from pixels, NatureCNN, recorder.view=both) and memory_budget
     (CUDA faked with 40 GiB of 80 free: the refusal names the free memory) on the CPU."""
-    gpu_check = _load("gpu_check")
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # main tees them into its log
     monkeypatch.setattr(sys, "stderr", sys.stderr)
     argv = ["--device", "cpu", "--quick", "--parts", "train_cuda", "memory_budget"]

@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
-from gpu_check import REPO, Report, decode, diff, merge
-from gpu_check import train_run as gpu_check_train_run
+from gpu_common import REPO, Report, decode, diff, merge
+from gpu_common import train_run as gpu_check_train_run
 
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.config import SimConfig
