@@ -24,6 +24,9 @@ class Choice(str, enum.Enum):
     __str__ = str.__str__
     __format__ = str.__format__
 
+    def _generate_next_value_(name, *_):  # noqa: N805  (Enum's hook: a member's value is its name)
+        return name
+
     @classmethod
     def values(cls) -> List[str]:
         return [m.value for m in cls]
