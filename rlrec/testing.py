@@ -37,7 +37,7 @@ except ImportError as e:
     raise ImportError(f"rlrec.testing needs pytest ({e}): pip install 'rlrec[testing]'") from None
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
-from rlrec.obs import RGB, Obs, map_obs, shape_of
+from rlrec.obs import RGB, map_obs, shape_of
 
 
 def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
@@ -49,16 +49,16 @@ def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
     )
 
 
-def _parts(obs) -> dict:
+def _parts(obs):
     """The tensors (or shapes) of an observation by key: ``{None: x}`` for a state tensor."""
     return obs if isinstance(obs, dict) else {None: obs}
 
 
-def _rows(obs: Obs, idx) -> Obs:
+def _rows(obs, idx):
     return map_obs(lambda x: x[idx].cpu(), obs)
 
 
-def _same(a: Obs, b: Obs) -> bool:
+def _same(a, b):
     return all(torch.equal(x, y) for x, y in zip(_parts(a).values(), _parts(b).values()))
 
 
@@ -82,10 +82,10 @@ class EnvContract:
         yield env
         env.close()
 
-    def _frames(self, env, idx=None) -> torch.Tensor:
+    def _frames(self, env, idx=None):
         return env.render(list(range(self.num_envs)) if idx is None else idx)
 
-    def _alike(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+    def _alike(self, a, b):
         return frame_diff(a, b) <= self.render_atol
 
     # ------------------------------------------------------------------ shapes and types
@@ -214,7 +214,7 @@ class FrameSpy(EnvWrapper):
         self.episodes: List[List[Optional[np.ndarray]]] = []
         self.render_requests: List[List[int]] = []  # env indices of each render() from above
 
-    def _frame(self) -> Optional[np.ndarray]:
+    def _frame(self):
         return self.env.render([self.watch])[0].cpu().numpy().copy() if self.keep_frames else None
 
     def reset(self, seed=None, env_idx=None):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -106,7 +106,7 @@ class EnvAdapter(ABC):
     _closed = False
     _seed: Optional[int] = None  # the construction's seed, for the first reset without one
 
-    def _seeds(self, seed: Optional[int]) -> Optional[List[int]]:
+    def _seeds(self, seed):
         """The seeds of a reset's sub-envs, ``seed + i`` (the construction's seed for the first
         reset that gets none)."""
         seed, self._seed = (self._seed if seed is None else seed), None
@@ -118,7 +118,7 @@ class EnvAdapter(ABC):
             self._closed = True
             self._release()
 
-    def _release(self) -> None:
+    def _release(self):
         """What :meth:`close` releases; adapters that hold resources override it."""
         return None  # deliberately not abstract: most adapters hold nothing to release
 
@@ -127,7 +127,7 @@ class EnvAdapter(ABC):
         return self
 
 
-def _forward(name: str) -> Any:
+def _forward(name):
     """A wrapper's attribute that is its env's."""
     return property(lambda self: getattr(self.env, name))
 
@@ -380,13 +380,13 @@ class VectorEnvAdapter(EnvAdapter):
         self.dt = float(self.vec.get_attr("dt")[0])  # each sub-env's dt (seconds per step)
         self._obs: Obs = None  # the last observation (a reset that names no env returns it)
 
-    def _observe(self, obs, reset: Optional[torch.Tensor] = None) -> Obs:
+    def _observe(self, obs, reset=None):
         """The vector env's observation as tensors of rlrec's own (:meth:`_tensors`), and an owned
         copy of them; ``reset``: the envs a reset named (None: a step)."""
         self._obs = self._tensors({RGB: obs} if self._image else obs, reset)
         return map_obs(torch.clone, self._obs)
 
-    def _tensors(self, obs, reset: Optional[torch.Tensor]) -> Obs:
+    def _tensors(self, obs, reset):
         # torch.tensor copies: the vector env may reuse its buffer (copy=False); an image stays
         # uint8, the rest becomes float32
         def tensor(v, key=None):
@@ -394,7 +394,7 @@ class VectorEnvAdapter(EnvAdapter):
 
         return {k: tensor(v, k) for k, v in obs.items()} if isinstance(obs, dict) else tensor(obs)
 
-    def _np_action(self, action: torch.Tensor) -> np.ndarray:
+    def _np_action(self, action):
         a, space = torch.as_tensor(action).detach().to("cpu"), self.single_action_space
         if isinstance(space, gym.spaces.Discrete):
             return a.reshape(self.num_envs).to(torch.int64).numpy()
@@ -426,7 +426,7 @@ class VectorEnvAdapter(EnvAdapter):
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         return render_sub_envs(self.vec, as_env_index(env_idx, self.num_envs, "cpu").tolist())
 
-    def _release(self) -> None:
+    def _release(self):
         self.vec.close()
 
 

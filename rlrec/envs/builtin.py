@@ -27,13 +27,13 @@ _COLORS = ((24, 26, 34), (60, 200, 90), (250, 140, 30), (235, 235, 235))  # bg, 
 _U32 = 0xFFFFFFFF
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+def _mul32(x, c):
     """``x * c mod 2**32`` for ``0 <= x < 2**32`` in int64, without overflowing it: ``c`` in two
     16-bit halves, the high half's product cut to 16 bits before its shift."""
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _U32
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
+def _mix32(x):
     """A 32-bit integer hash (Chris Wellons' "lowbias32") of int64 values in [0, 2**32)."""
     for shift, c in ((16, 0x7FEB352D), (15, 0x846CA68B)):
         x = _mul32(x ^ (x >> shift), c)
@@ -200,7 +200,7 @@ class PointReach(EnvAdapter):
         xs = ((torch.arange(width, device=self.device) + 0.5) / width * 2 - 1)[None, None]
         ys = (1 - (torch.arange(height, device=self.device) + 0.5) / height * 2)[None, :, None]
 
-        def disc(center: torch.Tensor, radius: float) -> torch.Tensor:
+        def disc(center, radius):
             cx, cy = center[:, 0, None, None], center[:, 1, None, None]
             return (xs - cx) ** 2 + (ys - cy) ** 2 <= radius**2
 

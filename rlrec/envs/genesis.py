@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -191,7 +191,7 @@ def render_camera(camera, pin: bool = False) -> torch.Tensor:
 # --------------------------------------------------------------------------- building the task
 
 
-def _spaces(task, target: str) -> Tuple[gym.Space, gym.Space]:
+def _spaces(task, target):
     spaces = getattr(task, "observation_space", None), getattr(task, "action_space", None)
     if all(isinstance(space, gym.Space) for space in spaces):
         return spaces
@@ -205,7 +205,7 @@ def _spaces(task, target: str) -> Tuple[gym.Space, gym.Space]:
     return box(-np.inf, np.inf, (n_obs,), np.float32), box(-1.0, 1.0, (n_act,), np.float32)
 
 
-def _camera(task, camera_attr: Optional[str], target: str):
+def _camera(task, camera_attr, target):
     """The task's camera named by ``env.camera_attr`` (None: rendering disabled)."""
     if camera_attr is None:
         return None
@@ -348,14 +348,14 @@ class GenesisAdapter(EnvAdapter):
             )
         return self._drawn()[[self._rows[e] for e in envs]]  # indexing copies: owned
 
-    def _drawn(self) -> torch.Tensor:
+    def _drawn(self):
         """The camera's images of the current state: one render per step or reset at most, shared
         by the observation and every :meth:`render` until the next step or reset."""
         if self._frames is None:
             self._frames = render_camera(self.camera, pin=self.device.type == "cuda")
         return self._frames
 
-    def _release(self) -> None:
+    def _release(self):
         self.task.scene.destroy()
         self.task = self.camera = None
 

@@ -73,7 +73,7 @@ def construction_errors(env_id: Any):
         raise ConfigError(f"env.id={env_id!r} cannot be built, {text}") from None
 
 
-def _check_kwargs(env_cfg, creator) -> None:
+def _check_kwargs(env_cfg, creator):
     """ConfigError naming the key and the env's keyword arguments when ``env.kwargs`` has a key
     the env's class (or function) ``creator`` does not take; nothing is built. An env that takes
     ``**kwargs`` accepts any key."""
@@ -116,7 +116,7 @@ def check_renderable(env_cfg) -> None:
     _refuse_unrenderable(env_cfg, *check_ready(env_cfg), "be recorded", off)
 
 
-def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, fix: str) -> None:
+def _refuse_unrenderable(env_cfg, spec, modes, what, fix):
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
@@ -134,7 +134,7 @@ def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, f
 # --------------------------------------------------------------------------- adapter
 
 
-def _dt_of(env: gym.Env) -> float:
+def _dt_of(env):
     base = env.unwrapped
     fps = (base.metadata or {}).get("render_fps")
     for value in (getattr(base, "dt", None), getattr(base, "tau", None), fps and 1.0 / fps):
@@ -183,7 +183,7 @@ class GymnasiumEnv(VectorEnvAdapter):
                 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
                 os.environ.setdefault("MUJOCO_GL", "egl")
 
-        def make_one(index: int) -> gym.Env:
+        def make_one(index):
             env = gym_make(env_cfg.id, **make_kwargs)  # MuJoCo's warnings: rlrec's log
             if not isinstance(env.observation_space, gym.spaces.Box):
                 env = gym.wrappers.FlattenObservation(env)

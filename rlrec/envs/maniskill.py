@@ -53,7 +53,7 @@ from rlrec.obs import map_obs
 # --------------------------------------------------------------------------- checks before any work
 
 
-def _spec(env_cfg: ManiSkillEnvConfig):
+def _spec(env_cfg):
     """The registry entry of ``env.id``, once mani_skill and the modules of ``env.imports`` (which
     register envs of their own) are imported."""
     env_id = env_cfg.id
@@ -90,7 +90,7 @@ def missing_assets(spec) -> List[str]:
     return [i for i in ids if not assets.is_data_source_downloaded(i)]
 
 
-def _assets_error(env_id: str, what: str) -> ConfigError:
+def _assets_error(env_id, what):
     """The env needs ManiSkill assets that are not on disk (rlrec never downloads them)."""
     return ConfigError(
         f"env.id={env_id!r} needs ManiSkill assets that are not downloaded ({what}). rlrec does "
@@ -108,7 +108,7 @@ def build_maniskill_env(env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any]):
     spec, env_id = _spec(env_cfg), env_cfg.id
     from mani_skill.utils import download_asset
 
-    def refuse(message: str) -> bool:
+    def refuse(message):
         raise _assets_error(env_id, message.strip())
 
     saved = download_asset.prompt_yes_no
@@ -227,7 +227,7 @@ class ManiSkillGPUEnv(EnvAdapter):
         # the observation of ManiSkill's own reset while it was built (as the wrapper shapes it)
         self._own(self.base._init_raw_obs)
 
-    def _own(self, obs) -> Any:
+    def _own(self, obs):
         """``obs`` (a tensor, or the camera modes' dict of them, on the sim's device) kept as owned
         tensors on the adapter's device; a copy of them for the caller."""
         self._obs = map_obs(lambda v: owned(v, self.device), obs)
@@ -255,7 +255,7 @@ class ManiSkillGPUEnv(EnvAdapter):
     def render(self, env_idx):
         return render_rows(self.base, as_env_index(env_idx, self.num_envs, "cpu").tolist())
 
-    def _release(self) -> None:
+    def _release(self):
         self.env.close()
 
 
@@ -269,7 +269,7 @@ class _CPUSubEnv(gym.Wrapper):
         self.dt = float(env.unwrapped.control_timestep)
 
     @staticmethod
-    def _info(info: Dict[str, Any]) -> Dict[str, Any]:
+    def _info(info):
         # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give
         # object arrays)
         return {
@@ -290,9 +290,7 @@ class _CPUSubEnv(gym.Wrapper):
         return render_rows(self.unwrapped, [0])[0].numpy()
 
 
-def _make_cpu_sub_env(
-    index: int, env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any], limit: Optional[int]
-) -> HoldOnDone:
+def _make_cpu_sub_env(index, env_cfg, kwargs, limit):
     # module-level (picklable) so spawn/forkserver workers can build their env
     cpu = {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"}
     return HoldOnDone(_CPUSubEnv(build_maniskill_env(env_cfg, cpu)), index, limit)

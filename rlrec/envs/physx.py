@@ -94,7 +94,7 @@ def require_gpu_library() -> None:
 _MAPS = "/proc/self/maps"  # the files this process mapped (a test's stand-in replaces it)
 
 
-def _loaded_path(name: str) -> Optional[str]:
+def _loaded_path(name):
     """Where the shared library ``name`` this process loaded lies, or None. The map shows the
     file a symlink resolves to, so ``name`` matches its versioned names too: libcuda.so.1 is
     usually a link to libcuda.so.<driver version> (e.g. libcuda.so.550.54.15)."""

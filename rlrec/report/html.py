@@ -21,7 +21,7 @@ import html
 import json
 import signal
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 from urllib.parse import quote
 
 from rlrec.checks import ConfigError
@@ -66,11 +66,11 @@ video{image-rendering:pixelated;background:#000}
 """
 
 
-def _e(value: Any) -> str:
+def _e(value):
     return html.escape(str(value))
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value):
     if value is None:
         return "&ndash;"
     if isinstance(value, bool):
@@ -78,7 +78,7 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else _e(value)
 
 
-def _success(metrics: Dict[str, Any]) -> str:
+def _success(metrics):
     """An eval line's (or a sweep row's) success with its 95% interval and episode count."""
     rate = metrics.get(SUCCESS)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
@@ -86,7 +86,7 @@ def _success(metrics: Dict[str, Any]) -> str:
     return _e(success_text(float(rate), metrics.get(EPISODES)))
 
 
-def _video(rel: str, sidecar: Optional[Dict[str, Any]] = None, least: int = 128) -> str:
+def _video(rel, sidecar=None, least=128):
     """An inline player of the run dir's file ``rel`` (a relative URL), shown at least ``least``
     px tall (an integer scale: pixels stay sharp) when its ``sidecar`` gives its size."""
     size, width, height = "", *(int((sidecar or {}).get(k) or 0) for k in ("width", "height"))
@@ -96,29 +96,29 @@ def _video(rel: str, sidecar: Optional[Dict[str, Any]] = None, least: int = 128)
     return f'<video controls preload="metadata" muted src="{quote(rel, safe="/")}"{size}></video>'
 
 
-def _table(head: Iterable[str], rows: Iterable[Iterable[str]], left: int = 0) -> str:
+def _table(head, rows, left=0):
     """Cells are HTML already; the first ``left`` columns are left-aligned."""
     align = ' class="l"'
 
-    def row(cells: Iterable[str], tag: str) -> str:
+    def row(cells, tag):
         cells = (f"<{tag}{align * (i < left)}>{c}</{tag}>" for i, c in enumerate(cells))
         return f"<tr>{''.join(cells)}</tr>"
 
     return f"<table>{row(map(_e, head), 'th')}{''.join(row(r, 'td') for r in rows)}</table>"
 
 
-def _section(anchor: str, title: str, *parts: str) -> str:
+def _section(anchor, title, *parts: str):
     return "\n".join([f'<h2 id="{anchor}">{title}</h2>', *parts])
 
 
-def _span(cls: str, text: Any, attrs: str = "") -> str:
+def _span(cls, text, attrs=""):
     return f'<span class="{cls}"{attrs}>{text}</span>'
 
 
 # --------------------------------------------------------------------------- a run
 
 
-def _replay(run: RunData, episode: Dict[str, Any]) -> Optional[str]:
+def _replay(run, episode):
     """The command, run in the run dir (``.``: it holds wherever the dir is moved), that replays
     eval episode ``episode`` (an eval_episodes.jsonl line) from the checkpoint of its step
     (``rlrec.run.replay``): its iteration's periodic checkpoint, last.pt when the episode is of
@@ -135,7 +135,7 @@ def _replay(run: RunData, episode: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _summary(run: RunData) -> str:
+def _summary(run):
     steps = max((int(r["step"]) for r in run.lines if "step" in r), default=0)
     parts = [f"{steps:,} env steps", f"{len(run.evaluations)} evaluations"]
     if run.evaluations:
@@ -149,7 +149,7 @@ def _summary(run: RunData) -> str:
     return f'<p>{" &middot; ".join(parts)} &middot; <a href="./">the run dir</a></p>'
 
 
-def _stopped(run: RunData) -> str:
+def _stopped(run):
     """A note when a signal stopped the run (its last stop or resume event is a stop)."""
     ends = [e for e in run.events if e.get("event") in ("stop", "resume")]
     if not ends or ends[-1]["event"] != "stop":
@@ -164,7 +164,7 @@ def _stopped(run: RunData) -> str:
     )
 
 
-def _health(run: RunData) -> str:
+def _health(run):
     """One row: what the recorders lost, and the run's stops and resumes (each event below)."""
     figures = {**run.health(), "stops": 0, "resumes": 0}
     for e in run.events:
@@ -196,7 +196,7 @@ def _health(run: RunData) -> str:
     return _section("health", "Health", _table(HEALTH_HEAD, [cells]), *events)
 
 
-def _evaluations(run: RunData) -> str:
+def _evaluations(run):
     if not run.evaluations:
         return _section("evaluations", "Evaluations", "<p>No evaluation was logged.</p>")
     metrics = [k for ev in run.evaluations for k in ev.metrics if k.startswith("eval/")]
@@ -216,7 +216,7 @@ def _evaluations(run: RunData) -> str:
     return _section("evaluations", "Evaluations", _table(head, rows))
 
 
-def _progress(run: RunData, progress: Optional[str], failed: Optional[str]) -> str:
+def _progress(run, progress, failed):
     text = "<p>No progress video: the run has no eval clip on disk.</p>"
     if failed is not None:
         text = f'<p class="bad">The progress video could not be written: {_e(failed)}</p>'
@@ -229,7 +229,7 @@ def _progress(run: RunData, progress: Optional[str], failed: Optional[str]) -> s
     return _section("progress", "Progress", text)
 
 
-def _failures(run: RunData, max_rows: int) -> str:
+def _failures(run, max_rows):
     episodes = run.episodes or []
     failed = [e for e in episodes if e.get("success") is False]  # oldest first
     shown = failed[-max_rows:]
@@ -263,7 +263,7 @@ def _failures(run: RunData, max_rows: int) -> str:
     return _section("failures", "Failed eval episodes", text, *[_table(head, rows)] * bool(rows))
 
 
-def _config(run: RunData) -> str:
+def _config(run):
     overrides = read_overrides(run.path)
     items = "".join(f"<li><code>{_e(o)}</code></li>" for o in overrides)
     parts = [
@@ -277,7 +277,7 @@ def _config(run: RunData) -> str:
     return _section("config", "Config", *parts)
 
 
-def _verified(run: RunData) -> str:
+def _verified(run):
     """The export's closed-loop check (exported/verify.json): per format its figures, and its clip
     of env 0's episode beside the checkpoint's of the same seed."""
     path = RunDir(run.path).exported / "verify.json"
@@ -285,7 +285,7 @@ def _verified(run: RunData) -> str:
         return ""
     report = json.loads(path.read_text())
 
-    def clip(rel: Optional[str]) -> str:
+    def clip(rel):
         return _video(f"exported/{rel}") if rel else "no clip"
 
     rows = [
@@ -307,7 +307,7 @@ def _verified(run: RunData) -> str:
     )
 
 
-def _page(title: str, body: List[str]) -> str:
+def _page(title, body):
     return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
 
 
@@ -340,7 +340,7 @@ def run_page(
 # --------------------------------------------------------------------------- a sweep
 
 
-def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
+def _job_dir(sweep_dir, row):
     """The job's run dir when it lies inside the sweep dir (the page links only below itself)."""
     for candidate in filter(None, (row.get("run_dir"), sweep_dir / str(row.get("job", "")))):
         path = Path(candidate).resolve()
@@ -349,7 +349,7 @@ def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
     return None
 
 
-def _seed_groups(jobs: List[tuple], runs: Dict[Any, RunData]) -> str:
+def _seed_groups(jobs, runs):
     """A row for each group of completed jobs that differ only by their seed: the mean return of
     their last evaluations [least, greatest], the success of all their episodes together with its
     95% interval, and their eval return curves on one panel."""

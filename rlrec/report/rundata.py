@@ -22,7 +22,7 @@ from rlrec.record.sidecar import sidecar_path
 HEALTH_KEYS = ("record/clips_dropped", "record/frames_dropped", "record/encoder_stalls")
 
 
-def _object(text: str) -> Optional[Dict[str, Any]]:
+def _object(text):
     """The JSON object ``text`` holds, or None (not JSON, or no object)."""
     try:
         data = json.loads(text)
@@ -49,7 +49,7 @@ def read_jsonl(path: Path) -> List[Dict[str, Any]]:
     return [rec for rec in map(_object, lines) if rec is not None]
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
@@ -179,7 +179,7 @@ def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     return sorted((r for r in rows if r), key=lambda r: int(r.get("job") or 0))
 
 
-def _inside(clip: Any) -> Optional[str]:
+def _inside(clip):
     """``clip`` when it is a relative path that stays inside the run dir (what the report links
     to and the progress video decodes never points elsewhere)."""
     path = Path(clip) if isinstance(clip, str) and clip else None

@@ -1,4 +1,5 @@
-"""``+experiment=mujoco``: CleanRL's continuous-control PPO settings on a real MuJoCo env."""
+"""``+experiment=mujoco`` (CleanRL's continuous-control PPO settings: tests/test_experiments.py) on
+a real MuJoCo env."""
 
 from __future__ import annotations
 
@@ -7,23 +8,6 @@ import pytest
 pytest.importorskip("mujoco")  # gymnasium[mujoco]
 
 from tests.helpers import make_config, read_metrics, run_train
-
-
-def test_the_preset_holds_cleanrls_ppo_continuous_action_settings():
-    cfg = make_config(["+experiment=mujoco"])
-    algo = cfg.algo
-    assert (cfg.env.name, cfg.env.num_envs, cfg.total_steps) == ("gymnasium", 1, 1_000_000)
-    assert (algo.num_steps, algo.num_minibatches, algo.update_epochs) == (2048, 32, 10)
-    assert (algo.learning_rate, algo.anneal_lr, algo.adam_eps) == (3e-4, True, 1e-5)
-    assert (algo.gamma, algo.gae_lambda, algo.clip_coef, algo.clip_vloss) == (0.99, 0.95, 0.2, True)
-    assert (algo.ent_coef, algo.vf_coef, algo.max_grad_norm, algo.grad_clip) == (
-        0.0,
-        0.5,
-        0.5,
-        "joint",
-    )
-    assert (algo.norm_obs, algo.norm_reward, algo.clip_reward) == (True, True, 10.0)
-    assert (algo.init, algo.init_log_std, algo.target_kl) == ("orthogonal", 0.0, None)
 
 
 def test_the_preset_trains_logs_the_training_return_and_records_clips(tmp_path):
