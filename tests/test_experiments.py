@@ -6,6 +6,7 @@ from operator import attrgetter
 import pytest
 import yaml
 
+from rlrec.run import budget
 from tests.helpers import REPO, make_config
 
 # what each preset must keep, as KEY=VALUE overrides ("": rlrec's defaults)
@@ -54,7 +55,12 @@ def test_presets_compose_validate_and_keep_their_settings(name):
     batch = cfg.env.num_envs * cfg.algo.num_steps
     assert cfg.total_steps >= batch and batch % cfg.algo.num_minibatches == 0
     pinned = dict(item.split("=") for item in PINNED.get(name, "").split())
-    assert {k: attrgetter(k)(cfg) for k in pinned} == {k: yaml.safe_load(v) for k, v in pinned.items()}
+    assert {k: attrgetter(k)(cfg) for k in pinned} == {
+        k: yaml.safe_load(v) for k, v in pinned.items()
+    }
+    for on_gpu in (False, True):  # a few MB by the memory estimate (4096 ManiSkill envs too)
+        assert sum(n.bytes for n in budget.estimate(cfg, on_gpu)) < 1e9
+    budget.check(cfg)  # the host check of this machine
     # terminations that are true ends (CartPole falls) are worth no future value
     if name in ("", "smoke", "cartpole", "genesis_franka_reach"):
         assert (cfg.algo.bootstrap_at, cfg.algo.kl_check) == ("truncated", "epoch")
