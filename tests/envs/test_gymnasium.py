@@ -1,7 +1,5 @@
 """env=gymnasium against real gymnasium envs (CartPole-v1, Pendulum-v1 from the classic extra)."""
 
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -16,8 +14,7 @@ from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.gymnasium import GymnasiumEnv, GymnasiumEnvConfig, check_renderable
 from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_actions
-
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+from tests.helpers import make_config
 
 
 def _gym(env_id, n, seed=None, **cfg):
@@ -190,15 +187,6 @@ def test_unknown_id_names_key_and_suggests():
         make_adapter(_cfg(id="no_such_module_xyz:Foo-v0"), SimConfig(), num_envs=2, seed=0)
 
 
-def test_unknown_vectorization_and_context():
-    with pytest.raises(ConfigError, match=r"env.vectorization='threads'.*sync, async"):
-        make_adapter(_cfg(vectorization="threads"), SimConfig(), num_envs=2, seed=0)
-    with pytest.raises(ConfigError, match=r"env.async_context='fast'"):
-        make_adapter(
-            _cfg(vectorization="async", async_context="fast"), SimConfig(), num_envs=2, seed=0
-        )
-
-
 class _NoFrames(gym.Env):
     """A registered env that renders nothing."""
 
@@ -217,9 +205,11 @@ class _NoFrames(gym.Env):
         return np.zeros(2, np.float32), 0.0, False, False, {}
 
 
+if "rlrec-test/NoFrames-v0" not in gym.registry:
+    gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
+
+
 def test_env_without_rgb_array_is_refused_when_recording():
-    if "rlrec-test/NoFrames-v0" not in gym.registry:
-        gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
     cfg = _cfg(id="rlrec-test/NoFrames-v0")
     with pytest.raises(ConfigError, match=r"env.id='rlrec-test/NoFrames-v0' cannot be recorded"):
         check_renderable(cfg)
@@ -237,28 +227,16 @@ def test_env_without_rgb_array_is_refused_when_recording():
 
 
 def test_hydra_config_builds_the_adapter():
-    from hydra import compose, initialize_config_dir
-
-    from rlrec.config import register_configs, to_dataclass
-
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=[
-                "env=gymnasium",
-                "env.id=Pendulum-v1",
-                "env.num_envs=2",
-                "+env.kwargs.g=9.81",
-            ],
-        )
-    c = to_dataclass(cfg)
+    c = make_config(["env=gymnasium", "env.id=Pendulum-v1", "env.num_envs=2", "+env.kwargs.g=9.81"])
     assert isinstance(c.env, GymnasiumEnvConfig) and c.env.vectorization == "sync"
     env = AutoReset(gym_backend.make(c.env, c.sim, num_envs=2, device=torch.device("cpu"), seed=3))
     obs, _ = env.reset()
     assert obs.shape == (2, 3)
     assert env.unwrapped.vec.envs[0].unwrapped.g == 9.81
     env.close()
+    # the CartPole preset, with and without naming the env group first
+    c = make_config(["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"])
+    assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
 
 
 # ------------------------------------------------------------------------ recording (real recorder)
@@ -378,49 +356,10 @@ def test_partial_resets_of_other_envs_leave_the_recorded_image_alone(evals):
     assert len(recorder_renders) == sum(c.num_frames for c in evals["clips"])
 
 
-def test_only_asked_envs_render():
-    for vectorization in ("sync", "async"):
-        env = _gym("CartPole-v1", 3, vectorization=vectorization)
-        env.reset(seed=0)
-        if vectorization == "sync":
-            calls = []
-            for i, sub in enumerate(env.vec.envs):
-                original = sub.render
-                sub.render = lambda _i=i, _o=original, _c=calls: (_c.append(_i), _o())[1]
-            env.render([2, 0])
-            assert calls == [2, 0]
-        frames = env.render([2, 0])
-        ref = env.render([0, 1, 2])
-        assert torch.equal(frames, ref[[2, 0]])
-        env.close()
-
-
-def test_cartpole_experiment_composes_with_and_without_env_override():
-    from hydra import compose, initialize_config_dir
-
-    from rlrec.config import register_configs, to_dataclass
-
-    register_configs()
-    for overrides in (
-        ["+experiment=cartpole"],
-        ["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"],
-    ):
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            c = to_dataclass(compose(config_name="config", overrides=overrides))
-        assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
-        assert (
-            c.algo.num_minibatches >= 1
-            and c.recorder.enabled is False
-            and c.eval_env.recorder.enabled
-        )
-
-
 def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
     from rlrec.train.runner import Runner
-    from tests.helpers import FAST, make_config
+    from tests.helpers import FAST
 
-    if "rlrec-test/NoFrames-v0" not in gym.registry:
-        gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
     env = [
         "env=gymnasium",
         "env.id=rlrec-test/NoFrames-v0",

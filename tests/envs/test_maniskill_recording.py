@@ -12,40 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip(
-    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
-)
-pytestmark = [
-    pytest.mark.maniskill,
-    pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
-]
+from rlrec.envs.autoreset import AutoReset
+from rlrec.record import Recorder
+from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.testing import FrameSpy, decode, sample_actions
+from tests.envs.maniskill_util import make_env, pytestmark  # noqa: F401  (marks this module)
 
-
-from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.autoreset import AutoReset  # noqa: E402
-from rlrec.envs.config import SimConfig  # noqa: E402
-from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
-from rlrec.record import Recorder  # noqa: E402
-from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
-from rlrec.testing import (  # noqa: E402
-    FrameSpy,
-    decode,
-    sample_actions,  # noqa: E402
-)
-
-SIZE = 64
 EVAL_LIMIT = 6  # steps per eval episode
 TRAIN_LIMIT = 2  # short collection episodes, so the cubic schedule reaches episode 8 quickly
 EVAL_SEED = 1000
 
 
-def make_adapter(limit, seed):
-    cfg = ManiSkillEnvConfig(render_width=SIZE, render_height=SIZE, max_episode_steps=limit)
-    return ms.make(cfg, SimConfig(), num_envs=2, device=torch.device("cpu"), seed=seed)
-
-
 def stack(tmp_path, kind, trigger, limit, seed, keep_frames):
-    spy = FrameSpy(make_adapter(limit, seed), keep_frames=keep_frames)
+    spy = FrameSpy(make_env(2, seed, max_episode_steps=limit), keep_frames=keep_frames)
     cfg = RecorderConfig(trigger=trigger, env_idx=[0], lossless=True, record_final_episode=False)
     clips = []
     rec = Recorder(spy, cfg, str(tmp_path / kind), kind=kind, on_clip=clips.append)
@@ -81,7 +60,7 @@ def run(tmp_path_factory):
     for i in range(7 * TRAIN_LIMIT):  # collection continues until env 0 started episode 9
         train_env.step(sample_actions(train_env, seed=7000 + i))
     train_rec.flush()
-    fresh = make_adapter(EVAL_LIMIT, 12345)
+    fresh = make_env(2, 12345, max_episode_steps=EVAL_LIMIT)
     fresh.reset(seed=EVAL_SEED)
     reference = fresh.render([0])[0].numpy().copy()
     fresh.close()
@@ -158,7 +137,7 @@ def test_cubic_schedule_on_a_real_maniskill_env(run):
 def test_partial_reset_renders_only_the_reset_env():
     """The CPU adapter renders only the envs asked for, and a partial reset leaves the others'
     frames."""
-    env = make_adapter(EVAL_LIMIT, 0)
+    env = make_env(2, 0, max_episode_steps=EVAL_LIMIT)
     try:
         calls = []
         for i, sub in enumerate(env.vec.envs):

@@ -5,21 +5,13 @@ code run on the CPU sim, and train.py end to end (trains, records, evaluates, re
 import pytest
 import torch
 
-pytest.importorskip(
-    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
-)
-pytestmark = [
-    pytest.mark.maniskill,
-    pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
-]
-
-from rlrec.checks import ConfigError  # noqa: E402
-from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.autoreset import AutoReset  # noqa: E402
-from rlrec.envs.config import SimConfig  # noqa: E402
-from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
-from rlrec.obs import shape_of  # noqa: E402
-from rlrec.testing import sample_actions  # noqa: E402
+from rlrec.checks import ConfigError
+from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import SimConfig
+from rlrec.obs import shape_of
+from rlrec.testing import sample_actions
+from tests.envs.maniskill_util import make_cfg as _cfg
+from tests.envs.maniskill_util import make_env, ms, pytestmark  # noqa: F401  (marks this module)
 
 H, W = 36, 40  # not square: the image is [N, H, W, C]
 LIMIT = 3
@@ -27,7 +19,7 @@ LIMIT = 3
 
 def make_cfg(obs_mode, **over):
     base = dict(obs_mode=obs_mode, obs_height=H, obs_width=W, max_episode_steps=LIMIT)
-    return ManiSkillEnvConfig(render_width=32, render_height=32, **{**base, **over})
+    return _cfg(render_width=32, render_height=32, **{**base, **over})
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("mujoco")  # gymnasium[mujoco]
 
-from tests.helpers import make_config, read_metrics, run_train
+from tests.helpers import read_metrics, run_train
 
 
 def test_the_preset_trains_logs_the_training_return_and_records_clips(tmp_path):
