@@ -1,4 +1,6 @@
-"""env=gymnasium against real gymnasium envs (CartPole-v1, Pendulum-v1 from the classic extra)."""
+"""env=gymnasium against real gymnasium envs (CartPole-v1, Pendulum-v1 from the classic extra).
+The recorder over a vector env of held sub-envs (the adapter ``env=gymnasium`` shares with
+ManiSkill's CPU sim, ``VectorEnvAdapter``) is tested on ManiSkill: test_maniskill_recording.py."""
 
 import gymnasium as gym
 import numpy as np
@@ -13,7 +15,7 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.gymnasium import GymnasiumEnv, GymnasiumEnvConfig, check_renderable
-from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_actions
+from rlrec.testing import EnvContract, frame_diff, sample_actions
 from tests.helpers import make_config
 
 
@@ -237,123 +239,6 @@ def test_hydra_config_builds_the_adapter():
     # the CartPole preset, with and without naming the env group first
     c = make_config(["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"])
     assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
-
-
-# ------------------------------------------------------------------------ recording (real recorder)
-
-EVAL_LIMIT = 25  # CartPole steps per eval episode at most
-SIZE = (48, 72)  # frames resized (H, W): small clips; resizing is deterministic
-EVAL_SEEDS = [1000, 1000, 2000]  # a repeated seed (as the runner does) and a new one
-
-
-@pytest.fixture(scope="module")
-def evals(tmp_path_factory):
-    """Three evaluations of a recorded 2-env CartPole eval stack, collection steps in between.
-
-    Env 1 is always pushed right, so its pole falls within ~10 steps and AutoReset resets env 1
-    alone while env 0's clip runs. Env 0 balances (a PD rule) until the time limit truncates it in
-    the first two evaluations, and is pushed left into a real termination in the third.
-    """
-    pytest.importorskip("imageio_ffmpeg")
-    from rlrec.record import Recorder
-    from rlrec.record.settings import RecorderConfig, Trigger
-
-    tmp = tmp_path_factory.mktemp("gym_rec")
-    adapter = _gym("CartPole-v1", 2, 7, max_episode_steps=EVAL_LIMIT, **_resized(SIZE))
-    spy = FrameSpy(adapter)
-    clips = []
-    cfg = RecorderConfig(
-        trigger=Trigger.eval, env_idx=[0], lossless=True, record_final_episode=False
-    )
-    rec = Recorder(spy, cfg, str(tmp), kind="eval", on_clip=clips.append)
-    env = AutoReset(rec)
-    train = AutoReset(_gym("CartPole-v1", 2, 3))  # a separate collection stack
-    train.reset()
-    rng = np.random.default_rng(0)
-    stale, ends, other_resets = [], [], 0
-    for k, seed in enumerate(EVAL_SEEDS):
-        for _ in range(5):
-            train.step(torch.as_tensor(rng.integers(0, 2, 2)))
-        # env 0 right before this evaluation's reset (not rendered before the first reset)
-        stale.append(adapter.render([0])[0].numpy().copy() if k else None)
-        obs, _ = env.reset(seed=seed)
-        after = None
-        for i in range(2 * EVAL_LIMIT):
-            balance = int(obs[0, 2] + 0.5 * obs[0, 3] > 0)
-            obs, _, term, trunc, info = env.step(torch.tensor([balance if k < 2 else 0, 1]))
-            if after is None and bool(term[0] | trunc[0]):
-                after = i
-                ends.append(("terminated" if term[0] else "truncated", i + 1))
-            elif after is None and "_final" in info and bool(info["_final"][1]):
-                other_resets += 1  # env 1 alone was reset while env 0's clip ran
-            if after is not None and i >= after + 2:  # a few steps into env 0's next episode
-                break
-        rec.flush()
-    refs = []
-    for seed in EVAL_SEEDS:  # a fresh env, reset the same way
-        fresh = _gym("CartPole-v1", 2, **_resized(SIZE))
-        fresh.reset(seed=seed)
-        refs.append(fresh.render([0])[0].numpy().copy())
-        fresh.close()
-    out = dict(
-        clips=list(clips), spy=spy, stale=stale, refs=refs, ends=ends, other_resets=other_resets
-    )
-    env.close()
-    train.close()
-    return out
-
-
-def test_each_eval_clip_starts_on_its_fresh_reset_state(evals):
-    clips = evals["clips"]
-    assert len(clips) == len(EVAL_SEEDS), [c.path for c in clips]
-    previous_last = None
-    for k, clip in enumerate(clips):
-        frames = decode(clip.path)[0]
-        assert frames.shape[1:] == (*SIZE, 3)
-        assert np.array_equal(frames[0], evals["refs"][k]), (
-            f"eval {k}: first frame is not the reset state"
-        )
-        if k:
-            assert not np.array_equal(frames[0], evals["stale"][k]), (
-                f"eval {k}: starts on the pre-reset state"
-            )
-            assert not np.array_equal(frames[0], previous_last), (
-                f"eval {k}: starts on the last eval's end"
-            )
-        previous_last = frames[-1]
-    assert not np.array_equal(evals["refs"][0], evals["refs"][2])  # the new seed is a new start
-
-
-def test_eval_clips_end_on_the_terminal_state_before_autoreset(evals):
-    episodes = evals["spy"].episodes  # per episode of env 0: reset frame, then one per step
-    recorded = []
-    for clip in evals["clips"]:
-        frames = decode(clip.path)[0]
-        match = [
-            j
-            for j, ep in enumerate(episodes)
-            if len(ep) == len(frames) and all(np.array_equal(a, b) for a, b in zip(frames, ep))
-        ]
-        assert match, f"{clip.path}: frames differ from the states env 0 went through"
-        j = match[0]
-        recorded.append(j)
-        assert clip.num_frames == len(frames) == len(episodes[j])
-        # the next episode (the autoreset one) starts elsewhere: the last frame is pre-reset
-        assert not np.array_equal(frames[-1], episodes[j + 1][0])
-    # truncated at the limit twice, then a real termination (the pole fell); one frame per step
-    assert [kind for kind, _ in evals["ends"]] == ["truncated", "truncated", "terminated"]
-    assert [len(decode(c.path)[0]) - 1 for c in evals["clips"]] == [n for _, n in evals["ends"]]
-    assert evals["ends"][0][1] == EVAL_LIMIT
-
-
-def test_partial_resets_of_other_envs_leave_the_recorded_image_alone(evals):
-    # env 1 ended and was reset (alone) while env 0's clips ran; env 0's clips still match the
-    # spy's frames of env 0 exactly (checked above) and every render asked for env 0 only
-    assert evals["other_resets"] >= 3
-    spy = evals["spy"]
-    recorder_renders = [r for r in spy.render_requests]
-    assert recorder_renders and all(r == [0] for r in recorder_renders)
-    assert len(recorder_renders) == sum(c.num_frames for c in evals["clips"])
 
 
 def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
