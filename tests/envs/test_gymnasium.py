@@ -131,21 +131,6 @@ def test_partial_reset_seeds_and_leaves_others_alone():
     env.close()
 
 
-def test_sync_and_async_agree():
-    envs = [_gym("Pendulum-v1", 3, vectorization=v) for v in ("sync", "async")]
-    outs = []
-    for env in envs:
-        obs, _ = env.reset(seed=9)
-        traj = [obs]
-        for i in range(3):
-            traj.append(env.step(sample_actions(env, seed=i))[0])
-        traj.append(env.reset(env_idx=[2])[0])
-        outs.append((torch.stack(traj), env.render([2, 0])))
-        env.close()
-    assert torch.equal(outs[0][0], outs[1][0])
-    assert torch.equal(outs[0][1], outs[1][1])
-
-
 def test_dt_time_limit_and_spaces():
     cart = _gym("CartPole-v1", 1)
     pend = _gym("Pendulum-v1", 1, max_episode_steps=7)
@@ -159,16 +144,11 @@ def test_dt_time_limit_and_spaces():
         e.close()
 
 
-def test_resize_frames():
-    env = _gym("CartPole-v1", 2, **_resized((48, 64)))
+def test_resize_frames_and_close_twice():
+    env = _gym("CartPole-v1", 2, vectorization="async", **_resized((48, 64)))
     env.reset(seed=0)
     frames = env.render([1])
     assert frames.shape == (1, 48, 64, 3) and frames.dtype == torch.uint8
-    env.close()
-
-
-def test_close_is_idempotent():
-    env = _gym("CartPole-v1", 2, vectorization="async")
     env.close()
     env.close()
 
@@ -245,12 +225,9 @@ def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_pa
     from rlrec.train.runner import Runner
     from tests.helpers import FAST
 
-    env = [
-        "env=gymnasium",
-        "env.id=rlrec-test/NoFrames-v0",
-        "env.num_envs=4",
-        "algo.num_minibatches=2",
-    ]
+    env = (
+        "env=gymnasium env.id=rlrec-test/NoFrames-v0 env.num_envs=4 algo.num_minibatches=2".split()
+    )
     with pytest.raises(ConfigError, match="cannot be recorded"):
         Runner(make_config([*FAST, *env]), tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -132,27 +132,11 @@ def test_train_py_trains_records_evaluates_and_resumes_from_the_camera(tmp_path)
     from tests.helpers import read_metrics, run_train
 
     run = tmp_path / "run"
-    args = [
-        "env=maniskill",
-        "env.obs_mode=rgb",
-        f"env.obs_height={H}",
-        f"env.obs_width={W}",
-        "env.render_width=64",
-        "env.render_height=48",
-        "env.num_envs=2",
-        "env.max_episode_steps=6",
-        "algo.encoder=cnn",
-        "algo.num_steps=8",
-        "algo.num_minibatches=2",
-        "algo.update_epochs=1",
-        "eval_env.num_envs=2",
-        "eval_env.every=2",
-        "recorder.lossless=true",
-        "logger=none",
-        "logger.progress=false",
-        "report.enabled=false",
-        f"hydra.run.dir={run}",
-    ]
+    args = "env=maniskill env.obs_mode=rgb env.render_width=64 env.render_height=48 env.num_envs=2"
+    args += " env.max_episode_steps=6 algo.encoder=cnn algo.num_steps=8 algo.num_minibatches=2"
+    args += " algo.update_epochs=1 eval_env.num_envs=2 eval_env.every=2 recorder.lossless=true"
+    args = [*args.split(), "logger=none", "logger.progress=false", "report.enabled=false"]
+    args += [f"env.obs_height={H}", f"env.obs_width={W}", f"hydra.run.dir={run}"]
     run_train([*args, "total_steps=32"], cwd=tmp_path, timeout=600)
     metrics = read_metrics(run)
     assert [m["step"] for m in metrics if "eval/success" in m] == [0, 32]

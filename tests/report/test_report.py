@@ -192,8 +192,9 @@ def test_health_counts_drops_stops_and_resumes(lossless_run, tmp_path):
 # --------------------------------------------------------------------------- curves, figures
 
 
-def test_tick_labels_are_distinct_and_equal_their_ticks():
-    """The ranges of the issue: each label is its tick's value (as many decimals as the step)."""
+def test_tick_labels_and_the_wilson_interval():
+    """Each label is its tick's value (as many decimals as the step), on the ranges of the issue;
+    the Wilson interval's known values."""
     for ticks, labels in (
         ([2.82, 2.825, 2.83, 2.835, 2.84], "2.820 2.825 2.830 2.835 2.840"),
         ([2.8395 + 0.0005 * k for k in range(6)], "2.8395 2.8400 2.8405 2.8410 2.8415 2.8420"),
@@ -201,9 +202,6 @@ def test_tick_labels_are_distinct_and_equal_their_ticks():
         ([-0.2, 0.0, 0.2], "-0.2 0.0 0.2"),
     ):
         assert " ".join(tick_labels(ticks)) == labels
-
-
-def test_wilson_interval_known_values():
     known = [(9, 10, 0.5958, 0.9821), (0, 10, 0.0, 0.2775), (900, 1000, 0.8798, 0.9171)]
     for k, n, lo, hi in [*known, (10, 10, 0.7225, 1.0)]:
         assert wilson(k, n) == pytest.approx((lo, hi), abs=1e-4)
