@@ -168,10 +168,7 @@ class GymnasiumEnv(VectorEnvAdapter):
     ):
         self.env_id, self.frame_stack = env_cfg.id, env_cfg.frame_stack
         self.obs_size = (env_cfg.obs_height, env_cfg.obs_width)
-        # None: the env's own frame size
-        self._resize = (
-            (env_cfg.render_height, env_cfg.render_width) if env_cfg.resize_frames else None
-        )
+        self._resize = env_cfg.frame_size()  # None: the env's own frame size
         make_kwargs: Dict[str, Any] = dict(env_cfg.kwargs or {}, disable_env_checker=True)
         if env_cfg.max_episode_steps is not None:
             make_kwargs["max_episode_steps"] = env_cfg.max_episode_steps
@@ -201,15 +198,10 @@ class GymnasiumEnv(VectorEnvAdapter):
 
         # the first sub-env is built in this process (by an async vector env too, before any
         # worker starts): the env's own errors come from here
+        fns = [functools.partial(make_one, i) for i in range(num_envs)]
         with construction_errors(self.env_id):
-            super().__init__(
-                [functools.partial(make_one, i) for i in range(num_envs)],
-                device,
-                env_cfg.vectorization,
-                env_cfg.async_context,
-                seed,
-                copy=False,
-            )
+            vec = env_cfg.vectorization, env_cfg.async_context
+            super().__init__(fns, device, *vec, seed, copy=False)
         self.render_mode = self.vec.render_mode
         spec = self.vec.get_attr("spec")[0]
         self.max_episode_steps = spec.max_episode_steps if spec else env_cfg.max_episode_steps

@@ -101,9 +101,16 @@ def user_code(tmp_path, monkeypatch):
 
 
 def test_import_object_returns_modules_and_attributes(user_code):
+    """A module, an attribute or a submodule; the errors of the user's module itself propagate;
+    a refusal names the whole value when given."""
     assert import_object("rlrec_test_ok", "env.imports[0]").__name__ == "rlrec_test_ok"
     assert import_object("rlrec_test_ok.Env", "env._target_").__name__ == "Env"
     assert import_object("rlrec.envs.builtin.PointReach", "k").__name__ == "PointReach"
+    with pytest.raises(RuntimeError, match="boom in user code"):
+        import_object("rlrec_test_boom", "k")
+    match = r"env.id='no_such_module_xyz:Foo-v0' cannot be imported: cannot import module 'no_such_"
+    with pytest.raises(ConfigError, match=match):
+        import_object("no_such_module_xyz", "env.id", "no_such_module_xyz:Foo-v0")
 
 
 @pytest.mark.parametrize(
@@ -126,17 +133,6 @@ def test_import_object_errors_name_the_key_and_what_failed(user_code, path, mess
     with caplog.at_level(logging.DEBUG), pytest.raises(ConfigError, match=message):
         import_object(path, "k")
     assert not [r for r in caplog.records if r.name.startswith("hydra")], "hydra logged it too"
-
-
-def test_import_object_names_the_whole_value_when_given(user_code):
-    match = r"env.id='no_such_module_xyz:Foo-v0' cannot be imported: cannot import module 'no_such_"
-    with pytest.raises(ConfigError, match=match):
-        import_object("no_such_module_xyz", "env.id", "no_such_module_xyz:Foo-v0")
-
-
-def test_errors_raised_by_the_users_module_itself_propagate(user_code):
-    with pytest.raises(RuntimeError, match="boom in user code"):
-        import_object("rlrec_test_boom", "k")
 
 
 # --------------------------------------------------------------------------- render_sub_envs

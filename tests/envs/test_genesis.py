@@ -155,7 +155,7 @@ def test_gl_platform_is_set_but_never_clobbered(monkeypatch):
 
 
 @needs_genesis
-def test_misnamed_camera_attribute_names_the_key_and_the_cameras():
+def test_camera_attr_names_the_key_and_the_cameras_or_runs_without_one():
     cfg = genesis_cfg(2, 6)
     cfg.camera_attr = "cam"
     with pytest.raises(
@@ -169,6 +169,15 @@ def test_misnamed_camera_attribute_names_the_key_and_the_cameras():
         ConfigError, match=r"env\.camera_attr='robot' is invalid: .*not a Genesis camera"
     ):
         ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+    cfg.camera_attr = None  # no camera: it runs, and rendering says why not
+    env = ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+    try:
+        env.reset(seed=0)
+        env.step(torch.zeros(2, 7))
+        with pytest.raises(ConfigError, match="env.camera_attr=null"):
+            env.render([0])
+    finally:
+        env.close()
 
 
 @needs_genesis
@@ -274,20 +283,6 @@ def test_rendered_envs_idx_limits_what_can_be_rendered():
             ConfigError,
             match=r"env \[0\] cannot be rendered.*draws envs \[2\] only.*recorder\.env_idx",
         ):
-            env.render([0])
-    finally:
-        env.close()
-
-
-@needs_genesis
-def test_no_camera_runs_and_render_says_why():
-    cfg = genesis_cfg(2, 6)
-    cfg.camera_attr = None
-    env = ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
-    try:
-        env.reset(seed=0)
-        env.step(torch.zeros(2, 7))
-        with pytest.raises(ConfigError, match="env.camera_attr=null"):
             env.render([0])
     finally:
         env.close()

@@ -112,15 +112,6 @@ def test_no_time_limit_interference(env):
     assert obs_before.shape == (2, *env.single_observation_space.shape)
 
 
-def test_partial_reset_with_seed_is_reproducible(env):
-    env.reset(seed=5)
-    env.step(sample_actions(env))
-    a, _ = env.reset(seed=11, env_idx=[1])
-    env.step(sample_actions(env, seed=3))
-    b, _ = env.reset(seed=11, env_idx=[1])
-    torch.testing.assert_close(a[1], b[1])
-
-
 def test_async_vectorization_with_spawn():
     """cpu_vectorization=async: one process per env (spawn), same interface and partial resets."""
     env = make_env(2, seed=0, cpu_vectorization="async", async_context="spawn")

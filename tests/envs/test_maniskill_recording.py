@@ -132,31 +132,3 @@ def test_cubic_schedule_on_a_real_maniskill_env(run):
     for c in clips:
         assert c.num_frames == TRAIN_LIMIT + 1
         assert c.fps == pytest.approx(20.0)  # PushCube's control rate: dt = 0.05 s
-
-
-def test_partial_reset_renders_only_the_reset_env():
-    """The CPU adapter renders only the envs asked for, and a partial reset leaves the others'
-    frames."""
-    env = make_env(2, 0, max_episode_steps=EVAL_LIMIT)
-    try:
-        calls = []
-        for i, sub in enumerate(env.vec.envs):
-            inner = sub.unwrapped  # the ManiSkill env below the sub-env's wrappers
-            original = inner.render_rgb_array
-
-            def counted(*a, _i=i, _orig=original, **k):
-                calls.append(_i)
-                return _orig(*a, **k)
-
-            inner.render_rgb_array = counted
-        env.reset(seed=1)
-        env.step(sample_actions(env))
-        before = env.render([0, 1])
-        calls.clear()
-        env.reset(env_idx=[1])
-        after = env.render([1])
-        assert calls == [1]
-        assert not torch.equal(after[0], before[1])
-        assert torch.equal(env.render([0])[0], before[0])
-    finally:
-        env.close()
