@@ -24,6 +24,9 @@ class Choice(str, enum.Enum):
     __str__ = str.__str__
     __format__ = str.__format__
 
+    def _generate_next_value_(name, *_):  # noqa: N805  (Enum's hook: a member's value is its name)
+        return name
+
     @classmethod
     def values(cls) -> List[str]:
         return [m.value for m in cls]
@@ -120,26 +123,19 @@ def check_device(value: Any, key: str = "sim.device") -> None:
 
 
 def positive(value: Any, key: str, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if value is None or value <= 0:
+    if (value is None or value <= 0) and not (value is None and allow_none):
         rule = "a positive number or null" if allow_none else "a positive number"
         raise ConfigError(f"{key}={value!r} is invalid: must be {rule}")
 
 
-def close_matches(value: str, allowed: Sequence[str]) -> List[str]:
-    """The names of ``allowed`` closest to a mistyped ``value``, best first: one that differs only
-    in case, then difflib's close matches."""
+def did_you_mean(value: str, allowed: Sequence[str], before: str = "", after: str = "") -> str:
+    """``"did you mean X?"`` for the names of ``allowed`` closest to a mistyped ``value``, best
+    first (one that differs only in case, then difflib's close matches), each written between
+    ``before`` and ``after``; ``""`` where none is close."""
     close = difflib.get_close_matches(value, allowed, n=3, cutoff=0.6)
     case = [name for name in allowed if name.lower() == value.lower() and name not in close]
-    return case[:1] + close
-
-
-def did_you_mean(value: str, allowed: Sequence[str], before: str = "", after: str = "") -> str:
-    """``"did you mean X?"`` for the closest names of ``allowed`` (each written between ``before``
-    and ``after``), or ``""`` where none is close."""
-    close = " or ".join(before + name + after for name in close_matches(value, allowed))
-    return f"did you mean {close}?" if close else ""
+    names = " or ".join(before + name + after for name in case[:1] + close)
+    return f"did you mean {names}?" if names else ""
 
 
 def one_of(value: Any, key: str, allowed: List[str]) -> None:

@@ -16,7 +16,6 @@ returned by :func:`to_dataclass`.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field, fields, is_dataclass
 from operator import attrgetter
 from typing import Any, Optional
@@ -41,19 +40,9 @@ from rlrec.ppo.config import PPOConfig, check_encoder
 from rlrec.record.settings import RecorderConfig, Trigger, check_view
 from rlrec.report.config import ReportConfig
 
-
-class LoggerName(Choice):
-    """Where metrics go besides metrics.jsonl and the console."""
-
-    tensorboard = "tensorboard"
-    wandb = "wandb"
-    none = "none"
-
-
-class WandbMode(Choice):
-    offline = "offline"
-    online = "online"
-    disabled = "disabled"
+# where metrics go besides metrics.jsonl and the console
+LoggerName = Choice("LoggerName", "tensorboard wandb none", module=__name__)
+WandbMode = Choice("WandbMode", "offline online disabled", module=__name__)
 
 
 # --------------------------------------------------------------------------- eval env
@@ -142,15 +131,13 @@ def register_configs() -> None:
     (``defaults: [/schema/<group>/<name>@_here_]``) without listing them as group options."""
     cs = ConfigStore.instance()
     cs.store(group="schema", name="config", node=Config)
-    for name, schema in BACKENDS.items():  # the env backends' schemas
-        cs.store(group="schema/env", name=name, node=schema)
-    cs.store(group="schema/sim", name="sim", node=SimConfig)
-    cs.store(group="schema/eval_env", name="eval_env", node=EvalEnvConfig)
-    cs.store(group="schema/recorder", name="recorder", node=RecorderConfig)
     cs.store(group="schema/algo", name="ppo", node=PPOConfig)
-    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
-    cs.store(group="schema/distributed", name="distributed", node=DistributedConfig)
-    cs.store(group="schema/report", name="report", node=ReportConfig)
+    for name, node in BACKENDS.items():  # the env backends' schemas
+        cs.store(group="schema/env", name=name, node=node)
+    groups = {"sim": SimConfig, "eval_env": EvalEnvConfig, "recorder": RecorderConfig}
+    groups.update(logger=LoggerConfig, distributed=DistributedConfig, report=ReportConfig)
+    for name, node in groups.items():
+        cs.store(group=f"schema/{name}", name=name, node=node)
 
 
 # --------------------------------------------------------------------------- validation
@@ -253,13 +240,6 @@ def to_dataclass(cfg: DictConfig) -> Config:
 
 
 def to_container(obj: Any) -> Any:
-    """Plain dict/list view of a config dataclass (for checkpoints and logs)."""
-    if is_dataclass(obj):
-        return {f.name: to_container(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, (list, tuple)):
-        return [to_container(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_container(v) for k, v in obj.items()}
-    return obj
+    """Plain dict/list view of a config dataclass, closed choices as their values (for checkpoints
+    and logs)."""
+    return OmegaConf.to_container(OmegaConf.structured(obj), enum_to_str=True)

@@ -2,7 +2,7 @@
 
 A state-only env observes one float tensor ``[N, D]``. A pixel env observes a dict
 ``{"rgb": uint8 [N, H, W, C], "state": float32 [N, D]}`` ("state" only where the env adds it), as
-ManiSkill's ``FlattenRGBDObservationWrapper`` (mani_skill/utils/wrappers/flatten.py, lines 37-64:
+ManiSkill's ``FlattenRGBDObservationWrapper`` (its ``observation``:
 the cameras' images joined on the channel axis under "rgb", the rest flattened under "state") hands
 it to ``ppo_rgb.py``; its observation space is a ``gym.spaces.Dict`` of those two ``Box``es.
 """

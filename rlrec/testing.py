@@ -37,28 +37,29 @@ except ImportError as e:
     raise ImportError(f"rlrec.testing needs pytest ({e}): pip install 'rlrec[testing]'") from None
 
 from rlrec.envs.base import EnvAdapter, EnvWrapper, as_env_index
-from rlrec.obs import RGB, Obs, map_obs, shape_of
-
-__all__ = ["EnvContract", "FrameSpy", "decode", "frame_diff", "obs_equal", "rows", "sample_actions"]
+from rlrec.obs import RGB, map_obs, shape_of
 
 
 def sample_actions(env: EnvAdapter, seed: int = 0) -> torch.Tensor:
     """A batch of random valid actions as a tensor on the env's device."""
     space = env.single_action_space
     space.seed(seed)
-    acts = np.stack([space.sample() for _ in range(env.num_envs)])
-    return torch.as_tensor(acts, device=env.device)
+    return torch.as_tensor(
+        np.stack([space.sample() for _ in range(env.num_envs)]), device=env.device
+    )
 
 
-def rows(obs: Obs, idx) -> Obs:
-    """Rows ``idx`` of an observation (a tensor, or each tensor of a pixel dict)."""
-    return map_obs(lambda x: x[idx], obs)
+def _parts(obs):
+    """The tensors (or shapes) of an observation by key: ``{None: x}`` for a state tensor."""
+    return obs if isinstance(obs, dict) else {None: obs}
 
 
-def obs_equal(a: Obs, b: Obs) -> bool:
-    """Whether two observations (tensors, or pixel dicts) are equal."""
-    equal = map_obs(torch.equal, a, b)
-    return all(equal.values()) if isinstance(equal, dict) else equal
+def _rows(obs, idx):
+    return map_obs(lambda x: x[idx].cpu(), obs)
+
+
+def _same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(_parts(a).values(), _parts(b).values()))
 
 
 def frame_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -81,53 +82,50 @@ class EnvContract:
         yield env
         env.close()
 
+    def _frames(self, env, idx=None):
+        return env.render(list(range(self.num_envs)) if idx is None else idx)
+
+    def _alike(self, a, b):
+        return frame_diff(a, b) <= self.render_atol
+
     # ------------------------------------------------------------------ shapes and types
-    def test_attributes(self, env):
-        assert env.num_envs == self.num_envs
-        assert isinstance(env.device, torch.device)
+    def test_reset_and_step_shapes(self, env):
+        """The attributes; a state tensor or a pixel dict (rlrec/obs.py: "rgb" uint8, "state"
+        float) of the space's shapes, on the env's device; per-env rewards and flags."""
+        n, device = self.num_envs, env.device.type
+        assert env.num_envs == n and isinstance(env.device, torch.device)
         assert isinstance(env.dt, float) and env.dt > 0
         assert isinstance(env.single_observation_space, gym.Space)
         assert isinstance(env.single_action_space, gym.Space)
-
-    def test_reset_and_step_shapes(self, env):
-        """A state tensor or a pixel dict (rlrec/obs.py: "rgb" uint8, "state" float) of the
-        space's shapes, on the env's device."""
+        space = _parts(shape_of(env.single_observation_space))
         obs, info = env.reset(seed=self.seed)
-        n = self.num_envs
-        space = shape_of(env.single_observation_space)
-        parts = obs if isinstance(obs, dict) else {None: obs}
-        assert set(parts) == (set(space) if isinstance(space, dict) else {None})
-        for key, part in parts.items():
-            assert isinstance(part, torch.Tensor) and part.device.type == env.device.type
-            assert tuple(part.shape) == (n, *(space[key] if key else space)), key
-            floats = part.dtype in (torch.float32, torch.float64)
-            assert part.dtype == torch.uint8 if key == RGB else floats, key
         assert isinstance(info, dict)
-        obs2, rew, term, trunc, info = env.step(sample_actions(env))
-        assert map_obs(lambda x: x.shape, obs2) == map_obs(lambda x: x.shape, obs)
-        assert rew.shape == (n,) and rew.dtype.is_floating_point
-        assert term.shape == (n,) and term.dtype == torch.bool
-        assert trunc.shape == (n,) and trunc.dtype == torch.bool
-        for t in (*(obs2.values() if isinstance(obs2, dict) else [obs2]), rew, term, trunc):
-            assert t.device.type == env.device.type
-        for k, v in info.items():
-            if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
-                assert v.device.type == env.device.type, k
+        stepped, rew, term, trunc, info = env.step(sample_actions(env))
+        for o in (obs, stepped):
+            assert {k: tuple(v.shape) for k, v in _parts(o).items()} == {
+                k: (n, *shape) for k, shape in space.items()
+            }
+            for k, v in _parts(o).items():
+                floats = v.dtype in (torch.float32, torch.float64)
+                assert v.dtype == torch.uint8 if k == RGB else floats, k
+        assert rew.shape == term.shape == trunc.shape == (n,) and rew.dtype.is_floating_point
+        assert term.dtype == trunc.dtype == torch.bool
+        per_env = [v for v in info.values() if isinstance(v, torch.Tensor) and v.shape[:1] == (n,)]
+        for t in (*_parts(obs).values(), *_parts(stepped).values(), rew, term, trunc, *per_env):
+            assert t.device.type == device
 
     # ------------------------------------------------------------------ resets
     def test_seeded_reset_is_reproducible(self, env):
         obs_a, _ = env.reset(seed=7)
-        frames_a = env.render(list(range(self.num_envs)))
+        frames_a = self._frames(env)
         env.step(sample_actions(env))
         obs_b, _ = env.reset(seed=7)
-        frames_b = env.render(list(range(self.num_envs)))
         torch.testing.assert_close(obs_a, obs_b)
-        assert frame_diff(frames_a, frames_b) <= self.render_atol
+        assert self._alike(frames_a, self._frames(env))
         other = self.make_env(self.num_envs, seed=self.seed)
         try:
-            obs_c, _ = other.reset(seed=7)
             torch.testing.assert_close(
-                map_obs(torch.Tensor.cpu, obs_a), map_obs(torch.Tensor.cpu, obs_c)
+                _rows(obs_a, slice(None)), _rows(other.reset(seed=7)[0], slice(None))
             )
         finally:
             other.close()
@@ -141,60 +139,55 @@ class EnvContract:
         full, _ = env.reset(seed=s)
         for i in range(n):
             for j in range(i):
-                assert not obs_equal(rows(full, i), rows(full, j)), f"sub-envs {j}, {i} start alike"
-        other, _ = env.reset(seed=s + n)
-        assert not obs_equal(other, full), "the seed does not change the starts"
+                assert not _same(_rows(full, i), _rows(full, j)), f"sub-envs {j}, {i} start alike"
+        assert not _same(env.reset(seed=s + n)[0], full), "the seed does not change the starts"
         if not env.seed_per_env:
             return
         for i in range(1, n):
             alone, _ = env.reset(seed=s + i)
-            msg = f"sub-env {i} is not seeded s + {i}"
-            torch.testing.assert_close(rows(alone, 0), rows(full, i), msg=msg)
+            torch.testing.assert_close(
+                _rows(alone, 0), _rows(full, i), msg=f"sub-env {i} is not seeded s + {i}"
+            )
         env.step(sample_actions(env))
-        last = n - 1
-        again, _ = env.reset(seed=s, env_idx=[last])
-        msg = "a partial seeded reset differs"
-        torch.testing.assert_close(rows(again, last), rows(full, last), msg=msg)
+        again, _ = env.reset(seed=s, env_idx=[n - 1])
+        torch.testing.assert_close(
+            _rows(again, n - 1), _rows(full, n - 1), msg="a partial seeded reset differs"
+        )
 
     def test_partial_reset_touches_only_named_envs(self, env):
         env.reset(seed=self.seed)
         for i in range(3):
-            obs, *_ = env.step(sample_actions(env, seed=i))
-        before_obs = map_obs(torch.clone, obs)
-        before_frames = env.render(list(range(self.num_envs)))
-        obs_after, _ = env.reset(env_idx=torch.tensor([1], device=env.device))
-        after_frames = env.render(list(range(self.num_envs)))
+            before, *_ = env.step(sample_actions(env, seed=i))
+        before_frames = self._frames(env)
+        after, _ = env.reset(env_idx=torch.tensor([1], device=env.device))
+        after_frames = self._frames(env)
         others = [i for i in range(self.num_envs) if i != 1]
-        torch.testing.assert_close(rows(obs_after, others), rows(before_obs, others))
-        for i in others:
-            assert frame_diff(after_frames[i], before_frames[i]) <= self.render_atol, i
-        assert not obs_equal(rows(obs_after, 1), rows(before_obs, 1))
-        assert frame_diff(after_frames[1], before_frames[1]) > self.render_atol
+        torch.testing.assert_close(_rows(after, others), _rows(before, others))
+        assert all(self._alike(after_frames[i], before_frames[i]) for i in others)
+        assert not _same(_rows(after, 1), _rows(before, 1))
+        assert not self._alike(after_frames[1], before_frames[1])
 
     # ------------------------------------------------------------------ rendering
     def test_render_is_owned_copy_of_current_state(self, env):
         env.reset(seed=self.seed)
         first = env.render([0])
         kept = first.clone()
-        assert first.dtype == torch.uint8 and first.ndim == 4 and first.shape[0] == 1
-        assert first.shape[-1] == 3
+        assert first.dtype == torch.uint8 and first.shape[:1] + first.shape[3:] == (1, 3)
         for i in range(3):
             env.step(sample_actions(env, seed=i))
         now = env.render([0])
         assert torch.equal(first, kept), "render() returned a view that a later step overwrote"
-        assert frame_diff(now, first) > self.render_atol, "render() shows a stale state after step"
+        assert not self._alike(now, first), "render() shows a stale state after step"
         env.reset(env_idx=[0])
-        fresh = env.render([0])
         assert torch.equal(first, kept)
-        assert frame_diff(fresh, now) > self.render_atol, "render() shows a stale state after reset"
+        assert not self._alike(env.render([0]), now), "render() shows a stale state after reset"
 
     def test_render_selects_envs(self, env):
         env.reset(seed=self.seed)
-        all_frames = env.render(list(range(self.num_envs)))
-        assert all_frames.shape[0] == self.num_envs
+        every = self._frames(env)
         some = env.render([self.num_envs - 1, 0])
-        assert frame_diff(some[0], all_frames[-1]) <= self.render_atol
-        assert frame_diff(some[1], all_frames[0]) <= self.render_atol
+        assert len(every) == self.num_envs and len(some) == 2
+        assert self._alike(some[0], every[-1]) and self._alike(some[1], every[0])
 
     # ------------------------------------------------------------------ time limit
     def test_truncation_at_time_limit(self, env):
@@ -206,8 +199,7 @@ class EnvContract:
         ended = torch.zeros(self.num_envs, dtype=torch.bool, device=env.device)
         for t in range(1, limit + 1):
             _, _, term, trunc, _ = env.step(zero)
-            if t < limit:
-                assert not bool((trunc & ~ended).any()), f"truncated early at step {t}"
+            assert t == limit or not bool((trunc & ~ended).any()), f"truncated early at step {t}"
             ended |= term | trunc
         assert bool(ended.all()), "some env neither terminated nor truncated at the time limit"
 
@@ -217,19 +209,17 @@ class FrameSpy(EnvWrapper):
 
     def __init__(self, env, watch: int = 0, keep_frames: bool = True, close_inner: bool = True):
         super().__init__(env)
-        self.watch = watch
-        self.keep_frames = keep_frames
-        self.close_inner = close_inner
+        self.watch, self.keep_frames, self.close_inner = watch, keep_frames, close_inner
         # one list per episode of env `watch`; frames are None when keep_frames is False
         self.episodes: List[List[Optional[np.ndarray]]] = []
         self.render_requests: List[List[int]] = []  # env indices of each render() from above
 
-    def _frame(self) -> Optional[np.ndarray]:
+    def _frame(self):
         return self.env.render([self.watch])[0].cpu().numpy().copy() if self.keep_frames else None
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
-        if self.watch in as_env_index(env_idx, self.num_envs, self.device).tolist():
+        if self.watch in as_env_index(env_idx, self.num_envs, "cpu").tolist():
             self.episodes.append([self._frame()])
         return out
 
@@ -240,7 +230,7 @@ class FrameSpy(EnvWrapper):
         return out
 
     def render(self, env_idx):
-        self.render_requests.append(as_env_index(env_idx, self.num_envs, self.device).tolist())
+        self.render_requests.append(as_env_index(env_idx, self.num_envs, "cpu").tolist())
         return self.env.render(env_idx)
 
     def close(self):

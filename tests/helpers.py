@@ -42,18 +42,16 @@ def make_config(overrides: List[str] = ()) -> Config:
     return to_dataclass(compose_cfg(overrides))
 
 
+def _train(args: List[str]) -> dict:
+    """``python train.py ARGS``'s command line and environment, its output unbuffered."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return dict(args=[sys.executable, str(REPO / "train.py"), *args], env=env, text=True)
+
+
 def run_train(
     args: List[str], cwd: Path, timeout: float = 300, check: bool = True
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = subprocess.run(**_train(args), cwd=cwd, capture_output=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -66,15 +64,8 @@ def read_metrics(run_dir: Path) -> List[dict]:
 def start_train(args: List[str], cwd: Path, new_session: bool = False) -> subprocess.Popen:
     """``train.py`` in a subprocess, stdout and stderr together, text; ``new_session``: in a
     process group of its own (so a test can signal the whole group, as Ctrl-C does)."""
-    return subprocess.Popen(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=new_session,
-    )
+    out = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(**_train(args), cwd=cwd, start_new_session=new_session, **out)
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:

@@ -10,6 +10,7 @@ from rlrec.checks import ConfigError
 from rlrec.config import validate
 from rlrec.envs.builtin import BuiltinEnvConfig
 from rlrec.record.settings import Trigger
+from rlrec.run import budget
 from tests.helpers import REPO, compose_cfg, make_config
 
 CONF = Path(REPO) / "conf"
@@ -23,46 +24,18 @@ def test_default_config_resolves_to_dataclasses():
     assert cfg.sim.device == "cpu" and cfg.algo.name == "ppo"
 
 
-def test_unknown_group_option_lists_allowed():
-    with pytest.raises(MissingConfigException) as e:
-        compose_cfg(["env=nope"])
-    assert "env/nope" in str(e.value) and "builtin" in str(e.value)
-
-
-def test_unknown_key_is_named():
-    with pytest.raises(ConfigCompositionException) as e:
-        compose_cfg(["env.foo=1"])
-    assert "env.foo" in str(e.value)
-
-
-def test_wrong_type_is_named():
-    with pytest.raises(ConfigCompositionException) as e:
-        compose_cfg(["env.num_envs=abc"])
-    assert "env.num_envs" in str(e.value)
-    assert "could not be converted to Integer" in str(e.value.__cause__)
-
-
 @pytest.mark.parametrize(
-    "override,key",
+    "override, error, words",
     [
-        ("env.num_envs=0", "env.num_envs"),
-        ("eval_env.num_envs=0", "eval_env.num_envs"),
-        ("eval_env.num_envs=-3", "eval_env.num_envs"),
-        ("total_steps=-1", "total_steps"),
-        ("algo.num_steps=0", "algo.num_steps"),
-        ("algo.update_epochs=0", "algo.update_epochs"),
-        ("eval_env.every=0", "eval_env.every"),
-        ("algo.num_minibatches=3", "algo.num_minibatches"),
-        ("algo.gamma=1.5", "algo.gamma"),
-        ("algo.adam_eps=0", "algo.adam_eps"),
-        ("algo.adam_eps=-1e-8", "algo.adam_eps"),
-        ("resume=sometimes", "resume"),
+        ("env=nope", MissingConfigException, ["env/nope", "builtin"]),
+        ("env.foo=1", ConfigCompositionException, ["env.foo"]),
+        ("env.num_envs=abc", ConfigCompositionException, ["env.num_envs", "to Integer"]),
     ],
 )
-def test_bad_values_name_the_key(override, key):
-    with pytest.raises(ConfigError) as e:
-        make_config([override])
-    assert key in str(e.value)
+def test_composing_refuses_an_unknown_option_key_or_type(override, error, words):
+    with pytest.raises(error) as e:
+        compose_cfg([override])
+    assert all(w in f"{e.value} {e.value.__cause__}" for w in words), e.value
 
 
 @pytest.mark.parametrize(
@@ -95,16 +68,6 @@ def test_closed_choices_are_refused_while_composing(override, allowed):
     assert item.split("=")[0] in text, text
     for value in allowed:
         assert value in text, text
-
-
-def test_choice_errors_list_allowed_values():
-    """A dataclass built in code (no Hydra) gets the same refusal from validation."""
-    cfg = make_config()
-    cfg.logger.name = "stdout"
-    with pytest.raises(ConfigError) as e:
-        validate(cfg)
-    assert "logger.name" in str(e.value)
-    assert "tensorboard" in str(e.value) and "wandb" in str(e.value)
 
 
 def _leaves(node, prefix=""):
@@ -157,19 +120,11 @@ def test_schema_defaults_per_env_backend():
 
 
 def _schemas():
-    from rlrec import config
+    from rlrec import config as c
     from rlrec.envs.config import BACKENDS
 
-    return [
-        config.Config,
-        config.SimConfig,
-        config.RecorderConfig,
-        config.EvalEnvConfig,
-        config.PPOConfig,
-        config.LoggerConfig,
-        config.DistributedConfig,
-        *BACKENDS.values(),
-    ]
+    first = [c.Config, c.SimConfig, c.RecorderConfig, c.EvalEnvConfig, c.PPOConfig, c.LoggerConfig]
+    return [*first, c.DistributedConfig, *BACKENDS.values()]
 
 
 def test_every_float_field_has_its_range():
@@ -212,9 +167,15 @@ def test_every_float_field_refuses_non_finite_values(key, value):
     assert f"{key}={value}" in str(e.value) and "finite number" in str(e.value)
 
 
-def test_float_checks_cover_dataclasses_built_in_code():
+def test_dataclasses_built_in_code_get_the_same_refusals():
+    """A config built (or changed) in code, without Hydra: its closed choices and floats are
+    refused by validation as while composing."""
     from rlrec.record.settings import RecorderConfig
 
+    cfg = make_config()
+    cfg.logger.name = "stdout"
+    with pytest.raises(ConfigError, match=r"logger\.name='stdout'.*tensorboard, wandb, none"):
+        validate(cfg)
     cfg = make_config()
     cfg.algo.learning_rate = float("nan")
     with pytest.raises(ConfigError, match=r"algo\.learning_rate=nan"):
@@ -224,21 +185,33 @@ def test_float_checks_cover_dataclasses_built_in_code():
 
 
 @pytest.mark.parametrize(
-    "override,key,message",
+    "override, message",
     [
-        ("algo.vf_coef=-0.5", "algo.vf_coef", "a finite number >= 0"),
-        ("algo.ent_coef=-1e-3", "algo.ent_coef", "a finite number >= 0"),
-        ("algo.reward_scale=0", "algo.reward_scale", "a finite number > 0"),
-        ("algo.init_log_std=25", "algo.init_log_std", "a finite number in [-20, 20]"),
-        ("algo.gae_lambda=1.01", "algo.gae_lambda", "a finite number in [0, 1]"),
-        ("env.goal_radius=0", "env.goal_radius", "a finite number > 0"),
-        ("recorder.fps=-2", "recorder.fps", "a finite number > 0 or null"),
+        ("env.num_envs=0", "a positive number"),
+        ("eval_env.num_envs=-3", "a positive number"),
+        ("total_steps=-1", "a positive number"),
+        ("algo.num_steps=0", "a positive number"),
+        ("algo.update_epochs=0", "a positive number"),
+        ("eval_env.every=0", "a positive number"),
+        ("report.max_tiles=0", "a positive number"),
+        ("algo.num_minibatches=3", "must divide env.num_envs * algo.num_steps"),
+        ("resume=sometimes", "allowed values are auto, null"),
+        ("algo.gamma=1.5", "a finite number in [0, 1]"),
+        ("algo.adam_eps=0", "a finite number > 0"),
+        ("algo.adam_eps=-1e-8", "a finite number > 0"),
+        ("algo.vf_coef=-0.5", "a finite number >= 0"),
+        ("algo.ent_coef=-1e-3", "a finite number >= 0"),
+        ("algo.reward_scale=0", "a finite number > 0"),
+        ("algo.init_log_std=25", "a finite number in [-20, 20]"),
+        ("algo.gae_lambda=1.01", "a finite number in [0, 1]"),
+        ("env.goal_radius=0", "a finite number > 0"),
+        ("recorder.fps=-2", "a finite number > 0 or null"),
     ],
 )
-def test_float_ranges_name_the_key_and_the_range(override, key, message):
+def test_bad_values_name_the_key_and_what_is_allowed(override, message):
     with pytest.raises(ConfigError) as e:
         make_config([override])
-    assert str(e.value).startswith(f"{key}=") and message in str(e.value)
+    assert str(e.value).startswith(override.split("=")[0] + "=") and message in str(e.value)
 
 
 def test_range_bounds():
@@ -291,9 +264,7 @@ def test_plus_adds_presets_and_free_form_kwargs_but_no_unknown_key():
 # --------------------------------------------------------------------------- memory estimate
 
 
-def test_rollout_and_model_estimates():
-    from rlrec.run import budget
-
+def test_rollout_and_model_estimates_and_where_they_live():
     cfg = make_config(["env.num_envs=10", "algo.num_steps=20", "algo.num_minibatches=2"])
     cfg.algo.hidden_sizes = [3, 5]
     needs = {n.what: n for n in budget.estimate(cfg)}
@@ -307,12 +278,6 @@ def test_rollout_and_model_estimates():
     both = make_config(["env.obs_mode=rgb", "algo.encoder=cnn", "recorder.view=both"])
     queue = {n.what: n for n in budget.estimate(both)}["the frame buffers of the recorder queue"]
     assert queue.bytes == 64 * 2 * 128 * 128 * 3  # the render and the obs tile side by side
-
-
-def test_estimate_knows_what_lives_on_the_gpu():
-    from rlrec.run import budget
-
-    cfg = make_config(["env.num_envs=100000000"])
     with_gpu = {n.what: n.where for n in budget.estimate(cfg, on_gpu=True)}
     assert with_gpu["the rollout storage"] == "device"
     assert with_gpu["the frame buffers of the recorder queue"] == "host"  # pinned host buffers
@@ -355,8 +320,6 @@ def test_the_estimate_counts_the_model_and_what_autograd_keeps(args):
     the inputs and the heads' outputs, a few floats per row)."""
     import torch
 
-    from rlrec.run import budget
-
     cfg = make_config([*args, "algo.hidden_sizes=[7,5]", "algo.num_minibatches=1"])
     needs = {n.what: n for n in budget.estimate(cfg)}
     rows = cfg.env.num_envs * cfg.algo.num_steps
@@ -381,8 +344,6 @@ def test_cuda_graphs_count_their_input_copies_and_the_bootstrap_pass():
     """algo.compile on CUDA: the graphs' copies of their inputs (the policy step's observation and
     noise, one minibatch) and the eager bootstrap pass beside the graphs; eager or on the CPU,
     the bootstrap pass runs in the action step's memory and nothing is copied."""
-    from rlrec.run import budget
-
     args = ["env.obs_mode=rgb_state", "algo.encoder=cnn", "env.num_envs=100", "algo.num_steps=8"]
     cfg = make_config([*args, "algo.num_minibatches=4", "algo.compile=true"])
     needs = {n.what: n for n in budget.estimate(cfg, on_gpu=True)}
@@ -398,8 +359,6 @@ def test_cuda_graphs_count_their_input_copies_and_the_bootstrap_pass():
 
 
 def test_host_memory_is_the_machine_s():
-    from rlrec.run import budget
-
     have, source = budget.host_memory()
     total = next(
         int(line.split()[1]) * 1024
@@ -407,24 +366,3 @@ def test_host_memory_is_the_machine_s():
         if line.startswith("MemTotal:")
     )
     assert have is not None and 0 < have <= total and source
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        [],
-        ["+experiment=smoke"],
-        ["+experiment=cartpole"],
-        ["+experiment=genesis_franka_reach"],
-        ["+experiment=maniskill_pushcube_gpu"],
-        ["+experiment=maniskill_pushcube_gpu", "env.num_envs=4096", "env.render_width=512"],
-    ],
-)
-def test_ordinary_configs_fit(overrides):
-    """The presets (2048 ManiSkill envs included) need a few MB by the estimate: accepted."""
-    from rlrec.run import budget
-
-    cfg = make_config(overrides)
-    for on_gpu in (False, True):
-        assert sum(n.bytes for n in budget.estimate(cfg, on_gpu)) < 1e9
-    budget.check(cfg)  # the host check of this machine

@@ -51,28 +51,17 @@ def _run(python: Path, args, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_base_venv_has_nothing_but_the_base_dependencies(base_python):
-    """The venv is what the test means: no extra's package, nor matplotlib's source of old (the
-    dev extra), in it."""
-    probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])"
-    extras = ["mani_skill", "genesis", "wandb", "selenium", "pytest", "hydra_plugins", "mujoco"]
-    out = subprocess.run(
-        [str(base_python), "-c", probe % extras], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]", out
-
-
-@pytest.mark.slow
 def test_main_job_runs_on_the_base_dependencies(base_python, tmp_path):
     """The default run's whole path (train, evaluate, record, checkpoint, the report and its
-    progress video) with only the base dependencies: exit 0, no traceback, the report written."""
+    progress video) with only the base dependencies (no extra's package, nor matplotlib's source
+    of old: the dev extra, in the venv): exit 0, no traceback, the report written."""
+    probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])"
+    extras = ["mani_skill", "genesis", "wandb", "selenium", "pytest", "hydra_plugins", "mujoco"]
+    found = subprocess.run([str(base_python), "-c", probe % extras], capture_output=True, text=True)
+    assert found.stdout.strip() == "[]", found.stdout + found.stderr
     run_dir = tmp_path / "run"
-    proc = _run(
-        base_python,
-        ["+experiment=smoke", "total_steps=4096", "logger.progress=false",
-         f"hydra.run.dir={run_dir}"],
-        tmp_path,
-    )  # fmt: skip
+    args = ["+experiment=smoke", "total_steps=4096", "logger.progress=false"]
+    proc = _run(base_python, [*args, f"hydra.run.dir={run_dir}"], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "Traceback" not in out and "report failed" not in out, out

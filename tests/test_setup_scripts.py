@@ -38,14 +38,9 @@ def _pick(tmp_path: Path, path: str, **env) -> subprocess.CompletedProcess:
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "scripts" / "python.sh", repo / "scripts" / "python.sh")
-    return subprocess.run(
-        ["/bin/bash", "-c", '. scripts/python.sh && echo "PY=$PY PYTHON=$PYTHON"'],
-        cwd=repo,
-        env={"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": path, "LANG": "C.UTF-8", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cmd = ["/bin/bash", "-c", '. scripts/python.sh && echo "PY=$PY PYTHON=$PYTHON"']
+    env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": path, "LANG": "C.UTF-8", **env}
+    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_an_active_venv_is_the_one(tmp_path):

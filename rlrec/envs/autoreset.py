@@ -56,17 +56,12 @@ class AutoReset(EnvWrapper):
         ended = done.cpu()
         if bool(ended.any()):
             idx = ended.nonzero().flatten()
-            info = dict(
-                info,
-                final_obs=map_obs(torch.clone, obs),
-                final_info=dict(info),
-                _final=done.clone(),
-                _final_idx=idx,
-            )
-            info["episode"] = {
+            episode = {
                 "return": self._return.clone(),
                 "length": self._length.clone(),
-                "_mask": done.clone(),
+                "_mask": done,
             }
+            info = dict(info, final_obs=map_obs(torch.clone, obs), final_info=dict(info))
+            info.update(_final=done.clone(), _final_idx=idx, episode=episode)
             obs, _ = self.reset(env_idx=idx)  # the finished envs' return and length start at 0
         return obs, reward, terminated, truncated, info

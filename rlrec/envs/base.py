@@ -104,6 +104,13 @@ class EnvAdapter(ABC):
         caller."""
 
     _closed = False
+    _seed: Optional[int] = None  # the construction's seed, for the first reset without one
+
+    def _seeds(self, seed):
+        """The seeds of a reset's sub-envs, ``seed + i`` (the construction's seed for the first
+        reset that gets none)."""
+        seed, self._seed = (self._seed if seed is None else seed), None
+        return None if seed is None else [int(seed) + i for i in range(self.num_envs)]
 
     def close(self) -> None:
         """Releases simulator resources (:meth:`_release`), once: a second call does nothing."""
@@ -111,7 +118,7 @@ class EnvAdapter(ABC):
             self._closed = True
             self._release()
 
-    def _release(self) -> None:
+    def _release(self):
         """What :meth:`close` releases; adapters that hold resources override it."""
         return None  # deliberately not abstract: most adapters hold nothing to release
 
@@ -120,19 +127,24 @@ class EnvAdapter(ABC):
         return self
 
 
+def _forward(name):
+    """A wrapper's attribute that is its env's."""
+    return property(lambda self: getattr(self.env, name))
+
+
 class EnvWrapper(EnvAdapter):
     """Forwards everything to ``env``; subclasses override what they change."""
 
     def __init__(self, env: EnvAdapter):
         self.env = env
 
-    num_envs = property(lambda self: self.env.num_envs)  # type: ignore[assignment]
-    device = property(lambda self: self.env.device)  # type: ignore[assignment]
-    dt = property(lambda self: self.env.dt)  # type: ignore[assignment]
-    max_episode_steps = property(lambda self: self.env.max_episode_steps)  # type: ignore[assignment]
-    single_observation_space = property(lambda self: self.env.single_observation_space)  # type: ignore[assignment]
-    single_action_space = property(lambda self: self.env.single_action_space)  # type: ignore[assignment]
-    seed_per_env = property(lambda self: self.env.seed_per_env)  # type: ignore[assignment]
+    num_envs = _forward("num_envs")
+    device = _forward("device")
+    dt = _forward("dt")
+    max_episode_steps = _forward("max_episode_steps")
+    single_observation_space = _forward("single_observation_space")
+    single_action_space = _forward("single_action_space")
+    seed_per_env = _forward("seed_per_env")
 
     def reset(self, seed=None, env_idx=None):
         return self.env.reset(seed=seed, env_idx=env_idx)
@@ -353,10 +365,8 @@ class VectorEnvAdapter(EnvAdapter):
     def __init__(
         self, fns, device, vectorization, context, seed, clip_actions=True, info_masks=True, **kw
     ):
-        self.num_envs = len(fns)
+        self.num_envs, self.device, self._seed = len(fns), torch.device(device), seed
         self.clip_actions, self.info_masks = clip_actions, info_masks
-        self.device = torch.device(device)
-        self._seed = seed  # used by the first reset when it gets no seed
         kw["autoreset_mode"] = gym.vector.AutoresetMode.DISABLED
         if vectorization == "async":
             self.vec = gym.vector.AsyncVectorEnv(fns, context=context, **kw)
@@ -367,61 +377,56 @@ class VectorEnvAdapter(EnvAdapter):
         self._image = is_image(space)
         self.single_observation_space = gym.spaces.Dict({RGB: space}) if self._image else space
         self.single_action_space = self.vec.single_action_space
-        self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self.dt = float(self.vec.get_attr("dt")[0])  # each sub-env's dt (seconds per step)
         self._obs: Obs = None  # the last observation (a reset that names no env returns it)
 
-    def _obs_tensor(self, obs, reset: Optional[torch.Tensor] = None) -> Obs:
+    def _observe(self, obs, reset=None):
         """The vector env's observation as tensors of rlrec's own (:meth:`_tensors`), and an owned
         copy of them; ``reset``: the envs a reset named (None: a step)."""
         self._obs = self._tensors({RGB: obs} if self._image else obs, reset)
         return map_obs(torch.clone, self._obs)
 
-    def _tensors(self, obs, reset: Optional[torch.Tensor]) -> Obs:
+    def _tensors(self, obs, reset):
         # torch.tensor copies: the vector env may reuse its buffer (copy=False); an image stays
         # uint8, the rest becomes float32
-        if not isinstance(obs, dict):
-            return torch.tensor(obs, dtype=torch.float32, device=self.device)
-        float32 = {k: None if k == RGB else torch.float32 for k in obs}
-        return {k: torch.tensor(v, dtype=float32[k], device=self.device) for k, v in obs.items()}
+        def tensor(v, key=None):
+            return torch.tensor(v, dtype=None if key == RGB else torch.float32, device=self.device)
 
-    def _np_action(self, action: torch.Tensor) -> np.ndarray:
-        a = torch.as_tensor(action).detach().to("cpu")
-        if self._discrete:
+        return {k: tensor(v, k) for k, v in obs.items()} if isinstance(obs, dict) else tensor(obs)
+
+    def _np_action(self, action):
+        a, space = torch.as_tensor(action).detach().to("cpu"), self.single_action_space
+        if isinstance(space, gym.spaces.Discrete):
             return a.reshape(self.num_envs).to(torch.int64).numpy()
-        space = self.single_action_space
         a = a.reshape(self.num_envs, *space.shape).numpy()
-        if self.clip_actions:
-            a = np.clip(a, space.low, space.high)
+        a = np.clip(a, space.low, space.high) if self.clip_actions else a
         return a.astype(space.dtype, copy=False)
 
-    def reset(self, seed: Optional[int] = None, env_idx: EnvIdx = None):
-        seed, self._seed = (self._seed if seed is None else seed), None
-        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
-        options = None
-        idx = as_env_index(env_idx, self.num_envs, torch.device("cpu"))
-        if env_idx is not None:
-            if idx.numel() == 0:
-                return map_obs(torch.clone, self._obs), {}
-            options = {"reset_mask": np.zeros(self.num_envs, dtype=np.bool_)}
-            options["reset_mask"][idx.numpy()] = True
-        obs, info = self.vec.reset(seed=seeds, options=options)
-        info = owned_info(info, self.num_envs, self.device, self.info_masks)
-        return self._obs_tensor(obs, idx), info
+    def reset(self, seed=None, env_idx=None):
+        seeds, idx = self._seeds(seed), as_env_index(env_idx, self.num_envs, "cpu")
+        if env_idx is not None and not idx.numel():
+            return map_obs(torch.clone, self._obs), {}
+        mask = np.isin(np.arange(self.num_envs), idx.numpy())
+        obs, info = self.vec.reset(
+            seed=seeds, options=None if env_idx is None else {"reset_mask": mask}
+        )
+        return self._observe(obs, idx), owned_info(
+            info, self.num_envs, self.device, self.info_masks
+        )
 
-    def step(self, action: torch.Tensor):
+    def step(self, action):
         obs, reward, _, _, info = self.vec.step(self._np_action(action))
         # no sub-env ended this step: the vector env's info has no done codes at all
         code = torch.as_tensor(info.pop(DONE_KEY, np.zeros(self.num_envs)), device=self.device)
         info.pop("_" + DONE_KEY, None)
         rew = torch.tensor(reward, dtype=torch.float32, device=self.device)
         info = owned_info(info, self.num_envs, self.device, self.info_masks)
-        return self._obs_tensor(obs), rew, code == 1, code == 2, info
+        return self._observe(obs), rew, code == 1, code == 2, info
 
     def render(self, env_idx: EnvIdx) -> torch.Tensor:
         return render_sub_envs(self.vec, as_env_index(env_idx, self.num_envs, "cpu").tolist())
 
-    def _release(self) -> None:
+    def _release(self):
         self.vec.close()
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.envs.base import EnvAdapter, EnvIdx, EpisodeClock, as_env_index, pixel_space
+from rlrec.envs.base import EnvAdapter, EpisodeClock, as_env_index, pixel_space
 from rlrec.envs.config import BuiltinEnvConfig, ObsMode
 from rlrec.obs import RGB, STATE
 
@@ -27,18 +27,16 @@ _COLORS = ((24, 26, 34), (60, 200, 90), (250, 140, 30), (235, 235, 235))  # bg, 
 _U32 = 0xFFFFFFFF
 
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+def _mul32(x, c):
     """``x * c mod 2**32`` for ``0 <= x < 2**32`` in int64, without overflowing it: ``c`` in two
     16-bit halves, the high half's product cut to 16 bits before its shift."""
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & _U32
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
+def _mix32(x):
     """A 32-bit integer hash (Chris Wellons' "lowbias32") of int64 values in [0, 2**32)."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
+    for shift, c in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+        x = _mul32(x ^ (x >> shift), c)
     return x ^ (x >> 16)
 
 
@@ -101,27 +99,21 @@ class PointReach(EnvAdapter):
         obs_width: int = 64,
         obs_height: int = 64,
     ):
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.dt = float(dt)
-        self.max_episode_steps = max_episode_steps
-        self.goal_radius = float(goal_radius)
-        self.width, self.height = int(render_width), int(render_height)
-        self.obs_mode, self.obs_size = ObsMode(obs_mode), (int(obs_height), int(obs_width))
+        self.num_envs, self.device, self.dt = num_envs, torch.device(device), float(dt)
+        self.max_episode_steps, self.goal_radius = max_episode_steps, goal_radius
+        self.width, self.height = render_width, render_height
+        self.obs_mode, self.obs_size = ObsMode(obs_mode), (obs_height, obs_width)
         # the state: position, velocity and goal minus position; beside an image (rgb_state),
         # position and velocity
         state_dim = 6 if self.obs_mode == ObsMode.state else 4
         state = gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)
         self.single_observation_space = pixel_space(self.obs_mode, self.obs_size, state)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        n, dev = num_envs, self.device
         # the construction's seed seeds the streams of the resets that get none
-        self.streams = EnvStreams(n, dev, 0 if seed is None else seed)
-        self.pos = torch.zeros(n, 2, device=dev)
-        self.vel = torch.zeros(n, 2, device=dev)
-        self.goal = torch.zeros(n, 2, device=dev)
-        self.clock = EpisodeClock(n, dev)
-        self._colors = torch.tensor(_COLORS, dtype=torch.uint8, device=dev)
+        self.streams = EnvStreams(num_envs, self.device, seed or 0)
+        self.pos, self.vel, self.goal = torch.zeros(3, num_envs, 2, device=self.device)
+        self.clock = EpisodeClock(num_envs, self.device)
+        self._colors = torch.tensor(_COLORS, dtype=torch.uint8, device=self.device)
 
     @property
     def t(self) -> torch.Tensor:
@@ -137,7 +129,7 @@ class PointReach(EnvAdapter):
             obs[STATE] = torch.cat([self.pos, self.vel], dim=1)
         return obs
 
-    def reset(self, seed=None, env_idx: EnvIdx = None):
+    def reset(self, seed=None, env_idx=None):
         idx = as_env_index(env_idx, self.num_envs, self.device)
         if seed is not None:
             self.streams.seed(seed, idx)
@@ -153,7 +145,7 @@ class PointReach(EnvAdapter):
         self.clock.reset(idx)
         return self._obs(), {"success": self.pos.new_zeros(self.num_envs, dtype=torch.bool)}
 
-    def step(self, action: torch.Tensor):
+    def step(self, action):
         action = action.to(self.device, torch.float32).clamp(-1.0, 1.0)
         dist_before = (self.goal - self.pos).norm(dim=1)
         vel = self.vel + action * self.ACCEL * self.dt
@@ -190,7 +182,7 @@ class PointReach(EnvAdapter):
         self.streams.count.copy_(rng[:, 1])
 
     # ------------------------------------------------------------------ rendering
-    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+    def render(self, env_idx):
         idx = as_env_index(env_idx, self.num_envs, self.device)
         return self.draw(self.pos[idx], self.goal[idx], self.t[idx])
 
@@ -208,7 +200,7 @@ class PointReach(EnvAdapter):
         xs = ((torch.arange(width, device=self.device) + 0.5) / width * 2 - 1)[None, None]
         ys = (1 - (torch.arange(height, device=self.device) + 0.5) / height * 2)[None, :, None]
 
-        def disc(center: torch.Tensor, radius: float) -> torch.Tensor:
+        def disc(center, radius):
             cx, cy = center[:, 0, None, None], center[:, 1, None, None]
             return (xs - cx) ** 2 + (ys - cy) ** 2 <= radius**2
 
@@ -226,13 +218,7 @@ class PointReach(EnvAdapter):
         return frame
 
 
-def make(
-    env_cfg: BuiltinEnvConfig,
-    sim,
-    num_envs: int,
-    device: torch.device,
-    seed: Optional[int] = None,
-) -> PointReach:
+def make(env_cfg: BuiltinEnvConfig, sim, num_envs: int, device, seed=None) -> PointReach:
     """Factory entry point for ``env=builtin``: every field of the schema but its name and
     ``num_envs`` (the stack's own) is a keyword argument of :class:`PointReach`."""
     kwargs = {k: v for k, v in vars(env_cfg).items() if k not in ("name", "num_envs")}

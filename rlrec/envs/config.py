@@ -13,32 +13,20 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 from rlrec.checks import POSITIVE, Choice, ConfigError, check_choices, positive
 
-Vectorization = Choice("Vectorization", {"sync": "sync", "async": "async"}, module=__name__)
-Vectorization.__doc__ = (
-    "How an adapter runs CPU sub-envs: in this process, or one worker process each."
-)
-
-StartMethod = Choice(
-    "StartMethod", {"fork": "fork", "spawn": "spawn", "forkserver": "forkserver"}, module=__name__
-)
-StartMethod.__doc__ = "multiprocessing start method of async vector envs."
+# how an adapter runs CPU sub-envs: in this process, or one worker process each
+Vectorization = Choice("Vectorization", "sync async", module=__name__)
+# the multiprocessing start method of async vector envs
+StartMethod = Choice("StartMethod", "fork spawn forkserver", module=__name__)
+# the start methods of async CPU envs that SAPIEN survives (``fork`` hangs: its render device
+# does not survive a fork)
+SapienStartMethod = Choice("SapienStartMethod", "spawn forkserver", module=__name__)
 
 
-class ObsMode(Choice):
-    """What an env observes (rlrec/obs.py): ``state`` one float vector; ``rgb`` its camera image
-    (uint8, ``env.obs_height x env.obs_width``); ``rgb_state`` the image and the robot's own
-    state (ppo_rgb.py's ``--include-state``)."""
-
-    state = "state"
-    rgb = "rgb"
-    rgb_state = "rgb_state"
-
-
-class SimName(Choice):
-    """Where the simulator runs."""
-
-    cpu = "cpu"
-    gpu = "gpu"
+# what an env observes (rlrec/obs.py): ``state`` one float vector; ``rgb`` its camera image
+# (uint8, ``env.obs_height x env.obs_width``); ``rgb_state`` the image and the robot's own state
+# (ppo_rgb.py's ``--include-state``)
+ObsMode = Choice("ObsMode", "state rgb rgb_state", module=__name__)
+SimName = Choice("SimName", "cpu gpu", module=__name__)  # where the simulator runs
 
 
 @dataclass
@@ -189,14 +177,6 @@ def gym_make(env_id: str, **kwargs: Any):
 
 def _mujoco_warning(text: str) -> None:
     logging.getLogger(__name__).warning("MuJoCo: %s", text.strip())
-
-
-class SapienStartMethod(Choice):
-    """The start methods of async CPU envs that SAPIEN survives (``fork`` hangs: its render device
-    does not survive a fork)."""
-
-    spawn = "spawn"
-    forkserver = "forkserver"
 
 
 @dataclass

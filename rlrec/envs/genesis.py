@@ -1,6 +1,6 @@
 """``env=genesis``: a batched Genesis scene behind rlrec's :class:`EnvAdapter` interface.
 
-A Genesis env is a *task class* (``env._target_``) that follows :class:`GenesisTask`; the
+A Genesis env is a *task class* (``env._target_``, the protocol below); the
 adapter builds it, seeds its resets, adds the time limit, turns its tensors into owned tensors on
 rlrec's device and renders its camera (``env.camera_attr``) so that every frame shows the current
 state. The adapter never resets on its own: rlrec's ``AutoReset`` does that above the recorder.
@@ -17,13 +17,35 @@ Genesis facts this module relies on (1.4.5, see docs/genesis.md):
   ``[len(rendered_envs_idx), H, W, 3]``; otherwise it returns one image of the env it is bound to.
 - Headless OpenGL needs ``PYOPENGL_PLATFORM`` (``egl`` or ``osmesa``) set before genesis is
   imported.
+
+A task class (the GenesisTask protocol, what ``env._target_`` must provide). Construction is
+split in two so that configuration errors surface before Genesis compiles:
+
+- ``__init__(num_envs, render_width, render_height, **env.kwargs)`` creates the ``gs.Scene``,
+  its entities and the camera (cheap, nothing compiled yet);
+- ``build()`` calls ``scene.build(n_envs=num_envs, ...)`` (compiles on first use).
+
+Attributes: ``scene``; ``dt`` (seconds of simulated time per env step); the observation and
+action sizes, either ``num_observations`` / ``num_actions`` (actions then live in [-1, 1]) or
+single-env gymnasium spaces ``observation_space`` / ``action_space``; optionally
+``max_episode_steps``; and a Genesis camera under the name given by ``env.camera_attr``
+(default ``camera``). For one image per env, build the scene with
+``VisOptions(split_envs=True)``.
+
+Methods (tensors on Genesis's device, batched over all envs):
+
+- ``reset_idx(env_idx, generator)``: reset the envs ``env_idx`` (long tensor), drawing every
+  random number from ``generator`` (a ``torch.Generator``) so that seeded resets repeat.
+- ``get_observations() -> obs[num_envs, num_observations]``
+- ``step(actions) -> (obs, reward, terminated, info)``: apply actions, advance the scene,
+  never reset. ``info`` holds tensors batched over envs, e.g. ``info["success"]`` (bool).
 """
 
 from __future__ import annotations
 
 import ctypes.util
 import os
-from typing import Any, Dict, Optional, Protocol, Tuple, runtime_checkable
+from typing import Dict, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -32,9 +54,7 @@ import torch
 from rlrec.checks import ConfigError
 from rlrec.envs.base import (
     EnvAdapter,
-    EnvIdx,
     EpisodeClock,
-    Info,
     as_env_index,
     import_object,
     owned,
@@ -43,48 +63,9 @@ from rlrec.envs.base import (
 )
 from rlrec.envs.config import GenesisEnvConfig, ObsMode
 from rlrec.envs.device import use_device
-from rlrec.obs import RGB, STATE, Obs
+from rlrec.obs import RGB, STATE
 
-
-@runtime_checkable
-class GenesisTask(Protocol):
-    """What a Genesis env class must provide to be used as ``env._target_``.
-
-    Construction is split in two so that configuration errors surface before Genesis compiles:
-
-    - ``__init__(num_envs, render_width, render_height, **env.kwargs)`` creates the ``gs.Scene``,
-      its entities and the camera (cheap, nothing compiled yet);
-    - ``build()`` calls ``scene.build(n_envs=num_envs, ...)`` (compiles on first use).
-
-    Attributes: ``scene``; ``dt`` (seconds of simulated time per env step); the observation and
-    action sizes, either ``num_observations`` / ``num_actions`` (actions then live in [-1, 1]) or
-    single-env gymnasium spaces ``observation_space`` / ``action_space``; optionally
-    ``max_episode_steps``; and a Genesis camera under the name given by ``env.camera_attr``
-    (default ``camera``). For one image per env, build the scene with
-    ``VisOptions(split_envs=True)``.
-
-    Methods (tensors on Genesis's device, batched over all envs):
-
-    - ``reset_idx(env_idx, generator)``: reset the envs ``env_idx`` (long tensor), drawing every
-      random number from ``generator`` (a ``torch.Generator``) so that seeded resets repeat.
-    - ``get_observations() -> obs[num_envs, num_observations]``
-    - ``step(actions) -> (obs, reward, terminated, info)``: apply actions, advance the scene,
-      never reset. ``info`` holds tensors batched over envs, e.g. ``info["success"]`` (bool).
-    """
-
-    scene: Any
-    dt: float
-
-    def build(self) -> None: ...
-
-    def reset_idx(self, env_idx: torch.Tensor, generator: torch.Generator) -> None: ...
-
-    def get_observations(self) -> torch.Tensor: ...
-
-    def step(
-        self, actions: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]: ...
-
+PROTOCOL = ("build", "reset_idx", "get_observations", "step")  # a task's methods
 
 # --------------------------------------------------------------------------- Genesis process state
 
@@ -94,9 +75,9 @@ def import_genesis():
     # headless OpenGL for pyrender (egl, else osmesa), chosen before genesis imports it; a user's
     # setting wins (with neither library, Genesis's own default: rendering says what is missing)
     if "PYOPENGL_PLATFORM" not in os.environ:
-        found = next((lib for lib in ("EGL", "OSMesa") if ctypes.util.find_library(lib)), None)
-        if found:
-            os.environ["PYOPENGL_PLATFORM"] = found.lower()
+        for lib in filter(ctypes.util.find_library, ("EGL", "OSMesa")):
+            os.environ["PYOPENGL_PLATFORM"] = lib.lower()
+            break
     try:
         import genesis as gs
     except ImportError as e:
@@ -116,7 +97,7 @@ def refuse_device(sim, device: torch.device) -> None:
     ``sim.device=cuda:N``) Genesis's zero-copy state tensors would live on device 0 while rlrec's
     adapter, policy and buffers are on device N. ``sim=cpu`` with the policy on ``cuda:N`` is not
     refused: Genesis's CPU backend makes no CUDA context (its torch device is the CPU,
-    genesis/utils/misc.py ``get_device`` lines 224-229; Quadrants starts with ``arch=cpu``, which
+    Genesis's ``get_device``; Quadrants starts with ``arch=cpu``, which
     makes a ``CpuDevice`` and no ``CUDAContext``: docs/distributed.md, "Each rank's device")."""
     device = torch.device(device)
     if sim.name == "gpu" and device.type == "cuda" and (device.index or 0) != 0:
@@ -157,10 +138,9 @@ def init_genesis(sim_name: str):
     else:
         gs.init(backend=gs.cpu if want_cpu else gs.gpu, logging_level="warning")
     # gs.init(backend=gs.gpu) tries cuda, amdgpu, metal and then cpu, and takes the CPU with only a
-    # warning ("Backend gpu not available on this machine. Falling back to CPU.",
-    # genesis/__init__.py lines 93-105 in genesis-world 1.4.5; get_device in
-    # genesis/utils/misc.py raises for CUDA when torch has no CUDA build or no device). With
-    # GS_TORCH_FORCE_CPU_DEVICE=1 its tensors go to the CPU even on a GPU backend (lines 112-114).
+    # warning ("Backend gpu not available on this machine. Falling back to CPU.", gs.init in
+    # genesis-world 1.4.5; its get_device raises for CUDA when torch has no CUDA build or no
+    # device). With GS_TORCH_FORCE_CPU_DEVICE=1 its tensors go to the CPU even on a GPU backend.
     # Either way the run would train on the CPU while the config says sim=gpu.
     device = torch.device(gs.device)
     if not want_cpu and (gs.backend == gs.cpu or device.type != "cuda"):
@@ -203,30 +183,29 @@ def render_camera(camera, pin: bool = False) -> torch.Tensor:
     rgb = rgb.as_subclass(torch.Tensor)[..., :3]
     rgb = rgb[None] if rgb.ndim == 3 else rgb  # a single image of the camera's env
     # a copy of its own: the batch renderer hands out the tensors it caches for later renders
-    # (genesis/vis/batch_renderer.py, lines 377-391 and 437-444); the rasterizer's numpy images
-    # are new at each render (ext/pyrender/jit_render.py read_color_buf, lines 1252-1259)
+    # (Genesis's BatchRenderer); the rasterizer's numpy images are new at each render
+    # (pyrender's read_color_buf)
     return torch.empty(rgb.shape, dtype=torch.uint8, pin_memory=pin).copy_(rgb)
 
 
 # --------------------------------------------------------------------------- building the task
 
 
-def _spaces(task, target: str) -> Tuple[gym.Space, gym.Space]:
-    obs_space = getattr(task, "observation_space", None)
-    act_space = getattr(task, "action_space", None)
-    if isinstance(obs_space, gym.Space) and isinstance(act_space, gym.Space):
-        return obs_space, act_space
+def _spaces(task, target):
+    spaces = getattr(task, "observation_space", None), getattr(task, "action_space", None)
+    if all(isinstance(space, gym.Space) for space in spaces):
+        return spaces
     n_obs, n_act = getattr(task, "num_observations", None), getattr(task, "num_actions", None)
-    if not isinstance(n_obs, int) or not isinstance(n_act, int):
+    if not (isinstance(n_obs, int) and isinstance(n_act, int)):
         raise ConfigError(
             f"env._target_={target!r} must define num_observations and num_actions (ints) or "
             "observation_space and action_space (gymnasium spaces)"
         )
-    obs = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float32)
-    return obs, gym.spaces.Box(-1.0, 1.0, (n_act,), np.float32)
+    box = gym.spaces.Box
+    return box(-np.inf, np.inf, (n_obs,), np.float32), box(-1.0, 1.0, (n_act,), np.float32)
 
 
-def _camera(task, camera_attr: Optional[str], target: str):
+def _camera(task, camera_attr, target):
     """The task's camera named by ``env.camera_attr`` (None: rendering disabled)."""
     if camera_attr is None:
         return None
@@ -251,9 +230,9 @@ def _camera(task, camera_attr: Optional[str], target: str):
 
 
 class GenesisAdapter(EnvAdapter):
-    """A :class:`GenesisTask` as an :class:`EnvAdapter` (no autoreset, time limit here), built
-    (compiled) here once its camera (``env.camera_attr``) and spaces are checked; the time limit
-    is ``env.max_episode_steps``, else the task's own.
+    """A Genesis task (the protocol of the module's docstring) as an :class:`EnvAdapter` (no
+    autoreset, time limit here), built (compiled) here once its camera (``env.camera_attr``) and
+    spaces are checked; the time limit is ``env.max_episode_steps``, else the task's own.
 
     Seeds (``seed_per_env = False``): the task draws the starts of the envs it resets from one
     ``torch.Generator`` on Genesis's device (``reset_idx(env_idx, generator)``), seeded with the
@@ -266,17 +245,17 @@ class GenesisAdapter(EnvAdapter):
     ``env.obs_mode=rgb|rgb_state``: every env's camera image (the step's one render of the camera
     for all envs, which :meth:`render` serves too), resized on rlrec's device to
     ``env.obs_height x env.obs_width``, as ``{"rgb"}`` (rlrec/obs.py), with the task's
-    observation as "state" for ``rgb_state``. Genesis draws one
-    image per env on the CPU too: its rasterizer renders a camera of a ``split_envs`` scene env
-    by env (genesis/vis/rasterizer.py, ``render_camera``, lines 69-71; camera.py ``build``, lines
-    163-164 and 179-180: batched over ``rendered_envs_idx``); its BatchRenderer, which renders
-    every env in one pass, requires the CUDA backend (batch_renderer.py, lines 292-293) and is
-    not needed here.
+    observation as "state" for ``rgb_state``. Genesis draws one image per env on the CPU too: its
+    rasterizer renders a camera of a ``split_envs`` scene env by env (its ``render_camera``; the
+    camera's ``build`` batches over ``rendered_envs_idx``); its BatchRenderer, which renders every
+    env in one pass, requires the CUDA backend and is not needed here.
     """
 
     seed_per_env = False
 
     def __init__(self, task, env_cfg: GenesisEnvConfig, num_envs: int, device, seed: Optional[int]):
+        import genesis as gs
+
         target = env_cfg._target_
         # the camera and the spaces are checked before the scene compiles (task.build())
         self.camera = _camera(task, env_cfg.camera_attr, target)
@@ -284,44 +263,44 @@ class GenesisAdapter(EnvAdapter):
         self.obs_mode, self.obs_size = env_cfg.obs_mode, (env_cfg.obs_height, env_cfg.obs_width)
         self.single_observation_space = pixel_space(self.obs_mode, self.obs_size, state_space)
         task.build()
-        self.task = task
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.dt = float(task.dt)
-        self.max_episode_steps = env_cfg.max_episode_steps
-        if self.max_episode_steps is None:
-            self.max_episode_steps = getattr(task, "max_episode_steps", None)
+        self.task, self.num_envs, self.device, self.dt = (
+            task,
+            num_envs,
+            torch.device(device),
+            float(task.dt),
+        )
+        self.max_episode_steps = env_cfg.max_episode_steps or getattr(
+            task, "max_episode_steps", None
+        )
         self._camera_name = f"{env_cfg.camera_attr!r} of {target}"  # its name in messages
-        import genesis as gs
-
-        self._sim_device = gs_device = torch.device(gs.device)
-        self._gen = torch.Generator(device=gs_device).manual_seed(0 if seed is None else int(seed))
+        self._sim_device = torch.device(gs.device)
+        self._gen = torch.Generator(self._sim_device).manual_seed(seed or 0)
         self.clock = EpisodeClock(num_envs, self.device)
-        self._box = isinstance(self.single_action_space, gym.spaces.Box)
-        if self._box:
-            sp = self.single_action_space
-            self._low = torch.as_tensor(sp.low, dtype=torch.float32, device=gs_device)
-            self._high = torch.as_tensor(sp.high, dtype=torch.float32, device=gs_device)
+        self._bounds = None  # a Box action space's, on Genesis's device
+        if isinstance(self.single_action_space, gym.spaces.Box):
+            space = self.single_action_space
+            self._bounds = [
+                torch.as_tensor(b, dtype=torch.float32, device=self._sim_device)
+                for b in (space.low, space.high)
+            ]
         self._rows = {} if self.camera is None else camera_rows(task.scene, self.camera, num_envs)
         # the camera's images of the current state (render_camera), dropped by every step and reset
         self._frames: Optional[torch.Tensor] = None
-        drawn = sorted(self._rows)
-        if self.obs_mode != ObsMode.state and len(drawn) < num_envs:  # known once it is built
-            self._release()
-            raise ConfigError(
-                f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but "
-                f"camera {self._camera_name} draws envs {drawn} only (found once the scene was "
-                "built): build it with gs.options.VisOptions(split_envs=True) drawing every env "
-                "(rendered_envs_idx=None), or set env.obs_mode=state"
-            )
         if self.obs_mode != ObsMode.state:  # each env's row of the images, where they are observed
-            rows = [self._rows[e] for e in range(num_envs)]
-            self._obs_rows = torch.tensor(rows, device=self.device)
+            if len(self._rows) < num_envs:  # known once it is built
+                self._release()
+                raise ConfigError(
+                    f"env.obs_mode={self.obs_mode.value} observes every env's camera image, but "
+                    f"camera {self._camera_name} draws envs {sorted(self._rows)} only (found once "
+                    "the scene was built): build it with gs.options.VisOptions(split_envs=True) "
+                    "drawing every env (rendered_envs_idx=None), or set env.obs_mode=state"
+                )
+            self._obs_rows = torch.tensor(
+                [self._rows[e] for e in range(num_envs)], device=self.device
+            )
 
     # ------------------------------------------------------------------ episodes
-    def reset(
-        self, seed: Optional[int] = None, env_idx: EnvIdx = None
-    ) -> Tuple[torch.Tensor, Info]:
+    def reset(self, seed=None, env_idx=None):
         if seed is not None:
             self._gen.manual_seed(int(seed))
         idx = as_env_index(env_idx, self.num_envs, self._sim_device)
@@ -331,33 +310,33 @@ class GenesisAdapter(EnvAdapter):
             self.clock.reset(idx)
         return self._observe(self.task.get_observations()), {}
 
-    def _observe(self, state: torch.Tensor) -> Obs:
+    def _observe(self, state):
         state = owned(state, self.device, torch.float32)
         if self.obs_mode == ObsMode.state:
             return state
         # the uint8 images go to the device (from pinned memory, without waiting for it) and are
         # resized there
         rgb = self._drawn().to(self.device, non_blocking=True)[self._obs_rows]
-        rgb = resize_images(rgb, self.obs_size)
-        return {RGB: rgb, STATE: state} if self.obs_mode == ObsMode.rgb_state else {RGB: rgb}
+        obs = {RGB: resize_images(rgb, self.obs_size)}
+        return {**obs, STATE: state} if self.obs_mode == ObsMode.rgb_state else obs
 
-    def step(self, action: torch.Tensor):
+    def step(self, action):
         self._frames = None
         action = torch.as_tensor(action).to(self._sim_device)
-        if self._box:
-            action = torch.clamp(action.float(), self._low, self._high)
+        if self._bounds is not None:
+            action = torch.clamp(action.float(), *self._bounds)
         obs, reward, terminated, info = self.task.step(action)
         return self.clock.finish(self, self._observe(obs), reward, terminated, info)
 
     # ------------------------------------------------------------------ frames
-    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+    def render(self, env_idx):
         if self.camera is None:
             raise ConfigError(
                 "env.camera_attr=null: this Genesis env has no camera to render; set "
                 "env.camera_attr, or turn recording off (recorder.enabled=false, "
                 "eval_env.recorder.enabled=false)"
             )
-        envs = as_env_index(env_idx, self.num_envs, torch.device("cpu")).tolist()
+        envs = as_env_index(env_idx, self.num_envs, "cpu").tolist()
         missing = [e for e in envs if e not in self._rows]
         if missing:
             raise ConfigError(
@@ -369,25 +348,19 @@ class GenesisAdapter(EnvAdapter):
             )
         return self._drawn()[[self._rows[e] for e in envs]]  # indexing copies: owned
 
-    def _drawn(self) -> torch.Tensor:
+    def _drawn(self):
         """The camera's images of the current state: one render per step or reset at most, shared
         by the observation and every :meth:`render` until the next step or reset."""
         if self._frames is None:
             self._frames = render_camera(self.camera, pin=self.device.type == "cuda")
         return self._frames
 
-    def _release(self) -> None:
+    def _release(self):
         self.task.scene.destroy()
         self.task = self.camera = None
 
 
-def make(
-    env_cfg: GenesisEnvConfig,
-    sim,
-    num_envs: int,
-    device: torch.device,
-    seed: Optional[int] = None,
-) -> GenesisAdapter:
+def make(env_cfg: GenesisEnvConfig, sim, num_envs: int, device: torch.device, seed=None):
     """Factory entry point for ``env=genesis``: checks the config, builds the task, wraps it."""
     refuse_device(sim, device)  # for callers that did not ask check_ready (the entry point does)
     target = env_cfg._target_
@@ -397,13 +370,11 @@ def make(
             f"env._target_={target!r} is invalid: give a dotted path such as my_module.MyEnv"
         )
     cls = import_object(target, "env._target_")
-    # gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device, lines 211-213)
-    use_device(device)
+    use_device(device)  # gs.init takes torch's current CUDA device (Genesis's get_device)
     init_genesis(sim.name)
     size = dict(render_width=env_cfg.render_width, render_height=env_cfg.render_height)
     task = cls(num_envs=num_envs, **size, **dict(env_cfg.kwargs or {}))
-    methods = ("build", "reset_idx", "get_observations", "step")
-    missing = [m for m in methods if not callable(getattr(task, m, None))]
+    missing = [m for m in PROTOCOL if not callable(getattr(task, m, None))]
     missing += [a for a in ("scene", "dt") if getattr(task, a, None) is None]
     if missing:
         raise ConfigError(

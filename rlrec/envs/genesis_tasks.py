@@ -1,12 +1,12 @@
 """Genesis tasks shipped with rlrec, written against the
-:class:`rlrec.envs.genesis.GenesisTask` protocol.
+task protocol of :mod:`rlrec.envs.genesis`.
 
 ``FrankaReach``: the Franka Panda that ships with genesis-world moves its hand to a goal point.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -58,19 +58,19 @@ class FrankaReach:
     ):
         import genesis as gs
 
-        self.num_envs = int(num_envs)
-        self.dt = float(dt)
-        self.max_episode_steps = int(max_episode_steps)
-        self.goal_radius = float(goal_radius)
-        self.action_scale = float(action_scale)
-        self._env_spacing = float(env_spacing)
+        self.num_envs, self.dt, self.max_episode_steps = num_envs, dt, max_episode_steps
+        self.goal_radius, self.action_scale, self._init_noise = (
+            goal_radius,
+            action_scale,
+            init_noise,
+        )
+        self._spacing = (env_spacing, env_spacing)
+        self._goal_range = torch.tensor([goal_low, goal_high], dtype=torch.float32)
+        drawn = None if rendered_envs_idx is None else list(rendered_envs_idx)
         self.scene = gs.Scene(
-            sim_options=gs.options.SimOptions(dt=self.dt, substeps=int(substeps)),
-            vis_options=gs.options.VisOptions(
-                split_envs=True,  # one image per env
-                rendered_envs_idx=None if rendered_envs_idx is None else list(rendered_envs_idx),
-                shadow=False,
-                ambient_light=(0.25, 0.25, 0.25),
+            sim_options=gs.options.SimOptions(dt=dt, substeps=substeps),
+            vis_options=gs.options.VisOptions(  # one image per env
+                split_envs=True, rendered_envs_idx=drawn, shadow=False, ambient_light=(0.25,) * 3
             ),
             show_viewer=False,
         )
@@ -81,43 +81,37 @@ class FrankaReach:
         rng_state = np.random.get_state()
         np.random.seed(7)
         try:
-            self.robot = self.scene.add_entity(
-                gs.morphs.MJCF(file="xml/franka_emika_panda/panda.xml"), vis_mode=vis_mode
-            )
+            panda = gs.morphs.MJCF(file="xml/franka_emika_panda/panda.xml")
+            self.robot = self.scene.add_entity(panda, vis_mode=vis_mode)
         finally:
             np.random.set_state(rng_state)
         self.goal_marker = self.scene.add_entity(
-            gs.morphs.Sphere(radius=self.goal_radius, fixed=True, collision=False),
+            gs.morphs.Sphere(radius=goal_radius, fixed=True, collision=False),
             surface=gs.surfaces.Default(color=(0.9, 0.15, 0.1)),
         )
         self.camera = self.scene.add_camera(
-            res=(int(render_width), int(render_height)),
+            res=(render_width, render_height),
             pos=(1.25, -1.05, 0.95),
             lookat=(0.3, 0.0, 0.3),
             fov=45,
             GUI=False,
         )
-        self._goal_low = torch.tensor(goal_low, dtype=torch.float32)
-        self._goal_high = torch.tensor(goal_high, dtype=torch.float32)
-        self._init_noise = float(init_noise)
 
     def build(self) -> None:
         import genesis as gs
 
-        self.scene.build(n_envs=self.num_envs, env_spacing=(self._env_spacing, self._env_spacing))
-        dev = gs.device
-        self.device = torch.device(dev)
+        self.scene.build(n_envs=self.num_envs, env_spacing=self._spacing)
+        self.device = dev = torch.device(gs.device)
         self.hand = self.robot.get_link("hand")
         self.robot.set_dofs_kp(torch.tensor(_KP))
         self.robot.set_dofs_kv(torch.tensor(_KV))
         lower, upper = self.robot.get_dofs_limit()
         self._q_low, self._q_high = lower[:7].to(dev), upper[:7].to(dev)
         self._home = torch.tensor(_HOME, dtype=torch.float32, device=dev)
-        self._goal_low, self._goal_high = self._goal_low.to(dev), self._goal_high.to(dev)
-        n = self.num_envs
-        self.goal = torch.zeros(n, 3, device=dev)
-        self.target = self._home.repeat(n, 1)  # PD targets of all 9 dofs
-        self._dist = torch.zeros(n, device=dev)
+        self._goal_range = self._goal_range.to(dev)
+        self.goal = torch.zeros(self.num_envs, 3, device=dev)
+        self.target = self._home.repeat(self.num_envs, 1)  # PD targets of all 9 dofs
+        self._dist = torch.zeros(self.num_envs, device=dev)
 
     # ------------------------------------------------------------------ protocol
     def reset_idx(self, env_idx: torch.Tensor, generator: torch.Generator) -> None:
@@ -125,8 +119,8 @@ class FrankaReach:
         noise = (torch.rand(k, 7, generator=generator, device=dev) * 2 - 1) * self._init_noise
         q = self._home.repeat(k, 1)
         q[:, :7] = torch.clamp(q[:, :7] + noise, self._q_low, self._q_high)
-        u = torch.rand(k, 3, generator=generator, device=dev)
-        goal = self._goal_low + (self._goal_high - self._goal_low) * u
+        low, high = self._goal_range
+        goal = low + (high - low) * torch.rand(k, 3, generator=generator, device=dev)
         self.robot.set_dofs_position(q, envs_idx=env_idx, zero_velocity=True)
         self.robot.control_dofs_position(q, envs_idx=env_idx)
         self.target[env_idx] = q
@@ -140,9 +134,7 @@ class FrankaReach:
         hand = self.hand.get_pos()
         return torch.cat([q, 0.1 * dq, hand, self.goal, self.goal - hand], dim=1)
 
-    def step(
-        self, actions: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, Any]]:
+    def step(self, actions: torch.Tensor):
         q = self.robot.get_dofs_position()[:, :7]
         self.target[:, :7] = torch.clamp(q + self.action_scale * actions, self._q_low, self._q_high)
         self.robot.control_dofs_position(self.target)

@@ -34,15 +34,11 @@ import numpy as np
 import torch
 
 from rlrec.checks import ConfigError, did_you_mean
-from rlrec.envs.base import (
-    EnvIdx,
-    HoldOnDone,
-    VectorEnvAdapter,
-    import_object,
-    resize_images,
-)
+from rlrec.envs.base import HoldOnDone, VectorEnvAdapter, import_object, resize_images
 from rlrec.envs.config import GymnasiumEnvConfig, ObsMode, gym_make
 from rlrec.obs import RGB, STATE
+
+MAKE_KWARGS = ("max_episode_steps", "disable_env_checker")  # gym.make's own keyword arguments
 
 # --------------------------------------------------------------------------- config checks
 
@@ -50,9 +46,8 @@ from rlrec.obs import RGB, STATE
 def resolve_spec(env_cfg) -> gym.envs.registration.EnvSpec:
     """The registry entry of ``env.id``; a ConfigError with close matches when it does not exist.
     ``MODULE:ID`` imports ``MODULE`` (which registers ``ID``) first."""
-    env_id = str(env_cfg.id)
-    if ":" in env_id:
-        module, _, env_id = env_id.partition(":")
+    module, _, env_id = str(env_cfg.id).rpartition(":")
+    if module:
         import_object(module, "env.id", env_cfg.id)
     if env_id in gym.registry:
         return gym.registry[env_id]
@@ -71,23 +66,14 @@ def construction_errors(env_id: Any):
     try:
         yield
     except (gym.error.DependencyNotInstalled, ImportError) as err:
-        text = " ".join(str(err).split())
+        text = "a dependency of the env is missing: " + " ".join(str(err).split())
         if isinstance(err, ImportError):
             hint = f" (install the package that provides {err.name})" if err.name else ""
-            text = f"importing the env failed: {text}{hint}"
-        else:
-            text = f"a dependency of the env is missing: {text}"
+            text = f"importing the env failed: {' '.join(str(err).split())}{hint}"
         raise ConfigError(f"env.id={env_id!r} cannot be built, {text}") from None
 
 
-# the kinds of parameter a keyword names
-_KEYWORDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-# gym.make's own keyword arguments (besides the env's): max_episode_steps, disable_env_checker
-_MAKE_PARAMS = inspect.signature(gym.make).parameters.values()
-_MAKE_KWARGS = [p.name for p in _MAKE_PARAMS if p.kind in _KEYWORDS and p.name != "id"]
-
-
-def _check_kwargs(env_cfg, creator) -> None:
+def _check_kwargs(env_cfg, creator):
     """ConfigError naming the key and the env's keyword arguments when ``env.kwargs`` has a key
     the env's class (or function) ``creator`` does not take; nothing is built. An env that takes
     ``**kwargs`` accepts any key."""
@@ -95,15 +81,13 @@ def _check_kwargs(env_cfg, creator) -> None:
         params = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):  # no signature to read: the env itself will say
         return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return
-    own = [p.name for p in params if p.kind in _KEYWORDS]
-    unknown = [k for k in env_cfg.kwargs or {} if k not in own and k not in _MAKE_KWARGS]
-    if unknown:
+    own = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in env_cfg.kwargs or {} if k not in (*own, *MAKE_KWARGS)]
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params):
         raise ConfigError(
             f"env.kwargs.{unknown[0]} is not a keyword argument of env.id={env_cfg.id!r} "
             f"({getattr(creator, '__qualname__', creator)}): its keyword arguments are "
-            f"{', '.join(own) or 'none'} (and gym.make's {', '.join(_MAKE_KWARGS)})"
+            f"{', '.join(own) or 'none'} (and gym.make's {', '.join(MAKE_KWARGS)})"
         )
 
 
@@ -132,15 +116,13 @@ def check_renderable(env_cfg) -> None:
     _refuse_unrenderable(env_cfg, *check_ready(env_cfg), "be recorded", off)
 
 
-def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, fix: str) -> None:
+def _refuse_unrenderable(env_cfg, spec, modes, what, fix):
     if modes is None:  # metadata only on instances: build one and ask it
         kwargs = dict(env_cfg.kwargs or {})
         with construction_errors(env_cfg.id):
             probe = gym_make(spec.id, render_mode="rgb_array", disable_env_checker=True, **kwargs)
-        try:
-            modes = [probe.render_mode] if probe.render_mode else []
-        finally:
-            probe.close()
+        modes = [probe.render_mode] if probe.render_mode else []
+        probe.close()
     if "rgb_array" not in modes:
         raise ConfigError(
             f"env.id={env_cfg.id!r} cannot {what}: it has no render_mode='rgb_array' (its render "
@@ -152,15 +134,12 @@ def _refuse_unrenderable(env_cfg, spec, modes: Optional[List[str]], what: str, f
 # --------------------------------------------------------------------------- adapter
 
 
-def _dt_of(env: gym.Env) -> float:
+def _dt_of(env):
     base = env.unwrapped
-    for attr in ("dt", "tau"):
-        value = getattr(base, attr, None)
+    fps = (base.metadata or {}).get("render_fps")
+    for value in (getattr(base, "dt", None), getattr(base, "tau", None), fps and 1.0 / fps):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
-    fps = (base.metadata or {}).get("render_fps")
-    if isinstance(fps, (int, float)) and fps > 0:
-        return 1.0 / float(fps)
     return 1.0 / 30.0
 
 
@@ -187,12 +166,12 @@ class GymnasiumEnv(VectorEnvAdapter):
         seed: Optional[int] = None,
         render: bool = True,
     ):
-        env_id, obs_mode = env_cfg.id, env_cfg.obs_mode
-        size = (env_cfg.render_height, env_cfg.render_width)
-        self._resize = size if env_cfg.resize_frames else None  # None: the env's own frame size
+        self.env_id, self.frame_stack = env_cfg.id, env_cfg.frame_stack
+        self.obs_size = (env_cfg.obs_height, env_cfg.obs_width)
+        self._resize = env_cfg.frame_size()  # None: the env's own frame size
         make_kwargs: Dict[str, Any] = dict(env_cfg.kwargs or {}, disable_env_checker=True)
         if env_cfg.max_episode_steps is not None:
-            make_kwargs["max_episode_steps"] = int(env_cfg.max_episode_steps)
+            make_kwargs["max_episode_steps"] = env_cfg.max_episode_steps
         if render:
             make_kwargs["render_mode"] = "rgb_array"
             if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
@@ -201,33 +180,31 @@ class GymnasiumEnv(VectorEnvAdapter):
                 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
                 os.environ.setdefault("MUJOCO_GL", "egl")
 
-        def make_one(index: int) -> gym.Env:
-            env = gym_make(env_id, **make_kwargs)  # MuJoCo's warnings: rlrec's log
+        def make_one(index):
+            env = gym_make(env_cfg.id, **make_kwargs)  # MuJoCo's warnings: rlrec's log
             if not isinstance(env.observation_space, gym.spaces.Box):
                 env = gym.wrappers.FlattenObservation(env)
-            if obs_mode != ObsMode.state:  # the frame as the observation (rgb), or beside it
-                env = gym.wrappers.AddRenderObservation(env, obs_mode == ObsMode.rgb, RGB, STATE)
+            if env_cfg.obs_mode != ObsMode.state:  # the frame as the observation, or beside it
+                rgb_only = env_cfg.obs_mode == ObsMode.rgb
+                env = gym.wrappers.AddRenderObservation(env, rgb_only, RGB, STATE)
             if not isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box)):
                 raise ConfigError(
-                    f"env.id={env_id!r} has action space {env.action_space}: rlrec's gymnasium "
-                    "adapter supports Box and Discrete action spaces"
+                    f"env.id={env_cfg.id!r} has action space {env.action_space}: rlrec's "
+                    "gymnasium adapter supports Box and Discrete action spaces"
                 )
             env = HoldOnDone(env, index)
             env.dt = _dt_of(env)  # the adapter's dt, read through the vector env
             return env
 
-        self.env_id = env_id
-        fns = [functools.partial(make_one, i) for i in range(num_envs)]
         # the first sub-env is built in this process (by an async vector env too, before any
         # worker starts): the env's own errors come from here
-        vec = (env_cfg.vectorization, env_cfg.async_context)
-        with construction_errors(env_id):
+        fns = [functools.partial(make_one, i) for i in range(num_envs)]
+        with construction_errors(self.env_id):
+            vec = env_cfg.vectorization, env_cfg.async_context
             super().__init__(fns, device, *vec, seed, copy=False)
         self.render_mode = self.vec.render_mode
         spec = self.vec.get_attr("spec")[0]
         self.max_episode_steps = spec.max_episode_steps if spec else env_cfg.max_episode_steps
-        self.obs_size = (env_cfg.obs_height, env_cfg.obs_width)
-        self.frame_stack = int(env_cfg.frame_stack)
         space = self.single_observation_space
         if isinstance(space, gym.spaces.Dict):  # an image (rlrec/obs.py), at obs_size, stacked
             image = (*self.obs_size, space[RGB].shape[2] * self.frame_stack)
@@ -246,7 +223,7 @@ class GymnasiumEnv(VectorEnvAdapter):
             self._stack[reset] = rgb[reset].repeat(1, 1, 1, self.frame_stack)
         return {**obs, RGB: self._stack}
 
-    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+    def render(self, env_idx) -> torch.Tensor:
         if self.render_mode != "rgb_array":
             raise ConfigError(
                 f"env.id={self.env_id!r} was built with render_mode={self.render_mode!r}: it "
@@ -255,15 +232,8 @@ class GymnasiumEnv(VectorEnvAdapter):
         return resize_images(super().render(env_idx), self._resize)  # the named sub-envs only
 
 
-def make(
-    env_cfg: GymnasiumEnvConfig,
-    sim,
-    num_envs: int,
-    device: torch.device,
-    seed: Optional[int] = None,
-) -> GymnasiumEnv:
+def make(env_cfg: GymnasiumEnvConfig, sim, num_envs: int, device: torch.device, seed=None):
     """Factory entry point for ``env=gymnasium``. Config errors are raised before any env is
     built."""
     _, modes = check_ready(env_cfg, sim)
-    render = modes is None or "rgb_array" in modes
-    return GymnasiumEnv(env_cfg, num_envs, device, seed, render)
+    return GymnasiumEnv(env_cfg, num_envs, device, seed, modes is None or "rgb_array" in modes)

@@ -28,19 +28,17 @@ from __future__ import annotations
 
 import functools
 import random
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrec.checks import ConfigError, one_of
+from rlrec.checks import ConfigError, did_you_mean, one_of
 from rlrec.envs.base import (
     EnvAdapter,
-    EnvIdx,
     EpisodeClock,
     HoldOnDone,
-    Info,
     VectorEnvAdapter,
     as_env_index,
     import_object,
@@ -55,7 +53,7 @@ from rlrec.obs import map_obs
 # --------------------------------------------------------------------------- checks before any work
 
 
-def _spec(env_cfg: ManiSkillEnvConfig):
+def _spec(env_cfg):
     """The registry entry of ``env.id``, once mani_skill and the modules of ``env.imports`` (which
     register envs of their own) are imported."""
     env_id = env_cfg.id
@@ -70,11 +68,9 @@ def _spec(env_cfg: ManiSkillEnvConfig):
     for i, name in enumerate(env_cfg.imports or ()):
         import_object(name, f"env.imports[{i}]")
     if env_id not in registry:
-        low = env_id.lower()
-        near = sorted(k for k in registry if k.split("-")[0].lower() in low or low in k.lower())
-        hint = f" Did you mean: {', '.join(near[:5])}?" if near else ""
+        hint = did_you_mean(env_id, list(registry)) or "no close match"
         raise ConfigError(
-            f"env.id={env_id!r} is not a registered ManiSkill env.{hint} Envs of your own are "
+            f"env.id={env_id!r} is not a registered ManiSkill env ({hint}). Envs of your own are "
             "found when their module is listed in env.imports."
         )
     return registry[env_id]
@@ -85,17 +81,16 @@ def missing_assets(spec) -> List[str]:
     prompt)."""
     from mani_skill.utils import assets
 
-    missing: List[str] = []
-    for asset_id in spec.asset_download_ids or []:
-        if asset_id in assets.DATA_GROUPS:
-            ids = assets.expand_data_group_into_individual_data_source_ids(asset_id)
-        else:
-            ids = [asset_id]
-        missing += [i for i in ids if not assets.is_data_source_downloaded(i)]
-    return missing
+    ids = []
+    for group in spec.asset_download_ids or []:
+        expand = group in assets.DATA_GROUPS
+        ids += (
+            assets.expand_data_group_into_individual_data_source_ids(group) if expand else [group]
+        )
+    return [i for i in ids if not assets.is_data_source_downloaded(i)]
 
 
-def _assets_error(env_id: str, what: str) -> ConfigError:
+def _assets_error(env_id, what):
     """The env needs ManiSkill assets that are not on disk (rlrec never downloads them)."""
     return ConfigError(
         f"env.id={env_id!r} needs ManiSkill assets that are not downloaded ({what}). rlrec does "
@@ -113,7 +108,7 @@ def build_maniskill_env(env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any]):
     spec, env_id = _spec(env_cfg), env_cfg.id
     from mani_skill.utils import download_asset
 
-    def refuse(message: str) -> bool:
+    def refuse(message):
         raise _assets_error(env_id, message.strip())
 
     saved = download_asset.prompt_yes_no
@@ -142,13 +137,12 @@ def build_maniskill_env(env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any]):
 def observing(env, env_cfg: ManiSkillEnvConfig):
     """``env`` observing ``obs_mode``: as built for ``state``; for ``rgb`` and ``rgb_state`` (built
     with ManiSkill's ``obs_mode="rgb"`` by :func:`make`) in ManiSkill's
-    ``FlattenRGBDObservationWrapper`` as ppo_rgb.py applies it (haosulab/ManiSkill 07bc2dd,
-    examples/baselines/ppo/ppo_rgb.py line 307: ``obs_mode="rgb"``; line 314: ``rgb=True,
-    depth=False, state=args.include_state``): the sensor cameras' uint8 images joined on the
-    channel axis under "rgb", the robot's state (``agent`` and ``extra`` flattened) under "state"
-    for ``rgb_state`` (mani_skill 3.0.1 utils/wrappers/flatten.py lines 44-76), batched tensors
-    on the sim's device; its constructor makes the env's observation space that Dict (lines
-    41-42, ``update_obs_space``). ``env.unwrapped`` is the ``BaseEnv``. A task without a sensor
+    ``FlattenRGBDObservationWrapper`` as ManiSkill's ppo_rgb.py applies it (``obs_mode="rgb"``;
+    the wrapper with ``rgb=True, depth=False, state=args.include_state``): the sensor cameras'
+    uint8 images joined on the channel axis under "rgb", the robot's state (``agent`` and
+    ``extra`` flattened) under "state" for ``rgb_state``, batched tensors on the sim's device; its
+    constructor makes the env's observation space that Dict (``update_obs_space``).
+    ``env.unwrapped`` is the ``BaseEnv``. A task without a sensor
     camera is refused (and closed) here: its cameras are known once it is built."""
     obs_mode = env_cfg.obs_mode
     if obs_mode == ObsMode.state:
@@ -217,18 +211,12 @@ class ManiSkillGPUEnv(EnvAdapter):
 
     seed_per_env = False
 
-    def __init__(
-        self,
-        env_cfg: ManiSkillEnvConfig,
-        kwargs: Dict[str, Any],
-        num_envs: int,
-        device: torch.device,
-        max_episode_steps: Optional[int],
-        seed: Optional[int] = None,
-    ):
-        self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.max_episode_steps = max_episode_steps
+    def __init__(self, env_cfg, kwargs, num_envs: int, device, max_episode_steps, seed=None):
+        self.num_envs, self.device, self.max_episode_steps = (
+            num_envs,
+            torch.device(device),
+            max_episode_steps,
+        )
         self.clock = EpisodeClock(num_envs, self.device)
         self._seed = seed
         self.env = build_maniskill_env(env_cfg, gpu_env_kwargs(kwargs, num_envs, device))
@@ -239,21 +227,17 @@ class ManiSkillGPUEnv(EnvAdapter):
         # the observation of ManiSkill's own reset while it was built (as the wrapper shapes it)
         self._own(self.base._init_raw_obs)
 
-    def _own(self, obs) -> Any:
+    def _own(self, obs):
         """``obs`` (a tensor, or the camera modes' dict of them, on the sim's device) kept as owned
         tensors on the adapter's device; a copy of them for the caller."""
         self._obs = map_obs(lambda v: owned(v, self.device), obs)
         return map_obs(torch.clone, self._obs)
 
-    def reset(
-        self, seed: Optional[int] = None, env_idx: EnvIdx = None
-    ) -> Tuple[torch.Tensor, Info]:
+    def reset(self, seed=None, env_idx=None):
         idx = as_env_index(env_idx, self.num_envs, self.device)
         if idx.numel() == 0:
             return map_obs(torch.clone, self._obs), {}
-        seed, self._seed = (self._seed if seed is None else seed), None
-        # env i is seeded seed + i, as gymnasium's vector envs do for an int seed
-        seeds = None if seed is None else [int(seed) + i for i in range(self.num_envs)]
+        seeds = self._seeds(seed)  # env i is seeded seed + i, as gymnasium's vector envs do
         # idx.numel() is metadata: unique() (a sort, a device sync) only when idx may cover all envs
         full = env_idx is None or (
             idx.numel() >= self.num_envs and idx.unique().numel() == self.num_envs
@@ -264,14 +248,14 @@ class ManiSkillGPUEnv(EnvAdapter):
         self.clock.reset(idx)
         return self._own(obs), owned_info(info, self.num_envs, self.device)
 
-    def step(self, action: torch.Tensor):
+    def step(self, action):
         obs, reward, terminated, _, info = self.env.step(action.to(self.base.device))
         return self.clock.finish(self, self._own(obs), reward, terminated, info)
 
-    def render(self, env_idx: EnvIdx) -> torch.Tensor:
+    def render(self, env_idx):
         return render_rows(self.base, as_env_index(env_idx, self.num_envs, "cpu").tolist())
 
-    def _release(self) -> None:
+    def _release(self):
         self.env.close()
 
 
@@ -285,7 +269,7 @@ class _CPUSubEnv(gym.Wrapper):
         self.dt = float(env.unwrapped.control_timestep)
 
     @staticmethod
-    def _info(info: Dict[str, Any]) -> Dict[str, Any]:
+    def _info(info):
         # python scalars, so the vector env stacks them into typed arrays (np.bool_ would give
         # object arrays)
         return {
@@ -306,9 +290,7 @@ class _CPUSubEnv(gym.Wrapper):
         return render_rows(self.unwrapped, [0])[0].numpy()
 
 
-def _make_cpu_sub_env(
-    index: int, env_cfg: ManiSkillEnvConfig, kwargs: Dict[str, Any], limit: Optional[int]
-) -> HoldOnDone:
+def _make_cpu_sub_env(index, env_cfg, kwargs, limit):
     # module-level (picklable) so spawn/forkserver workers can build their env
     cpu = {**kwargs, "num_envs": 1, "sim_backend": "physx_cpu", "render_backend": "cpu"}
     return HoldOnDone(_CPUSubEnv(build_maniskill_env(env_cfg, cpu)), index, limit)
@@ -323,9 +305,9 @@ def gpu_env_kwargs(kwargs: Dict[str, Any], num_envs: int, device: torch.device) 
     another).
 
     Both backends carry the device's index (``physx_cuda:1``, ``sapien_cuda:1``). ManiSkill 3.0.1
-    takes ``<backend>:<index>`` for both (``mani_skill/envs/utils/system/backend.py`` lines 46-49
-    split it off, lines 61-64 build ``torch.device``/``sapien.Device("cuda:<index>")`` for the
-    sim, lines 79-81 the render device). A bare ``physx_cuda``/``sapien_cuda`` would be
+    takes ``<backend>:<index>`` for both (its ``parse_sim_and_render_backend`` splits it off and
+    builds ``torch.device``/``sapien.Device("cuda:<index>")`` for the sim and the render device).
+    A bare ``physx_cuda``/``sapien_cuda`` would be
     ``sapien.Device("cuda")``, which SAPIEN resolves to the first CUDA device it enumerated
     (SAPIEN ``src/device.cpp`` ``findDevice``), not to torch's current device: rank k's sim would
     sit on another GPU than its policy."""
@@ -357,35 +339,28 @@ def check_ready(env_cfg: ManiSkillEnvConfig, sim: SimConfig):
     rewards = list(getattr(spec.cls, "SUPPORTED_REWARD_MODES", []))
     if rewards:
         one_of(env_cfg.reward_mode, "env.reward_mode", rewards)
-    missing = missing_assets(spec)
-    if missing:
+    if missing := missing_assets(spec):
         raise _assets_error(env_cfg.id, ", ".join(missing))
     return spec
 
 
-def make(
-    env_cfg: ManiSkillEnvConfig,
-    sim: SimConfig,
-    num_envs: int,
-    device: torch.device,
-    seed: Optional[int] = None,
-) -> EnvAdapter:
+def make(env_cfg: ManiSkillEnvConfig, sim: SimConfig, num_envs: int, device, seed=None):
     """The adapter for ``env=maniskill``: batched GPU env for ``sim=gpu``, vectorized CPU envs
     otherwise. ``env.kwargs`` wins over rlrec's keyword arguments of the env class (the sim
     backend and num_envs are added per sim)."""
     spec = check_ready(env_cfg, sim)  # for callers that did not ask (the entry point does)
-    limit = env_cfg.max_episode_steps
-    limit = spec.max_episode_steps if limit is None else limit
-    camera = dict(width=env_cfg.render_width, height=env_cfg.render_height)
+    limit = env_cfg.max_episode_steps or spec.max_episode_steps
     kw = {
         # ppo_rgb.py's obs_mode="rgb" for both camera modes (observing shapes it)
         "obs_mode": "state" if env_cfg.obs_mode == ObsMode.state else "rgb",
         "control_mode": env_cfg.control_mode,
         "reward_mode": env_cfg.reward_mode,
         "render_mode": "rgb_array",
-        "human_render_camera_configs": camera,
-        # every sensor camera's size (mani_skill 3.0.1 sensors/camera.py lines 79-89: a key that
-        # names no camera is set on all of them)
+        "human_render_camera_configs": dict(
+            width=env_cfg.render_width, height=env_cfg.render_height
+        ),
+        # every sensor camera's size (ManiSkill's camera configs: a key that names no camera is
+        # set on all of them)
         "sensor_configs": dict(width=env_cfg.obs_width, height=env_cfg.obs_height),
         **(env_cfg.kwargs or {}),
     }
@@ -394,9 +369,9 @@ def make(
         return ManiSkillGPUEnv(env_cfg, kw, num_envs, device, limit, seed)
     # N single CPU envs, each held on its end with the time limit; seeds as ManiSkillGPUEnv's
     fns = [functools.partial(_make_cpu_sub_env, i, env_cfg, kw, limit) for i in range(num_envs)]
-    vec = (env_cfg.cpu_vectorization, env_cfg.async_context)
+    vec = fns, "cpu", env_cfg.cpu_vectorization, env_cfg.async_context, seed
     try:  # as on the GPU sim: ManiSkill's controllers get the actions as given
-        env = VectorEnvAdapter(fns, "cpu", *vec, seed, clip_actions=False, info_masks=False)
+        env = VectorEnvAdapter(*vec, clip_actions=False, info_masks=False)
     except (EOFError, ConnectionError) as e:  # an async worker died building its env
         raise RuntimeError(
             "a ManiSkill worker process failed while building its env (its traceback is "

@@ -1,10 +1,10 @@
 """SAPIEN's PhysX GPU library: where SAPIEN looks for it, where SAPIEN downloads it from, and the
 check rlrec runs before a ManiSkill GPU env is built.
 
-ManiSkill's GPU sim (``physx_cuda``) calls ``sapien.physx.enable_gpu()`` (mani_skill 3.0.1
-``mani_skill/envs/sapien_env.py`` lines 243-245). In sapien 3.0.3 (``sapien/physx/__init__.py``,
-lines 32-56) that function looks for ``Path.home() / ".sapien" / "physx" / version()`` /
-``libPhysXGpu_64.so`` and, when the file is missing, downloads
+ManiSkill's GPU sim (``physx_cuda``) calls ``sapien.physx.enable_gpu()`` (mani_skill 3.0.1,
+while its ``BaseEnv`` sets up the sim). In sapien 3.0.3 that function looks for
+``Path.home() / ".sapien" / "physx" / version()`` / ``libPhysXGpu_64.so`` and, when the file is
+missing, downloads
 ``https://github.com/sapien-sim/physx-precompiled/releases/download/<version>/linux-so.zip`` with
 ``requests.get(url)`` (no timeout) and unpacks it there. On a node without internet that hangs or
 fails deep inside ManiSkill, once per process. So rlrec refuses ``sim=gpu env=maniskill`` before
@@ -24,10 +24,9 @@ from typing import Optional, Tuple
 
 from rlrec.checks import ConfigError
 
-# the release SAPIEN downloads from (sapien/physx/__init__.py lines 38, 41, 44)
+# the release SAPIEN downloads from (its sapien.physx.enable_gpu)
 RELEASES = "https://github.com/sapien-sim/physx-precompiled/releases/download"
-# platform -> (the library file SAPIEN loads, the zip it downloads); sapien/physx/__init__.py
-# lines 36-46
+# platform -> (the library file SAPIEN loads, the zip it downloads), as enable_gpu names them
 PLATFORMS = {
     "linux-x86_64": ("libPhysXGpu_64.so", "linux-so.zip"),
     "linux-aarch64": ("libPhysXGpu_64.so", "linux-aarch64-so.zip"),
@@ -38,11 +37,10 @@ DOCS = "docs/maniskill.md, section 'Offline GPU nodes'"
 
 def this_platform() -> Optional[str]:
     """This machine's key of :data:`PLATFORMS` (as SAPIEN tells them apart), or None."""
-    if platform.system() == "Windows":
-        return "windows"
     arch = {"x86_64": "x86_64", "AMD64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-    linux = platform.system() == "Linux" and platform.machine() in arch
-    return f"linux-{arch[platform.machine()]}" if linux else None
+    if platform.system() != "Linux" or platform.machine() not in arch:
+        return "windows" if platform.system() == "Windows" else None
+    return f"linux-{arch[platform.machine()]}"
 
 
 def sapien_physx() -> Optional[Tuple[str, bool]]:
@@ -94,7 +92,7 @@ def require_gpu_library() -> None:
 _MAPS = "/proc/self/maps"  # the files this process mapped (a test's stand-in replaces it)
 
 
-def _loaded_path(name: str) -> Optional[str]:
+def _loaded_path(name):
     """Where the shared library ``name`` this process loaded lies, or None. The map shows the
     file a symlink resolves to, so ``name`` matches its versioned names too: libcuda.so.1 is
     usually a link to libcuda.so.<driver version> (e.g. libcuda.so.550.54.15)."""
@@ -113,7 +111,7 @@ def _loaded_path(name: str) -> Optional[str]:
 def require_libcuda(load=None) -> None:
     """ConfigError (one line, before anything is built) when the CUDA driver cannot be loaded by
     the unversioned name SAPIEN loads it by: ``ctypes.CDLL("libcuda.so", ctypes.RTLD_GLOBAL)``
-    (sapien 3.0.3 ``sapien/physx/__init__.py`` line 64), which a driver that ships only
+    (sapien 3.0.3's ``sapien.physx.enable_gpu``), which a driver that ships only
     ``libcuda.so.1`` (a container with the driver mounted, ManiSkill issue #647) fails. The
     message gives the fix: the symlink next to the ``libcuda.so.1`` found, or the package that
     provides the driver. ``load``: ``ctypes.CDLL`` (a test's stand-in)."""

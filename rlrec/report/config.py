@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from rlrec.checks import ConfigError, positive
 from rlrec.layout import RunDir
-
-__all__ = ["ReportConfig", "run_settings"]
 
 
 @dataclass
@@ -34,24 +31,24 @@ def run_settings(run_dir: Path, overrides: Iterable[str] = ()) -> ReportConfig:
     ConfigError names a bad override and the allowed keys."""
     import yaml
 
-    fields = {f.name: f for f in dataclasses.fields(ReportConfig)}
+    defaults = vars(ReportConfig())
     try:
         saved = yaml.safe_load(RunDir(run_dir).hydra_config.read_text())
     except (OSError, yaml.YAMLError):
         saved = None
     saved = saved.get("report") if isinstance(saved, dict) else None
-    values = {k: v for k, v in (saved or {}).items() if k in fields}
+    values = {k: v for k, v in (saved or {}).items() if k in defaults}
     for item in overrides:
         key, sep, text = item.partition("=")
-        name = key[len("report.") :] if key.startswith("report.") else None
-        if not sep or name not in fields:
+        name = key.removeprefix("report.")
+        if not sep or name == key or name not in defaults:
             raise ConfigError(
                 f"{item!r} is not a report setting: give report.KEY=VALUE with KEY one of "
-                f"{', '.join(fields)}"
+                f"{', '.join(defaults)}"
             )
         values[name] = yaml.safe_load(text)
     for name, value in values.items():
-        kind = type(fields[name].default)
+        kind = type(defaults[name])
         if type(value) is not kind:  # bool is no int here, nor int a bool
             want = "true or false" if kind is bool else "an integer"
             raise ConfigError(f"report.{name}={value!r} is invalid: must be {want}")

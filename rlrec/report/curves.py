@@ -10,8 +10,6 @@ from typing import List, Tuple
 
 from rlrec.report.rundata import RunData
 
-__all__ = ["PANELS", "curves_svg", "overlay_svg", "tick_labels"]
-
 # (title, keys): one panel each, those of a run that has none of its keys are left out
 MAX_POINTS = 400  # points drawn per curve: a longer series is drawn every k-th point (and its last)
 
@@ -38,23 +36,24 @@ def curves_svg(run: RunData, panels_of: List[Tuple[str, Tuple[str, ...]]] = PANE
     """The ``<svg>`` element of the run's curves (those of ``panels_of``; "" when the run logged
     none): four panels a row, each with its title, its axes' ticks and grid, its curves (an eval
     curve with markers) and, with two curves, their legend."""
-    panels = []
-    for title, keys in panels_of:
-        series = [(key, *_thin(*run.series(key)), key.startswith("eval/")) for key in keys]
-        series = [s for s in series if s[1]]
-        if series:
-            panels.append((title, series))
+    panels = [
+        (title, [(key, *run.series(key), key.startswith("eval/")) for key in keys])
+        for title, keys in panels_of
+    ]
     return _svg(panels)
 
 
 def overlay_svg(title: str, curves: List[Tuple[str, RunData]], key: str = "eval/return") -> str:
     """One panel of the ``key`` curves of several runs (``curves``: each run with its label), each
     with markers ("" when none logged it)."""
-    series = [(label, *_thin(*run.series(key)), True) for label, run in curves]
-    return _svg([(title, [s for s in series if s[1]])] if any(s[1] for s in series) else [])
+    return _svg([(title, [(label, *run.series(key), True) for label, run in curves])])
 
 
-def _svg(panels: List[Tuple[str, List[Series]]]) -> str:
+def _svg(panels):
+    """The panels that hold a curve with points (each series thinned to :data:`MAX_POINTS`), four
+    a row; "" when none does."""
+    panels = [(t, [(k, *_thin(x, y), m) for k, x, y, m in series if x]) for t, series in panels]
+    panels = [(title, series) for title, series in panels if series]
     if not panels:
         return ""
     cols = min(4, len(panels))
@@ -70,7 +69,7 @@ def _svg(panels: List[Tuple[str, List[Series]]]) -> str:
     return "\n".join(out + ["</svg>"])
 
 
-def _legend(x0: float, labels: List[str]) -> Tuple[List[Tuple[float, int]], int]:
+def _legend(x0, labels):
     """Where each legend entry goes, (x, row), in rows from ``x0`` across a panel's plot width,
     and the rows it takes (none for one curve: the panel's title names it)."""
     if len(labels) < 2:
@@ -85,17 +84,17 @@ def _legend(x0: float, labels: List[str]) -> Tuple[List[Tuple[float, int]], int]
     return places, row + 1
 
 
-def _panel(left: int, top: int, title: str, series: List[Series]) -> List[str]:
+def _panel(left, top, title, series):
     """The elements of one panel whose top left corner is at (left, top)."""
     x0, x1 = left + MARGIN[0], left + PANEL[0] - MARGIN[1]
     y0, y1 = top + MARGIN[2], top + PANEL[1] - MARGIN[3]  # y0 the top of the plot area
     xt = _ticks([x for s in series for x in s[1]])
     yt = _ticks([y for s in series for y in s[2]])
 
-    def px(x: float) -> float:
+    def px(x):
         return x0 + (x - xt[0]) / (xt[-1] - xt[0]) * (x1 - x0)
 
-    def py(y: float) -> float:
+    def py(y):
         return y1 - (y - yt[0]) / (yt[-1] - yt[0]) * (y1 - y0)
 
     grid = "".join(f"M{px(x):.1f} {y0}V{y1}" for x in xt) + "".join(
@@ -140,7 +139,7 @@ def _panel(left: int, top: int, title: str, series: List[Series]) -> List[str]:
     return out
 
 
-def _ticks(values: list) -> List[float]:
+def _ticks(values):
     """Round values (1, 2, 2.5 or 5 times a power of ten apart) from at or below the least of
     ``values`` to at or above the greatest: an axis's ticks, its first and last its ends."""
     lo, hi = min(values), max(values)
@@ -163,7 +162,7 @@ def tick_labels(ticks: List[float]) -> List[str]:
     return [f"{t + 0.0:,.{decimals}f}" for t in ticks]  # + 0.0: no "-0"
 
 
-def _thin(steps: list, values: list) -> tuple:
+def _thin(steps, values):
     """At most about :data:`MAX_POINTS` of a series, evenly spaced, its last point kept."""
     k = -(-len(steps) // MAX_POINTS)
     if k <= 1:

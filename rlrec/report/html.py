@@ -20,9 +20,8 @@ import contextlib
 import html
 import json
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 from urllib.parse import quote
 
 from rlrec.checks import ConfigError
@@ -32,23 +31,29 @@ from rlrec.report.config import ReportConfig, run_settings
 from rlrec.report.curves import PANELS, curves_svg, overlay_svg
 from rlrec.report.progress import write_progress
 from rlrec.report.rundata import (
-    HEALTH_KEYS,
-    Evaluation,
     RunData,
+    read_overrides,
     read_rows,
     read_run,
     read_sidecar,
     success_text,
 )
 
-__all__ = ["replay_command", "write_report"]
-
-PROGRESS_TIMEOUT_S = 600.0  # the longest the page waits for its progress video
-SUCCESS, SUCCESS_HEAD = "eval/success", "success [95% interval]"  # the interval: Wilson's
-EPISODES = "eval/episodes"
+SUCCESS, EPISODES = "eval/success", "eval/episodes"
+SUCCESS_HEAD = "success [95% interval]"  # the interval: Wilson's
+HEALTH_HEAD = ["clips dropped", "frames dropped", "encoder stalls", "eval clips missing or lost"]
+HEALTH_HEAD += ["stops (signals, preemptions)", "resumes"]
 
 # nothing but inline styles and the run dir's own files: a report never reaches a network
-_CSP = "default-src 'none'; style-src 'unsafe-inline'; media-src 'self' file:; img-src 'self' data:"
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; \
+media-src 'self' file:; img-src 'self' data:">
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{title}</title><style>{style}</style></head><body>
+{body}
+</body></html>
+"""
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1280px;padding:0 1em;color:#222}
 h1{font-size:1.5em;margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
@@ -61,26 +66,19 @@ video{image-rendering:pixelated;background:#000}
 """
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+def _e(value):
+    return html.escape(str(value))
 
 
-def _src(rel: str) -> str:
-    """A relative URL of a file under the page's directory."""
-    return quote(rel, safe="/")
-
-
-def _fmt(value: Any) -> str:
+def _fmt(value):
     if value is None:
         return "&ndash;"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return _e(value)
+    return f"{value:.4g}" if isinstance(value, float) else _e(value)
 
 
-def _success(metrics: Dict[str, Any]) -> str:
+def _success(metrics):
     """An eval line's (or a sweep row's) success with its 95% interval and episode count."""
     rate = metrics.get(SUCCESS)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
@@ -88,69 +86,60 @@ def _success(metrics: Dict[str, Any]) -> str:
     return _e(success_text(float(rate), metrics.get(EPISODES)))
 
 
-def _video(rel: str, sidecar: Optional[Dict[str, Any]], least: int = 128) -> str:
-    """An inline player of the run dir's file ``rel``, shown at least ``least`` px tall (an
-    integer scale: pixels stay sharp) when its ``sidecar`` gives its size."""
-    size = ""
-    width, height = (sidecar or {}).get("width"), (sidecar or {}).get("height")
+def _video(rel, sidecar=None, least=128):
+    """An inline player of the run dir's file ``rel`` (a relative URL), shown at least ``least``
+    px tall (an integer scale: pixels stay sharp) when its ``sidecar`` gives its size."""
+    size, width, height = "", *(int((sidecar or {}).get(k) or 0) for k in ("width", "height"))
     if width and height:
-        scale = max(1, -(-least // int(height)))
-        size = f' width="{int(width) * scale}" height="{int(height) * scale}"'
-    return f'<video controls preload="metadata" muted src="{_src(rel)}"{size}></video>'
+        scale = max(1, -(-least // height))
+        size = f' width="{width * scale}" height="{height * scale}"'
+    return f'<video controls preload="metadata" muted src="{quote(rel, safe="/")}"{size}></video>'
 
 
-def _table(head: Iterable[str], rows: Iterable[Iterable[str]], left: int = 0) -> str:
+def _table(head, rows, left=0):
     """Cells are HTML already; the first ``left`` columns are left-aligned."""
-    cls = lambda i: ' class="l"' if i < left else ""  # noqa: E731
-    out = ["<table><tr>", *(f"<th{cls(i)}>{_e(h)}</th>" for i, h in enumerate(head)), "</tr>"]
-    for row in rows:
-        out.append("<tr>" + "".join(f"<td{cls(i)}>{c}</td>" for i, c in enumerate(row)) + "</tr>")
-    out.append("</table>")
-    return "".join(out)
+    align = ' class="l"'
+
+    def row(cells, tag):
+        cells = (f"<{tag}{align * (i < left)}>{c}</{tag}>" for i, c in enumerate(cells))
+        return f"<tr>{''.join(cells)}</tr>"
+
+    return f"<table>{row(map(_e, head), 'th')}{''.join(row(r, 'td') for r in rows)}</table>"
 
 
-def _page(title: str, body: List[str]) -> str:
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
-            '<meta name="viewport" content="width=device-width,initial-scale=1">',
-            f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-            *body,
-            "</body></html>",
-            "",
-        ]
-    )
+def _section(anchor, title, *parts: str):
+    return "\n".join([f'<h2 id="{anchor}">{title}</h2>', *parts])
+
+
+def _span(cls, text, attrs=""):
+    return f'<span class="{cls}"{attrs}>{text}</span>'
 
 
 # --------------------------------------------------------------------------- a run
 
 
-def replay_command(
-    run_dir: Path, episode: Dict[str, Any], last_step: Optional[int] = None
-) -> Optional[str]:
+def _replay(run, episode):
     """The command, run in the run dir (``.``: it holds wherever the dir is moved), that replays
     eval episode ``episode`` (an eval_episodes.jsonl line) from the checkpoint of its step
     (``rlrec.run.replay``): its iteration's periodic checkpoint, last.pt when the episode is of
-    the run's last evaluation (``last_step``), or none at step 0 (the untrained policy is rebuilt
-    from the run's seed). None when no such checkpoint is kept, or the episode began at an
-    autoreset (no seed restarts it)."""
+    the run's last evaluation, or none at step 0 (the untrained policy is rebuilt from the run's
+    seed). None when no such checkpoint is kept, or the episode began at an autoreset (no seed
+    restarts it)."""
     iteration, step = episode.get("iteration"), episode.get("step")
     if not isinstance(iteration, int) or not isinstance(step, int) or episode.get("seed") is None:
         return None
-    paths = RunDir(run_dir)
-    if step != 0 and not paths.periodic_checkpoint(iteration).is_file():
-        if step != last_step or not paths.last_checkpoint.is_file():
-            return None  # no checkpoint of its step kept
-    return f"python -m rlrec.run.replay . replay.step={step} replay.env={int(episode['env'])}"
+    paths, last = RunDir(run.path), run.evaluations[-1].step if run.evaluations else None
+    kept = step == 0 or paths.periodic_checkpoint(iteration).is_file()
+    if kept or step == last and paths.last_checkpoint.is_file():
+        return f"python -m rlrec.run.replay . replay.step={step} replay.env={int(episode['env'])}"
+    return None
 
 
-def _summary(run: RunData) -> str:
-    last = run.evaluations[-1] if run.evaluations else None
+def _summary(run):
     steps = max((int(r["step"]) for r in run.lines if "step" in r), default=0)
     parts = [f"{steps:,} env steps", f"{len(run.evaluations)} evaluations"]
-    if last is not None:
+    if run.evaluations:
+        last = run.evaluations[-1]
         parts.append(f"last eval return {_fmt(last.ret)}")
         if last.success is not None:
             parts.append(f"success {_success(last.metrics)}")
@@ -160,164 +149,175 @@ def _summary(run: RunData) -> str:
     return f'<p>{" &middot; ".join(parts)} &middot; <a href="./">the run dir</a></p>'
 
 
-def _stopped(run: RunData) -> str:
+def _stopped(run):
     """A note when a signal stopped the run (its last stop or resume event is a stop)."""
-    last = [e for e in run.events if e.get("event") in ("stop", "resume")][-1:]
-    if not last or last[0]["event"] != "stop":
+    ends = [e for e in run.events if e.get("event") in ("stop", "resume")]
+    if not ends or ends[-1]["event"] != "stop":
         return ""
-    step, signum = int(last[0].get("step", 0)), last[0].get("signal")
+    step, signum = int(ends[-1].get("step", 0)), ends[-1].get("signal")
     with contextlib.suppress(ValueError, TypeError):
         signum = signal.Signals(signum).name
     return (
-        f'<p class="bad" data-stopped="{_e(step)}">Stopped by {_e(signum)} at step {step:,}, '
+        f'<p class="bad" data-stopped="{step}">Stopped by {_e(signum)} at step {step:,}, '
         "before the end of the run: this page shows what it did. The same command with "
         "<code>resume=auto</code> and this run dir continues it.</p>"
     )
 
 
-def _section(anchor: str, title: str, *parts: str) -> str:
-    return "\n".join([f'<h2 id="{anchor}">{title}</h2>', *parts])
-
-
-def _health(run: RunData) -> str:
+def _health(run):
     """One row: what the recorders lost, and the run's stops and resumes (each event below)."""
-    # named and not on disk, or lost before they were written ("eval/clip_lost")
-    lost = sum(1 for ev in run.evaluations if ev.clip and not ev.clip_ok)
-    figures = [(k.split("/")[1], run.health.get(k, 0.0)) for k in HEALTH_KEYS]  # clips_dropped
-    figures += [("clips_missing", lost + run.health.get("eval/clips_lost", 0.0))]
-    figures += [("stops", run.count_events("stop")), ("resumes", run.count_events("resume"))]
-    head = [key.replace("_", " ") for key, _ in figures[:3]]
-    head += ["eval clips missing or lost", "stops (signals, preemptions)", "resumes"]
-    cells = []
-    for key, value in figures:  # resumes: no fault
-        cls = "muted" if key == "resumes" else ("bad" if value else "ok")
-        cells.append(f'<span class="{cls}" data-health="{key}">{int(value)}</span>')
-    detail = []
+    figures = {**run.health(), "stops": 0, "resumes": 0}
     for e in run.events:
-        rest = ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step"))
-        detail.append([_e(e.get("event")), _fmt(e.get("step")), _e(rest)])
+        figures[f"{e.get('event')}s"] = figures.get(f"{e.get('event')}s", 0) + 1
+    cells = [
+        _span(
+            "muted" if key == "resumes" else "bad" if figures[key] else "ok",
+            int(figures[key]),
+            f' data-health="{key}"',
+        )
+        for key in (
+            "clips_dropped",
+            "frames_dropped",
+            "encoder_stalls",
+            "clips_missing",
+            "stops",
+            "resumes",
+        )
+    ]
+    detail = [
+        [
+            _e(e["event"]),
+            _fmt(e.get("step")),
+            _e(", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "step"))),
+        ]
+        for e in run.events
+    ]
     events = [_table(["event", "step", "details"], detail, left=1)] if detail else []
-    return _section("health", "Health", _table(head, [cells]), *events)
+    return _section("health", "Health", _table(HEALTH_HEAD, [cells]), *events)
 
 
-def _evaluations(run: RunData) -> str:
+def _evaluations(run):
     if not run.evaluations:
         return _section("evaluations", "Evaluations", "<p>No evaluation was logged.</p>")
-    skip = ("eval/clip", "eval/clip_lost")  # the clip column says these
     metrics = [k for ev in run.evaluations for k in ev.metrics if k.startswith("eval/")]
-    keys = [k for k in dict.fromkeys(metrics) if k not in skip]
+    keys = [k for k in dict.fromkeys(metrics) if k not in ("eval/clip", "eval/clip_lost")]
     rows = []
     for ev in run.evaluations:
+        clip = _span("muted", "no clip")
         if ev.clip_ok:
             clip = _video(str(ev.clip), ev.sidecar)
         elif ev.clip:
-            clip = f'<span class="bad">clip missing</span> <code>{_e(ev.clip)}</code>'
+            clip = f"{_span('bad', 'clip missing')} <code>{_e(ev.clip)}</code>"
         elif ev.metrics.get("eval/clip_lost") is True:
-            clip = '<span class="bad">clip lost</span>'
-        else:
-            clip = '<span class="muted">no clip</span>'
+            clip = _span("bad", "clip lost")
         cells = (_success(ev.metrics) if k == SUCCESS else _fmt(ev.metrics.get(k)) for k in keys)
         rows.append([_fmt(ev.step), *cells, clip])
     head = ["step", *(SUCCESS_HEAD if k == SUCCESS else k.split("/", 1)[1] for k in keys), "clip"]
     return _section("evaluations", "Evaluations", _table(head, rows))
 
 
-def _progress(run: RunData, progress_rel: Optional[str], failed: Optional[str]) -> str:
+def _progress(run, progress, failed):
+    text = "<p>No progress video: the run has no eval clip on disk.</p>"
     if failed is not None:
         text = f'<p class="bad">The progress video could not be written: {_e(failed)}</p>'
-    elif progress_rel is None:
-        text = "<p>No progress video: the run has no eval clip on disk.</p>"
-    else:
+    elif progress is not None:
         text = (
             "<p>The eval clips across evaluations, played in sync (the same start states: every "
             "evaluation resets with the same seed); a finished tile holds its last frame.</p>\n"
-            + _video(progress_rel, read_sidecar(run.path, progress_rel), least=300)
+            + _video(progress, read_sidecar(run.path, progress), least=300)
         )
     return _section("progress", "Progress", text)
 
 
-def _failures(run: RunData, max_rows: int) -> str:
-    failed = [e for e in run.episodes if e.get("success") is False]  # oldest first
+def _failures(run, max_rows):
+    episodes = run.episodes or []
+    failed = [e for e in episodes if e.get("success") is False]  # oldest first
     shown = failed[-max_rows:]
-    if not run.has_episode_file:
+    note = f" (the last {len(shown)} shown)" if len(shown) < len(failed) else ""
+    text = f"<p>{len(failed)} of {len(episodes)} eval episodes failed{note}.</p>"
+    if run.episodes is None:
         text = (
             "<p>This run wrote no per-episode eval records (<code>eval_episodes.jsonl</code>).</p>"
         )
-    elif not any(e.get("success") is not None for e in run.episodes):
+    elif all(e.get("success") is None for e in episodes):
         text = "<p>The env reports no success: no episode counts as failed.</p>"
     elif not failed:
-        text = f'<p class="ok">None of {len(run.episodes)} eval episodes failed.</p>'
-    else:
-        note = f" (the last {len(shown)} shown)" if len(shown) < len(failed) else ""
-        text = f"<p>{len(failed)} of {len(run.episodes)} eval episodes failed{note}.</p>"
-    if not shown:
-        return _section("failures", "Failed eval episodes", text)
+        text = f'<p class="ok">None of {len(episodes)} eval episodes failed.</p>'
     rows = []
-    last_step = run.evaluations[-1].step if run.evaluations else None  # last.pt's, if it ended
     for ep in shown:
         clip, frames = ep.get("clip"), ep.get("frames")
-        cell = '<span class="muted">no clip</span>'
+        cell = _span("muted", "no clip")
         if isinstance(clip, str) and (run.path / clip).is_file():
             cell = _video(clip, read_sidecar(run.path, clip))
             if frames:
-                cell += (
-                    f'<br><span class="muted">frames {_e(frames[0])}&ndash;{_e(frames[-1])}</span>'
-                )
-        command = replay_command(run.path, ep, last_step)
-        replay = '<span class="muted">no checkpoint of its step kept</span>'
-        if command:
-            replay = f"<code>{_e(command)}</code>"
+                cell += "<br>" + _span("muted", f"frames {_e(frames[0])}&ndash;{_e(frames[-1])}")
+        command = _replay(run, ep)
+        replay = (
+            f"<code>{_e(command)}</code>"
+            if command
+            else _span("muted", "no checkpoint of its step kept")
+        )
         figures = [_fmt(ep.get(k)) for k in ("step", "env", "seed", "return", "length")]
         rows.append([*figures, _e(ep.get("ended", "")), cell, replay])
     head = ["step", "env", "seed", "return", "length", "ended", "clip", "replay (in the run dir)"]
-    return _section("failures", "Failed eval episodes", text, _table(head, rows))
+    return _section("failures", "Failed eval episodes", text, *[_table(head, rows)] * bool(rows))
 
 
-def _config(run: RunData) -> str:
-    items = "".join(f"<li><code>{_e(o)}</code></li>" for o in run.overrides)
-    parts = ["<p>No overrides: the defaults.</p>"]
-    if run.overrides:
-        parts = [f"<p>The command line's overrides:</p><ul>{items}</ul>"]
-    if run.config_text:
-        whole = f"<pre>{_e(run.config_text)}</pre>"
+def _config(run):
+    overrides = read_overrides(run.path)
+    items = "".join(f"<li><code>{_e(o)}</code></li>" for o in overrides)
+    parts = [
+        f"<p>The command line's overrides:</p><ul>{items}</ul>"
+        if overrides
+        else "<p>No overrides: the defaults.</p>"
+    ]
+    with contextlib.suppress(OSError):
+        whole = f"<pre>{_e(RunDir(run.path).hydra_config.read_text())}</pre>"
         parts.append(f"<details><summary>The whole config</summary>{whole}</details>")
     return _section("config", "Config", *parts)
 
 
-def _verified(run: RunData) -> str:
+def _verified(run):
     """The export's closed-loop check (exported/verify.json): per format its figures, and its clip
     of env 0's episode beside the checkpoint's of the same seed."""
     path = RunDir(run.path).exported / "verify.json"
     if not path.is_file():
         return ""
     report = json.loads(path.read_text())
-    clip = lambda rel: _video(f"exported/{rel}", None) if rel else "no clip"  # noqa: E731
+
+    def clip(rel):
+        return _video(f"exported/{rel}") if rel else "no clip"
+
     rows = [
         [
             f"<code>{_e(f['file'])}</code>",
-            "passed" if f["passed"] else f'<span class="bad">failed: {_e(f["failed"])}</span>',
+            "passed" if f["passed"] else _span("bad", f"failed: {_e(f['failed'])}"),
             *(f"{f[k]:.3g}" for k in ("max_action_diff", "max_obs_diff", "max_return_diff")),
             clip(report["checkpoint"]["clip"]) + clip(f["clip"]),
         ]
         for f in report["formats"].values()
     ]
-    head = ["file", "check", "max action diff", "max obs diff", "max return diff"]
+    head = ["file", "check", "max action diff", "max obs diff", "max return diff", "clips"]
     return _section(
         "export-check",
         f"Export of step {report['step']:,}, checked in closed loop",
         f"<p>{report['episodes']} eval episodes by the checkpoint and by each file (tolerance "
         f"{report['tolerance']:g}); env 0's episode: the checkpoint's, then the file's.</p>",
-        _table([*head, "clips"], rows, left=2),
+        _table(head, rows, left=2),
     )
 
 
+def _page(title, body):
+    return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
+
+
 def run_page(
-    run: RunData, cfg: ReportConfig, progress_rel: Optional[str], svg: str, failed: Optional[str]
+    run: RunData, cfg: ReportConfig, progress: Optional[str], failed: Optional[str]
 ) -> str:
-    """The page of ``run``: ``svg`` its curves, ``failed`` why the progress video could not be
-    written."""
+    """The page of ``run``: ``progress`` its progress video (relative), ``failed`` why it could not
+    be written."""
     name = run.path.resolve().name
-    inline = " ".join(f"<code>{_e(o)}</code>" for o in run.overrides)  # what it changed, first
+    inline = " ".join(f"<code>{_e(o)}</code>" for o in read_overrides(run.path))  # first
     body = [
         f"<h1>rlrec run {_e(name)}</h1>",
         _stopped(run),
@@ -327,8 +327,8 @@ def run_page(
         '<a href="#failures">failed episodes</a> &middot; <a href="#config">config</a></p>',
         f"<p>Overrides: {inline}</p>" if inline else "",
         _health(run),
-        _progress(run, progress_rel, failed),
-        _section("curves", "Learning curves", svg or "<p>No metrics logged.</p>"),
+        _progress(run, progress, failed),
+        _section("curves", "Learning curves", curves_svg(run) or "<p>No metrics logged.</p>"),
         _evaluations(run),
         _failures(run, cfg.max_failures),
         _verified(run),
@@ -340,7 +340,7 @@ def run_page(
 # --------------------------------------------------------------------------- a sweep
 
 
-def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
+def _job_dir(sweep_dir, row):
     """The job's run dir when it lies inside the sweep dir (the page links only below itself)."""
     for candidate in filter(None, (row.get("run_dir"), sweep_dir / str(row.get("job", "")))):
         path = Path(candidate).resolve()
@@ -349,7 +349,7 @@ def _job_dir(sweep_dir: Path, row: Dict[str, Any]) -> Optional[Path]:
     return None
 
 
-def _seed_groups(jobs: List[tuple], runs: Dict[int, RunData]) -> str:
+def _seed_groups(jobs, runs):
     """A row for each group of completed jobs that differ only by their seed: the mean return of
     their last evaluations [least, greatest], the success of all their episodes together with its
     95% interval, and their eval return curves on one panel."""
@@ -360,17 +360,18 @@ def _seed_groups(jobs: List[tuple], runs: Dict[int, RunData]) -> str:
             rest = " ".join(o for o in keys if o.partition("=")[0].lstrip("+~") != "seed")
             groups.setdefault(rest, []).append(row)
     table = []
-    for rest, rows in ((k, v) for k, v in groups.items() if len(v) > 1):
+    for rest, rows in groups.items():
+        if len(rows) < 2:
+            continue
         returns = [float(r["eval/return"]) for r in rows]
         success = "&ndash;"
         if all(isinstance(r.get(key), (int, float)) for r in rows for key in (SUCCESS, EPISODES)):
             n = sum(int(r[EPISODES]) for r in rows)
-            won = sum(round(r[SUCCESS] * r[EPISODES]) for r in rows)
-            success = _e(success_text(won / n, n))
+            success = _e(success_text(sum(round(r[SUCCESS] * r[EPISODES]) for r in rows) / n, n))
         curves = [(f"seed={r.get('seed')}", runs[r["job"]]) for r in rows if r["job"] in runs]
         mean = f"{_fmt(sum(returns) / len(returns))} [{_fmt(min(returns))}, {_fmt(max(returns))}]"
-        seeds = _e(" ".join(str(r.get("seed")) for r in rows))
         swept = f"<code>{_e(rest)}</code>" if rest else "(the seed alone is swept)"
+        seeds = _e(" ".join(str(r.get("seed")) for r in rows))
         table.append([swept, seeds, mean, success, overlay_svg("eval return", curves)])
     if not table:
         return "<p>No jobs that differ only by their seed.</p>"
@@ -383,19 +384,20 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
     and its report (relative to the sweep dir), where it has them."""
     table, cards, runs = [], [], {}
     for row, job_dir, report in jobs:
-        job = int(row.get("job") or 0)
-        link = _e(job) if report is None else f'<a href="{_src(report)}">{_e(job)}</a>'
-        status = row.get("status", "")
-        cls = "ok" if status == "COMPLETED" else "bad"
+        job, status = int(row.get("job") or 0), row.get("status", "")
+        link = _e(job) if report is None else f'<a href="{quote(report, safe="/")}">{job}</a>'
         swept = row.get("swept") or row.get("overrides", "")
-        cells = [link, f'<span class="{cls}">{_e(status)}</span>', f"<code>{_e(swept)}</code>"]
+        cells = [
+            link,
+            _span("ok" if status == "COMPLETED" else "bad", _e(status)),
+            f"<code>{_e(swept)}</code>",
+        ]
         figures = [_fmt(row.get("step")), _fmt(row.get("eval/return")), _success(row)]
         table.append([*cells, *figures, _e(row.get("error") or "")])
-        run = None if job_dir is None else read_run(job_dir)
-        if run is not None:
-            runs[row.get("job")] = run
-        evals = [] if run is None else run.evaluations
-        last: Optional[Evaluation] = next((ev for ev in reversed(evals) if ev.clip_ok), None)
+        if job_dir is None:
+            continue
+        run = runs[row.get("job")] = read_run(job_dir)
+        last = next((ev for ev in reversed(run.evaluations) if ev.clip_ok), None)
         if last is not None:
             rel = job_dir.relative_to(sweep_dir.resolve()).as_posix()
             caption = f"job {job} &middot; step {last.step:,} &middot; return {_fmt(last.ret)}"
@@ -409,14 +411,15 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
     clips = (
         f'<div class="cards">{"".join(cards)}</div>' if cards else "<p>No eval clip on disk.</p>"
     )
+    name = sweep_dir.resolve().name
     body = [
-        f"<h1>rlrec sweep {_e(sweep_dir.resolve().name)}</h1>",
+        f"<h1>rlrec sweep {_e(name)}</h1>",
         f'<p>{len(jobs)} jobs &middot; <a href="./">the sweep dir</a></p>',
         _section("jobs", "Jobs", jobs_table),
         _section("seeds", "Jobs that differ only by their seed", _seed_groups(jobs, runs)),
         _section("clips", "Last eval clip and return curves of each job", clips),
     ]
-    return _page(f"rlrec sweep {sweep_dir.resolve().name}", body)
+    return _page(f"rlrec sweep {name}", body)
 
 
 # --------------------------------------------------------------------------- writing
@@ -424,26 +427,18 @@ def sweep_page(sweep_dir: Path, jobs: List[tuple]) -> str:
 
 def write_run_report(run_dir: Path, cfg: Optional[ReportConfig] = None) -> Path:
     """Writes ``videos/progress.mp4`` (``cfg.progress_video``) and ``report.html`` of the run dir
-    ``run_dir``; returns the page's path."""
-    cfg = cfg or ReportConfig()
-    paths = RunDir(run_dir)
+    ``run_dir``; returns the page's path. A progress video that fails leaves the page, saying why
+    (every ffmpeg wait inside it is bounded: a stalled encoder is killed)."""
+    cfg, paths = cfg or ReportConfig(), RunDir(run_dir)
     run = read_run(paths.root)
     progress = PROGRESS_VIDEO if paths.progress_video.is_file() else None
     failed = None
-    # the progress video (ffmpeg processes, waited for) on a thread while this one draws the
-    # curves (Python): together they take about as long as the longer of the two
-    pool = ThreadPoolExecutor(1, thread_name_prefix="rlrec-progress")
     try:
-        job = pool.submit(write_progress, run, cfg.max_tiles) if cfg.progress_video else None
-        svg = curves_svg(run)
-        try:  # every ffmpeg wait inside is bounded (a stalled encoder is killed); so is this
-            if job is not None:
-                progress = job.result(timeout=PROGRESS_TIMEOUT_S) and PROGRESS_VIDEO
-        except Exception as exc:  # the page without it, saying why
-            progress, failed = None, f"{type(exc).__name__}: {exc}"
-    finally:
-        pool.shutdown(wait=False)
-    write_atomic(paths.report, run_page(run, cfg, progress, svg, failed))
+        if cfg.progress_video:
+            progress = write_progress(run, cfg.max_tiles) and PROGRESS_VIDEO
+    except Exception as exc:  # the page without it, saying why
+        progress, failed = None, f"{type(exc).__name__}: {exc}"
+    write_atomic(paths.report, run_page(run, cfg, progress, failed))
     return paths.report
 
 
@@ -468,6 +463,5 @@ def write_report(
             page = write_run_report(job_dir, cfg or run_settings(job_dir, overrides))
             report = page.relative_to(path.resolve()).as_posix()
         jobs.append((row, job_dir, report))
-    out = SweepDir(path).report
-    write_atomic(out, sweep_page(path, jobs))
-    return out
+    write_atomic(SweepDir(path).report, sweep_page(path, jobs))
+    return SweepDir(path).report

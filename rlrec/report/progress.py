@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -28,20 +28,15 @@ from rlrec.record.frames import grid_shape, pad_even, tile
 from rlrec.record.sidecar import write_sidecar
 from rlrec.report.rundata import Evaluation, RunData
 
-__all__ = ["BAND", "even_subset", "read_frames", "write_progress"]
-
 BAND = 24  # pixels of label above each tile (two lines of PIL's default font)
 
 
 def even_subset(items: Sequence[Any], k: int) -> List[Any]:
     """At most ``k`` of ``items``, evenly spread, the first and the last always among them."""
     n = len(items)
-    if n <= k:
-        return list(items)
-    if k == 1:
-        return [items[-1]]
-    picks = sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
-    return [items[i] for i in picks]
+    if n <= k or k == 1:
+        return list(items[-k:])
+    return [items[i] for i in sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})]
 
 
 def read_frames(path: Path) -> Iterator[np.ndarray]:
@@ -59,7 +54,7 @@ def read_frames(path: Path) -> Iterator[np.ndarray]:
         reader.close()  # ends ffmpeg
 
 
-def _layout(chosen: List[Evaluation], tile_h: int, tile_w: int) -> Tuple[np.ndarray, List[dict]]:
+def _layout(chosen, tile_h, tile_w):
     """The cells of the tiles (each its label band above an empty frame) and the place of each
     tile in the tiled frame (its step, clip, y, x, h, w)."""
     from PIL import Image, ImageDraw
@@ -77,7 +72,7 @@ def _layout(chosen: List[Evaluation], tile_h: int, tile_w: int) -> Tuple[np.ndar
     return cells, tiles
 
 
-def _encode(proc: FFmpegProcess, readers: List[Iterator[np.ndarray]], cells: np.ndarray) -> int:
+def _encode(proc, readers, cells):
     """Writes the tiled frames until every clip has ended and returns how many."""
     frames = 0
     while True:
@@ -103,13 +98,11 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
         return None
     chosen = even_subset(evaluations, max_tiles)
     sidecars = [e.sidecar or {} for e in chosen]
-    tile_h = max(int(s.get("height", 0)) for s in sidecars)
-    tile_w = max(int(s.get("width", 0)) for s in sidecars)
-    fps = float(sidecars[0].get("fps") or 30.0)
     encoders = [s.get("encoder") or {} for s in sidecars]
     lossless = all(bool(e.get("lossless")) for e in encoders)
-    quality = int(encoders[0].get("quality") or 7)
-    cells, tiles = _layout(chosen, tile_h, tile_w)
+    fps, quality = float(sidecars[0].get("fps") or 30.0), int(encoders[0].get("quality") or 7)
+    size = [max(int(s.get(k, 0)) for s in sidecars) for k in ("height", "width")]
+    cells, tiles = _layout(chosen, *size)
     height, width = pad_even(tile(cells)).shape[:2]
     out = RunDir(run.path).progress_video
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -130,17 +123,7 @@ def write_progress(run: RunData, max_tiles: int = 16) -> Optional[Path]:
     finally:
         for reader in readers:
             reader.close()
-    codec = "libx264rgb" if lossless else "libx264"
-    write_sidecar(
-        str(out),
-        {
-            "frames": frames,
-            "fps": fps,
-            "width": width,
-            "height": height,
-            "encoder": {"codec": codec, "lossless": lossless, "quality": quality},
-            "kind": "progress",
-            "tiles": tiles,
-        },
-    )
+    encoder = {"codec": "libx264rgb" if lossless else "libx264", "lossless": lossless}
+    sidecar = dict(frames=frames, fps=fps, width=width, height=height, kind="progress", tiles=tiles)
+    write_sidecar(str(out), {**sidecar, "encoder": {**encoder, "quality": quality}})
     return out

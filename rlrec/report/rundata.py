@@ -18,42 +18,38 @@ from typing import Any, Dict, List, Optional, Tuple
 from rlrec.layout import METRICS, ROW_FILES, RunDir, SweepDir
 from rlrec.record.sidecar import sidecar_path
 
-__all__ = [
-    "HEALTH_KEYS",
-    "Evaluation",
-    "RunData",
-    "read_json",
-    "read_jsonl",
-    "read_overrides",
-    "read_rows",
-    "read_run",
-    "success_text",
-    "wilson",
-]
-
 # the recorders' loss counters (cumulative: the last value logged is the run's figure)
 HEALTH_KEYS = ("record/clips_dropped", "record/frames_dropped", "record/encoder_stalls")
+
+
+def _object(text):
+    """The JSON object ``text`` holds, or None (not JSON, or no object)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_json(path: Path) -> Optional[Dict[str, Any]]:
+    """A JSON object file (None when absent, unreadable or no object)."""
+    try:
+        return _object(Path(path).read_text())
+    except OSError:
+        return None
 
 
 def read_jsonl(path: Path) -> List[Dict[str, Any]]:
     """The JSON objects of a JSON-lines file; a line that does not parse (cut by a kill) is
     skipped. An absent file reads as no lines."""
     try:
-        text = Path(path).read_text()
+        lines = Path(path).read_text().splitlines()
     except (FileNotFoundError, NotADirectoryError):
         return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return [rec for rec in map(_object, lines) if rec is not None]
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
@@ -85,7 +81,8 @@ class Evaluation:
     step: int
     metrics: Dict[str, Any]
     clip: Optional[str] = None  # path relative to the run dir, as the eval line names it
-    sidecar: Optional[Dict[str, Any]] = None  # the clip's sidecar, when clip and sidecar exist
+    # the clip's sidecar, when clip and sidecar exist (a sidecar is written after its whole mp4)
+    sidecar: Optional[Dict[str, Any]] = None
     episodes: List[Dict[str, Any]] = field(default_factory=list)  # its eval_episodes.jsonl lines
 
     @property
@@ -105,15 +102,13 @@ class Evaluation:
         """The progress video's label of this evaluation's clip: its step, and the return (and
         success) of the clip's one env, or of the evaluation when the clip shows several."""
         envs = (self.sidecar or {}).get("envs") or []
+        ret, success = self.ret, self.success
+        verdict = None if success is None else f"s {success:.2f}"
         if len(envs) == 1:
             ret, success = _number(envs[0].get("return")), envs[0].get("success")
             verdict = None if success is None else ("ok" if success else "fail")
-        else:
-            ret, success = self.ret, self.success
-            verdict = None if success is None else f"s {success:.2f}"
-        second = [] if ret is None else [f"R {ret:.2f}"]
-        second += [] if verdict is None else [verdict]
-        return [f"step {self.step}", " ".join(second)]
+        figures = [None if ret is None else f"R {ret:.2f}", verdict]
+        return [f"step {self.step}", " ".join(f for f in figures if f)]
 
 
 @dataclass
@@ -123,34 +118,41 @@ class RunData:
     path: Path
     lines: List[Dict[str, Any]]  # every line of metrics.jsonl
     evaluations: List[Evaluation]
-    episodes: List[Dict[str, Any]]  # eval_episodes.jsonl (empty for a run that did not write it)
-    has_episode_file: bool
-    events: List[Dict[str, Any]]  # lines with an "event" (resume, stop, ...)
-    health: Dict[str, float]
-    overrides: List[str]
-    config_text: str
+    episodes: Optional[List[Dict[str, Any]]]  # eval_episodes.jsonl (None: the run wrote none)
+
+    @property
+    def events(self) -> List[Dict[str, Any]]:
+        """The lines with an "event" (resume, stop, ...)."""
+        return [rec for rec in self.lines if "event" in rec]
 
     def series(self, key: str) -> tuple:
         """(steps, values) of ``key`` over the metrics lines that hold a finite number for it."""
-        steps, values = [], []
+        points = [(rec.get("step"), _number(rec.get(key))) for rec in self.lines]
+        points = [(int(step), v) for step, v in points if v is not None and step is not None]
+        return [s for s, _ in points], [v for _, v in points]
+
+    def health(self) -> Dict[str, float]:
+        """The recorders' losses of the whole run (:data:`HEALTH_KEYS`, by their last part) and
+        ``clips_missing``: the eval clips named but not on disk, or lost before they were
+        written. Each process counts its losses from 0 and writes them cumulated, so each
+        process's part (the lines up to a resume event, with what that resume moved aside: the
+        killed process's lines after its checkpoint) adds its largest value."""
+        parts: List[List[Dict[str, Any]]] = [[]]
         for rec in self.lines:
-            value = _number(rec.get(key))
-            if value is not None and "step" in rec:
-                steps.append(int(rec["step"]))
-                values.append(value)
-        return steps, values
-
-    def count_events(self, name: str) -> int:
-        return sum(1 for e in self.events if e.get("event") == name)
-
-
-def read_json(path: Path) -> Optional[Dict[str, Any]]:
-    """A JSON object file (None when absent, unreadable or no object)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+            if rec.get("event") == "resume":
+                moved = _inside(rec.get("moved"))
+                parts[-1] += read_jsonl(self.path / moved / METRICS) if moved else []
+                parts.append([])
+            parts[-1].append(rec)
+        out = {
+            key.split("/")[1]: sum(
+                max([0.0, *(_number(r.get(key)) or 0.0 for r in p)]) for p in parts
+            )
+            for key in HEALTH_KEYS
+        }
+        lost = sum(ev.clip is not None and not ev.clip_ok for ev in self.evaluations)
+        out["clips_missing"] = lost + sum(rec.get("eval/clip_lost") is True for rec in self.lines)
+        return out
 
 
 def read_sidecar(run_dir: Path, clip: str) -> Optional[Dict[str, Any]]:
@@ -177,36 +179,11 @@ def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     return sorted((r for r in rows if r), key=lambda r: int(r.get("job") or 0))
 
 
-def _inside(run_dir: Path, clip: Any) -> Optional[str]:
+def _inside(clip):
     """``clip`` when it is a relative path that stays inside the run dir (what the report links
     to and the progress video decodes never points elsewhere)."""
-    if not isinstance(clip, str) or not clip:
-        return None
-    path = Path(clip)
-    if path.is_absolute() or ".." in path.parts:
-        return None
-    return path.as_posix()
-
-
-def _health(run_dir: Path, lines: List[Dict[str, Any]]) -> Dict[str, float]:
-    """The recorders' losses of the whole run (:data:`HEALTH_KEYS`) and ``eval/clips_lost``, the
-    eval lines whose clip was lost. Each process counts its losses from 0 and writes them
-    cumulated, so each process's part (the lines up to a resume event, with what that resume
-    moved aside: the killed process's lines after its checkpoint) adds its largest value."""
-    parts: List[List[Dict[str, Any]]] = [[]]
-    for rec in lines:
-        if rec.get("event") == "resume":
-            moved = _inside(run_dir, rec.get("moved"))
-            if moved is not None:
-                parts[-1] += read_jsonl(run_dir / moved / METRICS)
-            parts.append([])
-        parts[-1].append(rec)
-    total = {
-        key: sum(max([0.0, *(_number(rec.get(key)) or 0.0 for rec in part)]) for part in parts)
-        for key in HEALTH_KEYS
-    }
-    total["eval/clips_lost"] = float(sum(1 for rec in lines if rec.get("eval/clip_lost") is True))
-    return total
+    path = Path(clip) if isinstance(clip, str) and clip else None
+    return None if path is None or path.is_absolute() or ".." in path.parts else path.as_posix()
 
 
 def read_run(run_dir: Path) -> RunData:
@@ -214,29 +191,14 @@ def read_run(run_dir: Path) -> RunData:
     run_dir = Path(run_dir)
     paths = RunDir(run_dir)
     lines = read_jsonl(paths.metrics)
-    episodes = read_jsonl(paths.eval_episodes)
-    by_step: Dict[int, List[Dict[str, Any]]] = {}
-    for ep in episodes:
-        if "step" in ep:
-            by_step.setdefault(int(ep["step"]), []).append(ep)
-    evaluations: List[Evaluation] = []
+    episodes = read_jsonl(paths.eval_episodes) if paths.eval_episodes.is_file() else None
+    by_step: Dict[Any, List[Dict[str, Any]]] = {}
+    for ep in episodes or []:
+        by_step.setdefault(ep.get("step"), []).append(ep)
+    evaluations = []
     for rec in lines:
         if "eval/return" in rec and "step" in rec:
-            step, clip = int(rec["step"]), _inside(run_dir, rec.get("eval/clip"))
+            step, clip = int(rec["step"]), _inside(rec.get("eval/clip"))
             sidecar = None if clip is None else read_sidecar(run_dir, clip)
             evaluations.append(Evaluation(step, rec, clip, sidecar, by_step.get(step, [])))
-    try:
-        config_text = paths.hydra_config.read_text()
-    except OSError:
-        config_text = ""
-    return RunData(
-        path=run_dir,
-        lines=lines,
-        evaluations=evaluations,
-        episodes=episodes,
-        has_episode_file=paths.eval_episodes.is_file(),
-        events=[rec for rec in lines if "event" in rec],
-        health=_health(run_dir, lines),
-        overrides=read_overrides(run_dir),
-        config_text=config_text,
-    )
+    return RunData(run_dir, lines, evaluations, episodes)

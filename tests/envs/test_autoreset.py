@@ -51,20 +51,13 @@ def _act(env):
     return torch.zeros(env.num_envs, 1)
 
 
-def test_no_done_passes_the_step_through():
-    env = AutoReset(Scripted([3, 3], [True, False]))
-    env.reset()
-    obs, reward, term, trunc, info = env.step(_act(env))
-    assert set(info) == {"step", "success"}
-    assert obs[:, 1].tolist() == [1, 1] and not (term | trunc).any()
-    assert env.env.resets == [[0, 1]]
-
-
 def test_only_done_envs_are_reset_and_final_obs_info_are_kept():
     inner = Scripted([2, 3, 2], [True, False, False])
     env = AutoReset(inner)
     env.reset()
-    env.step(_act(env))
+    obs, reward, term, trunc, info = env.step(_act(env))  # no env ends: the step as it was
+    assert set(info) == {"step", "success"} and not (term | trunc).any()
+    assert obs[:, 1].tolist() == [1, 1, 1] and inner.resets == [[0, 1, 2]]
     # envs 0 (terminated) and 2 (truncated) end
     obs, reward, term, trunc, info = env.step(_act(env))
     assert term.tolist() == [True, False, False] and trunc.tolist() == [False, False, True]

@@ -15,8 +15,9 @@ from rlrec.envs import genesis as ga
 from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.genesis import GenesisEnvConfig
-from rlrec.testing import EnvContract  # noqa: E402
-from tests.envs.genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis  # noqa: E402
+from rlrec.testing import EnvContract
+from tests.envs.genesis_util import RENDER_ATOL, diff, genesis_cfg, make_genesis
+from tests.helpers import REPO
 
 _skip = pytest.mark.skipif(
     __import__("importlib").util.find_spec("genesis") is None,
@@ -78,38 +79,30 @@ def test_frames_come_back_on_the_cpu_whatever_the_sim_device():
     assert int(frames.max()) > 0
 
 
-def test_sim_gpu_refuses_genesis_tensors_on_the_cpu(monkeypatch):
+@pytest.mark.parametrize("initialised", [True, False])
+def test_sim_gpu_refuses_genesis_on_the_cpu(monkeypatch, initialised):
     """Genesis already initialised on a GPU backend with its tensors on the CPU
-    (GS_TORCH_FORCE_CPU_DEVICE=1): sim=gpu is refused, naming sim=gpu."""
+    (GS_TORCH_FORCE_CPU_DEVICE=1), or gs.init(backend=gs.gpu) taking the CPU with a warning when
+    no CUDA works (faked here as genesis-world 1.4.5's gs.init does it; the real fallback, in a
+    process of its own: the next test): sim=gpu is refused, naming sim=gpu."""
     gs = pytest.importorskip("genesis")
-    monkeypatch.setattr(gs, "_initialized", True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # rlrec's early check passes
+    asked = []
+
+    def init(backend, **kwargs):
+        asked.append(backend)
+        monkeypatch.setattr(gs, "_initialized", True)
+        monkeypatch.setattr(gs, "backend", gs.cpu)
+
+    monkeypatch.setattr(gs, "init", init)
+    monkeypatch.setattr(gs, "_initialized", initialised)
     monkeypatch.setattr(gs, "backend", gs.cuda)
     monkeypatch.setattr(gs, "device", torch.device("cpu"))
     with pytest.raises(
         ConfigError, match=r"sim=gpu: Genesis runs on backend .* on cpu, not on CUDA"
     ):
         ga.init_genesis("gpu")
-
-
-def test_sim_gpu_refuses_the_cpu_fallback_of_gs_init(monkeypatch):
-    """gs.init(backend=gs.gpu) without usable CUDA takes the CPU with a warning (faked here as it
-    happens: genesis/__init__.py of genesis-world 1.4.5, lines 93-105); sim=gpu refuses it. The
-    real fallback, in a process of its own: the next test."""
-    gs = pytest.importorskip("genesis")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # rlrec's early check passes
-    monkeypatch.setattr(gs, "_initialized", False)
-    asked = []
-
-    def fall_back(backend, **kwargs):
-        asked.append(backend)
-        monkeypatch.setattr(gs, "_initialized", True)
-        monkeypatch.setattr(gs, "backend", gs.cpu)
-        monkeypatch.setattr(gs, "device", torch.device("cpu"))
-
-    monkeypatch.setattr(gs, "init", fall_back)
-    with pytest.raises(ConfigError, match=r"sim=gpu: Genesis runs on backend .*cpu.* not on CUDA"):
-        ga.init_genesis("gpu")
-    assert asked == [gs.gpu]
+    assert asked == ([] if initialised else [gs.gpu])
 
 
 _REAL_FALLBACK = """
@@ -141,14 +134,8 @@ def test_sim_gpu_refuses_the_real_cpu_fallback_in_a_new_process(tmp_path):
     20 s of CPU, most of it importing Genesis)."""
     if torch.version.cuda:
         pytest.skip("needs a CPU build of torch: Genesis must find no usable CUDA")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run(
-        [sys.executable, "-c", _REAL_FALLBACK],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd = [sys.executable, "-c", _REAL_FALLBACK]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     lines = [x for x in out.stdout.splitlines() if x.startswith(("accepted", "refused"))]
     assert out.returncode == 0 and len(lines) == 2, out.stdout + out.stderr
     assert lines[0].startswith("refused before gs.init: True sim=gpu (device=cuda) needs CUDA")
@@ -168,7 +155,7 @@ def test_gl_platform_is_set_but_never_clobbered(monkeypatch):
 
 
 @needs_genesis
-def test_misnamed_camera_attribute_names_the_key_and_the_cameras():
+def test_camera_attr_names_the_key_and_the_cameras_or_runs_without_one():
     cfg = genesis_cfg(2, 6)
     cfg.camera_attr = "cam"
     with pytest.raises(
@@ -182,6 +169,15 @@ def test_misnamed_camera_attribute_names_the_key_and_the_cameras():
         ConfigError, match=r"env\.camera_attr='robot' is invalid: .*not a Genesis camera"
     ):
         ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+    cfg.camera_attr = None  # no camera: it runs, and rendering says why not
+    env = ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
+    try:
+        env.reset(seed=0)
+        env.step(torch.zeros(2, 7))
+        with pytest.raises(ConfigError, match="env.camera_attr=null"):
+            env.render([0])
+    finally:
+        env.close()
 
 
 @needs_genesis
@@ -292,20 +288,6 @@ def test_rendered_envs_idx_limits_what_can_be_rendered():
         env.close()
 
 
-@needs_genesis
-def test_no_camera_runs_and_render_says_why():
-    cfg = genesis_cfg(2, 6)
-    cfg.camera_attr = None
-    env = ga.make(cfg, SimConfig(), 2, torch.device("cpu"), 0)
-    try:
-        env.reset(seed=0)
-        env.step(torch.zeros(2, 7))
-        with pytest.raises(ConfigError, match="env.camera_attr=null"):
-            env.render([0])
-    finally:
-        env.close()
-
-
 # --------------------------------------------------------------------------- train.py end to end
 
 
@@ -318,24 +300,10 @@ def test_train_py_sweep_of_two_genesis_runs_in_one_process(tmp_path):
     and evaluates (every rendered frame costs ~17 ms on the CPU rasterizer); no report."""
     from tests.helpers import read_metrics, run_train
 
-    args = [
-        "-m",
-        "env=genesis",
-        "seed=1,2",
-        "env.num_envs=4",
-        "env.max_episode_steps=20",
-        "env.render_width=64",
-        "env.render_height=64",
-        "eval_env.num_envs=2",
-        "eval_env.every=1",
-        "algo.num_steps=16",
-        "algo.num_minibatches=2",
-        "total_steps=128",
-        "logger=none",
-        "logger.progress=false",
-        "report.enabled=false",
-        f"hydra.sweep.dir={tmp_path}/sweep",
-    ]
+    args = "-m env=genesis seed=1,2 env.num_envs=4 env.max_episode_steps=20 env.render_width=64"
+    args += " env.render_height=64 eval_env.num_envs=2 eval_env.every=1 algo.num_steps=16"
+    args += " algo.num_minibatches=2 total_steps=128 logger=none logger.progress=false"
+    args = [*args.split(), "report.enabled=false", f"hydra.sweep.dir={tmp_path}/sweep"]
     run_train(args, cwd=tmp_path, timeout=600)
     for job in ("0", "1"):
         run = tmp_path / "sweep" / job

@@ -1,6 +1,6 @@
-"""env=gymnasium against real gymnasium envs (CartPole-v1, Pendulum-v1 from the classic extra)."""
-
-from pathlib import Path
+"""env=gymnasium against real gymnasium envs (CartPole-v1, Pendulum-v1 from the classic extra).
+The recorder over a vector env of held sub-envs (the adapter ``env=gymnasium`` shares with
+ManiSkill's CPU sim, ``VectorEnvAdapter``) is tested on ManiSkill: test_maniskill_recording.py."""
 
 import gymnasium as gym
 import numpy as np
@@ -15,9 +15,8 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.config import SimConfig
 from rlrec.envs.factory import make_adapter
 from rlrec.envs.gymnasium import GymnasiumEnv, GymnasiumEnvConfig, check_renderable
-from rlrec.testing import EnvContract, FrameSpy, decode, frame_diff, sample_actions
-
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+from rlrec.testing import EnvContract, frame_diff, sample_actions
+from tests.helpers import make_config
 
 
 def _gym(env_id, n, seed=None, **cfg):
@@ -132,21 +131,6 @@ def test_partial_reset_seeds_and_leaves_others_alone():
     env.close()
 
 
-def test_sync_and_async_agree():
-    envs = [_gym("Pendulum-v1", 3, vectorization=v) for v in ("sync", "async")]
-    outs = []
-    for env in envs:
-        obs, _ = env.reset(seed=9)
-        traj = [obs]
-        for i in range(3):
-            traj.append(env.step(sample_actions(env, seed=i))[0])
-        traj.append(env.reset(env_idx=[2])[0])
-        outs.append((torch.stack(traj), env.render([2, 0])))
-        env.close()
-    assert torch.equal(outs[0][0], outs[1][0])
-    assert torch.equal(outs[0][1], outs[1][1])
-
-
 def test_dt_time_limit_and_spaces():
     cart = _gym("CartPole-v1", 1)
     pend = _gym("Pendulum-v1", 1, max_episode_steps=7)
@@ -160,16 +144,11 @@ def test_dt_time_limit_and_spaces():
         e.close()
 
 
-def test_resize_frames():
-    env = _gym("CartPole-v1", 2, **_resized((48, 64)))
+def test_resize_frames_and_close_twice():
+    env = _gym("CartPole-v1", 2, vectorization="async", **_resized((48, 64)))
     env.reset(seed=0)
     frames = env.render([1])
     assert frames.shape == (1, 48, 64, 3) and frames.dtype == torch.uint8
-    env.close()
-
-
-def test_close_is_idempotent():
-    env = _gym("CartPole-v1", 2, vectorization="async")
     env.close()
     env.close()
 
@@ -190,15 +169,6 @@ def test_unknown_id_names_key_and_suggests():
         make_adapter(_cfg(id="no_such_module_xyz:Foo-v0"), SimConfig(), num_envs=2, seed=0)
 
 
-def test_unknown_vectorization_and_context():
-    with pytest.raises(ConfigError, match=r"env.vectorization='threads'.*sync, async"):
-        make_adapter(_cfg(vectorization="threads"), SimConfig(), num_envs=2, seed=0)
-    with pytest.raises(ConfigError, match=r"env.async_context='fast'"):
-        make_adapter(
-            _cfg(vectorization="async", async_context="fast"), SimConfig(), num_envs=2, seed=0
-        )
-
-
 class _NoFrames(gym.Env):
     """A registered env that renders nothing."""
 
@@ -217,9 +187,11 @@ class _NoFrames(gym.Env):
         return np.zeros(2, np.float32), 0.0, False, False, {}
 
 
+if "rlrec-test/NoFrames-v0" not in gym.registry:
+    gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
+
+
 def test_env_without_rgb_array_is_refused_when_recording():
-    if "rlrec-test/NoFrames-v0" not in gym.registry:
-        gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
     cfg = _cfg(id="rlrec-test/NoFrames-v0")
     with pytest.raises(ConfigError, match=r"env.id='rlrec-test/NoFrames-v0' cannot be recorded"):
         check_renderable(cfg)
@@ -237,196 +209,25 @@ def test_env_without_rgb_array_is_refused_when_recording():
 
 
 def test_hydra_config_builds_the_adapter():
-    from hydra import compose, initialize_config_dir
-
-    from rlrec.config import register_configs, to_dataclass
-
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=[
-                "env=gymnasium",
-                "env.id=Pendulum-v1",
-                "env.num_envs=2",
-                "+env.kwargs.g=9.81",
-            ],
-        )
-    c = to_dataclass(cfg)
+    c = make_config(["env=gymnasium", "env.id=Pendulum-v1", "env.num_envs=2", "+env.kwargs.g=9.81"])
     assert isinstance(c.env, GymnasiumEnvConfig) and c.env.vectorization == "sync"
     env = AutoReset(gym_backend.make(c.env, c.sim, num_envs=2, device=torch.device("cpu"), seed=3))
     obs, _ = env.reset()
     assert obs.shape == (2, 3)
     assert env.unwrapped.vec.envs[0].unwrapped.g == 9.81
     env.close()
-
-
-# ------------------------------------------------------------------------ recording (real recorder)
-
-EVAL_LIMIT = 25  # CartPole steps per eval episode at most
-SIZE = (48, 72)  # frames resized (H, W): small clips; resizing is deterministic
-EVAL_SEEDS = [1000, 1000, 2000]  # a repeated seed (as the runner does) and a new one
-
-
-@pytest.fixture(scope="module")
-def evals(tmp_path_factory):
-    """Three evaluations of a recorded 2-env CartPole eval stack, collection steps in between.
-
-    Env 1 is always pushed right, so its pole falls within ~10 steps and AutoReset resets env 1
-    alone while env 0's clip runs. Env 0 balances (a PD rule) until the time limit truncates it in
-    the first two evaluations, and is pushed left into a real termination in the third.
-    """
-    pytest.importorskip("imageio_ffmpeg")
-    from rlrec.record import Recorder
-    from rlrec.record.settings import RecorderConfig, Trigger
-
-    tmp = tmp_path_factory.mktemp("gym_rec")
-    adapter = _gym("CartPole-v1", 2, 7, max_episode_steps=EVAL_LIMIT, **_resized(SIZE))
-    spy = FrameSpy(adapter)
-    clips = []
-    cfg = RecorderConfig(
-        trigger=Trigger.eval, env_idx=[0], lossless=True, record_final_episode=False
-    )
-    rec = Recorder(spy, cfg, str(tmp), kind="eval", on_clip=clips.append)
-    env = AutoReset(rec)
-    train = AutoReset(_gym("CartPole-v1", 2, 3))  # a separate collection stack
-    train.reset()
-    rng = np.random.default_rng(0)
-    stale, ends, other_resets = [], [], 0
-    for k, seed in enumerate(EVAL_SEEDS):
-        for _ in range(5):
-            train.step(torch.as_tensor(rng.integers(0, 2, 2)))
-        # env 0 right before this evaluation's reset (not rendered before the first reset)
-        stale.append(adapter.render([0])[0].numpy().copy() if k else None)
-        obs, _ = env.reset(seed=seed)
-        after = None
-        for i in range(2 * EVAL_LIMIT):
-            balance = int(obs[0, 2] + 0.5 * obs[0, 3] > 0)
-            obs, _, term, trunc, info = env.step(torch.tensor([balance if k < 2 else 0, 1]))
-            if after is None and bool(term[0] | trunc[0]):
-                after = i
-                ends.append(("terminated" if term[0] else "truncated", i + 1))
-            elif after is None and "_final" in info and bool(info["_final"][1]):
-                other_resets += 1  # env 1 alone was reset while env 0's clip ran
-            if after is not None and i >= after + 2:  # a few steps into env 0's next episode
-                break
-        rec.flush()
-    refs = []
-    for seed in EVAL_SEEDS:  # a fresh env, reset the same way
-        fresh = _gym("CartPole-v1", 2, **_resized(SIZE))
-        fresh.reset(seed=seed)
-        refs.append(fresh.render([0])[0].numpy().copy())
-        fresh.close()
-    out = dict(
-        clips=list(clips), spy=spy, stale=stale, refs=refs, ends=ends, other_resets=other_resets
-    )
-    env.close()
-    train.close()
-    return out
-
-
-def test_each_eval_clip_starts_on_its_fresh_reset_state(evals):
-    clips = evals["clips"]
-    assert len(clips) == len(EVAL_SEEDS), [c.path for c in clips]
-    previous_last = None
-    for k, clip in enumerate(clips):
-        frames = decode(clip.path)[0]
-        assert frames.shape[1:] == (*SIZE, 3)
-        assert np.array_equal(frames[0], evals["refs"][k]), (
-            f"eval {k}: first frame is not the reset state"
-        )
-        if k:
-            assert not np.array_equal(frames[0], evals["stale"][k]), (
-                f"eval {k}: starts on the pre-reset state"
-            )
-            assert not np.array_equal(frames[0], previous_last), (
-                f"eval {k}: starts on the last eval's end"
-            )
-        previous_last = frames[-1]
-    assert not np.array_equal(evals["refs"][0], evals["refs"][2])  # the new seed is a new start
-
-
-def test_eval_clips_end_on_the_terminal_state_before_autoreset(evals):
-    episodes = evals["spy"].episodes  # per episode of env 0: reset frame, then one per step
-    recorded = []
-    for clip in evals["clips"]:
-        frames = decode(clip.path)[0]
-        match = [
-            j
-            for j, ep in enumerate(episodes)
-            if len(ep) == len(frames) and all(np.array_equal(a, b) for a, b in zip(frames, ep))
-        ]
-        assert match, f"{clip.path}: frames differ from the states env 0 went through"
-        j = match[0]
-        recorded.append(j)
-        assert clip.num_frames == len(frames) == len(episodes[j])
-        # the next episode (the autoreset one) starts elsewhere: the last frame is pre-reset
-        assert not np.array_equal(frames[-1], episodes[j + 1][0])
-    # truncated at the limit twice, then a real termination (the pole fell); one frame per step
-    assert [kind for kind, _ in evals["ends"]] == ["truncated", "truncated", "terminated"]
-    assert [len(decode(c.path)[0]) - 1 for c in evals["clips"]] == [n for _, n in evals["ends"]]
-    assert evals["ends"][0][1] == EVAL_LIMIT
-
-
-def test_partial_resets_of_other_envs_leave_the_recorded_image_alone(evals):
-    # env 1 ended and was reset (alone) while env 0's clips ran; env 0's clips still match the
-    # spy's frames of env 0 exactly (checked above) and every render asked for env 0 only
-    assert evals["other_resets"] >= 3
-    spy = evals["spy"]
-    recorder_renders = [r for r in spy.render_requests]
-    assert recorder_renders and all(r == [0] for r in recorder_renders)
-    assert len(recorder_renders) == sum(c.num_frames for c in evals["clips"])
-
-
-def test_only_asked_envs_render():
-    for vectorization in ("sync", "async"):
-        env = _gym("CartPole-v1", 3, vectorization=vectorization)
-        env.reset(seed=0)
-        if vectorization == "sync":
-            calls = []
-            for i, sub in enumerate(env.vec.envs):
-                original = sub.render
-                sub.render = lambda _i=i, _o=original, _c=calls: (_c.append(_i), _o())[1]
-            env.render([2, 0])
-            assert calls == [2, 0]
-        frames = env.render([2, 0])
-        ref = env.render([0, 1, 2])
-        assert torch.equal(frames, ref[[2, 0]])
-        env.close()
-
-
-def test_cartpole_experiment_composes_with_and_without_env_override():
-    from hydra import compose, initialize_config_dir
-
-    from rlrec.config import register_configs, to_dataclass
-
-    register_configs()
-    for overrides in (
-        ["+experiment=cartpole"],
-        ["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"],
-    ):
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            c = to_dataclass(compose(config_name="config", overrides=overrides))
-        assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
-        assert (
-            c.algo.num_minibatches >= 1
-            and c.recorder.enabled is False
-            and c.eval_env.recorder.enabled
-        )
+    # the CartPole preset, with and without naming the env group first
+    c = make_config(["env=gymnasium", "env.id=CartPole-v1", "+experiment=cartpole"])
+    assert isinstance(c.env, GymnasiumEnvConfig) and c.env.id == "CartPole-v1"
 
 
 def test_runner_refuses_non_rendering_env_before_work_only_when_recording(tmp_path):
     from rlrec.train.runner import Runner
-    from tests.helpers import FAST, make_config
+    from tests.helpers import FAST
 
-    if "rlrec-test/NoFrames-v0" not in gym.registry:
-        gym.register("rlrec-test/NoFrames-v0", entry_point=_NoFrames, max_episode_steps=10)
-    env = [
-        "env=gymnasium",
-        "env.id=rlrec-test/NoFrames-v0",
-        "env.num_envs=4",
-        "algo.num_minibatches=2",
-    ]
+    env = (
+        "env=gymnasium env.id=rlrec-test/NoFrames-v0 env.num_envs=4 algo.num_minibatches=2".split()
+    )
     with pytest.raises(ConfigError, match="cannot be recorded"):
         Runner(make_config([*FAST, *env]), tmp_path)
     assert list(tmp_path.iterdir()) == []

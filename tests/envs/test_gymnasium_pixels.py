@@ -3,9 +3,6 @@ env registered here, used as env.id=MODULE:ID), CartPole observing its rendered 
 (env.obs_mode=rgb|rgb_state), the resize to env.obs_height x env.obs_width, env.frame_stack and
 its reset, async workers, what is known and refused before work, and short runs of train.py."""
 
-import json
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -20,7 +17,7 @@ from rlrec.envs.builtin import PointReach
 from rlrec.envs.config import EnvNotBuilt, GymnasiumEnvConfig
 from rlrec.envs.gymnasium import GymnasiumEnv, check_ready
 from rlrec.testing import EnvContract
-from tests.helpers import FAST, make_config, run_train
+from tests.helpers import FAST, make_config, read_metrics, run_train
 
 ID = "rlrec-test/Dots-v0"
 MODULE_ID = f"{__name__}:{ID}"
@@ -196,11 +193,6 @@ def test_the_observed_image_is_known_and_refused_before_work():
         check_ready(GymnasiumEnvConfig(id=BLIND, obs_mode="rgb"))
 
 
-def _last_eval(run_dir: Path) -> dict:
-    lines = [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [m for m in lines if "eval/return" in m][-1]
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -211,25 +203,12 @@ def _last_eval(run_dir: Path) -> dict:
 )
 def test_train_py_runs_a_cnn_from_pixels(tmp_path, args):
     run_dir = tmp_path / "run"
-    run_train(
-        [
-            *FAST,
-            "env=gymnasium",
-            *args,
-            "env.num_envs=2",
-            "env.max_episode_steps=20",
-            "algo.encoder=cnn",
-            "algo.num_steps=32",
-            "eval_env.every=1",
-            "eval_env.recorder.enabled=false",
-            "recorder=none",
-            "total_steps=128",
-            f"hydra.run.dir={run_dir}",
-        ],
-        tmp_path,
-        timeout=600,
+    more = (
+        "env=gymnasium env.num_envs=2 env.max_episode_steps=20 algo.encoder=cnn algo.num_steps=32"
     )
-    assert _last_eval(run_dir)["step"] == 128
+    more += " eval_env.every=1 eval_env.recorder.enabled=false recorder=none total_steps=128"
+    run_train([*FAST, *more.split(), *args, f"hydra.run.dir={run_dir}"], tmp_path, timeout=600)
+    assert [m for m in read_metrics(run_dir) if "eval/return" in m][-1]["step"] == 128
     from rlrec.train import checkpoint as ckpt
 
     data = ckpt.load(run_dir / "checkpoints" / "last.pt")

@@ -10,36 +10,22 @@ import gymnasium as gym
 import pytest
 import torch
 
-pytest.importorskip(
-    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
-)
-pytestmark = [
-    pytest.mark.maniskill,
-    # raised inside ManiSkill (np.isnan on a torch tensor), not here
-    pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),
-]
+from rlrec.checks import ConfigError
+from rlrec.envs.config import SimConfig
+from rlrec.testing import EnvContract, sample_actions
+from tests.envs.maniskill_util import SIZE, ms, pytestmark  # noqa: F401  (marks this module)
+from tests.envs.maniskill_util import make_cfg as _cfg
+from tests.envs.maniskill_util import make_env as _env
 
-from rlrec.checks import ConfigError  # noqa: E402
-from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.config import SimConfig  # noqa: E402
-from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
-from rlrec.testing import EnvContract, sample_actions  # noqa: E402
-
-SIZE = 64
 LIMIT = 8
 
 
 def make_cfg(**over):
-    base = dict(render_width=SIZE, render_height=SIZE, max_episode_steps=LIMIT)
-    base.update(over)
-    return ManiSkillEnvConfig(**base)
+    return _cfg(**{"max_episode_steps": LIMIT, **over})
 
 
 def make_env(num_envs=2, seed=None, sim="cpu", **over):
-    sim_cfg = SimConfig(name=sim, device="cuda" if sim == "gpu" else "cpu")
-    return ms.make(
-        make_cfg(**over), sim_cfg, num_envs=num_envs, device=torch.device(sim_cfg.device), seed=seed
-    )
+    return _env(num_envs, seed, sim, **{"max_episode_steps": LIMIT, **over})
 
 
 class TestManiSkillCPUContract(EnvContract):
@@ -126,15 +112,6 @@ def test_no_time_limit_interference(env):
     assert obs_before.shape == (2, *env.single_observation_space.shape)
 
 
-def test_partial_reset_with_seed_is_reproducible(env):
-    env.reset(seed=5)
-    env.step(sample_actions(env))
-    a, _ = env.reset(seed=11, env_idx=[1])
-    env.step(sample_actions(env, seed=3))
-    b, _ = env.reset(seed=11, env_idx=[1])
-    torch.testing.assert_close(a[1], b[1])
-
-
 def test_async_vectorization_with_spawn():
     """cpu_vectorization=async: one process per env (spawn), same interface and partial resets."""
     env = make_env(2, seed=0, cpu_vectorization="async", async_context="spawn")
@@ -205,32 +182,26 @@ def test_gpu_adapter_adds_no_reset_and_seeds_each_sub_scene(monkeypatch):
 
 
 def test_bad_config_fails_before_building():
-    with pytest.raises(ConfigError, match="env.obs_mode='depth'.*state, rgb, rgb_state"):
-        make_env(obs_mode="depth")
-    with pytest.raises(ConfigError, match="env.reward_mode"):
-        make_env(reward_mode="shaped")
-    with pytest.raises(ConfigError, match="env.cpu_vectorization"):
-        make_env(cpu_vectorization="threads")
-    with pytest.raises(ConfigError, match="env.async_context.*fork"):
-        make_env(cpu_vectorization="async", async_context="fork")
-    with pytest.raises(ConfigError, match="env.control_mode='nope'.*pd_joint_delta_pos"):
-        make_env(1, control_mode="nope")  # checked by ManiSkill while building (sync: in-process)
-    with pytest.raises(ConfigError, match="not a registered ManiSkill env.*env.imports"):
-        make_env(id="NoSuchTask-v9")
-    with pytest.raises(ConfigError, match="env.imports"):
-        make_env(imports=["no_such_module_xyz"])
-
-
-def test_what_only_maniskill_knows_is_refused_before_work():
-    """The entry point's refuse_before_work asks check_ready, before the run dir is claimed."""
+    """What the schema refuses, what the entry point's check before work refuses (what only
+    ManiSkill knows), and what ManiSkill refuses while building (sync: in-process)."""
     from rlrec.envs.factory import check_ready
 
-    with pytest.raises(ConfigError, match="not a registered ManiSkill env"):
-        check_ready(make_cfg(id="NoSuchTask-v9"), SimConfig())
-    with pytest.raises(ConfigError, match="env.reward_mode"):
-        check_ready(make_cfg(reward_mode="shaped"), SimConfig())
-    with pytest.raises(ConfigError, match="sim=cpu with sim.device=cuda"):
-        check_ready(make_cfg(), SimConfig(name="cpu", device="cuda"))
+    with pytest.raises(ConfigError, match="env.obs_mode='depth'.*state, rgb, rgb_state"):
+        make_cfg(obs_mode="depth")
+    with pytest.raises(ConfigError, match="env.cpu_vectorization"):
+        make_cfg(cpu_vectorization="threads")
+    with pytest.raises(ConfigError, match="env.async_context.*fork"):
+        make_cfg(cpu_vectorization="async", async_context="fork")
+    for cfg, sim, match in (
+        (make_cfg(id="NoSuchTask-v9"), SimConfig(), "not a registered ManiSkill env.*env.imports"),
+        (make_cfg(reward_mode="shaped"), SimConfig(), "env.reward_mode"),
+        (make_cfg(imports=["no_such_module_xyz"]), SimConfig(), "env.imports"),
+        (make_cfg(), SimConfig(name="cpu", device="cuda"), "sim=cpu with sim.device=cuda"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            check_ready(cfg, sim)
+    with pytest.raises(ConfigError, match="env.control_mode='nope'.*pd_joint_delta_pos"):
+        make_env(1, control_mode="nope")
 
 
 def test_env_needing_download_fails_without_prompt(monkeypatch):

@@ -12,40 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip(
-    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
-)
-pytestmark = [
-    pytest.mark.maniskill,
-    pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
-]
+from rlrec.envs.autoreset import AutoReset
+from rlrec.record import Recorder
+from rlrec.record.settings import RecorderConfig, Trigger
+from rlrec.testing import FrameSpy, decode, sample_actions
+from tests.envs.maniskill_util import make_env, pytestmark  # noqa: F401  (marks this module)
 
-
-from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.autoreset import AutoReset  # noqa: E402
-from rlrec.envs.config import SimConfig  # noqa: E402
-from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
-from rlrec.record import Recorder  # noqa: E402
-from rlrec.record.settings import RecorderConfig, Trigger  # noqa: E402
-from rlrec.testing import (  # noqa: E402
-    FrameSpy,
-    decode,
-    sample_actions,  # noqa: E402
-)
-
-SIZE = 64
 EVAL_LIMIT = 6  # steps per eval episode
 TRAIN_LIMIT = 2  # short collection episodes, so the cubic schedule reaches episode 8 quickly
 EVAL_SEED = 1000
 
 
-def make_adapter(limit, seed):
-    cfg = ManiSkillEnvConfig(render_width=SIZE, render_height=SIZE, max_episode_steps=limit)
-    return ms.make(cfg, SimConfig(), num_envs=2, device=torch.device("cpu"), seed=seed)
-
-
 def stack(tmp_path, kind, trigger, limit, seed, keep_frames):
-    spy = FrameSpy(make_adapter(limit, seed), keep_frames=keep_frames)
+    spy = FrameSpy(make_env(2, seed, max_episode_steps=limit), keep_frames=keep_frames)
     cfg = RecorderConfig(trigger=trigger, env_idx=[0], lossless=True, record_final_episode=False)
     clips = []
     rec = Recorder(spy, cfg, str(tmp_path / kind), kind=kind, on_clip=clips.append)
@@ -81,7 +60,7 @@ def run(tmp_path_factory):
     for i in range(7 * TRAIN_LIMIT):  # collection continues until env 0 started episode 9
         train_env.step(sample_actions(train_env, seed=7000 + i))
     train_rec.flush()
-    fresh = make_adapter(EVAL_LIMIT, 12345)
+    fresh = make_env(2, 12345, max_episode_steps=EVAL_LIMIT)
     fresh.reset(seed=EVAL_SEED)
     reference = fresh.render([0])[0].numpy().copy()
     fresh.close()
@@ -153,31 +132,3 @@ def test_cubic_schedule_on_a_real_maniskill_env(run):
     for c in clips:
         assert c.num_frames == TRAIN_LIMIT + 1
         assert c.fps == pytest.approx(20.0)  # PushCube's control rate: dt = 0.05 s
-
-
-def test_partial_reset_renders_only_the_reset_env():
-    """The CPU adapter renders only the envs asked for, and a partial reset leaves the others'
-    frames."""
-    env = make_adapter(EVAL_LIMIT, 0)
-    try:
-        calls = []
-        for i, sub in enumerate(env.vec.envs):
-            inner = sub.unwrapped  # the ManiSkill env below the sub-env's wrappers
-            original = inner.render_rgb_array
-
-            def counted(*a, _i=i, _orig=original, **k):
-                calls.append(_i)
-                return _orig(*a, **k)
-
-            inner.render_rgb_array = counted
-        env.reset(seed=1)
-        env.step(sample_actions(env))
-        before = env.render([0, 1])
-        calls.clear()
-        env.reset(env_idx=[1])
-        after = env.render([1])
-        assert calls == [1]
-        assert not torch.equal(after[0], before[1])
-        assert torch.equal(env.render([0])[0], before[0])
-    finally:
-        env.close()

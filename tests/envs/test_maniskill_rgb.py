@@ -5,21 +5,13 @@ code run on the CPU sim, and train.py end to end (trains, records, evaluates, re
 import pytest
 import torch
 
-pytest.importorskip(
-    "mani_skill", reason="needs the maniskill extra: bash scripts/setup_maniskill.sh"
-)
-pytestmark = [
-    pytest.mark.maniskill,
-    pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning"),  # inside ManiSkill
-]
-
-from rlrec.checks import ConfigError  # noqa: E402
-from rlrec.envs import maniskill as ms  # noqa: E402
-from rlrec.envs.autoreset import AutoReset  # noqa: E402
-from rlrec.envs.config import SimConfig  # noqa: E402
-from rlrec.envs.maniskill import ManiSkillEnvConfig  # noqa: E402
-from rlrec.obs import shape_of  # noqa: E402
-from rlrec.testing import sample_actions  # noqa: E402
+from rlrec.checks import ConfigError
+from rlrec.envs.autoreset import AutoReset
+from rlrec.envs.config import SimConfig
+from rlrec.obs import shape_of
+from rlrec.testing import sample_actions
+from tests.envs.maniskill_util import make_cfg as _cfg
+from tests.envs.maniskill_util import make_env, ms, pytestmark  # noqa: F401  (marks this module)
 
 H, W = 36, 40  # not square: the image is [N, H, W, C]
 LIMIT = 3
@@ -27,7 +19,7 @@ LIMIT = 3
 
 def make_cfg(obs_mode, **over):
     base = dict(obs_mode=obs_mode, obs_height=H, obs_width=W, max_episode_steps=LIMIT)
-    return ManiSkillEnvConfig(render_width=32, render_height=32, **{**base, **over})
+    return _cfg(render_width=32, render_height=32, **{**base, **over})
 
 
 @pytest.fixture(scope="module")
@@ -140,27 +132,11 @@ def test_train_py_trains_records_evaluates_and_resumes_from_the_camera(tmp_path)
     from tests.helpers import read_metrics, run_train
 
     run = tmp_path / "run"
-    args = [
-        "env=maniskill",
-        "env.obs_mode=rgb",
-        f"env.obs_height={H}",
-        f"env.obs_width={W}",
-        "env.render_width=64",
-        "env.render_height=48",
-        "env.num_envs=2",
-        "env.max_episode_steps=6",
-        "algo.encoder=cnn",
-        "algo.num_steps=8",
-        "algo.num_minibatches=2",
-        "algo.update_epochs=1",
-        "eval_env.num_envs=2",
-        "eval_env.every=2",
-        "recorder.lossless=true",
-        "logger=none",
-        "logger.progress=false",
-        "report.enabled=false",
-        f"hydra.run.dir={run}",
-    ]
+    args = "env=maniskill env.obs_mode=rgb env.render_width=64 env.render_height=48 env.num_envs=2"
+    args += " env.max_episode_steps=6 algo.encoder=cnn algo.num_steps=8 algo.num_minibatches=2"
+    args += " algo.update_epochs=1 eval_env.num_envs=2 eval_env.every=2 recorder.lossless=true"
+    args = [*args.split(), "logger=none", "logger.progress=false", "report.enabled=false"]
+    args += [f"env.obs_height={H}", f"env.obs_width={W}", f"hydra.run.dir={run}"]
     run_train([*args, "total_steps=32"], cwd=tmp_path, timeout=600)
     metrics = read_metrics(run)
     assert [m["step"] for m in metrics if "eval/success" in m] == [0, 32]

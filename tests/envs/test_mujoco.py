@@ -1,4 +1,5 @@
-"""``+experiment=mujoco``: CleanRL's continuous-control PPO settings on a real MuJoCo env."""
+"""``+experiment=mujoco`` (CleanRL's continuous-control PPO settings: tests/test_experiments.py) on
+a real MuJoCo env."""
 
 from __future__ import annotations
 
@@ -6,45 +7,15 @@ import pytest
 
 pytest.importorskip("mujoco")  # gymnasium[mujoco]
 
-from tests.helpers import make_config, read_metrics, run_train
-
-
-def test_the_preset_holds_cleanrls_ppo_continuous_action_settings():
-    cfg = make_config(["+experiment=mujoco"])
-    algo = cfg.algo
-    assert (cfg.env.name, cfg.env.num_envs, cfg.total_steps) == ("gymnasium", 1, 1_000_000)
-    assert (algo.num_steps, algo.num_minibatches, algo.update_epochs) == (2048, 32, 10)
-    assert (algo.learning_rate, algo.anneal_lr, algo.adam_eps) == (3e-4, True, 1e-5)
-    assert (algo.gamma, algo.gae_lambda, algo.clip_coef, algo.clip_vloss) == (0.99, 0.95, 0.2, True)
-    assert (algo.ent_coef, algo.vf_coef, algo.max_grad_norm, algo.grad_clip) == (
-        0.0,
-        0.5,
-        0.5,
-        "joint",
-    )
-    assert (algo.norm_obs, algo.norm_reward, algo.clip_reward) == (True, True, 10.0)
-    assert (algo.init, algo.init_log_std, algo.target_kl) == ("orthogonal", 0.0, None)
+from tests.helpers import read_metrics, run_train
 
 
 def test_the_preset_trains_logs_the_training_return_and_records_clips(tmp_path):
     run_dir = tmp_path / "run"
-    run_train(
-        [
-            "+experiment=mujoco",
-            "env.id=InvertedPendulum-v4",
-            "env.kwargs.width=48",
-            "env.kwargs.height=48",
-            "total_steps=512",
-            "algo.num_steps=256",
-            "algo.num_minibatches=4",
-            "algo.update_epochs=2",
-            "eval_env.num_envs=2",
-            "eval_env.every=1",
-            "logger=none",
-            f"hydra.run.dir={run_dir}",
-        ],
-        tmp_path,
-    )
+    args = "+experiment=mujoco env.id=InvertedPendulum-v4 env.kwargs.width=48 env.kwargs.height=48"
+    args += " total_steps=512 algo.num_steps=256 algo.num_minibatches=4 algo.update_epochs=2"
+    args += " eval_env.num_envs=2 eval_env.every=1 logger=none"
+    run_train([*args.split(), f"hydra.run.dir={run_dir}"], tmp_path)
     lines = read_metrics(run_dir)
     train = [line for line in lines if "train/return" in line]
     assert [line["step"] for line in train] == [256, 512]
@@ -66,24 +37,10 @@ def test_mujocos_warnings_go_to_the_runs_log_not_the_working_directory(tmp_path)
     if int(mujoco.__version__.split(".")[0]) < 3:
         pytest.skip("mujoco < 3 does not warn of settotalmass")
     run_dir = tmp_path / "run"
-    proc = run_train(
-        [
-            "env=gymnasium",
-            "env.id=HalfCheetah-v4",
-            "env.num_envs=2",
-            "total_steps=64",
-            "algo.num_steps=32",
-            "algo.num_minibatches=2",
-            "algo.update_epochs=1",
-            "eval_env.enabled=false",
-            "recorder=none",
-            "logger=none",
-            "logger.progress=false",
-            "report.enabled=false",
-            f"hydra.run.dir={run_dir}",
-        ],
-        tmp_path,
-    )
+    args = "env=gymnasium env.id=HalfCheetah-v4 env.num_envs=2 total_steps=64 algo.num_steps=32"
+    args += " algo.num_minibatches=2 algo.update_epochs=1 eval_env.enabled=false recorder=none"
+    args += " logger=none logger.progress=false report.enabled=false"
+    proc = run_train([*args.split(), f"hydra.run.dir={run_dir}"], tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # the working directory
     log = (run_dir / "train.log").read_text()
     assert "MuJoCo: compiler attribute 'settotalmass' is deprecated" in log, log

@@ -61,6 +61,14 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+@pytest.fixture
+def sapien_here(monkeypatch):
+    """SAPIEN of :data:`VERSION` on linux-x86_64, GPU PhysX not loaded, a CUDA driver there."""
+    monkeypatch.setattr(physx, "require_libcuda", lambda: None)
+    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
+    monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
+
+
 def _fake_cuda(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -123,10 +131,7 @@ def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home
     assert started == [] and no_network == [] and not (home / "run").exists()
 
 
-def test_the_library_in_place_passes_the_check(monkeypatch, home):
-    monkeypatch.setattr(physx, "require_libcuda", lambda: None)  # a driver is there (below)
-    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
-    monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
+def test_the_library_in_place_passes_the_check(sapien_here, home):
     with pytest.raises(
         ConfigError, match=f"{home}/.sapien/physx/{VERSION}/{LIB}, which is missing"
     ):
@@ -136,14 +141,16 @@ def test_the_library_in_place_passes_the_check(monkeypatch, home):
     physx.require_gpu_library()  # no error
 
 
-def test_the_path_and_url_are_the_ones_sapien_uses():
-    """rlrec's copy of SAPIEN's path and URL, read against the installed sapien's own source."""
+def test_the_path_url_and_driver_name_are_the_ones_sapien_uses():
+    """rlrec's copy of SAPIEN's path and URL, and the name it loads the CUDA driver by (what
+    require_libcuda mirrors), read against the installed sapien's own source."""
     sapien_physx = pytest.importorskip("sapien.physx")
     source = inspect.getsource(sapien_physx.enable_gpu)
     assert 'parent = Path.home() / ".sapien" / "physx" / physx_version' in source
     assert 'dll = parent / "libPhysXGpu_64.so"' in source
     for zip_name in ("linux-so.zip", "linux-aarch64-so.zip", "windows-dll.zip"):
         assert f'url = f"{physx.RELEASES}/{{physx_version}}/{zip_name}"' in source
+    assert 'ctypes.CDLL("libcuda.so", ctypes.RTLD_GLOBAL)' in source
 
 
 def _fetch_command(message: str) -> str:
@@ -151,14 +158,11 @@ def _fetch_command(message: str) -> str:
     return message.split("`")[1]
 
 
-def _run_fetch(monkeypatch, tmp_path, members):
+def _run_fetch(tmp_path, members):
     """The refusal's command, run as given with the release URL pointing at a local zip of
     ``members`` (curl reads file:// URLs: no network); returns the refusal's message."""
     if shutil.which("curl") is None or shutil.which("python3") is None:
         pytest.skip("needs curl and python3 on PATH")
-    monkeypatch.setattr(physx, "require_libcuda", lambda: None)  # a driver is there (below)
-    monkeypatch.setattr(physx, "sapien_physx", lambda: (VERSION, False))
-    monkeypatch.setattr(physx, "this_platform", lambda: "linux-x86_64")
     archive = tmp_path / "linux-so.zip"
     archive.write_bytes(_zip(members))
     with pytest.raises(ConfigError) as err:
@@ -177,27 +181,22 @@ def _run_fetch(monkeypatch, tmp_path, members):
     return message
 
 
-def test_the_named_command_fetches_the_library_where_sapien_looks(monkeypatch, home, tmp_path):
-    """The library lands where the check then finds it, with no zip left behind."""
-    message = _run_fetch(monkeypatch, tmp_path, {LIB: b"the library", "LICENSE.txt": b"license"})
+def test_the_named_command_fetches_the_library_where_sapien_looks(sapien_here, home, tmp_path):
+    """The library lands where the check then finds it, with no zip left behind; a member named
+    outside the folder stays inside it."""
+    members = {LIB: b"the library", "LICENSE.txt": b"license", "../evil.so": b"evil"}
+    message = _run_fetch(tmp_path, {**members, "/abs/evil.so": b"evil"})
     target = home / ".sapien" / "physx" / VERSION
     assert f"copy the files of {target} to ~/.sapien/physx/{VERSION}/ there" in message
-    assert (target / LIB).read_bytes() == b"the library"
-    assert sorted(p.name for p in target.iterdir()) == ["LICENSE.txt", LIB]
+    assert (target / LIB).read_bytes() == b"the library" and (target / "LICENSE.txt").is_file()
+    assert not list(target.glob("*.zip"))
+    assert not (target.parent / "evil.so").exists() and not (home / "evil.so").exists()
+    assert not Path("/abs/evil.so").exists()
     physx.require_gpu_library()  # the check now passes
 
 
-@pytest.mark.parametrize("name", ["../evil.so", "/abs/evil.so"])
-def test_a_zip_member_outside_the_folder_stays_inside(monkeypatch, home, tmp_path, name):
-    _run_fetch(monkeypatch, tmp_path, {LIB: b"lib", name: b"evil"})
-    target = home / ".sapien" / "physx" / VERSION
-    assert not (target.parent / "evil.so").exists() and not (home / "evil.so").exists()
-    assert not Path("/abs/evil.so").exists()
-    assert (target / LIB).read_bytes() == b"lib"
-
-
-def test_a_zip_without_the_library_is_still_refused(monkeypatch, home, tmp_path):
-    _run_fetch(monkeypatch, tmp_path, {"other.so": b"x"})
+def test_a_zip_without_the_library_is_still_refused(sapien_here, home, tmp_path):
+    _run_fetch(tmp_path, {"other.so": b"x"})
     with pytest.raises(ConfigError, match=f"{LIB}, which is missing"):
         physx.require_gpu_library()
 
@@ -214,13 +213,6 @@ def test_the_named_command_quotes_the_home_it_names(monkeypatch, tmp_path):
     command = _fetch_command(str(err.value))
     assert f"mkdir -p '{home}/.sapien/physx/{VERSION}' && " in command
     assert f"{physx.RELEASES}/{VERSION}/linux-aarch64-so.zip" in command
-
-
-def test_sapien_loads_the_driver_by_the_unversioned_name():
-    """What require_libcuda mirrors, read against the installed sapien's own source."""
-    sapien_physx = pytest.importorskip("sapien.physx")
-    source = inspect.getsource(sapien_physx.enable_gpu)
-    assert 'ctypes.CDLL("libcuda.so", ctypes.RTLD_GLOBAL)' in source
 
 
 def _loader(available):

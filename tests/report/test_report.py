@@ -14,23 +14,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlrec.checks import ConfigError
 from rlrec.layout import PROGRESS_VIDEO, RunDir
 from rlrec.report.config import ReportConfig
 from rlrec.report.curves import tick_labels
-from rlrec.report.html import write_report, write_run_report
+from rlrec.report.html import write_run_report
 from rlrec.report.progress import BAND, even_subset, write_progress
-from rlrec.report.rundata import read_rows, read_run, wilson
-from rlrec.run import sweep as sweep_summary
-from tests.helpers import FAST, REPO, make_config, read_metrics, run_train, start_train, wait_for
+from rlrec.report.rundata import read_jsonl, read_rows, read_run, wilson
+from rlrec.testing import decode
+from tests.helpers import FAST, REPO, read_metrics, run_train, start_train, wait_for
 
 
 def _decode(path: Path) -> np.ndarray:
-    import imageio_ffmpeg
+    return decode(str(path))[0]
 
-    reader = imageio_ffmpeg.read_frames(str(path))
-    w, h = next(reader)["size"]
-    return np.stack([np.frombuffer(d, np.uint8).reshape(h, w, 3) for d in reader])
+
+def _report(*args: str) -> subprocess.CompletedProcess:
+    """``python -m rlrec.report ARGS``."""
+    cmd = [sys.executable, "-m", "rlrec.report", *map(str, args)]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def _copy(run_dir: Path, tmp_path: Path) -> Path:
@@ -43,12 +44,10 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_even_subset_keeps_first_and_last():
+    many = even_subset(list(range(200)), 16)
+    assert (many[0], many[-1], len(many), len(set(many))) == (0, 199, 16, 16)
     assert even_subset(list(range(5)), 16) == [0, 1, 2, 3, 4]
-    assert even_subset(list(range(200)), 16)[0] == 0
-    assert even_subset(list(range(200)), 16)[-1] == 199
-    assert len(even_subset(list(range(200)), 16)) == 16
-    assert even_subset(list(range(9)), 3) == [0, 4, 8]
-    assert even_subset(list(range(9)), 1) == [8]
+    assert even_subset(list(range(9)), 3) == [0, 4, 8] and even_subset(list(range(9)), 1) == [8]
 
 
 def test_progress_tiles_equal_the_eval_clips(lossless_run):
@@ -71,29 +70,19 @@ def test_progress_tiles_equal_the_eval_clips(lossless_run):
             assert np.array_equal(video[t, y : y + h, x : x + w], expected), (tile, t)
         # the label band above the tile is not the clip's
         assert video[0, y - BAND : y, x : x + w].any()
-
-
-def test_progress_labels_name_step_and_return(lossless_run):
-    run = read_run(lossless_run)
-    first = run.evaluations[0]
-    label = first.tile_label()
-    assert label[0] == f"step {first.step}"
+    first = read_run(lossless_run).evaluations[0]  # its label: the step, return and success
     envs = first.sidecar["envs"]
-    assert label[1].startswith(f"R {envs[0]['return']:.2f}")
-    assert label[1].endswith("ok" if envs[0]["success"] else "fail")
+    verdict = "ok" if envs[0]["success"] else "fail"
+    assert first.tile_label() == [f"step {first.step}", f"R {envs[0]['return']:.2f} {verdict}"]
 
 
-def test_max_tiles_takes_an_even_subset(lossless_run, tmp_path):
-    run = read_run(_copy(lossless_run, tmp_path))
+def test_max_tiles_takes_an_even_subset_and_no_clip_no_video(lossless_run, tmp_path):
+    run_dir = _copy(lossless_run, tmp_path)
+    run = read_run(run_dir)
     tiles = json.loads(write_progress(run, max_tiles=2).with_suffix(".json").read_text())["tiles"]
-    steps = [ev.step for ev in run.evaluations]
-    assert [t["step"] for t in tiles] == [steps[0], steps[-1]]
+    assert [t["step"] for t in tiles] == [run.evaluations[0].step, run.evaluations[-1].step]
     # a grid of the two tiles: one row, side by side
     assert [(t["y"], t["x"]) for t in tiles] == [(BAND, 0), (BAND, tiles[0]["w"])]
-
-
-def test_no_eval_clip_no_progress_video(lossless_run, tmp_path):
-    run_dir = _copy(lossless_run, tmp_path)
     shutil.rmtree(run_dir / "videos")
     assert write_progress(read_run(run_dir)) is None
     page = write_run_report(run_dir).read_text()
@@ -121,12 +110,15 @@ def test_run_writes_its_report(lossless_run):
     assert '<span class="ok" data-health="clips_dropped">0<' in page
 
 
-def test_report_of_a_run_without_episode_records(lossless_run, tmp_path):
-    """A run dir that has no eval_episodes.jsonl (an older run) still gets its report."""
+def test_an_older_or_damaged_run_dir_still_gets_its_page(lossless_run, tmp_path):
+    """No eval_episodes.jsonl (an older run), a clip ffmpeg cannot read (its sidecar still there):
+    the page says both, its curves drawn."""
     run_dir = _copy(lossless_run, tmp_path)
-    (run_dir / "eval_episodes.jsonl").unlink(missing_ok=True)
+    (run_dir / "eval_episodes.jsonl").unlink()
+    (run_dir / read_run(run_dir).evaluations[0].clip).write_bytes(b"not an mp4")
     page = write_run_report(run_dir).read_text()
-    assert "wrote no per-episode eval records" in page
+    assert "wrote no per-episode eval records" in page and page.count("<svg") == 1
+    assert "The progress video could not be written" in page
 
 
 def test_failed_episodes_with_seed_clip_and_replay_command(lossless_run, tmp_path):
@@ -197,33 +189,12 @@ def test_health_counts_drops_stops_and_resumes(lossless_run, tmp_path):
     assert evaluations.count("clip lost") == 1 and "clip_lost" not in evaluations
 
 
-def test_sweep_report_one_row_and_clip_per_job(lossless_run, tmp_path):
-    sweep = tmp_path / "sweep"
-    rows = []
-    for job in (0, 1):
-        shutil.copytree(lossless_run, sweep / str(job))
-        RunDir(sweep / str(job)).report.unlink()
-        rows.append({"job": job, "status": "COMPLETED", "step": 512, "eval/return": 1.5 + job,
-                     "swept": f"seed={job}", "overrides": f"seed={job}",
-                     "run_dir": str(sweep / str(job))})  # fmt: skip
-    for row in rows:  # the sweep's row files and summary.csv, as its jobs write them
-        sweep_summary.write_summary(sweep, row)
-    page = write_report(sweep).read_text()
-    assert "seed=0" in page and "seed=1" in page
-    last = read_run(lossless_run).evaluations[-1].clip
-    assert f'src="0/{last}"' in page and f'src="1/{last}"' in page
-    assert 'href="0/report.html"' in page and RunDir(sweep / "1").report.is_file()
-    # each job's return curves beside its clip: the return panel alone, one per job
-    clips = page[page.index('id="clips"') :]
-    assert clips.count("<svg") == 2 and "steps per second" not in page
-    assert clips.count(">return</text>") == 2
-
-
 # --------------------------------------------------------------------------- curves, figures
 
 
-def test_tick_labels_are_distinct_and_equal_their_ticks():
-    """The ranges of the issue: each label is its tick's value (as many decimals as the step)."""
+def test_tick_labels_and_the_wilson_interval():
+    """Each label is its tick's value (as many decimals as the step), on the ranges of the issue;
+    the Wilson interval's known values."""
     for ticks, labels in (
         ([2.82, 2.825, 2.83, 2.835, 2.84], "2.820 2.825 2.830 2.835 2.840"),
         ([2.8395 + 0.0005 * k for k in range(6)], "2.8395 2.8400 2.8405 2.8410 2.8415 2.8420"),
@@ -231,9 +202,6 @@ def test_tick_labels_are_distinct_and_equal_their_ticks():
         ([-0.2, 0.0, 0.2], "-0.2 0.0 0.2"),
     ):
         assert " ".join(tick_labels(ticks)) == labels
-
-
-def test_wilson_interval_known_values():
     known = [(9, 10, 0.5958, 0.9821), (0, 10, 0.0, 0.2775), (900, 1000, 0.8798, 0.9171)]
     for k, n, lo, hi in [*known, (10, 10, 0.7225, 1.0)]:
         assert wilson(k, n) == pytest.approx((lo, hi), abs=1e-4)
@@ -301,22 +269,29 @@ def test_a_moved_run_dir_names_no_old_path(short_run, tmp_path):
 
 
 def _command_report(run_dir: Path) -> str:
-    cmd = [sys.executable, "-m", "rlrec.report", str(run_dir)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = _report(run_dir)
     assert proc.returncode == 0, proc.stderr
     return (run_dir / "report.html").read_text()
 
 
-def test_sweep_groups_the_jobs_that_differ_only_by_seed(tmp_path):
-    """Through train.py -m: the jobs of seed=1,2 make one group, with the mean and range of their
-    last eval returns, the success of all their episodes with its interval, and their eval return
-    curves on one panel, one curve a seed."""
+def test_sweep_report_rows_clips_and_the_jobs_that_differ_only_by_seed(tmp_path):
+    """Through train.py -m seed=1,2 and the command: a row, a report and the last eval clip of
+    each job beside its return curves (that panel alone); the two jobs make one group, with the
+    mean and range of their last eval returns, the success of all their episodes with its
+    interval, and their eval return curves on one panel, one curve a seed."""
     sweep = tmp_path / "sweep"
     args = ["-m", "seed=1,2", *FAST, "total_steps=256", "recorder=none", f"hydra.sweep.dir={sweep}"]
     run_train(args, cwd=tmp_path)
     page = _command_report(sweep)
-    group = page[page.index('id="seeds"') : page.index('id="clips"')]
     rows = read_rows(sweep)
+    for job in ("0", "1"):
+        last = read_run(sweep / job).evaluations[-1].clip
+        assert f'src="{job}/{last}"' in page and f'href="{job}/report.html"' in page
+        assert RunDir(sweep / job).report.is_file() and f"seed={int(job) + 1}" in page
+    clips = page[page.index('id="clips"') :]
+    assert clips.count("<svg") == 2 and clips.count(">return</text>") == 2
+    assert "steps per second" not in page
+    group = page[page.index('id="seeds"') : page.index('id="clips"')]
     returns = [r["eval/return"] for r in rows]
     assert len(rows) == 2 and group.count("<tr>") == 2  # its header and the one group
     mean = f"{sum(returns) / 2:.4g} [{min(returns):.4g}, {max(returns):.4g}]"
@@ -334,61 +309,38 @@ def test_sweep_groups_the_jobs_that_differ_only_by_seed(tmp_path):
 # --------------------------------------------------------------------------- entry points
 
 
-def test_command_writes_the_report_of_a_run_dir(lossless_run, tmp_path):
-    run_dir = _copy(lossless_run, tmp_path)
-    RunDir(run_dir).report.unlink()
-    (run_dir / PROGRESS_VIDEO).unlink()
-    cmd = [sys.executable, "-m", "rlrec.report", str(run_dir), "report.max_tiles=3"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(RunDir(run_dir).report.resolve())
-    side = json.loads((run_dir / "videos" / "progress.json").read_text())
-    assert len(side["tiles"]) == 3
-    bad = subprocess.run(
-        [sys.executable, "-m", "rlrec.report", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert bad.returncode == 2 and "is not a run dir" in bad.stderr
-    assert not RunDir(tmp_path).report.exists()
-
-
-def test_command_takes_the_runs_own_settings_and_overrides(lossless_run, tmp_path):
-    """``python -m rlrec.report RUN`` writes with the run's own report.* (its .hydra/config.yaml),
-    under report.KEY=VALUE overrides; a bad override is refused before anything is written."""
+def test_command_writes_with_the_runs_own_settings_and_overrides(lossless_run, tmp_path):
+    """``python -m rlrec.report RUN`` prints the page's path and writes with the run's own
+    report.* (its .hydra/config.yaml) under report.KEY=VALUE overrides; a bad override, or a dir
+    that is no run dir, is refused in one line before anything is written."""
     import yaml
 
     run_dir = _copy(lossless_run, tmp_path)
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     config["report"]["max_tiles"] = 2
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
-    (run_dir / PROGRESS_VIDEO).unlink()
 
-    def report(*overrides):
-        return subprocess.run(
-            [sys.executable, "-m", "rlrec.report", str(run_dir), *overrides],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+    def tiles(*overrides):
+        (run_dir / PROGRESS_VIDEO).unlink(missing_ok=True)
+        proc = _report(run_dir, *overrides)
+        assert proc.returncode == 0 and proc.stdout.strip() == str(RunDir(run_dir).report.resolve())
+        return len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"])
 
-    assert report().returncode == 0
-    assert len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"]) == 2
-    assert report("report.progress_video=false", "report.max_tiles=3").returncode == 0
-    assert len(json.loads((run_dir / "videos" / "progress.json").read_text())["tiles"]) == 2
+    assert tiles() == 2 and tiles("report.max_tiles=3") == 3
+    assert tiles("report.progress_video=false", "report.max_tiles=4") == 3  # the last one's
     before = RunDir(run_dir).report.read_bytes()
     for bad, words in (
         ("report.max_tile=3", "max_tiles, max_failures"),
         ("report.max_tiles=many", "must be an integer"),
         ("report.max_failures=0", "report.max_failures"),
     ):
-        proc = report(bad)
+        proc = _report(run_dir, bad)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
     assert RunDir(run_dir).report.read_bytes() == before
-
-
-def test_report_options_are_checked():
-    assert make_config([]).report == ReportConfig()
-    with pytest.raises(ConfigError, match="report.max_tiles=0"):
-        make_config(["report.max_tiles=0"])
+    proc = _report(tmp_path)
+    assert proc.returncode == 2 and "is not a run dir" in proc.stderr
+    assert not RunDir(tmp_path).report.exists()
 
 
 def test_end_of_run_writes_and_prints_or_says_why_not(lossless_run, tmp_path, capsys):
@@ -414,12 +366,12 @@ def test_a_stopped_run_writes_its_report_marked_stopped_until_resumed(tmp_path):
     run_dir = tmp_path / "run"
     args = [*FAST, "report.enabled=true", "recorder=none", f"hydra.run.dir={run_dir}"]
     proc = start_train([*args, "total_steps=100000000", "checkpoint_every=100000"], tmp_path)
-    wait_for(lambda: any(m.get("train/lr") for m in _lines(run_dir)), proc)
+    wait_for(lambda: any(m.get("train/lr") for m in read_jsonl(RunDir(run_dir).metrics)), proc)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 143, out
     assert f"rlrec: report {RunDir(run_dir).report.resolve()} (written in" in out, out
-    (stop,) = [m for m in _lines(run_dir) if m.get("event") == "stop"]
+    (stop,) = [m for m in read_jsonl(RunDir(run_dir).metrics) if m.get("event") == "stop"]
     page = RunDir(run_dir).report.read_text()
     assert f'data-stopped="{stop["step"]}">Stopped by SIGTERM at step {stop["step"]:,}' in page
     assert "<code>resume=auto</code>" in page
@@ -427,18 +379,3 @@ def test_a_stopped_run_writes_its_report_marked_stopped_until_resumed(tmp_path):
     run_train([*args, f"total_steps={stop['step'] + 256}", "resume=auto"], cwd=tmp_path)
     page = RunDir(run_dir).report.read_text()
     assert "data-stopped" not in page and '<span class="bad" data-health="stops">1<' in page
-
-
-def _lines(run_dir: Path) -> list:
-    path = RunDir(run_dir).metrics
-    text = path.read_text() if path.is_file() else ""
-    return [json.loads(x) for x in text.splitlines() if x.endswith("}")]
-
-
-def test_a_failed_progress_video_leaves_the_page(lossless_run, tmp_path):
-    run_dir = _copy(lossless_run, tmp_path)
-    clip = read_run(run_dir).evaluations[0].clip
-    (run_dir / clip).write_bytes(b"not an mp4")  # its sidecar still there: ffmpeg cannot read it
-    page = write_run_report(run_dir).read_text()
-    assert "The progress video could not be written" in page
-    assert page.count("<svg") == 1

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from rlrec.record.sidecar import sidecar_path
+from rlrec.testing import decode
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
@@ -28,19 +29,13 @@ if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
 # selenium is in the dev extra (scripts/setup_browser.sh installs it too): its absence fails
 from selenium import webdriver  # noqa: E402
 
-# as root on a machine without a display or a network
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--allow-file-access-from-files",  # a canvas may read a video's pixels on a file:// page
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1300,1600",
-]
+# as root on a machine without a display or a network; a canvas may read a video's pixels on a
+# file:// page
+FLAGS = (
+    "--headless --no-sandbox --disable-gpu --allow-file-access-from-files --disable-quic "
+    "--no-first-run --disable-background-networking --disable-component-update --disable-sync "
+    "--window-size=1300,1600"
+).split()
 
 # play each video from its start, muted, to its end (bounded); what it reports
 PLAY_ALL = """
@@ -134,9 +129,9 @@ def test_report_in_a_browser(kind, browser, request):
         seen, middle = _png(png).astype(int), side["frames"] // 2
         # a seek may land on a neighbour of the frame asked for (the browser's frame timing, not
         # its colours): the frame it shows is the decoded one it differs least from
-        diffs = []
+        diffs, decoded = [], decode(str(path))[0]
         for index in range(max(0, middle - 1), min(side["frames"], middle + 2)):
-            frame = _decoded_frame(path, index).astype(int)
+            frame = decoded[index].astype(int)
             assert seen.shape == frame.shape, (path, seen.shape, frame.shape)
             diffs.append(np.abs(seen - frame).mean(axis=(0, 1)).round(1).tolist())
         colours.append((path.name, side["encoder"]["codec"], min(diffs, key=max)))
@@ -174,21 +169,6 @@ def _png(data_url: str) -> np.ndarray:
 
     png = base64.b64decode(data_url.split(",", 1)[1])
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-
-
-def _decoded_frame(path: Path, index: int) -> np.ndarray:
-    """Frame ``index`` of the mp4 at ``path`` as ffmpeg (imageio-ffmpeg's) decodes it to rgb24."""
-    import imageio_ffmpeg
-
-    reader = imageio_ffmpeg.read_frames(str(path))
-    try:
-        w, h = next(reader)["size"]
-        for i, data in enumerate(reader):
-            if i == index:
-                return np.frombuffer(data, dtype=np.uint8).reshape(h, w, 3)
-    finally:
-        reader.close()
-    raise AssertionError(f"{path} has no frame {index}")
 
 
 def _parents(url: str) -> list:
