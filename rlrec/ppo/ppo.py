@@ -60,9 +60,8 @@ class PPO:
         ).to(device)
         self.world = distributed.world_size()
         distributed.broadcast_module_(self.agent)
-        state = (
-            shape.get(STATE) if isinstance(shape, dict) else shape
-        )  # an image is never normalised
+        # the state part: an image is never normalised
+        state = shape.get(STATE) if isinstance(shape, dict) else shape
         norm = lambda shape: ObsNormalizer(shape, pending=self.world > 1).to(device)  # noqa: E731
         self.obs_norm = norm(state) if cfg.norm_obs and state is not None else None
         # algo.norm_reward: the running statistics of each env's discounted return so far
@@ -79,8 +78,8 @@ class PPO:
         actor = [p for p in self._params if all(p is not q for q in critic)]
         per_network = cfg.grad_clip == GradClip.per_network
         self._clip_sets = [actor, critic] if per_network else [self._params]
-        self.storage: Optional[RolloutStorage] = None
-        self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
+        # the RolloutStorage (init_storage); (obs, action, logprob, value) of the last act()
+        self.storage = self._transition = None
         # algo.compile: the rollout's policy step, the minibatch loss (with its backward pass)
         # and the optimizer step are each one compiled graph (fullgraph: a graph break is an
         # error; torch's optimizers break the graph around their step on purpose); on CUDA they
@@ -144,7 +143,7 @@ class PPO:
         self._transition = tuple(map_obs(torch.clone, t) for t in out) if self._cudagraphs else out
         return self._transition[1]
 
-    def _policy_step_eager(self, obs: torch.Tensor, noise: torch.Tensor):
+    def _policy_step_eager(self, obs, noise):
         """The rollout's policy step as one function of tensors (compiled by ``algo.compile``):
         normalised observation, action, its log-probability and the value."""
         nobs = obs if self.obs_norm is None else self.obs_norm(obs)
@@ -255,9 +254,7 @@ class PPO:
         storage.clear()  # type: ignore[union-attr]
         return out
 
-    def _train_step(
-        self, mb: Dict[str, torch.Tensor], kl_limit: Optional[float]
-    ) -> Optional[torch.Tensor]:
+    def _train_step(self, mb: Dict[str, torch.Tensor], kl_limit: Optional[float]):
         """One minibatch (a :meth:`RolloutStorage.minibatches` item): the clipped PPO loss, its
         backward pass, the gradient clip and the Adam step; the :data:`UPDATE_STATS` of this
         minibatch as one tensor (nothing read back). ``kl_limit`` (``algo.kl_check=minibatch``):
@@ -276,7 +273,7 @@ class PPO:
         distributed.mean_grads_(self._params)
         return torch.cat((stats, self._optimizer_step().reshape(1)))
 
-    def _kl_above(self, approx_kl: torch.Tensor, limit: float) -> bool:
+    def _kl_above(self, approx_kl, limit: float) -> bool:
         """Whether this minibatch's approximate KL (the mean over ranks: every rank decides the
         same) is above ``limit``; one host sync."""
         kl = approx_kl.detach().clone()
@@ -284,17 +281,9 @@ class PPO:
             distributed.all_reduce_(kl, "mean")
         return float(kl) > limit
 
-    def _loss_eager(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        old_logprobs: torch.Tensor,
-        old_values: torch.Tensor,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        clip: torch.Tensor,
-    ):
-        """``(loss, [policy, value, entropy, approx_kl, clipfrac])`` of one minibatch."""
+    def _loss_eager(self, obs, actions, old_logprobs, old_values, advantages, returns, clip):
+        """``(loss, [policy, value, entropy, approx_kl, clipfrac])`` of one minibatch (tensors;
+        ``clip``: the clip range)."""
         cfg = self.cfg
         logprob, entropy, value = self.agent.evaluate(obs, actions)
         logratio = logprob - old_logprobs

@@ -57,14 +57,11 @@ def run_episodes(env, policy: Policy, seed, episodes=None, stop=lambda: False, o
     ``on_step(obs, action, result)`` after each step: the observation the action was taken on
     and what ``env.step`` returned. The counted :class:`Episode` list, in the order they ended."""
     n = env.num_envs
-    target = episodes or n
+    target, out = episodes or n, []
     obs, _ = env.reset(seed=seed)
     first_done = torch.zeros(n, dtype=torch.bool, device=env.device)
     success_once = torch.zeros(n, dtype=torch.bool, device=env.device)
-    # per step that ended counted episodes: [6, k] rows env, first?, return, length, success,
-    # terminated, read back once at the end
-    parts: List[torch.Tensor] = []
-    has_success, count = False, 0
+    has_success = False
     for _ in range((env.max_episode_steps or 10_000) * (math.ceil(target / n) + 1)):
         action = policy(obs)
         result = env.step(action)
@@ -76,24 +73,21 @@ def run_episodes(env, policy: Policy, seed, episodes=None, stop=lambda: False, o
             success_once |= info["success"].to(torch.bool)
         if "_final" in info:
             done = info["_final"]
-            idx = (
-                (done & ~first_done if episodes is None else done)
-                .nonzero()
-                .flatten()[: target - count]
-            )
-            ret, length = info["episode"]["return"][idx], info["episode"]["length"][idx]
-            cols = (idx, ~first_done[idx], ret, length, success_once[idx], terminated[idx])
-            parts.append(torch.stack([c.to(torch.float64) for c in cols]))
-            count += idx.numel()
+            take = done & ~first_done if episodes is None else done
+            idx = take.nonzero().flatten()[: target - len(out)]
+            ep = info["episode"]
+            cols = (idx, ~first_done[idx], ep["return"][idx], ep["length"][idx])
+            cols += (success_once[idx], terminated[idx])
+            # one read back per step that ended counted episodes
+            for e, f, r, k, s, t in torch.stack([c.double() for c in cols], 1).tolist():
+                out.append(
+                    Episode(int(e), bool(f), r, int(k), bool(s) if has_success else None, bool(t))
+                )
             first_done |= done
             success_once &= ~done
-        if count >= target or stop():
+        if len(out) >= target or stop():
             break
-    rows = torch.cat(parts, 1).T.tolist() if parts else []
-    return [
-        Episode(int(e), bool(f), r, int(n), bool(s) if has_success else None, bool(t))
-        for e, f, r, n, s, t in rows
-    ]
+    return out
 
 
 class Evaluator:
