@@ -199,10 +199,13 @@ def test_resume_removes_only_other_processes_temporaries(tmp_path):
 # ---------------------------------------------------------------------- stop, then resume=auto
 # train.py's main with one action at an exact moment of the run, so that each test stops the run
 # where it means to: a real signal sent to the process (the handler, the stop flag and the
-# checkpoint are the real ones), or the recorder's directory replaced by a file (block:DIR).
+# checkpoint are the real ones), the recorder's directory replaced by a file (block:DIR), or the
+# run dir's file system turned read-only for eval_episodes.jsonl (erofs: opening it for writing
+# fails as the kernel does).
 #   driver.py ACTION rollout CALL  overrides...   before the CALL-th collection step of the run
 #   driver.py ACTION eval N:STEP   overrides...   before step STEP of the N-th evaluation
 _DRIVER = """
+import errno
 import os
 import signal
 import sys
@@ -221,6 +224,15 @@ def fire():
         os.rename(path, path + ".moved")
         with open(path, "w") as f:
             f.write("not a directory")
+    elif action == "erofs":
+        real_open = os.open
+
+        def read_only(path, flags, *args, **kwargs):
+            if str(path).endswith("eval_episodes.jsonl") and flags & (os.O_WRONLY | os.O_RDWR):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            return real_open(path, flags, *args, **kwargs)
+
+        os.open = read_only
     else:
         os.kill(os.getpid(), getattr(signal, action))
 
@@ -491,40 +503,17 @@ def test_two_kills_then_resume_leave_the_per_episode_clips_of_an_uninterrupted_r
         }
 
 
-_READ_ONLY_DRIVER = """
-import errno, os, sys
-sys.argv = [sys.argv[0], *sys.argv[2:]]
-fail_at, calls, real_open = int(os.environ["FAIL_AT"]), [0], os.open
-
-
-def read_only_open(path, flags, *args, **kwargs):
-    # stands for the run dir's file system turning read-only: from the FAIL_AT-th write of
-    # eval_episodes.jsonl on, opening it for writing fails as the kernel does (EROFS)
-    if str(path).endswith("eval_episodes.jsonl") and flags & (os.O_WRONLY | os.O_RDWR):
-        calls[0] += 1
-        if calls[0] >= fail_at:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-    return real_open(path, flags, *args, **kwargs)
-
-
-os.open = read_only_open
-from rlrec.run.cli import main  # noqa: E402
-
-main()
-"""
-
-
 @pytest.mark.slow
 def test_a_read_only_run_dir_ends_in_one_line_and_resume_completes(
     tmp_path, uninterrupted_resumable
 ):
-    """The output file system turns read-only mid-run (the 4th evaluation's episode records, at
-    step 6 * BATCH; the checkpoint of iteration 4 is on disk): exit 1 and one line naming the
-    file, that nothing written before is lost, and the command that continues; that command,
-    once the dir can be written, ends as the uninterrupted run."""
+    """The output file system turns read-only mid-run (as the 4th evaluation, at step 6 * BATCH,
+    begins: its episode records cannot be written; the checkpoint of iteration 4 is on disk):
+    exit 1 and one line naming the file, that nothing written before is lost, and the command
+    that continues; that command, once the dir can be written, ends as the uninterrupted run."""
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
-    proc = drive(tmp_path, _READ_ONLY_DRIVER, ["-", *args], {"FAIL_AT": "4"})
+    proc = _drive(tmp_path, "erofs", "eval", "4:1", args)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]

@@ -38,7 +38,7 @@ class FusedAdam:
         group.update(dict.fromkeys(off, False), weight_decay=0, foreach=None, fused=True)
         self.param_groups = [group]
         # per parameter (made at its first step, as torch.optim does): step, exp_avg, exp_avg_sq
-        self.state: Dict[torch.nn.Parameter, Dict[str, torch.Tensor]] = {}
+        self.state = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drops the gradients (``set_to_none``: torch.optim's signature; they are never zeroed)."""

@@ -45,7 +45,7 @@ class ObsNormalizer(nn.Module):
         if pending:
             self._rebase()
 
-    def _rebase(self) -> None:
+    def _rebase(self):
         """The statistics as of now are what the next merge starts from (copied in place: the
         buffers stay the tensors they are, whatever the grad mode of the caller)."""
         self._base.copy_(torch.cat([self.count.view(1), self.mean.flatten(), self.var.flatten()]))
@@ -75,7 +75,7 @@ class ObsNormalizer(nn.Module):
             self._set(*_merged(base[0], base[1 : 1 + k], base[1 + k :], n, mean, var))
         self._rebase()
 
-    def _set(self, count, mean, var) -> None:
+    def _set(self, count, mean, var):
         self.mean.copy_(mean.view_as(self.mean))
         self.var.copy_(var.view_as(self.var))
         self.count.copy_(count)
@@ -101,7 +101,7 @@ def _merged(count, mean, var, n, batch_mean, batch_var):
     return total, mean + delta * (n / total), m2 / total
 
 
-def _mlp(sizes: List[int], activation, out_gain: float, init) -> nn.Sequential:
+def _mlp(sizes, activation, out_gain, init):
     """An MLP; ``init="orthogonal"``: orthogonal weights (gain sqrt(2), ``out_gain`` for the
     output layer) and zero biases; ``"torch_default"``: ``nn.Linear``'s own init, untouched
     (:class:`~rlrec.ppo.config.Init`, which refuses any other value)."""

@@ -254,7 +254,7 @@ class PPO:
         storage.clear()  # type: ignore[union-attr]
         return out
 
-    def _train_step(self, mb: Dict[str, torch.Tensor], kl_limit: Optional[float]):
+    def _train_step(self, mb, kl_limit):
         """One minibatch (a :meth:`RolloutStorage.minibatches` item): the clipped PPO loss, its
         backward pass, the gradient clip and the Adam step; the :data:`UPDATE_STATS` of this
         minibatch as one tensor (nothing read back). ``kl_limit`` (``algo.kl_check=minibatch``):
@@ -273,7 +273,7 @@ class PPO:
         distributed.mean_grads_(self._params)
         return torch.cat((stats, self._optimizer_step().reshape(1)))
 
-    def _kl_above(self, approx_kl, limit: float) -> bool:
+    def _kl_above(self, approx_kl, limit):
         """Whether this minibatch's approximate KL (the mean over ranks: every rank decides the
         same) is above ``limit``; one host sync."""
         kl = approx_kl.detach().clone()
@@ -307,7 +307,7 @@ class PPO:
         loss = loss + cfg.vf_coef * v_loss
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
-    def _optimizer_step_eager(self) -> torch.Tensor:
+    def _optimizer_step_eager(self):
         """The gradient clip (``clip_grad_norm_`` of each parameter set of ``algo.grad_clip``: it
         multiplies by the clamped factor on the device, no host sync) and the Adam step; returns
         the norm of the whole gradient before the clip."""

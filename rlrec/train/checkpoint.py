@@ -37,7 +37,7 @@ import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -117,7 +117,7 @@ def digest(data: Mapping) -> str:
 _TAGS = ((b"I", int), (b"S", str), (b"Y", bytes), (b"X", (torch.dtype, torch.device)))
 
 
-def _feed(h, obj: Any, where: str) -> None:
+def _feed(h, obj, where):
     if obj is None:
         h.update(b"N")
     elif isinstance(obj, bool):
@@ -149,7 +149,7 @@ def _feed(h, obj: Any, where: str) -> None:
         raise _refused(where, f"a {type(obj).__module__}.{type(obj).__qualname__}")
 
 
-def _refused(where: str, kind: str) -> TypeError:
+def _refused(where, kind):
     return TypeError(
         f"checkpoint entry {where or '<top level>'} is {kind}: a checkpoint holds {PLAIN_TYPES} "
         "only, so that it loads with torch.load(weights_only=True) without running code"
@@ -230,7 +230,7 @@ def check_exists(path: str | Path, key: str = "checkpoint") -> None:
         )
 
 
-def _read(p: Path, label: str) -> Dict[str, Any]:
+def _read(p, label):
     """The verified contents of ``p``; :class:`UnsafeCheckpoint` for a file that would run code,
     :class:`ConfigError` for any other reason it cannot be used."""
     other = lambda v: f"{label} has checkpoint version {v}, this rlrec reads version {VERSION}"  # noqa: E731
@@ -276,7 +276,7 @@ _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_B
 _INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
 
 
-def _scan(p: Path, limit: int = 1 << 16) -> Tuple[List[str], Dict[Any, Any]]:
+def _scan(p, limit=1 << 16):
     """What the pickle of ``p`` (a torch zip archive's ``data.pkl``, else the file's head) holds
     in its first ``limit`` opcodes, parsed only (nothing is executed): the globals it would
     import (but those of torch's own legacy format, not code of the file's choosing), and its

@@ -81,7 +81,7 @@ class Watch:
         self._t = 0
         self._recent = {k: deque(maxlen=WINDOW) for k in SPIKE}
         # the blow-up under way: where it began, what, and the checkpoint before it (file, step)
-        self.blowup: Optional[Tuple[str, str, Optional[Tuple[str, int]]]] = None
+        self.blowup = None
         self._settled = 0  # updates in range since the blow-up's last spike
 
     # ------------------------------------------------------------------ collection
@@ -147,7 +147,7 @@ class Watch:
                 raise Diverged(self._message(at, self._env_source(agree=False))) from exc
             raise
 
-    def _spikes(self, losses: Dict[str, float], at: str) -> None:
+    def _spikes(self, losses, at):
         """Whether this finite update begins (or continues) a blow-up; see the module docstring."""
         values = {k: losses[k] for k in SPIKE if losses.get(k) is not None}
         out = []
@@ -194,7 +194,7 @@ class Watch:
         return Path(kept[0]).name if kept else None
 
     # ------------------------------------------------------------------ the message
-    def _env_source(self, agree: bool) -> str:
+    def _env_source(self, agree):
         """The first non-finite env value of the rollout (the earliest step, then the lowest
         env index, over every rank), named as coming from the env."""
         n = self.num_envs
@@ -215,7 +215,7 @@ class Watch:
         value = "reward" if kind else "observation"
         return f"{which} returned a non-finite {value} {when} (the env is the source)"
 
-    def _message(self, at: str, what: str) -> str:
+    def _message(self, at, what):
         other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
         if "the env is the source" in what:
             other = "once the env gives finite values (or with other settings)"
@@ -248,7 +248,7 @@ class Watch:
         return f"{head} | {began}{last}"
 
 
-def _sum_rows(x, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+def _sum_rows(x, out=None):
     """Per env (row), the float64 sum of its values: non-finite exactly where one of them is.
     Integer observations (images) are always finite: nothing is summed (``out`` stays 0); of a
     pixel observation (rlrec/obs.py) its state part."""

@@ -23,7 +23,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import torch
 
@@ -164,7 +164,7 @@ class Evaluator:
         return {**out, "time/eval": time.perf_counter() - t0}
 
     # ------------------------------------------------------------------ episode records
-    def _records(self, step: int, iteration: int, counted: List[Episode], placed) -> None:
+    def _records(self, step, iteration, counted, placed):
         """The evaluation's records, each first episode's naming its own clip where one was
         placed; written now, or once the evaluation's clip is on disk."""
         records = []
@@ -201,7 +201,7 @@ class Evaluator:
         if clip.tag is not None:
             self._held.clip(int(clip.tag), clip)
 
-    def _name_clip(self, records: List[Dict[str, Any]], clip: Optional[ClipInfo]) -> None:
+    def _name_clip(self, records, clip):
         """Names the evaluation clip in the records of the episodes it shows."""
         if clip is None or self.recorder is None:  # lost: the records name none
             return
@@ -222,10 +222,10 @@ class Evaluator:
         runner closes it after the eval env's recorder, when no clip comes any more."""
         self._held.lost()
 
-    def _rel(self, path: str) -> str:
+    def _rel(self, path):
         return path if self.run_dir is None else os.path.relpath(path, self.run_dir)
 
-    def _write(self, records: List[Dict[str, Any]]) -> None:
+    def _write(self, records):
         if self.run_dir is None or not records:
             return
         lines = [json.dumps({k: v for k, v in r.items() if k[0] != "_"}) + "\n" for r in records]

@@ -50,7 +50,7 @@ class EpisodeStats:
         self.on = on  # off: add() does nothing (a rank that does not log)
         # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
         # sum of successes
-        self._acc: Optional[torch.Tensor] = None
+        self._acc = None
 
     def add(self, info: Dict[str, Any]) -> None:
         if "_final" not in info or not self.on:
@@ -87,8 +87,8 @@ class Held:
 
     def __init__(self, fill: Callable[[Any, Any], None], write: Callable[[Any], None]):
         self.fill, self.write = fill, write
-        self.lines: Dict[int, Any] = {}
-        self._came: Dict[int, Any] = {}  # the last clip, by its step
+        self.lines = {}
+        self._came = {}  # the last clip, by its step
 
     def hold(self, step: int, lines: Any) -> None:
         if step in self._came:  # the clip came first
@@ -105,7 +105,7 @@ class Held:
         for step in sorted(self.lines):
             self._out(self.lines.pop(step), None)
 
-    def _out(self, lines, clip) -> None:
+    def _out(self, lines, clip):
         self.fill(lines, clip)
         self.write(lines)
 
@@ -139,12 +139,12 @@ class RunLogger:
         self._wandb = _WandbRun(cfg, self.run_dir, config_dict, resumed) if wandb else None
         self._metrics = open(paths.metrics if writes else os.devnull, "a", buffering=1)
         self._held = Held(self._name_clip, self._write)  # eval lines waiting for their clips
-        self._losses: Dict[str, Any] = {}  # the recorders' losses on the last line that had them
+        self._losses = {}  # the recorders' losses on the last line that had them
         if cfg.name in (LoggerName.tensorboard, LoggerName.wandb) and writes:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(paths.tensorboard))
-        self._latest: Dict[str, float] = {}
+        self._latest = {}
         self.total_steps, self._sps, self._t0 = total_steps, 0.0, time.monotonic()
         # no bar off a terminal: a status line at most every status_every_sec (None: neither)
         self._status_every, self._status_at = None, self._t0
@@ -200,7 +200,7 @@ class RunLogger:
         a signal; ``rlrec.train.timeline`` writes the ``resume`` ones): no scalars."""
         self._write({"step": int(step), "event": name, **fields})
 
-    def _write(self, line: Dict[str, Any]) -> None:
+    def _write(self, line):
         self._metrics.write(json.dumps(line) + "\n")
 
     def progress(self, step: int, sps: float) -> None:
@@ -214,7 +214,7 @@ class RunLogger:
             if time.monotonic() - self._status_at >= self._status_every:
                 self._status(step)
 
-    def _info(self, sep: str = "  ") -> str:
+    def _info(self, sep="  "):
         """The latest figures, ``train return 1.2 success 0.5{sep}eval return 3.4 success 1``."""
         groups: Dict[str, str] = {}
         for key in (k for k in _PROGRESS_KEYS if k in self._latest):
@@ -222,7 +222,7 @@ class RunLogger:
             groups[kind] = f"{groups.get(kind, kind)} {name} {figure(self._latest[key])}"
         return sep.join(groups.values())
 
-    def _status(self, step: int) -> None:
+    def _status(self, step):
         """One status line: steps, SPS, the latest returns and successes, elapsed, time left."""
         if self._status_every is None:
             return
@@ -258,7 +258,7 @@ class RunLogger:
 
             self._wandb.log({key: wandb.Video(clip.path, format="mp4")}, step=step)
 
-    def _name_clip(self, line: Dict[str, Any], rel: Optional[str]) -> None:
+    def _name_clip(self, line, rel):
         line["eval/clip"] = rel
         if rel is None:
             line["eval/clip_lost"] = True
@@ -359,7 +359,7 @@ class _WandbRun:
             self.last = step
             self._keep()
 
-    def _keep(self) -> None:
+    def _keep(self):
         write_atomic(self.path, json.dumps({"id": self.run.id, "step": self.last}))
 
     def close(self) -> None:
@@ -376,14 +376,14 @@ class _Previews:
     disk is left behind, a daemon thread, and said so), so closing a run never hangs on one."""
 
     def __init__(self):
-        self._queue: "queue.Queue[Optional[tuple]]" = queue.Queue()
+        self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="rlrec-tb-clip", daemon=True)
         self._thread.start()
 
     def submit(self, fn, *args) -> None:
         self._queue.put((fn, args))
 
-    def _run(self) -> None:
+    def _run(self):
         for fn, args in iter(self._queue.get, None):  # until close()'s None
             fn(*args)  # catches and reports its own failures
 
@@ -398,7 +398,7 @@ class _Previews:
             )
 
 
-def _private_link(path: str) -> str:
+def _private_link(path):
     """A name of its own for the clip at ``path`` now: a hidden hard link (or copy, where the
     filesystem has no links) beside it, ``.NAME.preview.PID-N.part``, that no later clip
     replaces. ``path`` itself if neither can be made. :func:`_tb_add_clip` removes it."""
@@ -412,7 +412,7 @@ def _private_link(path: str) -> str:
     return path
 
 
-def _tb_add_clip(writer, clip, step: int, source: str) -> None:
+def _tb_add_clip(writer, clip, step, source):
     """Adds ``clip`` (decoded from ``source``: its private link, removed after, or the clip) to
     TensorBoard as an animated GIF image summary (what add_video writes, without needing
     moviepy). Long clips are subsampled to ``PREVIEW_FRAMES`` while they are decoded, so at most

@@ -140,7 +140,7 @@ def iterations(cfg: Config, world: int) -> int:
     return max(1, cfg.total_steps // (world * cfg.env.num_envs * cfg.algo.num_steps))
 
 
-def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
+def _locate(cfg, run_dir, key):
     path = cfg.checkpoint
     if path is not None:  # eval_only=true: an export too (rlrec.export)
         data = export.start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
@@ -194,7 +194,7 @@ class ResumePoint:
         protect: Callable[[], Optional[str]] = lambda: None,
     ):
         self._now, self._before_write, self.protect, self.cfg = now, before_write, protect, cfg
-        self._kept: Optional[dict] = None
+        self._kept = None
         self.paths, self.world = RunDir(Path(run_dir)), distributed.world_size()
         # checkpoint_keep: the newest N of the run's own periodic checkpoints (0: all). Its own are
         # those it wrote, named in each of its checkpoints (``periodic``: the names that may still
@@ -271,7 +271,7 @@ class ResumePoint:
         return step
 
 
-def _owned(value: Any) -> Any:
+def _owned(value):
     """A copy of ``value`` that shares no tensor and no container with it."""
     if isinstance(value, torch.Tensor):
         return value.clone()

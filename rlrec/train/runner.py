@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
@@ -47,8 +47,8 @@ class Runner:
         self.global_step = self.iteration = 0
         # the env stacks (AutoReset), the Evaluator, the RunLogger; the train env's next observation
         self.train_env = self.eval_env = self.evaluator = self.logger = self._obs = None
-        self.last_eval: Dict[str, float] = {}
-        self.losses: Dict[str, int] = {}  # the recorders' losses as they closed
+        self.last_eval = {}
+        self.losses = {}  # the recorders' losses as they closed
         self.stop = _Unstopped() if stop is None else stop
         self._closed = False
         if self.start is not None and self.start.finished:
@@ -61,7 +61,7 @@ class Runner:
             self.close()
             raise
 
-    def _build(self) -> None:
+    def _build(self):
         cfg, on_clip, device, main = self.cfg, self._on_clip, self.device, self.rank == 0
         if not cfg.eval_only:
             rec, videos = cfg.recorder if main else None, str(RunDir(self.run_dir).videos("train"))
@@ -101,7 +101,7 @@ class Runner:
         self.watch = Watch(cfg.algo.num_steps, cfg.env.num_envs, device, self.run_dir, last)
         distributed.announce(cfg.env.num_envs, cfg.algo.num_steps, self.num_iterations)
 
-    def _on_clip(self, clip) -> None:
+    def _on_clip(self, clip):
         if self.logger is not None:
             self.logger.log_clip(clip, self.global_step)
 
@@ -122,7 +122,7 @@ class Runner:
             "blowup": self.watch.under_way,  # resume=auto passes over a checkpoint that has one
         }
 
-    def _restore(self) -> Optional[torch.Tensor]:
+    def _restore(self):
         """Loads the checkpoint found at start-up: the saved next observation, or None."""
         if self.start is None:
             return None
@@ -130,7 +130,7 @@ class Runner:
         self.iteration = int(self.start.data["iteration"])
         return self.start.restore(self.rank, self.ppo, self._stacks(), self.ppo.rollout_mode())
 
-    def _stacks(self) -> Dict[str, Any]:
+    def _stacks(self):
         return {"train_env": self.train_env, "eval_env": self.eval_env}
 
     def evaluate(self) -> bool:
@@ -206,7 +206,7 @@ class Runner:
         if self.stop:
             self.logger.event(step, "stop", signal=int(self.stop.signum))
 
-    def _loop(self, eval_due: bool) -> None:
+    def _loop(self, eval_due):
         if (eval_due or self.iteration >= self.num_iterations) and not self._after(True):
             return
         start, start_step = time.perf_counter(), self.global_step
@@ -224,7 +224,7 @@ class Runner:
             if not self._after(last or self.iteration % self.cfg.eval_env.every == 0):
                 return
 
-    def _after(self, evaluate: bool) -> bool:
+    def _after(self, evaluate):
         """After an iteration (or at the start, with an evaluation due): the evaluation, if due
         (the final one always, after the train recorder's last clip), then the iteration's
         periodic checkpoint; False when a stop cut the evaluation short (it stays due)."""
@@ -241,7 +241,7 @@ class Runner:
             self.resume_point.periodic(self.iteration)
         return True
 
-    def _unit(self, work: Callable[[], Any], eval_due: bool = False) -> Any:
+    def _unit(self, work, eval_due=False):
         """``work()`` (an iteration, or an evaluation: ``eval_due``) with the state before it as the
         resume point: a stop cuts it short (None or False) and the resumed run does it again."""
         self.resume_point.keep(eval_due=eval_due)

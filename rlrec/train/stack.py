@@ -101,7 +101,7 @@ def close_all(stacks, *after: Any) -> None:
         raise errors[0]
 
 
-def _roles(stack: AutoReset) -> Dict[str, Any]:
+def _roles(stack):
     return {"adapter": stack.unwrapped, "recorder": recorder_of(stack), "autoreset": stack}
 
 

@@ -47,7 +47,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 
 from rlrec.files import inside, write_atomic
 from rlrec.layout import EVAL_EPISODES, METRICS, SUPERSEDED, TENSORBOARD, TENSORBOARD_EVENTS
@@ -131,9 +131,9 @@ class _Plan:
     def __init__(self, run_dir: Path, point: Point):
         self.run_dir, self.point = run_dir, point
         self.files = []  # moved whole
-        self.split: Dict[Path, Tuple[bytes, bytes]] = {}  # file -> (kept, moved) contents
-        self.moved_clips: Dict[str, bool] = {}  # clip path relative to the run dir -> moved
-        self.counts: Counter = Counter()  # what moves, counted, by what it is
+        self.split = {}  # file -> (kept, moved) contents
+        self.moved_clips = {}  # clip path relative to the run dir -> moved
+        self.counts = Counter()  # what moves, counted, by what it is
 
     def clips(self, kind: str, directory: Path) -> None:
         for video in sorted(directory.glob("*.mp4")):
@@ -201,7 +201,7 @@ class _Plan:
         return folder
 
 
-def _new_folder(base: Path, step: int) -> Path:
+def _new_folder(base, step):
     base.mkdir(exist_ok=True)
     taken = [int(m.group("n")) for p in base.iterdir() if (m := _FOLDER.match(p.name))]
     n = max(taken, default=0) + 1
@@ -214,7 +214,7 @@ def _new_folder(base: Path, step: int) -> Path:
             n += 1
 
 
-def _first_step(video: Path, kind: str) -> Optional[int]:
+def _first_step(video, kind):
     """The recorder's step count at the clip's first frame: its sidecar's, or its default
     name's; None when neither says (or the clip is of another kind)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -228,7 +228,7 @@ def _first_step(video: Path, kind: str) -> Optional[int]:
 _HEADER = struct.Struct("<QI")
 
 
-def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
+def _split_events(data, step):
     """(kept, moved, moved events) of an event file's bytes: the events of later steps move (with
     a copy of the file-version record, so each part is an event file; a torn last record of a
     killed writer moves too); None when nothing moves."""
