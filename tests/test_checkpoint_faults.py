@@ -47,12 +47,8 @@ _PATHS = {
     "eval_only": (["eval_only=true", "checkpoint={evil}"], "evil.pt", "checkpoint="),
     "resume_periodic": (["resume=auto"], "run/checkpoints/iter_000003.pt", "resume=auto"),
     "resume_last": (["resume=auto"], "run/checkpoints/last.pt", "resume=auto"),
-    "eval_only_resume": (
-        ["eval_only=true", "resume=auto"],
-        "run/checkpoints/iter_000003.pt",
-        "resume=auto",
-    ),
 }
+_PATHS["eval_only_resume"] = (["eval_only=true", "resume=auto"], *_PATHS["resume_periodic"][1:])
 
 
 @pytest.mark.parametrize("kind", ["torch", "pickle"])
@@ -129,12 +125,8 @@ def small_disk(tmp_path):
     """A 2 MiB tmpfs mounted at ``tmp_path/run/checkpoints`` (needs root), unmounted after."""
     mount_point = tmp_path / "run" / "checkpoints"
     mount_point.mkdir(parents=True)
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    mount = ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)]
+    proc = subprocess.run(mount, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         pytest.skip(
             f"cannot mount a small tmpfs here ({proc.stderr.strip()}); the ENOSPC path is "
@@ -168,18 +160,17 @@ def test_a_full_disk_while_checkpointing_loses_nothing_and_says_how_to_resume(sm
     assert sorted(saved) == ["iter_000001.pt", "iter_000002.pt", "last.pt"]
     filler = _fill(small_disk)
 
-    runner = _runner(run_dir, ["resume=auto", "total_steps=512", "checkpoint_every=1"])
+    resumed = ["resume=auto", "total_steps=512", "checkpoint_every=1"]
     with pytest.raises(ckpt.CheckpointWriteError) as e:
-        runner.run()
+        _runner(run_dir, resumed).run()
     msg = str(e.value)
     assert f"could not write checkpoint {small_disk / 'last.pt'}" in msg
-    assert "No space left on device (the disk is full)" in msg
-    assert "intact" in msg
+    assert "No space left on device (the disk is full)" in msg and "intact" in msg
     assert f"python train.py resume=auto hydra.run.dir={run_dir}" in msg
     # the older checkpoints are untouched and no temporary is left
     assert sorted(p.name for p in small_disk.iterdir()) == sorted([*saved, "filler"])
     assert {p.name: p.read_bytes() for p in small_disk.glob("*.pt")} == saved
 
     os.unlink(filler)  # space is freed: the run continues from its last checkpoint
-    _runner(run_dir, ["resume=auto", "total_steps=512", "checkpoint_every=1"]).run()
+    _runner(run_dir, resumed).run()
     assert ckpt.load(small_disk / "last.pt")["global_step"] == 512

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,24 +16,19 @@ from rlrec.train import checkpoint as ckpt
 from rlrec.train.divergence import EXIT_STATUS, Diverged, Watch
 from rlrec.train.resume import ResumePoint
 from tests import nan_env
-from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
-from tests.trainutil import runner, snapshot, steps
+from tests.helpers import FAST, make_config, read_metrics, run_train
+from tests.trainutil import drive, runner, snapshot, steps
 
 QUIET = [*FAST, "recorder=none", "eval_env.enabled=false"]
-NAN_ENV = [
-    "env=gymnasium",
-    f"env.id=tests.nan_env:{nan_env.ID}",
-    "env.num_envs=4",
-    "total_steps=512",  # 8 iterations of 4 envs x 16 steps
-    "checkpoint_every=2",
-]
+# 8 iterations of 4 envs x 16 steps
+NAN_ENV = ["env=gymnasium", f"env.id=tests.nan_env:{nan_env.ID}", "env.num_envs=4"]
+NAN_ENV += ["total_steps=512", "checkpoint_every=2"]
 BATCH = 4 * 16
 LR_1000 = ["algo.learning_rate=1000", "algo.max_grad_norm=1e6"]  # far too high: diverges at once
 
 # train.py's main, then the names of the threads of rlrec still alive as the interpreter exits
 THREADS_AT_EXIT = """
-import sys, threading
-sys.path.insert(0, sys.argv.pop(1))
+import threading
 from rlrec.run.cli import main
 try:
     main()
@@ -58,14 +50,7 @@ def test_a_diverging_run_stops_with_one_line_its_own_exit_status_and_no_thread_l
     run_dir = tmp_path / "run"
     threads = ["report.enabled=true", "logger=tensorboard", "eval_env.enabled=false"]
     args = [*FAST, *threads, *LR_1000, f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run(
-        [sys.executable, "-c", THREADS_AT_EXIT, str(REPO), *args],
-        cwd=tmp_path,
-        env={**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = drive(tmp_path, THREADS_AT_EXIT, args, {"MPLCONFIGDIR": str(tmp_path / "mpl")})
     assert proc.returncode == EXIT_STATUS == 3, proc.stdout + proc.stderr
     (line,) = [s for s in proc.stderr.splitlines() if s.startswith("rlrec:")]
     assert line.startswith("rlrec: diverged at iteration 1 (step 128): non-finite loss/"), line
@@ -124,7 +109,11 @@ def _params(**bad):
     return [(n, torch.full((2, 2), bad.get(n.replace(".", "_"), 1.0))) for n in names]
 
 
-def _update(watch: Watch, losses=CALM, at="iteration 1", bad=None, params=()):
+def _watch(tmp_path, last=lambda: None) -> Watch:
+    return Watch(3, 4, torch.device("cpu"), tmp_path, last)
+
+
+def _update(watch: Watch, losses=CALM, at="iteration 1", bad=None, params=None):
     """A rollout of 3 steps of 4 envs (``bad``: at step ``t`` env ``e`` returns a non-finite
     ``kind``, ``(t, kind, e)``) and the check of its update's ``losses``."""
     with watch.rollout(torch.zeros(4, 3), at):
@@ -140,13 +129,11 @@ def _update(watch: Watch, losses=CALM, at="iteration 1", bad=None, params=()):
                 final[env, 0] = -math.inf
                 info = {"_final": torch.arange(4) == env, "final_obs": final}
             watch.step(obs, reward, info)
-    watch.check(losses, _params(**dict(params)), at)
+    watch.check(losses, _params(**(params or {})), at)
 
 
 def test_a_finite_update_passes(tmp_path):
-    _update(
-        Watch(3, 4, torch.device("cpu"), tmp_path), {**FINITE, "loss/explained_variance": math.nan}
-    )
+    _update(_watch(tmp_path), {**FINITE, "loss/explained_variance": math.nan})
 
 
 @pytest.mark.parametrize(
@@ -161,12 +148,7 @@ def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
     tmp_path, losses, params, named
 ):
     with pytest.raises(Diverged) as e:
-        _update(
-            Watch(3, 4, torch.device("cpu"), tmp_path),
-            {**FINITE, **losses},
-            "iteration 5",
-            params=params.items(),
-        )
+        _update(_watch(tmp_path), {**FINITE, **losses}, "iteration 5", params=params)
     assert str(e.value).startswith(f"rlrec: diverged at iteration 5: {named}"), str(e.value)
     assert "no checkpoint was written before it" in str(e.value)
 
@@ -181,17 +163,11 @@ def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
 )
 def test_the_env_is_named_with_its_index_and_what_it_returned(tmp_path, bad, named):
     last = (str(tmp_path / "checkpoints" / "last.pt"), 96, True, "iter_000008.pt")
-    watch = Watch(3, 4, torch.device("cpu"), tmp_path, last=lambda: last)
+    losses = {**FINITE, "loss/value": math.nan}
     # the parameters went non-finite too (a NaN observation poisons the normaliser): the env is
     # the source, and it is what the line names
     with pytest.raises(Diverged) as e:
-        _update(
-            watch,
-            {**FINITE, "loss/value": math.nan},
-            "iteration 9",
-            bad,
-            {"log_std": math.nan}.items(),
-        )
+        _update(_watch(tmp_path, lambda: last), losses, "iteration 9", bad, {"log_std": math.nan})
     msg = str(e.value)
     assert msg.startswith(f"rlrec: diverged at iteration 9: {named} (the env is the source)"), msg
     assert f"last finite checkpoint {tmp_path / 'checkpoints' / 'last.pt'} (step 96)" in msg
@@ -373,12 +349,12 @@ def test_a_spike_protects_the_checkpoint_before_it_until_the_run_settles(tmp_pat
     KL limit holds from the first update on, while the window of recent values is still too
     short for the relative limits."""
     saved = []  # what the resume point would say: the last checkpoint written
-    watch = Watch(3, 4, torch.device("cpu"), tmp_path, lambda: saved[-1] if saved else None)
+    watch = _watch(tmp_path, lambda: saved[-1] if saved else None)
     for i in range(1, 9):
         _update(watch, {**CALM, "loss/value": 5e3} if i == 5 else CALM, f"iteration {i}")
         assert watch.protected == ("iter_000004.pt" if 5 <= i < 8 else None), i
         saved.append((str(tmp_path / "last.pt"), i * 12, True, str(tmp_path / f"iter_00000{i}.pt")))
-    fresh = Watch(3, 4, torch.device("cpu"), tmp_path)
+    fresh = _watch(tmp_path)
     _update(fresh)
     assert fresh.blowup is None
     _update(fresh, {**CALM, "loss/approx_kl": 5.0}, "iteration 2")
@@ -395,7 +371,7 @@ def test_a_checkpoint_written_during_a_blow_up_is_never_the_one_to_continue_from
     from before it, never it. With last.pt alone, iteration 5's wrote over iteration 4's."""
     state = {"global_step": 0, "iteration": 0, "blowup": None}
     point = ResumePoint(lambda: dict(state), tmp_path, make_config(["checkpoint_every=1"]))
-    watch = Watch(3, 4, torch.device("cpu"), tmp_path, lambda: point.last)
+    watch = _watch(tmp_path, lambda: point.last)
     for i in range(1, 10):
         _update(watch, {**CALM, "loss/value": 5e3} if i == 5 else CALM, f"iteration {i}")
         state.update(global_step=12 * i, iteration=i, blowup=watch.under_way)

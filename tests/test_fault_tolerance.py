@@ -58,25 +58,15 @@ def _assert_checkpoints_load(run_dir: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     total = 24 * BATCH
-    common = [
-        *FAST,
-        *RECORD_ALL,
-        f"total_steps={total}",
-        "checkpoint_every=4",
-        "algo.anneal_lr=true",
-    ]
+    common = [*FAST, *RECORD_ALL, f"total_steps={total}", "checkpoint_every=4"]
+    common += ["algo.anneal_lr=true"]
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "run"
     # the uninterrupted reference runs alongside the run that gets killed
     reference = start_train([*common, f"hydra.run.dir={ref_dir}"], tmp_path)
     victim = start_train([*common, f"hydra.run.dir={run_dir}"], tmp_path)
     # kill once two periodic checkpoints exist and the run is part-way into the next iterations
-    wait_for(
-        lambda: (
-            (run_dir / "checkpoints" / "iter_000008.pt").exists()
-            and len(_train_steps(run_dir)) >= 10
-        ),
-        victim,
-    )
+    periodic = run_dir / "checkpoints" / "iter_000008.pt"
+    wait_for(lambda: periodic.exists() and len(_train_steps(run_dir)) >= 10, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL
@@ -143,13 +133,8 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
 def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, signame):
     run_dir = tmp_path / "run"
     # a run far too long to end by itself; no periodic checkpoints, so last.pt is the signal's
-    args = [
-        *FAST,
-        *RECORD_ALL,
-        "total_steps=100000000",
-        "checkpoint_every=100000",
-        f"hydra.run.dir={run_dir}",
-    ]
+    args = [*FAST, *RECORD_ALL, "total_steps=100000000", "checkpoint_every=100000"]
+    args += [f"hydra.run.dir={run_dir}"]
     proc = start_train(args, tmp_path)
     wait_for(lambda: len(_train_steps(run_dir)) >= 4 and _clips(run_dir, "train"), proc)
     t0 = time.monotonic()
@@ -356,12 +341,7 @@ def _assert_resuming_again_changes_nothing(args, tmp_path: Path, run_dir: Path) 
         # mid-evaluation: the final one
         ("SIGINT", "eval", "5:10", TOTAL, True),
     ],
-    ids=[
-        "SIGTERM-mid-rollout",
-        "SIGINT-rollout-after-eval",
-        "SIGTERM-mid-eval",
-        "SIGINT-final-eval",
-    ],
+    ids=["SIGTERM-mid-rollout", "SIGINT-rollout-after-eval", "SIGTERM-mid-eval", "SIGINT-final"],
 )
 def test_stop_then_resume_equals_the_uninterrupted_run(
     tmp_path, uninterrupted_resumable, signame, where, at, saved_step, eval_due
@@ -546,16 +526,11 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(
     """recorder.on_error=raise: the recorder's directory turns into a file mid-rollout; the
     RecorderError ends the run, after the checkpoint of the last completed update is written."""
     run_dir, clips = tmp_path / "run", tmp_path / "clips"
-    args = [
-        *RESUMABLE,
-        f"hydra.run.dir={run_dir}",
-        f"recorder.dir={clips}",
-        "recorder.on_error=raise",
-        "recorder.trigger=step",  # a short clip every 10 steps: the next one fails soon
-        "recorder.every=10",
-        "recorder.length_frames=3",
-        "checkpoint_every=100",  # no periodic checkpoint: last.pt is the error's
-    ]
+    args = [*RESUMABLE, f"hydra.run.dir={run_dir}", f"recorder.dir={clips}"]
+    # a short clip every 10 steps: the next one fails soon; no periodic checkpoint: last.pt is
+    # the error's
+    args += ["recorder.on_error=raise", "recorder.trigger=step", "recorder.every=10"]
+    args += ["recorder.length_frames=3", "checkpoint_every=100"]
     failed = _drive(tmp_path, f"block:{clips}", "rollout", str(3 * NUM_STEPS + 5), args)
     out = failed.stdout + failed.stderr
     assert failed.returncode == 1, out

@@ -64,18 +64,9 @@ class Runner:
     def _build(self):
         cfg, on_clip, device, main = self.cfg, self._on_clip, self.device, self.rank == 0
         if not cfg.eval_only:
-            rec, videos = cfg.recorder if main else None, str(RunDir(self.run_dir).videos("train"))
-            self.train_env = make_env_stack(
-                cfg.env,
-                cfg.sim,
-                cfg.env.num_envs,
-                self.env_seed,
-                rec,
-                videos,
-                "train",
-                on_clip,
-                device,
-            ).env
+            rec = cfg.recorder if main else None
+            args = cfg.env.num_envs, self.env_seed, rec, str(RunDir(self.run_dir).videos("train"))
+            self.train_env = make_env_stack(cfg.env, cfg.sim, *args, "train", on_clip, device).env
         if main and (cfg.eval_env.enabled or cfg.eval_only):
             ev = Evaluator(
                 cfg.env, cfg.sim, cfg.eval_env, self.run_dir, on_clip=on_clip, device=device

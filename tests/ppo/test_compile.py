@@ -8,7 +8,6 @@ from torch._dynamo.utils import counters
 
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.ppo.agent import ActorCritic
 from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO
 from rlrec.train import resume as resume_module
@@ -106,38 +105,6 @@ def test_the_rollout_policy_step_is_one_graph_without_breaks(action_space):
         mb = (nobs, *ppo.agent.act_with_noise(nobs, noise)[:1], torch.zeros(4), torch.zeros(4))
         explain = torch._dynamo.explain(ppo._loss_eager)(*mb, torch.ones(4), torch.ones(4), 0.2)
     assert explain.graph_break_count == 0 and explain.graph_count == 1, explain.break_reasons
-
-
-def test_noise_driven_samples_follow_the_policy_distribution():
-    """``act_with_noise`` (the compiled path's sampler) draws from the same distributions as
-    ``action``: the Gaussian head the very numbers of ``Normal.sample`` for the same draw, the
-    categorical head (Gumbel-max) the softmax probabilities, with consistent log-probabilities."""
-    gauss = ActorCritic(
-        gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [16], "tanh", -0.5
-    )
-    obs = torch.randn(5, 6)
-    torch.manual_seed(3)
-    a_ref = gauss.action(obs)
-    lp_ref, _, v_ref = gauss.evaluate(obs, a_ref)
-    torch.manual_seed(3)
-    a, lp, v = gauss.act_with_noise(obs, torch.randn(gauss.noise_shape(5)))
-    torch.testing.assert_close(a, a_ref, rtol=0, atol=1e-6)
-    torch.testing.assert_close(lp, lp_ref, rtol=0, atol=1e-5)
-    torch.testing.assert_close(v, v_ref)
-
-    cat = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), [16])
-    with torch.no_grad():
-        cat.actor[-1].bias.copy_(torch.tensor([1.0, 0.0, -1.0]))  # unequal probabilities
-    one = torch.randn(1, 4).expand(20000, 4)
-    g = torch.Generator().manual_seed(0)
-    action, logp, _ = cat.act_with_noise(one, torch.rand(cat.noise_shape(20000), generator=g))
-    probs = cat.distribution(one[:1]).probs[0]
-    freq = torch.bincount(action, minlength=3).float() / 20000
-    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
-    torch.testing.assert_close(logp, probs.log()[action])
-    # the extremes of the uniform draw give finite Gumbel noise
-    edges = torch.tensor([[0.0, 1.0, 0.5]])
-    assert torch.isfinite(cat.act_with_noise(one[:1], edges)[1]).all()
 
 
 def test_checkpoints_load_across_modes():
