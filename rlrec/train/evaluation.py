@@ -10,6 +10,9 @@ episode of every eval env is also recorded as its own clip
 the rule selects are kept (all, the failed ones, the k worst or best by return):
 :mod:`rlrec.record.wrappers.episodes` owns them.
 
+:func:`run_episodes` is the loop alone (a full seeded reset, the episodes counted, a callback per
+step), for any caller that runs eval episodes as an evaluation does.
+
 Every evaluation writes one line per episode to ``eval_episodes.jsonl`` in the run dir: the step,
 the env, the seed its reset used, return, length, success, how it ended, its clip and the frames
 of that clip that show it. The lines of an evaluation are appended together once its clips are on

@@ -276,11 +276,12 @@ class RunLogger:
         """Writes the lines still waiting for their clips and, when they changed since the last
         line that carried them, the recorders' ``losses`` as the run closes (``record/...``: a
         clip lost at the final evaluation counts), as a last line of ``step``; then closes."""
-        self._closed_at = step, losses or {}
+        losses = losses or {}
+        self._closed_at = step, losses  # what the summary says
         if not self._metrics.closed:
             self.settle(wait=False)
-            if any(self._losses.get(k, 0) != v for k, v in self._closed_at[1].items()):
-                self._write({"step": int(step), **self._closed_at[1]})
+            if any(self._losses.get(k, 0) != v for k, v in losses.items()):
+                self._write({"step": int(step), **losses})
             self._metrics.close()
         # in this order: the previews of the last clips before the TensorBoard writer closes
         bar, parts = self._progress, (self._previews, self._tb, self._wandb)
