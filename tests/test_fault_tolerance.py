@@ -18,6 +18,8 @@ from rlrec.train import checkpoint as ckpt
 from tests.helpers import FAST, read_metrics, run_train, start_train, wait_for
 from tests.trainutil import BATCH, drive, runner, same_state, snapshot, steps, temporaries
 
+_temporaries = temporaries  # the name tests/test_signal_boundaries.py imports
+
 # every episode of env 0 is recorded, so a clip is being written at any moment
 RECORD_ALL = ["recorder.trigger=always", "torch_threads=1"]
 _CLIP = re.compile(r"^(train|eval)-ep(\d+)-step(\d+)(-\d+)?\.mp4$")

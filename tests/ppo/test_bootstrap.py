@@ -81,17 +81,8 @@ class GoalLine(EnvAdapter):
 def train(bootstrap_at: BootstrapAt, iterations: int = 25, seed: int = 0) -> PPO:
     torch.manual_seed(seed)
     env = AutoReset(GoalLine(16, seed=seed))
-    ppo = make_ppo(
-        env,
-        num_steps=16,
-        learning_rate=3e-3,
-        gamma=0.8,
-        gae_lambda=0.9,
-        target_kl=None,
-        norm_obs=False,
-        hidden_sizes=[32, 32],
-        bootstrap_at=bootstrap_at,
-    )
+    cfg = dict(num_steps=16, learning_rate=3e-3, gamma=0.8, gae_lambda=0.9, target_kl=None)
+    ppo = make_ppo(env, **cfg, norm_obs=False, hidden_sizes=[32, 32], bootstrap_at=bootstrap_at)
     obs = None
     for _ in range(iterations):
         obs = rollout(ppo, env, obs)

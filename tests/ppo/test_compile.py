@@ -18,17 +18,10 @@ from tests.ppo import CPU, make_ppo, rollout
 from tests.trainutil import QUIET
 
 # small: the compile of three graphs is the cost of this module (seconds once inductor's cache
-# holds them); episodes of 5 steps end inside the 8-step rollout, so time-outs are bootstrapped
-SMALL = dict(
-    num_steps=8,
-    num_minibatches=2,
-    update_epochs=2,
-    target_kl=None,
-    hidden_sizes=[16, 16],
-    learning_rate=1e-2,  # large enough for the clip range to bite in the second minibatch
-    anneal_lr=True,
-    anneal_clip=True,
-)
+# holds them); episodes of 5 steps end inside the 8-step rollout, so time-outs are bootstrapped.
+# The learning rate is large enough for the clip range to bite in the second minibatch
+SMALL = dict(num_steps=8, num_minibatches=2, update_epochs=2, target_kl=None)
+SMALL.update(hidden_sizes=[16, 16], learning_rate=1e-2, anneal_lr=True, anneal_clip=True)
 ROLLOUT = ("obs", "actions", "logprobs", "values", "rewards", "advantages", "returns")
 
 

@@ -24,13 +24,8 @@ from rlrec.train.stack import make_env_stack
 from tests.helpers import FAST, make_config, read_metrics, run_train
 from tests.record.recutil import decode_many
 
-PIXELS = [
-    "env.obs_mode=rgb_state",
-    "env.obs_width=36",
-    "env.obs_height=36",
-    "algo.encoder=cnn",
-    "env.num_envs=4",
-]
+PIXELS = ["env.obs_mode=rgb_state", "env.obs_width=36", "env.obs_height=36", "algo.encoder=cnn"]
+PIXELS += ["env.num_envs=4"]
 # 4 iterations of 4 envs x 16 steps; evaluations at steps 0, 128, 256, each with a checkpoint
 RUN = [*FAST, *PIXELS, "total_steps=256", "checkpoint_every=2"]
 RUN += ["recorder.trigger=step", "recorder.every=128"]

@@ -63,11 +63,8 @@ def test_storage_keeps_images_as_uint8():
 def test_nature_cnn_matches_ppo_rgb_and_scales_on_the_device():
     cnn = NatureCNN({"rgb": (64, 64, 3), "state": (4,)})
     convs = [m for m in cnn.cnn if isinstance(m, nn.Conv2d)]
-    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
-        (32, (8, 8), (4, 4)),
-        (64, (4, 4), (2, 2)),
-        (64, (3, 3), (1, 1)),
-    ]
+    layers = [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs]
+    assert layers == [(32, 8, 4), (64, 4, 2), (64, 3, 1)] and convs[0].kernel_size == (8, 8)
     linear = [m for m in cnn.cnn if isinstance(m, nn.Linear)][0]
     assert (linear.in_features, linear.out_features) == (64 * 4 * 4, 256)
     obs = {"rgb": torch.full((2, 64, 64, 3), 255, dtype=torch.uint8), "state": torch.zeros(2, 4)}
@@ -86,23 +83,16 @@ def test_nature_cnn_matches_ppo_rgb_and_scales_on_the_device():
 def test_state_only_models_keep_their_checkpoint_keys():
     """A checkpoint written before encoders existed loads: the MLP path adds no parameter."""
     agent = ActorCritic(gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [64, 64])
-    assert set(agent.state_dict()) == {
-        "log_std",
-        *(
-            f"{n}.{i}.{p}"
-            for n in ("actor", "critic")
-            for i in (0, 2, 4)
-            for p in ("weight", "bias")
-        ),
+    keys = {
+        f"{n}.{i}.{p}" for n in ("actor", "critic") for i in (0, 2, 4) for p in ("weight", "bias")
     }
+    assert set(agent.state_dict()) == {"log_std", *keys}
 
 
 def test_the_normaliser_sees_the_state_alone():
     norm = ObsNormalizer((4,))
-    obs = {
-        "rgb": torch.randint(0, 256, (8, 36, 36, 3), dtype=torch.uint8),
-        "state": torch.randn(8, 4) * 5 + 3,
-    }
+    rgb = torch.randint(0, 256, (8, 36, 36, 3), dtype=torch.uint8)
+    obs = {"rgb": rgb, "state": torch.randn(8, 4) * 5 + 3}
     norm.update(obs)
     out = norm(obs)
     assert out["rgb"] is obs["rgb"]
