@@ -15,16 +15,10 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.train import checkpoint as ckpt
-from rlrec.train.runner import Runner
-from tests.helpers import FAST, make_config, read_metrics
+from tests.helpers import FAST
 from tests.test_checkpoint import _payload_file, flip_tensor_bytes
-
-QUIET = [*FAST, "recorder=none", "eval_env.recorder.enabled=false"]
-
-
-def _runner(run_dir: Path, overrides) -> Runner:
-    run_dir.mkdir(exist_ok=True)
-    return Runner(make_config([*QUIET, *overrides]), run_dir)
+from tests.trainutil import runner as _runner
+from tests.trainutil import steps
 
 
 def _files(root: Path):
@@ -36,9 +30,7 @@ def test_a_run_checkpoint_loads_as_plain_data(tmp_path):
     role, the built-in env's generator, the recorders, the config) loads with
     weights_only=True."""
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    cfg = make_config([*FAST, "total_steps=256"])  # both recorders on: their states go in too
-    Runner(cfg, run_dir).run()
+    _runner(run_dir, ["total_steps=256"], base=FAST).run()  # both recorders: their states too
     data = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert {"agent", "optimizer", "obs_norm"} <= set(data["ppo"])
     for stack in ("train_env", "eval_env"):
@@ -55,12 +47,8 @@ _PATHS = {
     "eval_only": (["eval_only=true", "checkpoint={evil}"], "evil.pt", "checkpoint="),
     "resume_periodic": (["resume=auto"], "run/checkpoints/iter_000003.pt", "resume=auto"),
     "resume_last": (["resume=auto"], "run/checkpoints/last.pt", "resume=auto"),
-    "eval_only_resume": (
-        ["eval_only=true", "resume=auto"],
-        "run/checkpoints/iter_000003.pt",
-        "resume=auto",
-    ),
 }
+_PATHS["eval_only_resume"] = (["eval_only=true", "resume=auto"], *_PATHS["resume_periodic"][1:])
 
 
 @pytest.mark.parametrize("kind", ["torch", "pickle"])
@@ -99,10 +87,9 @@ def test_a_damaged_last_pt_falls_back_to_the_newest_good_checkpoint(tmp_path, ca
     err = capsys.readouterr().err
     assert f"warning: resume=auto: {last} is damaged" in err, err
     assert f"resuming from {run_dir / 'checkpoints' / 'iter_000003.pt'}" in err
-    steps = [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
     # continued from iteration 3: the line of iteration 4 (after that checkpoint) was moved
     # aside, and the resumed run wrote it again
-    assert steps == [128, 256, 384, 512, 640, 768]
+    assert steps(run_dir, "loss/policy") == [128, 256, 384, 512, 640, 768]
     moved = run_dir / "superseded" / "1-step000000384" / "metrics.jsonl"
     assert [json.loads(x)["step"] for x in moved.read_text().splitlines()] == [512, 512]
     assert ckpt.load(last)["global_step"] == 768
@@ -127,6 +114,7 @@ def test_resume_auto_stops_when_every_checkpoint_is_unusable(tmp_path, damage):
     assert msg.startswith(f"resume=auto: no checkpoint in {run_dir / 'checkpoints'} can be used")
     for p in files:
         assert str(p) in msg, (p, msg)
+    assert "duplicate steps" in msg
     # nothing was started: no duplicate steps, no file touched or added
     assert (run_dir / "metrics.jsonl").read_bytes() == metrics
     assert _files(run_dir) == before
@@ -137,12 +125,8 @@ def small_disk(tmp_path):
     """A 2 MiB tmpfs mounted at ``tmp_path/run/checkpoints`` (needs root), unmounted after."""
     mount_point = tmp_path / "run" / "checkpoints"
     mount_point.mkdir(parents=True)
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    mount = ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)]
+    proc = subprocess.run(mount, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         pytest.skip(
             f"cannot mount a small tmpfs here ({proc.stderr.strip()}); the ENOSPC path is "
@@ -176,18 +160,17 @@ def test_a_full_disk_while_checkpointing_loses_nothing_and_says_how_to_resume(sm
     assert sorted(saved) == ["iter_000001.pt", "iter_000002.pt", "last.pt"]
     filler = _fill(small_disk)
 
-    runner = _runner(run_dir, ["resume=auto", "total_steps=512", "checkpoint_every=1"])
+    resumed = ["resume=auto", "total_steps=512", "checkpoint_every=1"]
     with pytest.raises(ckpt.CheckpointWriteError) as e:
-        runner.run()
+        _runner(run_dir, resumed).run()
     msg = str(e.value)
     assert f"could not write checkpoint {small_disk / 'last.pt'}" in msg
-    assert "No space left on device (the disk is full)" in msg
-    assert "intact" in msg
+    assert "No space left on device (the disk is full)" in msg and "intact" in msg
     assert f"python train.py resume=auto hydra.run.dir={run_dir}" in msg
     # the older checkpoints are untouched and no temporary is left
     assert sorted(p.name for p in small_disk.iterdir()) == sorted([*saved, "filler"])
     assert {p.name: p.read_bytes() for p in small_disk.glob("*.pt")} == saved
 
     os.unlink(filler)  # space is freed: the run continues from its last checkpoint
-    _runner(run_dir, ["resume=auto", "total_steps=512", "checkpoint_every=1"]).run()
+    _runner(run_dir, resumed).run()
     assert ckpt.load(small_disk / "last.pt")["global_step"] == 512

@@ -4,10 +4,8 @@ parameters, and an env that returns a non-finite observation or reward, named as
 
 from __future__ import annotations
 
+import csv
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,49 +14,21 @@ import torch
 from rlrec.checks import ConfigError
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.divergence import EXIT_STATUS, Diverged, Watch
-from rlrec.train.runner import Runner
+from rlrec.train.resume import ResumePoint
 from tests import nan_env
-from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
+from tests.helpers import FAST, make_config, read_metrics, run_train
+from tests.trainutil import drive, runner, snapshot, steps
 
 QUIET = [*FAST, "recorder=none", "eval_env.enabled=false"]
-NAN_ENV = [
-    "env=gymnasium",
-    f"env.id=tests.nan_env:{nan_env.ID}",
-    "env.num_envs=4",
-    "total_steps=512",  # 8 iterations of 4 envs x 16 steps
-    "checkpoint_every=2",
-]
+# 8 iterations of 4 envs x 16 steps
+NAN_ENV = ["env=gymnasium", f"env.id=tests.nan_env:{nan_env.ID}", "env.num_envs=4"]
+NAN_ENV += ["total_steps=512", "checkpoint_every=2"]
 BATCH = 4 * 16
-
-
-def _train_steps(run_dir: Path):
-    return [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
-
-
-@pytest.mark.slow
-def test_a_diverging_run_stops_with_one_line_and_its_own_exit_status(tmp_path):
-    """What a user meets with a learning rate far too high: before, torch's "normal expects all
-    elements of std >= 0.0" from inside the next rollout, after a metrics line of nulls."""
-    run_dir = tmp_path / "run"
-    args = [*QUIET, "total_steps=512", "algo.learning_rate=1000", "algo.max_grad_norm=1e6"]
-    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
-    assert proc.returncode == EXIT_STATUS == 3, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("rlrec:")]
-    assert len(lines) == 1, proc.stderr
-    line = lines[0]
-    assert line.startswith("rlrec: diverged at iteration 1 (step 128): non-finite loss/"), line
-    assert "nothing was written from that state" in line
-    assert "no checkpoint was written before it" in line and "algo.learning_rate" in line
-    assert "Traceback" not in proc.stderr
-    # nothing of that state: no checkpoint, no metrics line
-    assert not (run_dir / "checkpoints").exists()
-    assert _train_steps(run_dir) == []
-
+LR_1000 = ["algo.learning_rate=1000", "algo.max_grad_norm=1e6"]  # far too high: diverges at once
 
 # train.py's main, then the names of the threads of rlrec still alive as the interpreter exits
 THREADS_AT_EXIT = """
-import sys, threading
-sys.path.insert(0, sys.argv.pop(1))
+import threading
 from rlrec.run.cli import main
 try:
     main()
@@ -69,33 +39,26 @@ finally:
 
 
 @pytest.mark.slow
-def test_a_diverging_run_leaves_no_thread_of_its_own_running_at_exit(tmp_path):
-    """Before: once in 24 runs the process aborted (SIGABRT, "terminate called without an active
-    exception") after the divergence line; the one thread of rlrec still running as the
-    interpreter exited was the report's warm-up import of matplotlib. With a fresh matplotlib
-    cache (MPLCONFIGDIR) that import takes seconds, and the run diverges at its first update. The
-    train recorder's encoder thread and TensorBoard's preview thread (a clip at step 0) are
-    stopped too."""
-    threads = ["report.enabled=true", "logger=tensorboard", "eval_env.enabled=false"]  # FAST: off
-    args = [*FAST, *threads, "algo.learning_rate=1000", "algo.max_grad_norm=1e6"]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            THREADS_AT_EXIT,
-            str(REPO),
-            *args,
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
-    assert "rlrec: diverged at iteration 1" in proc.stderr
+def test_a_diverging_run_stops_with_one_line_its_own_exit_status_and_no_thread_left(tmp_path):
+    """What a user meets with a learning rate far too high: before, torch's "normal expects all
+    elements of std >= 0.0" from inside the next rollout, after a metrics line of nulls. Nothing
+    of that state is written. Before, once in 24 runs the process aborted (SIGABRT) after the
+    line: the one thread of rlrec still running as the interpreter exited was the report's
+    warm-up import of matplotlib (seconds with a fresh matplotlib cache, MPLCONFIGDIR; the run
+    diverges at its first update); the train recorder's encoder thread and TensorBoard's preview
+    thread (a clip at step 0) are stopped too."""
+    run_dir = tmp_path / "run"
+    threads = ["report.enabled=true", "logger=tensorboard", "eval_env.enabled=false"]
+    args = [*FAST, *threads, *LR_1000, f"hydra.run.dir={run_dir}"]
+    proc = drive(tmp_path, THREADS_AT_EXIT, args, {"MPLCONFIGDIR": str(tmp_path / "mpl")})
+    assert proc.returncode == EXIT_STATUS == 3, proc.stdout + proc.stderr
+    (line,) = [s for s in proc.stderr.splitlines() if s.startswith("rlrec:")]
+    assert line.startswith("rlrec: diverged at iteration 1 (step 128): non-finite loss/"), line
+    assert "nothing was written from that state" in line
+    assert "no checkpoint was written before it" in line and "algo.learning_rate" in line
+    assert "Traceback" not in proc.stderr
     assert proc.stdout.splitlines()[-1] == "threads at exit: []", proc.stdout
+    assert not (run_dir / "checkpoints").exists() and steps(run_dir, "loss/policy") == []
 
 
 @pytest.mark.parametrize(
@@ -112,16 +75,10 @@ def test_an_env_that_returns_a_non_finite_value_is_named_as_the_source(
     written from that state; its last checkpoint (iteration 2) is named, and resuming from it
     once the env is fixed runs to the end."""
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    bad = [
-        "+env.kwargs.seed=4",
-        "+env.kwargs.step=40",
-        f"+env.kwargs.what={what}",
-        f"+env.kwargs.value={value}",
-        f"+env.kwargs.discrete={discrete}",
-    ]
+    bad = ["+env.kwargs.seed=4", f"+env.kwargs.what={what}", f"+env.kwargs.value={value}"]
+    bad += [f"+env.kwargs.discrete={discrete}"]
     with pytest.raises(Diverged) as e:
-        Runner(make_config([*QUIET, *NAN_ENV, *bad]), run_dir).run()
+        runner(run_dir, [*NAN_ENV, *bad, "+env.kwargs.step=40"], base=QUIET).run()
     msg = str(e.value)
     name = "observation" if what == "obs" else "reward"
     assert msg.startswith(
@@ -134,54 +91,49 @@ def test_an_env_that_returns_a_non_finite_value_is_named_as_the_source(
     # nothing from that state: the checkpoints and metrics lines of iterations 1 and 2 only
     assert sorted(p.name for p in last.parent.iterdir()) == ["iter_000002.pt", "last.pt"]
     assert ckpt.load(last)["global_step"] == 2 * BATCH
-    assert _train_steps(run_dir) == [BATCH, 2 * BATCH]
-
-    fixed = [b for b in bad if "step=" not in b]  # the env no longer goes bad
-    Runner(make_config([*QUIET, *NAN_ENV, *fixed, "resume=auto"]), run_dir).run()
-    assert _train_steps(run_dir) == [k * BATCH for k in range(1, 9)]
+    assert steps(run_dir, "loss/policy") == [BATCH, 2 * BATCH]
+    runner(run_dir, [*NAN_ENV, *bad, "resume=auto"], base=QUIET).run()  # the env fixed
+    assert steps(run_dir, "loss/policy") == [k * BATCH for k in range(1, 9)]
     final = ckpt.load(last)
     assert final["global_step"] == 8 * BATCH
     assert all(torch.isfinite(v).all() for v in final["ppo"]["agent"].values())
 
 
 # ---------------------------------------------------------------------- the check itself
-def _watch(tmp_path, num_envs=4, num_steps=3) -> Watch:
-    return Watch(num_steps, num_envs, torch.device("cpu"), tmp_path)
-
-
-FINITE = {"loss/policy": 0.1, "loss/value": 1.0, "loss/entropy": 1.4, "loss/approx_kl": 0.0}
+FINITE = {"loss/policy": 0.1, "loss/value": 1.0, "loss/entropy": 1.4, "train/grad_norm": 1.0}
+CALM = {**FINITE, "loss/approx_kl": 0.01}
 
 
 def _params(**bad):
-    return [(name, torch.full((2, 2), bad.get(name.replace(".", "_"), 1.0))) for name in
-            ("actor.0.weight", "critic.0.weight", "log_std")]  # fmt: skip
+    names = ("actor.0.weight", "critic.0.weight", "log_std")
+    return [(n, torch.full((2, 2), bad.get(n.replace(".", "_"), 1.0))) for n in names]
 
 
-def _rollout(watch: Watch, num_steps: int, num_envs: int, bad=None):
-    with watch.rollout(torch.zeros(num_envs, 3), "iteration 1"):
-        for t in range(num_steps):
-            obs, reward = torch.zeros(num_envs, 3), torch.zeros(num_envs)
-            info = {}
-            if bad is not None and bad[0] == t:
-                kind, env = bad[1], bad[2]
-                if kind == "obs":
-                    obs[env, 1] = math.nan
-                elif kind == "reward":
-                    reward[env] = math.inf
-                else:  # the final observation of an episode that ended at this step
-                    done = torch.zeros(num_envs, dtype=torch.bool)
-                    done[env] = True
-                    final = torch.zeros(num_envs, 3)  # AutoReset's: the others' returned obs
-                    final[env, 0] = -math.inf
-                    info = {"_final": done, "final_obs": final}
+def _watch(tmp_path, last=lambda: None) -> Watch:
+    return Watch(3, 4, torch.device("cpu"), tmp_path, last)
+
+
+def _update(watch: Watch, losses=CALM, at="iteration 1", bad=None, params=None):
+    """A rollout of 3 steps of 4 envs (``bad``: at step ``t`` env ``e`` returns a non-finite
+    ``kind``, ``(t, kind, e)``) and the check of its update's ``losses``."""
+    with watch.rollout(torch.zeros(4, 3), at):
+        for t in range(3):
+            obs, reward, info = torch.zeros(4, 3), torch.zeros(4), {}
+            kind, env = bad[1:] if bad and bad[0] == t else (None, None)
+            if kind == "obs":
+                obs[env, 1] = math.nan
+            elif kind == "reward":
+                reward[env] = math.inf
+            elif kind == "final":  # the final observation of an episode that ended at this step
+                final = torch.zeros(4, 3)  # AutoReset's: the others' returned obs
+                final[env, 0] = -math.inf
+                info = {"_final": torch.arange(4) == env, "final_obs": final}
             watch.step(obs, reward, info)
+    watch.check(losses, _params(**(params or {})), at)
 
 
 def test_a_finite_update_passes(tmp_path):
-    watch = _watch(tmp_path)
-    _rollout(watch, 3, 4)
-    watch.check({**FINITE, "train/grad_norm": 3.0, "loss/explained_variance": math.nan},
-                _params(), "iteration 1 (step 12)")  # fmt: skip
+    _update(_watch(tmp_path), {**FINITE, "loss/explained_variance": math.nan})
 
 
 @pytest.mark.parametrize(
@@ -195,10 +147,8 @@ def test_a_finite_update_passes(tmp_path):
 def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
     tmp_path, losses, params, named
 ):
-    watch = _watch(tmp_path)
-    _rollout(watch, 3, 4)
     with pytest.raises(Diverged) as e:
-        watch.check({**FINITE, "train/grad_norm": 1.0, **losses}, _params(**params), "iteration 5")
+        _update(_watch(tmp_path), {**FINITE, **losses}, "iteration 5", params=params)
     assert str(e.value).startswith(f"rlrec: diverged at iteration 5: {named}"), str(e.value)
     assert "no checkpoint was written before it" in str(e.value)
 
@@ -213,12 +163,11 @@ def test_the_first_non_finite_loss_gradient_norm_or_parameter_is_named(
 )
 def test_the_env_is_named_with_its_index_and_what_it_returned(tmp_path, bad, named):
     last = (str(tmp_path / "checkpoints" / "last.pt"), 96, True, "iter_000008.pt")
-    watch = Watch(3, 4, torch.device("cpu"), tmp_path, last=lambda: last)
-    _rollout(watch, 3, 4, bad)
+    losses = {**FINITE, "loss/value": math.nan}
     # the parameters went non-finite too (a NaN observation poisons the normaliser): the env is
     # the source, and it is what the line names
     with pytest.raises(Diverged) as e:
-        watch.check({**FINITE, "loss/value": math.nan}, _params(log_std=math.nan), "iteration 9")
+        _update(_watch(tmp_path, lambda: last), losses, "iteration 9", bad, {"log_std": math.nan})
     msg = str(e.value)
     assert msg.startswith(f"rlrec: diverged at iteration 9: {named} (the env is the source)"), msg
     assert f"last finite checkpoint {tmp_path / 'checkpoints' / 'last.pt'} (step 96)" in msg
@@ -249,17 +198,15 @@ def test_every_rank_stops_at_the_same_iteration_and_rank_0_names_the_env(tmp_pat
     assert "Traceback" not in _log(logs, 0) + _log(logs, 1)
     saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert saved["global_step"] == 2 * batch and saved["world_size"] == 2
-    assert _train_steps(run_dir) == [batch, 2 * batch]
+    assert steps(run_dir, "loss/policy") == [batch, 2 * batch]
 
 
 @pytest.mark.slow
 def test_a_diverging_sweep_job_fails_alone_with_its_line(tmp_path):
-    import csv
-
     sweep_dir = tmp_path / "sweep"
     args = ["-m", "algo.learning_rate=1000,3e-4", "algo.max_grad_norm=1e6", *QUIET]
-    proc = run_train([*args, "total_steps=256", f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path,
-                     check=False)  # fmt: skip
+    args += ["total_steps=256", f"hydra.sweep.dir={sweep_dir}"]
+    proc = run_train(args, cwd=tmp_path, check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a job failed
     with open(sweep_dir / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -291,9 +238,9 @@ BLOWUP = [*QUIET, "checkpoint_every=1", "checkpoint_keep=2", "algo.max_grad_norm
 
 
 def _line(proc) -> str:
-    lines = [s for s in proc.stderr.splitlines() if s.startswith("rlrec: diverged")]
-    assert len(lines) == 1, proc.stdout + proc.stderr
-    return lines[0]
+    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
+    (line,) = [s for s in proc.stderr.splitlines() if s.startswith("rlrec: diverged")]
+    return line
 
 
 @pytest.mark.slow
@@ -309,9 +256,7 @@ def test_a_blow_up_names_the_checkpoint_before_it_and_the_printed_advice_reaches
     run_train([*BLOWUP, "total_steps=512", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     command = [*BLOWUP, "total_steps=4096", "algo.learning_rate=30", "resume=auto"]
     command += [f"hydra.run.dir={run_dir}"]
-    proc = run_train(command, cwd=tmp_path, check=False)
-    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
-    line = _line(proc)
+    line = _line(run_train(command, cwd=tmp_path, check=False))
     before = run_dir / "checkpoints" / "iter_000004.pt"
     assert "the blow-up began at iteration 5 (step 640) with loss/approx_kl" in line, line
     assert f"the checkpoint before it is {before} (step 512)" in line, line
@@ -320,18 +265,13 @@ def test_a_blow_up_names_the_checkpoint_before_it_and_the_printed_advice_reaches
     assert len(list(before.parent.glob("iter_*.pt"))) == 3
 
     advice = line.split("the same command + ")[1].split()
-    assert advice == [
-        "resume=null",
-        f"checkpoint={before}",
-        f"hydra.run.dir={run_dir}-from-step512",
-    ]
-    run_train([*command, *advice, "algo.learning_rate=0.0003"], cwd=tmp_path)
     new_dir = Path(f"{run_dir}-from-step512")
+    assert advice == ["resume=null", f"checkpoint={before}", f"hydra.run.dir={new_dir}"]
+    run_train([*command, *advice, "algo.learning_rate=0.0003"], cwd=tmp_path)
     final = ckpt.load(new_dir / "checkpoints" / "last.pt")
     assert final["global_step"] == 4096
-    params = final["ppo"]["agent"]
-    assert all(torch.isfinite(v).all() for v in params.values())
-    assert float(params["log_std"].abs().max()) < 0.5  # a sane policy: std near its start, 1
+    assert all(torch.isfinite(v).all() for v in final["ppo"]["agent"].values())
+    assert float(final["ppo"]["agent"]["log_std"].abs().max()) < 0.5  # a sane policy: std ~1
     kls = [m["loss/approx_kl"] for m in read_metrics(new_dir) if "loss/approx_kl" in m]
     assert len(kls) == 28 and max(kls) < 0.1, kls
 
@@ -356,9 +296,7 @@ def test_a_blow_up_from_the_first_update_names_no_checkpoint(tmp_path):
     ruined ones of the iterations before the non-finite one were written."""
     run_dir = tmp_path / "run"
     args = [*BLOWUP, "total_steps=4096", "algo.learning_rate=30", f"hydra.run.dir={run_dir}"]
-    proc = run_train(args, cwd=tmp_path, check=False)
-    assert proc.returncode == EXIT_STATUS, proc.stdout + proc.stderr
-    line = _line(proc)
+    line = _line(run_train(args, cwd=tmp_path, check=False))
     assert "the blow-up began at iteration 1 (step 128) with loss/approx_kl" in line, line
     assert "no checkpoint was written before it; to start again with other settings" in line
     assert "checkpoint=" not in line and "resume=auto" not in line
@@ -368,7 +306,7 @@ def test_a_blow_up_from_the_first_update_names_no_checkpoint(tmp_path):
     last = run_dir / "checkpoints" / "last.pt"
     assert ckpt.load(last)["global_step"] == 128
     assert ckpt.load(last)["blowup"].startswith("iteration 1 (step 128) with loss/approx_kl")
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
+    before = snapshot(run_dir)
     sane = [*BLOWUP, "total_steps=4096", "algo.learning_rate=0.0003"]
     proc = run_train([*sane, "resume=auto", f"hydra.run.dir={run_dir}"], cwd=tmp_path, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -378,14 +316,12 @@ def test_a_blow_up_from_the_first_update_names_no_checkpoint(tmp_path):
     ) in proc.stderr, proc.stderr
     assert "the same command in a new run dir" in proc.stderr
     assert "diverged" not in proc.stderr and "last finite checkpoint" not in proc.stderr
-    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
-    assert {p: b for p, b in after.items() if ".hydra" not in p.parts} == {
-        p: b for p, b in before.items() if ".hydra" not in p.parts
-    }
+    assert snapshot(run_dir) == before
     # and so is training from it by name (evaluating it is not)
     new_dir = tmp_path / "new"
-    args = [*sane, f"checkpoint={last}", f"hydra.run.dir={new_dir}"]
-    proc = run_train(args, cwd=tmp_path, check=False)
+    proc = run_train(
+        [*sane, f"checkpoint={last}", f"hydra.run.dir={new_dir}"], cwd=tmp_path, check=False
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"checkpoint={last} was written after the blow-up that began at" in proc.stderr
     assert "none from before it is beside it" in proc.stderr
@@ -403,30 +339,26 @@ def test_a_spike_the_run_survives_does_not_stop_it(tmp_path):
     out = proc.stdout + proc.stderr
     assert "rlrec: iteration 6 (step 384): loss/value" in out, out
     assert "came back into range after the spike at iteration 6 (step 384)" in out
-    assert _train_steps(run_dir) == [k * BATCH for k in range(1, 17)]
+    assert steps(run_dir, "loss/policy") == [k * BATCH for k in range(1, 17)]
     assert "diverged" not in out
 
 
-def test_the_checkpoint_before_a_spike_is_protected_until_the_run_settles(tmp_path):
+def test_a_spike_protects_the_checkpoint_before_it_until_the_run_settles(tmp_path):
+    """A finite update far out of range (a value loss 5000 times the largest before) begins a
+    blow-up: the checkpoint before it is protected until three updates are back in range; the
+    KL limit holds from the first update on, while the window of recent values is still too
+    short for the relative limits."""
     saved = []  # what the resume point would say: the last checkpoint written
-    watch = Watch(3, 4, torch.device("cpu"), tmp_path, lambda: saved[-1] if saved else None)
-    calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
-    for i in range(1, 5):
-        _rollout(watch, 3, 4)
-        watch.check(calm, _params(), f"iteration {i}")
+    watch = _watch(tmp_path, lambda: saved[-1] if saved else None)
+    for i in range(1, 9):
+        _update(watch, {**CALM, "loss/value": 5e3} if i == 5 else CALM, f"iteration {i}")
+        assert watch.protected == ("iter_000004.pt" if 5 <= i < 8 else None), i
         saved.append((str(tmp_path / "last.pt"), i * 12, True, str(tmp_path / f"iter_00000{i}.pt")))
-    assert watch.protected is None
-    _rollout(watch, 3, 4)
-    watch.check({**calm, "loss/value": 5e3}, _params(), "iteration 5")  # finite: no stop
-    assert watch.protected == "iter_000004.pt"
-    for i in range(6, 8):
-        _rollout(watch, 3, 4)
-        watch.check(calm, _params(), f"iteration {i}")
-        saved.append((str(tmp_path / "last.pt"), i * 12, True, str(tmp_path / f"iter_00000{i}.pt")))
-        assert watch.protected == "iter_000004.pt"  # two updates back in range: not yet
-    _rollout(watch, 3, 4)
-    watch.check(calm, _params(), "iteration 8")
-    assert watch.protected is None  # three: the run survived the spike
+    fresh = _watch(tmp_path)
+    _update(fresh)
+    assert fresh.blowup is None
+    _update(fresh, {**CALM, "loss/approx_kl": 5.0}, "iteration 2")
+    assert fresh.blowup is not None and fresh.blowup[0] == "iteration 2"
 
 
 @pytest.mark.parametrize("periodic", [True, False], ids=["periodic", "last.pt-only"])
@@ -437,16 +369,11 @@ def test_a_checkpoint_written_during_a_blow_up_is_never_the_one_to_continue_from
     into range after 3 calm updates), then a non-finite update: the one of iteration 5 says it
     was written during the blow-up, resume=auto passes over it, and the line names the newest one
     from before it, never it. With last.pt alone, iteration 5's wrote over iteration 4's."""
-    from rlrec.train.resume import ResumePoint
-
     state = {"global_step": 0, "iteration": 0, "blowup": None}
     point = ResumePoint(lambda: dict(state), tmp_path, make_config(["checkpoint_every=1"]))
-    watch = Watch(3, 4, torch.device("cpu"), tmp_path, lambda: point.last)
-    calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
+    watch = _watch(tmp_path, lambda: point.last)
     for i in range(1, 10):
-        _rollout(watch, 3, 4)
-        spike = {"loss/value": 5e3} if i == 5 else {}
-        watch.check({**calm, **spike}, _params(), f"iteration {i}")
+        _update(watch, {**CALM, "loss/value": 5e3} if i == 5 else CALM, f"iteration {i}")
         state.update(global_step=12 * i, iteration=i, blowup=watch.under_way)
         if i in (4, 5):
             point.save(i if periodic else None)
@@ -455,9 +382,8 @@ def test_a_checkpoint_written_during_a_blow_up_is_never_the_one_to_continue_from
         "iteration 5 with loss/value 5e+03 (up to 1 before)"
     )
     assert watch.blowup is None  # iterations 6, 7 and 8 were back in range
-    _rollout(watch, 3, 4)
     with pytest.raises(Diverged) as e:
-        watch.check({**calm, "loss/value": math.nan}, _params(), "iteration 10")
+        _update(watch, {**CALM, "loss/value": math.nan}, "iteration 10")
     msg = str(e.value)
     assert str(checkpoints / "last.pt") not in msg, msg
     if periodic:
@@ -470,33 +396,14 @@ def test_a_checkpoint_written_during_a_blow_up_is_never_the_one_to_continue_from
 
 
 def test_retention_keeps_the_protected_checkpoint(tmp_path):
-    from rlrec.train.resume import ResumePoint
-    from tests.helpers import make_config
-
-    cfg = make_config(["checkpoint_keep=2"])
-    state = {"global_step": 0, "iteration": 0}
+    """checkpoint_keep=2 keeps the checkpoint a blow-up protects beside the newest two, and
+    removes it once it is no longer protected."""
+    cfg, state = make_config(["checkpoint_keep=2"]), {"global_step": 0, "iteration": 0}
     protected = ["iter_000002.pt"]
-    point = ResumePoint(lambda: state, tmp_path, cfg, protect=lambda: protected[0])
-    for i in range(1, 6):
-        protected[0] = "iter_000002.pt" if i < 5 else None
-        point.save(i)
-    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    assert names == ["iter_000004.pt", "iter_000005.pt", "last.pt"]
-    point = ResumePoint(lambda: state, tmp_path / "b", cfg, protect=lambda: "iter_000002.pt")
-    for i in range(1, 5):
-        point.save(i)
-    names = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
-    assert names == ["iter_000002.pt", "iter_000003.pt", "iter_000004.pt", "last.pt"]
-
-
-def test_an_update_that_moves_the_policy_by_nats_begins_a_blow_up_before_any_history(tmp_path):
-    """The KL limit holds from the first update on, also while the window of recent values is
-    still too short for the relative limits (updates 2 and 3)."""
-    watch = _watch(tmp_path)
-    calm = {**FINITE, "train/grad_norm": 1.0, "loss/approx_kl": 0.01}
-    _rollout(watch, 3, 4)
-    watch.check(calm, _params(), "iteration 1")
-    assert watch.blowup is None
-    _rollout(watch, 3, 4)
-    watch.check({**calm, "loss/approx_kl": 5.0}, _params(), "iteration 2")
-    assert watch.blowup is not None and watch.blowup[0] == "iteration 2"
+    for run_dir, last, kept in ((tmp_path / "a", 5, (4, 5)), (tmp_path / "b", 4, (2, 3, 4))):
+        point = ResumePoint(lambda: state, run_dir, cfg, protect=lambda: protected[0])
+        for i in range(1, last + 1):
+            protected[0] = None if run_dir.name == "a" and i == 5 else "iter_000002.pt"
+            point.save(i)
+        names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+        assert names == [*(f"iter_{k:06d}.pt" for k in kept), "last.pt"]

@@ -7,20 +7,19 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import imageio_ffmpeg
-import numpy as np
 import pytest
 import torch
 
 from rlrec.train import checkpoint as ckpt
-from tests.helpers import FAST, REPO, read_metrics, run_train, start_train, wait_for
+from tests.helpers import FAST, read_metrics, run_train, start_train, wait_for
+from tests.trainutil import BATCH, drive, runner, same_state, snapshot, steps, temporaries
 
-BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
+_temporaries = temporaries  # the name tests/test_signal_boundaries.py imports
+
 # every episode of env 0 is recorded, so a clip is being written at any moment
 RECORD_ALL = ["recorder.trigger=always", "torch_threads=1"]
 _CLIP = re.compile(r"^(train|eval)-ep(\d+)-step(\d+)(-\d+)?\.mp4$")
@@ -43,14 +42,6 @@ def _parsed(line: str):
         return None
 
 
-def _temporaries(run_dir: Path):
-    return sorted(
-        str(p.relative_to(run_dir))
-        for p in run_dir.rglob(".*")
-        if p.is_file() and (p.name.endswith(".part") or p.name.endswith(".tmp"))
-    )
-
-
 def _clips(run_dir: Path, kind: str):
     return sorted((run_dir / "videos" / kind).glob("*.mp4"))
 
@@ -69,25 +60,15 @@ def _assert_checkpoints_load(run_dir: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     total = 24 * BATCH
-    common = [
-        *FAST,
-        *RECORD_ALL,
-        f"total_steps={total}",
-        "checkpoint_every=4",
-        "algo.anneal_lr=true",
-    ]
+    common = [*FAST, *RECORD_ALL, f"total_steps={total}", "checkpoint_every=4"]
+    common += ["algo.anneal_lr=true"]
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "run"
     # the uninterrupted reference runs alongside the run that gets killed
     reference = start_train([*common, f"hydra.run.dir={ref_dir}"], tmp_path)
     victim = start_train([*common, f"hydra.run.dir={run_dir}"], tmp_path)
     # kill once two periodic checkpoints exist and the run is part-way into the next iterations
-    wait_for(
-        lambda: (
-            (run_dir / "checkpoints" / "iter_000008.pt").exists()
-            and len(_train_steps(run_dir)) >= 10
-        ),
-        victim,
-    )
+    periodic = run_dir / "checkpoints" / "iter_000008.pt"
+    wait_for(lambda: periodic.exists() and len(_train_steps(run_dir)) >= 10, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL
@@ -99,7 +80,7 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     assert 8 * BATCH <= resumed_from <= killed_at
     saved_rec = saved["train_env"]["recorder"]
     clips_before = {p.name for p in _clips(run_dir, "train")}
-    stale = _temporaries(run_dir)  # usually the clip being encoded when the kill came
+    stale = temporaries(run_dir)  # usually the clip being encoded when the kill came
 
     proc = run_train([*common, "resume=auto", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
@@ -144,7 +125,7 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
     assert _lines(run_dir) == ref_lines
 
     # no corrupt or half-written file is left: every checkpoint loads, every clip decodes
-    assert _temporaries(run_dir) == [], f"left over (killed run's were {stale})"
+    assert temporaries(run_dir) == [], f"left over (killed run's were {stale})"
     _assert_checkpoints_load(run_dir)
     _assert_videos_decode(run_dir)
 
@@ -154,13 +135,8 @@ def test_sigkill_then_resume_continues_to_the_total(tmp_path):
 def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, signame):
     run_dir = tmp_path / "run"
     # a run far too long to end by itself; no periodic checkpoints, so last.pt is the signal's
-    args = [
-        *FAST,
-        *RECORD_ALL,
-        "total_steps=100000000",
-        "checkpoint_every=100000",
-        f"hydra.run.dir={run_dir}",
-    ]
+    args = [*FAST, *RECORD_ALL, "total_steps=100000000", "checkpoint_every=100000"]
+    args += [f"hydra.run.dir={run_dir}"]
     proc = start_train(args, tmp_path)
     wait_for(lambda: len(_train_steps(run_dir)) >= 4 and _clips(run_dir, "train"), proc)
     t0 = time.monotonic()
@@ -181,7 +157,7 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
     assert len(last) == 1, [p.name for p in _clips(run_dir, "train")]
     frames, _ = imageio_ffmpeg.count_frames_and_secs(str(last[0]))
     assert 1 <= frames <= 101
-    assert _temporaries(run_dir) == []
+    assert temporaries(run_dir) == []
     _assert_videos_decode(run_dir)
 
 
@@ -199,24 +175,24 @@ def test_resume_removes_only_other_processes_temporaries(tmp_path):
         "checkpoints/last.pt": False,
         f"elsewhere/.x.{dead}.tmp": False,  # outside checkpoints/ and videos/
     }
-    for name in names:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"x")
-    removed = remove_stale_temporaries(tmp_path)
-    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(
-        n for n, gone in names.items() if gone
-    )
-    for name, gone in names.items():
-        assert (tmp_path / name).exists() != gone, name
+    paths = {tmp_path / name: gone for name, gone in names.items()}  # the file: whether it goes
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    assert set(remove_stale_temporaries(tmp_path)) == {p for p, gone in paths.items() if gone}
+    assert [p for p, gone in paths.items() if p.exists() == gone] == []
 
 
 # ---------------------------------------------------------------------- stop, then resume=auto
 # train.py's main with one action at an exact moment of the run, so that each test stops the run
 # where it means to: a real signal sent to the process (the handler, the stop flag and the
-# checkpoint are the real ones), or the recorder's directory replaced by a file (block:DIR).
+# checkpoint are the real ones), the recorder's directory replaced by a file (block:DIR), or the
+# run dir's file system turned read-only for eval_episodes.jsonl (erofs: opening it for writing
+# fails as the kernel does).
 #   driver.py ACTION rollout CALL  overrides...   before the CALL-th collection step of the run
 #   driver.py ACTION eval N:STEP   overrides...   before step STEP of the N-th evaluation
 _DRIVER = """
+import errno
 import os
 import signal
 import sys
@@ -235,6 +211,15 @@ def fire():
         os.rename(path, path + ".moved")
         with open(path, "w") as f:
             f.write("not a directory")
+    elif action == "erofs":
+        real_open = os.open
+
+        def read_only(path, flags, *args, **kwargs):
+            if str(path).endswith("eval_episodes.jsonl") and flags & (os.O_WRONLY | os.O_RDWR):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            return real_open(path, flags, *args, **kwargs)
+
+        os.open = read_only
     else:
         os.kill(os.getpid(), getattr(signal, action))
 
@@ -282,44 +267,8 @@ RESUMABLE = [*FAST, f"total_steps={TOTAL}", "checkpoint_every=4"]
 _VOLATILE = ("time/", "sps/", "record/")
 
 
-def _drive(tmp_path: Path, action: str, where: str, at: str, args) -> subprocess.CompletedProcess:
-    driver = tmp_path / "driver.py"
-    driver.write_text(_DRIVER)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, str(driver), action, where, at, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def _differences(a, b, where: str = "") -> list:
-    """Where two checkpoint entries differ (tensors bit for bit)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        same = (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.dtype == b.dtype
-            and torch.equal(a, b)
-        )
-        return [] if same else [where]
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return [] if type(a) is type(b) and np.array_equal(a, b) else [where]
-    if isinstance(a, dict) and isinstance(b, dict):
-        if set(a) != set(b):
-            return [f"{where} keys {sorted(set(a) ^ set(b))}"]
-        return [d for k in a for d in _differences(a[k], b[k], f"{where}.{k}")]
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if len(a) != len(b):
-            return [f"{where} length"]
-        return [
-            d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{where}[{i}]")
-        ]
-    return [] if type(a) is type(b) and a == b else [f"{where}: {a!r} != {b!r}"]
+def _drive(tmp_path: Path, action: str, where: str, at: str, args):
+    return drive(tmp_path, _DRIVER, [action, where, at, *args])
 
 
 def _lines(run_dir: Path, clips: bool = True):
@@ -360,25 +309,25 @@ def _assert_same_run(reference: Path, run_dir: Path) -> None:
     ref = ckpt.load(reference / "checkpoints" / "last.pt")
     ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert ours["global_step"] == ref["global_step"] == TOTAL
-    diffs = []
-    # parameters, optimizer, observation normaliser; every RNG stream; the next observation
-    for key in ("ppo", "rng", "next_obs", "iteration"):
-        diffs += _differences(ref[key], ours[key], key)
+    # parameters, optimizer, observation normaliser; every RNG stream; the next observation;
     # both env stacks: simulator and episode accumulators, and the recorder's counters and
     # schedule (clips_saved may differ by the clip that was cut, as after a SIGKILL)
-    for stack in ("train_env", "eval_env"):
-        for role in ("adapter", "autoreset", "recorder"):
-            a, b = ref[stack][role], ours[stack][role]
-            if role == "recorder":
-                a, b = ({k: v for k, v in s.items() if k != "clips_saved"} for s in (a, b))
-            diffs += _differences(a, b, f"{stack}.{role}")
+    keys = ("ppo", "rng", "next_obs", "iteration")
+    diffs = same_state(ref, ours, keys, ("adapter", "autoreset", "recorder"))
     assert not diffs, diffs
     # every train, eval and clip line, once, with the same values (clip names included)
     assert _lines(run_dir) == _lines(reference)
     # the same clips and sidecars under the same names: none renamed, none left over
     assert _files(run_dir) == _files(reference)
-    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
-    assert evals == [0, 2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL]
+    assert steps(run_dir) == [0, 2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL]
+
+
+def _assert_resuming_again_changes_nothing(args, tmp_path: Path, run_dir: Path) -> None:
+    """Resumed again, the run that ended changes nothing and appends nothing."""
+    before = snapshot(run_dir)
+    again = run_train([*args, "resume=auto"], cwd=tmp_path)
+    assert "done already" in again.stdout, again.stdout
+    assert snapshot(run_dir) == before
 
 
 @pytest.mark.slow
@@ -394,12 +343,7 @@ def _assert_same_run(reference: Path, run_dir: Path) -> None:
         # mid-evaluation: the final one
         ("SIGINT", "eval", "5:10", TOTAL, True),
     ],
-    ids=[
-        "SIGTERM-mid-rollout",
-        "SIGINT-rollout-after-eval",
-        "SIGTERM-mid-eval",
-        "SIGINT-final-eval",
-    ],
+    ids=["SIGTERM-mid-rollout", "SIGINT-rollout-after-eval", "SIGTERM-mid-eval", "SIGINT-final"],
 )
 def test_stop_then_resume_equals_the_uninterrupted_run(
     tmp_path, uninterrupted_resumable, signame, where, at, saved_step, eval_due
@@ -415,9 +359,8 @@ def test_stop_then_resume_equals_the_uninterrupted_run(
     assert saved["global_step"] == saved_step == max(_train_steps(run_dir))
     assert bool(saved.get("eval_due")) is eval_due
     # every evaluation before it has its line; a cut one has none (fewer episodes than asked)
-    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
     done = [s for s in (0, 2 * BATCH, 4 * BATCH, 6 * BATCH, TOTAL) if s <= saved_step]
-    assert evals == (done[:-1] if eval_due else done)
+    assert steps(run_dir) == (done[:-1] if eval_due else done)
 
     # the stop is a line of its own, at the step of its checkpoint
     stop = {"step": saved_step, "event": "stop", "signal": int(getattr(signal, signame))}
@@ -427,7 +370,7 @@ def test_stop_then_resume_equals_the_uninterrupted_run(
     resumed = run_train([*args, "resume=auto"], cwd=tmp_path)
     assert "done" in resumed.stdout
     _assert_same_run(uninterrupted_resumable, run_dir)
-    assert _temporaries(run_dir) == []
+    assert temporaries(run_dir) == []
     _assert_checkpoints_load(run_dir)
     # what the stopped run wrote after its checkpoint was moved aside, not deleted, and said so
     moved = _events(run_dir)[1]["moved"]
@@ -440,17 +383,7 @@ def test_stop_then_resume_equals_the_uninterrupted_run(
         kept = {str(p.relative_to(run_dir / moved)) for p in (run_dir / moved).rglob("*.*")}
         assert after <= kept
 
-    # resumed again, the run that ended changes nothing and appends nothing
-    before = {
-        p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and ".hydra" not in p.parts
-    }
-    again = run_train([*args, "resume=auto"], cwd=tmp_path)
-    assert "done already" in again.stdout, again.stdout
-    after_again = {
-        p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and ".hydra" not in p.parts
-    }
-    assert {str(p) for p in after_again} - {str(p) for p in before} <= {str(run_dir / "train.log")}
-    assert all(after_again[p] == b for p, b in before.items() if p.name != "train.log")
+    _assert_resuming_again_changes_nothing(args, tmp_path, run_dir)
 
 
 @pytest.mark.slow
@@ -476,8 +409,11 @@ def test_a_kill_before_the_first_checkpoint_then_resume_equals_the_uninterrupted
     assert _events(run_dir) == [{"step": 0, "event": "resume", "from": None, "moved": moved}]
     assert (run_dir / moved / "metrics.jsonl").read_text() == first
     assert (run_dir / moved / "videos" / "eval").is_dir()
-    assert not [p for p in run_dir.rglob("*.mp4") if re.search(r"-\d+\.mp4$", p.name)
-                and "-env" not in p.name and "superseded" not in p.parts]  # fmt: skip
+    assert not [
+        p
+        for p in run_dir.rglob("*.mp4")
+        if re.search(r"-\d+\.mp4$", p.name) and "-env" not in p.name and "superseded" not in p.parts
+    ]
 
 
 def _eval_episodes(run_dir: Path):
@@ -514,15 +450,9 @@ def test_a_kill_during_the_final_evaluation_then_resume_equals_the_uninterrupted
     _assert_same_run(reference, run_dir)
     assert _eval_episodes(run_dir) == _eval_episodes(reference)
     assert f"videos/eval/eval-step{TOTAL:09d}.mp4" in _files(run_dir)
-    assert _temporaries(run_dir) == []
+    assert temporaries(run_dir) == []
 
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
-    again = run_train([*args, "resume=auto"], cwd=tmp_path)
-    assert "done already" in again.stdout, again.stdout
-    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".log"}
-    assert {p: b for p, b in after.items() if ".hydra" not in p.parts} == {
-        p: b for p, b in before.items() if ".hydra" not in p.parts
-    }
+    _assert_resuming_again_changes_nothing(args, tmp_path, run_dir)
 
 
 @pytest.mark.slow
@@ -547,7 +477,7 @@ def test_two_kills_then_resume_leave_the_per_episode_clips_of_an_uninterrupted_r
     eval_files = lambda run: [f for f in _files(run) if f.startswith("videos/eval/")]  # noqa: E731
     assert any("-env" in f for f in eval_files(reference))
     assert eval_files(run_dir) == eval_files(reference)
-    assert _temporaries(run_dir) == []  # the killed attempts' clips held in temporary files
+    assert temporaries(run_dir) == []  # the killed attempts' clips held in temporary files
     for n in (1, 2):  # each attempt's evaluation of step 6 * BATCH, moved aside
         moved = run_dir / "superseded" / f"{n}-step{4 * BATCH:09d}" / "videos" / "eval"
         assert {p.name for p in moved.glob("*-env*.mp4")} == {
@@ -555,47 +485,17 @@ def test_two_kills_then_resume_leave_the_per_episode_clips_of_an_uninterrupted_r
         }
 
 
-_READ_ONLY_DRIVER = """
-import errno, os, sys
-sys.argv = [sys.argv[0], *sys.argv[2:]]
-fail_at, calls, real_open = int(os.environ["FAIL_AT"]), [0], os.open
-
-
-def read_only_open(path, flags, *args, **kwargs):
-    # stands for the run dir's file system turning read-only: from the FAIL_AT-th write of
-    # eval_episodes.jsonl on, opening it for writing fails as the kernel does (EROFS)
-    if str(path).endswith("eval_episodes.jsonl") and flags & (os.O_WRONLY | os.O_RDWR):
-        calls[0] += 1
-        if calls[0] >= fail_at:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
-    return real_open(path, flags, *args, **kwargs)
-
-
-os.open = read_only_open
-from rlrec.run.cli import main  # noqa: E402
-
-main()
-"""
-
-
 @pytest.mark.slow
 def test_a_read_only_run_dir_ends_in_one_line_and_resume_completes(
     tmp_path, uninterrupted_resumable
 ):
-    """The output file system turns read-only mid-run (the 4th evaluation's episode records, at
-    step 6 * BATCH; the checkpoint of iteration 4 is on disk): exit 1 and one line naming the
-    file, that nothing written before is lost, and the command that continues; that command,
-    once the dir can be written, ends as the uninterrupted run."""
+    """The output file system turns read-only mid-run (as the 4th evaluation, at step 6 * BATCH,
+    begins: its episode records cannot be written; the checkpoint of iteration 4 is on disk):
+    exit 1 and one line naming the file, that nothing written before is lost, and the command
+    that continues; that command, once the dir can be written, ends as the uninterrupted run."""
     run_dir = tmp_path / "run"
     args = [*RESUMABLE, f"hydra.run.dir={run_dir}"]
-    driver = tmp_path / "read_only.py"
-    driver.write_text(_READ_ONLY_DRIVER)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAIL_AT": "4"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, str(driver), "-", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = _drive(tmp_path, "erofs", "eval", "4:1", args)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -628,16 +528,11 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(
     """recorder.on_error=raise: the recorder's directory turns into a file mid-rollout; the
     RecorderError ends the run, after the checkpoint of the last completed update is written."""
     run_dir, clips = tmp_path / "run", tmp_path / "clips"
-    args = [
-        *RESUMABLE,
-        f"hydra.run.dir={run_dir}",
-        f"recorder.dir={clips}",
-        "recorder.on_error=raise",
-        "recorder.trigger=step",  # a short clip every 10 steps: the next one fails soon
-        "recorder.every=10",
-        "recorder.length_frames=3",
-        "checkpoint_every=100",  # no periodic checkpoint: last.pt is the error's
-    ]
+    args = [*RESUMABLE, f"hydra.run.dir={run_dir}", f"recorder.dir={clips}"]
+    # a short clip every 10 steps: the next one fails soon; no periodic checkpoint: last.pt is
+    # the error's
+    args += ["recorder.on_error=raise", "recorder.trigger=step", "recorder.every=10"]
+    args += ["recorder.length_frames=3", "checkpoint_every=100"]
     failed = _drive(tmp_path, f"block:{clips}", "rollout", str(3 * NUM_STEPS + 5), args)
     out = failed.stdout + failed.stderr
     assert failed.returncode == 1, out
@@ -652,12 +547,7 @@ def test_recorder_error_still_writes_the_checkpoint_of_the_last_update(
     run_train([*args, "resume=auto"], cwd=tmp_path)
     ref = ckpt.load(uninterrupted_resumable / "checkpoints" / "last.pt")
     ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
-    diffs = []
-    for key in ("global_step", "ppo", "rng", "next_obs"):
-        diffs += _differences(ref[key], ours[key], key)
-    for stack in ("train_env", "eval_env"):
-        for role in ("adapter", "autoreset"):
-            diffs += _differences(ref[stack][role], ours[stack][role], f"{stack}.{role}")
+    diffs = same_state(ref, ours, ("global_step", "ppo", "rng", "next_obs"))
     assert not diffs, diffs
     # no train or eval line lost or repeated (its clips are other ones: another trigger)
     assert _lines(run_dir, clips=False) == _lines(uninterrupted_resumable, clips=False)
@@ -682,30 +572,24 @@ def test_stop_flag_keeps_the_first_signal_and_names_the_exit_status():
     assert signal.getsignal(signal.SIGTERM) != stop._handle
 
 
-def test_a_recorder_error_at_close_still_closes_everything_else(tmp_path, fast_config):
+def test_a_recorder_error_at_close_still_closes_everything_else(tmp_path):
     """The last clip fails as the run closes (on_error=raise): the error propagates, after the
     eval stack and the logger are closed too (metrics.jsonl complete, no encoder left running)."""
     from rlrec.record import RecorderError
-    from rlrec.train.runner import Runner
     from rlrec.train.stack import recorder_of
 
     clips = tmp_path / "clips"
-    cfg = fast_config(
-        [f"recorder.dir={clips}", "recorder.on_error=raise", "recorder.trigger=always"]
-    )
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    runner = Runner(cfg, run_dir)
-    train_rec, eval_rec = recorder_of(runner.train_env), recorder_of(runner.eval_env)
+    over = [f"recorder.dir={clips}", "recorder.on_error=raise", "recorder.trigger=always"]
+    run = runner(tmp_path / "run", over, base=FAST)
+    train_rec, eval_rec = recorder_of(run.train_env), recorder_of(run.eval_env)
     with torch.inference_mode():
-        runner.train_env.reset(seed=0)
+        run.train_env.reset(seed=0)
         for _ in range(3):  # a clip of episode 0 is being recorded
-            runner.train_env.step(torch.zeros(8, 2))
+            run.train_env.step(torch.zeros(8, 2))
     assert train_rec.recording
     clips.rename(tmp_path / "moved")
     clips.write_text("not a directory")  # the clip in progress can no longer be put in place
     with pytest.raises(RecorderError, match="on_error=raise"):
-        runner.close()
-    assert train_rec.engine.closed and eval_rec.engine.closed
-    assert runner.logger._metrics.closed
-    runner.close()  # idempotent: closed once
+        run.close()
+    assert train_rec.engine.closed and eval_rec.engine.closed and run.logger._metrics.closed
+    run.close()  # idempotent: closed once

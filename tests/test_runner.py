@@ -1,43 +1,40 @@
-"""The runner end to end on the built-in env: outputs, resume, evaluation, bad checkpoints."""
+"""The runner end to end on the built-in env: outputs, evaluation, resume (rlrec.train.resume: the
+resume point, where a run starts from), bad checkpoints, clips, W&B."""
 
 import json
+import re
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
 from rlrec.checks import ConfigError
+from rlrec.ppo.ppo import PPO
+from rlrec.record import Recorder
+from rlrec.run.preempt import StopRequested
 from rlrec.train import checkpoint as ckpt
+from rlrec.train import resume
 from rlrec.train.runner import Runner
-from tests.helpers import FAST, make_config, read_metrics, run_train
+from tests.helpers import FAST, make_config, read_metrics, run_train, start_train
+from tests.trainutil import QUIET, runner, snapshot, steps
 
 
-def _run(tmp_path: Path, name: str, overrides):
-    run_dir = tmp_path / name
-    run_dir.mkdir()
-    cfg = make_config([*FAST, "recorder=none", "eval_env.recorder.enabled=false", *overrides])
-    return Runner(cfg, run_dir), run_dir
-
-
-def test_train_writes_metrics_checkpoints_and_evals(tmp_path):
-    runner, run_dir = _run(tmp_path, "a", ["total_steps=1024", "checkpoint_every=2"])
-    result = runner.run()
+@pytest.mark.parametrize("at_start", [True, False])
+def test_train_writes_metrics_checkpoints_and_evals(tmp_path, at_start):
+    run_dir = tmp_path / "a"
+    over = ["total_steps=1024", "checkpoint_every=2", f"eval_env.at_start={at_start}"]
+    result = runner(run_dir, over).run()
     lines = read_metrics(run_dir)
     assert all("step" in line for line in lines)
     evals = [line for line in lines if "eval/return" in line]
-    # one before training (eval_env.at_start), then every 2 iterations of 128 steps, and at the
-    # end: 8 iterations -> evals at 0, 2, 4, 6, 8
-    assert [e["step"] for e in evals] == [0, 256, 512, 768, 1024]
+    # (eval_env.at_start: one before training, then) every 2 iterations of 128 steps and at the
+    # end: 8 iterations
+    assert [e["step"] for e in evals] == [0, 256, 512, 768, 1024][1 - at_start :]
     assert all("eval/success" in e and "eval/length" in e for e in evals)
     assert result["eval/return"] == evals[-1]["eval/return"]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert names == [
-        "iter_000002.pt",
-        "iter_000004.pt",
-        "iter_000006.pt",
-        "iter_000008.pt",
-        "last.pt",
-    ]
+    assert names == [*(f"iter_{i:06d}.pt" for i in (2, 4, 6, 8)), "last.pt"]
     data = ckpt.load(run_dir / "checkpoints" / "last.pt")
     assert data["global_step"] == 1024 and data["iteration"] == 8
     assert {"agent", "optimizer", "obs_norm"} <= set(data["ppo"]) and "rng" in data
@@ -45,75 +42,98 @@ def test_train_writes_metrics_checkpoints_and_evals(tmp_path):
 
 def test_resume_is_bit_exact(tmp_path):
     common = ["algo.anneal_lr=false", "eval_env.every=3"]
-    full, _ = _run(tmp_path, "full", [*common, "total_steps=1536"])
-    full.run()
-    half, half_dir = _run(tmp_path, "half", [*common, "total_steps=768"])
-    half.run()
-    resumed, resumed_dir = _run(
-        tmp_path,
-        "resumed",
-        [*common, "total_steps=1536", f"checkpoint={half_dir}/checkpoints/last.pt"],
-    )
-    resumed.run()
+    runner(tmp_path / "full", [*common, "total_steps=1536"]).run()
+    runner(tmp_path / "half", [*common, "total_steps=768"]).run()
+    half = f"checkpoint={tmp_path}/half/checkpoints/last.pt"
+    runner(tmp_path / "resumed", [*common, "total_steps=1536", half]).run()
     a = ckpt.load(tmp_path / "full" / "checkpoints" / "last.pt")
-    b = ckpt.load(resumed_dir / "checkpoints" / "last.pt")
+    b = ckpt.load(tmp_path / "resumed" / "checkpoints" / "last.pt")
     assert a["global_step"] == b["global_step"] == 1536
-    for k, v in a["ppo"]["agent"].items():
-        assert torch.equal(v, b["ppo"]["agent"][k]), k
-    for k, v in a["ppo"]["obs_norm"].items():
-        assert torch.equal(v, b["ppo"]["obs_norm"][k]), k
+    for part in ("agent", "obs_norm"):
+        for k, v in a["ppo"][part].items():
+            assert torch.equal(v, b["ppo"][part][k]), k
     assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
-    steps = [m["step"] for m in read_metrics(resumed_dir) if "loss/policy" in m]
-    assert steps[0] == 768 + 128, "the resumed run continues the step count"
-    # the evaluation at start is the new run's only: the resumed run does not redo step 0
-    evals = [m["step"] for m in read_metrics(resumed_dir) if "eval/return" in m]
-    assert evals == [1152, 1536]
+    # the resumed run continues the step count; the evaluation at start is the new run's only
+    assert steps(tmp_path / "resumed", "loss/policy")[0] == 768 + 128
+    assert steps(tmp_path / "resumed") == [1152, 1536]
 
 
-def test_a_finished_run_resumed_does_not_evaluate_again(tmp_path):
-    runner, run_dir = _run(tmp_path, "a", ["total_steps=512"])
-    runner.run()
-    cfg = make_config([*FAST, "recorder=none", "eval_env.recorder.enabled=false"])
-    cfg.total_steps, cfg.resume = 512, "auto"
-    Runner(cfg, run_dir).run()
-    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
-    assert evals == [0, 256, 512]
-    steps = [json.loads(x)["step"] for x in (run_dir / "eval_episodes.jsonl").open()]
-    assert steps == [0, 0, 256, 256, 512, 512]  # no line twice
+def test_a_stop_in_the_last_update_leaves_the_final_evaluation_due_then_the_run_ends(
+    tmp_path, monkeypatch, capsys
+):
+    """A stop that comes during the last update skips the final evaluation: the checkpoint says
+    it is due, resume=auto does it (one final eval line), and resuming the ended run again
+    changes nothing."""
+    run_dir, args = tmp_path / "run", ["total_steps=512"]
+    run_dir.mkdir()
+    stopped = Runner(make_config([*QUIET, *args]), run_dir, stop=StopRequested())
+    update = PPO.update
+
+    def last_update_stopped(self):
+        if stopped.iteration == stopped.num_iterations:
+            stopped.stop.signum = signal.SIGTERM  # what the handler does
+        return update(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(PPO, "update", last_update_stopped)
+        stopped.run()
+    saved = ckpt.load(run_dir / "checkpoints" / "last.pt")
+    assert saved["global_step"] == 512 and saved["eval_due"] is True
+    assert steps(run_dir) == [0, 256]  # eval_env.at_start, then iteration 2's
+    runner(run_dir, [*args, "resume=auto"]).run()
+    assert steps(run_dir) == [0, 256, 512]
+    assert not ckpt.load(run_dir / "checkpoints" / "last.pt").get("eval_due")
+    episodes = [json.loads(x)["step"] for x in (run_dir / "eval_episodes.jsonl").open()]
+    assert episodes == [0, 0, 256, 256, 512, 512]  # no line twice
+    before = snapshot(run_dir)
+    capsys.readouterr()
+    runner(run_dir, [*args, "resume=auto"]).run()
+    assert "rlrec: done already" in capsys.readouterr().out
+    assert snapshot(run_dir) == before
 
 
-def test_eval_at_start_off(tmp_path):
-    runner, run_dir = _run(tmp_path, "a", ["total_steps=512", "eval_env.at_start=false"])
-    runner.run()
-    evals = [m["step"] for m in read_metrics(run_dir) if "eval/return" in m]
-    assert evals == [256, 512]
+def test_the_resume_point_is_the_kept_state_until_cleared_then_the_state_as_of_now(tmp_path):
+    agent = {"w": torch.zeros(2)}
+    live = {"global_step": 0, "next_obs": torch.zeros(3), "ppo": {"agent": agent, "obs_norm": {}}}
+    point = resume.ResumePoint(lambda: {**live, "ppo": dict(live["ppo"])}, tmp_path, make_config())
+    assert point.state()["global_step"] == 0 and "eval_due" not in point.state()
+    point.keep(eval_due=True)
+    live["next_obs"].add_(1)  # the rollout changes the live state in place
+    live["global_step"] = 16
+    kept = point.state()
+    assert kept["eval_due"] and kept["global_step"] == 0
+    assert torch.equal(kept["next_obs"], torch.zeros(3))  # a copy of its own
+    assert kept["ppo"]["agent"] is agent  # the model is shared: only the update changes it
+    point.clear()
+    assert point.state()["global_step"] == 16
 
 
-def test_resume_auto_continues_newest_checkpoint(tmp_path):
-    runner, run_dir = _run(tmp_path, "r", ["total_steps=512"])
-    runner.run()
-    cfg = make_config(
-        [
-            *FAST,
-            "recorder=none",
-            "eval_env.recorder.enabled=false",
-            "total_steps=1024",
-            "resume=auto",
-        ]
-    )
-    Runner(cfg, run_dir).run()
-    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 1024
+def test_where_a_run_starts_from(tmp_path):
+    """resume=auto in a new run dir: nothing; a checkpoint of another number of ranks is refused
+    naming the file (training; evaluating it is not)."""
+    find = lambda *args: resume.find(make_config([*FAST, *args]), tmp_path / "run", 0, 1)  # noqa: E731
+    assert find("resume=auto") is None
+    path = tmp_path / "two.pt"
+    ckpt.save(path, {"global_step": 0, "iteration": 0, "world_size": 2})
+    with pytest.raises(ConfigError, match=r"saved by a run of 2 rank\(s\) and this run has 1"):
+        find(f"checkpoint={path}")
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    last.parent.mkdir(parents=True)
+    ckpt.save(last, ckpt.load(path))
+    with pytest.raises(ConfigError) as e:  # resume=auto names the file it found
+        find("resume=auto")
+    assert str(e.value).startswith(f"{last} was saved")
+    start = find(f"checkpoint={path}", "eval_only=true")
+    assert start.path == str(path) and start.key == "checkpoint" and not start.eval_due
 
 
 def test_eval_only_evaluates_a_checkpoint(tmp_path):
-    runner, run_dir = _run(tmp_path, "t", ["total_steps=512"])
-    runner.run()
-    ev, ev_dir = _run(
-        tmp_path, "e", ["eval_only=true", f"checkpoint={run_dir}/checkpoints/last.pt"]
-    )
-    result = ev.run()
-    assert set(result) >= {"eval/return", "eval/length", "eval/success"}
+    runner(tmp_path / "t", ["total_steps=512"]).run()
+    ev = runner(tmp_path / "e", ["eval_only=true", f"checkpoint={tmp_path}/t/checkpoints/last.pt"])
+    assert set(ev.run()) >= {"eval/return", "eval/length", "eval/success"}
     assert ev.train_env is None
+    with pytest.raises(ConfigError, match="eval_only"):  # without a checkpoint
+        Runner(make_config([*FAST, "eval_only=true"]), tmp_path)
 
 
 @pytest.mark.parametrize("content", [None, b"not a checkpoint", "torch-other"])
@@ -124,49 +144,22 @@ def test_bad_checkpoint_fails_before_work(tmp_path, content):
     elif content is not None:
         path.write_bytes(content)
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    cfg = make_config([*FAST, f"checkpoint={path}"])
     with pytest.raises(ConfigError) as e:
-        Runner(cfg, run_dir)
+        runner(run_dir, [f"checkpoint={path}"])
     assert "checkpoint=" in str(e.value)
     assert ("does not exist" if content is None else "not an rlrec checkpoint") in str(e.value)
     assert list(run_dir.iterdir()) == []
 
 
-def test_checkpoint_from_other_env_is_refused():
-    import gymnasium as gym
-
-    from rlrec.train.resume import Start
-
-    data = {"obs_shape": (4,), "action_space": "Discrete(2)", "env_name": "gymnasium"}
-    with pytest.raises(ConfigError) as e:
-        Start("x.pt", data, "checkpoint").check_compatible((6,), gym.spaces.Box(-1, 1, (2,)))
-    assert "checkpoint" in str(e.value) and "(4,)" in str(e.value) and "(6,)" in str(e.value)
-
-
-def test_eval_only_without_checkpoint_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="eval_only"):
-        Runner(make_config([*FAST, "eval_only=true"]), tmp_path)
-
-
 @pytest.mark.slow
 def test_train_py_subprocess_output_layout(tmp_path):
-    proc = run_train(
-        [
-            *FAST,
-            "logger=tensorboard",
-            "total_steps=512",
-            "eval_env.every=1",
-            f"hydra.run.dir={tmp_path}/run",
-        ],
-        cwd=tmp_path,
-    )
     run_dir = tmp_path / "run"
+    args = [*FAST, "logger=tensorboard", "total_steps=512", "eval_env.every=1"]
+    proc = run_train([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert "eval return" in proc.stdout and str(run_dir) in proc.stdout
     for p in (".hydra/config.yaml", "metrics.jsonl", "checkpoints/last.pt"):
         assert (run_dir / p).exists(), p
-    events = list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
-    assert events
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     # every saved clip is logged: its path in metrics.jsonl, the clip in TensorBoard
     lines = read_metrics(run_dir)
     for kind in ("train", "eval"):
@@ -197,100 +190,29 @@ def test_train_py_subprocess_output_layout(tmp_path):
 
 
 @pytest.mark.slow
-def test_config_error_exits_cleanly_and_writes_nothing(tmp_path):
-    proc = run_train(
-        [*FAST, "eval_env.num_envs=0", f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, check=False
-    )
-    assert proc.returncode == 2
-    assert "eval_env.num_envs=0" in proc.stderr
-    assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.slow
 def test_two_runs_in_the_same_second_get_different_dirs(tmp_path):
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO
-
-    args = [
-        sys.executable,
-        str(REPO / "train.py"),
-        *FAST,
-        "total_steps=128",
-        "eval_env.enabled=false",
-    ]
-    procs = [
-        subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(2)
-    ]
-    for p in procs:
-        assert p.wait(timeout=120) == 0
-    dirs = list((tmp_path / "outputs").glob("*/*"))
-    assert len(dirs) == 2
-
-
-def test_final_episode_clip_is_saved_at_the_end(tmp_path):
-    from rlrec.record import Recorder
-
-    run_dir = tmp_path / "fin"
-    run_dir.mkdir()
-    # cubic: clips for episodes 0 and 1 only, then the final episode (in progress at the end)
-    cfg = make_config(
-        [
-            *FAST,
-            "total_steps=4096",
-            "eval_env.enabled=false",
-            "env.max_episode_steps=40",
-            "algo.learning_rate=1e-9",
-        ]
-    )
-    runner = Runner(cfg, run_dir)
-    rec = runner.train_env.find(Recorder)
-    runner.run()
-    clips = [m["video/train"] for m in read_metrics(run_dir) if "video/train" in m]
-    assert clips[:2] == [c for c in clips if "-ep000000-" in c or "-ep000001-" in c]
-    last = sorted(clips)[-1]
-    # 4096 steps = 512 steps of env 0; episodes last at most 40 steps, so the final clip starts late
-    first_step = int(last.split("-step")[1].split(".")[0])
-    assert first_step > 512 - 40 - 16, last
-    assert rec.engine.episode >= 512 // 40
+    args = [*FAST, "total_steps=128", "eval_env.enabled=false"]
+    for proc in [start_train(args, tmp_path) for _ in range(2)]:
+        assert proc.wait(timeout=120) == 0, proc.stdout.read()
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 2
 
 
 @pytest.mark.slow
-def test_wandb_offline_logs_metrics_and_clips(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    run_dir = tmp_path / "wb"
-    run_train(
-        [
-            *FAST,
-            "logger=wandb",
-            "logger.wandb_mode=offline",
-            "total_steps=512",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=tmp_path,
-    )
-    runs = list((run_dir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    videos = list(runs[0].rglob("media/videos/**/*.mp4"))
-    logged = [m for m in read_metrics(run_dir) if "video/train" in m or "video/eval" in m]
-    assert len(videos) == len(logged) > 0
-    assert list(runs[0].glob("run-*.wandb"))
-
-
-@pytest.mark.slow
-def test_resume_auto_continues_the_wandb_run_and_logs_no_step_twice(tmp_path, monkeypatch):
-    """A run killed after its checkpoint at iteration 2 (its later checkpoints removed: the kill
-    came before them) had sent W&B steps up to 640; resume=auto continues the same W&B run (its
-    id kept in the run dir) from step 256 and sends W&B only the steps after 640."""
+def test_wandb_logs_metrics_and_clips_and_resume_auto_continues_its_run(tmp_path, monkeypatch):
+    """W&B (offline) gets the metrics and every clip. A run killed after its checkpoint at
+    iteration 2 (its later checkpoints removed: the kill came before them) had sent W&B steps up
+    to 640; resume=auto continues the same W&B run (its id kept in the run dir) from step 256 and
+    sends W&B only the steps after 640."""
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = tmp_path / "wb"
     args = [*FAST, "logger=wandb", "logger.wandb_mode=offline", "checkpoint_every=2"]
     args += [f"hydra.run.dir={run_dir}"]
     run_train([*args, "total_steps=640"], cwd=tmp_path)
+    (first,) = (run_dir / "wandb").glob("offline-run-*")
+    videos = list(first.rglob("media/videos/**/*.mp4"))
+    logged = [m for m in read_metrics(run_dir) if "video/train" in m or "video/eval" in m]
+    assert len(videos) == len(logged) > 0
     for name in ("last.pt", "iter_000004.pt"):
         (run_dir / "checkpoints" / name).unlink()
     run_train([*args, "total_steps=1024", "resume=auto"], cwd=tmp_path)
@@ -301,10 +223,8 @@ def test_resume_auto_continues_the_wandb_run_and_logs_no_step_twice(tmp_path, mo
     (first, second) = [_wandb_history_steps(next(p.glob("run-*.wandb"))) for p in runs]
     assert first == [0, 128, 256, 384, 512, 640] and second == [768, 896, 1024]
     # metrics.jsonl and TensorBoard hold the resumed run's lines of steps 384..640
-    resumed = [m["step"] for m in read_metrics(run_dir) if "train/lr" in m]
-    assert resumed == list(range(128, 1025, 128))
-    kept = json.loads((run_dir / "wandb_run.json").read_text())
-    assert kept == {"id": ids.pop(), "step": 1024}
+    assert steps(run_dir, "train/lr") == list(range(128, 1025, 128))
+    assert json.loads((run_dir / "wandb_run.json").read_text()) == {"id": ids.pop(), "step": 1024}
 
 
 def _wandb_history_steps(path: Path) -> list:
@@ -315,7 +235,7 @@ def _wandb_history_steps(path: Path) -> list:
 
     from wandb.proto import wandb_internal_pb2 as pb
 
-    data, steps, part, pos, block = path.read_bytes(), [], b"", 7, 32768
+    data, found, part, pos, block = path.read_bytes(), [], b"", 7, 32768
     while pos + 7 <= len(data):
         if block - pos % block < 7:  # the rest of a block is padding
             pos += block - pos % block
@@ -328,81 +248,50 @@ def _wandb_history_steps(path: Path) -> list:
             record.ParseFromString(part)
             part = b""
             if record.HasField("history"):
-                steps.append(record.history.step.num)
-    return steps
+                found.append(record.history.step.num)
+    return found
 
 
-def _assert_final_clip_covers_the_last_step(run_dir: Path, rec) -> None:
-    """The last train clip in metrics.jsonl is of the episode of env 0 in progress at the end,
-    and its last frame is the run's final env step."""
+SMALL = ["env.num_envs=8", "env.render_width=32", "env.render_height=32"]
+
+
+@pytest.mark.parametrize(
+    "args, episodes",
+    [
+        # `python train.py` defaults, small: episodes (at most 12 steps, often fewer: a wide
+        # goal) shorter than algo.num_steps (32), the default cubic trigger, evaluations on
+        ([*SMALL, "env.max_episode_steps=12", "env.goal_radius=0.5", "eval_env.num_envs=2"], 22),
+        # `env=gymnasium +experiment=cartpole` with the train recorder on: episodes of a barely
+        # trained policy, far shorter than the 100-step limit set here (at 8b71342, one arming
+        # per iteration, its final episode had no clip)
+        (
+            ["env=gymnasium", "+experiment=cartpole", "recorder.enabled=true", "seed=3"]
+            + ["env.max_episode_steps=100", "eval_env.enabled=false"],
+            3,
+        ),
+    ],
+    ids=["main-job-shape", "cartpole"],
+)
+def test_the_final_episode_has_a_clip_that_ends_at_the_last_step(tmp_path, args, episodes):
+    """record_final_episode: the last train clip is of the episode of env 0 in progress at the
+    end, and its last frame is the run's final env step."""
     from rlrec.testing import decode
 
-    clips = [m["video/train"] for m in read_metrics(run_dir) if "video/train" in m]
-    assert clips, "no train clip"
+    if "env=gymnasium" in args:
+        pytest.importorskip("gymnasium")
+    run = runner(
+        tmp_path, [*args, "total_steps=2048"], base=["logger=none", "logger.progress=false"]
+    )
+    assert run.cfg.recorder.record_final_episode
+    rec = run.train_env.find(Recorder)
+    run.run()
+    assert rec.engine.steps == 2048 // 8 and rec.engine.episode >= episodes
+    clips = [m["video/train"] for m in read_metrics(tmp_path) if "video/train" in m]
     name = Path(clips[-1]).name  # train-ep000042-step000000504.mp4
-    episode = int(name.split("-ep")[1].split("-")[0])
-    first_step = int(name.split("-step")[1].split(".")[0])
-    frames, _ = decode(str(run_dir / clips[-1]))
-    assert rec.engine.steps_per_frame == 1
-    assert episode == rec.engine.episode, (clips[-1], rec.engine.episode)
-    steps = rec.engine.steps
-    assert first_step + len(frames) - 1 == steps, (clips[-1], len(frames), steps)
-
-
-def test_final_episode_has_a_clip_on_the_main_job_shape(tmp_path):
-    """`python train.py` defaults, small: episodes (at most 12 steps, often fewer: a wide goal)
-    shorter than algo.num_steps (32), the default cubic trigger, evaluations on."""
-    from rlrec.record import Recorder
-
-    run_dir = tmp_path / "main"
-    run_dir.mkdir()
-    cfg = make_config(
-        [
-            "env.num_envs=8",
-            "env.render_width=32",
-            "env.render_height=32",
-            "env.max_episode_steps=12",
-            "env.goal_radius=0.5",
-            "eval_env.num_envs=2",
-            "total_steps=2048",
-            "logger=none",
-            "logger.progress=false",
-        ]
-    )
-    assert cfg.algo.num_steps == 32 and cfg.recorder.record_final_episode
-    runner = Runner(cfg, run_dir)
-    rec = runner.train_env.find(Recorder)
-    runner.run()
-    assert rec.engine.steps == 2048 // 8 and rec.engine.episode > 2048 // 8 // 12
-    _assert_final_clip_covers_the_last_step(run_dir, rec)
-
-
-def test_final_episode_has_a_clip_on_cartpole(tmp_path):
-    """`env=gymnasium +experiment=cartpole`, shortened, with the train recorder on: episodes of
-    a barely trained policy, far shorter than the 100-step limit set here."""
-    pytest.importorskip("gymnasium")
-    from rlrec.record import Recorder
-
-    run_dir = tmp_path / "cartpole"
-    run_dir.mkdir()
-    cfg = make_config(
-        [
-            "env=gymnasium",
-            "+experiment=cartpole",
-            "recorder.enabled=true",
-            "env.max_episode_steps=100",
-            "seed=3",  # at 8b71342 (one arming per iteration) its final episode had no clip
-            "total_steps=2048",
-            "eval_env.enabled=false",
-            "logger=none",
-            "logger.progress=false",
-        ]
-    )
-    runner = Runner(cfg, run_dir)
-    rec = runner.train_env.find(Recorder)
-    runner.run()
-    assert rec.engine.steps == 2048 // 8 and rec.engine.episode >= 3
-    _assert_final_clip_covers_the_last_step(run_dir, rec)
+    episode, first = (int(x) for x in re.match(r"train-ep(\d+)-step(\d+)", name).groups())
+    frames, _ = decode(str(tmp_path / clips[-1]))
+    assert rec.engine.steps_per_frame == 1 and episode == rec.engine.episode
+    assert first + len(frames) - 1 == rec.engine.steps, (clips[-1], len(frames))
 
 
 @pytest.mark.parametrize("horizon", [[], ["env.max_episode_steps=1000"]])
@@ -437,36 +326,23 @@ def test_a_clip_lost_at_the_final_evaluation_is_counted_in_the_report(tmp_path):
     """The only evaluation is the final one (after the loop), and its clip is lost (the eval
     clips' directory turns into a file): metrics.jsonl ends with the loss counters as the stacks
     closed, so the report's health row counts the clip, and the evaluation reads as lost."""
-    import re
-
     from rlrec.report.html import write_run_report
 
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
     clips = tmp_path / "eval_clips"
-    cfg = make_config(
-        [
-            *FAST,
-            "total_steps=256",
-            "recorder=none",
-            "eval_env.at_start=false",
-            "eval_env.every=100",
-            f"eval_env.recorder.dir={clips}",
-        ]
-    )
-    runner = Runner(cfg, run_dir)
+    over = ["total_steps=256", "recorder=none", "eval_env.at_start=false", "eval_env.every=100"]
+    run = runner(tmp_path / "run", [*over, f"eval_env.recorder.dir={clips}"], base=FAST)
     clips.rmdir()
     clips.write_text("not a directory")  # the final evaluation's clip cannot be put in place
-    runner.run()
-    assert runner.losses["record/clips_dropped"] == 1
-    lines = read_metrics(run_dir)
+    run.run()
+    assert run.losses["record/clips_dropped"] == 1
+    lines = read_metrics(run.run_dir)
     (evaluation,) = [m for m in lines if "eval/return" in m]
     assert evaluation["eval/clip"] is None and evaluation["eval/clip_lost"] is True
     train = [m for m in lines if "train/lr" in m]
     assert train and all(m["record/clips_dropped"] == 0 for m in train)  # logged before it
-    page = write_run_report(run_dir).read_text()
+    page = write_run_report(run.run_dir).read_text()
     health = page[page.index('id="health"') : page.index('id="progress"')]
     assert re.search(r'data-health="clips_dropped">1<', health), health
     assert re.search(r'data-health="clips_missing">1<', health), health
-    frames = runner.losses["record/frames_dropped"]
+    frames = run.losses["record/frames_dropped"]
     assert frames > 0 and f'data-health="frames_dropped">{frames}<' in health

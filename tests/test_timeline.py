@@ -11,12 +11,9 @@ import pytest
 from rlrec.train import timeline
 
 S = 128  # the checkpoint's global step
-DATA = {
-    "global_step": S,
-    "eval_due": True,  # the evaluation of step S was cut: the resumed run redoes it
-    "train_env": {"recorder": {"steps": 100}},
-    "eval_env": {"recorder": {"steps": 20}},
-}
+# the evaluation of step S was cut (eval_due): the resumed run redoes it
+DATA = {"global_step": S, "eval_due": True, "train_env": {"recorder": {"steps": 100}}}
+DATA["eval_env"] = {"recorder": {"steps": 20}}
 
 
 def _clip(run_dir: Path, rel: str, first_step=None, kind="train") -> None:
@@ -47,28 +44,19 @@ def _run_dir(tmp_path: Path) -> Path:
     _clip(run, "videos/eval/eval-ep000002-step000000020.mp4", 20, "eval")  # the cut eval: moves
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.pt").write_bytes(b"ckpt")
-    _jsonl(
-        run / "metrics.jsonl",
-        [
-            {"step": 64, "loss/policy": 0.5},
-            {
-                "step": 64,
-                "eval/return": 1.0,
-                "eval/clip": "videos/eval/eval-ep000001-step000000010.mp4",
-            },
-            {"step": 128, "loss/policy": 0.25},
-            {"step": 128, "video/train": "videos/train/train-ep000003-step000000101.mp4"},
-            {"step": 128, "eval/return": 2.0},  # of the cut evaluation (eval_due)
-            {"step": 256, "video/train": "videos/train/train-ep000002-step000000100.mp4"},
-            {"step": 256, "loss/policy": 0.125},
-        ],
-    )
+    clip = "videos/eval/eval-ep000001-step000000010.mp4"
+    lines = [{"step": 64, "loss/policy": 0.5}, {"step": 64, "eval/return": 1.0, "eval/clip": clip}]
+    lines += [
+        {"step": 128, "loss/policy": 0.25},
+        {"step": 128, "video/train": "videos/train/train-ep000003-step000000101.mp4"},
+        {"step": 128, "eval/return": 2.0},  # of the cut evaluation (eval_due)
+        {"step": 256, "video/train": "videos/train/train-ep000002-step000000100.mp4"},
+        {"step": 256, "loss/policy": 0.125},
+    ]
+    _jsonl(run / "metrics.jsonl", lines)
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 256, "loss/pol')  # torn by the kill
-    _jsonl(
-        run / "eval_episodes.jsonl",
-        [{"step": 64, "episode": 0}, {"step": 128, "episode": 0}, {"step": 256, "episode": 0}],
-    )
+    _jsonl(run / "eval_episodes.jsonl", [{"step": s, "episode": 0} for s in (64, 128, 256)])
     return run
 
 

@@ -12,7 +12,7 @@ its ``state_dict`` has that optimizer's layout: a checkpoint loads into either.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable
 
 import torch
 
@@ -24,20 +24,21 @@ def fused_available(device: torch.device) -> bool:
 
 # what FusedAdam's steps are: Adam's own, without its options
 _PLAIN = {"amsgrad": False, "weight_decay": 0.0, "maximize": False}
+_STATE = ("step", "exp_avg", "exp_avg_sq")  # a parameter's state, as torch.optim.Adam's
 
 
 class FusedAdam:
     """Adam (no weight decay, no AMSGrad) over one parameter group, float learning rate."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, eps: float = 1e-8):
-        self.params: List[torch.nn.Parameter] = list(params)
+        self.params = list(params)
         # torch.optim.Adam's group keys (its default betas), so a state_dict loads into either
         group = {"params": self.params, "lr": lr, "betas": (0.9, 0.999), "eps": eps}
         off = ("amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay")
         group.update(dict.fromkeys(off, False), weight_decay=0, foreach=None, fused=True)
-        self.param_groups: List[Dict[str, Any]] = [group]
+        self.param_groups = [group]
         # per parameter (made at its first step, as torch.optim does): step, exp_avg, exp_avg_sq
-        self.state: Dict[torch.nn.Parameter, Dict[str, torch.Tensor]] = {}
+        self.state = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drops the gradients (``set_to_none``: torch.optim's signature; they are never zeroed)."""
@@ -52,17 +53,13 @@ class FusedAdam:
             return
         for p in params:
             if p not in self.state:  # made at its first step, as torch.optim does
-                self.state[p] = {
-                    "step": torch.zeros((), dtype=torch.float32, device=p.device),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                }
-        states = [self.state[p] for p in params]
-        steps = [s["step"] for s in states]
+                zeros = torch.zeros_like(p, memory_format=torch.preserve_format)
+                step = torch.zeros((), dtype=torch.float32, device=p.device)
+                self.state[p] = {"step": step, "exp_avg": zeros, "exp_avg_sq": zeros.clone()}
+        steps, avgs, sqs = ([self.state[p][k] for p in params] for k in _STATE)
         (beta1, beta2), lr, eps = group["betas"], float(group["lr"]), group["eps"]
-        grads = [p.grad for p in params]
-        avgs, sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
         torch._foreach_add_(steps, 1)
+        grads = [p.grad for p in params]
         torch._fused_adam_(
             params, grads, avgs, sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps, **_PLAIN
         )
@@ -93,7 +90,7 @@ class FusedAdam:
         self.state = {}
         for key, value in state_dict["state"].items():
             p = self.params[ids.index(key)]
-            dtypes = {"step": torch.float32, "exp_avg": p.dtype, "exp_avg_sq": p.dtype}
-            self.state[p] = {k: value[k].to(dtype=d, device=p.device) for k, d in dtypes.items()}
+            dtypes = zip(_STATE, (torch.float32, p.dtype, p.dtype))
+            self.state[p] = {k: value[k].to(dtype=d, device=p.device) for k, d in dtypes}
         betas = tuple(float(b) for b in saved["betas"])
         self.param_groups[0].update(lr=float(saved["lr"]), betas=betas, eps=saved["eps"])

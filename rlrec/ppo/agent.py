@@ -4,7 +4,7 @@ a state vector or an image observation (rlrec/obs.py) read by an encoder (``algo
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -39,22 +39,19 @@ class ObsNormalizer(nn.Module):
         # the merge outside it ("Inplace update to inference tensor outside InferenceMode").
         # Each is [count, mean or sum..., var or sum of squares...] in float64: ``_pending`` of
         # the observations since the last merge, ``_base`` the statistics as of that merge
-        self._pending: Optional[torch.Tensor]
-        self._base: Optional[torch.Tensor]
         for name in ("_pending", "_base"):
             value = torch.zeros(1 + 2 * int(np.prod(shape)), dtype=torch.float64)
             self.register_buffer(name, value if pending else None, persistent=False)
         if pending:
             self._rebase()
 
-    def _rebase(self) -> None:
+    def _rebase(self):
         """The statistics as of now are what the next merge starts from (copied in place: the
         buffers stay the tensors they are, whatever the grad mode of the caller)."""
-        assert self._pending is not None and self._base is not None
         self._base.copy_(torch.cat([self.count.view(1), self.mean.flatten(), self.var.flatten()]))
         self._pending.zero_()
 
-    def update(self, x: Obs) -> None:
+    def update(self, x):
         x = x[STATE] if isinstance(x, dict) else x  # an image's values are never normalised
         n = x.shape[0]
         if self._pending is not None:  # [count, sum..., sum of squares...]
@@ -63,11 +60,11 @@ class ObsNormalizer(nn.Module):
         stats = _merged(self.count, self.mean, self.var, n, x.mean(0), x.var(0, unbiased=False))
         self._set(*stats)
 
-    def merge_pending(self, all_reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def merge_pending(self, all_reduce: Callable) -> None:
         """Merges every rank's observations since the last merge (``all_reduce`` sums the pending
         moments over the ranks, in place: one all-reduce) into the statistics as of the last
         merge (Chan's parallel update, in float64). A no-op without ``pending``."""
-        if self._pending is None or self._base is None:
+        if self._pending is None:
             return
         pending = all_reduce(self._pending)
         n = pending[0]
@@ -78,7 +75,7 @@ class ObsNormalizer(nn.Module):
             self._set(*_merged(base[0], base[1 : 1 + k], base[1 + k :], n, mean, var))
         self._rebase()
 
-    def _set(self, count: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
+    def _set(self, count, mean, var):
         self.mean.copy_(mean.view_as(self.mean))
         self.var.copy_(var.view_as(self.var))
         self.count.copy_(count)
@@ -88,7 +85,7 @@ class ObsNormalizer(nn.Module):
         if self._pending is not None:
             self._rebase()
 
-    def forward(self, x: Obs) -> Obs:
+    def forward(self, x):
         if isinstance(x, dict):  # the state part alone
             return {**x, STATE: self(x[STATE])}
         return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
@@ -104,7 +101,7 @@ def _merged(count, mean, var, n, batch_mean, batch_var):
     return total, mean + delta * (n / total), m2 / total
 
 
-def _mlp(sizes: List[int], activation: str, out_gain: float, init: str) -> nn.Sequential:
+def _mlp(sizes, activation, out_gain, init):
     """An MLP; ``init="orthogonal"``: orthogonal weights (gain sqrt(2), ``out_gain`` for the
     output layer) and zero biases; ``"torch_default"``: ``nn.Linear``'s own init, untouched
     (:class:`~rlrec.ppo.config.Init`, which refuses any other value)."""
@@ -132,7 +129,7 @@ class Flatten(nn.Module):
         parts = shape.values() if isinstance(shape, dict) else [shape]
         self.out_features = sum(int(np.prod(p)) for p in parts)
 
-    def forward(self, obs: Obs) -> torch.Tensor:
+    def forward(self, obs):
         if not isinstance(obs, dict):
             return obs.flatten(1)
         image = obs[RGB].flatten(1).float() / 255.0
@@ -161,7 +158,7 @@ class NatureCNN(nn.Module):
         self.state = nn.Linear(state_dim, CNN_FEATURES) if state_dim else None
         self.out_features = CNN_FEATURES * (2 if state_dim else 1)
 
-    def forward(self, obs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, obs):
         x = self.cnn(obs[RGB].permute(0, 3, 1, 2).float() / 255.0)
         return x if self.state is None else torch.cat([x, self.state(obs[STATE])], dim=1)
 
@@ -197,26 +194,25 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
-    def value(self, obs: Obs, features: Optional[torch.Tensor] = None) -> torch.Tensor:
-        f = self.encoder(obs) if features is None else features
-        return self.critic(f).squeeze(-1)
+    def value(self, obs: Obs, features=None) -> torch.Tensor:
+        return self.critic(self.encoder(obs) if features is None else features).squeeze(-1)
 
-    def distribution(self, obs: Obs, features: Optional[torch.Tensor] = None):
+    def distribution(self, obs: Obs, features=None):
         out = self.actor(self.encoder(obs) if features is None else features)
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
-    def _log_softmax(self, features: torch.Tensor) -> torch.Tensor:
+    def _log_softmax(self, features):
         """Categorical log-probabilities of every action: the discrete head's one tensor, from
         which sampling, log-prob and entropy are read (fewer ops than a Categorical per call)."""
         return torch.log_softmax(self.actor(features), dim=-1)
 
-    def noise_shape(self, batch: int) -> Tuple[int, ...]:
+    def noise_shape(self, batch: int):
         """The shape of the noise :meth:`act_with_noise` takes for a batch of ``batch`` obs."""
         return (batch, self.actor[-1].out_features)  # the logits, or the mean of each dimension
 
-    def act_with_noise(self, obs: Obs, noise: torch.Tensor):
+    def act_with_noise(self, obs: Obs, noise):
         """``(action, log_prob, value)`` for a batch of (normalised) observations, with the
         randomness passed in, so the whole step is one graph for ``torch.compile`` (no random op
         inside it) and the caller's generator draws it.
@@ -252,7 +248,7 @@ class ActorCritic(nn.Module):
             return torch.multinomial(self._log_softmax(f).exp(), 1, True).squeeze(-1)
         return self.distribution(obs, f).sample()
 
-    def evaluate(self, obs: Obs, action: torch.Tensor):
+    def evaluate(self, obs: Obs, action):
         """``(log_prob, entropy, value)`` of given actions, for the PPO loss."""
         f = self.encoder(obs)
         if self.discrete:

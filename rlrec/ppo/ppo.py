@@ -9,6 +9,7 @@ from typing import Dict, Optional
 
 import gymnasium as gym
 import torch
+from torch import nn
 
 from rlrec import distributed
 from rlrec.obs import STATE, as_float, batch_size, map_obs, shape_of
@@ -18,10 +19,9 @@ from rlrec.ppo.config import BootstrapAt, GradClip, KLCheck, PPOConfig
 from rlrec.ppo.storage import RolloutStorage
 
 # torch.compile's mode for ``algo.compile``, by device type. CUDA: CUDA graphs (LeanRL and
-# ManiSkill's ppo_fast.py replay the policy step and the update step as CUDA graphs, each as one
-# tensordict CudaGraphModule; rlrec uses torch.compile's own CUDA graphs). Elsewhere
-# torch.compile's default: CUDA graphs do not apply, and max-autotune's kernel search costs
-# minutes of compile time for the small MLPs of PPO. docs/gpu.md has the measured figures.
+# ManiSkill's ppo_fast.py replay the policy step and the update step as CUDA graphs; rlrec uses
+# torch.compile's own). Elsewhere torch.compile's default: CUDA graphs do not apply, and
+# max-autotune's kernel search costs minutes of compile time for the small MLPs of PPO.
 COMPILE_MODES: Dict[str, Optional[str]] = {"cuda": "reduce-overhead"}
 
 # what PPO.update returns the mean of over its minibatches, in the order a minibatch's stats hold
@@ -37,16 +37,18 @@ UPDATE_STATS = (
 
 
 class PPO:
-    """Owns the model, the optional observation normaliser, the optimizer and the rollout storage;
-    knows nothing of envs. The runner's collection loop is ``act`` -> env step ->
-    ``process_env_step``, then ``compute_returns`` and ``update``."""
+    """Owns the model, the optional observation and return normalisers, the optimizer and the
+    rollout storage; knows nothing of envs. The runner's collection loop is ``act`` -> env step
+    -> ``process_env_step``, then ``compute_returns`` and ``update``.
+
+    Several ranks: one policy (rank 0's initial weights), gradients averaged every minibatch,
+    normaliser statistics merged every update, the KL stop on the mean KL."""
 
     def __init__(
         self, cfg: PPOConfig, obs_space: gym.Space, action_space: gym.Space, device: torch.device
     ):
-        self.cfg = cfg
-        self.device = device
-        self.obs_shape, self.action_space = shape_of(obs_space), action_space
+        self.cfg, self.device, self.action_space = cfg, device, action_space
+        self.obs_shape = shape = shape_of(obs_space)
         self.agent = ActorCritic(
             obs_space,
             action_space,
@@ -56,52 +58,32 @@ class PPO:
             cfg.init,
             cfg.encoder,
         ).to(device)
-        # several ranks: one policy (rank 0's initial weights), gradients averaged every
-        # minibatch, normaliser statistics merged every update, the KL stop on the mean KL
         self.world = distributed.world_size()
         distributed.broadcast_module_(self.agent)
-        self.obs_norm: Optional[ObsNormalizer] = None
-        shape = self.obs_shape  # of the state part: an image is never normalised
+        # the state part: an image is never normalised
         state = shape.get(STATE) if isinstance(shape, dict) else shape
-        if cfg.norm_obs and state is not None:
-            self.obs_norm = ObsNormalizer(state, pending=self.world > 1).to(device)
+        norm = lambda shape: ObsNormalizer(shape, pending=self.world > 1).to(device)  # noqa: E731
+        self.obs_norm = norm(state) if cfg.norm_obs and state is not None else None
         # algo.norm_reward: the running statistics of each env's discounted return so far
-        # (``_returns``, made by init_storage)
-        self.return_norm: Optional[ObsNormalizer] = None
-        if cfg.norm_reward:
-            self.return_norm = ObsNormalizer((), pending=self.world > 1).to(device)
-        self._returns = torch.zeros(0, device=device)
-        self.compiled = bool(cfg.compile)
+        self.return_norm = norm(()) if cfg.norm_reward else None
+        self._returns = torch.zeros(0, device=device)  # made by init_storage
         # the clip range (and, compiled, the learning rate) is a tensor, changed in place by
-        # set_schedule, so annealing it never recompiles (the compiled graphs read it, as LeanRL
-        # does)
+        # set_schedule, so annealing it never recompiles
         self.clip_coef = torch.tensor(cfg.clip_coef, device=device)
-        if self.compiled:
-            self._opt_flags = {"foreach": False, "fused": None, "capturable": device.type == "cuda"}
-            kind, lr = torch.optim.Adam, torch.tensor(cfg.learning_rate, device=device)
-        else:
-            # torch's fused Adam: one kernel for all parameters instead of ~10 ops per parameter
-            # tensor, the larger part of an update step for the small MLPs of PPO; FusedAdam is the
-            # same kernel and state layout, without torch.optim's import of torch._dynamo
-            fused = fused_available(device)
-            self._opt_flags = {"foreach": None, "fused": fused or None, "capturable": False}
-            kind, lr = (FusedAdam if fused else torch.optim.Adam), cfg.learning_rate
-        flags = {} if kind is FusedAdam else self._opt_flags
-        self.optimizer = kind(self.agent.parameters(), lr=lr, eps=cfg.adam_eps, **flags)
+        self.compiled = bool(cfg.compile)
+        self.optimizer = self._optimizer()
         self._params = list(self.agent.parameters())
         # the parameter sets max_grad_norm clips, each on its own (algo.grad_clip)
         critic = list(self.agent.critic.parameters())
         actor = [p for p in self._params if all(p is not q for q in critic)]
         per_network = cfg.grad_clip == GradClip.per_network
         self._clip_sets = [actor, critic] if per_network else [self._params]
-        self.storage: Optional[RolloutStorage] = None
-        self._transition: Optional[tuple] = None  # (obs, action, logprob, value) of the last act()
-        # algo.compile, after LeanRL and ManiSkill's ppo_fast.py (which capture the whole
-        # minibatch update as one graph): the rollout's policy step and the minibatch loss (with
-        # its backward pass) are each one compiled graph (fullgraph: a graph break is an error),
-        # and the optimizer step (gradient clip and Adam) is compiled too (torch's optimizers
-        # break the graph around their step on purpose). On CUDA they run as CUDA graphs
-        # (COMPILE_MODES): one launch per graph
+        # the RolloutStorage (init_storage); (obs, action, logprob, value) of the last act()
+        self.storage = self._transition = None
+        # algo.compile: the rollout's policy step, the minibatch loss (with its backward pass)
+        # and the optimizer step are each one compiled graph (fullgraph: a graph break is an
+        # error; torch's optimizers break the graph around their step on purpose); on CUDA they
+        # run as CUDA graphs (COMPILE_MODES), one launch each
         mode = COMPILE_MODES.get(device.type)
         self._cudagraphs = self.compiled and mode == "reduce-overhead"
         compiled = partial(torch.compile, mode=mode) if self.compiled else lambda f, **_: f
@@ -109,16 +91,28 @@ class PPO:
         self._loss = compiled(self._loss_eager, fullgraph=True)
         self._optimizer_step = compiled(self._optimizer_step_eager)
 
+    def _optimizer(self):
+        """Adam: torch's fused kernel (one kernel for all parameters; FusedAdam is that kernel
+        without torch.optim's import of torch._dynamo), or with ``algo.compile`` torch.optim's
+        Adam with a tensor learning rate (read by the compiled step). ``_opt_flags``: what this
+        run's Adam is, kept over a loaded state."""
+        cfg, compiled = self.cfg, self.compiled
+        fused = not compiled and fused_available(self.device)
+        capturable = compiled and self.device.type == "cuda"
+        self._opt_flags = {"foreach": False if compiled else None, "fused": fused or None}
+        self._opt_flags["capturable"] = capturable
+        params, eps = self.agent.parameters(), cfg.adam_eps
+        if fused:
+            return FusedAdam(params, lr=cfg.learning_rate, eps=eps)
+        lr = torch.tensor(cfg.learning_rate, device=self.device) if compiled else cfg.learning_rate
+        return torch.optim.Adam(params, lr=lr, eps=eps, **self._opt_flags)
+
     def init_storage(self, num_envs: int) -> RolloutStorage:
         """Preallocates the ``[num_steps, num_envs]`` rollout tensors on the device."""
         self._returns = torch.zeros(num_envs, device=self.device)
+        action = self.agent.action_shape, action_dtype(self.action_space)
         self.storage = RolloutStorage(
-            self.cfg.num_steps,
-            num_envs,
-            self.obs_shape,
-            tuple(self.agent.action_shape),
-            action_dtype(self.action_space),
-            self.device,
+            self.cfg.num_steps, num_envs, self.obs_shape, *action, self.device
         )
         return self.storage
 
@@ -133,12 +127,10 @@ class PPO:
     # ------------------------------------------------------------------ acting
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Collection: normalises ``obs`` (updating the statistics), samples an action and keeps
-        what the transition needs until :meth:`process_env_step`. One path, eager or compiled:
-        the noise is drawn here by the default generator and the policy step
-        (:meth:`ActorCritic.act_with_noise`) turns it into the action. A Gaussian action is then
-        the number ``Normal.sample`` draws; a categorical one is a Gumbel-max sample (a few
-        elementwise ops, where ``torch.multinomial`` costs several times as much for the small
-        batches of a CPU rollout)."""
+        what the transition needs until :meth:`process_env_step`. The noise is drawn here by the
+        default generator and the policy step (:meth:`ActorCritic.act_with_noise`) turns it into
+        the action: a Gaussian action is the number ``Normal.sample`` draws, a categorical one a
+        Gumbel-max sample (cheaper than ``torch.multinomial`` for a CPU rollout's batches)."""
         obs = as_float(obs)
         if self.obs_norm is not None:  # in place, outside the graph: it reads the buffers
             self.obs_norm.update(obs)
@@ -149,14 +141,13 @@ class PPO:
         out = self._policy_step(obs, noise)
         # a CUDA graph's outputs are overwritten by its next replay: the caller owns copies
         self._transition = tuple(map_obs(torch.clone, t) for t in out) if self._cudagraphs else out
-        return self._transition[1]  # (obs, action, logprob, value)
+        return self._transition[1]
 
-    def _policy_step_eager(self, obs: torch.Tensor, noise: torch.Tensor):
+    def _policy_step_eager(self, obs, noise):
         """The rollout's policy step as one function of tensors (compiled by ``algo.compile``):
         normalised observation, action, its log-probability and the value."""
         nobs = obs if self.obs_norm is None else self.obs_norm(obs)
-        action, logprob, value = self.agent.act_with_noise(nobs, noise)
-        return nobs, action, logprob, value
+        return nobs, *self.agent.act_with_noise(nobs, noise)
 
     def process_env_step(
         self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, info: dict
@@ -178,15 +169,10 @@ class PPO:
             reward = reward.clamp(-cfg.clip_reward, cfg.clip_reward)
         if "_final" in info:
             # reward + gamma * V(final_obs) where an episode ended in a way algo.bootstrap_at
-            # bootstraps (GAE then treats every episode end as terminal). truncated: only where
-            # the time limit cut it (not where it terminated), since the return it would have had
-            # continues past the cut. done: at every end, as ManiSkill's PPO baselines do
-            # (final_values from infos["final_observation"] of every done row), so a task that
-            # terminates on success values the success as its reward plus the value of the state
-            # it reached. The value is taken of the ended rows alone (ManiSkill's ppo_rgb.py:
-            # final_observation[done_mask]), named by AutoReset's host index (copied without
-            # waiting for the device, as rlrec.envs.base.as_env_index does): no host sync, and no
-            # pass (a CNN's with pixels) over the envs that did not end
+            # bootstraps (GAE then treats every episode end as terminal): truncated only where
+            # the time limit cut it, done at every end (ManiSkill's PPO baselines). The value is
+            # taken of the ended rows alone, named by AutoReset's host index (copied without
+            # waiting for the device): no host sync, no pass over the envs that did not end
             ends = done if cfg.bootstrap_at == BootstrapAt.done else truncated & ~terminated
             idx = info.get("_final_idx")  # absent: an info not from AutoReset (one sync here)
             if idx is None:
@@ -196,8 +182,7 @@ class PPO:
             final_obs = map_obs(lambda t: t[rows], info["final_obs"])
             bootstrap = cfg.gamma * self.agent.value(self.normalize(final_obs)) * ends[rows]
             reward = reward.index_add(0, rows, bootstrap)
-        obs, action, logprob, value = self._transition  # type: ignore[misc]
-        self.storage.add(obs, action, logprob, value, reward, done.float())  # type: ignore[union-attr]
+        self.storage.add(*self._transition, reward, done.float())  # type: ignore[union-attr,misc]
 
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE over the filled storage, bootstrapped from the value of the observation after it."""
@@ -216,53 +201,47 @@ class PPO:
     def set_schedule(self, frac_remaining: float) -> float:
         """Anneals the learning rate (and, with ``anneal_clip``, the clip range) linearly to 0
         over training; returns the learning rate."""
-        lr = self.cfg.learning_rate * (frac_remaining if self.cfg.anneal_lr else 1.0)
+        cfg = self.cfg
+        lr = cfg.learning_rate * (frac_remaining if cfg.anneal_lr else 1.0)
         for group in self.optimizer.param_groups:
-            if isinstance(group["lr"], torch.Tensor):
+            if self.compiled:
                 group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
-        self.clip_coef.fill_(self.cfg.clip_coef * (frac_remaining if self.cfg.anneal_clip else 1.0))
+        self.clip_coef.fill_(cfg.clip_coef * (frac_remaining if cfg.anneal_clip else 1.0))
         return lr
 
     # ------------------------------------------------------------------ learning
     def update(self, storage: Optional[RolloutStorage] = None) -> Dict[str, float]:
         """Runs the PPO epochs on a filled storage (its own by default); returns mean losses and
-        diagnostics (:data:`UPDATE_STATS`: the gradient norm before clipping among them), summed
-        on the device and read back once at the end. Each epoch gathers its shuffled batch once
-        (:meth:`RolloutStorage.minibatches`); a minibatch is one loss, one backward pass and one
-        optimizer step, with no host sync. With ``target_kl``, the epochs stop once the
-        approximate KL exceeds it. ``algo.kl_check=epoch``: checked after each epoch on its last
-        minibatch's KL, as CleanRL does, so the device is synchronised at most once per epoch.
-        ``algo.kl_check=minibatch``: checked on each minibatch before its optimizer step, which
-        that minibatch then skips, as ManiSkill's ppo.py does (one sync per minibatch, the price
-        of that rule)."""
+        diagnostics (:data:`UPDATE_STATS`), summed on the device and read back once at the end.
+        Each epoch gathers its shuffled batch once; a minibatch is one loss, one backward pass and
+        one optimizer step, with no host sync. With ``target_kl`` the epochs stop once the
+        approximate KL exceeds it: ``algo.kl_check=epoch`` checks the last minibatch's KL after
+        each epoch (CleanRL: a sync per epoch), ``minibatch`` each minibatch's before its step,
+        which it then skips (ManiSkill's ppo.py: a sync per minibatch)."""
         storage = self.storage if storage is None else storage
-        assert storage is not None, "init_storage() first, or pass a storage"
         cfg = self.cfg
         totals = torch.zeros(len(UPDATE_STATS), device=self.device)  # summed on the device
         n_updates = 0
         for norm in (self.obs_norm, self.return_norm):  # every rank's of this rollout, merged
             if norm is not None:
                 norm.merge_pending(distributed.all_reduce_)
-        per_minibatch = cfg.target_kl is not None and cfg.kl_check == KLCheck.minibatch
-        kl_limit = cfg.target_kl if per_minibatch else None
-        per_epoch = cfg.target_kl is not None and not per_minibatch
-        stopped = False
+        kl_limit = cfg.target_kl if cfg.kl_check == KLCheck.minibatch else None
+        per_epoch = cfg.target_kl is not None and kl_limit is None
+        stats: Optional[torch.Tensor] = None
         for _epoch in range(cfg.update_epochs):
-            for mb in storage.minibatches(cfg.num_minibatches):
+            for mb in storage.minibatches(cfg.num_minibatches):  # type: ignore[union-attr]
                 if self._cudagraphs:
                     torch.compiler.cudagraph_mark_step_begin()
-                stats = self._train_step(mb, self.clip_coef, kl_limit)
-                stopped = stats is None  # kl_check=minibatch: over target_kl, this one took no step
-                if stopped:
+                stats = self._train_step(mb, kl_limit)
+                if stats is None:  # kl_check=minibatch: over target_kl, this one took no step
                     break
                 totals += stats  # read before the next step (a CUDA graph's output is reused)
                 n_updates += 1
-            # kl_check=epoch: the last minibatch's KL
-            if stopped or (per_epoch and self._kl_above(stats[3], cfg.target_kl)):
+            if stats is None or (per_epoch and self._kl_above(stats[3], cfg.target_kl)):
                 break
-        y, pred = storage.returns.flatten(), storage.values.flatten()
+        y, pred = storage.returns.flatten(), storage.values.flatten()  # type: ignore[union-attr]
         var_y = y.var()
         explained = torch.where(var_y == 0, float("nan"), 1 - (y - pred).var() / var_y)
         keys, extra = [*UPDATE_STATS, "loss/explained_variance"], [explained.reshape(1)]
@@ -272,40 +251,29 @@ class PPO:
         # the update's one read back (besides the KL checks): every statistic at once
         out = dict(zip(keys, torch.cat([totals / max(1, n_updates), *extra]).tolist()))
         out["loss/updates"] = float(n_updates)
-        storage.clear()
+        storage.clear()  # type: ignore[union-attr]
         return out
 
-    def _train_step(
-        self, mb: Dict[str, torch.Tensor], clip: torch.Tensor, kl_limit: Optional[float]
-    ) -> Optional[torch.Tensor]:
-        """One minibatch (a :meth:`RolloutStorage.minibatches` item: ``logprobs`` and ``values``
-        are the rollout's): the clipped PPO loss, its backward pass, the gradient clip and the Adam
-        step. Returns the :data:`UPDATE_STATS` of this minibatch as one tensor, so nothing is
-        read back to the host here. With ``algo.compile`` the loss (with its backward) and the
-        optimizer step are the compiled graphs; ``zero_grad`` and ``backward`` stay calls between
-        them (Dynamo does not trace either). ``kl_limit`` (``algo.kl_check=minibatch``): the
-        minibatch's approximate KL is read (one sync) and, above the limit, None is returned
-        before any gradient is taken (ManiSkill's ppo.py breaks before ``optimizer.step``)."""
+    def _train_step(self, mb, kl_limit):
+        """One minibatch (a :meth:`RolloutStorage.minibatches` item): the clipped PPO loss, its
+        backward pass, the gradient clip and the Adam step; the :data:`UPDATE_STATS` of this
+        minibatch as one tensor (nothing read back). ``kl_limit`` (``algo.kl_check=minibatch``):
+        above it, None before any gradient is taken."""
         # the gradients are dropped, never zeroed: under CUDA graphs the last minibatch's are the
-        # outputs of its backward graph's replay (AccumulateGrad keeps the tensor it is given when
-        # .grad is None), in the CUDA-graph pool, which the replays since have overwritten;
-        # zeroing them touches freed memory (torch/_inductor/cudagraph_trees.py
-        # format_dealloc_msg, 2.13 lines 2664-2673: "set .grad to None before each backward").
-        # The new ones are outputs recorded by the backward graph, so the optimizer graph reads
-        # them in place, without a copy, and may scale them (torch/_dynamo/variables/optimizer.py
-        # _is_static_for_cudagraphs, lines 68-85; torch/_inductor/cudagraph_utils.py
-        # check_for_mutation, lines 290-299)
+        # outputs of its backward graph's replay, in the CUDA-graph pool, which the replays since
+        # have overwritten (torch's cudagraph_trees: "set .grad to None before each backward").
+        # The new ones are outputs recorded by the backward graph, which the optimizer graph
+        # reads in place
         self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self._loss(*mb.values(), clip)  # in the order the loss takes them
+        loss, stats = self._loss(*mb.values(), self.clip_coef)  # in the order the loss takes them
         if kl_limit is not None and self._kl_above(stats[3], kl_limit):
             return None
         loss.backward()
         # several ranks: one all-reduce of the flat gradient (in place: CUDA graphs keep it)
         distributed.mean_grads_(self._params)
-        grad_norm = self._optimizer_step()
-        return torch.cat((stats, grad_norm.reshape(1)))
+        return torch.cat((stats, self._optimizer_step().reshape(1)))
 
-    def _kl_above(self, approx_kl: torch.Tensor, limit: float) -> bool:
+    def _kl_above(self, approx_kl, limit):
         """Whether this minibatch's approximate KL (the mean over ranks: every rank decides the
         same) is above ``limit``; one host sync."""
         kl = approx_kl.detach().clone()
@@ -313,17 +281,9 @@ class PPO:
             distributed.all_reduce_(kl, "mean")
         return float(kl) > limit
 
-    def _loss_eager(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        old_logprobs: torch.Tensor,
-        old_values: torch.Tensor,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        clip: torch.Tensor,
-    ):
-        """``(loss, [policy, value, entropy, approx_kl, clipfrac])`` of one minibatch."""
+    def _loss_eager(self, obs, actions, old_logprobs, old_values, advantages, returns, clip):
+        """``(loss, [policy, value, entropy, approx_kl, clipfrac])`` of one minibatch (tensors;
+        ``clip``: the clip range)."""
         cfg = self.cfg
         logprob, entropy, value = self.agent.evaluate(obs, actions)
         logratio = logprob - old_logprobs
@@ -347,29 +307,12 @@ class PPO:
         loss = loss + cfg.vf_coef * v_loss
         return loss, torch.stack([pg_loss, v_loss, ent, approx_kl, clipfrac]).detach()
 
-    def _optimizer_step_eager(self) -> torch.Tensor:
-        """The gradient clip (of each parameter set of ``algo.grad_clip``) and the Adam step;
-        returns the norm of the whole gradient before the clip. The clip scales by
-        ``min(1, max_norm / norm)`` on the device (torch's ``clip_grad_norm_`` multiplies by the
-        clamped factor, never branches on it): no host sync."""
-        # the arithmetic of nn.utils.clip_grad_norm_(params, max_norm, foreach=True) on each set
-        # (torch/nn/utils/clip_grad.py _get_total_norm and _clip_grads_with_norm_, torch 2.13:
-        # _foreach_norm, the norm of the stacked norms, min(1, max_norm / (norm + 1e-6)),
-        # _foreach_mul_), so the same numbers, with one _foreach_norm over every set and without
-        # its per-call grouping of the tensors by device and dtype (the sets are one device's)
-        sets = [[p.grad for p in params if p.grad is not None] for params in self._clip_sets]
-        per_tensor = torch._foreach_norm([g for grads in sets for g in grads], 2.0)
-        norms, start = [], 0
-        for grads in sets:
-            if not grads:
-                continue
-            norm = torch.linalg.vector_norm(torch.stack(per_tensor[start : start + len(grads)]))
-            start += len(grads)
-            coef = torch.clamp(self.cfg.max_grad_norm / (norm + 1e-6), max=1.0)
-            torch._foreach_mul_(grads, coef)
-            norms.append(norm)
-        if not norms:  # no gradient at all (clip_grad_norm_'s empty norm)
-            norms.append(torch.zeros((), device=self.device))
+    def _optimizer_step_eager(self):
+        """The gradient clip (``clip_grad_norm_`` of each parameter set of ``algo.grad_clip``: it
+        multiplies by the clamped factor on the device, no host sync) and the Adam step; returns
+        the norm of the whole gradient before the clip."""
+        max_norm = self.cfg.max_grad_norm
+        norms = [nn.utils.clip_grad_norm_(ps, max_norm, foreach=True) for ps in self._clip_sets]
         self.optimizer.step()
         grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
         return grad_norm.detach()

@@ -37,23 +37,13 @@ class RolloutStorage:
         else:
             self.obs = torch.zeros(t, n, *obs_shape, device=device)
         self.actions = torch.zeros(t, n, *action_shape, dtype=action_dtype, device=device)
-        self.logprobs = torch.zeros(t, n, device=device)
-        self.rewards = torch.zeros(t, n, device=device)
-        self.dones = torch.zeros(t, n, device=device)  # episode ended at this step (term or trunc)
-        self.values = torch.zeros(t, n, device=device)
-        self.advantages = torch.zeros(t, n, device=device)
-        self.returns = torch.zeros(t, n, device=device)
+        zeros = lambda: torch.zeros(t, n, device=device)  # noqa: E731
+        # dones: the episode ended at this step (terminated or truncated)
+        self.logprobs, self.rewards, self.dones = zeros(), zeros(), zeros()
+        self.values, self.advantages, self.returns = zeros(), zeros(), zeros()
         self.step = 0  # the next row add() writes
 
-    def add(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        logprobs: torch.Tensor,
-        values: torch.Tensor,
-        rewards: torch.Tensor,
-        dones: torch.Tensor,
-    ) -> None:
+    def add(self, obs, actions, logprobs, values, rewards, dones) -> None:
         """Writes one env step of every env into the next row."""
         if self.step >= self.num_steps:
             raise IndexError(f"rollout storage is full ({self.num_steps} steps): clear() it first")
@@ -67,7 +57,7 @@ class RolloutStorage:
         """The next rollout starts at row 0 (after an update, or to drop an interrupted rollout)."""
         self.step = 0
 
-    def compute_gae(self, next_value: torch.Tensor, gamma: float, lam: float) -> None:
+    def compute_gae(self, next_value, gamma: float, lam: float) -> None:
         """GAE(lambda). Every episode end is terminal here: the bootstrapping of the ends that
         ``algo.bootstrap_at`` names is already folded into ``rewards``
         (``PPO.process_env_step``)."""

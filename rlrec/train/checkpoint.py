@@ -37,7 +37,7 @@ import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -77,41 +77,31 @@ def rng_state() -> Dict[str, Any]:
     ``weights_only=True``)."""
     name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     version, internal, gauss_next = random.getstate()
+    numpy = {"bit_generator": str(name), "key": torch.from_numpy(np.asarray(key, dtype=np.int64))}
+    numpy.update(pos=int(pos), has_gauss=int(has_gauss), cached_gaussian=float(gauss))
     internal = torch.tensor(internal, dtype=torch.int64)  # 625 ints below 2**32
-    state: Dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "bit_generator": str(name),
-            "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(gauss),
-        },
-        "python": {"version": int(version), "state": internal, "gauss_next": gauss_next},
-    }
+    python = {"version": int(version), "state": internal, "gauss_next": gauss_next}
+    state = {"torch": torch.get_rng_state(), "numpy": numpy, "python": python}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         # this process's own device only, the current one (rlrec.envs.device.use_device made it
-        # so; torch/cuda/random.py get_rng_state: the current device's default generator), so
-        # that the checkpoint resumes on a machine with any number of visible GPUs
+        # so), so that the checkpoint resumes on a machine with any number of visible GPUs
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    npy = state["numpy"]
-    key = npy["key"].numpy().astype(np.uint32)
+    npy, py, cuda = state["numpy"], state["python"], state.get("cuda")
     rest = int(npy["pos"]), int(npy["has_gauss"]), float(npy["cached_gaussian"])
-    np.random.set_state((npy["bit_generator"], key, *rest))
-    py = state["python"]
+    np.random.set_state((npy["bit_generator"], npy["key"].numpy().astype(np.uint32), *rest))
     random.setstate((int(py["version"]), tuple(py["state"].tolist()), py["gauss_next"]))
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available():
-        if isinstance(cuda, (list, tuple)):  # an older checkpoint: every visible device's state
-            index = torch.cuda.current_device()
-            cuda = cuda[index] if index < len(cuda) else None
-        if cuda is not None:
-            torch.cuda.set_rng_state(cuda)  # the current device's (torch/cuda/random.py)
+    if cuda is None or not torch.cuda.is_available():
+        return
+    if isinstance(cuda, (list, tuple)):  # an older checkpoint: every visible device's state
+        index = torch.cuda.current_device()
+        cuda = cuda[index] if index < len(cuda) else None
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)  # the current device's
 
 
 # ---------------------------------------------------------------------- digest
@@ -127,7 +117,7 @@ def digest(data: Mapping) -> str:
 _TAGS = ((b"I", int), (b"S", str), (b"Y", bytes), (b"X", (torch.dtype, torch.device)))
 
 
-def _feed(h, obj: Any, where: str) -> None:
+def _feed(h, obj, where):
     if obj is None:
         h.update(b"N")
     elif isinstance(obj, bool):
@@ -141,7 +131,7 @@ def _feed(h, obj: Any, where: str) -> None:
         h.update(tag + b"%d:" % len(text) + text)
     elif isinstance(obj, torch.Tensor):
         if obj.layout != torch.strided or obj.is_quantized:
-            raise TypeError(_not_plain(where, obj, "a non-strided tensor"))
+            raise _refused(where, "a non-strided tensor")
         t = obj.detach().cpu().resolve_conj().resolve_neg().contiguous().reshape(-1)
         h.update(f"T{t.dtype}{tuple(obj.shape)}:".encode())
         if t.numel():
@@ -156,12 +146,11 @@ def _feed(h, obj: Any, where: str) -> None:
         for i, v in enumerate(obj):
             _feed(h, v, f"{where}[{i}]")
     else:
-        raise TypeError(_not_plain(where, obj))
+        raise _refused(where, f"a {type(obj).__module__}.{type(obj).__qualname__}")
 
 
-def _not_plain(where: str, obj: Any, what: Optional[str] = None) -> str:
-    kind = what or f"a {type(obj).__module__}.{type(obj).__qualname__}"
-    return (
+def _refused(where, kind):
+    return TypeError(
         f"checkpoint entry {where or '<top level>'} is {kind}: a checkpoint holds {PLAIN_TYPES} "
         "only, so that it loads with torch.load(weights_only=True) without running code"
     )
@@ -206,17 +195,14 @@ def storage_failure(
     if exc.errno in STORAGE_ERRNOS:
         cause += f" ({STORAGE_ERRNOS[exc.errno]})"
     target = shlex.quote(f"hydra.run.dir={run_dir}") if run_dir else "hydra.run.dir=<run dir>"
-    try:  # (quietly: what resume=auto skips, it says then)
-        found = find_resume(checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints, True)
-    except Exception:  # unreadable: say there is none to continue from
-        found = None
-    if found is None:
-        then = "no checkpoint was written before it, so the run starts again (what it wrote "
-        then += "is moved aside)"
-    else:
-        step = int(found[1]["global_step"])
-        then = f"the checkpoints before are intact ({found[0].name} the newest): it continues "
-        then += f"from that one (step {step:,})"
+    then = "no checkpoint was written before it, so the run starts again (what it wrote is moved"
+    then += " aside)"
+    with contextlib.suppress(Exception):  # (quietly: what resume=auto skips, it says then)
+        path, data = find_resume(
+            checkpoint.parent if checkpoint else RunDir(run_dir).checkpoints, True
+        )
+        then = f"the checkpoints before are intact ({path.name} the newest): it continues from "
+        then += f"that one (step {int(data['global_step']):,})"
     what = f"checkpoint {checkpoint}" if checkpoint else exc.filename or "the run output"
     return (
         f"could not write {what}: {cause}. What the run wrote before it is on disk, nothing was "
@@ -244,66 +230,57 @@ def check_exists(path: str | Path, key: str = "checkpoint") -> None:
         )
 
 
-def _read(p: Path, label: str) -> Dict[str, Any]:
+def _read(p, label):
     """The verified contents of ``p``; :class:`UnsafeCheckpoint` for a file that would run code,
     :class:`ConfigError` for any other reason it cannot be used."""
-    data, failure = None, None
+    other = lambda v: f"{label} has checkpoint version {v}, this rlrec reads version {VERSION}"  # noqa: E731
+    why = "not a zip archive written by torch.save: empty, truncated or another file"
     try:
-        is_zip = zipfile.is_zipfile(p)  # torch.save writes them: anything else is never unpickled
-        if is_zip:
+        if zipfile.is_zipfile(p):  # torch.save writes them: anything else is never unpickled
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # e.g. torch's note on the pickle protocol
-                data = torch.load(p, map_location="cpu", weights_only=True)
+                data, why = torch.load(p, map_location="cpu", weights_only=True), None
     except OSError as exc:
         raise ConfigError(f"{label} could not be read: {exc}") from None
     except Exception as exc:
         failure = " ".join(str(exc).split()) or type(exc).__name__
-    # what its pickle holds, scanned (not run): the globals it would import
-    if not is_zip or failure:
-        code, head = _scan(p)
-        found = dict(zip(head[:4:2], head[1:4:2]))  # save() puts the format and version first
+        why = f"could not be read: {failure.split('. ')[0][:300]}"
+    if why is not None:  # what its pickle holds, scanned (not run): the globals it would import
+        code, found = _scan(p)
         if found.get("format") == FORMAT and found.get("version") != VERSION:
-            raise ConfigError(_other_version(label, found.get("version")))
+            raise ConfigError(other(found.get("version")))
         if code:
             raise UnsafeCheckpoint(
                 f"{label} is refused: loading it would run code ({', '.join(code[:3])}), and "
                 f"rlrec loads checkpoints with torch.load(weights_only=True), as {PLAIN_TYPES} "
                 "only; it was not loaded"
             )
-        why = f"could not be read: {str(failure).split('. ')[0][:300]}"
-        if not is_zip:
-            why = "not a zip archive written by torch.save: empty, truncated or another file"
         raise ConfigError(f"{label} is not an rlrec checkpoint, or is damaged ({why})")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{label} is not an rlrec checkpoint (no '{FORMAT}' tag)")
     if data.get("version") != VERSION:
-        raise ConfigError(_other_version(label, data.get("version")))
-    saved = data.get("digest")
+        raise ConfigError(other(data.get("version")))
     try:
         actual = digest(data)
     except TypeError as exc:
         actual = f"<none: {exc}>"
-    if not isinstance(saved, str) or saved != actual:
+    if data.get("digest") != actual:
         raise ConfigError(
             f"{label} is damaged: its contents do not match the sha256 digest saved with it "
-            f"(saved {str(saved)[:16]}, now {actual[:16]}); it was not used"
+            f"(saved {str(data.get('digest'))[:16]}, now {actual[:16]}); it was not used"
         )
     return data
-
-
-def _other_version(label: str, version: Any) -> str:
-    return f"{label} has checkpoint version {version}, this rlrec reads version {VERSION}"
 
 
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING"}
 _INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
 
 
-def _scan(p: Path, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
+def _scan(p, limit=1 << 16):
     """What the pickle of ``p`` (a torch zip archive's ``data.pkl``, else the file's head) holds
     in its first ``limit`` opcodes, parsed only (nothing is executed): the globals it would
     import (but those of torch's own legacy format, not code of the file's choosing), and its
-    strings and ints in order."""
+    format and version (``save`` puts them first: its first strings and ints)."""
     names, strings, values = [], [], []
     # unreadable, truncated or not a pickle: what was parsed so far
     with contextlib.suppress(Exception):
@@ -317,14 +294,11 @@ def _scan(p: Path, limit: int = 1 << 16) -> Tuple[List[str], List[Any]]:
             if op.name in ("GLOBAL", "INST"):
                 names.append(str(arg).replace(" ", "."))
             elif op.name == "STACK_GLOBAL":
-                names.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "a global")
+                names.append(".".join(strings[-2:]) if len(strings) >= 2 else "a global")
             strings += [str(arg)] if op.name in _STRINGS else []
             values += [arg] if op.name in _STRINGS or op.name in _INTS else []
-    return [
-        n
-        for n in names
-        if not n.startswith(("torch.", "collections.OrderedDict", "_codecs.encode"))
-    ], values
+    legacy = ("torch.", "collections.OrderedDict", "_codecs.encode")
+    return [n for n in names if not n.startswith(legacy)], dict(zip(values[:4:2], values[1:4:2]))
 
 
 # ---------------------------------------------------------------------- lookup
@@ -352,8 +326,7 @@ def blowup(data: Mapping) -> Optional[str]:
     with WHAT", ``rlrec.train.divergence``), or None: its values are finite but ruined, and
     training from it diverges again, so ``resume=auto`` passes over it and ``checkpoint=`` of it
     trains nothing."""
-    began = data.get("blowup")
-    return str(began) if began else None
+    return str(data["blowup"]) if data.get("blowup") else None
 
 
 def find_resume(directory: Path, quiet: bool = False) -> Optional[Tuple[Path, Dict[str, Any]]]:
@@ -374,16 +347,30 @@ def find_resume(directory: Path, quiet: bool = False) -> Optional[Tuple[Path, Di
             raise UnsafeCheckpoint(f"resume=auto: {got}")
         if isinstance(got, ConfigError):
             bad.append(str(got))
-            continue
-        if blowup(got):
+        elif blowup(got):
             ruined.append((p, blowup(got)))
-            continue
-        if best is None or got["global_step"] > best[1]["global_step"]:
-            best = p, got
-        if p.name != LAST_CHECKPOINT:
-            break
+        else:
+            if best is None or got["global_step"] > best[1]["global_step"]:
+                best = p, got
+            if p.name != LAST_CHECKPOINT:
+                break
+    said = []
     if ruined:
-        _passed_over(directory, ruined, best, quiet)
+        names = ", ".join(p.name for p, _ in ruined)
+        why = f"written after the blow-up that began at {ruined[0][1]}: finite but ruined values"
+        if best is None:
+            raise ConfigError(
+                f"resume=auto: every checkpoint in {directory} that can be read ({names}) was "
+                f"{why}, from which training diverges again. To start again with other settings "
+                "(a lower algo.learning_rate, say): the same command in a new run dir "
+                f"(hydra.run.dir=...), or move them out of {directory} (resume=auto then starts "
+                "this run dir again from step 0)"
+            )
+        step = best[1]["global_step"]
+        said.append(
+            f"{names} {why}; skipped, resuming from {best[0]} (step {step}), the newest "
+            "from before it"
+        )
     if best is None and bad:
         listing = "\n".join(f"  {reason}" for reason in bad)
         raise ConfigError(
@@ -391,35 +378,10 @@ def find_resume(directory: Path, quiet: bool = False) -> Optional[Tuple[Path, Di
             f"over at step 0 (which would append duplicate steps to metrics.jsonl):\n{listing}\n"
             f"Move them out of {directory} to start this run dir afresh, or give checkpoint=PATH"
         )
-    for reason in [] if quiet else bad:
-        print(
-            f"rlrec: warning: resume=auto: {reason}; skipped it, resuming from {best[0]}",
-            file=sys.stderr,
-            flush=True,
-        )
+    said += [f"{reason}; skipped it, resuming from {best[0]}" for reason in bad]
+    for text in [] if quiet else said:
+        print(f"rlrec: warning: resume=auto: {text}", file=sys.stderr, flush=True)
     return best
-
-
-def _passed_over(directory: Path, ruined: List[Tuple[Path, str]], best, quiet: bool) -> None:
-    """What ``resume=auto`` says of the checkpoints it passed over, ``ruined`` (each with the
-    blow-up it was written during): a warning naming them and ``best``, the one it resumes from
-    (none when ``quiet``), or, without one, a :class:`ConfigError` saying how to start again."""
-    names = ", ".join(p.name for p, _ in ruined)
-    why = f"written after the blow-up that began at {ruined[0][1]}: finite but ruined values"
-    if best is None:
-        raise ConfigError(
-            f"resume=auto: every checkpoint in {directory} that can be read ({names}) was {why}, "
-            "from which training diverges again. To start again with other settings (a lower "
-            "algo.learning_rate, say): the same command in a new run dir (hydra.run.dir=...), or "
-            f"move them out of {directory} (resume=auto then starts this run dir again from step 0)"
-        )
-    if not quiet:
-        print(
-            f"rlrec: warning: resume=auto: {names} {why}; skipped, resuming from {best[0]} "
-            f"(step {best[1]['global_step']}), the newest from before it",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def of_step(directory: Path, step: Optional[int], key: str) -> Tuple[Path, Dict[str, Any]]:

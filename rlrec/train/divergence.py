@@ -33,12 +33,12 @@ import math
 from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from rlrec import distributed
-from rlrec.obs import RGB, STATE, Obs
+from rlrec.obs import RGB, STATE
 
 log = logging.getLogger(__name__)
 
@@ -68,17 +68,9 @@ class Watch:
     (``ResumePoint.last``: its path, its step, whether ``resume=auto`` in the run dir finds it,
     and the file of it that the next checkpoint does not write again), or None."""
 
-    def __init__(
-        self,
-        num_steps: int,
-        num_envs: int,
-        device: torch.device,
-        run_dir: Path,
-        last: Callable[[], Optional[Tuple[str, int, bool, str]]] = lambda: None,
-    ):
-        self.num_envs = num_envs
+    def __init__(self, num_steps: int, num_envs: int, device, run_dir: Path, last=lambda: None):
+        self.num_envs, self.run_dir, self.last = num_envs, Path(run_dir), last
         self.rank, self.world = distributed.rank(), distributed.world_size()
-        self.run_dir = Path(run_dir)
         # per env, in float64 (no finite float32 values overflow it), so each is non-finite
         # exactly when a value summed into it was. Row 0: the observation a rollout starts from;
         # row t + 1: the observation step t returned (plus, where an episode ended, its final one)
@@ -87,57 +79,52 @@ class Watch:
         self._reward = torch.zeros(num_steps, num_envs, dtype=f64, device=device)
         self._obs_rows, self._reward_rows = self._obs.unbind(0), self._reward.unbind(0)
         self._t = 0
-        self.last = last
-        self._recent: Dict[str, deque] = {k: deque(maxlen=WINDOW) for k in SPIKE}
+        self._recent = {k: deque(maxlen=WINDOW) for k in SPIKE}
         # the blow-up under way: where it began, what, and the checkpoint before it (file, step)
-        self.blowup: Optional[Tuple[str, str, Optional[Tuple[str, int]]]] = None
+        self.blowup = None
         self._settled = 0  # updates in range since the blow-up's last spike
 
     # ------------------------------------------------------------------ collection
-    def step(self, obs: torch.Tensor, reward: torch.Tensor, info: dict) -> None:
+    def step(self, obs, reward: torch.Tensor, info: dict) -> None:
         """After env step ``t`` of the rollout: its observation, its reward and, where an
         episode ended, the final observation (AutoReset's ``final_obs``: the other envs' rows are
         their returned observations). Two kernels, four on a step where an episode ended, and
         no host read."""
-        t = self._t
-        self._t = t + 1
-        row = _sum_rows(obs, self._obs_rows[t + 1])  # (the row itself, summed into)
-        self._reward_rows[t].copy_(reward)
+        self._t += 1
+        row = _sum_rows(obs, self._obs_rows[self._t])  # (the row itself, summed into)
+        self._reward_rows[self._t - 1].copy_(reward)
         final = _sum_rows(info["final_obs"]) if "final_obs" in info else None
         if final is not None:
             row += final
 
     # ------------------------------------------------------------------ checks
-    def check(
-        self, losses: Dict[str, float], tensors: Iterable[Tuple[str, torch.Tensor]], at: str
-    ) -> None:
+    def check(self, losses: Dict[str, float], tensors: List[Tuple[str, torch.Tensor]], at: str):
         """After an update: raises :class:`Diverged` (on every rank) when the rollout's env
         values, ``losses`` or the named ``tensors`` (parameters, statistics) hold a non-finite
         value. ``at``: "iteration I (step S)". One host read; with several ranks one
         all-reduce."""
-        tensors = list(tensors)
         bad_losses = [k for k in CHECKED if k in losses and not math.isfinite(losses[k])]
-        values = (self._obs, self._reward, *(t for _, t in tensors))
-        bad = [~torch.isfinite(t).all() for t in values]
+        bad = [
+            ~torch.isfinite(t).all() for t in (self._obs, self._reward, *(t for _, t in tensors))
+        ]
         lost = torch.tensor(bool(bad_losses), device=self._obs.device)
         flags = torch.stack([bad[0], bad[1], torch.stack(bad[2:]).any(), lost]).long()
         if self.world > 1:  # any rank's non-finite value stops every rank, here
             distributed.all_reduce_(flags, "max")
         env_obs, env_reward, params, n_losses = flags.tolist()  # the one host read
-        if not (env_obs or env_reward or params or n_losses):
-            return self._spikes(losses, at)
         if env_obs or env_reward:
             what = self._env_source(agree=True)
         elif n_losses:
             what = "non-finite " + (", ".join(bad_losses) or "losses on another rank")
-        else:
+        elif params:
             names = [name for name, t in tensors if not bool(torch.isfinite(t).all())]
-            more = ", ..." if len(names) > 4 else ""
-            what = f"non-finite parameters ({', '.join(names[:4])}{more})"
+            what = f"non-finite parameters ({', '.join(names[:4])}{', ...' * (len(names) > 4)})"
+        else:
+            return self._spikes(losses, at)
         raise Diverged(self._message(at, what))
 
     @contextmanager
-    def rollout(self, obs: torch.Tensor, at: str) -> Iterator[None]:
+    def rollout(self, obs, at: str) -> Iterator[None]:
         """A rollout from ``obs``, whose env steps :meth:`step` follows. One that raises (a policy
         fed non-finite observations may, e.g. a categorical head's sampling) raises the
         :class:`Diverged` naming the env instead, when its values went non-finite first: this
@@ -151,26 +138,28 @@ class Watch:
             yield
         except Exception as exc:
             try:
-                finite = torch.isfinite(self._obs).all() & torch.isfinite(self._reward).all()
-                env_went_bad = not bool(finite)
+                went_bad = not bool(
+                    torch.isfinite(self._obs).all() & torch.isfinite(self._reward).all()
+                )
             except Exception:  # the device is unusable: the original error stands
-                env_went_bad = False
-            if env_went_bad:
+                went_bad = False
+            if went_bad:
                 raise Diverged(self._message(at, self._env_source(agree=False))) from exc
             raise
 
-    def _spikes(self, losses: Dict[str, float], at: str) -> None:
+    def _spikes(self, losses, at):
         """Whether this finite update begins (or continues) a blow-up; see the module docstring."""
         values = {k: losses[k] for k in SPIKE if losses.get(k) is not None}
         out = []
         for k, v in values.items():
-            recent, known = self._recent[k], len(self._recent[k]) >= HISTORY
-            limit = SPIKE[k] * max(recent) if known else math.inf
+            recent = self._recent[k]
+            limit = SPIKE[k] * max(recent) if len(recent) >= HISTORY else math.inf
             if k == "loss/approx_kl":  # KL_LIMIT from the first update on, whatever the history
-                limit = max(KL_LIMIT, limit) if known else KL_LIMIT
+                limit = KL_LIMIT if limit == math.inf else max(KL_LIMIT, limit)
             if v > limit:
-                before = f" (up to {max(recent):.3g} before)" if recent else ""
-                out.append(f"{k} {v:.3g}{before}")
+                out.append(
+                    f"{k} {v:.3g}" + (f" (up to {max(recent):.3g} before)" if recent else "")
+                )
         if out:
             self._settled = 0
             if self.blowup is None:
@@ -205,35 +194,31 @@ class Watch:
         return Path(kept[0]).name if kept else None
 
     # ------------------------------------------------------------------ the message
-    def _env_source(self, agree: bool) -> str:
+    def _env_source(self, agree):
         """The first non-finite env value of the rollout (the earliest step, then the lowest
         env index, over every rank), named as coming from the env."""
         n = self.num_envs
         # one key per (row, rank, env, kind), in the order of time: the smallest bad one wins
         span = self._obs.shape[0] * self.world * n * 2
         key = torch.full((), span, dtype=torch.long, device=self._obs.device)
-        for kind, sums, first_row in ((0, self._obs, 0), (1, self._reward, 1)):
+        for kind, sums in enumerate((self._obs, self._reward)):  # reward t: the row t + 1
             bad = (~torch.isfinite(sums)).nonzero()
             if len(bad):
-                row, env = bad[:, 0] + first_row, bad[:, 1]
-                keys = ((row * self.world + self.rank) * n + env) * 2 + kind
+                keys = (((bad[:, 0] + kind) * self.world + self.rank) * n + bad[:, 1]) * 2 + kind
                 key = torch.minimum(key, keys.min())
         if self.world > 1 and agree:
             key = span - distributed.all_reduce_(span - key, "max")
         k, kind = divmod(int(key), 2)
-        k, env = divmod(k, n)
-        row, rank = divmod(k, self.world)
-        index = rank * n + env
-        which = f"env {index}" + (f" (rank {rank}'s env {env})" if self.world > 1 else "")
-        value = "reward" if kind else "observation"
+        (row, rank), env = divmod(k // n, self.world), k % n
+        which = f"env {rank * n + env}" + (f" (rank {rank}'s env {env})" if self.world > 1 else "")
         when = "at the rollout's start" if row == 0 else f"at step {row} of the rollout"
+        value = "reward" if kind else "observation"
         return f"{which} returned a non-finite {value} {when} (the env is the source)"
 
-    def _message(self, at: str, what: str) -> str:
+    def _message(self, at, what):
+        other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
         if "the env is the source" in what:
             other = "once the env gives finite values (or with other settings)"
-        else:
-            other = "with other settings (a lower algo.learning_rate or algo.max_grad_norm, say)"
         saved, began, none = self.last(), "", _NONE
         kept = None if self.blowup is None else self.blowup[2]
         if self.blowup is not None:
@@ -252,9 +237,9 @@ class Watch:
             last = f"{none}; to start again {other}: the same command"
         else:
             path, step, in_run_dir, _ = saved
-            how = f"checkpoint={path}"
-            if in_run_dir:
-                how = f"resume=auto hydra.run.dir={self.run_dir}"
+            how = (
+                f"resume=auto hydra.run.dir={self.run_dir}" if in_run_dir else f"checkpoint={path}"
+            )
             last = (
                 f"last finite checkpoint {path} (step {step}); to continue from it {other}: the "
                 f"same command + {how}"
@@ -263,7 +248,7 @@ class Watch:
         return f"{head} | {began}{last}"
 
 
-def _sum_rows(x: Obs, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+def _sum_rows(x, out=None):
     """Per env (row), the float64 sum of its values: non-finite exactly where one of them is.
     Integer observations (images) are always finite: nothing is summed (``out`` stays 0); of a
     pixel observation (rlrec/obs.py) its state part."""

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -28,30 +28,14 @@ from rlrec.layout import RunDir
 from rlrec.report.progress import read_frames
 from rlrec.report.rundata import success_text
 
+# keys shown in the progress bar and the status lines, in order
+_PROGRESS_KEYS = ("train/return", "train/success", "eval/return", "eval/success")
+
 
 def figure(x: float) -> str:
     """A return or success as the console shows it: 3 significant digits, a thousand or more in
     whole units (``4,226``, not ``4.23e+03``)."""
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
-
-
-# keys shown in the progress bar and the status lines, in order
-_PROGRESS_KEYS = ("train/return", "train/success", "eval/return", "eval/success")
-
-
-def _private_link(path: str) -> str:
-    """A name of its own for the clip at ``path`` now: a hidden hard link (or copy, where the
-    filesystem has no links) beside it, ``.NAME.preview.PID-N.part``, that no later clip
-    replaces (``recorder.filename`` replaces ``path`` with every clip). ``path`` itself if
-    neither can be made. The caller removes it."""
-    private = temporary_name(path, tag="preview")
-    for make in (os.link, shutil.copyfile):
-        try:
-            make(path, private)
-            return private
-        except OSError:
-            remove_quietly(private)
-    return path
 
 
 class EpisodeStats:
@@ -66,7 +50,7 @@ class EpisodeStats:
         self.on = on  # off: add() does nothing (a rank that does not log)
         # float64 [5]: episodes, sum of returns, sum of lengths, episodes with a success flag,
         # sum of successes
-        self._acc: Optional[torch.Tensor] = None
+        self._acc = None
 
     def add(self, info: Dict[str, Any]) -> None:
         if "_final" not in info or not self.on:
@@ -103,17 +87,17 @@ class Held:
 
     def __init__(self, fill: Callable[[Any, Any], None], write: Callable[[Any], None]):
         self.fill, self.write = fill, write
-        self.lines: Dict[int, Any] = {}
-        self._came: Optional[Tuple[int, Any]] = None  # (step, clip) of the last clip
+        self.lines = {}
+        self._came = {}  # the last clip, by its step
 
     def hold(self, step: int, lines: Any) -> None:
-        if self._came is not None and self._came[0] == step:  # the clip came first
-            self._out(lines, self._came[1])
+        if step in self._came:  # the clip came first
+            self._out(lines, self._came[step])
         else:
             self.lines[step] = lines
 
     def clip(self, step: int, clip: Any) -> None:
-        self._came = (step, clip)
+        self._came = {step: clip}
         if step in self.lines:
             self._out(self.lines.pop(step), clip)
 
@@ -121,7 +105,7 @@ class Held:
         for step in sorted(self.lines):
             self._out(self.lines.pop(step), None)
 
-    def _out(self, lines: Any, clip: Any) -> None:
+    def _out(self, lines, clip):
         self.fill(lines, clip)
         self.write(lines)
 
@@ -146,22 +130,21 @@ class RunLogger:
         wait_clips: Optional[Callable[[], None]] = None,
         resumed: bool = False,
     ):
-        self.run_dir = Path(run_dir)
+        self.run_dir, paths = Path(run_dir), RunDir(run_dir)
         self.writes = writes = distributed.is_main()
         self.episodes = EpisodeStats(writes)
         self._wait_clips = wait_clips
-        self._tb, self._previews = None, None  # TensorBoard's writer, its clip previews
+        self._tb = self._previews = self._progress = None  # TensorBoard, its clip previews; bar
         wandb = cfg.name == "wandb" and writes
         self._wandb = _WandbRun(cfg, self.run_dir, config_dict, resumed) if wandb else None
-        metrics = RunDir(self.run_dir).metrics if writes else os.devnull
-        self._metrics = open(metrics, "a", buffering=1)
-        self._held: Dict[str, Held] = {}  # lines waiting for their clips, by clip kind: log()
-        self._losses: Dict[str, Any] = {}  # the recorders' losses on the last line that had them
+        self._metrics = open(paths.metrics if writes else os.devnull, "a", buffering=1)
+        self._held = Held(self._name_clip, self._write)  # eval lines waiting for their clips
+        self._losses = {}  # the recorders' losses on the last line that had them
         if cfg.name in (LoggerName.tensorboard, LoggerName.wandb) and writes:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(RunDir(self.run_dir).tensorboard))
-        self._progress, self._task, self._latest = None, None, {}
+            self._tb = SummaryWriter(log_dir=str(paths.tensorboard))
+        self._latest = {}
         self.total_steps, self._sps, self._t0 = total_steps, 0.0, time.monotonic()
         # no bar off a terminal: a status line at most every status_every_sec (None: neither)
         self._status_every, self._status_at = None, self._t0
@@ -183,23 +166,26 @@ class RunLogger:
             self._progress.start()
 
     # ------------------------------------------------------------------ metrics
-    def log(self, step: int, metrics: Dict[str, Any], clip: Optional[str] = None) -> None:
+    def log(self, step: int, metrics: Dict[str, Any], clip: bool = False) -> None:
         """One line of metrics.jsonl, plus TensorBoard/W&B scalars for the numeric values.
 
-        ``clip``: the kind of a clip recorded for this line (``"eval"``): the line names it, as
-        ``"{clip}/clip"`` (its path in the run dir), so it is written to metrics.jsonl once that
-        clip is on disk (:meth:`log_clip`); the scalars go to TensorBoard/W&B now. A line whose
-        clip never comes (an encoder failure) is written naming none by :meth:`settle` (before a
-        checkpoint) or :meth:`close`."""
+        ``clip``: an eval clip was recorded for this line: the line names it, as ``"eval/clip"``
+        (its path in the run dir), so it is written to metrics.jsonl once that clip is on disk
+        (:meth:`log_clip`); the scalars go to TensorBoard/W&B now. A line whose clip never comes
+        (an encoder failure) is written naming none by :meth:`settle` (before a checkpoint) or
+        :meth:`close`."""
         finite = lambda v: not isinstance(v, float) or math.isfinite(v)  # noqa: E731
         line = {"step": int(step), **{k: v if finite(v) else None for k, v in metrics.items()}}
         self._losses.update((k, v) for k, v in line.items() if k.startswith("record/"))
-        if clip is None:
-            self._write(line)
+        if clip:
+            self._held.hold(int(step), line)
         else:
-            self._held_lines(clip).hold(int(step), line)
-        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-        numeric = {k: float(v) for k, v in numbers.items() if not isinstance(v, bool)}
+            self._write(line)
+        numeric = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         if self._tb is not None:
             for k, v in numeric.items():
                 self._tb.add_scalar(k, v, step)
@@ -214,7 +200,7 @@ class RunLogger:
         a signal; ``rlrec.train.timeline`` writes the ``resume`` ones): no scalars."""
         self._write({"step": int(step), "event": name, **fields})
 
-    def _write(self, line: Dict[str, Any]) -> None:
+    def _write(self, line):
         self._metrics.write(json.dumps(line) + "\n")
 
     def progress(self, step: int, sps: float) -> None:
@@ -228,7 +214,7 @@ class RunLogger:
             if time.monotonic() - self._status_at >= self._status_every:
                 self._status(step)
 
-    def _info(self, sep: str = "  ") -> str:
+    def _info(self, sep="  "):
         """The latest figures, ``train return 1.2 success 0.5{sep}eval return 3.4 success 1``."""
         groups: Dict[str, str] = {}
         for key in (k for k in _PROGRESS_KEYS if k in self._latest):
@@ -236,113 +222,98 @@ class RunLogger:
             groups[kind] = f"{groups.get(kind, kind)} {name} {figure(self._latest[key])}"
         return sep.join(groups.values())
 
-    def _status(self, step: int) -> None:
+    def _status(self, step):
         """One status line: steps, SPS, the latest returns and successes, elapsed, time left."""
         if self._status_every is None:
             return
         self._status_at = now = time.monotonic()
         clock = lambda s: str(datetime.timedelta(seconds=int(s)))  # noqa: E731
-        left = (self.total_steps - step) / self._sps if self._sps > 0 else None
+        total, sps = self.total_steps, self._sps
         parts = [
-            f"rlrec: step {step:,}/{self.total_steps:,} ({step / max(self.total_steps, 1):.0%})",
-            f"{self._sps:,.0f} SPS" if self._sps > 0 else "- SPS",
+            f"rlrec: step {step:,}/{total:,} ({step / max(total, 1):.0%})",
+            f"{sps:,.0f} SPS" if sps > 0 else "- SPS",
             *([self._info(" | ")] if self._latest else []),
             f"elapsed {clock(now - self._t0)}",
-            f"left {clock(left) if left is not None else '-'}",
+            f"left {clock((total - step) / sps) if sps > 0 else '-'}",
         ]
         print(" | ".join(parts), flush=True)
 
-    def log_clip(self, step: int, kind: str, path: str, fps: float, num_frames: int) -> None:
-        """Records a saved clip: its path in metrics.jsonl, the video in TensorBoard and W&B.
-        The TensorBoard preview (decode + GIF) is made on a background thread: the training
-        thread never waits for it. It decodes a private link to the clip made here, while
-        ``path`` is this clip (the recorder calls ``on_clip`` right after it moved the clip
-        there), so a later clip that replaces ``path`` cannot show in this clip's preview."""
-        rel = os.path.relpath(path, self.run_dir)
-        self._held_lines(kind).clip(int(step), rel)
-        self.log(step, {f"video/{kind}": rel})
+    def log_clip(self, clip, step: int) -> None:
+        """Records a saved clip (a ``ClipInfo``) at the step its caller tagged it with (an eval
+        clip finishes encoding after its evaluation), else ``step``: its path in metrics.jsonl,
+        the video in TensorBoard and W&B. The TensorBoard preview (decode + GIF) is made on a
+        background thread, from a private link to the clip made here while ``clip.path`` is this
+        clip (the recorder reports it right after moving it there), so a later clip that
+        replaces that name (``recorder.filename``) cannot show in this clip's preview."""
+        step = step if clip.tag is None else int(clip.tag)
+        rel, key = os.path.relpath(clip.path, self.run_dir), f"video/{clip.kind}"
+        if clip.kind == "eval":
+            self._held.clip(step, rel)
+        self.log(step, {key: rel})
         if self._tb is not None:
             self._previews = self._previews or _Previews()
-            source = _private_link(path)
-            args = (f"video/{kind}", source, fps, step, num_frames, rel, source != path)
-            self._previews.submit(_tb_add_clip, self._tb, *args)
+            self._previews.submit(_tb_add_clip, self._tb, clip, step, _private_link(clip.path))
         if self._wandb is not None and self._wandb.takes(step):
             import wandb
 
-            self._wandb.log({f"video/{kind}": wandb.Video(path, format="mp4")}, step=step)
+            self._wandb.log({key: wandb.Video(clip.path, format="mp4")}, step=step)
+
+    def _name_clip(self, line, rel):
+        line["eval/clip"] = rel
+        if rel is None:
+            line["eval/clip_lost"] = True
 
     def settle(self, wait: bool = True) -> None:
         """Before a checkpoint: the lines waiting for their clips go out (a resumed run would not
         redo those evaluations), once their clips were waited for (``wait_clips``; not ``wait``:
         as the run closes, once they all came), else naming none (``null``) and saying that their
-        clip was lost (``"{kind}/clip_lost": true``)."""
-        if wait and self._wait_clips and any(held.lines for held in self._held.values()):
+        clip was lost (``"eval/clip_lost": true``)."""
+        if wait and self._wait_clips and self._held.lines:
             self._wait_clips()
-        for held in self._held.values():
-            held.lost()
-
-    def _held_lines(self, kind: str) -> Held:
-        if kind not in self._held:
-
-            def fill(line: Dict[str, Any], rel: Optional[str]) -> None:
-                line[f"{kind}/clip"] = rel
-                if rel is None:
-                    line[f"{kind}/clip_lost"] = True
-
-            self._held[kind] = Held(fill, self._write)
-        return self._held[kind]
+        self._held.lost()
 
     def close(self, step: int = 0, losses: Optional[Dict[str, int]] = None) -> None:
         """Writes the lines still waiting for their clips and, when they changed since the last
         line that carried them, the recorders' ``losses`` as the run closes (``record/...``: a
         clip lost at the final evaluation counts), as a last line of ``step``; then closes."""
         losses = losses or {}
+        self._closed_at = step, losses  # what the summary says
         if not self._metrics.closed:
             self.settle(wait=False)
             if any(self._losses.get(k, 0) != v for k, v in losses.items()):
                 self._write({"step": int(step), **losses})
             self._metrics.close()
         # in this order: the previews of the last clips before the TensorBoard writer closes
-        ends = {"_progress": "stop", "_previews": "close", "_tb": "close", "_wandb": "finish"}
-        for name, end in ends.items():
-            part = getattr(self, name)
-            setattr(self, name, None)
-            if part is not None:
-                getattr(part, end)()
+        bar, parts = self._progress, (self._previews, self._tb, self._wandb)
+        self._progress = self._previews = self._tb = self._wandb = None
+        if bar is not None:
+            bar.stop()
+        for part in filter(None, parts):
+            part.close()
 
-
-def summary(
-    seconds: float,
-    steps: int,
-    last_eval: Dict[str, float],
-    run_dir: Path,
-    signum: Optional[int],
-    resumable: bool,
-    losses: Optional[Dict[str, int]] = None,
-) -> None:
-    """The run's last console line: done or stopped (by ``signum``: then, when ``resumable``, how to
-    continue), in how long, its env steps, its last eval figures (a success with its 95% interval
-    and episode count), what recording lost (``losses``: ``record/clips_dropped``, ... when any is
-    nonzero) and its run dir; rank 0's alone."""
-    if not distributed.is_main():
-        return
-    ended = "stopped by signal" if signum is not None else "done"
-    parts = [f"rlrec: {ended} in {seconds:.1f}s", f"{steps:,} env steps"]
-    if last_eval:
-        ev = last_eval
-        figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
-        if "eval/success" in ev:
-            figures += f", success {success_text(ev['eval/success'], ev.get('eval/episodes'))}"
-        parts.append(figures)
-    lost = {k.split("/")[-1]: v for k, v in (losses or {}).items() if v}
-    if lost:
-        parts.append("recording lost " + ", ".join(f"{k} {v}" for k, v in lost.items()))
-    parts.append(f"run dir {run_dir}")
-    if signum is not None:
-        parts.append(f"signal {signal.Signals(signum).name}")
-        if resumable:
-            parts.append(f"to continue: the same command + resume=auto hydra.run.dir={run_dir}")
-    print(" | ".join(parts), flush=True)
+    def summary(self, seconds: float, last_eval: Dict[str, float], signum, resumable) -> None:
+        """The run's last console line (rank 0's), once closed: done or stopped (by ``signum``:
+        then, when ``resumable``, how to continue), in how long, its env steps, its last eval
+        figures (a success with its 95% interval and episode count), what recording lost
+        (``record/clips_dropped``, ... when any is nonzero) and its run dir."""
+        if not self.writes:
+            return
+        (step, losses), ev, run_dir = self._closed_at, last_eval, self.run_dir
+        ended = "stopped by signal" if signum is not None else "done"
+        parts = [f"rlrec: {ended} in {seconds:.1f}s", f"{step:,} env steps"]
+        if ev:
+            figures = f"eval return {ev['eval/return']:.3f}, length {ev['eval/length']:.1f}"
+            if "eval/success" in ev:
+                figures += f", success {success_text(ev['eval/success'], ev.get('eval/episodes'))}"
+            parts.append(figures)
+        lost = [f"{k.split('/')[-1]} {v}" for k, v in losses.items() if v]
+        parts += [f"recording lost {', '.join(lost)}"] if lost else []
+        parts.append(f"run dir {run_dir}")
+        if signum is not None:
+            parts.append(f"signal {signal.Signals(signum).name}")
+            if resumable:
+                parts.append(f"to continue: the same command + resume=auto hydra.run.dir={run_dir}")
+        print(" | ".join(parts), flush=True)
 
 
 class _WandbRun:
@@ -357,8 +328,7 @@ class _WandbRun:
     def __init__(self, cfg: LoggerConfig, run_dir: Path, config_dict: dict, resumed: bool):
         import wandb  # the extra is checked before work (rlrec.run.preflight.check_logger_extra)
 
-        self.path = RunDir(run_dir).wandb_run
-        kept: Any = None
+        self.path, kept = RunDir(run_dir).wandb_run, None
         if resumed:  # (a damaged file: a new W&B run)
             with contextlib.suppress(OSError, ValueError):
                 kept = json.loads(self.path.read_text())
@@ -390,10 +360,10 @@ class _WandbRun:
             self.last = step
             self._keep()
 
-    def _keep(self) -> None:
+    def _keep(self):
         write_atomic(self.path, json.dumps({"id": self.run.id, "step": self.last}))
 
-    def finish(self) -> None:
+    def close(self) -> None:
         self.run.finish()
 
 
@@ -407,14 +377,14 @@ class _Previews:
     disk is left behind, a daemon thread, and said so), so closing a run never hangs on one."""
 
     def __init__(self):
-        self._queue: "queue.Queue[Optional[tuple]]" = queue.Queue()
+        self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="rlrec-tb-clip", daemon=True)
         self._thread.start()
 
     def submit(self, fn, *args) -> None:
         self._queue.put((fn, args))
 
-    def _run(self) -> None:
+    def _run(self):
         for fn, args in iter(self._queue.get, None):  # until close()'s None
             fn(*args)  # catches and reports its own failures
 
@@ -422,49 +392,53 @@ class _Previews:
         self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
-            left = self._queue.qsize() - 1  # less the stop item
             print(
                 f"rlrec: TensorBoard clip previews did not finish within {timeout:g} s; "
-                f"{left} not made (the clips themselves are on disk)",
+                f"{self._queue.qsize() - 1} not made (the clips themselves are on disk)",
                 file=sys.stderr,
             )
 
 
-def _tb_add_clip(
-    writer,
-    tag: str,
-    path: str,
-    fps: float,
-    step: int,
-    num_frames: int,
-    rel: str = "",
-    remove: bool = False,
-) -> None:
-    """Adds a clip to TensorBoard as an animated GIF image summary (what add_video writes,
-    without needing moviepy). Long clips are subsampled to ``PREVIEW_FRAMES`` while they are
-    decoded, so at most that many frames are ever held. A clip that cannot be previewed is
-    reported (as ``rel``), never raised: it must not stop training. ``remove``: ``path`` is the
-    private link made for this preview, removed after it."""
+def _private_link(path):
+    """A name of its own for the clip at ``path`` now: a hidden hard link (or copy, where the
+    filesystem has no links) beside it, ``.NAME.preview.PID-N.part``, that no later clip
+    replaces. ``path`` itself if neither can be made. :func:`_tb_add_clip` removes it."""
+    private = temporary_name(path, tag="preview")
+    for make in (os.link, shutil.copyfile):
+        try:
+            make(path, private)
+            return private
+        except OSError:
+            remove_quietly(private)
+    return path
+
+
+def _tb_add_clip(writer, clip, step, source):
+    """Adds ``clip`` (decoded from ``source``: its private link, removed after, or the clip) to
+    TensorBoard as an animated GIF image summary (what add_video writes, without needing
+    moviepy). Long clips are subsampled to ``PREVIEW_FRAMES`` while they are decoded, so at most
+    that many frames are ever held. A clip that cannot be previewed is reported, never raised:
+    it must not stop training."""
     from PIL import Image
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     try:
-        stride = max(1, math.ceil(num_frames / PREVIEW_FRAMES))
-        kept = itertools.islice(read_frames(Path(path)), 0, None, stride)  # every stride-th frame
+        stride = max(1, math.ceil(clip.num_frames / PREVIEW_FRAMES))
+        kept = itertools.islice(read_frames(Path(source)), 0, None, stride)  # every stride-th
         # each frame's own 256 colours, chosen by PIL's fast octree (its default for RGB frames,
         # median cut with dithering, takes 2.5x as long and makes a larger file)
         fast = Image.Quantize.FASTOCTREE
         images = [Image.fromarray(f).quantize(256, fast, dither=Image.Dither.NONE) for f in kept]
-        w, h = images[0].size
-        buf, duration = io.BytesIO(), max(20, int(1000 * stride / fps))
+        buf, duration = io.BytesIO(), max(20, int(1000 * stride / clip.fps))
         images[0].save(
             buf, "GIF", save_all=True, append_images=images[1:], duration=duration, loop=0
         )
-        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=buf.getvalue())
-        summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+        (w, h), gif = images[0].size, buf.getvalue()
+        image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=gif)
+        summary = Summary(value=[Summary.Value(tag=f"video/{clip.kind}", image=image)])
         writer._get_file_writer().add_summary(summary, step)
     except Exception as exc:
-        print(f"rlrec: could not add {rel or path} to TensorBoard: {exc}", file=sys.stderr)
+        print(f"rlrec: could not add {clip.path} to TensorBoard: {exc}", file=sys.stderr)
     finally:
-        if remove:
-            remove_quietly(path)
+        if source != clip.path:
+            remove_quietly(source)

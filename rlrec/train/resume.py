@@ -22,28 +22,23 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
 from rlrec import distributed, export
 from rlrec.checks import ConfigError
 from rlrec.config import Config
-from rlrec.envs.autoreset import AutoReset
 from rlrec.files import remove_quietly
 from rlrec.layout import RunDir, periodic_iteration
 from rlrec.obs import batch_size, map_obs, shape_of
-from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
-from rlrec.train.stack import load_stack_state, simulator_saved
+from rlrec.train.stack import load_stack_state
 
 # what each rank of several has of its own (the rest is the same on every rank): gathered into
 # rank 0's checkpoints, under "ranks" for ranks 1..N-1
 _PER_RANK = ("rng", "train_env", "next_obs")
-
-# entries of a run's state (Runner.state) built afresh on each call: a snapshot need not copy them
-_FRESH = {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_name", "config"}
 
 
 @dataclass(frozen=True)
@@ -72,9 +67,7 @@ class Start:
                 f"{shape_of(obs_shape)} and actions {action_space!r}"
             )
 
-    def restore(
-        self, rank: int, ppo: PPO, envs: Dict[str, Optional[AutoReset]], mode: ContextManager
-    ) -> Optional[torch.Tensor]:
+    def restore(self, rank: int, ppo, envs: Dict[str, Any], mode) -> Optional[torch.Tensor]:
         """Loads PPO, the global RNG streams and the env stacks (``envs`` by their checkpoint
         entry, ``train_env`` and ``eval_env``; loaded under ``mode``, the grad mode of the train
         env's rollouts, which update their tensors in place) with this rank's entries. Returns
@@ -91,11 +84,11 @@ class Start:
             for key, env in envs.items():
                 if env is not None and data.get(key):
                     load_stack_state(env, data[key])
-        train, obs = envs.get("train_env"), data.get("next_obs")
-        saved = obs is not None and simulator_saved(data.get("train_env"))
-        if saved and train is not None and batch_size(obs) == train.num_envs:
-            return map_obs(lambda x: x.to(ppo.device), obs)
-        return None
+        train, obs = envs["train_env"], data.get("next_obs")
+        simulator = (data.get("train_env") or {}).get("adapter") is not None  # saved with it
+        if obs is None or not simulator or train is None or batch_size(obs) != train.num_envs:
+            return None
+        return map_obs(lambda x: x.to(ppo.device), obs)
 
 
 def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
@@ -105,7 +98,7 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     whether it already ended (then nothing changes), and else, on rank 0, what the run wrote after
     the checkpoint (all of it without one) moved aside (``rlrec.train.timeline``)."""
     key = "checkpoint" if cfg.checkpoint else "resume"
-    start, error = None, None
+    start = error = None
     if rank == 0:
         try:
             start = _locate(cfg, Path(run_dir), key)
@@ -147,48 +140,49 @@ def iterations(cfg: Config, world: int) -> int:
     return max(1, cfg.total_steps // (world * cfg.env.num_envs * cfg.algo.num_steps))
 
 
-def _ruined(path: Path, began: str) -> str:
-    """The refusal to train from ``path``, written during the blow-up that ``began``, naming
-    the newest checkpoint from before it beside it, if there is one."""
-    try:
-        found = ckpt.find_resume(path.parent, quiet=True)
-    except ConfigError:  # none there can be used
-        found = None
-    before = "none from before it is beside it"
-    if found is not None:
-        before = f"checkpoint={found[0]} (step {found[1]['global_step']}) is from before it"
-    return (
-        f"checkpoint={path} was written after the blow-up that began at {began}: its values are "
-        f"finite but ruined, and training from it diverges again; {before}. Give a checkpoint "
-        "from before the blow-up, or start afresh, with other settings (a lower "
-        "algo.learning_rate, say)"
-    )
-
-
-def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
-    if cfg.checkpoint is not None:  # eval_only=true: an export too (rlrec.export)
+def _locate(cfg, run_dir, key):
+    path = cfg.checkpoint
+    if path is not None:  # eval_only=true: an export too (rlrec.export)
         data = export.start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
-        if ckpt.blowup(data) and not cfg.eval_only:
-            raise ConfigError(_ruined(Path(cfg.checkpoint), ckpt.blowup(data)))
-        return Start(str(cfg.checkpoint), data, key)
-    if cfg.resume == "auto":
-        # the newest good checkpoint (a damaged one is skipped with a warning naming it)
-        found = ckpt.find_resume(RunDir(run_dir).checkpoints)
-        if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
+        began = ckpt.blowup(data)
+        if began and not cfg.eval_only:  # named by its twin from before it, if there is one
+            try:
+                found = ckpt.find_resume(Path(path).parent, quiet=True)
+            except ConfigError:  # none there can be used
+                found = None
+            before = "none from before it is beside it"
+            if found is not None:
+                before = f"checkpoint={found[0]} (step {found[1]['global_step']}) is from before it"
             raise ConfigError(
-                f"eval_only=true resume=auto found no checkpoint to evaluate in "
-                f"{RunDir(run_dir).checkpoints}: give checkpoint=PATH, or "
-                "hydra.run.dir=<the run dir that holds checkpoints/>"
+                f"checkpoint={path} was written after the blow-up that began at {began}: its "
+                f"values are finite but ruined, and training from it diverges again; {before}. "
+                "Give a checkpoint from before the blow-up, or start afresh, with other settings "
+                "(a lower algo.learning_rate, say)"
             )
-        return None if found is None else Start(str(found[0]), found[1], key)
-    return None  # (eval_only=true without either: refused with the config)
+        return Start(str(path), data, key)
+    if cfg.resume != "auto":
+        return None  # (eval_only=true without either: refused with the config)
+    # the newest good checkpoint (a damaged one is skipped with a warning naming it)
+    found = ckpt.find_resume(RunDir(run_dir).checkpoints)
+    if found is None and cfg.eval_only:  # else it would evaluate an untrained policy
+        raise ConfigError(
+            f"eval_only=true resume=auto found no checkpoint to evaluate in "
+            f"{RunDir(run_dir).checkpoints}: give checkpoint=PATH, or "
+            "hydra.run.dir=<the run dir that holds checkpoints/>"
+        )
+    return found and Start(str(found[0]), found[1], key)
 
 
 class ResumePoint:
     """What a checkpoint holds: the state as of the start of the rollout or evaluation in progress,
     kept in memory while it runs (:meth:`keep`, until :meth:`clear`), and between them the state as
     of now. Either is a state that an uninterrupted run also goes through, so ``resume=auto``
-    continues bit-exactly from a stop (or a recorder error) too. :meth:`save` writes it."""
+    continues bit-exactly from a stop (or a recorder error) too. :meth:`save` writes it.
+
+    ``now``: the run's state as of now; ``before_write``: what goes to disk before each
+    checkpoint (the eval lines of the steps it covers: a resumed run does not redo them);
+    ``protect()``: the checkpoint file name that ``checkpoint_keep`` must not remove now (the
+    one before a blow-up, ``Watch.protected``)."""
 
     def __init__(
         self,
@@ -199,30 +193,24 @@ class ResumePoint:
         before_write: Callable[[], None] = lambda: None,
         protect: Callable[[], Optional[str]] = lambda: None,
     ):
-        """``now``: the run's state as of now; ``before_write``: what goes to disk before each
-        checkpoint (the eval lines of the steps it covers: a resumed run does not redo them);
-        ``protect()``: the checkpoint file name that ``checkpoint_keep`` must not remove now (the
-        one before a blow-up, ``Watch.protected``)."""
-        self._now, self.protect = now, protect
-        self._kept: Optional[dict] = None
+        self._now, self._before_write, self.protect, self.cfg = now, before_write, protect, cfg
+        self._kept = None
         self.paths, self.world = RunDir(Path(run_dir)), distributed.world_size()
-        self._before_write, self.every = before_write, cfg.checkpoint_every
         # checkpoint_keep: the newest N of the run's own periodic checkpoints (0: all). Its own are
         # those it wrote, named in each of its checkpoints (``periodic``: the names that may still
         # be on disk, oldest first), so a run resumed with resume=auto knows them too and removes
         # an older one that a kill left; a checkpoint another run wrote (one checkpoint=PATH
         # started from, included) is never removed, nor is last.pt
-        self.retain = cfg.checkpoint_keep
         names = start.data.get("periodic") or [] if start and start.key == "resume" else []
         self.own = [str(n) for n in names if periodic_iteration(str(n)) is not None]
         # the last checkpoint written or started from that no blow-up was under way in (what a
         # diverged run names): (path, its step, whether resume=auto in the run dir finds it, the
         # file of it that the next checkpoint does not write again: the periodic checkpoint of its
         # iteration beside it, if it is there)
-        self.last: Optional[Tuple[str, int, bool, str]] = None
+        self.last = None
         if start is not None:
             path = Path(start.path)
-            twin = path.parent / self.paths.periodic_checkpoint(int(start.data["iteration"])).name
+            twin = path.with_name(self.paths.periodic_checkpoint(int(start.data["iteration"])).name)
             kept = str(twin) if twin != path and twin.is_file() else start.path
             self.last = (start.path, int(start.data["global_step"]), cfg.resume == "auto", kept)
 
@@ -231,16 +219,11 @@ class ResumePoint:
         first) starts: the state as of now is kept in a form that it cannot change. What it
         changes (normaliser, env stacks, next observation, and whatever else the state holds) is
         copied; the model and the optimizer, which only ``ppo.update()`` changes (after which the
-        point is cleared), are shared, and the entries built afresh for each state (RNG states,
-        config, counters) are taken as they are. Under 1 ms at the default sizes (see
-        docs/sweeps.md)."""
+        point is cleared), are shared."""
         state = self._now()
-        kept = {k: v if k in _FRESH else _owned(v) for k, v in state.items() if k != "ppo"}
-        kept["ppo"] = {
-            k: v if k in ("agent", "optimizer") else _owned(v) for k, v in state["ppo"].items()
-        }
-        kept["eval_due"] = eval_due
-        self._kept = kept
+        ppo = {k: v if k in ("agent", "optimizer") else _owned(v) for k, v in state["ppo"].items()}
+        kept = {k: _owned(v) for k, v in state.items() if k != "ppo"}
+        self._kept = {**kept, "ppo": ppo, "eval_due": eval_due}
 
     def clear(self) -> None:
         """The rollout's update (or the evaluation) is done: the point is the state as of now."""
@@ -252,7 +235,7 @@ class ResumePoint:
 
     def periodic(self, iteration: int) -> None:
         """After ``iteration``: its periodic checkpoint, every ``checkpoint_every`` iterations."""
-        if iteration % self.every == 0:
+        if iteration % self.cfg.checkpoint_every == 0:
             self.save(iteration)
 
     def save(self, iteration: Optional[int] = None, alone: bool = False) -> int:
@@ -270,12 +253,13 @@ class ResumePoint:
             state = {**state, "world_size": self.world, "ranks": parts[1:]}
         self._before_write()
         last = self.paths.last_checkpoint
-        periodic = None if iteration is None else self.paths.periodic_checkpoint(iteration)
+        periodic = iteration and self.paths.periodic_checkpoint(iteration)
         own = sorted({*self.own, *([periodic.name] if periodic else [])}, key=periodic_iteration)
         for path in filter(None, (last, periodic)):  # each durable (fsynced, renamed, ...)
             ckpt.save(path, {**state, "periodic": own}, run_dir=self.paths.root)
         # then the older ones beyond the newest N, but never the one before a blow-up (protect)
-        old, protected = own[: -self.retain] if self.retain > 0 else [], self.protect()
+        retain, protected = self.cfg.checkpoint_keep, self.protect()
+        old = own[:-retain] if retain > 0 else []
         for name in set(old) - {protected}:
             remove_quietly(self.paths.checkpoints / name)
         self.own = [n for n in old if n == protected] + own[len(old) :]
@@ -287,12 +271,12 @@ class ResumePoint:
         return step
 
 
-def _owned(value: Any) -> Any:
+def _owned(value):
     """A copy of ``value`` that shares no tensor and no container with it."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, dict):
         return {k: _owned(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+    if type(value) in (list, tuple):
         return type(value)(_owned(v) for v in value)
     return copy.deepcopy(value)

@@ -44,9 +44,10 @@ import os
 import re
 import struct
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 
 from rlrec.files import inside, write_atomic
 from rlrec.layout import EVAL_EPISODES, METRICS, SUPERSEDED, TENSORBOARD, TENSORBOARD_EVENTS
@@ -66,10 +67,9 @@ class Point:
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> "Point":
         """The point of a checkpoint's contents."""
-        steps: Dict[str, Optional[int]] = {}
+        steps = {}
         for kind in ("train", "eval"):
-            stack = data.get(f"{kind}_env")
-            rec = stack.get("recorder") if isinstance(stack, dict) else None
+            rec = (data.get(f"{kind}_env") or {}).get("recorder")
             steps[kind] = int(rec["steps"]) if isinstance(rec, dict) and "steps" in rec else None
         return cls(int(data["global_step"]), bool(data.get("eval_due")), steps)
 
@@ -109,16 +109,16 @@ def supersede(
     rel = None if checkpoint is None else os.path.relpath(checkpoint, run_dir)
     step = max(point.step, 0)
     aside = None if folder is None else os.path.relpath(folder, run_dir)
-    event = {"step": step, "event": "resume", "from": rel, "moved": aside}
     with open(run_dir / METRICS, "a") as f:
-        f.write(json.dumps(event) + "\n")
+        f.write(json.dumps({"step": step, "event": "resume", "from": rel, "moved": aside}) + "\n")
     if folder is not None:
         start = f"continues from {rel} (step {step:,})"
         if rel is None:
             start = "found no checkpoint: the run starts again from step 0"
+        what = ", ".join(f"{n} {what}" for what, n in plan.counts.items())
         print(
-            f"rlrec: resume=auto {start}; what the run wrote after it ({plan.describe()}) is "
-            f"moved to {aside}/",
+            f"rlrec: resume=auto {start}; what the run wrote after it ({what}) is moved to "
+            f"{aside}/",
             file=sys.stderr,
             flush=True,
         )
@@ -130,11 +130,10 @@ class _Plan:
 
     def __init__(self, run_dir: Path, point: Point):
         self.run_dir, self.point = run_dir, point
-        self.files: List[Path] = []  # moved whole
-        self.split: Dict[Path, Tuple[bytes, bytes]] = {}  # file -> (kept, moved) contents
-        self.moved_clips: Dict[str, bool] = {}  # clip path relative to the run dir -> moved
-        self.clips_moved = self.sidecars = self.events = 0  # what moves, counted
-        self.lines: Dict[str, int] = {}  # by file
+        self.files = []  # moved whole
+        self.split = {}  # file -> (kept, moved) contents
+        self.moved_clips = {}  # clip path relative to the run dir -> moved
+        self.counts = Counter()  # what moves, counted, by what it is
 
     def clips(self, kind: str, directory: Path) -> None:
         for video in sorted(directory.glob("*.mp4")):
@@ -150,13 +149,11 @@ class _Plan:
                 # an evaluation begins with a reset at the count it starts from
                 after = first > saved if kind == "train" else first >= saved
             self.moved_clips[os.path.relpath(video, self.run_dir)] = after
-            if after:
-                self.files.append(video)
-                self.clips_moved += 1
-                sidecar = video.with_suffix(".json")
-                if sidecar.is_file():
-                    self.files.append(sidecar)
-                    self.sidecars += 1
+            sidecar = video.with_suffix(".json")
+            for path, what in ((video, "clip(s)"), (sidecar, "sidecar(s)")):
+                if after and path.is_file():
+                    self.files.append(path)
+                    self.counts[what] += 1
 
     def jsonl(self, name: str, is_eval) -> None:
         path = self.run_dir / name
@@ -174,28 +171,18 @@ class _Plan:
             for key, value in line.items() if isinstance(line, dict) else ():
                 if str(key).startswith("video/") and isinstance(value, str):
                     after = self.moved_clips.get(os.path.normpath(value), after)
-            if not raw.endswith(b"\n"):
-                raw += b"\n"
-            (moved if after else kept).append(raw)
+            (moved if after else kept).append(raw if raw.endswith(b"\n") else raw + b"\n")
         if moved:
             self.split[path] = (b"".join(kept), b"".join(moved))
-            self.lines[name] = len(moved)
+            self.counts[f"{name} line(s)"] = len(moved)
 
     def tensorboard(self) -> None:
         # (a glob of a dir that is not there finds nothing)
         for path in sorted((self.run_dir / TENSORBOARD).glob(TENSORBOARD_EVENTS)):
-            if path.is_file():
-                parts = _split_events(path.read_bytes(), self.point.step)
-                if parts is not None:
-                    self.split[path] = parts[:2]
-                    self.events += parts[2]
-
-    def describe(self) -> str:
-        parts = [f"{self.clips_moved} clip(s) and {self.sidecars} sidecar(s)"]
-        parts = parts if self.clips_moved else []
-        parts += [f"{n} {name} line(s)" for name, n in self.lines.items()]
-        parts += [f"{self.events} TensorBoard event(s)"] if self.events else []
-        return ", ".join(parts)
+            parts = _split_events(path.read_bytes(), self.point.step) if path.is_file() else None
+            if parts is not None:
+                self.split[path] = parts[:2]
+                self.counts["TensorBoard event(s)"] += parts[2]
 
     def carry_out(self) -> Optional[Path]:
         if not self.files and not self.split:
@@ -214,7 +201,7 @@ class _Plan:
         return folder
 
 
-def _new_folder(base: Path, step: int) -> Path:
+def _new_folder(base, step):
     base.mkdir(exist_ok=True)
     taken = [int(m.group("n")) for p in base.iterdir() if (m := _FOLDER.match(p.name))]
     n = max(taken, default=0) + 1
@@ -227,7 +214,7 @@ def _new_folder(base: Path, step: int) -> Path:
             n += 1
 
 
-def _first_step(video: Path, kind: str) -> Optional[int]:
+def _first_step(video, kind):
     """The recorder's step count at the clip's first frame: its sidecar's, or its default
     name's; None when neither says (or the clip is of another kind)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -241,7 +228,7 @@ def _first_step(video: Path, kind: str) -> Optional[int]:
 _HEADER = struct.Struct("<QI")
 
 
-def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
+def _split_events(data, step):
     """(kept, moved, moved events) of an event file's bytes: the events of later steps move (with
     a copy of the file-version record, so each part is an event file; a torn last record of a
     killed writer moves too); None when nothing moves."""
@@ -254,8 +241,7 @@ def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
         if end > len(data):  # a torn last record
             moved.append(data[pos:])
             break
-        record = data[pos:end]
-        event = Event()
+        record, event = data[pos:end], Event()
         try:
             event.ParseFromString(data[pos + _HEADER.size : end - 4])
             later = event.step > step and not event.HasField("file_version")
@@ -263,12 +249,6 @@ def _split_events(data: bytes, step: int) -> Optional[Tuple[bytes, bytes, int]]:
             later = False
         if event.HasField("file_version") and not head:
             head = record
-        if later:
-            moved.append(record)
-            n += 1
-        else:
-            kept.append(record)
-        pos = end
-    if not moved:
-        return None
-    return b"".join(kept), head + b"".join(moved), n
+        (moved if later else kept).append(record)
+        n, pos = n + later, end
+    return (b"".join(kept), head + b"".join(moved), n) if moved else None

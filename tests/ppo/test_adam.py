@@ -59,19 +59,15 @@ def test_fused_adam_steps_as_torch_adam_fused_and_checkpoints_load_across():
 
 
 def test_an_eager_ppo_update_on_the_cpu_does_not_import_torch_dynamo():
+    """A rollout (with time-outs bootstrapped), a reload of PPO's state and an update."""
     code = (
-        "import sys, torch, gymnasium as gym\n"
-        "from rlrec.ppo.config import PPOConfig\n"
-        "from rlrec.ppo.ppo import PPO\n"
-        "space = gym.spaces.Box(-1, 1, (3,))\n"
-        "ppo = PPO(PPOConfig(num_steps=4), space, space, torch.device('cpu'))\n"
-        "s = ppo.init_storage(8)\n"
-        "with torch.inference_mode():\n"
-        "    for _ in range(4):\n"
-        "        ppo.act(torch.randn(8, 3))\n"
-        "        ppo.process_env_step(torch.ones(8), torch.zeros(8, dtype=torch.bool),\n"
-        "                             torch.zeros(8, dtype=torch.bool), {})\n"
-        "    ppo.compute_returns(torch.randn(8, 3))\n"
+        "import sys\n"
+        "from rlrec.envs.autoreset import AutoReset\n"
+        "from rlrec.envs.builtin import PointReach\n"
+        "from tests.ppo import make_ppo, rollout\n"
+        "env = AutoReset(PointReach(8, max_episode_steps=3))\n"
+        "ppo = make_ppo(env, num_steps=4)\n"
+        "rollout(ppo, env)\n"
         "ppo.load_state_dict(ppo.state_dict())\n"
         "assert ppo.update()['loss/updates'] > 0\n"
         "print('torch._dynamo' in sys.modules)\n"

@@ -20,14 +20,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlrec.checks import ConfigError
-from rlrec.config import validate
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvAdapter, EpisodeClock, as_env_index
-from rlrec.ppo.config import BootstrapAt, KLCheck, PPOConfig
+from rlrec.ppo.config import BootstrapAt
 from rlrec.ppo.ppo import PPO
-from tests.helpers import make_config
-from tests.ppo import stored_reward
+from tests.hostsync import HostReads
+from tests.ppo import make_ppo, rollout
 
 
 @pytest.fixture(autouse=True)
@@ -45,13 +43,11 @@ class GoalLine(EnvAdapter):
     reaching it, which terminates the episode (``info["success"]``)."""
 
     GOAL = 4
-    NEAR = 0.2  # 0.6 per step beside the goal
+    NEAR = 0.2  # 0.6 per step beside the goal: worth 0.6 / (1 - 0.8) = 3.0 at gamma 0.8
     SUCCESS = 1.0
 
     def __init__(self, num_envs: int, max_episode_steps: Optional[int] = 20, seed: int = 0):
-        self.num_envs = num_envs
-        self.device = torch.device("cpu")
-        self.dt = 1.0
+        self.num_envs, self.device, self.dt = num_envs, torch.device("cpu"), 1.0
         self.max_episode_steps = max_episode_steps
         self.single_observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
         self.single_action_space = gym.spaces.Discrete(3)
@@ -85,30 +81,11 @@ class GoalLine(EnvAdapter):
 def train(bootstrap_at: BootstrapAt, iterations: int = 25, seed: int = 0) -> PPO:
     torch.manual_seed(seed)
     env = AutoReset(GoalLine(16, seed=seed))
-    cfg = PPOConfig(
-        num_steps=16,
-        num_minibatches=4,
-        update_epochs=4,
-        learning_rate=3e-3,
-        anneal_lr=False,
-        gamma=0.8,
-        gae_lambda=0.9,
-        ent_coef=0.0,
-        target_kl=None,
-        norm_obs=False,
-        hidden_sizes=[32, 32],
-        bootstrap_at=bootstrap_at,
-    )
-    ppo = PPO(cfg, env.single_observation_space, env.single_action_space, torch.device("cpu"))
-    ppo.init_storage(env.num_envs)
-    obs, _ = env.reset(seed=seed)
+    cfg = dict(num_steps=16, learning_rate=3e-3, gamma=0.8, gae_lambda=0.9, target_kl=None)
+    ppo = make_ppo(env, **cfg, norm_obs=False, hidden_sizes=[32, 32], bootstrap_at=bootstrap_at)
+    obs = None
     for _ in range(iterations):
-        with torch.inference_mode():
-            for _ in range(cfg.num_steps):
-                action = ppo.act(obs)
-                obs, reward, terminated, truncated, info = env.step(action)
-                ppo.process_env_step(reward, terminated, truncated, info)
-            ppo.compute_returns(obs)
+        obs = rollout(ppo, env, obs)
         ppo.update()
     return ppo
 
@@ -128,13 +105,6 @@ def evaluate(ppo: PPO, num_envs: int = 64, seed: int = 123) -> Tuple[float, floa
     return float(reached.float().mean()), float(beside.float().mean())
 
 
-def test_lingering_beside_the_goal_is_worth_more_than_success_without_bootstrapping_it():
-    """The arithmetic the test env is built on (and ManiSkill's PushCube, at 2.6 against 1.0)."""
-    gamma = 0.8
-    linger = GoalLine.NEAR * (GoalLine.GOAL - 1) / (1 - gamma)
-    assert linger == pytest.approx(3.0) and linger > GoalLine.SUCCESS
-
-
 def test_bootstrapping_only_time_outs_learns_to_avoid_success_and_done_reaches_it():
     """The old rule (``truncated``) learns to stop beside the goal; ManiSkill's rule (``done``)
     learns to reach it. Same seed, same settings, a few seconds each."""
@@ -146,72 +116,30 @@ def test_bootstrapping_only_time_outs_learns_to_avoid_success_and_done_reaches_i
     assert success >= 0.9, f"bootstrap_at=done reached the goal in only {success:.0%} of episodes"
 
 
-def test_done_bootstraps_terminations_too_and_truncated_only_time_outs():
-    env = AutoReset(GoalLine(4, max_episode_steps=1))
-    outs = {}
-    for rule in BootstrapAt:
-        torch.manual_seed(0)
-        ppo = PPO(
-            PPOConfig(gamma=0.8, bootstrap_at=rule),
-            env.single_observation_space,
-            env.single_action_space,
-            torch.device("cpu"),
-        )
-        obs, _ = env.reset(seed=0)
-        env.env.pos.copy_(torch.tensor([3, 3, 0, 0]))
-        with torch.inference_mode():
-            # right, right, stay, stay: two successes (terminated), two time-outs (truncated)
-            _, reward, term, trunc, info = env.step(torch.tensor([2, 2, 1, 1]))
-            assert term.tolist() == [True, True, False, False] and bool(trunc[2:].all())
-            out = stored_reward(ppo, obs, reward, term, trunc, info)
-            outs[rule] = (out, ppo.agent.value(ppo.normalize(info["final_obs"])))
-    out, value = outs[BootstrapAt.truncated]
-    torch.testing.assert_close(out, reward + 0.8 * value * torch.tensor([0.0, 0, 1, 1]))
-    out, value = outs[BootstrapAt.done]
-    torch.testing.assert_close(out, reward + 0.8 * value)
-
-
-def test_the_bootstrap_values_the_ended_rows_alone_without_a_host_sync():
-    """V(final_obs) is taken of the envs that ended (AutoReset's host index), not of the whole
-    batch: the critic sees 2 rows of 6, the stored rewards equal the full-batch formula, and the
-    step reads nothing back from the device (a GPU would wait for none)."""
-    from tests.hostsync import HostReads
-
+@pytest.mark.parametrize("rule", list(BootstrapAt))
+def test_the_ended_rows_alone_are_bootstrapped_as_the_rule_says_without_a_host_sync(rule):
+    """Envs 0 and 1 reach the goal (terminated), env 2 hits its time limit (truncated), the others
+    go on: ``truncated`` bootstraps env 2 alone, ``done`` all three, from V(final_obs) of the ended
+    rows alone (AutoReset's host index: the critic sees 3 rows of 6), and the step reads nothing
+    back from the device (a GPU would wait for none)."""
     env = AutoReset(GoalLine(6, max_episode_steps=20))
     torch.manual_seed(0)
-    ppo = PPO(
-        PPOConfig(gamma=0.8, bootstrap_at=BootstrapAt.done),
-        env.single_observation_space,
-        env.single_action_space,
-        torch.device("cpu"),
-    )
-    obs, _ = env.reset(seed=0)
-    env.env.pos.copy_(torch.tensor([3, 0, 0, 3, 0, 0]))
+    ppo = make_ppo(env, gamma=0.8, bootstrap_at=rule)
+    ppo.init_storage(6)
     rows = []
     ppo.agent.critic.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
     with torch.inference_mode():
-        _, reward, term, trunc, info = env.step(torch.tensor([2, 1, 1, 2, 1, 1]))
-        assert term.tolist() == [True, False, False, True, False, False]
-        ppo.init_storage(6)
+        obs, _ = env.reset(seed=0)
+        env.env.pos.copy_(torch.tensor([3, 3, 0, 0, 0, 0]))
+        env.env.clock.elapsed[2] = 19
         ppo.act(obs)
         rows.clear()
+        step = env.step(torch.tensor([2, 2, 1, 1, 1, 1]))
+        _, reward, term, trunc, info = step
+        assert term.tolist() == [True, True, False, False, False, False] and trunc.tolist()[2]
         with HostReads() as reads:
-            ppo.process_env_step(reward, term, trunc, info)
-        assert rows == [2] and reads.count == 0, reads.where
+            ppo.process_env_step(*step[1:])
+        assert rows == [3] and reads.count == 0, reads.where
         value = ppo.agent.value(ppo.normalize(info["final_obs"]))
-    expected = reward + 0.8 * value * term.float()
-    torch.testing.assert_close(ppo.storage.rewards[0], expected)
-
-
-def test_bootstrap_at_and_kl_check_are_closed_choices():
-    cfg = make_config(["algo.bootstrap_at=done", "algo.kl_check=minibatch"])
-    assert cfg.algo.bootstrap_at is BootstrapAt.done and cfg.algo.kl_check is KLCheck.minibatch
-    assert make_config().algo.bootstrap_at is BootstrapAt.truncated  # today's rule by default
-    for key, value, allowed in (
-        ("bootstrap_at", "success", "truncated, done"),
-        ("kl_check", "step", "epoch, minibatch"),
-    ):
-        cfg = make_config()
-        setattr(cfg.algo, key, value)
-        with pytest.raises(ConfigError, match=f"algo.{key}={value!r} is invalid: .*{allowed}"):
-            validate(cfg)
+    ends = (term | trunc) if rule == BootstrapAt.done else trunc
+    torch.testing.assert_close(ppo.storage.rewards[0], reward + 0.8 * value * ends.float())

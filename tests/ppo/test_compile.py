@@ -1,8 +1,6 @@
 """``algo.compile``: the compiled PPO against the eager one, on the real inductor backend (the C++
 compiler is gcc), and the rollout's policy step as one graph."""
 
-from pathlib import Path
-
 import gymnasium as gym
 import pytest
 import torch
@@ -10,58 +8,42 @@ from torch._dynamo.utils import counters
 
 from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.builtin import PointReach
-from rlrec.ppo.agent import ActorCritic
 from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO
 from rlrec.train import resume as resume_module
 from rlrec.train.runner import Runner
 from rlrec.train.stack import load_stack_state
-from tests.helpers import FAST, make_config
+from tests.helpers import make_config
+from tests.ppo import CPU, make_ppo, rollout
+from tests.trainutil import QUIET
 
-CPU = torch.device("cpu")
 # small: the compile of three graphs is the cost of this module (seconds once inductor's cache
-# holds them); episodes of 5 steps end inside the 8-step rollout, so time-outs are bootstrapped
-SMALL = dict(
-    num_steps=8,
-    num_minibatches=2,
-    update_epochs=2,
-    target_kl=None,
-    hidden_sizes=[16, 16],
-    learning_rate=1e-2,  # large enough for the clip range to bite in the second minibatch
-    norm_obs=True,
-    anneal_lr=True,
-    anneal_clip=True,
-)
+# holds them); episodes of 5 steps end inside the 8-step rollout, so time-outs are bootstrapped.
+# The learning rate is large enough for the clip range to bite in the second minibatch
+SMALL = dict(num_steps=8, num_minibatches=2, update_epochs=2, target_kl=None)
+SMALL.update(hidden_sizes=[16, 16], learning_rate=1e-2, anneal_lr=True, anneal_clip=True)
 ROLLOUT = ("obs", "actions", "logprobs", "values", "rewards", "advantages", "returns")
+
+
+def _small(**cfg):
+    """8 built-in envs of 5-step episodes and the PPO of :data:`SMALL` (and ``cfg``), seed 0."""
+    torch.manual_seed(0)
+    env = AutoReset(PointReach(8, max_episode_steps=5))
+    return env, make_ppo(env, **SMALL, **cfg)
 
 
 def _two_iterations(compile: bool):
     """Two iterations (rollout + update) from the same seed, each with another learning rate and
     clip range; what each produced, and the number of graphs compiled after each."""
-    torch.manual_seed(0)
-    env = AutoReset(PointReach(8, max_episode_steps=5))
-    ppo = PPO(
-        PPOConfig(compile=compile, **SMALL),
-        env.single_observation_space,
-        env.single_action_space,
-        CPU,
-    )
-    storage = ppo.init_storage(env.num_envs)
-    with torch.inference_mode():
-        obs, _ = env.reset(seed=0)
-    out = []
+    env, ppo = _small(compile=compile)
+    out, obs = [], None
     for frac in (0.5, 0.25):
         ppo.set_schedule(frac)
-        with torch.inference_mode():
-            for _ in range(SMALL["num_steps"]):
-                action = ppo.act(obs)
-                obs, reward, term, trunc, info = env.step(action)
-                ppo.process_env_step(reward, term, trunc, info)
-            ppo.compute_returns(obs)
-        rollout = {k: getattr(storage, k).clone() for k in ROLLOUT}
+        obs = rollout(ppo, env, obs)
+        stored = {k: getattr(ppo.storage, k).clone() for k in ROLLOUT}
         losses = ppo.update()
         params = {n: p.detach().clone() for n, p in ppo.agent.named_parameters()}
-        out.append((rollout, losses, params, counters["stats"]["unique_graphs"]))
+        out.append((stored, losses, params, counters["stats"]["unique_graphs"]))
     return ppo, out
 
 
@@ -75,13 +57,10 @@ def eager_and_compiled():
 
 
 def test_compile_is_off_by_default_and_set_by_algo_compile():
-    assert PPOConfig().compile is False
     assert make_config([]).algo.compile is False
     assert make_config(["algo.compile=true"]).algo.compile is True
-    space = gym.spaces.Box(-1, 1, (3,))
-    eager = PPO(PPOConfig(), space, space, CPU)
+    eager, compiled = make_ppo(), make_ppo(compile=True)
     assert eager._policy_step == eager._policy_step_eager and not eager.compiled
-    compiled = PPO(PPOConfig(compile=True), space, space, CPU)
     assert compiled.compiled and compiled._policy_step != compiled._policy_step_eager
 
 
@@ -108,10 +87,7 @@ def test_compiled_rollouts_and_updates_match_eager_within_1e5(eager_and_compiled
 @pytest.mark.parametrize("action_space", [gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3)])
 def test_the_rollout_policy_step_is_one_graph_without_breaks(action_space):
     ppo = PPO(
-        PPOConfig(compile=True, hidden_sizes=[8]),
-        gym.spaces.Box(-1, 1, (5,)),
-        action_space,
-        CPU,
+        PPOConfig(compile=True, hidden_sizes=[8]), gym.spaces.Box(-1, 1, (5,)), action_space, CPU
     )
     obs = torch.randn(4, 5)
     noise = torch.rand(ppo.agent.noise_shape(4))
@@ -124,44 +100,11 @@ def test_the_rollout_policy_step_is_one_graph_without_breaks(action_space):
     assert explain.graph_break_count == 0 and explain.graph_count == 1, explain.break_reasons
 
 
-def test_noise_driven_samples_follow_the_policy_distribution():
-    """``act_with_noise`` (the compiled path's sampler) draws from the same distributions as
-    ``action``: the Gaussian head the very numbers of ``Normal.sample`` for the same draw, the
-    categorical head (Gumbel-max) the softmax probabilities, with consistent log-probabilities."""
-    gauss = ActorCritic(
-        gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [16], "tanh", -0.5
-    )
-    obs = torch.randn(5, 6)
-    torch.manual_seed(3)
-    a_ref = gauss.action(obs)
-    lp_ref, _, v_ref = gauss.evaluate(obs, a_ref)
-    torch.manual_seed(3)
-    a, lp, v = gauss.act_with_noise(obs, torch.randn(gauss.noise_shape(5)))
-    torch.testing.assert_close(a, a_ref, rtol=0, atol=1e-6)
-    torch.testing.assert_close(lp, lp_ref, rtol=0, atol=1e-5)
-    torch.testing.assert_close(v, v_ref)
-
-    cat = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), [16])
-    with torch.no_grad():
-        cat.actor[-1].bias.copy_(torch.tensor([1.0, 0.0, -1.0]))  # unequal probabilities
-    one = torch.randn(1, 4).expand(20000, 4)
-    g = torch.Generator().manual_seed(0)
-    action, logp, _ = cat.act_with_noise(one, torch.rand(cat.noise_shape(20000), generator=g))
-    probs = cat.distribution(one[:1]).probs[0]
-    freq = torch.bincount(action, minlength=3).float() / 20000
-    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
-    torch.testing.assert_close(logp, probs.log()[action])
-    # the extremes of the uniform draw give finite Gumbel noise
-    edges = torch.tensor([[0.0, 1.0, 0.5]])
-    assert torch.isfinite(cat.act_with_noise(one[:1], edges)[1]).all()
-
-
 def test_checkpoints_load_across_modes():
     """A compiled run resumes an eager run's checkpoint and the other way round: the saved learning
     rate is a float in both, and each keeps its own Adam implementation and lr type."""
-    space = gym.spaces.Box(-1, 1, (3,))
-    eager = PPO(PPOConfig(learning_rate=1e-3, anneal_lr=True), space, space, CPU)
-    compiled = PPO(PPOConfig(learning_rate=5e-4, anneal_lr=True, compile=True), space, space, CPU)
+    eager = make_ppo(learning_rate=1e-3, anneal_lr=True)
+    compiled = make_ppo(learning_rate=5e-4, anneal_lr=True, compile=True)
     eager.set_schedule(0.5)
     state = eager.state_dict()
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(5e-4)
@@ -218,43 +161,25 @@ def test_updates_under_cuda_graphs_never_touch_the_last_replays_gradients(monkey
     overwritten by the next replay. CUDA graphs are faked (``_cudagraphs`` on an eager PPO, the
     step marker and the pool's overwrite by :class:`_StaleGradients`); four minibatches, as
     ``test_compiled_rollouts_and_updates_match_eager_within_1e5`` on a GPU."""
-    torch.manual_seed(0)
-    env = AutoReset(PointReach(8, max_episode_steps=5))
-    ppo = PPO(PPOConfig(**SMALL), env.single_observation_space, env.single_action_space, CPU)
+    env, ppo = _small()
     ppo._cudagraphs = True
-    storage = ppo.init_storage(env.num_envs)
-    with torch.no_grad():
-        obs, _ = env.reset(seed=0)
-        for _ in range(SMALL["num_steps"]):
-            action = ppo.act(obs)
-            obs, reward, term, trunc, info = env.step(action)
-            ppo.process_env_step(reward, term, trunc, info)
-        ppo.compute_returns(obs)
+    rollout(ppo, env)
     pool = _StaleGradients(ppo._params)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", pool.mark_step_begin)
     before = [p.detach().clone() for p in ppo._params]
     with pool:
-        losses = ppo.update(storage)
+        losses = ppo.update()
     assert losses["loss/updates"] == 4 and pool.steps == 4
     assert len(pool.before_backward) == 4
     assert all(g is None for grads in pool.before_backward for g in grads)
     assert all(not torch.equal(p, b) for p, b in zip(ppo._params, before))  # it did learn
 
 
-def _rollout_runner(tmp_path: Path, name: str, overrides):
+def _rollout_runner(tmp_path, name: str, overrides):
     run_dir = tmp_path / name
     run_dir.mkdir()
-    cfg = make_config(
-        [
-            *FAST,
-            "recorder=none",
-            "eval_env.recorder.enabled=false",
-            "algo.compile=true",
-            "total_steps=256",
-            *overrides,
-        ]
-    )
-    return Runner(cfg, run_dir), run_dir
+    args = [*QUIET, "algo.compile=true", "total_steps=256", *overrides]
+    return Runner(make_config(args), run_dir), run_dir
 
 
 def test_compiled_rollouts_run_under_no_grad_not_inference_mode(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Every path of a run with image observations (issue 34): one short pixel run of the built-in env
-(rgb_state, 36x36, algo.encoder=cnn) with per-episode clips and its report, then its replay,
-its policy loaded and exported, the divergence watch on pixel observations, and two ranks."""
+(rgb_state, 36x36, algo.encoder=cnn) that trains, evaluates, records, checkpoints, with
+per-episode clips and its report, then its resume, its replay, its policy loaded and exported, the
+divergence watch on pixel observations, and two ranks."""
 
 from __future__ import annotations
 
@@ -23,15 +24,11 @@ from rlrec.train.stack import make_env_stack
 from tests.helpers import FAST, make_config, read_metrics, run_train
 from tests.record.recutil import decode_many
 
-PIXELS = [
-    "env.obs_mode=rgb_state",
-    "env.obs_width=36",
-    "env.obs_height=36",
-    "algo.encoder=cnn",
-    "env.num_envs=4",
-]
+PIXELS = ["env.obs_mode=rgb_state", "env.obs_width=36", "env.obs_height=36", "algo.encoder=cnn"]
+PIXELS += ["env.num_envs=4"]
 # 4 iterations of 4 envs x 16 steps; evaluations at steps 0, 128, 256, each with a checkpoint
-RUN = [*FAST, *PIXELS, "total_steps=256", "checkpoint_every=2", "recorder=none"]
+RUN = [*FAST, *PIXELS, "total_steps=256", "checkpoint_every=2"]
+RUN += ["recorder.trigger=step", "recorder.every=128"]
 RUN += ["eval_env.clips=all", "eval_env.recorder.lossless=true", "report.enabled=true"]
 
 
@@ -57,6 +54,22 @@ def test_per_episode_clips_and_the_report(pixel_run, tmp_path):
     assert all(f'src="{m["eval/clip"]}"' in page for m in evals)
     assert "python -m rlrec.export ." in page  # it holds for a pixel policy (below)
     assert (pixel_run / "videos" / "progress.mp4").is_file()
+
+
+def test_the_checkpoint_holds_the_raw_image_and_a_run_continues_from_it(pixel_run, tmp_path):
+    data = ckpt.load(pixel_run / "checkpoints" / "last.pt")
+    assert data["obs_shape"] == {"rgb": (36, 36, 3), "state": (4,)}
+    assert data["next_obs"]["rgb"].dtype == torch.uint8
+    assert data["ppo"]["obs_norm"]["mean"].shape == (4,)  # the state part's statistics
+    losses = [m["loss/value"] for m in read_metrics(pixel_run) if "loss/value" in m]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
+    assert list((pixel_run / "videos" / "train").glob("*.mp4"))
+    last = f"checkpoint={pixel_run}/checkpoints/last.pt"
+    resumed = Runner(
+        make_config([*FAST, *PIXELS, "recorder=none", "total_steps=384", last]), tmp_path
+    )
+    resumed.run()
+    assert resumed.global_step == 384
 
 
 def test_replay_of_a_pixel_episode_is_its_clip(pixel_run, tmp_path):

@@ -1,6 +1,6 @@
 """PPO from pixels on the built-in env: the observation (rlrec/obs.py), the uint8 storage, the
 NatureCNN encoder, the normaliser on the state part, the refusals before work, the memory
-estimate, and a short real run that trains, evaluates, records, checkpoints and resumes."""
+estimate (a real run: tests/ppo/test_pixel_paths.py)."""
 
 import gymnasium as gym
 import pytest
@@ -13,9 +13,8 @@ from rlrec.obs import shape_of
 from rlrec.ppo.agent import ActorCritic, NatureCNN, ObsNormalizer
 from rlrec.ppo.config import PPOConfig
 from rlrec.ppo.ppo import PPO
-from rlrec.train import checkpoint as ckpt
-from rlrec.train.runner import Runner
-from tests.helpers import FAST, make_config, read_metrics
+from tests.helpers import make_config
+from tests.ppo import CPU
 
 
 def _space(h=36, w=36, state=4):
@@ -45,30 +44,16 @@ def test_builtin_pixel_obs_is_its_own_drawing_of_the_state():
 
 
 def test_storage_keeps_images_as_uint8():
-    ppo = PPO(
-        PPOConfig(encoder="cnn", num_steps=3, num_minibatches=2),
-        _space(),
-        gym.spaces.Box(-1, 1, (2,)),
-        torch.device("cpu"),
-    )
+    cfg = PPOConfig(encoder="cnn", num_steps=3, num_minibatches=2)
+    ppo = PPO(cfg, _space(), gym.spaces.Box(-1, 1, (2,)), CPU)
     storage = ppo.init_storage(num_envs=4)
     assert storage.obs["rgb"].dtype == torch.uint8 and storage.obs["state"].dtype == torch.float32
-    images = []
+    images, no = torch.randint(0, 256, (3, 4, 36, 36, 3), dtype=torch.uint8), torch.zeros(4) > 0
     with ppo.rollout_mode():  # as the runner collects
-        for _ in range(3):
-            obs = {
-                "rgb": torch.randint(0, 256, (4, 36, 36, 3), dtype=torch.uint8),
-                "state": torch.randn(4, 4),
-            }
-            images.append(obs["rgb"])
-            ppo.act(obs)
-            ppo.process_env_step(
-                torch.zeros(4),
-                torch.zeros(4, dtype=torch.bool),
-                torch.zeros(4, dtype=torch.bool),
-                {},
-            )
-    assert torch.equal(storage.obs["rgb"], torch.stack(images))  # the raw bytes, unscaled
+        for rgb in images:
+            ppo.act({"rgb": rgb, "state": torch.randn(4, 4)})
+            ppo.process_env_step(torch.zeros(4), no, no, {})
+    assert torch.equal(storage.obs["rgb"], images)  # the raw bytes, unscaled
     batches = list(storage.minibatches(2))
     assert [mb["obs"]["rgb"].dtype for mb in batches] == [torch.uint8] * 2
     assert sum(mb["obs"]["rgb"].shape[0] for mb in batches) == 12
@@ -78,11 +63,8 @@ def test_storage_keeps_images_as_uint8():
 def test_nature_cnn_matches_ppo_rgb_and_scales_on_the_device():
     cnn = NatureCNN({"rgb": (64, 64, 3), "state": (4,)})
     convs = [m for m in cnn.cnn if isinstance(m, nn.Conv2d)]
-    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
-        (32, (8, 8), (4, 4)),
-        (64, (4, 4), (2, 2)),
-        (64, (3, 3), (1, 1)),
-    ]
+    layers = [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs]
+    assert layers == [(32, 8, 4), (64, 4, 2), (64, 3, 1)] and convs[0].kernel_size == (8, 8)
     linear = [m for m in cnn.cnn if isinstance(m, nn.Linear)][0]
     assert (linear.in_features, linear.out_features) == (64 * 4 * 4, 256)
     obs = {"rgb": torch.full((2, 64, 64, 3), 255, dtype=torch.uint8), "state": torch.zeros(2, 4)}
@@ -101,23 +83,16 @@ def test_nature_cnn_matches_ppo_rgb_and_scales_on_the_device():
 def test_state_only_models_keep_their_checkpoint_keys():
     """A checkpoint written before encoders existed loads: the MLP path adds no parameter."""
     agent = ActorCritic(gym.spaces.Box(-1, 1, (6,)), gym.spaces.Box(-1, 1, (2,)), [64, 64])
-    assert set(agent.state_dict()) == {
-        "log_std",
-        *(
-            f"{n}.{i}.{p}"
-            for n in ("actor", "critic")
-            for i in (0, 2, 4)
-            for p in ("weight", "bias")
-        ),
+    keys = {
+        f"{n}.{i}.{p}" for n in ("actor", "critic") for i in (0, 2, 4) for p in ("weight", "bias")
     }
+    assert set(agent.state_dict()) == {"log_std", *keys}
 
 
 def test_the_normaliser_sees_the_state_alone():
     norm = ObsNormalizer((4,))
-    obs = {
-        "rgb": torch.randint(0, 256, (8, 36, 36, 3), dtype=torch.uint8),
-        "state": torch.randn(8, 4) * 5 + 3,
-    }
+    rgb = torch.randint(0, 256, (8, 36, 36, 3), dtype=torch.uint8)
+    obs = {"rgb": rgb, "state": torch.randn(8, 4) * 5 + 3}
     norm.update(obs)
     out = norm(obs)
     assert out["rgb"] is obs["rgb"]
@@ -161,34 +136,3 @@ def test_a_pixel_run_that_cannot_fit_is_refused_naming_the_image(monkeypatch):
     cfg = make_config(["env.num_envs=4096", "env.obs_mode=rgb", "algo.encoder=cnn"])
     with pytest.raises(ConfigError, match=r"the observed images \(uint8\).*64x64x3.*GB"):
         budget.check(cfg)
-
-
-def test_a_pixel_run_trains_evaluates_records_checkpoints_and_resumes(tmp_path):
-    pixels = [
-        "env.obs_mode=rgb_state",
-        "env.obs_width=36",
-        "env.obs_height=36",
-        "algo.encoder=cnn",
-        "recorder.trigger=step",
-        "recorder.every=128",
-    ]
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    Runner(make_config([*FAST, *pixels, "total_steps=512"]), run_dir).run()
-    evals = [m for m in read_metrics(run_dir) if "eval/success" in m]
-    assert [e["step"] for e in evals] == [0, 256, 512]
-    assert list((run_dir / "videos" / "eval").glob("*.mp4"))
-    assert list((run_dir / "videos" / "train").glob("*.mp4"))
-    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
-    assert data["obs_shape"] == {"rgb": (36, 36, 3), "state": (4,)}
-    assert data["next_obs"]["rgb"].dtype == torch.uint8
-    assert set(data["ppo"]["obs_norm"]) >= {"mean", "var"}
-    assert data["ppo"]["obs_norm"]["mean"].shape == (4,)  # the state part's statistics
-    losses = [m["loss/value"] for m in read_metrics(run_dir) if "loss/value" in m]
-    assert len(losses) == 4 and all(v == v for v in losses)
-    Runner(make_config([*FAST, *pixels, "total_steps=768", "resume=auto"]), run_dir).run()
-    assert ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"] == 768
-    from rlrec.export import load_policy  # tests/ppo/test_pixel_paths.py: it acts as PPO does
-
-    data = ckpt.load(run_dir / "checkpoints" / "last.pt")
-    assert load_policy(run_dir / "checkpoints" / "last.pt")(data["next_obs"]).shape == (8, 2)

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import copy
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from rlrec.checks import ConfigError
 from rlrec.config import validate
-from rlrec.ppo.config import PPOConfig
+from rlrec.envs.builtin import PointReach
 from rlrec.ppo.ppo import PPO
 from tests.helpers import make_config
+from tests.ppo import make_ppo
 
-OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-ACT = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
 GAMMA = 0.9
 
 
@@ -37,7 +35,7 @@ def _stored(ppo: PPO, steps) -> torch.Tensor:
     """The rewards PPO stores for ``steps`` (one rollout of ``num_steps``)."""
     with torch.inference_mode():
         for reward, term, trunc in steps:
-            ppo.act(torch.zeros(2, 3))
+            ppo.act(torch.zeros(2, 6))
             ppo.process_env_step(reward, term, trunc, {})
     rewards = ppo.storage.rewards.clone()
     ppo.storage.clear()
@@ -45,7 +43,7 @@ def _stored(ppo: PPO, steps) -> torch.Tensor:
 
 
 def _ppo(**kw) -> PPO:
-    ppo = PPO(PPOConfig(num_steps=40, gamma=GAMMA, **kw), OBS, ACT, torch.device("cpu"))
+    ppo = make_ppo(PointReach(2), num_steps=40, gamma=GAMMA, **kw)
     ppo.init_storage(2)
     return ppo
 
