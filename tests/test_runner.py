@@ -136,11 +136,13 @@ def test_bad_checkpoint_fails_before_work(tmp_path, content):
 def test_checkpoint_from_other_env_is_refused():
     import gymnasium as gym
 
-    from rlrec.train.resume import Start
+    from rlrec.train.resume import StartCheckpoint
 
     data = {"obs_shape": (4,), "action_space": "Discrete(2)", "env_name": "gymnasium"}
     with pytest.raises(ConfigError) as e:
-        Start("x.pt", data, "checkpoint").check_compatible((6,), gym.spaces.Box(-1, 1, (2,)))
+        StartCheckpoint("x.pt", data, "checkpoint").check_compatible(
+            (6,), gym.spaces.Box(-1, 1, (2,))
+        )
     assert "checkpoint" in str(e.value) and "(4,)" in str(e.value) and "(6,)" in str(e.value)
 
 

@@ -20,7 +20,6 @@ import gymnasium as gym
 import torch
 
 from rlrec.envs.factory import resolve_device
-from rlrec.export import FILES, META, load_policy
 from rlrec.files import write_atomic
 from rlrec.layout import RunDir
 from rlrec.obs import map_obs
@@ -29,6 +28,7 @@ from rlrec.record import names
 from rlrec.run.replay import replay_config
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.evaluation import Evaluator
+from rlrec.train.policy import FILES, META, load_policy
 from rlrec.train.stack import close_all
 
 TOLERANCE = 1e-4  # export.tolerance: of an observation element, relative to 1 + |its value|

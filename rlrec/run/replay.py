@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from rlrec.checks import ConfigError
-from rlrec.config import Config, EpisodeClips, to_dataclass
+from rlrec.config import Config, KeptClips, to_dataclass
 from rlrec.layout import RunDir
 from rlrec.record import names
 from rlrec.record.settings import Trigger
@@ -72,7 +72,7 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
         base,
         {k: v for k, v in saved.items() if k != "hydra"},
         {
-            "eval_env": {"recorder": recorder, "clips": EpisodeClips.none.value},
+            "eval_env": {"recorder": recorder, "clips": KeptClips.none.value},
             "eval_only": False,  # set below: step 0 may have no checkpoint to name
             "recorder": {"enabled": False},  # the train env's
             "resume": None,

@@ -1,12 +1,12 @@
 """Where a run starts from, and the point a stop sends it back to.
 
-- **Where a run starts from** (:func:`find`, a :class:`Start`): ``checkpoint=PATH``; with
-  ``resume=auto`` the newest good checkpoint of the run dir (a damaged one is skipped with a
+- **Where a run starts from** (:func:`find`, a :class:`StartCheckpoint`): ``checkpoint=PATH``;
+  with ``resume=auto`` the newest good checkpoint of the run dir (a damaged one is skipped with a
   warning naming it), once what a killed run left half-written is removed; or nothing, a new run.
   It is found before any work, so a bad path, or a checkpoint of another number of ranks, is
-  refused before anything is built; :meth:`Start.check_compatible` refuses one of another env as
-  soon as the envs are. :meth:`Start.restore` puts it back into PPO, the RNG streams and the env
-  stacks.
+  refused before anything is built; :meth:`StartCheckpoint.check_compatible` refuses one of
+  another env as soon as the envs are. :meth:`StartCheckpoint.restore` puts it back into PPO, the
+  RNG streams and the env stacks.
 - **The resume point** (:class:`ResumePoint`): what every checkpoint holds, the state as of the
   start of the rollout or evaluation in progress (kept while it runs), else as of now: a state an
   uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly after a stop (or a
@@ -14,7 +14,7 @@
 - **Several ranks** (docs/distributed.md): each rank's RNG streams, train env and next observation
   are its own. Rank 0 finds the checkpoint and tells the others which file; :meth:`ResumePoint.save`
   puts the other ranks' own entries into rank 0's checkpoint, under ``ranks``, and
-  :meth:`Start.restore` gives each rank its own back.
+  :meth:`StartCheckpoint.restore` gives each rank its own back.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
 
-from rlrec import distributed, export
+from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.envs.autoreset import AutoReset
@@ -36,6 +36,7 @@ from rlrec.obs import batch_size, map_obs, shape_of
 from rlrec.ppo.ppo import PPO
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
+from rlrec.train.policy import start_data
 from rlrec.train.stack import load_stack_state, simulator_saved
 
 # what each rank of several has of its own (the rest is the same on every rank): gathered into
@@ -47,7 +48,7 @@ _FRESH = {"global_step", "iteration", "rng", "obs_shape", "action_space", "env_n
 
 
 @dataclass(frozen=True)
-class Start:
+class StartCheckpoint:
     """The checkpoint a run starts from."""
 
     path: str  # the file, as named by checkpoint=PATH or found by resume=auto
@@ -98,7 +99,7 @@ class Start:
         return None
 
 
-def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
+def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[StartCheckpoint]:
     """The checkpoint this run starts from, or None for a new run; a :class:`ConfigError` when it
     cannot be used. Several ranks: rank 0 finds it and tells the others which file (they read the
     same file); a refusal on rank 0 is raised on every rank. ``resume=auto`` of a training run:
@@ -116,7 +117,7 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     if error is not None or found["error"]:  # rank 0's own error as raised (an UnsafeCheckpoint)
         raise error or ConfigError(found["error"])
     if rank > 0 and found["path"]:
-        start = Start(found["path"], ckpt.load(found["path"]), key)
+        start = StartCheckpoint(found["path"], ckpt.load(found["path"]), key)
     # a training run that resume=auto continues in its own run dir
     restarts = not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
     if start is not None:
@@ -165,12 +166,12 @@ def _ruined(path: Path, began: str) -> str:
     )
 
 
-def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
-    if cfg.checkpoint is not None:  # eval_only=true: an export too (rlrec.export)
-        data = export.start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
+def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[StartCheckpoint]:
+    if cfg.checkpoint is not None:  # eval_only=true: an export too (rlrec.train.policy)
+        data = start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
         if ckpt.blowup(data) and not cfg.eval_only:
             raise ConfigError(_ruined(Path(cfg.checkpoint), ckpt.blowup(data)))
-        return Start(str(cfg.checkpoint), data, key)
+        return StartCheckpoint(str(cfg.checkpoint), data, key)
     if cfg.resume == "auto":
         # the newest good checkpoint (a damaged one is skipped with a warning naming it)
         found = ckpt.find_resume(RunDir(run_dir).checkpoints)
@@ -180,7 +181,7 @@ def _locate(cfg: Config, run_dir: Path, key: str) -> Optional[Start]:
                 f"{RunDir(run_dir).checkpoints}: give checkpoint=PATH, or "
                 "hydra.run.dir=<the run dir that holds checkpoints/>"
             )
-        return None if found is None else Start(str(found[0]), found[1], key)
+        return None if found is None else StartCheckpoint(str(found[0]), found[1], key)
     return None  # (eval_only=true without either: refused with the config)
 
 
@@ -195,7 +196,7 @@ class ResumePoint:
         now: Callable[[], dict],
         run_dir: Path,
         cfg: Config,
-        start: Optional[Start] = None,
+        start: Optional[StartCheckpoint] = None,
         before_write: Callable[[], None] = lambda: None,
         protect: Callable[[], Optional[str]] = lambda: None,
     ):
