@@ -114,7 +114,7 @@ def test_hydra_reports_a_crash_of_the_run_as_without_rlrec(tmp_path, monkeypatch
     def crash(*args, **kwargs):
         raise RuntimeError("the run crashed")
 
-    monkeypatch.setattr(rlrec.run.cli, "_task", crash)
+    monkeypatch.setattr(rlrec.run.cli, "_single", crash)
     code, out, _ = _main([f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, monkeypatch, capsys)
     assert code == 1 and "RuntimeError: the run crashed" in out, out
     assert "rlrec: config error" not in out and "hydra/_internal" not in out, out

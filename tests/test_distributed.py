@@ -353,7 +353,7 @@ def test_bad_input_for_two_ranks(monkeypatch, overrides, message):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     cfg = make_config([*FAST, *overrides])
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        distributed.check(cfg)
+        distributed.check(cfg, torch.device("cpu"))
 
 
 # ------------------------------------------------------------------ GPUs (CUDA faked)
@@ -425,7 +425,7 @@ def test_one_gpu_per_rank_each_seen_as_cuda_0_runs_on_nccl(rank_1_of_2):
     only two ranks on one GPU), so the run needs no distributed.share_gpus and runs on NCCL."""
     asked = rank_1_of_2(mine="GPU-b", other="GPU-a")
     cfg = make_config([*FAST, "sim=gpu"])
-    distributed.check(cfg)
+    distributed.check(cfg, torch.device("cuda", 0))
     distributed.init(cfg.distributed, torch.device("cuda", 0))
     assert asked == ["nccl"]
 
@@ -435,11 +435,13 @@ def test_two_ranks_on_one_gpu(rank_1_of_2):
     runs the collectives on gloo; distributed.backend=nccl is refused."""
     asked = rank_1_of_2(mine="GPU-a", other="GPU-a", visible=2)
     with pytest.raises(ConfigError, match=r"sim=gpu with ranks 0, 1 on GPU GPU-a .*share_gpus"):
-        distributed.check(make_config([*FAST, "sim=gpu"]))
+        distributed.check(make_config([*FAST, "sim=gpu"]), torch.device("cuda", 1))
     with pytest.raises(ConfigError, match="NCCL cannot put two ranks on one GPU"):
-        distributed.check(make_config([*FAST, "sim=gpu", "distributed.backend=nccl"]))
+        distributed.check(
+            make_config([*FAST, "sim=gpu", "distributed.backend=nccl"]), torch.device("cuda", 1)
+        )
     cfg = make_config([*FAST, "sim=gpu", "distributed.share_gpus=true"])
-    distributed.check(cfg)
+    distributed.check(cfg, torch.device("cuda", 1))
     distributed.init(cfg.distributed, torch.device("cuda", 1))
     assert asked == ["gloo"]
 

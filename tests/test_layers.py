@@ -34,7 +34,13 @@ INSIDE = {
         ["evaluation", "resume"],
         ["runner"],
     ],
-    "run": [["rundir"], ["budget", "preempt"], ["preflight"], ["sweep"], ["cli"], ["replay"]],
+    "run": [
+        ["process", "rundir", "budget", "preempt"],
+        ["preflight"],
+        ["sweep"],
+        ["cli"],
+        ["replay"],
+    ],
     "export": [["__init__"], ["verify"], ["__main__"]],
 }
 

@@ -75,7 +75,7 @@ def _run(run_dir: Path, job, signal_at=None, after_minutes=0.0, clock=None):
 
     try:
         with patch.object(PPO, "act", act):
-            return cli._task(compose_cfg([*ARGS, f"hydra.run.dir={run_dir}"]), run_dir)
+            return cli._single(compose_cfg([*ARGS, f"hydra.run.dir={run_dir}"]), run_dir)
     finally:
         signal.signal(usr, previous)
 
@@ -88,7 +88,7 @@ def _steps(run_dir: Path):
 def test_preempted_job_is_requeued_one_that_timed_out_too_often_is_not(tmp_path, clock, capsys):
     reference = tmp_path / "reference"
     reference.mkdir()
-    cli._task(compose_cfg([*ARGS, f"hydra.run.dir={reference}"]), reference)
+    cli._single(compose_cfg([*ARGS, f"hydra.run.dir={reference}"]), reference)
 
     with mocked_slurm() as mock:
         executor = slurm.SlurmExecutor(folder=tmp_path / "submitit", max_num_timeout=1)
@@ -126,7 +126,7 @@ def test_preempted_job_is_requeued_one_that_timed_out_too_often_is_not(tmp_path,
 
     # resume=auto continues it (here by hand: no more requeues) to the end of the run
     with mock.job_context(job.job_id):
-        cli._task(compose_cfg([*ARGS, "resume=auto", f"hydra.run.dir={run_dir}"]), run_dir)
+        cli._single(compose_cfg([*ARGS, "resume=auto", f"hydra.run.dir={run_dir}"]), run_dir)
     assert _steps(run_dir) == _steps(reference) == list(range(BATCH, TOTAL + 1, BATCH))
     ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
     ref = ckpt.load(reference / "checkpoints" / "last.pt")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from rlrec.checks import ConfigError
 from rlrec.run import rundir
-from rlrec.run.preempt import remove_stale_temporaries
+from rlrec.run.rundir import remove_stale_temporaries
 from tests.helpers import FAST, REPO, start_train, wait_for
 
 DEAD = 2**22 + 12345  # above the default pid_max: no such process
@@ -23,6 +24,7 @@ BATCH = 8 * 16  # FAST: env.num_envs * algo.num_steps
 # a process that takes the lock of argv[1] and waits to be killed
 _HOLD = """
 import sys, time
+from rlrec.checks import ConfigError
 from rlrec.run import rundir
 rundir.claim(sys.argv[1], "hydra.run.dir")
 print("locked", flush=True)
@@ -63,7 +65,7 @@ def test_the_lock_names_its_live_holder_and_is_taken_over_once_it_died(tmp_path)
     run_dir = tmp_path / "run"
     holder = _hold_lock(run_dir)
     try:
-        with pytest.raises(rundir.RunDirBusy) as err:
+        with pytest.raises(ConfigError) as err:
             rundir.claim(run_dir, "hydra.run.dir")
         msg = str(err.value)
         assert f"hydra.run.dir={run_dir}" in msg
@@ -75,7 +77,6 @@ def test_the_lock_names_its_live_holder_and_is_taken_over_once_it_died(tmp_path)
     claim = rundir.claim(run_dir, "hydra.run.dir")  # the kernel dropped the dead one's lock
     try:
         assert claim.previous is not None and claim.previous.pid == holder.pid
-        assert rundir.claim_of(run_dir) is claim
         mine = json.loads((run_dir / ".rlrec.lock").read_text())
         assert mine["pid"] == os.getpid() and mine["host"] == socket.gethostname()
     finally:
@@ -159,7 +160,7 @@ def test_recorder_dirs_outside_the_run_dir_lose_only_the_dead_holders_clips(tmp_
         (shared / name).write_bytes(b"x")
     claim = rundir.claim(run_dir, "hydra.run.dir")  # takes over the dead holder's lock
     try:
-        removed = remove_stale_temporaries(run_dir, [str(shared), str(shared)])
+        removed = remove_stale_temporaries(run_dir, [str(shared), str(shared)], claim.previous)
     finally:
         claim.release()
     assert [p.name for p in removed] == [n for n, gone in names.items() if gone]

@@ -603,12 +603,10 @@ def test_a_job_dir_left_without_a_row_by_a_stop_reads_not_started(tmp_path):
     (sweep_dir / "2" / ".hydra").mkdir(parents=True)
     (sweep_dir / "2" / ".hydra" / "overrides.yaml").write_text("- seed=3\n")
     (sweep_dir / "multirun.yaml").write_text("{}\n")  # not a job dir
-    state = sweep._state()
-    state.sweep_dir = sweep_dir
-    try:
-        sweep.report_stopped()
-    finally:
-        sweep.finish()
+    with pytest.raises(SystemExit) as exc, sweep.ending():
+        sweep._state().sweep_dir = sweep_dir
+        raise sweep.SweepStopped(signal.SIGINT)
+    assert exc.value.code == 128 + signal.SIGINT
     rows = _rows(sweep_dir)
     assert [int(r["job"]) for r in rows] == [0, 1, 2]
     assert rows[2]["status"] == "STOPPED" and rows[2]["error"].startswith("not started"), rows
