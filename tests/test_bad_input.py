@@ -75,11 +75,9 @@ REFUSED = [
         ([o], o, "rlrec: config error")
         for o in (
             "env.num_envs=0",
-            "env.num_envs=-2",
             "eval_env.num_envs=0",
             "eval_env.episodes=0",
             "total_steps=0",
-            "total_steps=-5",
             "algo.num_steps=0",
             "algo.update_epochs=-1",
             "algo.num_minibatches=0",
@@ -115,39 +113,31 @@ REFUSED = [
     (["recorder.stall_timeout_sec=0"], "recorder.stall_timeout_sec", "in (0, 86400]"),
     (["sim.name=gpu"], "sim.name", "sim=cpu"),  # the GPU simulator with sim.device=cpu
     (["eval_env.recorder.stall_timeout_sec=-1"], "eval_env.recorder.stall_t", "in (0, 86400]"),
-    # every float field where NaN or infinity has no meaning, and ranges a type cannot express
+    # every float field where NaN or infinity has no meaning (one check, math.isfinite: NaN or
+    # infinity for each), and ranges a type cannot express
     *(
         ([*RUN, o], o.split("=")[0], NON_FINITE)
         for o in (
             "algo.learning_rate=nan",
-            "algo.learning_rate=inf",
             "algo.clip_coef=nan",
             "algo.target_kl=nan",
-            "algo.target_kl=inf",
             "algo.ent_coef=nan",
             "algo.ent_coef=-0.01",
             "algo.vf_coef=-1",
             "algo.vf_coef=inf",
             "algo.max_grad_norm=inf",
-            "algo.max_grad_norm=nan",
             "algo.reward_scale=nan",
-            "algo.reward_scale=-inf",
             "algo.init_log_std=nan",
-            "algo.init_log_std=-inf",
             "algo.gamma=nan",
             "recorder.fps=nan",
-            "recorder.fps=inf",
             "recorder.length_sec=inf",
-            "recorder.length_sec=nan",
             "recorder.length_sec=1e308",  # finite, but its clip length would overflow
             "recorder.stall_timeout_sec=nan",
             "recorder.stall_timeout_sec=1e308",  # beyond what a wait can take
             "distributed.timeout_sec=1e308",
             "eval_env.recorder.fps=nan",
             "env.goal_radius=nan",
-            "env.goal_radius=inf",
             "env.dt=inf",
-            "env.dt=nan",
         )
     ),
     *(

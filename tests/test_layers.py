@@ -6,6 +6,7 @@ inside a function, is an edge. No class name is defined twice in the package."""
 from __future__ import annotations
 
 import ast
+import graphlib
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Set
@@ -113,25 +114,7 @@ def test_modules_inside_a_folder_import_downward():
 
 
 def test_no_import_cycle():
-    graph = _imports()
-    state: Dict[str, int] = {}
-    cycle: list = []
-
-    def visit(node: str, path: list) -> bool:
-        state[node] = 1
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
-                cycle.extend(path[path.index(nxt) :] + [node, nxt] if nxt in path else [node, nxt])
-                return True
-            if state.get(nxt) is None and visit(nxt, path + [node]):
-                return True
-        state[node] = 2
-        return False
-
-    for node in sorted(graph):
-        if state.get(node) is None and visit(node, []):
-            break
-    assert not cycle, " -> ".join(cycle)
+    graphlib.TopologicalSorter(_imports()).prepare()  # CycleError naming the cycle
 
 
 def test_no_class_name_is_defined_twice():

@@ -46,16 +46,12 @@ def _choice_values(tree: ast.AST) -> set:
     }
 
 
-def test_the_layout_declares_its_names():
-    names = _names()
-    assert {"metrics.jsonl", "checkpoints", "iter_", "summary.csv", "lock"} <= names
-    assert "replay" not in names and "step" not in names  # parts of f-strings
-
-
 def test_no_layout_name_outside_the_layout_module():
     """Fails naming file:line of a layout name spelled outside rlrec/layout.py (an f-string's
     literal part counts: ``f"iter_{n:06d}.pt"``)."""
     names, found = _names(), []
+    assert {"metrics.jsonl", "checkpoints", "iter_", "summary.csv", "lock"} <= names
+    assert "replay" not in names and "step" not in names  # parts of f-strings
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == LAYOUT:
             continue
@@ -94,9 +90,6 @@ def test_the_names_on_disk(tmp_path):
     assert sweep.report == run.report and not sweep.is_sweep()
     sweep.rows.mkdir()
     assert sweep.is_sweep()
-
-
-def test_periodic_names_parse_back():
-    assert periodic_iteration(RunDir(".").periodic_checkpoint(1234567).name) == 1234567
+    assert periodic_iteration(run.periodic_checkpoint(1234567).name) == 1234567
     for name in ("last.pt", "iter_12.pt.part", ".iter_000001.pt.99-0.part", "iter_x.pt"):
         assert periodic_iteration(name) is None

@@ -238,6 +238,3 @@ def check(cfg: Config, device=None) -> None:
             f"({source}): {parts}. Not counted: the simulator's and the renderer's own memory. "
             "Lower the keys named."
         )
-
-
-__all__ = ["Need", "check", "device_memory", "estimate", "host_memory"]

@@ -1,7 +1,6 @@
-"""The ``train.py`` / ``rlrec-train`` entry point: the Hydra task function, which runs a single
-run (:func:`_single`: its claim of the run dir, its exit status, its stop, its report) or a job of
-a sweep (``rlrec.run.sweep.job``). Hydra composes the config; it is resolved into dataclasses once
-(``rlrec.run.preflight.refuse_before_work``) and handed to :class:`rlrec.train.runner.Runner`."""
+"""The ``train.py`` / ``rlrec-train`` entry point: the Hydra task function runs a single run
+(:func:`_single`: its claim of the run dir, exit status, stop and report) or a sweep's job
+(``rlrec.run.sweep.job``), of the config ``rlrec.run.preflight`` checked once."""
 
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ register_configs()
 def _lost_rank(exc: BaseException) -> None:
     """A collective failed (another rank died, or did not answer within the timeout): the runner
     has closed its recorders, envs and logger and released the run dir. The process ends here,
-    without leaving the process group: that would wait for the rank that is gone."""
+    not leaving the process group (that would wait for the rank that is gone)."""
     import logging
 
     text = " ".join(str(exc).split())[:400]
@@ -67,8 +66,7 @@ def _lost_rank(exc: BaseException) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def run(cfg: DictConfig) -> Optional[float]:
-    """The Hydra task function: validates, builds, trains (or evaluates) and returns the final
-    eval return, for sweepers such as Optuna."""
+    """The Hydra task function: the final eval return, for sweepers such as Optuna."""
     from hydra.core.hydra_config import HydraConfig
 
     preflight.composed()  # Hydra reports what the run raises as it does without rlrec
@@ -87,9 +85,8 @@ def run(cfg: DictConfig) -> Optional[float]:
 
 
 def _single(cfg: DictConfig, run_dir: Path) -> Optional[float]:
-    """A single run: a refused config ends it with exit 2, having removed what the run created; a
-    full disk with how to resume (exit 1); a diverged run with its one line (exit 3); a stop
-    signal after its checkpoint (exit 128 + the signal), or submitit's signal with a requeue."""
+    """A single run. Exit 2: refused (what it created removed); 1: a full disk (how to resume); 3:
+    diverged (one line); 128 + the signal: stopped after its checkpoint (submitit's: requeued)."""
     from rlrec.train.checkpoint import STORAGE_ERRNOS, CheckpointWriteError, storage_failure
     from rlrec.train.divergence import EXIT_STATUS, Diverged
 
@@ -130,13 +127,12 @@ def _single(cfg: DictConfig, run_dir: Path) -> Optional[float]:
 
 
 def main() -> None:
-    """Checks the command line for launcher/sweeper plugins that are not installed (naming the
-    extra), then hands over to Hydra; an override Hydra cannot apply ends as every config error
-    does (``rlrec: config error: ...``, exit 2), a sweep with its exit status (1 when a job
-    failed, 128 + the signal when it was stopped: rlrec.run.sweep.ending)."""
-    # The interpreter's collections at exit walk every object torch made (0.7-1 s of a short run
-    # on a 2-core CPU): frozen by the first exit handler to run, those objects are freed by
-    # reference counting alone. What holds a file or a process is closed before (Runner.close).
+    """The launcher/sweeper plugins of the command line checked (naming a missing extra), then
+    Hydra; an override it cannot apply ends as every config error does (``rlrec: config error:
+    ...``, exit 2), a sweep with its exit status (rlrec.run.sweep.ending)."""
+    # The interpreter's collections at exit walk every object torch made: frozen by the first
+    # exit handler to run, those objects are freed by reference counting alone. What holds a file
+    # or a process is closed before (Runner.close).
     atexit.unregister(gc.freeze)  # registered once however often main() runs in a process
     atexit.register(gc.freeze)
     with preflight.refusing():  # before Hydra composes anything

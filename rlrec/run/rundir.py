@@ -170,13 +170,12 @@ class Claim:
             os.close(self.fd)
             self.fd = None
 
-    def discard(self) -> List[Path]:
+    def discard(self) -> None:
         """After a config error: releases the claim and removes what this run created (nothing
-        that existed before the claim); returns the removed paths."""
+        that existed before the claim)."""
         self.release()
-        if self.before is None:
-            return []
-        return remove_created(self.run_dir, self.before, self.created_dirs)
+        if self.before is not None:
+            remove_created(self.run_dir, self.before, self.created_dirs)
 
 
 def missing_dirs(path: Path) -> List[Path]:
@@ -218,31 +217,25 @@ def remove_created(
     before: FrozenSet[str],
     created_dirs: List[Path],
     ours: FrozenSet[str] = frozenset(),
-) -> List[Path]:
+) -> None:
     """Removes the entries of ``run_dir`` that are not in ``before``, when each is Hydra's or
     named in ``ours`` (the caller's own), then the dirs of ``created_dirs`` that are empty, last
-    first; nothing when the run wrote anything else. Returns the removed paths."""
-    if not run_dir.is_dir():
-        return []
-    new = [run_dir / name for name in sorted(set(os.listdir(run_dir)) - before)]
-    if not all(p.name in ours or _only_hydra_files(p) for p in new):
-        return []  # the run wrote something of its own: keep everything
-    for p in new:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    return new + _remove_empty(created_dirs)
+    first; nothing when the run wrote anything else."""
+    new = [run_dir / name for name in set(os.listdir(run_dir)) - before] if run_dir.is_dir() else []
+    if all(p.name in ours or _only_hydra_files(p) for p in new):  # else: the run wrote its own
+        for p in new:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        _remove_empty(created_dirs)
 
 
-def _remove_empty(dirs: List[Path]) -> List[Path]:
+def _remove_empty(dirs: List[Path]) -> None:
     """Removes ``dirs`` (the run dir and the parents a claim made), last first, while each is
-    empty; returns the removed ones."""
-    removed = []
+    empty."""
     for d in reversed(dirs):
         try:
             d.rmdir()
         except OSError:
-            break
-        removed.append(d)
-    return removed
+            return
 
 
 def _stale(pid: int, in_run_dir: bool, holder: Optional[Holder]) -> bool:

@@ -164,18 +164,15 @@ class _Sweep(preempt.StopRequested):
     def __init__(self) -> None:
         super().__init__()
         # set in the process that launches the sweep: its pid, the sweep dir, this attempt's id
-        self.launcher_pid: Optional[int] = None
-        self.sweep_dir: Optional[Path] = None
-        self.attempt: Optional[str] = None
+        self.launcher_pid = self.sweep_dir = self.attempt = None
         self.watch = False  # jobs run in other processes: leave the launcher once none runs
         self.done = threading.Event()  # the sweep ended: the watcher interrupts nothing
-        self.watcher: Optional[threading.Thread] = None
-        self.outcome: Dict[str, Any] = {}  # set_outcome's, for on_job_end
+        self.watcher = None  # the thread of _watch
+        self.outcome = {}  # set_outcome's, for on_job_end
         self.status = 0  # the exit status of the sweep this process launched (ending)
-        self.running: Optional[Path] = None  # this process's entry in running/ while its job runs
+        self.running = None  # this process's entry in running/ while its job runs
         # in the launching process: the sweep dir's entries before the sweep, the dirs it made
-        self.before: frozenset = frozenset()
-        self.made: List[Path] = []
+        self.before, self.made = frozenset(), []
 
     @property
     def launcher(self) -> bool:
@@ -245,11 +242,21 @@ def set_outcome(status: str, error: str, refused: bool = False) -> None:
     its config was refused before work) or STOPPED (by a signal, or not started);
     :meth:`SweepSummary.on_job_end`, which Hydra calls next in the same process, puts it into the
     job's row."""
-    _state().outcome = {"status": status, "error": error, **({REFUSED: True} if refused else {})}
+    _state().outcome = {"status": status, "error": error, REFUSED: refused}
 
 
 def _not_started(signum: int) -> str:
     return f"not started: the sweep was stopped by {signal.Signals(signum).name}"
+
+
+def _watch_launcher(st: _Sweep, attempt: Dict[str, Any]) -> None:
+    """A stop signal between this process's jobs sets its flag; a worker process of the
+    launching process (joblib's) watches it: a launcher killed with SIGKILL sends no signal, so
+    the job stops with a checkpoint once it is gone."""
+    st.catch(STOP_SIGNALS)
+    launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
+    if launcher == os.getppid() and launcher != os.getpid():
+        st.watch_parent(launcher)
 
 
 def job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, num: int) -> Optional[float]:
@@ -266,12 +273,7 @@ def job(cfg: DictConfig, run_dir: Path, sweep_dir: Path, num: int) -> Optional[f
     st, main = _state(), distributed.env_rank() == 0  # several tasks: rank 0 keeps the books
     attempt = _json(SweepDir(sweep_dir).attempt)  # who launched the sweep, from where
     if main and not preempt.under_submitit():
-        st.catch(STOP_SIGNALS)
-        launcher = attempt.get("pid") if attempt.get("host") == rundir.this_host() else None
-        if launcher == os.getppid() and launcher != os.getpid():
-            # a worker process of the launching process (joblib's): a launcher killed with
-            # SIGKILL sends no signal, so the job watches it and stops with a checkpoint
-            st.watch_parent(launcher)
+        _watch_launcher(st, attempt)
     if (signum := _stop_signal(sweep_dir)) is not None:  # the sweep is stopping: start nothing
         return set_outcome(STOPPED, _not_started(signum))
     threads, claim = torch.get_num_threads(), None  # jobs of a basic launcher share this process
