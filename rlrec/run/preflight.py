@@ -53,33 +53,30 @@ PLUGINS: Dict[str, Tuple[str, str]] = {
 }
 
 
-def _installed(module: str) -> bool:
+def _need(what: str, module: str, extra: str) -> None:
+    """ConfigError naming ``what`` and the extra to install unless ``module`` is installed."""
     with contextlib.suppress(ImportError):  # a parent package is missing or broken
-        return importlib.util.find_spec(module) is not None
-    return False
+        if importlib.util.find_spec(module) is not None:
+            return
+    raise ConfigError(
+        f"{what} needs the '{extra}' extra, which is not installed ({module} is missing): "
+        f"pip install 'rlrec[{extra}]' (or pip install -e '.[{extra}]' in a checkout)"
+    )
 
 
 def check_plugin_extras(overrides: Iterable[str]) -> None:
-    """ConfigError naming the override and the extra to install when a launcher/sweeper plugin
-    chosen on the command line is not installed (Hydra alone would only say it is not found)."""
+    """The launcher/sweeper plugins chosen on the command line are installed (Hydra alone would
+    only say one is not found)."""
     for item in overrides:
-        module, extra = PLUGINS.get(item.lstrip("+"), ("", ""))
-        if module and not _installed(module):
-            raise ConfigError(
-                f"{item.lstrip('+')} needs the '{extra}' extra, which is not installed "
-                f"({module} is missing): pip install 'rlrec[{extra}]' "
-                f"(or pip install -e '.[{extra}]' in a checkout)"
-            )
+        if item.lstrip("+") in PLUGINS:
+            _need(item.lstrip("+"), *PLUGINS[item.lstrip("+")])
 
 
 def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first
     files."""
-    if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
-        raise ConfigError(
-            "logger=wandb needs the 'wandb' extra, which is not installed: "
-            "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
-        )
+    if OmegaConf.select(config, "logger.name") == "wandb":
+        _need("logger=wandb", "wandb", "wandb")
 
 
 @dataclass
