@@ -22,4 +22,4 @@ def lazy(package: str, table: Dict[str, str]) -> Callable[[str], Any]:
     return __getattr__
 
 
-__getattr__ = lazy(__name__, {"load_policy": "export"})  # rlrec.load_policy
+__getattr__ = lazy(__name__, {"load_policy": "train.policy"})  # rlrec.load_policy

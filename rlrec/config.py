@@ -48,7 +48,7 @@ WandbMode = Choice("WandbMode", "offline online disabled", module=__name__)
 # --------------------------------------------------------------------------- eval env
 
 
-class EpisodeClips(Choice):
+class KeptClips(Choice):
     """Which eval episodes get a clip of their own (``eval-stepSTEP-envENV.mp4``): every eval
     env's first episode of an evaluation is recorded, and these are kept."""
 
@@ -71,7 +71,7 @@ class EvalEnvConfig:
     deterministic: bool = True
     at_start: bool = True  # one evaluation before training (step 0): the untrained policy
     # per-episode clips, kept as chosen (eval_env.recorder's settings, one clip per eval env)
-    clips: EpisodeClips = EpisodeClips.none
+    clips: KeptClips = KeptClips.none
     clips_k: int = 3  # clips=worst / best: how many
     recorder: RecorderConfig = field(
         default_factory=lambda: RecorderConfig(trigger=Trigger.eval, record_final_episode=False)

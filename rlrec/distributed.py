@@ -166,10 +166,11 @@ def wait_for(key: str, timeout_sec: float) -> str:
 
 
 # ---------------------------------------------------------------------- checks
-def check(cfg: Any) -> None:
+def check(cfg: Any, device: torch.device) -> None:
     """What a run of ``WORLD_SIZE`` ranks refuses before any work (ConfigError naming the keys):
     evaluation alone on several ranks, a total below one global batch, env seeds past 32 bits,
-    NCCL without CUDA, and the policy on CUDA with two ranks on one GPU (:func:`shared_gpus`)."""
+    NCCL without CUDA, and the policy on CUDA (this rank's ``device``) with two ranks on one GPU
+    (:func:`shared_gpus`)."""
     world = env_world_size()
     if world <= 1:
         return
@@ -179,49 +180,43 @@ def check(cfg: Any) -> None:
             " start it with python train.py, not torchrun"
         )
     n, steps = cfg.env.num_envs, cfg.algo.num_steps
-    batch = world * n * steps
-    if cfg.total_steps < batch:
+    if cfg.total_steps < world * n * steps:
         raise ConfigError(
             f"total_steps={cfg.total_steps} is less than one global batch: WORLD_SIZE={world} x "
-            f"env.num_envs={n} (per rank) x algo.num_steps={steps} = {batch} env steps; raise "
-            "total_steps or lower env.num_envs"
+            f"env.num_envs={n} (per rank) x algo.num_steps={steps} = {world * n * steps} env "
+            "steps; raise total_steps or lower env.num_envs"
         )
-    high = SEED_MAX - (world * n - 1)
-    if cfg.seed > high:
+    if cfg.seed > SEED_MAX - (world * n - 1):
         raise ConfigError(
             f"seed={cfg.seed} is invalid with WORLD_SIZE={world}: rank r seeds its env i with "
-            f"seed + r * env.num_envs + i, so seed must be in [0, {high}]"
+            f"seed + r * env.num_envs + i, so seed must be in [0, {SEED_MAX - (world * n - 1)}]"
         )
-    cuda = str(cfg.sim.device).startswith("cuda") or cfg.sim.name == "gpu"
-    backend = Backend(cfg.distributed.backend)
-    if backend is Backend.nccl and not cuda:
+    nccl = Backend(cfg.distributed.backend) is Backend.nccl
+    if nccl and device.type != "cuda":
         raise ConfigError(
             f"distributed.backend=nccl needs the policy on CUDA (sim.device={cfg.sim.device}): "
             "use distributed.backend=auto or gloo on CPU"
         )
-    if cuda:
-        import torch
-
-        if torch.device(cfg.sim.device).index is not None:
-            raise ConfigError(
-                f"sim.device={cfg.sim.device} names one GPU for every rank: use sim.device=cuda "
-                "(rank with local rank k uses cuda:k)"
-            )
-        if not torch.cuda.is_available():
-            return  # resolve_device refuses it
-        shared = _shared(rank_device(torch.device("cuda")), cfg.distributed.timeout_sec)
-        where = "; ".join(f"ranks {', '.join(map(str, r))} on GPU {u}" for u, r in shared.items())
-        if backend is Backend.nccl and shared:
-            raise ConfigError(
-                f"distributed.backend=nccl, but {where}: NCCL cannot put two ranks on one GPU; "
-                "use distributed.backend=auto (gloo when GPUs are shared) or one rank per GPU"
-            )
-        if shared and not cfg.distributed.share_gpus:
-            raise ConfigError(
-                f"sim={cfg.sim.name} with {where} (CUDA_VISIBLE_DEVICES="
-                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): start at most one rank per "
-                "GPU (torchrun --nproc-per-node), or set distributed.share_gpus=true"
-            )
+    if device.type != "cuda":
+        return
+    if ":" in str(cfg.sim.device):
+        raise ConfigError(
+            f"sim.device={cfg.sim.device} names one GPU for every rank: use sim.device=cuda "
+            "(rank with local rank k uses cuda:k)"
+        )
+    shared = _shared(device, cfg.distributed.timeout_sec)
+    where = "; ".join(f"ranks {', '.join(map(str, r))} on GPU {u}" for u, r in shared.items())
+    if nccl and shared:
+        raise ConfigError(
+            f"distributed.backend=nccl, but {where}: NCCL cannot put two ranks on one GPU; "
+            "use distributed.backend=auto (gloo when GPUs are shared) or one rank per GPU"
+        )
+    if shared and not cfg.distributed.share_gpus:
+        raise ConfigError(
+            f"sim={cfg.sim.name} with {where} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): start at most one rank per "
+            "GPU (torchrun --nproc-per-node), or set distributed.share_gpus=true"
+        )
 
 
 def shared_gpus(
@@ -249,8 +244,8 @@ def shared_gpus(
 
 
 def _shared(device: torch.device, timeout_sec: float) -> Dict[str, List[int]]:
-    """:func:`shared_gpus` for this rank, whose GPU is ``device`` (its UUID: torch/cuda/__init__.py
-    ``get_device_properties``, line 725, ``.uuid``: torch/_C/__init__.pyi line 11722)."""
+    """:func:`shared_gpus` for this rank, whose GPU is ``device`` (its UUID:
+    ``torch.cuda.get_device_properties(device).uuid``)."""
     import torch
 
     uuid = str(torch.cuda.get_device_properties(device).uuid)
@@ -292,16 +287,14 @@ def init(cfg: DistributedConfig, device: torch.device) -> None:
     if _group or not launched():
         return
     backend = Backend(cfg.backend)
-    timeout = timedelta(seconds=cfg.timeout_sec)
-    base = store(cfg.timeout_sec)
     if backend is Backend.auto:  # NCCL on CUDA, unless two ranks share a GPU (NCCL refuses that)
         own_gpu = device.type == "cuda" and not _shared(device, cfg.timeout_sec)
         backend = Backend.nccl if own_gpu else Backend.gloo
+    base, timeout = store(cfg.timeout_sec), timedelta(seconds=cfg.timeout_sec)
     base.set_timeout(timeout)
-    kwargs = {}
-    if backend is Backend.nccl:
+    nccl = backend is Backend.nccl
+    if nccl:
         torch.cuda.set_device(device)
-        kwargs["device_id"] = device
         _comm_device = device
     torch.distributed.init_process_group(
         backend.value,
@@ -309,7 +302,7 @@ def init(cfg: DistributedConfig, device: torch.device) -> None:
         rank=env_rank(),
         world_size=env_world_size(),
         timeout=timeout,
-        **kwargs,
+        **({"device_id": device} if nccl else {}),
     )
     _group = True
 
@@ -361,16 +354,8 @@ def mean_grads_(params: List[torch.nn.Parameter]) -> None:
 
 def broadcast_module_(module: torch.nn.Module) -> None:
     """Every parameter and buffer of ``module`` as rank 0 has them (the same initial policy)."""
-    if not _group:
-        return
-    import torch
-
-    with torch.no_grad():
-        for t in [*module.parameters(), *module.buffers()]:
-            buf = t.data if t.device == _comm_device else t.data.to(_comm_device)
-            torch.distributed.broadcast(buf, src=0)
-            if buf is not t.data:
-                t.data.copy_(buf)
+    if _group:
+        module.load_state_dict(broadcast(module.state_dict()))
 
 
 def announce(num_envs: int, num_steps: int, iterations: int) -> None:
@@ -413,13 +398,14 @@ def _all_gather(obj: Any) -> List[torch.Tensor]:
     buf = io.BytesIO()
     torch.save(obj, buf)
     data = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8).to(_comm_device)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=_comm_device) for _ in range(world_size())]
-    torch.distributed.all_gather(sizes, torch.tensor([data.numel()], device=_comm_device))
-    padded = torch.zeros(max(int(s.item()) for s in sizes), dtype=torch.uint8, device=_comm_device)
+    size = torch.tensor([data.numel()], device=_comm_device)
+    sizes = [torch.zeros_like(size) for _ in range(world_size())]
+    torch.distributed.all_gather(sizes, size)
+    padded = torch.zeros(int(max(sizes)), dtype=torch.uint8, device=_comm_device)
     padded[: data.numel()] = data
-    parts = [torch.zeros_like(padded) for _ in range(world_size())]
+    parts = [torch.zeros_like(padded) for _ in sizes]
     torch.distributed.all_gather(parts, padded)
-    return [p[: int(s.item())] for p, s in zip(parts, sizes)]
+    return [p[: int(n)] for p, n in zip(parts, sizes)]
 
 
 def broadcast(obj: Any) -> Any:

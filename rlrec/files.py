@@ -27,30 +27,27 @@ from rlrec.checks import ConfigError
 PathLike = Union[str, "os.PathLike[str]"]
 
 _COUNTER = itertools.count()
-_TEMPORARY = re.compile(r"^\.(?P<final>.+)\.(?P<pid>\d+)-(?P<n>\d+)\.part$")
+_TEMPORARY = re.compile(r"^\..+\.(\d+)-\d+\.part$")  # .<name>.<pid>-<n>.part
 
 
 def temporary_name(final: PathLike, tag: str = "") -> str:
     """A fresh hidden temporary beside ``final``: ``.<name>[.<tag>].<pid>-<n>.part``. ``tag``
     tells apart temporaries of one final name that serve another purpose (a preview link)."""
     head, tail = os.path.split(os.fspath(final))
-    middle = f"{tail}.{tag}" if tag else tail
-    return os.path.join(head, f".{middle}.{os.getpid()}-{next(_COUNTER)}.part")
+    return os.path.join(head, f".{tail}{tag and '.' + tag}.{os.getpid()}-{next(_COUNTER)}.part")
 
 
 def temporary_owner(name: str) -> Optional[int]:
     """The pid that wrote the temporary named ``name`` (a base name), or None when ``name`` is
     not a temporary of this scheme."""
     m = _TEMPORARY.match(name)
-    return int(m.group("pid")) if m else None
+    return int(m[1]) if m else None
 
 
 def remove_quietly(path: Optional[PathLike]) -> None:
     """Removes ``path`` if it can (a temporary this process wrote): already gone, or its
     directory is (or is no directory any more), is no error here."""
-    if path is None:
-        return
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, TypeError):  # (None: nothing to remove)
         os.remove(path)
 
 

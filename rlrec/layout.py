@@ -39,24 +39,29 @@ def periodic_iteration(name: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+def _at(*parts: str) -> property:
+    """A path of the dir ``self.root``."""
+    return property(lambda self: Path(self.root, *parts))
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The paths of the run dir ``root``."""
 
     root: Union[str, os.PathLike]
 
-    metrics = property(lambda self: Path(self.root, METRICS))
-    eval_episodes = property(lambda self: Path(self.root, EVAL_EPISODES))
-    checkpoints = property(lambda self: Path(self.root, CHECKPOINTS))
-    last_checkpoint = property(lambda self: Path(self.root, CHECKPOINTS, LAST_CHECKPOINT))
-    progress_video = property(lambda self: Path(self.root, PROGRESS_VIDEO))
-    tensorboard = property(lambda self: Path(self.root, TENSORBOARD))
-    report = property(lambda self: Path(self.root, "report.html"))
-    wandb_run = property(lambda self: Path(self.root, WANDB_RUN))
-    hydra_config = property(lambda self: Path(self.root, HYDRA, "config.yaml"))
-    hydra_overrides = property(lambda self: Path(self.root, HYDRA, "overrides.yaml"))
-    lock = property(lambda self: Path(self.root, ".rlrec.lock"))
-    exported = property(lambda self: Path(self.root, "exported"))  # python -m rlrec.export
+    metrics = _at(METRICS)
+    eval_episodes = _at(EVAL_EPISODES)
+    checkpoints = _at(CHECKPOINTS)
+    last_checkpoint = _at(CHECKPOINTS, LAST_CHECKPOINT)
+    progress_video = _at(PROGRESS_VIDEO)
+    tensorboard = _at(TENSORBOARD)
+    report = _at("report.html")
+    wandb_run = _at(WANDB_RUN)
+    hydra_config = _at(HYDRA, "config.yaml")
+    hydra_overrides = _at(HYDRA, "overrides.yaml")
+    lock = _at(".rlrec.lock")
+    exported = _at("exported")  # python -m rlrec.export
 
     def periodic_checkpoint(self, iteration: int) -> Path:
         return self.checkpoints / f"{PERIODIC_CHECKPOINT}{int(iteration):06d}.pt"
@@ -70,20 +75,22 @@ class RunDir:
         return Path(self.root, f"replay/step{int(step):09d}-env{int(env):03d}")
 
 
+_ROWS = ".rlrec_summary"  # a sweep's rows, and the files of its stop
+
+
 @dataclass(frozen=True)
 class SweepDir:
     """The paths of the sweep dir ``root`` (each job's run dir in it is Hydra's)."""
 
     root: Union[str, os.PathLike]
 
-    summary = property(lambda self: Path(self.root, "summary.csv"))
-    report = property(lambda self: RunDir(self.root).report)
-    rows = property(lambda self: Path(self.root, ".rlrec_summary"))  # the rows, the stop's files
-    fixed = property(lambda self: self.rows / "fixed.json")
-    attempt = property(lambda self: self.rows / "attempt.json")
-    stop = property(lambda self: self.rows / "stop.json")
-    rows_lock = property(lambda self: self.rows / "lock")
-    running = property(lambda self: self.rows / "running")
+    summary = _at("summary.csv")
+    report = RunDir.report
+    rows = _at(_ROWS)
+    attempt = _at(_ROWS, "attempt.json")  # this attempt of the sweep: who launched it, its keys
+    stop = _at(_ROWS, "stop.json")
+    rows_lock = _at(_ROWS, "lock")
+    running = _at(_ROWS, "running")
 
     def row(self, job: int) -> Path:
         return self.rows / f"{int(job):06d}.json"

@@ -21,9 +21,14 @@ from hydra.errors import ConfigCompositionException
 
 import rlrec.run.cli
 from rlrec import distributed
+from rlrec.checks import ConfigError
+from rlrec.envs.config import SimConfig
+from rlrec.envs.factory import resolve_device
 from rlrec.run import budget
 from rlrec.train.runner import Runner
 from tests.helpers import FAST, REPO, make_config
+
+RUN = [*FAST, "total_steps=256"]
 
 
 def _files(root: Path) -> List[str]:
@@ -42,33 +47,149 @@ def _main(args: List[str], tmp_path: Path, monkeypatch, capsys):
     return exc.value.code, out.out + out.err, work
 
 
-def _assert_refused(args, key, tmp_path, monkeypatch, capsys, also=()):
-    before = _files(tmp_path)
-    code, out, work = _main(args, tmp_path, monkeypatch, capsys)
-    assert code not in (0, None), out
-    assert key in out, out
-    for text in also:
-        assert text in out, out
-    assert _files(work) == [], f"{args} wrote {_files(work)}"
-    assert [f for f in _files(tmp_path) if f != "work"] == [f for f in before if f != "work"]
-    return out
+@pytest.fixture
+def refused(tmp_path, monkeypatch, capsys):
+    """``refused(args, *says)``: train.py ``args`` fails naming each of ``says`` (the key first)
+    and writes nothing; returns its output."""
+
+    def check(args, *says):
+        before = [f for f in _files(tmp_path) if f != "work"]
+        code, out, work = _main(args, tmp_path, monkeypatch, capsys)
+        assert code not in (0, None) and all(s in out for s in says), out
+        assert _files(work) == [], f"{args} wrote {_files(work)}"
+        assert [f for f in _files(tmp_path) if f != "work"] == before
+        return out
+
+    return check
 
 
-# --------------------------------------------------------------------------- composition
+NON_FINITE = "is invalid: must be a finite number"
+REFUSED = [
+    # composition
+    (["env=nope"], "env='nope'", "builtin", "gymnasium"),
+    (["env.foo=1"], "env.foo"),
+    (["env.num_envs=abc"], "env.num_envs"),
+    (["-m", "hydra/launcher=nope", "seed=1,2"], "hydra/launcher", "nope", "basic"),
+    # values
+    *(
+        ([o], o, "rlrec: config error")
+        for o in (
+            "env.num_envs=0",
+            "eval_env.num_envs=0",
+            "eval_env.episodes=0",
+            "total_steps=0",
+            "algo.num_steps=0",
+            "algo.update_epochs=-1",
+            "algo.num_minibatches=0",
+            "env.max_episode_steps=0",
+            "env.render_width=0",
+            "recorder.length_frames=0",
+            "recorder.length_sec=-1.5",
+            "eval_env.recorder.length_frames=-3",
+            "checkpoint_every=0",
+            "checkpoint_keep=1",  # a single periodic copy
+            "checkpoint_keep=-2",
+            "eval_env.every=0",
+            "recorder.fps=0",
+        )
+    ),
+    (["env.num_envs=8", "recorder.env_idx=[8]"], "recorder.env_idx", "num_envs"),
+    (["env.num_envs=8", "recorder.env_idx=[0,12]"], "recorder.env_idx", "num_envs"),
+    (["eval_env.num_envs=2", "eval_env.recorder.env_idx=[2]"], "eval_env.recorder.env_idx", "num"),
+    (["recorder.env_idx=[-1]"], "recorder.env_idx", "num_envs"),
+    # an episode trigger and a step count: a recorder has exactly one trigger
+    (["recorder.trigger=cubic", "recorder.every=5"], "recorder.every"),
+    (["eval_env.recorder.every=3"], "eval_env.recorder.every"),
+    (["recorder.length_frames=10", "recorder.length_sec=2"], "recorder.length_frames"),  # two
+    (["recorder.trigger=step"], "recorder.every"),  # step trigger without its count
+    # a protocol ffmpeg would write to (pipe:1 is its stdout): refused, not a dir of that name
+    (["recorder.dir=pipe:1"], "recorder.dir", "protocol"),
+    (["eval_env.recorder.dir=file:videos"], "eval_env.recorder.dir", "protocol"),
+    # names that are not one plain file: every clip would fail
+    (["recorder.filename=.."], "recorder.filename", "plain file name"),
+    (["recorder.filename=."], "recorder.filename", "plain file name"),
+    (["eval_env.recorder.filename=-latest.mp4"], "eval_env.recorder.filename", "plain file"),
+    (["recorder.filename=" + "x" * 200], "recorder.filename", "plain file name"),  # no room
+    (["recorder.stall_timeout_sec=0"], "recorder.stall_timeout_sec", "in (0, 86400]"),
+    (["sim.name=gpu"], "sim.name", "sim=cpu"),  # the GPU simulator with sim.device=cpu
+    (["eval_env.recorder.stall_timeout_sec=-1"], "eval_env.recorder.stall_t", "in (0, 86400]"),
+    # every float field where NaN or infinity has no meaning (one check, math.isfinite: NaN or
+    # infinity for each), and ranges a type cannot express
+    *(
+        ([*RUN, o], o.split("=")[0], NON_FINITE)
+        for o in (
+            "algo.learning_rate=nan",
+            "algo.clip_coef=nan",
+            "algo.target_kl=nan",
+            "algo.ent_coef=nan",
+            "algo.ent_coef=-0.01",
+            "algo.vf_coef=-1",
+            "algo.vf_coef=inf",
+            "algo.max_grad_norm=inf",
+            "algo.reward_scale=nan",
+            "algo.init_log_std=nan",
+            "algo.gamma=nan",
+            "recorder.fps=nan",
+            "recorder.length_sec=inf",
+            "recorder.length_sec=1e308",  # finite, but its clip length would overflow
+            "recorder.stall_timeout_sec=nan",
+            "recorder.stall_timeout_sec=1e308",  # beyond what a wait can take
+            "distributed.timeout_sec=1e308",
+            "eval_env.recorder.fps=nan",
+            "env.goal_radius=nan",
+            "env.dt=inf",
+        )
+    ),
+    *(
+        ([*RUN, f"{k}={v}"], f"{k}=", "must be an integer in [0, ")
+        for k in ("seed", "eval_env.seed")
+        for v in (-1, 2**32)
+    ),
+    *(
+        ([*RUN, f"sim.device={d}"], f"sim.device='{d}'", "cpu, cuda, cuda:N")
+        for d in ("nonsense", "meta", "cpu:1")
+    ),
+    # Hydra's + adds a key even to a struct config: a key no schema declares is refused
+    (
+        [*RUN, "+evn=gymnasium"],
+        "evn is not a config key",
+        "did you mean env?",
+        "env, sim, eval_env",
+        "+experiment=NAME",
+    ),
+    ([*RUN, "+env.nmu_envs=4"], "env.nmu_envs is not a config key"),
+    ([*RUN, "++algo.lr=0.1"], "algo.lr is not a config key"),
+    ([*RUN, "+eval_env.recorder.fsp=5"], "eval_env.recorder.fsp is not a config key"),
+    # it used to evaluate an untrained policy and exit 0
+    ([*FAST, "eval_only=true", "resume=auto"], "resume=auto", "no checkpoint", "checkpoint=PATH"),
+    (
+        [*RUN, "env=gymnasium", "env.id=CartPole-v1", "+env.kwargs.gravity=3"],
+        "env.kwargs.gravity",
+        "CartPole-v1",
+        "sutton_barto_reward, render_mode",
+    ),
+    # sizes that cannot fit a machine of less than hundreds of GB
+    *(
+        (args, key, "of host memory", "GB")
+        for args, key in (
+            (["env.num_envs=100000000"], "env.num_envs=100000000"),
+            (["env.render_width=30000", "env.render_height=30000"], "env.render_width=30000"),
+            (["algo.hidden_sizes=[100000,100000]"], "algo.hidden_sizes=[100000, 100000]"),
+            (["algo.num_steps=100000000"], "algo.num_steps=100000000"),
+        )
+    ),
+]
 
 
-def test_unknown_config_group_option(tmp_path, monkeypatch, capsys):
-    _assert_refused(
-        ["env=nope"], "env='nope'", tmp_path, monkeypatch, capsys, also=["builtin", "gymnasium"]
-    )
-
-
-def test_unknown_key(tmp_path, monkeypatch, capsys):
-    _assert_refused(["env.foo=1"], "env.foo", tmp_path, monkeypatch, capsys)
-
-
-def test_wrong_type(tmp_path, monkeypatch, capsys):
-    _assert_refused(["env.num_envs=abc"], "env.num_envs", tmp_path, monkeypatch, capsys)
+@pytest.mark.parametrize("row", REFUSED, ids=[row[1] for row in REFUSED])
+def test_bad_input_is_refused_before_any_work(refused, row):
+    args, *says = row
+    if "of host memory" in says:
+        need = sum(n.bytes for n in budget.estimate(make_config(args)))
+        have, _ = budget.host_memory()
+        if have is not None and have >= need:
+            pytest.skip(f"this machine has {budget.gb(have)}: {args} ({budget.gb(need)}) fits")
+    refused(args, *says)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +235,7 @@ def test_hydra_reports_a_crash_of_the_run_as_without_rlrec(tmp_path, monkeypatch
     def crash(*args, **kwargs):
         raise RuntimeError("the run crashed")
 
-    monkeypatch.setattr(rlrec.run.cli, "_task", crash)
+    monkeypatch.setattr(rlrec.run.cli, "_single", crash)
     code, out, _ = _main([f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, monkeypatch, capsys)
     assert code == 1 and "RuntimeError: the run crashed" in out, out
     assert "rlrec: config error" not in out and "hydra/_internal" not in out, out
@@ -126,240 +247,11 @@ def test_hydra_reports_a_crash_of_the_run_as_without_rlrec(tmp_path, monkeypatch
     assert os.environ["HYDRA_FULL_ERROR"] == "1"
 
 
-def test_unknown_launcher(tmp_path, monkeypatch, capsys):
-    _assert_refused(
-        ["-m", "hydra/launcher=nope", "seed=1,2"],
-        "hydra/launcher",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["nope", "basic"],
-    )
-
-
-# --------------------------------------------------------------------------- values
-
-
-@pytest.mark.parametrize(
-    "override",
-    [
-        "env.num_envs=0",
-        "env.num_envs=-2",
-        "eval_env.num_envs=0",
-        "eval_env.episodes=0",
-        "total_steps=0",
-        "total_steps=-5",
-        "algo.num_steps=0",
-        "algo.update_epochs=-1",
-        "algo.num_minibatches=0",
-        "env.max_episode_steps=0",
-        "env.render_width=0",
-        "recorder.length_frames=0",
-        "recorder.length_sec=-1.5",
-        "eval_env.recorder.length_frames=-3",
-        "checkpoint_every=0",
-        "checkpoint_keep=1",  # a single periodic copy
-        "checkpoint_keep=-2",
-        "eval_env.every=0",
-        "recorder.fps=0",
-    ],
-)
-def test_zero_or_negative_counts_and_lengths(override, tmp_path, monkeypatch, capsys):
-    key = override.split("=")[0]
-    out = _assert_refused([override], f"{override}", tmp_path, monkeypatch, capsys)
-    assert "rlrec: config error" in out and key in out
-
-
-@pytest.mark.parametrize(
-    "args,key",
-    [
-        (["env.num_envs=8", "recorder.env_idx=[8]"], "recorder.env_idx"),
-        (["env.num_envs=8", "recorder.env_idx=[0,12]"], "recorder.env_idx"),
-        (["eval_env.num_envs=2", "eval_env.recorder.env_idx=[2]"], "eval_env.recorder.env_idx"),
-        (["recorder.env_idx=[-1]"], "recorder.env_idx"),
-    ],
-)
-def test_env_idx_out_of_range(args, key, tmp_path, monkeypatch, capsys):
-    out = _assert_refused(args, key, tmp_path, monkeypatch, capsys)
-    assert "num_envs" in out
-
-
-@pytest.mark.parametrize(
-    "args,key",
-    [
-        # an episode trigger and a step count: a recorder has exactly one trigger
-        (["recorder.trigger=cubic", "recorder.every=5"], "recorder.every"),
-        (["eval_env.recorder.every=3"], "eval_env.recorder.every"),
-        # two clip lengths
-        (["recorder.length_frames=10", "recorder.length_sec=2"], "recorder.length_frames"),
-        (["recorder.trigger=step"], "recorder.every"),  # step trigger without its count
-    ],
-)
-def test_two_recorder_triggers(args, key, tmp_path, monkeypatch, capsys):
-    _assert_refused(args, key, tmp_path, monkeypatch, capsys)
-
-
-@pytest.mark.parametrize(
-    "override,also",
-    [
-        # a protocol ffmpeg would write to (pipe:1 is its stdout): refused, not a dir of that name
-        ("recorder.dir=pipe:1", "protocol"),
-        ("eval_env.recorder.dir=file:videos", "protocol"),
-        # names that are not one plain file: every clip would fail
-        ("recorder.filename=..", "plain file name"),
-        ("recorder.filename=.", "plain file name"),
-        ("eval_env.recorder.filename=-latest.mp4", "plain file name"),
-        ("recorder.filename=" + "x" * 200, "plain file name"),  # no room for its temporary
-        ("recorder.stall_timeout_sec=0", "in (0, 86400]"),
-        ("sim.name=gpu", "sim=cpu"),  # the GPU simulator with the default sim.device=cpu
-        ("recorder.stall_timeout_sec=nan", "finite"),
-        ("eval_env.recorder.stall_timeout_sec=-1", "in (0, 86400]"),
-    ],
-)
-def test_clip_paths_and_encoder_timeout(override, also, tmp_path, monkeypatch, capsys):
-    key = override.split("=")[0]
-    _assert_refused([override], key, tmp_path, monkeypatch, capsys, also=[also])
-
-
-# every float field where NaN or infinity has no meaning, and ranges a type cannot express
-@pytest.mark.parametrize(
-    "override",
-    [
-        "algo.learning_rate=nan",
-        "algo.learning_rate=inf",
-        "algo.clip_coef=nan",
-        "algo.target_kl=nan",
-        "algo.target_kl=inf",
-        "algo.ent_coef=nan",
-        "algo.ent_coef=-0.01",
-        "algo.vf_coef=-1",
-        "algo.vf_coef=inf",
-        "algo.max_grad_norm=inf",
-        "algo.max_grad_norm=nan",
-        "algo.reward_scale=nan",
-        "algo.reward_scale=-inf",
-        "algo.init_log_std=nan",
-        "algo.init_log_std=-inf",
-        "algo.gamma=nan",
-        "recorder.fps=nan",
-        "recorder.fps=inf",
-        "recorder.length_sec=inf",
-        "recorder.length_sec=nan",
-        "recorder.length_sec=1e308",  # finite, but its clip length would overflow
-        "recorder.stall_timeout_sec=1e308",  # beyond what a wait can take
-        "distributed.timeout_sec=1e308",
-        "eval_env.recorder.fps=nan",
-        "env.goal_radius=nan",
-        "env.goal_radius=inf",
-        "env.dt=inf",
-        "env.dt=nan",
-    ],
-)
-def test_non_finite_and_out_of_range_floats(override, tmp_path, monkeypatch, capsys):
-    key = override.split("=")[0]
-    out = _assert_refused([*FAST, "total_steps=256", override], key, tmp_path, monkeypatch, capsys)
-    assert "rlrec: config error" in out and "is invalid: must be a finite number" in out, out
-
-
-@pytest.mark.parametrize(
-    "override",
-    ["seed=-1", "seed=4294967296", "eval_env.seed=-1", "eval_env.seed=4294967296"],
-)
-def test_seeds_the_rngs_cannot_take(override, tmp_path, monkeypatch, capsys):
-    key = override.split("=")[0]
-    out = _assert_refused(
-        [*FAST, "total_steps=256", override], f"{key}=", tmp_path, monkeypatch, capsys
-    )
-    assert "must be an integer in [0, " in out, out
-
-
-# --------------------------------------------------------------------------- keys never checked
-
-
-@pytest.mark.parametrize("device", ["nonsense", "meta", "cpu:1"])
-def test_sim_device_is_cpu_or_cuda(device, tmp_path, monkeypatch, capsys):
-    _assert_refused(
-        [*FAST, "total_steps=256", f"sim.device={device}"],
-        f"sim.device='{device}'",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["cpu, cuda, cuda:N"],
-    )
-
-
-@pytest.mark.parametrize(
-    "override,key",
-    [
-        ("+evn=gymnasium", "evn"),
-        ("+env.nmu_envs=4", "env.nmu_envs"),
-        ("++algo.lr=0.1", "algo.lr"),
-        ("+eval_env.recorder.fsp=5", "eval_env.recorder.fsp"),
-    ],
-)
-def test_mistyped_key_added_with_plus(override, key, tmp_path, monkeypatch, capsys):
-    """Hydra's + adds a key even to a struct config: a key no schema declares is refused."""
-    out = _assert_refused(
-        [*FAST, "total_steps=256", override],
-        f"{key} is not a config key",
-        tmp_path,
-        monkeypatch,
-        capsys,
-    )
-    if key == "evn":
-        assert "did you mean env?" in out and "env, sim, eval_env" in out, out
-        assert "+experiment=NAME" in out, out
-
-
-def test_eval_only_resume_auto_without_a_checkpoint(tmp_path, monkeypatch, capsys):
-    """It used to evaluate an untrained policy and exit 0."""
-    _assert_refused(
-        [*FAST, "eval_only=true", "resume=auto"],
-        "resume=auto",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["no checkpoint", "checkpoint=PATH"],
-    )
-
-
-def test_unknown_gymnasium_kwarg(tmp_path, monkeypatch, capsys):
-    pytest.importorskip("gymnasium")
-    _assert_refused(
-        [*FAST, "total_steps=256", "env=gymnasium", "env.id=CartPole-v1", "+env.kwargs.gravity=3"],
-        "env.kwargs.gravity",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["CartPole-v1", "sutton_barto_reward, render_mode"],
-    )
-
-
-# --------------------------------------------------------------------------- sizes that cannot fit
-
-
-@pytest.mark.parametrize(
-    "args,key",
-    [
-        (["env.num_envs=100000000"], "env.num_envs=100000000"),
-        (["env.render_width=30000", "env.render_height=30000"], "env.render_width=30000"),
-        (["algo.hidden_sizes=[100000,100000]"], "algo.hidden_sizes=[100000, 100000]"),
-        (["algo.num_steps=100000000"], "algo.num_steps=100000000"),
-    ],
-)
-def test_sizes_that_cannot_fit(args, key, tmp_path, monkeypatch, capsys):
-    """Each asks for hundreds of GB: refused from the estimate, before any allocation."""
-    need = sum(n.bytes for n in budget.estimate(make_config(args)))
-    have, _ = budget.host_memory()
-    if have is not None and have >= need:
-        pytest.skip(f"this machine has {budget.gb(have)}: {args} ({budget.gb(need)}) fits")
-    _assert_refused(args, key, tmp_path, monkeypatch, capsys, also=["of host memory", "GB"])
+# --------------------------------------------------------------------------- GPU memory
 
 
 def _one_gpu(monkeypatch, free: int, total: int) -> None:
     """torch sees one GPU with ``free`` of ``total`` bytes free (cudaMemGetInfo's answer)."""
-    import torch
-
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -376,19 +268,18 @@ def _gpu_need(args: List[str]) -> int:
     return sum(n.bytes for n in budget.estimate(make_config(args), True) if n.where == "device")
 
 
-def test_a_run_larger_than_the_free_gpu_memory_is_refused(tmp_path, monkeypatch, capsys):
+def test_a_run_larger_than_the_free_gpu_memory_is_refused(refused, monkeypatch):
     """The device's free memory is what a run can have, not its total; the refusal says what it
     does not count. Half of the need free: refused; twice: accepted."""
     need = _gpu_need(GPU_RUN)
     _one_gpu(monkeypatch, need // 2, 10 * need)
     also = ["of GPU memory (cuda:0)", "free of", "torch.cuda.mem_get_info", "CUDA-graph copies"]
-    also += ["Not counted: the simulator's and the renderer's own memory"]
-    _assert_refused(GPU_RUN, "env.num_envs", tmp_path, monkeypatch, capsys, also=also)
+    refused(GPU_RUN, "env.num_envs", *also, "Not counted: the simulator's and the renderer's")
     _one_gpu(monkeypatch, 2 * need, 10 * need)
     budget.check(make_config(GPU_RUN), torch.device("cuda", 0))
 
 
-def test_ranks_sharing_a_gpu_share_its_free_memory(tmp_path, monkeypatch, capsys):
+def test_ranks_sharing_a_gpu_share_its_free_memory(refused, monkeypatch):
     """distributed.share_gpus: two ranks on one GPU each have half its free memory."""
     args = [*GPU_RUN, "distributed.share_gpus=true"]
     need = _gpu_need(args)
@@ -397,100 +288,53 @@ def test_ranks_sharing_a_gpu_share_its_free_memory(tmp_path, monkeypatch, capsys
     for key, value in (("RANK", 1), ("LOCAL_RANK", 1), ("WORLD_SIZE", 2), ("LOCAL_WORLD_SIZE", 2)):
         monkeypatch.setenv(key, str(value))
     # the ranks' GPUs, as rank 0 published its own (rlrec.distributed.shared_gpus): the same one
-    monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda d: SimpleNamespace(uuid="GPU-0")
-    )
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(uuid="G"))
     store = torch.distributed.HashStore()
-    store.set("rlrec/gpu/0", "GPU-0")
+    store.set("rlrec/gpu/0", "G")
     monkeypatch.setattr(distributed, "_store", store)
-    also = ["shared by the 2 ranks on it (distributed.share_gpus)"]
-    _assert_refused(args, "env.num_envs", tmp_path, monkeypatch, capsys, also=also)
+    refused(args, "env.num_envs", "shared by the 2 ranks on it (distributed.share_gpus)")
+
+
+def test_gpu_ids_are_relative_to_the_gpus_the_job_was_given(monkeypatch):
+    """A job given one GPU (CUDA_VISIBLE_DEVICES=5, as SLURM/submitit set it) sees it as cuda:0."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert resolve_device(SimConfig(name="gpu", device="cuda:0")) == torch.device("cuda:0")
+    with pytest.raises(ConfigError, match=r"sim.device=cuda:5 .*CUDA_VISIBLE_DEVICES=5"):
+        resolve_device(SimConfig(name="gpu", device="cuda:5"))
 
 
 # --------------------------------------------------------------------------- files
 
 
-def test_unwritable_run_dir(tmp_path, monkeypatch, capsys):
+def test_unwritable_run_and_sweep_dirs(refused, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = _assert_refused(
-        [f"hydra.run.dir={blocker}/run"], "hydra.run.dir", tmp_path, monkeypatch, capsys
-    )
-    assert "not a directory" in out
+    refused([f"hydra.run.dir={blocker}/run"], "hydra.run.dir", "not a directory")
+    refused(["-m", "seed=1,2", f"hydra.sweep.dir={blocker}/s"], "hydra.sweep.dir", "not a dir")
+    if os.geteuid() != 0:  # root writes into read-only dirs
+        (tmp_path / "ro").mkdir(mode=0o555)
+        refused([f"hydra.run.dir={tmp_path}/ro/run"], "hydra.run.dir", "not writable")
 
 
-def test_unwritable_sweep_dir(tmp_path, monkeypatch, capsys):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    out = _assert_refused(
-        ["-m", "seed=1,2", f"hydra.sweep.dir={blocker}/sweep"],
-        "hydra.sweep.dir",
-        tmp_path,
-        monkeypatch,
-        capsys,
-    )
-    assert "not a directory" in out
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only dirs")
-def test_read_only_run_dir(tmp_path, monkeypatch, capsys):
-    ro = tmp_path / "ro"
-    ro.mkdir(mode=0o555)
-    _assert_refused(
-        [f"hydra.run.dir={ro}/run"],
-        "hydra.run.dir",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["not writable"],
-    )
-
-
-def test_missing_checkpoint(tmp_path, monkeypatch, capsys):
-    """Refused before work (refuse_before_work), not once the run dir is claimed."""
-    out = _assert_refused(
-        [*FAST, f"checkpoint={tmp_path}/nope.pt"],
-        "checkpoint=",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["does not exist"],
-    )
+def test_checkpoints_missing_or_of_another_env(refused, tmp_path):
+    """A missing file is refused before work (refuse_before_work); one of another env (one
+    iteration of CartPole: obs (4,), Discrete(2)) once the envs are built, which it says."""
+    out = refused([*FAST, f"checkpoint={tmp_path}/nope.pt"], "checkpoint=", "does not exist")
     assert "found after the run dir was claimed" not in out
-
-
-def test_checkpoint_from_another_env(tmp_path, monkeypatch, capsys):
-    """One iteration of CartPole (obs (4,), Discrete(2)), then loaded into the built-in env."""
-    pytest.importorskip("gymnasium")
     src = tmp_path / "cartpole"
     src.mkdir()
-    cfg = make_config(
-        [
-            "env=gymnasium",
-            "env.id=CartPole-v1",
-            "env.num_envs=2",
-            "algo.num_steps=8",
-            "algo.num_minibatches=1",
-            "algo.update_epochs=1",
-            "total_steps=16",
-            "recorder=none",
-            "eval_env.enabled=false",
-            "logger=none",
-            "logger.progress=false",
-        ]
-    )
-    Runner(cfg, src).run()
-    out = _assert_refused(
-        [*FAST, "env=builtin", f"checkpoint={src}/checkpoints/last.pt"],
+    one = ["env.num_envs=2", "algo.num_steps=8", "algo.num_minibatches=1", "total_steps=16"]
+    quiet = ["recorder=none", "eval_env.enabled=false", "logger=none", "logger.progress=false"]
+    Runner(make_config(["env=gymnasium", "env.id=CartPole-v1", *one, *quiet]), src).run()
+    also = ["'gymnasium'", "(4,)", "Discrete(2)", "rlrec: config error"]
+    refused(
+        [*FAST, f"checkpoint={src}/checkpoints/last.pt"],
         "checkpoint",
-        tmp_path,
-        monkeypatch,
-        capsys,
-        also=["'gymnasium'", "(4,)", "Discrete(2)"],
+        *also,
+        "(found after the run dir was claimed: when the run read its checkpoint",
     )
-    assert "rlrec: config error" in out
-    # the envs had to be built to see it: the message says when it was found
-    assert "(found after the run dir was claimed: when the run read its checkpoint" in out
 
 
 # --------------------------------------------------------------------------- missing extras
@@ -507,103 +351,50 @@ sys.meta_path.insert(0, _Block())
 """
 
 
-def _run_without(
-    modules: List[str], args: List[str], tmp_path: Path
-) -> subprocess.CompletedProcess:
-    """train.py in a subprocess in which ``modules`` cannot be imported (as if not installed)."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_BLOCKER)
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-        "RLREC_TEST_BLOCK": ",".join(modules),
-    }
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "modules,args,key,extra",
     [
         (["mani_skill", "sapien"], ["env=maniskill"], "env=maniskill", "maniskill"),
-        (
-            ["hydra_plugins.hydra_joblib_launcher"],
-            ["-m", "hydra/launcher=joblib", "seed=1,2"],
-            "hydra/launcher=joblib",
-            "launchers",
-        ),
-        (
-            ["hydra_plugins.hydra_submitit_launcher"],
-            ["-m", "hydra/launcher=submitit_slurm", "seed=1,2"],
-            "hydra/launcher=submitit_slurm",
-            "launchers",
-        ),
-        (
-            ["hydra_plugins.hydra_optuna_sweeper"],
-            ["-m", "hydra/sweeper=optuna"],
-            "hydra/sweeper=optuna",
-            "launchers",
-        ),
-        (
-            ["hydra_plugins.hydra_ray_launcher"],
-            ["-m", "hydra/launcher=ray", "seed=1,2"],
-            "hydra/launcher=ray",
-            "ray",
+        *(
+            ([f"hydra_plugins.hydra_{plugin}"], ["-m", f"hydra/{group}", "seed=1,2"], group, e)
+            for plugin, group, e in (
+                ("joblib_launcher", "launcher=joblib", "launchers"),
+                ("submitit_launcher", "launcher=submitit_slurm", "launchers"),
+                ("optuna_sweeper", "sweeper=optuna", "launchers"),
+                ("ray_launcher", "launcher=ray", "ray"),
+            )
         ),
         (["wandb"], ["logger=wandb"], "logger=wandb", "wandb"),
     ],
 )
 def test_missing_optional_extra_names_it(modules, args, key, extra, tmp_path):
-    proc = _run_without(modules, [*FAST, *args], tmp_path)
+    """train.py in a subprocess in which ``modules`` cannot be imported (as if not installed)."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_BLOCKER)
+    (tmp_path / "work").mkdir()
+    path = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *FAST, *args],
+        cwd=tmp_path / "work",
+        env={**os.environ, "PYTHONPATH": path, "RLREC_TEST_BLOCK": ",".join(modules)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "rlrec: config error" in proc.stderr and key in proc.stderr
-    assert any(
-        f in proc.stderr for f in (f"rlrec[{extra}]", f".[{extra}]", f"the {extra} extra")
-    ), proc.stderr
+    installs = (f"rlrec[{extra}]", f".[{extra}]", f"the {extra} extra")
+    assert any(f in proc.stderr for f in installs), proc.stderr
     assert _files(tmp_path / "work") == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("Box2D") is not None, reason="box2d is installed here")
-def test_gymnasium_env_whose_extra_is_missing(tmp_path, monkeypatch, capsys):
+def test_gymnasium_env_whose_extra_is_missing(refused):
     """LunarLander-v3 without box2d: gymnasium's DependencyNotInstalled, as one config error line
     naming the key and what to install, for the recording and the non-recording path."""
-    pytest.importorskip("gymnasium")
-    base = [*FAST, "total_steps=256", "env=gymnasium", "env.id=LunarLander-v3"]
+    base = [*RUN, "env=gymnasium", "env.id=LunarLander-v3"]
     for extra in ([], ["recorder=none", "eval_env.recorder.enabled=false"]):
-        out = _assert_refused(
-            [*base, *extra],
-            "env.id='LunarLander-v3'",
-            tmp_path,
-            monkeypatch,
-            capsys,
-            also=["gymnasium[box2d]"],
-        )
+        out = refused([*base, *extra], "env.id='LunarLander-v3'", "gymnasium[box2d]")
         errors = [line for line in out.splitlines() if line.strip()]
         assert errors == [errors[0]] and errors[0].startswith("rlrec: config error"), out
-
-
-def test_gpu_ids_are_relative_to_the_gpus_the_job_was_given(monkeypatch):
-    """A job given one GPU (CUDA_VISIBLE_DEVICES=5, as SLURM/submitit set it) sees it as cuda:0."""
-    import torch
-
-    from rlrec.checks import ConfigError
-    from rlrec.envs.config import SimConfig
-    from rlrec.envs.factory import resolve_device
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
-    assert resolve_device(SimConfig(name="gpu", device="cuda:0")) == torch.device("cuda:0")
-    with pytest.raises(ConfigError) as e:
-        resolve_device(SimConfig(name="gpu", device="cuda:5"))
-    assert "sim.device=cuda:5" in str(e.value) and "CUDA_VISIBLE_DEVICES=5" in str(e.value)

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import pytest
@@ -26,7 +25,7 @@ import torch
 
 from rlrec import distributed
 from rlrec.checks import ConfigError
-from tests.helpers import FAST, REPO, make_config, read_metrics, run_train
+from tests.helpers import FAST, REPO, make_config, read_metrics, run_train, wait_for
 
 TWO = ["distributed.timeout_sec=60", *FAST]
 
@@ -38,13 +37,11 @@ def _free_port() -> int:
 
 
 def _rank_env(rank: int, world: int, port: int) -> Dict[str, str]:
+    ranks = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": world}
     return {
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world),
-        "LOCAL_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(world),
+        **{k: str(v) for k, v in ranks.items()},
     }
 
 
@@ -52,20 +49,16 @@ def start_ranks(args: List[str], cwd: Path, logs: Path, world: int = 2) -> List[
     """``train.py args`` as ``world`` ranks of one run, each logging to ``logs/rank<r>.log``."""
     port = _free_port()
     logs.mkdir(parents=True, exist_ok=True)
-    procs = []
-    for r in range(world):
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **_rank_env(r, world, port)}
-        with open(logs / f"rank{r}.log", "w") as out:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(REPO / "train.py"), *args],
-                    cwd=cwd,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-    return procs
+    return [
+        subprocess.Popen(
+            [sys.executable, str(REPO / "train.py"), *args],
+            cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **_rank_env(r, world, port)},
+            stdout=open(logs / f"rank{r}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(world)
+    ]
 
 
 def wait_ranks(procs: List[subprocess.Popen], timeout: float) -> List[int]:
@@ -80,18 +73,12 @@ def wait_ranks(procs: List[subprocess.Popen], timeout: float) -> List[int]:
                 p.wait(timeout=10)
 
 
-def _log(logs: Path, rank: int) -> str:
-    return (logs / f"rank{rank}.log").read_text()
+def _log(logs: Path, *ranks: int) -> str:
+    return "".join((logs / f"rank{r}.log").read_text() for r in ranks or (0, 1))
 
 
-def _wait_lines(path: Path, n: int, procs: List[subprocess.Popen], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.is_file() and len(path.read_text().splitlines()) >= n):
-        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-            for p in procs:
-                p.kill()
-            raise AssertionError(f"the run ended or stalled before {n} lines of {path}")
-        time.sleep(0.05)
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
 
 
 # ------------------------------------------------------------------ in-process ranks (spawn)
@@ -233,7 +220,7 @@ def test_two_ranks_learn_as_fast_as_one_with_twice_the_envs(tmp_path):
     procs = start_ranks(
         [*LEARN, "env.num_envs=8", f"hydra.run.dir={tmp_path / 'two'}"], tmp_path, tmp_path
     )
-    assert wait_ranks(procs, 240) == [0, 0], _log(tmp_path, 0) + _log(tmp_path, 1)
+    assert wait_ranks(procs, 240) == [0, 0], _log(tmp_path)
     one, two = _first_success(tmp_path / "one"), _first_success(tmp_path / "two")
     assert one is not None and two is not None, (one, two)
     assert 0.5 <= two / one <= 2.0, (one, two)
@@ -256,7 +243,7 @@ def test_a_killed_rank_ends_the_other_within_the_timeout(tmp_path, sig):
         tmp_path,
         tmp_path / "logs",
     )
-    _wait_lines(_metrics_path(tmp_path, "run"), 2, procs)
+    wait_for(lambda: _lines(tmp_path / "run" / "metrics.jsonl") >= 2, procs[0])
     procs[1].send_signal(sig)
     t0 = time.monotonic()
     try:
@@ -269,10 +256,6 @@ def test_a_killed_rank_ends_the_other_within_the_timeout(tmp_path, sig):
     assert "another rank of this run failed" in _log(tmp_path / "logs", 0)
 
 
-def _metrics_path(tmp_path: Path, name: str) -> Path:
-    return tmp_path / name / "metrics.jsonl"
-
-
 def test_sigterm_to_one_rank_stops_both_and_resume_continues_bit_exactly(tmp_path):
     """SIGTERM to rank 1 alone stops both ranks (exit 143, one checkpoint); resume=auto with two
     ranks ends with the parameters of an uninterrupted two-rank run."""
@@ -280,15 +263,15 @@ def test_sigterm_to_one_rank_stops_both_and_resume_continues_bit_exactly(tmp_pat
     full = start_ranks([*args, f"hydra.run.dir={tmp_path / 'full'}"], tmp_path, tmp_path / "l1")
     assert wait_ranks(full, 240) == [0, 0], _log(tmp_path / "l1", 0)
     cut = start_ranks([*args, f"hydra.run.dir={tmp_path / 'cut'}"], tmp_path, tmp_path / "l2")
-    _wait_lines(_metrics_path(tmp_path, "cut"), 3, cut)
+    wait_for(lambda: _lines(tmp_path / "cut" / "metrics.jsonl") >= 3, cut[0])
     cut[1].send_signal(signal.SIGTERM)
-    assert wait_ranks(cut, 120) == [143, 143], _log(tmp_path / "l2", 0) + _log(tmp_path / "l2", 1)
+    assert wait_ranks(cut, 120) == [143, 143], _log(tmp_path / "l2")
     saved = torch.load(tmp_path / "cut" / "checkpoints" / "last.pt", weights_only=True)
     assert 0 < saved["global_step"] < 3072
     again = start_ranks(
         [*args, f"hydra.run.dir={tmp_path / 'cut'}", "resume=auto"], tmp_path, tmp_path / "l3"
     )
-    assert wait_ranks(again, 240) == [0, 0], _log(tmp_path / "l3", 0) + _log(tmp_path / "l3", 1)
+    assert wait_ranks(again, 240) == [0, 0], _log(tmp_path / "l3")
     a = torch.load(tmp_path / "full" / "checkpoints" / "last.pt", weights_only=True)
     b = torch.load(tmp_path / "cut" / "checkpoints" / "last.pt", weights_only=True)
     assert a["global_step"] == b["global_step"] == 3072
@@ -353,7 +336,7 @@ def test_bad_input_for_two_ranks(monkeypatch, overrides, message):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     cfg = make_config([*FAST, *overrides])
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        distributed.check(cfg)
+        distributed.check(cfg, torch.device("cpu"))
 
 
 # ------------------------------------------------------------------ GPUs (CUDA faked)
@@ -388,60 +371,6 @@ def test_a_rank_that_never_publishes_its_gpu_ends_the_wait_within_the_timeout():
     with pytest.raises(ConfigError, match=r"rank 0: rank\(s\) \[1\] did not publish their GPU"):
         distributed.shared_gpus(store, "GPU-a", 0, 2, 0.5)
     assert time.monotonic() - start < 5
-
-
-@pytest.fixture
-def rank_1_of_2(monkeypatch):
-    """Rank 1 of a 2-rank torchrun run on one node, with CUDA faked: this rank sees ``visible``
-    GPUs, its own with UUID ``mine``; rank 0 has published ``other`` in the rendezvous store (a
-    HashStore). Returns the setup function; it returns the backends init_process_group was
-    asked for."""
-
-    def setup(mine: str, other: str, visible: int = 1) -> List[str]:
-        for name, value in _rank_env(1, 2, 0).items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.delenv("SLURM_GPUS_PER_TASK", raising=False)
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
-        monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-        props = SimpleNamespace(uuid=mine)
-        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
-        store = torch.distributed.HashStore()
-        store.set("rlrec/gpu/0", other)  # as rank 0 publishes it
-        monkeypatch.setattr(distributed, "_store", store)
-        monkeypatch.setattr(distributed, "_group", False)
-        monkeypatch.setattr(distributed, "_comm_device", "cpu")
-        asked: List[str] = []
-        fake = lambda backend, **kwargs: asked.append(backend)  # noqa: E731
-        monkeypatch.setattr(torch.distributed, "init_process_group", fake)
-        return asked
-
-    return setup
-
-
-def test_one_gpu_per_rank_each_seen_as_cuda_0_runs_on_nccl(rank_1_of_2):
-    """The recipe of docs/distributed.md for Genesis: torchrun, each rank with
-    CUDA_VISIBLE_DEVICES=$LOCAL_RANK. Each rank sees one GPU, its own: not shared (NCCL refuses
-    only two ranks on one GPU), so the run needs no distributed.share_gpus and runs on NCCL."""
-    asked = rank_1_of_2(mine="GPU-b", other="GPU-a")
-    cfg = make_config([*FAST, "sim=gpu"])
-    distributed.check(cfg)
-    distributed.init(cfg.distributed, torch.device("cuda", 0))
-    assert asked == ["nccl"]
-
-
-def test_two_ranks_on_one_gpu(rank_1_of_2):
-    """Both ranks on the GPU with UUID GPU-a: refused unless distributed.share_gpus=true, which
-    runs the collectives on gloo; distributed.backend=nccl is refused."""
-    asked = rank_1_of_2(mine="GPU-a", other="GPU-a", visible=2)
-    with pytest.raises(ConfigError, match=r"sim=gpu with ranks 0, 1 on GPU GPU-a .*share_gpus"):
-        distributed.check(make_config([*FAST, "sim=gpu"]))
-    with pytest.raises(ConfigError, match="NCCL cannot put two ranks on one GPU"):
-        distributed.check(make_config([*FAST, "sim=gpu", "distributed.backend=nccl"]))
-    cfg = make_config([*FAST, "sim=gpu", "distributed.share_gpus=true"])
-    distributed.check(cfg)
-    distributed.init(cfg.distributed, torch.device("cuda", 1))
-    assert asked == ["gloo"]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])

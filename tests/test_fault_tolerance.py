@@ -162,7 +162,7 @@ def test_stop_signal_checkpoints_and_saves_the_final_clip_within_10s(tmp_path, s
 
 
 def test_resume_removes_only_other_processes_temporaries(tmp_path):
-    from rlrec.run.preempt import remove_stale_temporaries
+    from rlrec.run.rundir import remove_stale_temporaries
 
     dead = 2**22 + 12345  # above the default pid_max: no such process
     names = {

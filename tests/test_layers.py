@@ -1,140 +1,127 @@
-"""The package's layers import downward only, with no cycle (docs/architecture.md, "Layers").
-
-Every ``import`` of an rlrec module, at module level or inside a function, is an edge; each module
-has a layer, and an edge may only point to a lower layer or stay inside its own package.
-"""
+"""The package's layers import downward only, with no cycle (docs/architecture.md, "Layers"):
+between its folders (and top-level modules), which never import each other, and between the
+modules inside a folder of several layers. Every ``import`` of an rlrec module, at module level or
+inside a function, is an edge. No class name is defined twice in the package."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
+from collections import Counter
 from pathlib import Path
-from typing import Dict, Set
+from typing import Dict, List, Set
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rlrec"
 
-# lowest first; a module may import only modules of a lower layer (or of its own package)
-LAYERS = [
-    # value checks shared by every component's settings (plain Python), the names of a run dir's
-    # files (rlrec.layout); the two folders' __init__ import nothing
-    ["rlrec.checks", "rlrec.layout", "rlrec.run", "rlrec.train"],
-    ["rlrec.onnx_policy"],  # an export's ONNX policy with onnxruntime and numpy alone
-    ["rlrec.obs"],  # what an observation is (a tensor, or a pixel dict), for envs and the policy
-    ["rlrec.files"],  # one temporary-name scheme, atomic writes, one directory probe
-    ["rlrec.record"],  # the recorder: drops into any loop (tests/record/test_portable.py)
-    ["rlrec.distributed"],  # the process group: PPO all-reduces, Preflight agrees on the run dir
-    # the run report reads a run dir's files (the recorder's formats), nothing of the loop
-    ["rlrec.envs", "rlrec.ppo", "rlrec.report"],
-    ["rlrec.record.wrappers", "rlrec.testing"],  # the drop-ins wrap other frameworks' envs
-    ["rlrec.config"],  # the run's config, assembled from the components' schemas
-    # rlrec/train/, the loop and what it owns: below rlrec/run/, and knows nothing of it
-    [
-        "rlrec.train.checkpoint",
-        "rlrec.train.divergence",
-        "rlrec.train.logger",
-        "rlrec.train.timeline",
-    ],
-    # a run's policy exported (checkpoint -> TorchScript/ONNX); eval_only reads an export
-    ["rlrec.train.stack", "rlrec.export"],
-    ["rlrec.train.evaluation", "rlrec.train.resume"],
-    ["rlrec.train.runner"],
-    # rlrec/run/, the process around a run. The run-dir lock: Preflight claims the dir, preempt
-    # asks whom it replaced
-    ["rlrec.run.rundir"],
-    # the memory estimate: preflight.refuse_before_work refuses what cannot fit
-    ["rlrec.run.budget"],
-    ["rlrec.run.preflight", "rlrec.run.preempt"],
-    ["rlrec.run.sweep"],
-    ["rlrec.run.cli"],  # makes the stop flag and hands it to the runner
-    ["rlrec.run.replay"],  # re-runs an evaluation of a run: builds its config as the CLI does
-    # the export's closed-loop check (the run's eval, as replay builds it) and its command
-    ["rlrec.export.verify"],
-    ["rlrec.export.__main__"],
-    ["rlrec"],  # the package's own __init__ may name anything
+# rlrec's folders and top-level modules, lowest first: each imports only lower ones
+UNITS = [
+    ["checks", "layout", "obs", "onnx_policy"],
+    ["files", "distributed"],
+    ["envs", "ppo"],
+    ["record"],  # its core knows no env (tests/record/test_portable.py), its wrappers do
+    ["report", "testing"],  # the report reads a run dir's files, nothing of the loop
+    ["config"],  # the run's config, assembled from the components' schemas
+    ["train"],  # the loop and what it owns, and the policy file format
+    ["run"],  # the process around a run
+    ["export"],  # the export command and its closed-loop check (the eval replay builds)
 ]
+# the modules of a folder of several layers, lowest first ("*": the rest); the modules of one
+# layer, and those of the other folders, in any order but without a cycle
+INSIDE = {
+    "record": [["*"], ["wrappers"]],
+    "train": [
+        ["checkpoint", "divergence", "logger", "timeline"],
+        ["policy", "stack"],
+        ["evaluation", "resume"],
+        ["runner"],
+    ],
+    "run": [
+        ["process", "rundir", "budget", "preempt"],
+        ["preflight"],
+        ["sweep"],
+        ["cli"],
+        ["replay"],
+    ],
+    "export": [["__init__"], ["verify"], ["__main__"]],
+}
 
 
-def _module(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _layer(module: str) -> int:
-    for rank, names in enumerate(LAYERS):
-        if module in names:
-            return rank
-    # the longest name that contains it: rlrec.record.wrappers.gymnasium is rlrec.record.wrappers'
-    found = [(len(n), rank) for rank, names in enumerate(LAYERS) for n in names
-             if module.startswith(n + ".")]  # fmt: skip
-    if found:
-        return max(found)[1]
-    raise AssertionError(f"{module} has no layer in tests/test_layers.py: give it one")
-
-
-def _package(module: str) -> str:
-    parts = module.split(".")
-    # rlrec.run, rlrec.train and rlrec.export hold modules of several layers: each module is its
-    # own unit; the recorder's wrappers sit above its core (which must not import them)
-    if parts[1:3] == ["record", "wrappers"]:
-        return "rlrec.record.wrappers"
-    return ".".join(parts[:3] if parts[1:2] in (["run"], ["train"], ["export"]) else parts[:2])
+def _sources() -> Dict[str, ast.AST]:
+    """Each module's tree by its name after ``rlrec.`` (a package by its own name)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = ast.parse(
+            path.read_text()
+        )
+    return out
 
 
 def _imports() -> Dict[str, Set[str]]:
-    graph: Dict[str, Set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = _module(path)
-        edges = graph.setdefault(name, set())
-        for node in ast.walk(ast.parse(path.read_text())):
+    trees = _sources()
+    graph = {}
+    for name, tree in trees.items():
+        found = set()
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
             elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                continue
-            edges.update(t for t in targets if t.startswith("rlrec.") or t == "rlrec")
-    modules = set(graph)
-    # "from rlrec.record import Recorder" names a module and an attribute: keep the module;
-    # "from rlrec.run import preempt" names a package and its module: keep the module only
-    graph = {m: {t for t in e if t in modules} - {m} for m, e in graph.items()}
-    return {
-        m: {t for t in e if not any(o.startswith(t + ".") for o in e)} for m, e in graph.items()
-    }
+                found |= {a.name for a in node.names}
+        # "from rlrec.record import Recorder": the package; "from rlrec.run import preempt": the
+        # module alone
+        found = {t.removeprefix("rlrec.") for t in found} & set(trees) - {name, ""}
+        graph[name] = {t for t in found if not any(o.startswith(t + ".") for o in found)}
+    return graph
 
 
-def test_every_import_points_down_a_layer():
-    wrong = []
-    for module, targets in _imports().items():
-        for target in targets:
-            if target == "rlrec" or (_package(target) == _package(module) and module != "rlrec"):
-                continue
-            if _layer(target) >= _layer(module):
-                wrong.append(f"{module} -> {target}")
-    assert not wrong, "imports that point up or sideways:\n" + "\n".join(sorted(wrong))
+def _rank(name: str, layers: List[List[str]]) -> int:
+    ranks = [r for r, names in enumerate(layers) if name in names]
+    ranks = ranks or [r for r, names in enumerate(layers) if "*" in names]
+    assert ranks, f"{name} has no layer in tests/test_layers.py: give it one"
+    return ranks[0]
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _inner(module: str) -> str:
+    return (module.split(".") + ["__init__"])[1]
+
+
+def _check(edges: Set[tuple], layers: List[List[str]]) -> None:
+    both = sorted(f"{a} <-> {b}" for a, b in edges if a < b and (b, a) in edges)
+    assert not both, "import each other:\n" + "\n".join(both)
+    wrong = sorted(f"{a} -> {b}" for a, b in edges if _rank(b, layers) >= _rank(a, layers))
+    assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def test_folders_import_downward_and_never_each_other():
+    """The package's own __init__ may name anything."""
+    edges = {(_unit(m), _unit(t)) for m, targets in _imports().items() if m for t in targets}
+    _check({(a, b) for a, b in edges if a != b}, UNITS)
+
+
+def test_modules_inside_a_folder_import_downward():
+    for folder, layers in INSIDE.items():
+        edges = {
+            (_inner(m), _inner(t))
+            for m, targets in _imports().items()
+            for t in targets
+            if _unit(m) == _unit(t) == folder
+        }
+        _check({(a, b) for a, b in edges if _rank(a, layers) != _rank(b, layers)}, layers)
 
 
 def test_no_import_cycle():
-    graph = _imports()
-    state: Dict[str, int] = {}
-    cycle: list = []
-
-    def visit(node: str, path: list) -> bool:
-        state[node] = 1
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
-                cycle.extend(path[path.index(nxt) :] + [node, nxt] if nxt in path else [node, nxt])
-                return True
-            if state.get(nxt) is None and visit(nxt, path + [node]):
-                return True
-        state[node] = 2
-        return False
-
-    for node in sorted(graph):
-        if state.get(node) is None and visit(node, []):
-            break
-    assert not cycle, " -> ".join(cycle)
+    graphlib.TopologicalSorter(_imports()).prepare()  # CycleError naming the cycle
 
 
-def test_config_knows_nothing_above_it():
-    """The run's config assembles the components' schemas and knows nothing of the run."""
-    above = {t for t in _imports()["rlrec.config"] if _layer(t) >= _layer("rlrec.config")}
-    assert not above, above
+def test_no_class_name_is_defined_twice():
+    names = Counter(
+        n.name
+        for tree in _sources().values()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ClassDef)
+    )
+    assert not [n for n, k in names.items() if k > 1], sorted(n for n, k in names.items() if k > 1)

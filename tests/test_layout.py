@@ -46,16 +46,12 @@ def _choice_values(tree: ast.AST) -> set:
     }
 
 
-def test_the_layout_declares_its_names():
-    names = _names()
-    assert {"metrics.jsonl", "checkpoints", "iter_", "summary.csv", "lock"} <= names
-    assert "replay" not in names and "step" not in names  # parts of f-strings
-
-
 def test_no_layout_name_outside_the_layout_module():
     """Fails naming file:line of a layout name spelled outside rlrec/layout.py (an f-string's
     literal part counts: ``f"iter_{n:06d}.pt"``)."""
     names, found = _names(), []
+    assert {"metrics.jsonl", "checkpoints", "iter_", "summary.csv", "lock"} <= names
+    assert "replay" not in names and "step" not in names  # parts of f-strings
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == LAYOUT:
             continue
@@ -68,33 +64,32 @@ def test_no_layout_name_outside_the_layout_module():
 
 
 def test_the_names_on_disk(tmp_path):
-    run = RunDir(str(tmp_path))
-    assert run.metrics == tmp_path / "metrics.jsonl"
-    assert run.eval_episodes == tmp_path / "eval_episodes.jsonl"
-    assert run.last_checkpoint == tmp_path / "checkpoints" / "last.pt"
-    assert run.periodic_checkpoint(42) == tmp_path / "checkpoints" / "iter_000042.pt"
-    assert run.videos("eval") == tmp_path / "videos" / "eval"
-    assert run.progress_video == tmp_path / PROGRESS_VIDEO == tmp_path / "videos" / "progress.mp4"
-    assert run.tensorboard == tmp_path / "tensorboard"
-    assert run.report == tmp_path / "report.html"
-    assert run.hydra_config == tmp_path / ".hydra" / "config.yaml"
-    assert run.hydra_overrides == tmp_path / ".hydra" / "overrides.yaml"
-    assert run.lock == tmp_path / ".rlrec.lock"
-    assert run.replay(500, 3) == tmp_path / "replay" / "step000000500-env003"
-    sweep = SweepDir(tmp_path)
-    assert sweep.summary == tmp_path / "summary.csv"
-    assert sweep.report == tmp_path / "report.html"
-    assert sweep.row(7) == tmp_path / ".rlrec_summary" / "000007.json"
-    assert sweep.running_entry(7) == tmp_path / ".rlrec_summary" / "running" / "000007.json"
-    assert (sweep.fixed.name, sweep.attempt.name, sweep.stop.name, sweep.rows_lock.name) == (
-        "fixed.json", "attempt.json", "stop.json", "lock"
-    )  # fmt: skip
-    assert not sweep.is_sweep()
+    run, sweep = RunDir(str(tmp_path)), SweepDir(tmp_path)
+    assert run.progress_video == tmp_path / PROGRESS_VIDEO
+    names = {
+        "metrics.jsonl": run.metrics,
+        "eval_episodes.jsonl": run.eval_episodes,
+        "checkpoints/last.pt": run.last_checkpoint,
+        "checkpoints/iter_000042.pt": run.periodic_checkpoint(42),
+        "videos/eval": run.videos("eval"),
+        "videos/progress.mp4": run.progress_video,
+        "tensorboard": run.tensorboard,
+        "report.html": run.report,
+        ".hydra/config.yaml": run.hydra_config,
+        ".hydra/overrides.yaml": run.hydra_overrides,
+        ".rlrec.lock": run.lock,
+        "replay/step000000500-env003": run.replay(500, 3),
+        "summary.csv": sweep.summary,
+        ".rlrec_summary/000007.json": sweep.row(7),
+        ".rlrec_summary/running/000007.json": sweep.running_entry(7),
+        ".rlrec_summary/attempt.json": sweep.attempt,
+        ".rlrec_summary/stop.json": sweep.stop,
+        ".rlrec_summary/lock": sweep.rows_lock,
+    }
+    assert names == {n: tmp_path / n for n in names}
+    assert sweep.report == run.report and not sweep.is_sweep()
     sweep.rows.mkdir()
     assert sweep.is_sweep()
-
-
-def test_periodic_names_parse_back():
-    assert periodic_iteration(RunDir(".").periodic_checkpoint(1234567).name) == 1234567
+    assert periodic_iteration(run.periodic_checkpoint(1234567).name) == 1234567
     for name in ("last.pt", "iter_12.pt.part", ".iter_000001.pt.99-0.part", "iter_x.pt"):
         assert periodic_iteration(name) is None

@@ -13,12 +13,10 @@ import pytest
 import torch
 
 from rlrec.export import export
-from rlrec.ppo.ppo import PPO
-from rlrec.train import checkpoint as ckpt
 from rlrec.train.runner import Runner
-from rlrec.train.stack import make_env_stack
 from tests.base_venv import onnx_python
 from tests.helpers import FAST, REPO, make_config
+from tests.test_export import sampled
 
 pytest.importorskip("onnx", reason="needs the export extra: pip install 'rlrec[export]'")
 
@@ -40,35 +38,15 @@ print(json.dumps({"meta_step": policy.meta["step"], "dtype": str(action.dtype), 
 """
 
 
-def _observations(cfg, ppo: PPO, n: int = 64):
-    """``n`` steps' observations of the run's env under the checkpoint's policy, and its actions."""
-    env = make_env_stack(cfg.env, cfg.sim, cfg.env.num_envs, seed=cfg.seed + 100).env
-    seen = [env.reset(seed=cfg.seed + 100)[0]]
-    with torch.no_grad():
-        for _ in range(n // cfg.env.num_envs - 1):
-            seen.append(env.step(ppo.act_inference(seen[-1]))[0])
-    env.close()
-    pixels = isinstance(seen[0], dict)
-    obs = {k: torch.cat([o[k] for o in seen]) for k in seen[0]} if pixels else torch.cat(seen)
-    with torch.no_grad():
-        want = ppo.act_inference(obs)
-    space = env.single_action_space
-    return obs, torch.clamp(want, torch.as_tensor(space.low), torch.as_tensor(space.high))
-
-
 @pytest.mark.parametrize("kind", list(RUNS))
 def test_onnx_policy_acts_without_torch(tmp_path, kind):
-    overrides = [*FAST, *RUNS[kind], "recorder=none", "eval_env.enabled=false"]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    cfg = make_config([*overrides, "total_steps=128"])
-    Runner(cfg, run_dir).run()
+    quiet = ["total_steps=128", "recorder=none", "eval_env.enabled=false"]
+    Runner(make_config([*FAST, *RUNS[kind], *quiet]), run_dir).run()
     export(run_dir, fmt="onnx")
-    env = make_env_stack(cfg.env, cfg.sim, 1, seed=0).env
-    ppo = PPO(cfg.algo, env.single_observation_space, env.single_action_space, torch.device("cpu"))
-    env.close()
-    ppo.load_state_dict(ckpt.load(run_dir / "checkpoints" / "last.pt")["ppo"])
-    obs, want = _observations(cfg, ppo)
+    obs, act = sampled(run_dir, RUNS[kind], n=64)
+    want = act(obs)
     arrays = {k: v.numpy() for k, v in (obs if isinstance(obs, dict) else {"obs": obs}).items()}
     np.savez(tmp_path / "obs.npz", **arrays)
     python = onnx_python()
@@ -84,10 +62,8 @@ def test_onnx_policy_acts_without_torch(tmp_path, kind):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out == {"meta_step": 128, "dtype": "float32", "loaded": []}
+    assert json.loads(proc.stdout) == {"meta_step": 128, "dtype": "float32", "loaded": []}
     got = np.load(tmp_path / "action.npy")
     diff = float(np.abs(got.astype(np.float64) - want.numpy()).max())
     assert got.shape == tuple(want.shape) and diff <= 1e-5, diff
     assert not torch.equal(want, want[:1].expand_as(want)), "the observations vary the action"
-    print(f"{kind}: {len(got)} actions, onnxruntime without torch, max abs diff {diff:.3g}")

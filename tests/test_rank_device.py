@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlrec import distributed
+from rlrec.checks import ConfigError
 from rlrec.envs.config import SimConfig
 from tests.helpers import FAST, make_config
 
@@ -58,6 +59,10 @@ def as_rank(monkeypatch, rank: int, world: int = 2) -> None:
     monkeypatch.setenv("WORLD_SIZE", str(world))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(world))
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+
+
+class Stop(Exception):
+    """Ends a build that a faked GPU cannot finish."""
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -176,9 +181,6 @@ def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_p
     monkeypatch.setattr(maniskill, "require_gpu_library", lambda: None, raising=False)
     seen = {}
 
-    class Stop(Exception):
-        pass
-
     def build(env_id, kwargs, imports=()):
         seen.update(kwargs)
         raise Stop
@@ -190,83 +192,50 @@ def test_maniskill_adapter_of_rank_1_asks_for_gpu_1(two_gpus, monkeypatch, tmp_p
     assert seen["sim_backend"] == "physx_cuda:1" and seen["render_backend"] == "sapien_cuda:1"
 
 
-def test_genesis_is_initialised_on_the_first_visible_gpu(two_gpus, monkeypatch):
-    """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device,
-    lines 211-213): the adapter makes the rank's GPU (cuda:0 here) current before gs.init."""
+@pytest.fixture
+def backends(monkeypatch) -> List[str]:
+    """The backends init_process_group is asked for (none is made)."""
+    asked: List[str] = []
+    monkeypatch.setattr(distributed, "_group", False)
+    monkeypatch.setattr(distributed, "_comm_device", "cpu")
+    fake = lambda backend, **kwargs: asked.append(backend)  # noqa: E731
+    monkeypatch.setattr(torch.distributed, "init_process_group", fake)
+    return asked
+
+
+def test_one_gpu_per_rank_each_seen_as_cuda_0_runs_on_nccl(two_gpus, monkeypatch, backends):
+    """The recipe of docs/distributed.md for Genesis: torchrun, each rank with
+    CUDA_VISIBLE_DEVICES=$LOCAL_RANK. Each rank sees one GPU, its own: not shared (NCCL refuses
+    only two ranks on one GPU), so the run needs no distributed.share_gpus and runs on NCCL."""
+    as_rank(monkeypatch, 1)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(uuid="b"))
+    cfg = make_config([*FAST, "sim=gpu"])
+    distributed.check(cfg, torch.device("cuda", 0))
+    distributed.init(cfg.distributed, torch.device("cuda", 0))
+    assert backends == ["nccl"]
+
+
+def test_two_ranks_on_one_gpu(two_gpus, monkeypatch, backends):
+    """Both ranks on GPU-0: refused unless distributed.share_gpus=true, which runs the
+    collectives on gloo; distributed.backend=nccl is refused."""
+    as_rank(monkeypatch, 1)
+    gpu = torch.device("cuda", 0)
+    with pytest.raises(ConfigError, match=r"sim=gpu with ranks 0, 1 on GPU GPU-0 .*share_gpus"):
+        distributed.check(make_config([*FAST, "sim=gpu"]), gpu)
+    with pytest.raises(ConfigError, match="NCCL cannot put two ranks on one GPU"):
+        distributed.check(make_config([*FAST, "sim=gpu", "distributed.backend=nccl"]), gpu)
+    cfg = make_config([*FAST, "sim=gpu", "distributed.share_gpus=true"])
+    distributed.check(cfg, gpu)
+    distributed.init(cfg.distributed, gpu)
+    assert backends == ["gloo"]
+
+
+@pytest.fixture
+def genesis_started(monkeypatch):
+    """Genesis faked: what ``init_genesis`` was asked for, with torch's current CUDA device then
+    (it stops the build there)."""
     from rlrec.envs import genesis
-    from rlrec.envs.genesis import GenesisEnvConfig
-
-    class Stop(Exception):
-        pass
-
-    current_at_init = []
-
-    def init_genesis(sim_name):
-        current_at_init.append(torch.cuda.current_device())
-        raise Stop
-
-    monkeypatch.setattr(genesis, "import_genesis", lambda: None)
-    monkeypatch.setattr(genesis, "import_object", lambda target, key: object)
-    monkeypatch.setattr(genesis, "init_genesis", init_genesis)
-    with pytest.raises(Stop):
-        genesis.make(GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 0), seed=0)
-    assert current_at_init == [0]
-
-
-@pytest.mark.parametrize(
-    "rank, overrides", [(1, []), (None, ["sim.device=cuda:1"])], ids=["rank-1", "cuda-1"]
-)
-def test_genesis_on_another_gpu_than_the_first_is_refused_before_work(
-    two_gpus, monkeypatch, rank, overrides
-):
-    """Quadrants (Genesis's kernels) makes its CUDA context on device 0 whatever torch's current
-    device is (quadrants rhi/cuda/cuda_context.cpp; its binary logs "Using CUDA device [id=0]"),
-    so rank 1 of a shared node, or sim.device=cuda:1, would keep rlrec's tensors on cuda:1 and
-    Genesis's on cuda:0. Refused by the entry point's checks, naming CUDA_VISIBLE_DEVICES, and by
-    make for callers that skip them; nothing of Genesis is imported or initialised."""
-    from omegaconf import OmegaConf
-
-    from rlrec.checks import ConfigError
-    from rlrec.envs import genesis
-    from rlrec.envs.genesis import GenesisEnvConfig
-    from rlrec.run.preflight import refuse_before_work
-    from tests.helpers import compose_cfg
-
-    def never(*args, **kwargs):
-        raise AssertionError("Genesis imported or initialised")
-
-    monkeypatch.setattr(genesis, "import_genesis", never)
-    monkeypatch.setattr(genesis, "init_genesis", never)
-    if rank is not None:
-        as_rank(monkeypatch, rank)
-    cfg = compose_cfg([*FAST, "env=genesis", "sim=gpu", *overrides])
-    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-    with pytest.raises(ConfigError, match=r"cuda:1.*CUDA_VISIBLE_DEVICES"):
-        refuse_before_work(cfg)
-    with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES"):
-        genesis.make(GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 1), seed=0)
-
-
-@pytest.mark.parametrize(
-    "rank, overrides",
-    [(1, ["sim.device=cuda"]), (None, ["sim.device=cuda:1"])],
-    ids=["rank-1", "cuda-1"],
-)
-def test_genesis_cpu_sim_with_the_policy_on_another_gpu_runs(
-    two_gpus, monkeypatch, rank, overrides
-):
-    """sim=cpu: Genesis runs on its CPU backend, which makes no CUDA context (a CPU torch device,
-    Quadrants started with arch=cpu: docs/distributed.md), so the policy may be on any GPU. The
-    entry point's checks pass with the rank's GPU, and make starts Genesis's CPU backend."""
-    from omegaconf import OmegaConf
-
-    from rlrec.envs import genesis
-    from rlrec.envs.genesis import GenesisEnvConfig
-    from rlrec.run.preflight import refuse_before_work
-    from tests.helpers import compose_cfg
-
-    class Stop(Exception):
-        pass
 
     started = []
 
@@ -277,11 +246,54 @@ def test_genesis_cpu_sim_with_the_policy_on_another_gpu_runs(
     monkeypatch.setattr(genesis, "import_genesis", lambda: None)
     monkeypatch.setattr(genesis, "import_object", lambda target, key: object)
     monkeypatch.setattr(genesis, "init_genesis", init_genesis)
+    return started
+
+
+def test_genesis_is_initialised_on_the_first_visible_gpu(two_gpus, genesis_started):
+    """Genesis's gs.init takes torch's current CUDA device (genesis/utils/misc.py get_device):
+    the adapter makes the rank's GPU (cuda:0 here) current before gs.init."""
+    from rlrec.envs import genesis
+
+    with pytest.raises(Stop):
+        genesis.make(genesis.GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 0), seed=0)
+    assert genesis_started == [("gpu", 0)]
+
+
+@pytest.mark.parametrize("sim", ["gpu", "cpu"])
+@pytest.mark.parametrize(
+    "rank, overrides",
+    [(1, ["sim.device=cuda"]), (None, ["sim.device=cuda:1"])],
+    ids=["rank-1", "cuda-1"],
+)
+def test_genesis_on_another_gpu_than_the_first(
+    two_gpus, monkeypatch, genesis_started, sim, rank, overrides
+):
+    """sim=gpu: Quadrants (Genesis's kernels) makes its CUDA context on device 0 whatever torch's
+    current device is (its binary logs "Using CUDA device [id=0]"), so rank 1 of a shared node,
+    or sim.device=cuda:1, would keep rlrec's tensors on cuda:1 and Genesis's on cuda:0: refused
+    by the entry point's checks, naming CUDA_VISIBLE_DEVICES, and by make for callers that skip
+    them; nothing of Genesis is initialised. sim=cpu: Genesis's CPU backend makes no CUDA context
+    (docs/distributed.md), so the policy may be on any GPU: the checks pass with the rank's GPU,
+    and make starts Genesis's CPU backend."""
+    from omegaconf import OmegaConf
+
+    from rlrec.envs import genesis
+    from rlrec.run.preflight import refuse_before_work
+    from tests.helpers import compose_cfg
+
     if rank is not None:
         as_rank(monkeypatch, rank)
-    cfg = compose_cfg([*FAST, "env=genesis", "sim=cpu", *overrides])
-    checked = refuse_before_work(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+    cfg = compose_cfg([*FAST, "env=genesis", f"sim={sim}", *overrides])
+    cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    if sim == "gpu":
+        with pytest.raises(ConfigError, match=r"cuda:1.*CUDA_VISIBLE_DEVICES"):
+            refuse_before_work(cfg)
+        with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES"):
+            genesis.make(genesis.GenesisEnvConfig(), GPU_SIM, 2, torch.device("cuda", 1), seed=0)
+        assert genesis_started == []
+        return
+    checked = refuse_before_work(cfg)
     assert checked.device == torch.device("cuda", 1)
     with pytest.raises(Stop):
-        genesis.make(GenesisEnvConfig(), checked.config.sim, 2, checked.device, seed=0)
-    assert started == [("cpu", 1)]
+        genesis.make(genesis.GenesisEnvConfig(), checked.config.sim, 2, checked.device, seed=0)
+    assert genesis_started == [("cpu", 1)]

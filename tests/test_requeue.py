@@ -75,7 +75,7 @@ def _run(run_dir: Path, job, signal_at=None, after_minutes=0.0, clock=None):
 
     try:
         with patch.object(PPO, "act", act):
-            return cli._task(compose_cfg([*ARGS, f"hydra.run.dir={run_dir}"]), run_dir)
+            return cli._single(compose_cfg([*ARGS, f"hydra.run.dir={run_dir}"]), run_dir)
     finally:
         signal.signal(usr, previous)
 
@@ -84,52 +84,49 @@ def _steps(run_dir: Path):
     return [m["step"] for m in read_metrics(run_dir) if "loss/policy" in m]
 
 
+def _saved(run_dir: Path):
+    return ckpt.load(run_dir / "checkpoints" / "last.pt")
+
+
 @pytest.mark.slow
 def test_preempted_job_is_requeued_one_that_timed_out_too_often_is_not(tmp_path, clock, capsys):
-    reference = tmp_path / "reference"
+    reference, run_dir = tmp_path / "reference", tmp_path / "run"
     reference.mkdir()
-    cli._task(compose_cfg([*ARGS, f"hydra.run.dir={reference}"]), reference)
-
+    run_dir.mkdir()
+    cli._single(compose_cfg([*ARGS, f"hydra.run.dir={reference}"]), reference)
     with mocked_slurm() as mock:
         executor = slurm.SlurmExecutor(folder=tmp_path / "submitit", max_num_timeout=1)
         executor.update_parameters(time=60)  # a 60 minutes limit
         job = executor.submit(_HydraJob())
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
     usr = int(slurm.SlurmJobEnvironment._usr_sig())
     requeue = "submitit.slurm.slurm.SlurmJobEnvironment._requeue"
+    steps = [0]
     with mock.job_context(job.job_id):
         assert os.environ["SUBMITIT_EXECUTOR"] == "slurm"
-        # preempted 30 minutes in (not timed out): checkpointed, then requeued, time-outs left: 1
-        with patch(requeue, return_value=None) as requeued, pytest.raises(SystemExit):
-            _run(run_dir, job, signal_at=3 * 16 + 5, after_minutes=30, clock=clock)
-        requeued.assert_called_once_with(1)
-        first = ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"]
-        assert first == 3 * BATCH
-        # the requeued job resumes (resume=auto by default) and times out 50 minutes in: a
-        # time-out is allowed (max_num_timeout=1), so requeued again, none left
-        with patch(requeue, return_value=None) as requeued, pytest.raises(SystemExit):
-            _run(run_dir, job, signal_at=3 * 16 + 5, after_minutes=50, clock=clock)
-        requeued.assert_called_once_with(0)
-        second = ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"]
-        assert second == first + 3 * BATCH
-        # times out once more: not requeued ("timed-out too many times"), its checkpoint written
-        with (
-            patch(requeue, return_value=None) as requeued,
-            pytest.raises(utils.UncompletedJobError, match="timed-out too many times"),
-        ):
-            _run(run_dir, job, signal_at=2 * 16 + 5, after_minutes=55, clock=clock)
-        requeued.assert_not_called()
-        assert "the job is not requeued" in capsys.readouterr().err
-        third = ckpt.load(run_dir / "checkpoints" / "last.pt")["global_step"]
-        assert third == second + 2 * BATCH
-
+        # preempted 30 minutes in (not timed out): checkpointed, then requeued, time-outs left:
+        # 1; the requeued job resumes (resume=auto by default) and times out 50 minutes in: a
+        # time-out is allowed (max_num_timeout=1), so requeued again, none left; times out once
+        # more: not requeued ("timed-out too many times"), its checkpoint written
+        for minutes, at, left in ((30, 3, 1), (50, 3, 0), (55, 2, None)):
+            raises = (
+                pytest.raises(SystemExit)
+                if left is not None
+                else pytest.raises(utils.UncompletedJobError, match="timed-out too many times")
+            )
+            with patch(requeue, return_value=None) as requeued, raises:
+                _run(run_dir, job, at * 16 + 5, minutes, clock)
+            if left is None:
+                requeued.assert_not_called()
+                assert "the job is not requeued" in capsys.readouterr().err
+            else:
+                requeued.assert_called_once_with(left)
+            steps.append(_saved(run_dir)["global_step"])
+            assert steps[-1] == steps[-2] + at * BATCH
     # resume=auto continues it (here by hand: no more requeues) to the end of the run
     with mock.job_context(job.job_id):
-        cli._task(compose_cfg([*ARGS, "resume=auto", f"hydra.run.dir={run_dir}"]), run_dir)
+        cli._single(compose_cfg([*ARGS, "resume=auto", f"hydra.run.dir={run_dir}"]), run_dir)
     assert _steps(run_dir) == _steps(reference) == list(range(BATCH, TOTAL + 1, BATCH))
-    ours = ckpt.load(run_dir / "checkpoints" / "last.pt")
-    ref = ckpt.load(reference / "checkpoints" / "last.pt")
+    ours, ref = _saved(run_dir), _saved(reference)
     assert ours["global_step"] == TOTAL
     for k, v in ref["ppo"]["agent"].items():
         assert torch.equal(v, ours["ppo"]["agent"][k]), k
@@ -137,10 +134,5 @@ def test_preempted_job_is_requeued_one_that_timed_out_too_often_is_not(tmp_path,
         (m["event"], m["step"], m.get("signal")) for m in read_metrics(run_dir) if "event" in m
     ]
     assert events == [
-        ("stop", first, usr),
-        ("resume", first, None),
-        ("stop", second, usr),
-        ("resume", second, None),
-        ("stop", third, usr),
-        ("resume", third, None),
+        (e, s, usr if e == "stop" else None) for s in steps[1:] for e in ("stop", "resume")
     ]

@@ -6,6 +6,7 @@ written; 1: an exported file failed the check (moved to ``exported/rejected/``).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Dict, List, Optional
 
@@ -24,64 +25,59 @@ DEFAULTS = {
 
 
 def _options(args: List[str]) -> Dict[str, Optional[str]]:
-    formats = "|".join(ExportFormat.values())
-    usage = f"usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format={formats}]"
     if not args or "=" in args[0] or args[0].startswith("-"):
-        raise ConfigError(f"{usage} [export.verify=N] [export.tolerance=T]")
+        raise ConfigError(
+            "usage: python -m rlrec.export RUN_DIR [export.step=S] [export.format="
+            f"{'|'.join(ExportFormat.values())}] [export.verify=N] [export.tolerance=T]"
+        )
     options = dict(DEFAULTS)
     for item in args[1:]:
         key, sep, value = item.partition("=")
         if key not in options or not sep:
             raise ConfigError(f"{item} is not an option: allowed keys are {', '.join(options)}")
         options[key] = value
-    for key in ("export.step", "export.verify"):
-        value = options[key]
-        if value is not None and not value.isdigit():
-            what = "the env step of a checkpoint" if key == "export.step" else "episodes, 0: none"
-            raise ConfigError(f"{key}={value} is invalid: {what}, an integer >= 0")
-    try:
-        assert float(options["export.tolerance"]) > 0
-    except (ValueError, AssertionError):
-        raise ConfigError(
-            f"export.tolerance={options['export.tolerance']} is invalid: a number > 0"
-        ) from None
-    return options
-
-
-def _line(kind: str, f: dict, n: int, tolerance: float) -> str:
-    head = f"verify {f['file']}: {n} episodes, max action diff {f['max_action_diff']:.3g}, "
-    if f["passed"]:
-        return head + f"max obs diff {f['max_obs_diff']:.3g} <= {tolerance:g}: passed"
-    bad = f["failed"]
-    return head + (
-        f"FAILED: episode {bad['episode']} (seed {bad['seed']}) parts from the checkpoint's at "
-        f"step {bad['parted_at_step']} (tolerance {tolerance:g}); {kind} moved to {f['rejected']}"
-    )
+    for key, what in (
+        ("export.step", "the env step of a checkpoint"),
+        ("export.verify", "episodes, 0: none"),
+    ):
+        if options[key] is not None and not options[key].isdigit():
+            raise ConfigError(f"{key}={options[key]} is invalid: {what}, an integer >= 0")
+    with contextlib.suppress(ValueError):
+        if float(options["export.tolerance"]) > 0:
+            return options
+    raise ConfigError(f"export.tolerance={options['export.tolerance']} is invalid: a number > 0")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         options = _options(args)
-        step = options["export.step"]
-        fmt = options["export.format"]
+        step, fmt = options["export.step"], options["export.format"]
         written = export(args[0], None if step is None else int(step), fmt)
     except ConfigError as exc:
         print(f"rlrec-export: {exc}", file=sys.stderr)
         return 2
-    for p in written:
-        print(p)
+    print(*written, sep="\n")
     n, tolerance = int(options["export.verify"]), float(options["export.tolerance"])
     if n == 0:
         return 0
-    kinds = ["torchscript", "onnx"] if fmt == ExportFormat.both else [str(fmt)]
-    report = verify(args[0], kinds, n, tolerance)
-    lines = [_line(k, report["formats"][k], n, tolerance) for k in kinds]
-    for k, line in zip(kinds, lines):
-        print(line, file=sys.stdout if report["formats"][k]["passed"] else sys.stderr)
+    kinds = ExportFormat(fmt).kinds()
+    formats = verify(args[0], kinds, n, tolerance)["formats"]
+    for kind in kinds:
+        f, bad = formats[kind], formats[kind]["failed"]
+        head = f"verify {f['file']}: {n} episodes, max action diff {f['max_action_diff']:.3g}, "
+        if f["passed"]:
+            print(head + f"max obs diff {f['max_obs_diff']:.3g} <= {tolerance:g}: passed")
+        else:
+            print(
+                head + f"FAILED: episode {bad['episode']} (seed {bad['seed']}) parts from the "
+                f"checkpoint's at step {bad['parted_at_step']} (tolerance {tolerance:g}); {kind} "
+                f"moved to {f['rejected']}",
+                file=sys.stderr,
+            )
     if RunDir(args[0]).report.is_file():  # the page shows the check beside the run's figures
         print(f"report {write_report(RunDir(args[0]).root)}")
-    return 0 if all(report["formats"][k]["passed"] for k in kinds) else 1
+    return 0 if all(formats[k]["passed"] for k in kinds) else 1
 
 
 if __name__ == "__main__":

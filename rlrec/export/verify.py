@@ -14,13 +14,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import gymnasium as gym
 import torch
 
 from rlrec.envs.factory import resolve_device
-from rlrec.export import FILES, META, load_policy
 from rlrec.files import write_atomic
 from rlrec.layout import RunDir
 from rlrec.obs import map_obs
@@ -29,15 +28,17 @@ from rlrec.record import names
 from rlrec.run.replay import replay_config
 from rlrec.train import checkpoint as ckpt
 from rlrec.train.evaluation import Evaluator
+from rlrec.train.policy import FILES, META, load_policy
 from rlrec.train.stack import close_all
 
 TOLERANCE = 1e-4  # export.tolerance: of an observation element, relative to 1 + |its value|
 Tape = Tuple[List[Any], List[torch.Tensor]]  # the observations and actions of every step
+_BOTH = ("return", "length", "success")  # of an episode, by the file and by the checkpoint
 
 
-def _episodes(cfg, policy_for: Callable, step: int, tmp: Path, device) -> Tuple[Tape, List[dict]]:
-    """One evaluation by ``policy_for(env)``: what it saw and did at every step, and the episodes'
-    lines (their clips in ``tmp``)."""
+def _episodes(cfg, policy_for: Callable, step: int, tmp: Path, clip: Path, device):
+    """One evaluation by ``policy_for(env)``: what it saw and did at every step, the episodes'
+    lines, and env 0's clip, moved to ``clip`` (its name under ``exported/``; None: none)."""
     seen: Tape = ([], [])
     tmp.mkdir()
     evaluator = Evaluator(cfg.env, cfg.sim, cfg.eval_env, tmp, video_dir=str(tmp), device=device)
@@ -57,19 +58,13 @@ def _episodes(cfg, policy_for: Callable, step: int, tmp: Path, device) -> Tuple[
     finally:
         close_all([evaluator.env], evaluator)
     lines = [json.loads(x) for x in RunDir(tmp).eval_episodes.read_text().splitlines()]
-    keep = ("env", "seed", "return", "length", "success", "ended")
-    return seen, sorted(({k: r[k] for k in keep} for r in lines), key=lambda r: r["env"])
-
-
-def _checkpoint(cfg, data: dict, device) -> Callable:
-    """The checkpoint's policy for an env, as the run evaluated it (``PPO.act_inference``)."""
-
-    def policy_for(env):
-        ppo = PPO(cfg.algo, env.single_observation_space, env.single_action_space, device)
-        ppo.load_state_dict(data["ppo"])
-        return lambda obs: ppo.act_inference(obs, deterministic=True)
-
-    return policy_for
+    keep = ("env", "seed", *_BOTH, "ended")
+    eps = sorted(({k: r[k] for k in keep} for r in lines), key=lambda r: r["env"])
+    if not (tmp / names.evaluation(step)).is_file():
+        return seen, eps, None
+    clip.parent.mkdir(exist_ok=True)
+    os.replace(tmp / names.evaluation(step), clip)
+    return seen, eps, str(clip.relative_to(clip.parent.parent))
 
 
 def _obs_diff(got, want) -> torch.Tensor:
@@ -98,24 +93,11 @@ def compare(ref: Tape, got: Tape, ref_eps, got_eps, tolerance: float) -> List[di
                 "parted_at_step": parted,
                 "max_action_diff": max(acts, default=0.0),
                 "max_obs_diff": max(obs[:upto], default=0.0),
-                "return": g["return"],
-                "checkpoint_return": r["return"],
-                "length": g["length"],
-                "checkpoint_length": r["length"],
-                "success": g["success"],
-                "checkpoint_success": r["success"],
+                **{k: g[k] for k in _BOTH},
+                **{f"checkpoint_{k}": r[k] for k in _BOTH},
             }
         )
     return out
-
-
-def _keep_clip(tmp: Path, step: int, out: Path, name: str) -> Optional[str]:
-    clip = tmp / names.evaluation(step)
-    if not clip.is_file():
-        return None
-    out.mkdir(exist_ok=True)
-    os.replace(clip, out / name)
-    return f"verify/{name}"
 
 
 def _reject(out: Path, kind: str) -> Path:
@@ -127,25 +109,11 @@ def _reject(out: Path, kind: str) -> Path:
     while moved.exists():
         taken += 1
         moved = out / "rejected" / f"{name.stem}-{taken}{name.suffix}"
-    os.replace(out / FILES[kind], moved)
+    os.replace(out / name, moved)
     meta = json.loads((out / META).read_text())
     meta["files"].pop(FILES[kind], None)
     write_atomic(out / META, json.dumps(meta, indent=2) + "\n")
     return moved
-
-
-def _figures(kind: str, eps: List[dict], clip: Optional[str]) -> Dict[str, Any]:
-    bad = next((e for e in eps if e["parted_at_step"] is not None), None)
-    return {
-        "file": FILES[kind],
-        "passed": bad is None,
-        "max_action_diff": max(e["max_action_diff"] for e in eps),
-        "max_obs_diff": max(e["max_obs_diff"] for e in eps),
-        "max_return_diff": max(abs(e["return"] - e["checkpoint_return"]) for e in eps),
-        "failed": bad and {k: bad[k] for k in ("episode", "seed", "parted_at_step")},
-        "clip": clip,
-        "episodes": eps,
-    }
 
 
 def verify(run_dir, kinds: List[str], n: int, tolerance: float = TOLERANCE) -> Dict[str, Any]:
@@ -156,22 +124,39 @@ def verify(run_dir, kinds: List[str], n: int, tolerance: float = TOLERANCE) -> D
     step = meta["step"]
     data = ckpt.load(Path(run_dir) / meta["checkpoint"]["path"], "export.verify")
     cfg = replay_config(data["config"], 0, [f"eval_env.num_envs={n}", "eval_env.episodes=null"])
-    device = resolve_device(cfg.sim)
+    device = resolve_device(cfg.sim)  # the device of this command, resolved once
+
+    def checkpoint(env):  # the checkpoint's policy, as the run evaluated it
+        ppo = PPO(cfg.algo, env.single_observation_space, env.single_action_space, device)
+        ppo.load_state_dict(data["ppo"])
+        return lambda obs: ppo.act_inference(obs, deterministic=True)
+
     old = out / "verify.json"
     report = json.loads(old.read_text()) if old.is_file() else {}
     formats = report.get("formats", {}) if report.get("step") == step else {}
+    report = {"step": step, "episodes": n, "tolerance": tolerance}
     with tempfile.TemporaryDirectory(dir=out, prefix=".verify-") as tmp_dir:
         tmp, clips = Path(tmp_dir), out / "verify"
-        ref, ref_eps = _episodes(cfg, _checkpoint(cfg, data, device), step, tmp / "ckpt", device)
-        clip = _keep_clip(tmp / "ckpt", step, clips, "checkpoint-env000.mp4")
-        report = {"step": step, "episodes": n, "tolerance": tolerance}
+        ref, ref_eps, clip = _episodes(
+            cfg, checkpoint, step, tmp / "ckpt", clips / "checkpoint-env000.mp4", device
+        )
         report["checkpoint"] = {"clip": clip, "episodes": ref_eps}
         for kind in kinds:
             load = lambda env, p=out / FILES[kind]: load_policy(p)  # noqa: E731
-            got, got_eps = _episodes(cfg, load, step, tmp / kind, device)
+            got, got_eps, clip = _episodes(
+                cfg, load, step, tmp / kind, clips / f"{kind}-env000.mp4", device
+            )
             eps = compare(ref, got, ref_eps, got_eps, tolerance)
-            clip = _keep_clip(tmp / kind, step, clips, f"{kind}-env000.mp4")
-            formats[kind] = _figures(kind, eps, clip)
+            bad = next((e for e in eps if e["parted_at_step"] is not None), None)
+            formats[kind] = {
+                "file": FILES[kind],
+                "passed": bad is None,
+                **{k: max(e[k] for e in eps) for k in ("max_action_diff", "max_obs_diff")},
+                "max_return_diff": max(abs(e["return"] - e["checkpoint_return"]) for e in eps),
+                "failed": bad and {k: bad[k] for k in ("episode", "seed", "parted_at_step")},
+                "clip": clip,
+                "episodes": eps,
+            }
     for kind in kinds:
         if not formats[kind]["passed"]:
             formats[kind]["rejected"] = str(_reject(out, kind).relative_to(run_dir))

@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from rlrec.obs import RGB, STATE, Obs, Shape, shape_of
-from rlrec.ppo.config import CNN_FEATURES, CNN_LAYERS, Encoder, Init, PPOConfig, cnn_maps
+from rlrec.ppo.config import CNN_FEATURES, CNN_LAYERS, Init, ObsEncoder, PPOConfig, cnn_maps
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
@@ -179,7 +179,7 @@ class ActorCritic(nn.Module):
     ):
         super().__init__()
         shape = shape_of(obs_space)  # a CNN's: an image (refused before work otherwise)
-        self.encoder = NatureCNN(shape) if Encoder(encoder) is Encoder.cnn else Flatten(shape)
+        self.encoder = NatureCNN(shape) if ObsEncoder(encoder) is ObsEncoder.cnn else Flatten(shape)
         obs_dim = self.encoder.out_features
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:

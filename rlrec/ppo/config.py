@@ -57,7 +57,7 @@ class Init(Choice):
     torch_default = "torch_default"
 
 
-class Encoder(Choice):
+class ObsEncoder(Choice):
     """What reads the observation before the actor's and the critic's MLPs. ``mlp``: nothing (the
     observation flattened; an image scaled to [0, 1], within MLP_IMAGE_LIMIT values). ``cnn``:
     ManiSkill ppo_rgb.py's NatureCNN over the image (``rlrec.ppo.agent.NatureCNN``), the state
@@ -88,7 +88,7 @@ def check_encoder(encoder: str, env: Any, key: str) -> None:
     the CNN's strides, an MLP on a large raw image."""
     image = env.obs_image()
     if image is None:
-        if encoder == Encoder.cnn:  # every backend observes images (env.obs_mode)
+        if encoder == ObsEncoder.cnn:  # every backend observes images (env.obs_mode)
             raise ConfigError(
                 f"{key}=cnn reads an image but env={env.name} observes a flat state vector: set "
                 "env.obs_mode=rgb or rgb_state, or set algo.encoder=mlp"
@@ -97,12 +97,12 @@ def check_encoder(encoder: str, env: Any, key: str) -> None:
     h, w, c = image
     if min(image) < 1:
         raise ConfigError(f"env.obs_height x env.obs_width = {h}x{w}: an image needs pixels")
-    if encoder == Encoder.cnn and min(cnn_maps(h, w)[-1][1:]) < 1:
+    if encoder == ObsEncoder.cnn and min(cnn_maps(h, w)[-1][1:]) < 1:
         raise ConfigError(
             f"{key}=cnn: the observed image {h}x{w} (env.obs_height x env.obs_width) is too small "
             "for NatureCNN's convolutions (kernels 8, 4, 3, strides 4, 2, 1): 36x36 at least"
         )
-    if encoder == Encoder.mlp and h * w * c > MLP_IMAGE_LIMIT:
+    if encoder == ObsEncoder.mlp and h * w * c > MLP_IMAGE_LIMIT:
         raise ConfigError(
             f"{key}=mlp on the raw image {h}x{w}x{c} = {h * w * c} values (env.obs_height x "
             f"env.obs_width x channels): more than {MLP_IMAGE_LIMIT}; use algo.encoder=cnn or a "
@@ -168,7 +168,7 @@ class PPOConfig:
     # in as few env steps as rsl_rl's PPO (scripts/bench_rsl_rl.py)
     init: Init = Init.torch_default
     # mlp (the observation flattened) | cnn (NatureCNN over an image observation, ppo_rgb.py's)
-    encoder: Encoder = Encoder.mlp
+    encoder: ObsEncoder = ObsEncoder.mlp
     # torch.compile of the policy step and of the update step (CUDA graphs on CUDA); docs/gpu.md
     compile: bool = False
     # each reward divided by the running std of its env's discounted return (gamma), after

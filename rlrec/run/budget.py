@@ -41,7 +41,7 @@ from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.envs.config import ObsMode
-from rlrec.ppo.config import CNN_FEATURES, CNN_LAYERS, Encoder, cnn_maps
+from rlrec.ppo.config import CNN_FEATURES, CNN_LAYERS, ObsEncoder, cnn_maps
 from rlrec.record.settings import recording
 
 FLOAT = 4  # bytes of a float32
@@ -64,7 +64,7 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def _encoder(env, encoder: Encoder) -> Tuple[int, int, int, str]:
+def _encoder(env, encoder: ObsEncoder) -> Tuple[int, int, int, str]:
     """``(parameters, features, floats, keys)`` of what reads the observation (rlrec.ppo.agent's
     ``Flatten`` or ``NatureCNN``): the features its MLPs read and the activation floats it keeps
     per row (the image as floats; NatureCNN's feature maps and features). A state counts one
@@ -75,7 +75,7 @@ def _encoder(env, encoder: Encoder) -> Tuple[int, int, int, str]:
     h, w, c = image
     state = int(env.obs_mode == ObsMode.rgb_state)
     keys = f"algo.encoder={encoder} on {h}x{w}x{c} (env.obs_height x env.obs_width x channels)"
-    if encoder != Encoder.cnn:  # the image as floats in [0, 1], joined with the state
+    if encoder != ObsEncoder.cnn:  # the image as floats in [0, 1], joined with the state
         return 0, h * w * c + state, h * w * c + state, keys
     maps = cnn_maps(h, w)
     ins = [c] + [out for out, _, _ in maps[:-1]]
@@ -238,6 +238,3 @@ def check(cfg: Config, device=None) -> None:
             f"({source}): {parts}. Not counted: the simulator's and the renderer's own memory. "
             "Lower the keys named."
         )
-
-
-__all__ = ["Need", "check", "device_memory", "estimate", "host_memory"]

@@ -16,10 +16,6 @@
   (:meth:`StopRequested.watch_parent`, set up by ``rlrec.run.sweep``): a launcher killed with
   SIGKILL sends nothing, so once per iteration the job checks that its parent is still the
   launcher, and stops as on a SIGHUP (checkpoint, exit) when it is not.
-- A kill at a bad moment (SIGKILL, node failure) can leave temporary files of the dead process
-  (``checkpoints/.last.pt.<pid>-<n>.part``, ``videos/*/.<clip>.<pid>-<n>.part``: the one scheme of
-  ``rlrec.files``); a resuming run removes them before it starts, so the run dir holds only
-  complete files.
 """
 
 from __future__ import annotations
@@ -28,13 +24,9 @@ import contextlib
 import os
 import signal
 import sys
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from rlrec import distributed
-from rlrec.files import inside, temporary_owner
-from rlrec.layout import CHECKPOINTS, SUPERSEDED, TENSORBOARD, VIDEOS
-from rlrec.run import rundir
 
 
 def under_submitit() -> bool:
@@ -60,17 +52,17 @@ class StopRequested:
     finishes and the run stops at the next boundary.
 
     ``signum`` is the first stop signal: a later one (SLURM's SIGTERM after submitit's USR2, say)
-    does not replace it, so the run is still requeued. A sweep holds the process's flag for its
-    life (:func:`hold`, a subclass that overrides :meth:`ignoring`, :meth:`first` and
-    :meth:`stop_now`, called from the handler: keep them short): its runs then use that flag
-    (:func:`run_flag`), so a signal between jobs and one during a job are one stop."""
+    does not replace it, so the run is still requeued. A sweep's flag (``rlrec.run.sweep``, a
+    subclass that overrides :meth:`ignoring`, :meth:`first` and :meth:`stop_now`, called from the
+    handler: keep them short) catches the stop signals between its jobs too (:meth:`catch`), and
+    its jobs' runs use it, so a signal between jobs and one during a job are one stop."""
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None
         self._sigints = 0
-        self._runs = 0  # runs in progress (install .. uninstall)
-        self._previous: Dict[int, Any] = {}  # handlers catch() replaced, until release()
-        self._run_previous: Dict[int, Any] = {}  # handlers install() replaced besides
+        self._running = False  # a run is in progress (install .. uninstall)
+        self._previous: Dict[int, Any] = {}  # the handlers this flag replaced, until release()
+        self._held = False  # catch() hooked signals for the time between runs too
         self._parent: Optional[int] = None  # watch_parent's: the launching process
         self._agreed = False  # whether agreed() said to stop
 
@@ -107,8 +99,7 @@ class StopRequested:
                 "with a checkpoint (SIGHUP); resume=auto continues it\n".encode(),
             )
         signum = distributed.agree_signal(self.signum)
-        if signum is not None and self.signum is None:
-            self.signum = signum
+        self.signum = self.signum or signum
         self._agreed = signum is not None
         return self._agreed
 
@@ -132,70 +123,45 @@ class StopRequested:
     def _handle(self, signum, frame):
         if self.ignoring():
             return
-        if signum == signal.SIGINT:
-            self._sigints += 1
+        self._sigints += signum == signal.SIGINT
         if self.signum is None:
             self.signum = signum
             self.first(signum)
-        elif not self._runs:
+        elif not self._running:
             raise self.stop_now(self.signum)
         # a run writes its checkpoint: only a second Ctrl-C cuts it short
         elif signum == signal.SIGINT and self._sigints > 1:
             raise KeyboardInterrupt
 
-    def _hook(self, sigs: Sequence[int], into: Dict[int, Any]) -> None:
-        for sig in sigs:
-            if sig in self._previous or sig in self._run_previous:
-                continue
-            # not the main thread (some launchers): the default handlers stay
-            with contextlib.suppress(ValueError):
-                into[sig] = signal.signal(sig, self._handle)
+    def _hook(self, signals: Sequence[int]) -> None:
+        for sig in signals:
+            if sig not in self._previous:
+                # not the main thread (some launchers): the default handlers stay
+                with contextlib.suppress(ValueError):
+                    self._previous[sig] = signal.signal(sig, self._handle)
 
-    @staticmethod
-    def _restore(previous: Dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            with contextlib.suppress(ValueError):
-                signal.signal(sig, handler)
-        previous.clear()
+    def catch(self, signals: Sequence[int]) -> None:
+        """``signals`` set this flag between runs too, until :meth:`release`."""
+        self._held = True
+        self._hook(signals)
 
     def install(self) -> None:
         """A run starts: the stop signals set this flag until :meth:`uninstall`."""
-        self._runs += 1
-        if self._runs == 1:  # (a signal hooked already is skipped)
-            usr = requeue_signal()
-            self._hook([signal.SIGTERM, signal.SIGINT, *([usr] if usr else [])], self._run_previous)
+        self._running = True
+        usr = requeue_signal()
+        self._hook([signal.SIGTERM, signal.SIGINT, *([usr] if usr else [])])
 
     def uninstall(self) -> None:
-        self._runs = max(0, self._runs - 1)
-        if self._runs == 0:
-            self._restore(self._run_previous)
+        self._running = False
+        if not self._held:
+            self.release()
 
-    def catch(self, signals: Sequence[int]) -> None:
-        """``signals`` set this flag between runs too, until :func:`release`."""
-        self._hook(signals, self._previous)
-
-
-_HELD: Optional[StopRequested] = None  # this process's flag while a sweep holds it
-
-
-def hold(flag: StopRequested) -> None:
-    """Makes ``flag`` this process's stop flag until :func:`release`."""
-    global _HELD
-    _HELD = flag
-
-
-def release() -> None:
-    """Forgets the held flag and restores the handlers it replaced."""
-    global _HELD
-    flag, _HELD = _HELD, None
-    if flag is not None:
-        flag._restore(flag._run_previous)
-        flag._restore(flag._previous)
-
-
-def run_flag() -> StopRequested:
-    """The stop flag a run installs: the one held in this process (a sweep's), else a new one."""
-    return _HELD if _HELD is not None else StopRequested()
+    def release(self) -> None:
+        """Restores the handlers this flag replaced."""
+        for sig, handler in self._previous.items():
+            with contextlib.suppress(ValueError):
+                signal.signal(sig, handler)
+        self._previous.clear()
 
 
 def requeue_if_preempted(signum: Optional[int]) -> None:
@@ -215,46 +181,3 @@ def requeue_if_preempted(signum: Optional[int]) -> None:
                 flush=True,
             )
             raise
-
-
-def _stale(pid: int, in_run_dir: bool, holder: Optional[rundir.Holder]) -> bool:
-    """Whether a temporary named with ``pid`` was left by a process that is gone.
-
-    - ``holder``, the process whose run-dir lock this run took over, is gone whatever host it ran
-      on (the kernel released its lock); its files go everywhere, recorder dirs included;
-    - other pids are checked only in the run dir (the lock says only its run writes there) and only
-      where they mean something, on the host of the run dir's last holder: no such process here;
-    - in a recorder dir outside the run dir, which other runs (of other hosts, maybe) may share,
-      only the holder's files go.
-    """
-    if pid == os.getpid():
-        return False
-    here = rundir.this_host()
-    if holder is not None and pid == holder.pid:
-        return holder.host != here or not rundir.pid_alive(pid)
-    return in_run_dir and (holder is None or holder.host == here) and not rundir.pid_alive(pid)
-
-
-def remove_stale_temporaries(run_dir: Path, recorder_dirs: Sequence[str] = ()) -> List[Path]:
-    """Deletes the temporary files that processes now gone left in ``run_dir`` (itself, and its
-    ``checkpoints/``, ``videos/``, ``superseded/`` and ``tensorboard/``), and the clip
-    temporaries (``.<clip>.<pid>-<n>.part``) they left in ``recorder_dirs`` (``recorder.dir``
-    outside the run dir): never a file of this process or of a live one (see :func:`_stale`)."""
-    removed = []
-    run_dir = Path(run_dir)
-    holder = getattr(rundir.claim_of(run_dir), "previous", None)  # the dead one it took over
-    # (a glob of a dir that is not there finds nothing)
-    subs = (CHECKPOINTS, VIDEOS, SUPERSEDED, TENSORBOARD)
-    candidates = [(p, True) for sub in subs for p in (run_dir / sub).rglob(".*")]
-    # metrics.jsonl rewritten by a resume (rlrec.train.timeline)
-    candidates += [(p, True) for p in run_dir.glob(".*.part")]
-    for d in dict.fromkeys(recorder_dirs):  # the recorder writes its clips into the dir itself
-        candidates += [(p, inside(Path(d), run_dir)) for p in Path(d).glob(".*.part")]
-    for p, in_run_dir in dict.fromkeys(candidates):
-        pid = temporary_owner(p.name)
-        if pid is None or not p.is_file() or not _stale(pid, in_run_dir, holder):
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-            removed.append(p)
-    return removed

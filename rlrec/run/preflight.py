@@ -1,10 +1,11 @@
-"""The one place where a run is refused before work: :func:`refuse_before_work` (the config's keys
-and values, the logger's extra, what several ranks refuse, the device, the env backend's readiness
-and the memory budget), which the Hydra callback :class:`Preflight` runs before Hydra creates the
-run dir (with the writable-dir checks of the run or sweep dir) and ``rlrec.run.cli`` runs for a
-run no Preflight checked (a sweep's jobs); the entry point checks the launcher/sweeper extras
-before Hydra composes anything, and an override Hydra cannot apply is refused in rlrec's words
-(:func:`overrides_refused`).
+"""The one place where a run is refused: before work, :func:`refuse_before_work` (the config's
+keys and values, the logger's extra, the device, what several ranks refuse, the env backend's
+readiness and the memory budget), which the Hydra callback :class:`Preflight` runs before Hydra
+creates the run dir (with the writable-dir checks of the run or sweep dir, and a sweep under
+torchrun) and :func:`start` for a run no Preflight checked (a sweep's jobs); the entry point
+checks the launcher/sweeper extras before Hydra composes anything, and an override Hydra cannot
+apply is refused in rlrec's words (:func:`overrides_refused`). What only reading the checkpoint or
+building the envs shows is refused by :func:`start`, once the run dir is claimed.
 
 Each failure prints ``rlrec: config error: ...`` naming the key and exits with status 2, like every
 other config error, and leaves nothing behind.
@@ -16,13 +17,14 @@ import contextlib
 import copy
 import enum
 import importlib.util
+import json
 import os
 import re
 import sys
 import typing
 from dataclasses import dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, NoReturn, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, NoReturn, Optional, Tuple, Union
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
@@ -33,7 +35,8 @@ from rlrec import distributed
 from rlrec.checks import ConfigError, field_types, one_of
 from rlrec.config import Config, to_dataclass, unknown_key
 from rlrec.files import probe_dir
-from rlrec.run import budget, rundir
+from rlrec.run import budget, preempt, rundir
+from rlrec.run.process import PROCESS
 
 OUTPUT_DIR = "the output dir"  # probe_dir's wording for hydra.run.dir and hydra.sweep.dir
 
@@ -50,33 +53,30 @@ PLUGINS: Dict[str, Tuple[str, str]] = {
 }
 
 
-def _installed(module: str) -> bool:
+def _need(what: str, module: str, extra: str) -> None:
+    """ConfigError naming ``what`` and the extra to install unless ``module`` is installed."""
     with contextlib.suppress(ImportError):  # a parent package is missing or broken
-        return importlib.util.find_spec(module) is not None
-    return False
+        if importlib.util.find_spec(module) is not None:
+            return
+    raise ConfigError(
+        f"{what} needs the '{extra}' extra, which is not installed ({module} is missing): "
+        f"pip install 'rlrec[{extra}]' (or pip install -e '.[{extra}]' in a checkout)"
+    )
 
 
 def check_plugin_extras(overrides: Iterable[str]) -> None:
-    """ConfigError naming the override and the extra to install when a launcher/sweeper plugin
-    chosen on the command line is not installed (Hydra alone would only say it is not found)."""
+    """The launcher/sweeper plugins chosen on the command line are installed (Hydra alone would
+    only say one is not found)."""
     for item in overrides:
-        module, extra = PLUGINS.get(item.lstrip("+"), ("", ""))
-        if module and not _installed(module):
-            raise ConfigError(
-                f"{item.lstrip('+')} needs the '{extra}' extra, which is not installed "
-                f"({module} is missing): pip install 'rlrec[{extra}]' "
-                f"(or pip install -e '.[{extra}]' in a checkout)"
-            )
+        if item.lstrip("+") in PLUGINS:
+            _need(item.lstrip("+"), *PLUGINS[item.lstrip("+")])
 
 
 def check_logger_extra(config: DictConfig) -> None:
     """``logger=wandb`` without wandb: the logger would only find out after the run's first
     files."""
-    if OmegaConf.select(config, "logger.name") == "wandb" and not _installed("wandb"):
-        raise ConfigError(
-            "logger=wandb needs the 'wandb' extra, which is not installed: "
-            "pip install 'rlrec[wandb]' (or use logger=tensorboard)"
-        )
+    if OmegaConf.select(config, "logger.name") == "wandb":
+        _need("logger=wandb", "wandb", "wandb")
 
 
 @dataclass
@@ -89,11 +89,11 @@ class Checked:
 
 def refuse_before_work(cfg: DictConfig) -> Checked:
     """Every refusal before any work, once (ConfigError naming the key): the logger's extra, the
-    config's keys and values (``rlrec.config.to_dataclass``, which probes the recorder dirs), what
-    a run of several ranks refuses, the device, the env backend's ``check_ready`` and the memory
+    config's keys and values (``rlrec.config.to_dataclass``, which probes the recorder dirs), the
+    device, what a run of several ranks refuses, the env backend's ``check_ready`` and the memory
     budget. ``cfg``: the composed config without its ``hydra`` node. Called by :class:`Preflight`
     before the run dir exists and, where no Preflight checked the run (a sweep's jobs), by
-    ``rlrec.run.cli``; :func:`checked_for` hands Preflight's result to the run."""
+    :func:`start`."""
     check_logger_extra(cfg)
     # what it refuses is refused without importing torch, but for an env that cannot be built
     # (the backend's check names why)
@@ -103,28 +103,51 @@ def refuse_before_work(cfg: DictConfig) -> Checked:
 
     if config.checkpoint is not None:
         check_exists(config.checkpoint)  # (a damaged file shows when the run reads it)
-    distributed.check(config)
     # the rank's device, resolved once: the process group, the envs, the policy and the
     # normaliser all use it (cuda:<local rank> with several ranks, current for CUDA)
     device = resolve_device(config.sim)
+    distributed.check(config, device)
     check_ready(config.env, config.sim)  # e.g. ManiSkill's GPU sim needs a library on disk
     budget.check(config, device)  # sizes that cannot fit are refused before anything is built
     return Checked(config, device)
 
 
-# runs Preflight checked, by (run dir, config): the run started next in this process takes its own
-# (None: Preflight could not check it, and the run checks it itself)
-_CHECKED: Dict[Tuple[str, str], Optional[Checked]] = {}
-
-
-def _checked_key(run_dir: Union[str, Path], cfg: DictConfig) -> Tuple[str, str]:
+def _key(run_dir: Union[str, Path], cfg: DictConfig) -> Tuple[str, str]:
     return os.path.realpath(run_dir), OmegaConf.to_yaml(cfg)
 
 
-def checked_for(run_dir: Union[str, Path], cfg: DictConfig) -> Optional[Checked]:
-    """What :class:`Preflight` checked for the run of ``cfg`` in ``run_dir`` (once: it is taken),
-    or None when it did not check it."""
-    return _CHECKED.pop(_checked_key(run_dir, cfg), None)
+def take(run_dir: Path, cfg: DictConfig) -> Tuple[Optional[Checked], Optional[rundir.Claim]]:
+    """What :class:`Preflight` checked (None: it could not) and claimed for the run of ``cfg`` in
+    ``run_dir``, once: it is taken."""
+    return PROCESS.checked.pop(_key(run_dir, cfg), (None, None))
+
+
+def start(cfg: DictConfig, run_dir: Path, stop, checked=None, holder=None):
+    """The runner of the run of ``cfg`` in its claimed ``run_dir`` with the stop flag ``stop``,
+    of ``checked`` (Preflight's checks), else of :func:`refuse_before_work`'s. What only reading
+    the checkpoint or building the envs shows is refused now, saying so. A (requeued) submitit job
+    that asked for nothing else continues its checkpoint; ``resume=auto`` first removes what a
+    killed run left half-written (``holder``: the dead process whose lock the claim took over).
+    Several ranks: joins the process group first (docs/distributed.md)."""
+    from rlrec.train.runner import Runner  # imported here: --help and config errors stay fast
+
+    checked = checked or refuse_before_work(cfg)
+    config = checked.config
+    if preempt.under_submitit() and not (config.resume or config.checkpoint or config.eval_only):
+        config.resume = "auto"
+    if config.resume == "auto" and distributed.env_rank() == 0:
+        # here and in recorder dirs outside the run dir
+        dirs = [r.dir for r in (config.recorder, config.eval_env.recorder) if r.dir]
+        rundir.remove_stale_temporaries(run_dir, dirs, holder)
+    distributed.init(config.distributed, checked.device)  # several ranks: the process group
+    try:
+        return Runner(config, run_dir, checked.device, stop)
+    except ConfigError as exc:
+        exc.args = (
+            f"{exc} (found after the run dir was claimed: when the run read its checkpoint or "
+            "built its envs)",
+        )
+        raise
 
 
 def refuse(err: ConfigError) -> NoReturn:
@@ -144,7 +167,6 @@ def refusing() -> Iterator[None]:
 
 # Hydra prints its own error and exits 1 unless this is "1": then it raises the error
 FULL_ERROR = "HYDRA_FULL_ERROR"
-_HELD: List[Optional[str]] = []  # the user's HYDRA_FULL_ERROR, while Hydra composes
 
 
 @contextlib.contextmanager
@@ -154,7 +176,7 @@ def overrides_refused() -> Iterator[None]:
     HYDRA_FULL_ERROR=1 makes Hydra raise such an error to here; where the user set it, Hydra's
     own error is raised as it is."""
     users = os.environ.get(FULL_ERROR)
-    _HELD.append(users)
+    PROCESS.full_error.append(users)
     os.environ[FULL_ERROR] = "1"
     try:
         yield
@@ -169,8 +191,8 @@ def overrides_refused() -> Iterator[None]:
 def composed() -> None:
     """Hydra composed the run's config (its task function starts): HYDRA_FULL_ERROR as the user
     set it, so that Hydra reports the run's own errors as it does without rlrec."""
-    while _HELD:
-        users = _HELD.pop()
+    while PROCESS.full_error:
+        users = PROCESS.full_error.pop()
         if users is None:
             os.environ.pop(FULL_ERROR, None)
         else:
@@ -214,13 +236,6 @@ _KINDS = {
 }
 
 
-def _written(value: Any) -> str:
-    """``value`` as an override writes it."""
-    if isinstance(value, (list, tuple)):
-        return f"[{','.join(map(_written, value))}]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def check_type(written: str, err: ValidationError) -> None:
     """ConfigError for override ``written`` (``KEY=VALUE``) whose value Hydra could not merge
     into the key's type (``err``): the key, its type and an example (the key's value before, where
@@ -242,9 +257,9 @@ def check_type(written: str, err: ValidationError) -> None:
         return
     one, several, example = _KINDS[base]
     before = OmegaConf.select(node, name, throw_on_resolution_failure=False)  # its value so far
-    values = list(before) if many and before is not None else [before]
-    if values and all(type(v) is base for v in values):
-        example = _written(values if many else before)
+    values = list(before or []) if many else [before]
+    if values and all(type(v) is base for v in values):  # as an override writes it
+        example = json.dumps(values if many else before, separators=(",", ":")).strip('"')
     elif many:
         example = f"[{example},{example}]"
     note = ""
@@ -276,42 +291,45 @@ class Preflight(Callback):
         task = copy.deepcopy(config)  # the config the task function gets: without ``hydra``
         with read_write(task), open_dict(task):
             del task["hydra"]
-        if distributed.env_rank() > 0:
-            with refusing():
-                checked = self._validate(task)
-                run_dir = distributed.wait_for("run_dir", timeout)
-            with read_write(config.hydra.run):
-                config.hydra.run.dir = run_dir
-            _CHECKED[_checked_key(run_dir, task)] = checked
-            return
-        run_dir = str(OmegaConf.select(config, "hydra.run.dir"))
+        claimed = None
         try:
-            # validated first, as on every other rank: with the policy on CUDA the ranks meet in
-            # it (distributed.shared_gpus), and a refusal must come after that to reach them
-            checked = self._validate(task)
-            probe_dir(run_dir, "hydra.run.dir", use=OUTPUT_DIR)
-            # last, once the checks passed: lock the run dir before Hydra writes into it, noting
-            # what was there (a later config error removes only what this run created)
-            claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
+            # validated first on every rank: with the policy on CUDA the ranks meet in it
+            # (distributed.shared_gpus), and a refusal must come after that to reach them
+            checked = _validate(task)
+            if distributed.env_rank() > 0:
+                run_dir = distributed.wait_for("run_dir", timeout)
+                with read_write(config.hydra.run):
+                    config.hydra.run.dir = run_dir
+            else:
+                run_dir = probe_dir(config.hydra.run.dir, "hydra.run.dir", use=OUTPUT_DIR)
+                # last, once the checks passed: lock the run dir before Hydra writes into it,
+                # noting what was there (a later config error removes only what this run created)
+                claimed = rundir.claim(Path(run_dir), "hydra.run.dir")
+                if distributed.launched():
+                    distributed.publish("run_dir", str(claimed.run_dir), timeout)
         except ConfigError as err:
-            if distributed.launched():
+            if distributed.launched() and distributed.env_rank() == 0:
                 distributed.publish("run_dir", str(err), timeout, error=True)
             refuse(err)
-        if distributed.launched():
-            distributed.publish("run_dir", str(claimed.run_dir), timeout)
-        _CHECKED[_checked_key(claimed.run_dir, task)] = checked
+        PROCESS.checked[_key(run_dir, task)] = (checked, claimed)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with refusing():  # values set for the whole sweep (each job checks its own)
+            if distributed.launched():
+                raise ConfigError(
+                    "-m (a sweep) under torchrun is refused: torchrun starts ranks of ONE run; "
+                    "sweep with python train.py -m and hydra/launcher=slurm (tasks_per_node, "
+                    "nodes) for jobs of several ranks, or run torchrun once per setting"
+                )
             probe_dir(str(config.hydra.sweep.dir), "hydra.sweep.dir", use=OUTPUT_DIR)
             check_logger_extra(config)
 
-    @staticmethod
-    def _validate(task: DictConfig) -> Optional[Checked]:
-        """:func:`refuse_before_work` (its ConfigError raised); None where it could not check."""
-        try:
-            return refuse_before_work(task)
-        except ConfigError:
-            raise
-        except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
-            return None
+
+def _validate(task: DictConfig) -> Optional[Checked]:
+    """:func:`refuse_before_work` (its ConfigError raised); None where it could not check."""
+    try:
+        return refuse_before_work(task)
+    except ConfigError:
+        raise
+    except Exception:  # e.g. an interpolation only the job can resolve: the job checks again
+        return None

@@ -26,14 +26,12 @@ from typing import List, Optional, Sequence, Tuple
 from omegaconf import OmegaConf
 
 from rlrec.checks import ConfigError
-from rlrec.config import Config, EpisodeClips, to_dataclass
+from rlrec.config import Config, KeptClips, to_dataclass
 from rlrec.layout import RunDir
 from rlrec.record import names
 from rlrec.record.settings import Trigger
 from rlrec.run import preempt
 from rlrec.train import checkpoint as ckpt
-
-__all__ = ["find_checkpoint", "main", "replay", "replay_config"]
 
 USAGE = "python -m rlrec.run.replay RUN_DIR replay.step=S replay.env=E [KEY=VALUE ...]"
 
@@ -72,7 +70,7 @@ def replay_config(saved: dict, env: int, overrides: Sequence[str] = ()) -> Confi
         base,
         {k: v for k, v in saved.items() if k != "hydra"},
         {
-            "eval_env": {"recorder": recorder, "clips": EpisodeClips.none.value},
+            "eval_env": {"recorder": recorder, "clips": KeptClips.none.value},
             "eval_only": False,  # set below: step 0 may have no checkpoint to name
             "recorder": {"enabled": False},  # the train env's
             "resume": None,
@@ -92,22 +90,22 @@ def replay(
     clip's path."""
     from rlrec.train.runner import Runner
 
-    run_dir = Path(run_dir)
-    path, data = find_checkpoint(run_dir, step)
+    path, data = find_checkpoint(Path(run_dir), step)
     cfg = replay_config(data["config"], env, overrides)  # refuses an env past eval_env.num_envs
     out = Path(out) if out is not None else RunDir(run_dir).replay(step, env)
     out.mkdir(parents=True, exist_ok=True)
     if path is not None:
         cfg.checkpoint, cfg.eval_only = str(path), True
-        Runner(cfg, out, stop=preempt.run_flag()).run()
-    else:
-        # step 0 without a checkpoint: the untrained policy, built from the run's seed as the
-        # training run built it (its train env too), then evaluated once
-        runner = Runner(cfg, out, stop=preempt.run_flag())
-        try:
+    # step 0 without a checkpoint: the untrained policy, built from the run's seed as the
+    # training run built it (its train env too), then evaluated once
+    runner = Runner(cfg, out, stop=preempt.StopRequested())
+    try:
+        if path is None:
             runner.evaluate()
-        finally:
-            runner.close()
+        else:
+            runner.run()
+    finally:
+        runner.close()
     clip = RunDir(out).videos("eval") / names.evaluation(step)
     if not clip.exists():
         raise RuntimeError(f"replay: the clip {clip} was not written (see the log above)")

@@ -1,12 +1,12 @@
 """Where a run starts from, and the point a stop sends it back to.
 
-- **Where a run starts from** (:func:`find`, a :class:`Start`): ``checkpoint=PATH``; with
-  ``resume=auto`` the newest good checkpoint of the run dir (a damaged one is skipped with a
+- **Where a run starts from** (:func:`find`, a :class:`StartCheckpoint`): ``checkpoint=PATH``;
+  with ``resume=auto`` the newest good checkpoint of the run dir (a damaged one is skipped with a
   warning naming it), once what a killed run left half-written is removed; or nothing, a new run.
   It is found before any work, so a bad path, or a checkpoint of another number of ranks, is
-  refused before anything is built; :meth:`Start.check_compatible` refuses one of another env as
-  soon as the envs are. :meth:`Start.restore` puts it back into PPO, the RNG streams and the env
-  stacks.
+  refused before anything is built; :meth:`StartCheckpoint.check_compatible` refuses one of
+  another env as soon as the envs are. :meth:`StartCheckpoint.restore` puts it back into PPO, the
+  RNG streams and the env stacks.
 - **The resume point** (:class:`ResumePoint`): what every checkpoint holds, the state as of the
   start of the rollout or evaluation in progress (kept while it runs), else as of now: a state an
   uninterrupted run also goes through, so ``resume=auto`` continues bit-exactly after a stop (or a
@@ -14,7 +14,7 @@
 - **Several ranks** (docs/distributed.md): each rank's RNG streams, train env and next observation
   are its own. Rank 0 finds the checkpoint and tells the others which file; :meth:`ResumePoint.save`
   puts the other ranks' own entries into rank 0's checkpoint, under ``ranks``, and
-  :meth:`Start.restore` gives each rank its own back.
+  :meth:`StartCheckpoint.restore` gives each rank its own back.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from rlrec import distributed, export
+from rlrec import distributed
 from rlrec.checks import ConfigError
 from rlrec.config import Config
 from rlrec.files import remove_quietly
@@ -34,6 +34,7 @@ from rlrec.layout import RunDir, periodic_iteration
 from rlrec.obs import batch_size, map_obs, shape_of
 from rlrec.train import checkpoint as ckpt
 from rlrec.train import timeline
+from rlrec.train.policy import start_data
 from rlrec.train.stack import load_stack_state
 
 # what each rank of several has of its own (the rest is the same on every rank): gathered into
@@ -42,7 +43,7 @@ _PER_RANK = ("rng", "train_env", "next_obs")
 
 
 @dataclass(frozen=True)
-class Start:
+class StartCheckpoint:
     """The checkpoint a run starts from."""
 
     path: str  # the file, as named by checkpoint=PATH or found by resume=auto
@@ -91,7 +92,7 @@ class Start:
         return map_obs(lambda x: x.to(ppo.device), obs)
 
 
-def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
+def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[StartCheckpoint]:
     """The checkpoint this run starts from, or None for a new run; a :class:`ConfigError` when it
     cannot be used. Several ranks: rank 0 finds it and tells the others which file (they read the
     same file); a refusal on rank 0 is raised on every rank. ``resume=auto`` of a training run:
@@ -109,7 +110,7 @@ def find(cfg: Config, run_dir: Path, rank: int, world: int) -> Optional[Start]:
     if error is not None or found["error"]:  # rank 0's own error as raised (an UnsafeCheckpoint)
         raise error or ConfigError(found["error"])
     if rank > 0 and found["path"]:
-        start = Start(found["path"], ckpt.load(found["path"]), key)
+        start = StartCheckpoint(found["path"], ckpt.load(found["path"]), key)
     # a training run that resume=auto continues in its own run dir
     restarts = not cfg.eval_only and cfg.checkpoint is None and cfg.resume == "auto"
     if start is not None:
@@ -142,8 +143,8 @@ def iterations(cfg: Config, world: int) -> int:
 
 def _locate(cfg, run_dir, key):
     path = cfg.checkpoint
-    if path is not None:  # eval_only=true: an export too (rlrec.export)
-        data = export.start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
+    if path is not None:  # eval_only=true: an export too (rlrec.train.policy)
+        data = start_data(cfg.checkpoint, cfg.eval_only) or ckpt.load(cfg.checkpoint)
         began = ckpt.blowup(data)
         if began and not cfg.eval_only:  # named by its twin from before it, if there is one
             try:
@@ -159,7 +160,7 @@ def _locate(cfg, run_dir, key):
                 "Give a checkpoint from before the blow-up, or start afresh, with other settings "
                 "(a lower algo.learning_rate, say)"
             )
-        return Start(str(path), data, key)
+        return StartCheckpoint(str(path), data, key)
     if cfg.resume != "auto":
         return None  # (eval_only=true without either: refused with the config)
     # the newest good checkpoint (a damaged one is skipped with a warning naming it)
@@ -170,7 +171,7 @@ def _locate(cfg, run_dir, key):
             f"{RunDir(run_dir).checkpoints}: give checkpoint=PATH, or "
             "hydra.run.dir=<the run dir that holds checkpoints/>"
         )
-    return found and Start(str(found[0]), found[1], key)
+    return found and StartCheckpoint(str(found[0]), found[1], key)
 
 
 class ResumePoint:
@@ -189,7 +190,7 @@ class ResumePoint:
         now: Callable[[], dict],
         run_dir: Path,
         cfg: Config,
-        start: Optional[Start] = None,
+        start: Optional[StartCheckpoint] = None,
         before_write: Callable[[], None] = lambda: None,
         protect: Callable[[], Optional[str]] = lambda: None,
     ):
