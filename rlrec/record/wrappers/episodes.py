@@ -120,7 +120,7 @@ class EpisodeClips(EnvWrapper):
                 kind=kind,
                 key=key,
                 on_clip=lambda clip, i=i: self._placed.update({i: clip}),
-                schedule=Schedule.of(one, keep=choice.keep, hold=True),  # placed by settle()
+                schedule=Schedule.of(one, hold=True),  # placed by settle()
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )
             self.engines.append(engine)
