@@ -71,9 +71,10 @@ class RecorderWrapper:
     def finish(self) -> None:
         """The env is stepped no more (:meth:`close` comes later): the clip in progress is saved
         if ``record_final_episode`` (else dropped), as at close, and waited for (bounded)."""
-        if self.engine is not None:
-            self.engine.end_clip(keep=self.engine.cfg.record_final_episode)
-            self.engine.flush()
+        engine = self.engine
+        if engine is not None:
+            engine.end_clip(keep=engine.cfg.record_final_episode)
+            engine.flush()
 
     def poll(self) -> None:
         """Reports finished clips and encoder errors (see :meth:`ClipEngine.poll`)."""
@@ -104,8 +105,10 @@ class RecorderWrapper:
 
 
 # RecorderConfig fields a drop-in takes by their own names (besides its framework's arguments)
-OPTIONS = ("length_frames", "length_sec", "record_final_episode", "overlay", "filename")
-OPTIONS += ("queue_size", "stall_timeout_sec", "quality", "preset", "lossless", "on_error")
+OPTIONS = (
+    "length_frames length_sec record_final_episode overlay filename queue_size stall_timeout_sec "
+    "quality preset lossless on_error"
+).split()
 
 
 def _whole(value: Any) -> bool:
@@ -141,12 +144,10 @@ class Arguments:
 
     def positive(self, value: Any, name: str, rule: str) -> Optional[float]:
         """A numeric argument as a float: None stays None, else a finite number > 0."""
-        if value is None:
-            return None
         number = _whole(value) or isinstance(value, (float, np.floating))
-        if not number or not math.isfinite(value) or not value > 0:
+        if value is not None and not (number and math.isfinite(value) and value > 0):
             self.refuse(name, value, rule)
-        return float(value)
+        return None if value is None else float(value)
 
     def callables(self, **arguments: Any) -> None:
         """Each of ``arguments`` is a callable or None."""
@@ -159,7 +160,7 @@ class Arguments:
         naming ``names``): ``fields`` from its framework's arguments, ``options`` the
         :class:`RecorderConfig` fields its caller named (those of ``OPTIONS + extra`` that
         ``fields`` does not set); ConfigError naming any other."""
-        allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
+        allowed = [k for k in (*OPTIONS, *extra) if k not in fields]
         unknown = sorted(set(options) - set(allowed))
         if unknown:
             raise ConfigError(

@@ -63,13 +63,9 @@ class ClipChoice:
     rule: str = "all"
     k: int = 3
 
-    def keep(self, env: int, success: Optional[bool], ret: float) -> bool:
-        """Asked as a clip ends: False drops it before it is written."""
-        return self.rule != "failed" or success is not True
-
     def chosen(self, counted: Counted) -> List[int]:
         """The envs whose clip is placed, of ``counted``."""
-        envs = [e for e, (success, ret) in counted.items() if self.keep(e, success, ret)]
+        envs = [e for e, (success, _) in counted.items() if self.rule != "failed" or not success]
         if self.rule in ("worst", "best"):
             sign = 1 if self.rule == "worst" else -1
             envs = sorted(envs, key=lambda e: (sign * counted[e][1], e))[: self.k]
@@ -99,42 +95,39 @@ class EpisodeClips(EnvWrapper):
         # (env indices, frames) of this step's one batched render, dropped with the step
         self._cached: Optional[tuple] = None
         self._placed: Dict[int, ClipInfo] = {}
-        self.engines: List[ClipEngine] = []
-        horizon = getattr(env, "max_episode_steps", None)
-        source = Source(n, env.dt, env.device, self._render, horizon)
-        for i in range(n):
-            one = dataclasses.replace(
-                cfg,
-                enabled=True,
-                trigger=Trigger.eval,
-                every=None,
-                env_idx=[i],
-                filename=None,
-                record_final_episode=False,
-                queue_size=max(2 * BATCH, cfg.queue_size // n),
-            )
-            engine = ClipEngine(
-                one,
+        source = Source(n, env.dt, env.device, self._render, env.max_episode_steps)
+        each = dataclasses.replace(
+            cfg,
+            enabled=True,
+            trigger=Trigger.eval,
+            every=None,
+            filename=None,
+            record_final_episode=False,
+            queue_size=max(2 * BATCH, cfg.queue_size // n),
+        )
+        self.engines = [
+            ClipEngine(
+                dataclasses.replace(each, env_idx=[i]),
                 source,
                 video_dir,
                 kind=kind,
                 key=key,
                 on_clip=lambda clip, i=i: self._placed.update({i: clip}),
-                schedule=Schedule.of(one, hold=True),  # placed by settle()
+                schedule=Schedule.of(each, hold=True),  # placed by settle()
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )
-            self.engines.append(engine)
+            for i in range(n)
+        ]
 
     def _render(self, env_idx: List[int]) -> torch.Tensor:
         """The frame of ``env_idx[0]`` now, from one render of every env whose clip is open."""
         i = env_idx[0]
-        cached = self._cached
-        if cached is None or i not in cached[0]:
+        if self._cached is None or i not in self._cached[0]:
             idx = [j for j, e in enumerate(self.engines) if e.recording or j == i]
             # one copy to the host for all of them (each engine's encoder would copy its own row)
-            cached = self._cached = (idx, self.env.render(idx).cpu())
-        pos = cached[0].index(i)
-        return cached[1][pos : pos + 1]
+            self._cached = (idx, self.env.render(idx).cpu())
+        idx, frames = self._cached
+        return frames[idx.index(i)][None]
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
@@ -150,11 +143,11 @@ class EpisodeClips(EnvWrapper):
     def step(self, action):
         out = self.env.step(action)
         self._cached = None  # none from before (a step that raised)
-        reward, terminated, truncated, info = out[1], out[2], out[3], out[4]
+        values = out[1:]
         if any(engine.recording for engine in self.engines):
-            reward, terminated, truncated, info = _on_host(reward, terminated, truncated, info)
+            values = _on_host(*values)
         for engine in self.engines:
-            engine.on_step(reward, terminated, truncated, info)
+            engine.on_step(*values)
         self._cached = None  # frames are not kept past their step
         return out
 
