@@ -124,13 +124,12 @@ class _Worker:
     by its own thread.) The training thread's side is the :class:`Encoder`'s methods.
     """
 
-    def __init__(self, queue_size: int, name: str, stall_timeout: float, threads: Optional[int]):
+    def __init__(self, queue_size, name, stall_timeout, threads):
         self.batch = max(1, min(BATCH, queue_size // 2))
         self.name, self.stall_timeout = name, float(stall_timeout)
         self.threads = threads  # x264's threads of each clip (None: its own)
         self.thread: Optional[threading.Thread] = None
         self.cv = threading.Condition()
-        self.clip_open = False  # between open() and end()
         # shared by the two threads, under cv: the items handed over, and those put and not yet
         # processed (flush waits for 0)
         self.items: Deque[Optional[tuple]] = collections.deque()
@@ -157,27 +156,23 @@ class _Worker:
         self.tmp: Optional[str] = None
         self.abandoned = False  # the owner is gone without close(): drop everything, stop
 
-    def abandon(self) -> None:
+    def abandon(self):
         """The owner was collected, or the interpreter exits, without :meth:`close`: the clip in
         progress and every clip not yet on disk are dropped (ffmpeg killed and reaped, temporary
         files removed) and the thread ends. Clips already under their final name stay. Bounded,
         and safe from any thread (a garbage collection runs finalizers wherever it happens)."""
-        thread = self.thread
+        thread, proc = self.thread, self.proc
         with self.cv:
-            if self.abandoned:
-                return
-            self.abandoned = True
-            busy = self.clip_open or self.job is not None or bool(self.items)
+            first, self.abandoned = not self.abandoned, True
             self.cv.notify_all()
-        if thread is None:
+        if not first or thread is None:
             return
-        if busy:
+        if self.job is not None or self.items:
             log.warning(
                 "%s: the recorder was not closed (garbage-collected, or the interpreter exits): "
                 "the clip in progress is dropped; close() saves it",
                 self.name,
             )
-        proc = self.proc
         if proc is not None:  # unblocks a write or a finish the thread may be waiting in; reaped
             proc.kill_and_wait()
         if thread is not threading.current_thread():  # collected on this thread: it ends itself
@@ -186,7 +181,7 @@ class _Worker:
                 remove_quietly(self.tmp)
                 self.drop_pending()
 
-    def drop_pending(self) -> None:
+    def drop_pending(self):
         """Removes the temporary files of finished clips nobody will place now."""
         for result in [*self.results, *self.held_clips]:
             if isinstance(result, ClipInfo) and result._pending is not None:
@@ -194,7 +189,7 @@ class _Worker:
                 result._pending = None
 
     # -------------------------------------------------------------- encoder thread
-    def run(self) -> None:
+    def run(self):
         stop = False
         while not (stop or self.abandoned):
             with self.cv:
@@ -209,7 +204,7 @@ class _Worker:
                 # never let this thread die or keep buffers: the training thread would wait forever
                 with self.cv:
                     # a batch may hold buffers of an old frame size and of the new one
-                    shape = self.layout[0] if self.layout is not None else None
+                    shape = self.layout and self.layout[0]
                     self.free.extend(b for b in buffers if tuple(b.shape) == shape)
                     self.unfinished -= len(items)
                     self.alive_at = time.monotonic()
@@ -222,7 +217,7 @@ class _Worker:
                 self.unfinished = 0
                 self.cv.notify_all()
 
-    def _process(self, items: List[Optional[tuple]], buffers: List[Any]) -> bool:
+    def _process(self, items, buffers):
         """Runs the queued items in order, consecutive frames as one write; True on close."""
         images: List[np.ndarray] = []
         for item in items:
@@ -231,7 +226,7 @@ class _Worker:
                 return True
             if item is not None and item[0] == "frame":
                 buffers.append(item[1])
-                image = self._prepare(item[1], item[2])
+                image = self._prepare(*item[1:])
                 if image is not None:
                     images.append(image)
                 continue
@@ -247,18 +242,18 @@ class _Worker:
         self._write(images)
         return False
 
-    def _skipping(self) -> bool:
+    def _skipping(self):
         """Whether the frames of the current clip go nowhere (none, failed, or given up on): a
         failed clip is discarded (``job`` None) until the next open."""
         if self.job_serial in self.reported:
             self._discard()  # given up on by the training thread (once discarded: a no-op)
         return self.job is None
 
-    def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
+    def _prepare(self, frames, meta):
         """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
-        job = None if self._skipping() else self.job
-        if job is None:
+        if self._skipping():
             return None
+        job = self.job
         try:
             array = frames.numpy()
             if job.overlay is not None:
@@ -272,22 +267,20 @@ class _Worker:
             return image
         except Exception as err:
             self._fail(err)
-            return None
 
-    def _write(self, images: List[np.ndarray]) -> None:
-        if not images or self.proc is None or self._skipping():
-            return
-        try:
-            self.proc.write(images)
-            self.frames += len(images)
-        except Exception as err:
-            self._fail(err)
+    def _write(self, images):
+        if images and self.proc is not None and not self._skipping():
+            try:
+                self.proc.write(images)
+                self.frames += len(images)
+            except Exception as err:
+                self._fail(err)
 
-    def _on_open(self, job: ClipJob, serial: int) -> None:
+    def _on_open(self, job, serial):
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
         self.job, self.job_serial, self.frames = job, serial, 0
 
-    def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
+    def _on_end(self, keep, summary=None):
         """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
         job, proc, tmp, serial = self.job, self.proc, self.tmp, self.job_serial
         if not keep or self._skipping() or proc is None:  # no frame: no file
@@ -301,7 +294,7 @@ class _Worker:
             raise EncoderError("given up on by the training thread")
         info = dataclasses.replace(job.info, num_frames=self.frames)
         data = summary and {  # the clip's summary and the file's figures
-            "sha256": sha256_file(tmp),  # type: ignore[arg-type]
+            "sha256": sha256_file(tmp),
             "frames": self.frames,
             "fps": info.fps,
             "width": proc.size[0],
@@ -311,20 +304,20 @@ class _Worker:
             **summary,
         }
         info._pending = (tmp, job.fixed_name, data)  # moved to its name when handed over
-        self.job, self.proc, self.tmp = None, None, None
+        self.job = self.proc = self.tmp = None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
 
-    def _discard(self) -> None:
+    def _discard(self):
         proc, tmp = self.proc, self.tmp
-        self.job, self.proc, self.tmp = None, None, None
+        self.job = self.proc = self.tmp = None
         if proc is not None:
             with contextlib.suppress(Exception):  # best effort: the clip is lost anyway
                 proc.kill()
             remove_quietly(tmp)
 
-    def _fail(self, err: Exception) -> None:
+    def _fail(self, err):
         job, serial = self.job, self.job_serial
         if getattr(err, "stalled", False):
             self.stalled.add(serial)
@@ -332,7 +325,7 @@ class _Worker:
         with self.cv:
             self.report(serial, _failure(job, err))
 
-    def report(self, serial: int, message: str) -> None:
+    def report(self, serial, message):
         """Appends a clip's failure to the results, once per clip (call under ``cv``)."""
         if serial not in self.reported:
             self.reported.add(serial)
@@ -427,14 +420,13 @@ class Encoder:
         return {"frames_dropped": self._w.frames_dropped, "encoder_stalls": len(self._w.stalled)}
 
     # -------------------------------------------------------------- the clips
-    def open(self, job: ClipJob) -> None:
+    def open(self, job: ClipJob):
         self._hand_over()  # what is held back belongs to the clip before
         self._opened += 1
         self._open_job = job
-        self._w.clip_open = True
         self._put(("open", job, self._opened))
 
-    def frame(self, frames: Any, meta: Any = None) -> None:
+    def frame(self, frames: Any, meta: Any = None):
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
         w = self._w
         buffer = None
@@ -460,12 +452,11 @@ class Encoder:
         if self._held_frames >= w.batch:
             self._hand_over()
 
-    def end(self, keep: bool, summary: Optional[dict] = None) -> None:
+    def end(self, keep: bool, summary: Optional[dict] = None):
         """Ends the current clip: ``keep`` finishes it (:meth:`results` places it), else it is
         discarded. ``summary``: what the clip shows (plain data), written into its sidecar with
         the file's own figures; None: no sidecar."""
         w = self._w
-        w.clip_open = False
         self._put(("end", keep, summary))
         self._hand_over()
         with w.cv:  # between clips, keep only the buffers a clip's start needs
@@ -473,7 +464,7 @@ class Encoder:
                 w.free.pop()
                 w.buffers -= 1
 
-    def flush(self) -> None:
+    def flush(self):
         """Returns once everything queued so far is processed (finished clips wait for
         :meth:`results`), or after ``2 * stall_timeout`` seconds without progress of the encoder
         (its clip in progress is then dropped)."""
@@ -482,7 +473,7 @@ class Encoder:
         if not self._wait(lambda: w.unfinished):
             self._give_up(w.job_serial or self._opened, "flush()")
 
-    def close(self) -> None:
+    def close(self):
         """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
         thread still stuck after its clip was given up on is left behind (a daemon thread) and
         its temporary file removed."""
@@ -511,12 +502,12 @@ class Encoder:
         w = self._w
         while w.results:
             result = w.results.popleft()
-            if self.hold and isinstance(result, ClipInfo) and result._pending is not None:
+            if self.hold and getattr(result, "_pending", None):
                 w.held_clips.append(result)
             else:
                 yield self._place(result)
 
-    def release(self, keep: Callable[[ClipInfo], bool]) -> None:
+    def release(self, keep: Callable[[ClipInfo], bool]):
         """Hands on the clips held (:attr:`hold`): those ``keep`` selects are placed under their
         names here, in order, and come with the next :meth:`results`; the others' temporary
         files are removed, and no name of theirs is ever taken."""
@@ -528,11 +519,11 @@ class Encoder:
             else:
                 remove_quietly(clip._pending[0])
 
-    def _place(self, result: Any) -> Any:
+    def _place(self, result):
         """Moves a finished clip to its name (a fixed name replaced, else the first free one of
         ``stem.ext``, ``stem-1.ext``, ...), then writes its sidecar; returns the ClipInfo, or a
         failure message if it could not be moved. Anything else is returned as it is."""
-        if not isinstance(result, ClipInfo) or result._pending is None:
+        if not getattr(result, "_pending", None):
             return result
         (tmp, fixed, data), result._pending = result._pending, None
         try:
@@ -551,7 +542,7 @@ class Encoder:
         return result
 
     # -------------------------------------------------------------- internals
-    def _put(self, item: Optional[tuple]) -> None:
+    def _put(self, item):
         """Holds back an item (a frame, a control; ``None``: stop) until the next hand-over."""
         w = self._w
         if w.thread is None:  # started on the first clip: an idle recorder has no thread
@@ -559,26 +550,25 @@ class Encoder:
             w.thread.start()
         self._held.append(item)
 
-    def _hand_over(self) -> None:
+    def _hand_over(self):
         """Hands the items held back to the encoder thread, in order, under one lock, and wakes
         it."""
         held, n = self._held, self._held_frames
-        if not held:
-            return
-        self._held, self._held_frames = [], 0
-        w = self._w
-        with w.cv:
-            w.items.extend(held)
-            w.unfinished += len(held)
-            # the frames held back are all of the clip last opened (open() hands over what came
-            # before): counted as dropped now if it failed already, else when it fails
-            if self._opened in w.reported:
-                w.frames_dropped += n
-            else:
-                w.sent[self._opened] = w.sent.get(self._opened, 0) + n
-            w.cv.notify_all()
+        if held:
+            self._held, self._held_frames = [], 0
+            w = self._w
+            with w.cv:
+                w.items.extend(held)
+                w.unfinished += len(held)
+                # the frames held back are all of the clip last opened (open() hands over what
+                # came before): counted as dropped now if it failed already, else when it fails
+                if self._opened in w.reported:
+                    w.frames_dropped += n
+                else:
+                    w.sent[self._opened] = w.sent.get(self._opened, 0) + n
+                w.cv.notify_all()
 
-    def _buffer(self, frames: Any) -> Any:
+    def _buffer(self, frames):
         """A free CPU buffer shaped like ``frames``; waits for one while all are in flight, and
         returns None after ``2 * stall_timeout`` seconds without progress of the encoder."""
         import torch
@@ -598,7 +588,7 @@ class Encoder:
             w.buffers += 1
         return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
 
-    def _wait(self, busy: Callable[[], Any]) -> bool:
+    def _wait(self, busy):
         """Waits while ``busy()`` (asked under the lock; the condition's lock is reentrant):
         False after ``2 * stall_timeout`` seconds without progress of the encoder thread."""
         w = self._w
@@ -606,13 +596,13 @@ class Encoder:
         with w.cv:
             while busy():
                 w.cv.wait(self._slice)
-                proc = w.proc  # the last progress of the encoder thread, or of its ffmpeg
-                last = max(w.alive_at, start, proc.progress_at if proc is not None else start)
+                # the last progress of the encoder thread, or of its ffmpeg
+                last = max(w.alive_at, start, getattr(w.proc, "progress_at", start))
                 if busy() and time.monotonic() - last > self._patience:
                     return False
         return True
 
-    def _give_up(self, serial: int, waited: str) -> None:
+    def _give_up(self, serial, waited):
         """The training thread gives up on clip ``serial``: its remaining frames are dropped,
         its ffmpeg killed, and it is reported failed (once); the encoder thread discards it."""
         if serial <= 0:
@@ -624,14 +614,13 @@ class Encoder:
             f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"
         )
         with w.cv:
-            job = self._open_job if serial == self._opened else w.job
-            w.report(serial, _failure(job, err))
+            w.report(serial, _failure(self._open_job if serial == self._opened else w.job, err))
         proc = w.proc
         if proc is not None and w.job_serial == serial:
             with contextlib.suppress(OSError):
                 proc.proc.kill()  # unblocks the encoder thread; it reaps the process
 
 
-def _failure(job: Optional[ClipJob], err: Exception) -> str:
+def _failure(job, err):
     what = f"clip {job.info.path!r}" if job is not None else "a clip"
     return f"encoding {what} failed: {type(err).__name__}: {err}"
