@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class ClipJob:
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
 
 
-def _claim(tmp: str, path: str) -> str:
+def _claim(tmp, path):
     """Moves the finished file ``tmp`` to ``path`` or, if taken (a resumed run, or another run,
     writing into the same directory), to the first free ``stem-1.ext``, ``stem-2.ext``, ...
 
@@ -128,32 +128,32 @@ class _Worker:
         self.batch = max(1, min(BATCH, queue_size // 2))
         self.name, self.stall_timeout = name, float(stall_timeout)
         self.threads = threads  # x264's threads of each clip (None: its own)
-        self.thread: Optional[threading.Thread] = None
+        self.thread = None
         self.cv = threading.Condition()
         # shared by the two threads, under cv: the items handed over, and those put and not yet
         # processed (flush waits for 0)
-        self.items: Deque[Optional[tuple]] = collections.deque()
+        self.items = collections.deque()
         self.unfinished = 0
         # buffers ready for reuse; the training thread takes one with a bare pop (a deque's
         # pops and appends are atomic), everything else on it happens under cv
-        self.free: Deque[Any] = collections.deque()
+        self.free = collections.deque()
         self.buffers = 0  # buffers that exist (free + in flight)
-        self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
-        self.results: Deque[Any] = collections.deque()
-        self.held_clips: List[ClipInfo] = []  # finished clips Encoder.hold keeps (training thread)
+        self.layout = None  # (shape, pinned) of the buffers
+        self.results = collections.deque()
+        self.held_clips = []  # finished clips Encoder.hold keeps (training thread)
         # serials of clips whose failure was reported (by this thread, or by the training
         # thread, which gave up on them): their frames go nowhere
-        self.reported: Set[int] = set()
-        self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
+        self.reported = set()
+        self.sent = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
-        self.stalled: Set[int] = set()  # serials of clips dropped because the encoder stalled
+        self.stalled = set()  # serials of clips dropped because the encoder stalled
         self.alive_at = time.monotonic()  # when the encoder thread last made progress
         # encoder-thread state of the clip being written: its job and serial, its ffmpeg, its
         # temporary file and the frames written
-        self.job: Optional[ClipJob] = None
+        self.job = None
         self.job_serial = self.frames = 0
-        self.proc: Optional[FFmpegProcess] = None
-        self.tmp: Optional[str] = None
+        self.proc = None
+        self.tmp = None
         self.abandoned = False  # the owner is gone without close(): drop everything, stop
 
     def abandon(self):
@@ -197,7 +197,7 @@ class _Worker:
                 items = list(self.items)
                 self.items.clear()
             self.alive_at = time.monotonic()
-            buffers: List[Any] = []
+            buffers = []
             try:
                 stop = self._process(items, buffers)
             finally:
@@ -219,7 +219,7 @@ class _Worker:
 
     def _process(self, items, buffers):
         """Runs the queued items in order, consecutive frames as one write; True on close."""
-        images: List[np.ndarray] = []
+        images = []
         for item in items:
             self.alive_at = time.monotonic()
             if self.abandoned:  # the rest goes nowhere (see abandon)
@@ -382,14 +382,14 @@ class Encoder:
         self._w = w = _Worker(queue_size, name, stall_timeout, threads)
         # the results deque itself: true while results wait (``pending`` without a call, for a
         # caller that checks on every step)
-        self.waiting: Deque[Any] = w.results
+        self.waiting = w.results
         self._capacity = queue_size
         self._patience = 2 * w.stall_timeout  # the training thread's waits (see above)
         self._slice = max(0.005, min(0.25, w.stall_timeout / 5))
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
-        self._open_job: Optional[ClipJob] = None
+        self._open_job = None
         # items (frames, controls) not yet handed to the encoder thread, and how many are frames
-        self._held: List[Optional[tuple]] = []
+        self._held = []
         self._held_frames = 0
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.

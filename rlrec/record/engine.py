@@ -86,20 +86,20 @@ class _Recorded:
     is then a list append (each numpy call would cost the training thread ten times more right
     after a render has flushed its caches)."""
 
-    def __init__(self, env_idx: List[int], device: torch.device):
+    def __init__(self, env_idx, device):
         first, k = env_idx[0], len(env_idx)
         self.env_np = np.asarray(env_idx)
         contiguous = env_idx == list(range(first, first + k))
-        self.take: Any = slice(first, first + k) if contiguous else self.env_np
+        self.take = slice(first, first + k) if contiguous else self.env_np
         self.index = torch.tensor(env_idx, device=device)
 
-    def host(self, value: Any) -> Optional[list]:
+    def host(self, value):
         """``value``'s recorded entries as a list; None when ``value`` lives on a device."""
         if isinstance(value, torch.Tensor):
             return value[self.take].tolist() if value.is_cpu else None
         return np.asarray(value)[self.take].tolist()
 
-    def hits(self, env_idx: Any) -> np.ndarray:
+    def hits(self, env_idx):
         """Which recorded envs a reset names (bool [k]): ``env_idx`` None (every env), a list of
         ints, an int tensor/array or a bool mask ``[num_envs]``."""
         if env_idx is None:
@@ -112,7 +112,7 @@ class _Recorded:
             return idx[self.env_np]
         return (idx[:, None] == self.env_np).any(axis=0)
 
-    def rows(self, values: tuple) -> list:
+    def rows(self, values):
         rows = [self.host(v) for v in values]
         if None in rows:  # on a device: one gather, one copy to the host
             index = self.index
@@ -132,7 +132,7 @@ class _Clip:
     each env's up to the step its episode ended. It runs every ``_FOLD_ROWS`` steps and before
     anything reads the sums."""
 
-    def __init__(self, episodes: List[int], first: int, seed: Any, provisional: bool, autoreset):
+    def __init__(self, episodes, first, seed, provisional, autoreset):
         k = len(episodes)
         self.steps = self.frames = 0  # env steps since the first frame; frames taken
         self.first_step = self.last_step = first  # the step counts at the first and last frame
@@ -140,7 +140,7 @@ class _Clip:
         # provisional (Schedule.provisional): dropped when its episode ends, kept only by close()
         self.provisional = provisional
         self.autoreset = autoreset  # it began at a partial reset (an autoreset)
-        self.rows: List[list] = []
+        self.rows = []
         self.no_success = [0] * k  # the row's success where the env reports none
         self.reports_success = False
         self.ret = np.zeros(k, dtype=np.float32)
@@ -148,7 +148,7 @@ class _Clip:
         # per env: terminated, truncated, succeeded within the clip, and its episode over
         self.terminated, self.truncated, self.success, self.over = np.zeros((4, k), dtype=bool)
 
-    def add(self, row: list) -> bool:
+    def add(self, row):
         """Adds a step's row (3 lists, or 4 with success); whether the first env's episode
         ended."""
         if len(row) == 3:
@@ -160,7 +160,7 @@ class _Clip:
             self.fold()
         return bool(row[1][0] or row[2][0])
 
-    def fold(self) -> None:
+    def fold(self):
         """Adds the rows to the sums (float32, in step order) of the episodes still running."""
         if not self.rows:
             return
@@ -178,7 +178,7 @@ class _Clip:
         self.success |= (live & (success != 0)).any(axis=0)
         self.over |= done.any(axis=0)
 
-    def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
+    def summary(self, kind, env_idx):
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
         self.fold()
         success = self.success.tolist() if self.reports_success else [None] * len(env_idx)
@@ -240,11 +240,11 @@ class ClipEngine:
         self.device = torch.device(source.device)
         self.render = source.render
         self.max_episode_steps = source.max_episode_steps
-        self.tag: Any = None
+        self.tag = None
         self.schedule = schedule or Schedule.of(cfg)
         self._asks_steps = self.schedule.asks_steps
         self.name = names.fixed(cfg.filename) if cfg.filename else name or names.default
-        self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
+        self.env_idx = [int(i) for i in cfg.env_idx]
         self._recorded = _Recorded(self.env_idx, self.device)
         # the timing, computed here only: env steps between two frames, max(1, ...) so that
         # fps * dt > 2 takes every step (at 1 / dt) rather than rounding to 0
@@ -268,14 +268,14 @@ class ClipEngine:
         # each recorded env's episode index, on the CPU (numpy): a reset costs no torch op (a
         # cold one costs far more than a step of a small env), read when a clip starts
         self._episodes = np.full(len(self.env_idx), -1)
-        self._seed: Any = None  # the seed of the reset that began the recorded env's episode
+        self._seed = None  # the seed of the reset that began the recorded env's episode
         self._episode_start = 0  # the step count at that reset
-        self._clip: Optional[_Clip] = None
-        self.errors: List[str] = []
+        self._clip = None
+        self.errors = []
         self.closed = False
 
     # ------------------------------------------------------------------ events
-    def on_reset(self, env_idx: Any = None, seed: Any = None) -> None:
+    def on_reset(self, env_idx: Any = None, seed: Any = None):
         """The env just reset ``env_idx`` (None: a full reset of every env; a list of ints, an
         int tensor or a bool mask ``[num_envs]``) with ``seed`` (kept for the sidecar)."""
         if self.closed:
@@ -308,7 +308,7 @@ class ClipEngine:
         truncated: Any,
         info: Optional[dict] = None,
         stepped: bool = True,
-    ) -> None:
+    ):
         """The env just stepped (before anything resets the envs that finished). ``stepped``:
         False when this call reset the recorded env instead of stepping it (an autoreset inside
         the env's step, announced with :meth:`on_reset` first): counted, but not a frame."""
@@ -324,7 +324,7 @@ class ClipEngine:
             busy = clip is not None and not clip.provisional
             first = self.env_idx[0]  # episodes are counted on the first recorded env
 
-            def terminal() -> bool:  # read only when the step trigger falls
+            def terminal():  # read only when the step trigger falls
                 return bool(torch.as_tensor(terminated)[first] or torch.as_tensor(truncated)[first])
 
             start = self.schedule.on_step(self.steps, busy, terminal)
@@ -355,7 +355,7 @@ class ClipEngine:
             self.poll()
 
     # ------------------------------------------------------------------ caller API
-    def expect_end(self, steps_left: int) -> None:
+    def expect_end(self, steps_left: int):
         """The caller will report ``steps_left`` more steps, then call :meth:`close`: with
         ``record_final_episode``, every episode of the recorded env that begins within the last
         ``max_episode_steps`` steps (every one if the env has no limit) is recorded, provisionally
@@ -363,18 +363,18 @@ class ClipEngine:
         other is kept (:meth:`Schedule.expect_end`)."""
         self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
 
-    def end_clip(self, keep: bool = True) -> None:
+    def end_clip(self, keep: bool = True):
         """Ends the clip in progress now, e.g. when an evaluation stops early: saved, or dropped
         (``keep=False``) without being encoded to its end."""
         self._end_clip(keep=keep)
         self.poll()
 
-    def flush(self) -> None:
+    def flush(self):
         """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
         self.encoder.flush()
         self.poll()
 
-    def close(self) -> None:
+    def close(self):
         """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
         encoder (bounded), reports the last clips. Idempotent."""
         if not self.closed:
@@ -402,7 +402,7 @@ class ClipEngine:
         counters = {k: getattr(self, k) for k in _COUNTERS}
         return {"version": _STATE_VERSION, **counters, "schedule": self.schedule.state_dict()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]):
         """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
         open belongs to the schedule being replaced and is discarded."""
         missing = set(_COUNTERS) - set(state)
@@ -418,7 +418,7 @@ class ClipEngine:
         for k in _COUNTERS:
             setattr(self, k, int(state[k]))
 
-    def poll(self) -> None:
+    def poll(self):
         """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
         on every event; call it to report clips of an env that is not being stepped.
 
@@ -442,7 +442,7 @@ class ClipEngine:
                 )
 
     # ------------------------------------------------------------------ internals
-    def _start_clip(self, start: Start, autoreset: bool = False) -> None:
+    def _start_clip(self, start, autoreset=False):
         provisional = start is Start.provisional
         by_step = start is Start.step or (provisional and self._asks_steps)
         at = names.ClipStart(self.kind, self.episode, self.steps, by_step, self.tag)
@@ -456,7 +456,7 @@ class ClipEngine:
         if self._max_frames == 1 and not provisional:
             self._end_clip(keep=True)  # a one-frame clip
 
-    def _capture(self, row: Optional[list] = None) -> None:
+    def _capture(self, row=None):
         """Renders the recorded envs and queues the frame; ``row``: the recorded envs' values of
         the step that led to it (None on a first frame)."""
         clip = self._clip
@@ -488,7 +488,7 @@ class ClipEngine:
         clip.frames += 1
         clip.last_step = clip.first_step + clip.steps
 
-    def _end_clip(self, keep: bool) -> None:
+    def _end_clip(self, keep):
         """Ends the clip in progress (if any): saved (``keep``), or dropped."""
         clip, self._clip = self._clip, None
         if clip is not None:

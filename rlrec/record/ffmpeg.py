@@ -54,7 +54,7 @@ def ffmpeg_output_path(path: str) -> str:
     return "file:" + os.path.abspath(path)
 
 
-def _cpu_ticks(pid: int) -> Optional[int]:
+def _cpu_ticks(pid):
     """User + system CPU time of process ``pid`` (all its threads) in clock ticks; None where
     ``/proc`` cannot tell (not Linux, or the process is gone)."""
     try:
@@ -142,7 +142,7 @@ class FFmpegProcess:
         with contextlib.suppress(AttributeError, OSError):
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, 10)
 
-    def _idle(self) -> float:
+    def _idle(self):
         """Seconds since ffmpeg last progressed (CPU time used since the last call counts as
         now)."""
         ticks = _cpu_ticks(self.proc.pid)
@@ -150,7 +150,7 @@ class FFmpegProcess:
             self._ticks, self.progress_at = ticks, time.monotonic()
         return time.monotonic() - self.progress_at
 
-    def _error(self, what: str) -> EncoderError:
+    def _error(self, what):
         self.proc.poll()
         self._stderr.seek(0)
         lines = self._stderr.read()[-4000:].decode(errors="replace").strip().splitlines()
@@ -159,7 +159,7 @@ class FFmpegProcess:
         status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
 
-    def _stalled(self, what: str) -> EncoderError:
+    def _stalled(self, what):
         self.kill_and_wait()
         err = self._error(
             f"ffmpeg made no progress for {self.stall_timeout:g} s {what} (stopped or hung; "
@@ -168,7 +168,7 @@ class FFmpegProcess:
         err.stalled = True  # counted as a stall of the encoder (Encoder.losses)
         return err
 
-    def write(self, images: List[np.ndarray]) -> None:
+    def write(self, images: List[np.ndarray]):
         """Writes contiguous frames, as few ``writev`` calls as the pipe allows. Waits while the
         pipe is full, at most ``stall_timeout`` seconds without progress of ffmpeg."""
         views = [memoryview(image).cast("B") for image in images]
@@ -190,7 +190,7 @@ class FFmpegProcess:
         except (OSError, ValueError) as err:  # a stall's EncoderError is neither
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 
-    def finish(self) -> None:
+    def finish(self):
         """Ends the stream and waits for ffmpeg; raises EncoderError unless it exited with 0."""
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
@@ -214,7 +214,7 @@ class FFmpegProcess:
         finally:
             self._stderr.close()
 
-    def kill_and_wait(self) -> None:
+    def kill_and_wait(self):
         """SIGKILL (which also ends a stopped process) and a bounded wait for its exit."""
         # gone already, or stuck in the kernel
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -222,7 +222,7 @@ class FFmpegProcess:
                 self.proc.kill()
             self.proc.wait(timeout=max(1.0, self.stall_timeout))
 
-    def kill(self) -> None:
+    def kill(self):
         self.kill_and_wait()
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]

@@ -70,7 +70,7 @@ def prefixed(prefix: str, key: str, step_base: int = 0) -> Name:
             "starting with '.' or '-')"
         )
 
-    def name(s: ClipStart) -> str:
+    def name(s):
         at = f"step-{s.step - step_base}" if s.by_step else f"episode-{s.episode}"
         return f"{prefix}-{at}.mp4"
 

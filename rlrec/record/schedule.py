@@ -90,9 +90,9 @@ class Schedule:
         # this process only: record_next_episode; the step count at which the caller will close
         # the recorder and the longest episode (None: unknown); the episode on_reset last saw
         self._record_next = False
-        self._end: Optional[int] = None
-        self._horizon: Optional[int] = None
-        self._asked: Optional[int] = None
+        self._end = None
+        self._horizon = None
+        self._asked = None
 
     @classmethod
     def of(cls, cfg: RecorderConfig, **kw: Any) -> "Schedule":
@@ -147,23 +147,23 @@ class Schedule:
             return None
         return Start.step
 
-    def _step_due(self, steps: int) -> bool:
+    def _step_due(self, steps):
         if self.step_fn is not None:
             return bool(self.step_fn(steps))
         return steps % self.every == 0  # type: ignore[operator]
 
-    def _final(self, steps: int) -> bool:
+    def _final(self, steps):
         """Whether an episode reset after ``steps`` steps may be in progress at the announced
         end."""
         horizon = self._horizon
         return self._end is not None and (horizon is None or self._end - steps <= horizon)
 
     # ------------------------------------------------------------------ requests
-    def record_next_episode(self) -> None:
+    def record_next_episode(self):
         """The next episode starts a clip, whatever the trigger says (once)."""
         self._record_next = True
 
-    def expect_end(self, steps: int, steps_left: int, horizon: Optional[int]) -> None:
+    def expect_end(self, steps: int, steps_left: int, horizon: Optional[int]):
         """The recorder is at step ``steps`` and will be closed after ``steps_left`` more steps.
 
         With ``record_final_episode``, every episode that begins within the last ``horizon`` steps
@@ -188,7 +188,7 @@ class Schedule:
             "step_fired_at": self._step_fired_at,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]):
         version = state.get("version") if isinstance(state, dict) else None
         if version != self.STATE_VERSION:
             raise ValueError(

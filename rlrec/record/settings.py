@@ -93,10 +93,10 @@ class RecorderConfig:
         caller's own argument name (a drop-in wrapper's: ``RecordVectorVideo.video_length``, not
         ``RecordVectorVideo.length_frames``)."""
 
-        def n(f: str) -> str:
+        def n(f):
             return f"{key}.{(names or {}).get(f, f)}"
 
-        def refuse(f: str, why: str) -> None:
+        def refuse(f, why):
             raise ConfigError(f"{n(f)}={getattr(self, f)!r} is invalid: {why}")
 
         for f in ("every", "length_frames", "queue_size"):
@@ -144,7 +144,7 @@ class RecorderConfig:
             probe_dir(self.dir, n("dir"))
 
 
-def check_view(cfg: RecorderConfig, image: bool, key: str) -> None:
+def check_view(cfg: RecorderConfig, image: bool, key: str):
     """ConfigError unless ``cfg.view`` can be shown of an env whose observation has an image
     (``image``) or not: view=obs and view=both show the policy's image."""
     if cfg.view != View.render and not image:

@@ -65,6 +65,6 @@ class Recorder(RecorderWrapper, EnvWrapper):
         """Counters and schedule, for checkpoints."""
         return self.engine.state_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]):
         """Continues the schedule of a checkpoint (call it before the first reset)."""
         self.engine.load_state_dict(state)

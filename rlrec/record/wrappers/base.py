@@ -46,29 +46,29 @@ class RecorderWrapper:
         """The encoder failures so far (the first is also logged)."""
         return [] if self.engine is None else self.engine.errors
 
-    def record_next_episode(self) -> None:
+    def record_next_episode(self):
         """Records the next episode of the (first) recorded env whatever the trigger says."""
         if self.engine is not None:
             self.engine.schedule.record_next_episode()
 
-    def expect_end(self, steps_left: int) -> None:
+    def expect_end(self, steps_left: int):
         """The caller will step ``steps_left`` more times, then close (see
         :meth:`ClipEngine.expect_end`): with ``record_final_episode`` the episode in progress at
         the end gets a clip."""
         if self.engine is not None:
             self.engine.expect_end(steps_left)
 
-    def end_clip(self) -> None:
+    def end_clip(self):
         """Ends and saves the clip in progress now (e.g. when an evaluation stops early)."""
         if self.engine is not None:
             self.engine.end_clip()
 
-    def flush(self) -> None:
+    def flush(self):
         """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
         if self.engine is not None:
             self.engine.flush()
 
-    def finish(self) -> None:
+    def finish(self):
         """The env is stepped no more (:meth:`close` comes later): the clip in progress is saved
         if ``record_final_episode`` (else dropped), as at close, and waited for (bounded)."""
         engine = self.engine
@@ -76,12 +76,12 @@ class RecorderWrapper:
             engine.end_clip(keep=engine.cfg.record_final_episode)
             engine.flush()
 
-    def poll(self) -> None:
+    def poll(self):
         """Reports finished clips and encoder errors (see :meth:`ClipEngine.poll`)."""
         if self.engine is not None:
             self.engine.poll()
 
-    def close(self, **kwargs: Any) -> None:
+    def close(self, **kwargs: Any):
         """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
         encoder (bounded), reports the last clips, then closes the env. Idempotent."""
         if self._recorder_closed:
@@ -94,10 +94,10 @@ class RecorderWrapper:
             self._release()
             super().close(**kwargs)  # type: ignore[misc]  # the framework's wrapper: the env
 
-    def _release(self) -> None:
+    def _release(self):
         """What the wrapper undoes before its env closes (a hook it installed)."""
 
-    def _on_clip(self, info: ClipInfo) -> None:
+    def _on_clip(self, info):
         """The engine's ``on_clip`` of a wrapper that keeps ``clips``."""
         self.clips.append(info)
         if self._user_on_clip is not None:
@@ -111,7 +111,7 @@ OPTIONS = (
 ).split()
 
 
-def _whole(value: Any) -> bool:
+def _whole(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -149,7 +149,7 @@ class Arguments:
             self.refuse(name, value, rule)
         return None if value is None else float(value)
 
-    def callables(self, **arguments: Any) -> None:
+    def callables(self, **arguments: Any):
         """Each of ``arguments`` is a callable or None."""
         for name, fn in arguments.items():
             if fn is not None and not callable(fn):

@@ -91,10 +91,10 @@ class EpisodeClips(EnvWrapper):
         super().__init__(viewed(env, cfg, key))  # cfg.view: rlrec.record.wrappers.view
         n = env.num_envs
         self.choice = choice
-        self.tag: Any = None  # each engine's at a reset, so its clip's (ClipEngine.tag)
+        self.tag = None  # each engine's at a reset, so its clip's (ClipEngine.tag)
         # (env indices, frames) of this step's one batched render, dropped with the step
-        self._cached: Optional[tuple] = None
-        self._placed: Dict[int, ClipInfo] = {}
+        self._cached = None
+        self._placed = {}
         source = Source(n, env.dt, env.device, self._render, env.max_episode_steps)
         each = dataclasses.replace(
             cfg,
@@ -119,7 +119,7 @@ class EpisodeClips(EnvWrapper):
             for i in range(n)
         ]
 
-    def _render(self, env_idx: List[int]) -> torch.Tensor:
+    def _render(self, env_idx):
         """The frame of ``env_idx[0]`` now, from one render of every env whose clip is open."""
         i = env_idx[0]
         if self._cached is None or i not in self._cached[0]:
@@ -170,12 +170,12 @@ class EpisodeClips(EnvWrapper):
 
     def losses(self) -> Dict[str, int]:
         """What its engines lost, summed (see :meth:`ClipEngine.losses`)."""
-        out: Counter = Counter()
+        out = Counter()
         for engine in self.engines:
             out.update(engine.losses())  # zeros kept
         return dict(out)
 
-    def close(self) -> None:
+    def close(self):
         """Closes the engines; clips never settled are dropped."""
         try:
             for engine in self.engines:

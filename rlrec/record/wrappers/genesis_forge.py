@@ -28,7 +28,7 @@ at its reset (never again after a short clip); a clip never spans two episodes; 
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -132,11 +132,11 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self._cam, self._rows = None, {}
         # the base env's reset (the bound method, or a hook someone set on the instance before
         # us: put back at close) while hooked
-        self._base_reset: Optional[Callable] = None
-        self._own_reset: Optional[Callable] = None
+        self._base_reset = None
+        self._own_reset = None
         self._in_step = False
-        self._stepped_resets: List[Any] = []  # envs reset inside the current step
-        self._terminal: Optional[torch.Tensor] = None  # frames of the state before those resets
+        self._stepped_resets = []  # envs reset inside the current step
+        self._terminal = None  # frames of the state before those resets
 
     # ------------------------------------------------------------------ Genesis Forge API
     @property
@@ -145,7 +145,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         n = self.engine.length
         return None if n is None else n * self.engine.steps_per_frame
 
-    def build(self) -> None:
+    def build(self):
         """Builds the env, finds the camera and hooks the base env's ``reset``."""
         super().build()
         from genesis.vis.camera import Camera
@@ -201,7 +201,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             self.engine.on_reset(envs)  # renders the fresh state if a clip starts
         return out
 
-    def _release(self) -> None:
+    def _release(self):
         """Puts the base env's ``reset`` back before the env closes."""
         base = self.unwrapped
         if vars(base).get("reset") == self._reset_hook:
@@ -213,19 +213,19 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     finish_recording = RecorderWrapper.end_clip  # Genesis Forge's name for it
 
     # ------------------------------------------------------------------ internals
-    def _on_clip(self, info: ClipInfo) -> None:
+    def _on_clip(self, info):
         if self._logging:
             print(f"Saving recording to {info.path}")
         super()._on_clip(info)
 
-    def _render(self, env_idx: List[int]) -> torch.Tensor:
+    def _render(self, env_idx):
         if self._terminal is not None:  # this step's terminal state, rendered before its reset
             return self._terminal
         if self._cam is None:
             raise ConfigError(f"{KEY}: call build() before reset() or step()")
         return self._draw(env_idx)
 
-    def _draw(self, env_idx: List[int]) -> torch.Tensor:
+    def _draw(self, env_idx):
         """The camera's images of ``env_idx`` now (indexing copies them: owned)."""
         return render_camera(self._cam)[[self._rows[e] for e in env_idx]]
 

@@ -23,7 +23,7 @@ answer ``None``); without hooks ``vec.render()``, which renders every sub-env.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
@@ -144,7 +144,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         # once the engine has checked every setting: the recorded sub-envs' hooks of a
         # SyncVectorEnv in SAME_STEP mode, installed here; an AsyncVectorEnv built with hooks
         # learns its indices
-        self._hooks: Dict[int, SubEnv] = {}
+        self._hooks = {}
         if self._sync and self._mode is SAME_STEP:
             for i in envs:
                 self._hooks[i] = base.envs[i] = RenderHook(base.envs[i], i)
@@ -152,10 +152,10 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             base.set_attr("index", list(range(self.num_envs)))
         self._watch, self._first = envs, envs[0]
         self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
-        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
+        self._pending = []  # NEXT_STEP: recorded envs the next step resets
 
     # ------------------------------------------------------------------ rendering
-    def _render(self, env_idx: List[int]) -> np.ndarray:
+    def _render(self, env_idx):
         base, terminal = self._base, self._terminal
         if self._sync:  # SAME_STEP: a done env's terminal frame is its hook's
             envs = [(i, base.envs[i]) for i in env_idx]
@@ -169,7 +169,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             out = base.render()
         return np.stack([np.asarray(out[i]) for i in env_idx])
 
-    def _sync_arming(self) -> None:
+    def _sync_arming(self):
         """Arms the hooks while a clip is open: the next step's terminal frame is then kept."""
         armed = self.engine.recording
         if armed == self._armed:
@@ -234,7 +234,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
     stop_recording = RecorderWrapper.end_clip  # Gymnasium's name for it
 
 
-def _recorded(env, video_folder, video_aspect_ratio, video_length, first_only, env_idx) -> list:
+def _recorded(env, video_folder, video_aspect_ratio, video_length, first_only, env_idx):
     """The recorded sub-envs (``env_idx``, else env 0 with ``record_first_only``, else all), once
     what the settings' own check cannot see is refused, before any work."""
     if not isinstance(env, VectorEnv):
@@ -261,7 +261,7 @@ def _recorded(env, video_folder, video_aspect_ratio, video_length, first_only, e
     return envs
 
 
-def _source(env: VectorEnv, dt: Optional[float], render: Callable) -> Source:
+def _source(env, dt, render):
     """What the engine records: the step's sim time ``dt`` (else the sub-env's ``dt``, else
     ``1 / render_fps``), and the sub-envs' time limit."""
     base = env.unwrapped
@@ -272,14 +272,14 @@ def _source(env: VectorEnv, dt: Optional[float], render: Callable) -> Source:
     return Source(env.num_envs, dt, "cpu", render, getattr(spec, "max_episode_steps", None))
 
 
-def _sub_env_attr(base: VectorEnv, name: str) -> Any:
+def _sub_env_attr(base, name):
     """Attribute ``name`` of the first sub-env (through its wrappers); None where it has none."""
     if isinstance(base, (SyncVectorEnv, AsyncVectorEnv)) and base.call("has_wrapper_attr", name)[0]:
         return base.call("get_wrapper_attr", name)[0]
     return None
 
 
-def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
+def _autoreset_mode(env, base, hooked):
     """The vector env's autoreset mode; ``SAME_STEP`` is refused where no hook can keep the
     terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
     mode = AutoresetMode(env.metadata.get("autoreset_mode", NEXT_STEP))
@@ -295,7 +295,7 @@ def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetM
     return mode
 
 
-def _final_info(info: Dict[str, Any], done: np.ndarray) -> Dict[str, Any]:
+def _final_info(info, done):
     """The step info of a SAME_STEP step as the engine reads it: ``success`` of the done envs from
     ``final_info`` (their terminal step's info), of the others from ``info``."""
     final = info.get("final_info")

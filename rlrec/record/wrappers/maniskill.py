@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import torch
@@ -34,7 +34,7 @@ from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger, recording
+from rlrec.record.settings import Trigger, recording
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
 __all__ = ["RecordClips"]
@@ -158,7 +158,7 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
 
     # ------------------------------------------------------------------ the engine's events
 
-    def _render(self, env_idx: List[int]) -> torch.Tensor:
+    def _render(self, env_idx):
         return render_rows(self._base, env_idx, self._render_fn)
 
     def reset(self, *, seed=None, options=None, **kwargs):
@@ -205,7 +205,7 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
 
     # ------------------------------------------------------------------ RecordEpisode's methods
 
-    def flush_video(self, save: bool = True, **_ignored) -> None:
+    def flush_video(self, save: bool = True, **_ignored):
         """Ends the clip in progress now and saves it (RecordEpisode's ``flush_video``)."""
         if save:
             self.end_clip()
@@ -217,7 +217,7 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         return self.env.flush_trajectory(*args, **kwargs)
 
 
-def _checked(args: Dict[str, Any]) -> Tuple[Any, RecorderConfig]:
+def _checked(args):
     """The ManiSkill env under ``args["env"]`` and the recorder's settings of ``RecordClips``'s
     arguments (``args``: its call's), checked before any work: what the settings' own check
     cannot see first."""
