@@ -101,16 +101,26 @@ class FFmpegProcess:
         # the slice of a bounded wait: short enough to notice a stall soon after stall_timeout
         self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
 
+        e, q = encoding, "qp" if encoding["lossless"] else "crf"
         rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
         cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-y -nostdin -loglevel error -f rawvideo".split()]
         cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
-        codec, q = encoding, "qp" if encoding["lossless"] else "crf"
-        cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
-        cmd += [] if threads is None else ["-threads", str(threads)]  # x264's; None: its own
-        if codec["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the
+        cmd += [
+            "-c:v",
+            e["codec"],
+            f"-{q}",
+            str(e[q]),
+            "-pix_fmt",
+            e["pix_fmt"],
+            "-preset",
+            e["preset"],
+        ]
+        if threads is not None:  # x264's; None: its own
+            cmd += ["-threads", str(threads)]
+        if e["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the
             # stream's GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
             cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
-        cmd += ["-preset", codec["preset"], "-f", "mp4", ffmpeg_output_path(path)]
+        cmd += ["-f", "mp4", ffmpeg_output_path(path)]
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.
@@ -134,13 +144,13 @@ class FFmpegProcess:
         # only; a size above the user's pipe size limit is refused)
         with contextlib.suppress(AttributeError, OSError):
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-        os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLOUT)
         # where cores are scarce, the training thread goes first; the bounded queue keeps ffmpeg
         # from falling behind
         with contextlib.suppress(AttributeError, OSError):
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, 10)
+        os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT)
 
     def _idle(self):
         """Seconds since ffmpeg last progressed (CPU time used since the last call counts as
