@@ -3,15 +3,19 @@ and frames for the encoder on its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import List, Tuple
 
 import imageio_ffmpeg
 import numpy as np
+import psutil
 import torch
 
 from rlrec.envs.autoreset import AutoReset
@@ -91,6 +95,44 @@ def frames(n, k=1, size=16, seed=0) -> torch.Tensor:
     """``n`` distinct random frames of ``k`` tiles, uint8 ``[n, k, size, size, 3]``."""
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, 256, (n, k, size, size, 3), generator=gen, dtype=torch.uint8)
+
+
+def is_ffmpeg(pid: int) -> bool:
+    """Whether ``pid`` is an ffmpeg process, stopped (SIGSTOP) or running (not a zombie)."""
+    try:
+        proc = psutil.Process(pid)
+        return "ffmpeg" in " ".join(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+@contextlib.contextmanager
+def stopped(pid, resume_after=8.0):
+    """SIGSTOPs ``pid``; SIGCONTs it after ``resume_after`` s if it is still there (so that code
+    which waits on it for good ends the test late instead of hanging it), and at the end."""
+
+    def resume():
+        if is_ffmpeg(pid):
+            os.kill(pid, signal.SIGCONT)
+
+    os.kill(pid, signal.SIGSTOP)
+    guard = threading.Timer(resume_after, resume)
+    guard.start()
+    try:
+        yield
+    finally:
+        guard.cancel()
+        resume()
+
+
+def start_clip(enc, path, n, **job_kw):
+    """Opens a clip at ``path`` in encoder ``enc``, sends it ``frames(n)`` and waits until they
+    are in its ffmpeg (flush); returns ``enc``."""
+    enc.open(job(path, **job_kw))
+    for f in frames(n):
+        enc.frame(f)
+    enc.flush()
+    return enc
 
 
 def decode_many(paths: List[str], size: Tuple[int, int], workdir) -> List[np.ndarray]:

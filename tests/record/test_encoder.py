@@ -1,8 +1,6 @@
 """The Encoder on its own, no env: clips in, files (or error messages) out."""
 
-import contextlib
 import os
-import signal
 import threading
 import time
 
@@ -11,7 +9,15 @@ import torch
 
 from rlrec.record.encoder import ClipInfo, Encoder
 from rlrec.testing import decode
-from tests.record.recutil import assert_frames, frames, job, listing
+from tests.record.recutil import (
+    assert_frames,
+    frames,
+    is_ffmpeg,
+    job,
+    listing,
+    start_clip,
+    stopped,
+)
 
 
 def send(enc, clip_job, clip_frames, keep=True):
@@ -115,12 +121,7 @@ def test_flush_and_close_are_idempotent_and_close_drops_a_clip_never_ended(tmp_p
 def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path):
     """``Encoder(threads=...)`` (per-episode clips: one x264 thread per clip) reaches the ffmpeg
     of each clip, and changes nothing of what the clip holds."""
-    enc = Encoder(queue_size=8, threads=1)
-    sent = frames(4)
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in sent:
-        enc.frame(f)
-    enc.flush()  # the clip's ffmpeg runs
+    enc = start_clip(Encoder(queue_size=8, threads=1), tmp_path / "a.mp4", 4)  # ffmpeg runs
     args, deadline = [], time.monotonic() + 10.0
     while b"-threads" not in args and time.monotonic() < deadline:  # read empty now and then
         with open(f"/proc/{enc.current_pid}/cmdline", "rb") as f:  # on a loaded machine
@@ -129,46 +130,14 @@ def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path):
     enc.end(True)
     enc.close()
     (info,) = enc.results()
-    assert_frames(info.path, sent[:, 0])
+    assert_frames(info.path, frames(4)[:, 0])
 
 
 # --------------------------------------------------------------------------- a hung ffmpeg
 
 
-def is_ffmpeg(pid) -> bool:
-    """Whether ``pid`` is still an ffmpeg process, stopped (SIGSTOP) or alive."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"ffmpeg" in f.read()
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def stopped(pid, resume_after=8.0):
-    """SIGSTOPs ``pid``; SIGCONTs it after ``resume_after`` s if it is still there (so that code
-    which waits on it for good ends the test late instead of hanging it), and at the end."""
-
-    def resume():
-        if is_ffmpeg(pid):
-            os.kill(pid, signal.SIGCONT)
-
-    os.kill(pid, signal.SIGSTOP)
-    guard = threading.Timer(resume_after, resume)
-    guard.start()
-    try:
-        yield
-    finally:
-        guard.cancel()
-        resume()
-
-
 def test_ffmpeg_stopped_while_finishing_bounds_flush(tmp_path):
-    enc = Encoder(queue_size=4, stall_timeout=0.3)
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in frames(3):
-        enc.frame(f)
-    enc.flush()  # the frames are in ffmpeg's pipe
+    enc = start_clip(Encoder(queue_size=4, stall_timeout=0.3), tmp_path / "a.mp4", 3)
     pid = enc.current_pid
     with stopped(pid):
         t0 = time.perf_counter()

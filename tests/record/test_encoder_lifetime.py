@@ -27,7 +27,15 @@ from rlrec.record import encoder as encoder_module
 from rlrec.record.encoder import Encoder
 from rlrec.record.sidecar import sha256_file
 from rlrec.testing import decode
-from tests.record.recutil import assert_only_clips, frames, job, make_stack, run_steps, sidecar
+from tests.record.recutil import (
+    assert_only_clips,
+    frames,
+    is_ffmpeg,
+    make_stack,
+    run_steps,
+    sidecar,
+    start_clip,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = 10  # episode length: episode 0's clip has LIMIT + 1 frames
@@ -54,14 +62,6 @@ def wait_until(predicate, timeout: float = BOUND) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
-
-
-def is_running_ffmpeg(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return "ffmpeg" in " ".join(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
 
 
 def assert_finished_clip(path, count: int) -> None:
@@ -130,7 +130,7 @@ def test_uncaught_exception_mid_clip_leaves_nothing_behind(tmp_path, mode, filen
             survivor.kill()
     if mode != "queued":
         pid = int(proc.stdout.split()[1])
-        assert not is_running_ffmpeg(pid)
+        assert not is_ffmpeg(pid)
     assert elapsed < 60, elapsed  # a stopped ffmpeg did not hold the exit for long
     # episode 0's clip was finished before the exception: it is there, complete, with its
     # sidecar; episode 1's clip, in progress at the exception, is dropped: no file of it under any
@@ -144,11 +144,7 @@ def test_uncaught_exception_mid_clip_leaves_nothing_behind(tmp_path, mode, filen
 
 
 def test_an_encoder_dropped_mid_clip_is_collected_and_stops_its_thread_and_ffmpeg(tmp_path):
-    enc = Encoder(queue_size=4, name="lifetime-encoder")
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in frames(5):
-        enc.frame(f)
-    enc.flush()
+    enc = start_clip(Encoder(queue_size=4, name="lifetime-encoder"), tmp_path / "a.mp4", 5)
     pid, thread = enc.current_pid, enc.thread
     assert pid is not None and thread is not None and thread.is_alive()
     ref = weakref.ref(enc)
@@ -160,7 +156,7 @@ def test_an_encoder_dropped_mid_clip_is_collected_and_stops_its_thread_and_ffmpe
         gc.enable()
     thread.join(BOUND)
     assert not thread.is_alive()
-    assert not is_running_ffmpeg(pid) and not psutil.pid_exists(pid)  # killed and reaped
+    assert not is_ffmpeg(pid) and not psutil.pid_exists(pid)  # killed and reaped
     assert os.listdir(tmp_path) == []  # neither a.mp4 nor its temporary file
 
 
@@ -177,7 +173,7 @@ def test_a_recorder_dropped_mid_clip_leaves_no_thread_no_ffmpeg_no_temporary(tmp
     thread.join(BOUND)
     assert not thread.is_alive(), "the encoder thread outlived its recorder"
     assert not any(t.name.startswith("rlrec-encoder") for t in threading.enumerate())
-    assert not is_running_ffmpeg(pid)
+    assert not is_ffmpeg(pid)
     assert_only_clips(tmp_path, clips)  # the clip in progress was dropped, no temporary left
     assert_finished_clip(clips[0].path, LIMIT + 1)
 
@@ -210,10 +206,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
         return array
 
     enc = Encoder(queue_size=4, stall_timeout=5.0)  # the thread is woken every 2 frames
-    enc.open(job(tmp_path / "a.mp4", overlay=overlay))
-    for f in frames(2):
-        enc.frame(f)
-    enc.flush()
+    start_clip(enc, tmp_path / "a.mp4", 2, overlay=overlay)
     pid, thread = enc.current_pid, enc.thread
     assert pid is not None
     for f in frames(2, seed=1):  # one batch: its first frame reaches the stuck overlay
@@ -225,7 +218,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
     took = time.monotonic() - start
     try:
         assert took < BOUND / 2, took  # ABANDON_TIMEOUT_S (0.5 s) and a loaded machine's slack
-        assert not is_running_ffmpeg(pid)
+        assert not is_ffmpeg(pid)
         assert os.listdir(tmp_path) == []
     finally:
         release.set()
@@ -236,11 +229,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
 
 def test_a_dropped_encoder_kills_and_reaps_its_stopped_ffmpeg(tmp_path):
     """A stopped ffmpeg (SIGSTOP) of a dropped encoder is killed and reaped within the bound."""
-    enc = Encoder(queue_size=4, stall_timeout=5.0)
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in frames(3):
-        enc.frame(f)
-    enc.flush()
+    enc = start_clip(Encoder(queue_size=4, stall_timeout=5.0), tmp_path / "a.mp4", 3)
     pid, thread = enc.current_pid, enc.thread
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -252,5 +241,5 @@ def test_a_dropped_encoder_kills_and_reaps_its_stopped_ffmpeg(tmp_path):
         assert not psutil.pid_exists(pid)
         assert os.listdir(tmp_path) == []
     finally:
-        if is_running_ffmpeg(pid):
+        if is_ffmpeg(pid):
             os.kill(pid, signal.SIGKILL)

@@ -99,16 +99,20 @@ def test_a_clip_cut_by_its_length_says_cut(tmp_path):
     assert (side["envs"][0]["end"], side["envs"][0]["length"]) == ("cut", 3)
 
 
-def _engine(tmp_path, env, name_prefix=None, **kw):
-    """An engine of ``env`` (an adapter: a Source as it is); ``kw``: settings, and the
-    schedule's ``episode_fn``, ``step_fn``, ``provisional``."""
-    clips: list = []
+def _engine(tmp_path, max_steps=10, name_prefix=None, steps=None, **kw):
+    """An engine of a spied built-in env of ``max_steps``-step episodes (an adapter: a Source as
+    it is); ``kw``: settings, and the schedule's ``episode_fn``, ``step_fn``, ``provisional``.
+    With ``steps``: driven that many steps (:func:`_drive`) and closed."""
+    env, clips = Spy(point_reach(max_steps=max_steps)), []
     fields = ("trigger", "every", "length_frames", "record_final_episode")
     cfg = rec_cfg(**{k: kw.pop(k) for k in list(kw) if k in fields})
     name = None if name_prefix is None else names.prefixed(name_prefix, "recorder")
     schedule = Schedule.of(cfg, **kw)
     engine = ClipEngine(cfg, env, str(tmp_path), on_clip=clips.append, schedule=schedule, name=name)
-    return engine, clips
+    if steps is not None:
+        _drive(engine, env, steps)
+        engine.close()
+    return engine, env, clips
 
 
 def _drive(engine, env, steps, seed=0):
@@ -130,30 +134,16 @@ def _names(clips):
 
 
 def test_callable_episode_trigger_is_asked_once_per_episode_and_names_like_gymnasium(tmp_path):
-    env, asked = point_reach(max_steps=3), []
-    engine, clips = _engine(
-        tmp_path,
-        env,
-        episode_fn=lambda ep: asked.append(ep) or ep % 2 == 0,
-        name_prefix="rl-video",
-        length_frames=2,  # short clips end long before their episodes: no re-firing
-    )
-    _drive(engine, env, 12)
-    engine.close()
+    asked = []
+    trigger = lambda ep: asked.append(ep) or ep % 2 == 0  # noqa: E731
+    # short clips end long before their episodes: no re-firing
+    _, _, clips = _engine(tmp_path, 3, "rl-video", 12, episode_fn=trigger, length_frames=2)
     assert asked == [0, 1, 2, 3, 4]
     assert _names(clips) == [f"rl-video-episode-{e}.mp4" for e in (0, 2, 4)]
     # both callables (as Gymnasium's RecordVideo): a clip when either fires, each of its name
-    env, asked = point_reach(max_steps=4), []
-    engine, clips = _engine(
-        tmp_path / "both",
-        env,
-        episode_fn=lambda ep: asked.append(ep) or ep == 2,
-        step_fn=lambda s: s == 1,
-        name_prefix="v",
-        length_frames=2,
-    )
-    _drive(engine, env, 12)
-    engine.close()
+    asked.clear()
+    kw = dict(episode_fn=lambda ep: asked.append(ep) or ep == 2, step_fn=lambda s: s == 1)
+    _, _, clips = _engine(tmp_path / "both", 4, "v", 12, length_frames=2, **kw)
     assert asked == [0, 1, 2, 3]  # once per episode
     assert _names(clips) == ["v-step-1.mp4", "v-episode-2.mp4"]
     assert [c.episode for c in clips] == [0, 2]
@@ -162,8 +152,7 @@ def test_callable_episode_trigger_is_asked_once_per_episode_and_names_like_gymna
 def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
     """Driven the way an autoreset-on-the-next-step vector env is: the step after the terminal
     one resets the env; it is counted but is not a frame (the reset frame is taken at on_reset)."""
-    env = Spy(point_reach(max_steps=4))
-    engine, clips = _engine(tmp_path, env, step_fn=lambda s: s == 2, name_prefix="v")
+    engine, env, clips = _engine(tmp_path, 4, "v", step_fn=lambda s: s == 2)
     env.reset(seed=0)
     engine.on_reset(None, seed=0)
     pending_reset = False
@@ -185,15 +174,12 @@ def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
 
 
 def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
-    env = point_reach()
     with pytest.raises(ConfigError, match="name_prefix='../x'"):
-        _engine(tmp_path, env, name_prefix="../x")
-    with pytest.raises(ConfigError, match=r"recorder.env_idx=\[3\]"):
-        ClipEngine(rec_cfg(env_idx=[3]), Source(1, 0.1, "cpu", env.render), str(tmp_path))
+        _engine(tmp_path, name_prefix="../x")
     with pytest.raises(ConfigError, match=r"recorder.dir \(or the run's video dir\) is not set"):
-        ClipEngine(rec_cfg(), env)
+        ClipEngine(rec_cfg(), point_reach())
     assert listing(tmp_path) == []  # nothing written before the arguments were checked
-    engine, _ = _engine(tmp_path, env, trigger="always")
+    engine, _, _ = _engine(tmp_path, trigger="always")
     engine.render = lambda idx: np.zeros((1, 8, 8), np.uint8)
     with pytest.raises(TypeError, match=r"render\(\[0\]\) returned torch.uint8 \(1, 8, 8\)"):
         engine.on_reset(None)
@@ -201,33 +187,24 @@ def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
 
 
 def test_provisional_clips_save_only_the_untriggered_episode_in_progress_at_close(tmp_path):
-    env = Spy(point_reach(max_steps=4))
-    engine, clips = _engine(tmp_path, env, episode_fn=lambda ep: ep == 0, provisional=True)
-    _drive(engine, env, 11)  # episodes 0, 1 (untriggered, dropped), 2 (in progress: 3 steps)
-    engine.close()
+    # episodes 0, 1 (untriggered, dropped), 2 (in progress: 3 steps)
+    kw = dict(episode_fn=lambda ep: ep == 0, provisional=True)
+    engine, env, clips = _engine(tmp_path, 4, steps=11, **kw)
     assert [c.episode for c in clips] == [0, 2]
     for clip in clips:
         assert_frames(clip.path, env.episodes[clip.episode])
     assert_only_clips(tmp_path, clips)  # the dropped provisional clip left nothing behind
     assert engine.clips_started == 1  # provisional clips are not counted as started
-    # with a length: the first frames of the last episode
-    env = Spy(point_reach(max_steps=6))
-    engine, clips = _engine(
-        tmp_path / "short", env, episode_fn=lambda ep: False, length_frames=2, provisional=True
-    )
-    _drive(engine, env, 10)  # episode 1 in progress (4 steps)
-    engine.close()
+    # with a length: the first frames of the last episode (episode 1, in progress: 4 steps)
+    kw = dict(episode_fn=lambda ep: False, length_frames=2, provisional=True)
+    _, env, clips = _engine(tmp_path / "short", 6, steps=10, **kw)
     assert [(c.episode, c.num_frames) for c in clips] == [(1, 2)]
     assert_frames(clips[0].path, env.episodes[1][:2])
 
 
 def test_a_provisional_clip_never_holds_back_a_step_trigger(tmp_path):
-    env = Spy(point_reach(max_steps=5))
-    engine, clips = _engine(
-        tmp_path, env, step_fn=lambda s: s == 2, provisional=True, name_prefix="v"
-    )
-    _drive(engine, env, 5)  # the step trigger at step 2, mid-episode 0, which ends at step 5
-    engine.close()
+    # the step trigger at step 2, mid-episode 0, which ends at step 5
+    _, env, clips = _engine(tmp_path, 5, "v", 5, step_fn=lambda s: s == 2, provisional=True)
     # episode 0 from step 2 to its terminal frame; episode 1 in progress at close (its reset frame)
     assert _names(clips) == ["v-step-2.mp4", "v-step-5.mp4"]
     assert_frames(clips[0].path, env.episodes[0][2:6])
@@ -235,8 +212,7 @@ def test_a_provisional_clip_never_holds_back_a_step_trigger(tmp_path):
 
 
 def test_expect_end_turns_provisional_clips_off(tmp_path):
-    env = Spy(point_reach(max_steps=4))
-    engine, clips = _engine(tmp_path, env, episode_fn=lambda ep: ep == 0, provisional=True)
+    engine, env, clips = _engine(tmp_path, 4, episode_fn=lambda ep: ep == 0, provisional=True)
     engine.expect_end(11)
     _drive(engine, env, 11)
     engine.close()
@@ -252,8 +228,7 @@ def test_an_autoreset_clip_that_a_reset_ends_before_any_step_is_dropped(tmp_path
     alone. Such a clip is dropped. Kept: a one-frame clip that a full reset began (ended by the
     next full reset), one asked for (length_frames=1), and the one-frame clip in progress at
     close (record_final_episode)."""
-    env = Spy(point_reach(max_steps=3))
-    engine, clips = _engine(tmp_path / "a", env, trigger="always")
+    engine, env, clips = _engine(tmp_path / "a", 3, trigger="always")
     for k in range(2):  # two evaluations, each a full reset and one whole episode
         _drive(engine, env, 3, seed=k)
     engine.close()  # the second autoreset's clip is in progress: record_final_episode keeps it
@@ -266,13 +241,8 @@ def test_an_autoreset_clip_that_a_reset_ends_before_any_step_is_dropped(tmp_path
     assert_only_clips(tmp_path / "a", clips)
     # length None: a full reset's one-frame clip cut by the next full reset; 1: one-frame clips
     for length in (None, 1):
-        engine, clips = _engine(
-            tmp_path / f"len{length}",
-            env,
-            trigger="always",
-            length_frames=length,
-            record_final_episode=False,
-        )
+        kw = dict(trigger="always", length_frames=length, record_final_episode=False)
+        engine, env, clips = _engine(tmp_path / f"len{length}", **kw)
         for seed in (7, 8, 9):
             env.reset(seed=seed)
             engine.on_reset(None, seed=seed)
@@ -284,8 +254,7 @@ def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_
     """The step trigger fires mid-episode and the caller's full reset comes before the next step:
     the clip holds one real state of the episode (the one the trigger fired at), so it is kept,
     ending "cut", unlike the reset frame alone of an autoreset's clip (above)."""
-    env = Spy(point_reach())
-    engine, clips = _engine(tmp_path, env, step_fn=lambda s: s == 2, name_prefix="v")
+    engine, env, clips = _engine(tmp_path, name_prefix="v", step_fn=lambda s: s == 2)
     _drive(engine, env, 2)
     assert engine.recording  # the trigger fired after step 2
     env.reset(seed=1)  # e.g. the caller's own full reset, before any further step

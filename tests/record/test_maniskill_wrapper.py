@@ -8,6 +8,7 @@ reset with the clip's seed.
 
 import importlib
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,18 +49,12 @@ def _load_gpu_check():
     return importlib.import_module("physx_parts")
 
 
-def make(sim="cpu", num_envs=1, limit=LIMIT):
-    kw = dict(
-        num_envs=num_envs,
-        obs_mode="state",
-        render_mode="rgb_array",
-        sim_backend="physx_cuda" if sim == "gpu" else "physx_cpu",
-        human_render_camera_configs=dict(width=SIZE, height=SIZE),
-        max_episode_steps=limit,
-    )
-    if sim == "cpu":
-        kw["render_backend"] = "cpu"
-    return gym.make("PushCube-v1", **kw)
+def make(sim="cpu", num_envs=1):
+    cpu = dict(sim_backend="physx_cpu", render_backend="cpu")
+    kw = cpu if sim == "cpu" else dict(sim_backend="physx_cuda")
+    camera = dict(width=SIZE, height=SIZE)
+    kw.update(obs_mode="state", render_mode="rgb_array", human_render_camera_configs=camera)
+    return gym.make("PushCube-v1", num_envs=num_envs, max_episode_steps=LIMIT, **kw)
 
 
 class Probe(gym.Wrapper):
@@ -116,7 +111,8 @@ def test_example_eval_clips_start_on_a_fresh_seeded_reset(tmp_path):
     gc = _load_gpu_check()
     out = tmp_path / "run"
     cmd = gc.own_loop_command(out, "cpu", 2, 1, SIZE)
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # the example imports rlrec from this checkout
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
     clips = gc.own_loop_clips(out / "eval")
     assert sorted(Path(d).name for d in clips) == ["env0", "env1"]

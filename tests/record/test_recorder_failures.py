@@ -15,13 +15,14 @@ from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.testing import decode
 from tests.record.recutil import (
     assert_frames,
+    is_ffmpeg,
     listing,
     make_stack,
     point_reach,
     random_actions,
     run_steps,
+    stopped,
 )
-from tests.record.test_encoder import is_ffmpeg, stopped
 
 
 def recorder_errors(caplog):
@@ -259,19 +260,3 @@ def test_video_dir_that_cannot_be_created(tmp_path):
         Recorder(env, RecorderConfig(), str(blocker / "videos"), kind="eval")
     with pytest.raises(ConfigError, match="needs a directory"):
         Recorder(env, RecorderConfig(), None)
-
-
-def test_hydra_rejects_unknown_trigger():
-    from hydra import compose, initialize_config_dir
-
-    from rlrec.config import register_configs
-
-    register_configs()
-    conf = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
-    with initialize_config_dir(config_dir=os.path.abspath(conf), version_base="1.3"):
-        with pytest.raises(Exception, match="recorder.trigger"):
-            compose(config_name="config", overrides=["recorder.trigger=sometimes"])
-        overrides = ["recorder.trigger=step", "recorder.every=100"]
-        cfg = compose(config_name="config", overrides=overrides)
-        assert cfg.recorder.trigger == Trigger.step
-        assert cfg.eval_env.recorder.trigger == Trigger.eval
