@@ -40,8 +40,6 @@ from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess
 from rlrec.record.frames import pad_even, tile
 from rlrec.record.sidecar import sha256_file, write_sidecar
 
-__all__ = ["ABANDON_TIMEOUT_S", "BATCH", "ClipInfo", "ClipJob", "Encoder"]
-
 log = logging.getLogger(__name__)
 
 

@@ -50,7 +50,6 @@ from rlrec.record.settings import RecorderConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 _COUNTERS = ("episode", "steps", "clips_saved")  # the checkpointed counters, beside the schedule

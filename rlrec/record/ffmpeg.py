@@ -28,15 +28,6 @@ from typing import List, Optional
 
 import numpy as np
 
-__all__ = [
-    "EncoderError",
-    "FFmpegProcess",
-    "FINISH_TIMEOUT_S",
-    "STALL_TIMEOUT_S",
-    "encoder_settings",
-    "ffmpeg_output_path",
-]
-
 
 class EncoderError(RuntimeError):
     """Encoding a clip failed (ffmpeg could not start, died, or the file could not be written)."""

@@ -20,9 +20,6 @@ from typing import Any, Callable, Optional
 
 from rlrec.checks import ConfigError
 
-__all__ = ["ClipStart", "Name", "by_tag", "default", "episode_clip", "evaluation", "first_step"]
-__all__ += ["evaluation_step", "fixed", "prefixed"]
-
 
 @dataclass(frozen=True)
 class ClipStart:

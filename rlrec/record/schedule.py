@@ -23,8 +23,6 @@ from typing import Any, Callable, Dict, Optional
 
 from rlrec.record.settings import RecorderConfig, Trigger
 
-__all__ = ["Schedule", "Start", "capped_cubic"]
-
 
 class Start(enum.Enum):
     """Why a clip starts: at an episode's reset (``episode``), by the step trigger (``step``), or

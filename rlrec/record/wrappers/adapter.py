@@ -20,8 +20,6 @@ from rlrec.record.wrappers.base import RecorderWrapper
 from rlrec.record.wrappers.episodes import env_seed
 from rlrec.record.wrappers.view import viewed
 
-__all__ = ["Recorder"]
-
 
 class Recorder(RecorderWrapper, EnvWrapper):
     """Records clips of ``cfg.env_idx`` into ``video_dir`` (``cfg.dir`` overrides it).

@@ -21,8 +21,6 @@ from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
 from rlrec.record.settings import RecorderConfig
 
-__all__ = ["Arguments", "RecorderWrapper"]
-
 
 class RecorderWrapper:
     """The recorder calls of a wrapper around one engine (``engine``: None where the wrapper

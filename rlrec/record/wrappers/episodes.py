@@ -40,8 +40,6 @@ from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.record.wrappers.view import viewed
 
-__all__ = ["ClipChoice", "EpisodeClips", "env_seed"]
-
 Counted = Mapping[int, Tuple[Optional[bool], float]]  # env -> its first episode's success, return
 
 

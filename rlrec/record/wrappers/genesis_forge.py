@@ -47,8 +47,6 @@ from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
-__all__ = ["VideoWrapper"]
-
 KEY = "VideoWrapper"
 _POSITIVE = "must be a positive number or None"
 # the settings' fields under Genesis Forge's argument names, for the error messages

@@ -35,8 +35,6 @@ from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
-__all__ = ["RecordVectorVideo", "RenderHook"]
-
 _KEY = "RecordVectorVideo"
 _FPS = 30  # Gymnasium's RecordVideo: without render_fps, 30
 # the settings' fields under this wrapper's own argument names, for its error messages

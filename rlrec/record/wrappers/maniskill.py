@@ -37,8 +37,6 @@ from rlrec.record.schedule import Schedule
 from rlrec.record.settings import Trigger, recording
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
-__all__ = ["RecordClips"]
-
 log = logging.getLogger(__name__)
 
 KEY = "RecordClips"

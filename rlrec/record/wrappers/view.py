@@ -20,8 +20,6 @@ from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.obs import RGB
 from rlrec.record.settings import RecorderConfig, View, check_view
 
-__all__ = ["ObsView", "obs_frames", "viewed"]
-
 
 def obs_frames(image: torch.Tensor, size: Tuple[int, int], channels: int = 3) -> torch.Tensor:
     """Observation images ``uint8 [k, h, w, C]`` as frames ``[k, f*h, f*w, 3]``, upscaled to fit
