@@ -68,6 +68,24 @@ def encoder_settings(quality: int, lossless: bool, preset: str) -> dict:
     return {"codec": "libx264", "crf": crf, "pix_fmt": "yuv420p", **settings}
 
 
+def _command(path, width, height, fps, e, threads):
+    """ffmpeg's command line: raw rgb24 frames of ``width`` x ``height`` from stdin, at ``fps``,
+    into an mp4 at ``path``, encoded as ``e`` (:func:`encoder_settings`) says; ``threads``:
+    x264's (None: its own)."""
+    import imageio_ffmpeg
+
+    q = "qp" if e["lossless"] else "crf"
+    rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
+    cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-y -nostdin -loglevel error -f rawvideo".split()]
+    cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
+    cmd += ["-c:v", e["codec"], f"-{q}", str(e[q]), "-pix_fmt", e["pix_fmt"]]
+    cmd += ["-preset", e["preset"]] + ([] if threads is None else ["-threads", str(threads)])
+    if e["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the stream's
+        # GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
+        cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
+    return cmd + ["-f", "mp4", ffmpeg_output_path(path)]
+
+
 class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file.
 
@@ -85,33 +103,11 @@ class FFmpegProcess:
         stall_timeout: float = STALL_TIMEOUT_S,
         threads: Optional[int] = None,
     ):
-        import imageio_ffmpeg
-
         self.size = (width, height)  # of the file's frames
         self.stall_timeout = float(stall_timeout)
         # the slice of a bounded wait: short enough to notice a stall soon after stall_timeout
         self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
-
-        e, q = encoding, "qp" if encoding["lossless"] else "crf"
-        rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
-        cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-y -nostdin -loglevel error -f rawvideo".split()]
-        cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
-        cmd += [
-            "-c:v",
-            e["codec"],
-            f"-{q}",
-            str(e[q]),
-            "-pix_fmt",
-            e["pix_fmt"],
-            "-preset",
-            e["preset"],
-        ]
-        if threads is not None:  # x264's; None: its own
-            cmd += ["-threads", str(threads)]
-        if e["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the
-            # stream's GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
-            cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
-        cmd += ["-f", "mp4", ffmpeg_output_path(path)]
+        cmd = _command(path, width, height, fps, encoding, threads)
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.
