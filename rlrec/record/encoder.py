@@ -424,7 +424,7 @@ class Encoder:
         self._open_job = job
         self._put(("open", job, self._opened))
 
-    def frame(self, frames: Any, meta: Any = None):
+    def frame(self, frames, meta=None):
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
         w = self._w
         buffer = None

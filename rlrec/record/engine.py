@@ -215,7 +215,7 @@ class ClipEngine:
     def __init__(
         self,
         cfg: RecorderConfig,
-        source: Any,
+        source,
         video_dir: Optional[str] = None,
         *,
         kind: str = "train",
@@ -274,7 +274,7 @@ class ClipEngine:
         self.closed = False
 
     # ------------------------------------------------------------------ events
-    def on_reset(self, env_idx: Any = None, seed: Any = None):
+    def on_reset(self, env_idx=None, seed=None):
         """The env just reset ``env_idx`` (None: a full reset of every env; a list of ints, an
         int tensor or a bool mask ``[num_envs]``) with ``seed`` (kept for the sidecar)."""
         if self.closed:
@@ -302,9 +302,9 @@ class ClipEngine:
 
     def on_step(
         self,
-        reward: Any,
-        terminated: Any,
-        truncated: Any,
+        reward,
+        terminated,
+        truncated,
         info: Optional[dict] = None,
         stepped: bool = True,
     ):

@@ -95,7 +95,7 @@ def evaluation_step(name: str, kind: str) -> Optional[int]:
     return int(m.group("step")) if m and m.group("kind") == kind else None
 
 
-def episode_clip(kind: str, tag: Any, env: int) -> str:
+def episode_clip(kind: str, tag, env: int) -> str:
     """The name of env ``env``'s own clip of the evaluation tagged ``tag`` (an int: its step)."""
     if isinstance(tag, int) and not isinstance(tag, bool):
         return f"{kind}-step{tag:09d}-env{env:03d}.mp4"

@@ -64,7 +64,7 @@ class Schedule:
 
     def __init__(
         self,
-        trigger: Any,
+        trigger,
         every: Optional[int] = None,
         record_final_episode: bool = False,
         episode_fn: Optional[Callable[[int], bool]] = None,
@@ -93,7 +93,7 @@ class Schedule:
         self._asked = None
 
     @classmethod
-    def of(cls, cfg: RecorderConfig, **kw: Any) -> "Schedule":
+    def of(cls, cfg: RecorderConfig, **kw) -> "Schedule":
         """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``restart``,
         ``hold``)."""
         return cls(cfg.trigger, cfg.every, cfg.record_final_episode, **kw)

@@ -79,7 +79,7 @@ class RecorderWrapper:
         if self.engine is not None:
             self.engine.poll()
 
-    def close(self, **kwargs: Any):
+    def close(self, **kwargs):
         """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
         encoder (bounded), reports the last clips, then closes the env. Idempotent."""
         if self._recorder_closed:
@@ -123,10 +123,10 @@ class Arguments:
     key: str
     names: Dict[str, str] = field(default_factory=dict)
 
-    def refuse(self, name: str, value: Any, rule: str) -> NoReturn:
+    def refuse(self, name: str, value, rule: str) -> NoReturn:
         raise ConfigError(f"{self.key}: {name}={value!r} is invalid: {rule}")
 
-    def env_idx(self, value: Any) -> List[int]:
+    def env_idx(self, value) -> List[int]:
         """The ``env_idx`` argument, one int or a list of them, as a list (the range is checked
         with the rest of the settings)."""
         items = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -134,20 +134,20 @@ class Arguments:
             self.refuse("env_idx", value, "give one env index (an int) or a list of them")
         return [int(i) for i in items]
 
-    def whole(self, value: Any, name: str, least: int, rule: str) -> int:
+    def whole(self, value, name: str, least: int, rule: str) -> int:
         """An int argument (not a bool) of at least ``least``."""
         if not _whole(value) or value < least:
             self.refuse(name, value, rule)
         return int(value)
 
-    def positive(self, value: Any, name: str, rule: str) -> Optional[float]:
+    def positive(self, value, name: str, rule: str) -> Optional[float]:
         """A numeric argument as a float: None stays None, else a finite number > 0."""
         number = _whole(value) or isinstance(value, (float, np.floating))
         if value is not None and not (number and math.isfinite(value) and value > 0):
             self.refuse(name, value, rule)
         return None if value is None else float(value)
 
-    def callables(self, **arguments: Any):
+    def callables(self, **arguments):
         """Each of ``arguments`` is a callable or None."""
         for name, fn in arguments.items():
             if fn is not None and not callable(fn):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -43,7 +43,7 @@ from rlrec.record.wrappers.view import viewed
 Counted = Mapping[int, Tuple[Optional[bool], float]]  # env -> its first episode's success, return
 
 
-def env_seed(env: Any, seed: Any, i: int) -> Any:
+def env_seed(env, seed, i: int):
     """The seed env ``i``'s episode began with at ``env.reset(seed)`` (rlrec.envs.base's rule):
     ``seed + i`` where the backend seeds each env (``seed_per_env``), else the batch's ``seed``;
     None without one."""

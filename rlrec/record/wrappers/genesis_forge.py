@@ -28,7 +28,7 @@ at its reset (never again after a short clip); a clip never spans two episodes; 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
@@ -90,7 +90,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         logging: bool = True,
         *,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        **options: Any,
+        **options,
     ):
         super().__init__(env)
         if episode_trigger is not None and step_trigger is not None:  # as Genesis Forge's

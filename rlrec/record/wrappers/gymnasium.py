@@ -108,7 +108,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         env_idx: Union[int, Sequence[int], None] = None,
         dt: Optional[float] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        **options: Any,
+        **options,
     ):
         triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
         _ARGS.callables(gc_trigger=gc_trigger, on_clip=on_clip, **triggers)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import gymnasium as gym
 import torch
@@ -120,7 +120,7 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         ignore_terminations: bool = False,
         name_prefix: Optional[str] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        **recorder: Any,
+        **recorder,
     ):
         args = dict(locals())
         base, cfg = _checked(args)
