@@ -87,7 +87,7 @@ class _Recorded:
 
     def __init__(self, env_idx, device):
         first, k = env_idx[0], len(env_idx)
-        self.env_np = np.asarray(env_idx)
+        self.env_idx, self.env_np = env_idx, np.asarray(env_idx)
         contiguous = env_idx == list(range(first, first + k))
         self.take = slice(first, first + k) if contiguous else self.env_np
         self.index = torch.tensor(env_idx, device=device)
@@ -99,17 +99,18 @@ class _Recorded:
         return np.asarray(value)[self.take].tolist()
 
     def hits(self, env_idx):
-        """Which recorded envs a reset names (bool [k]): ``env_idx`` None (every env), a list of
-        ints, an int tensor/array or a bool mask ``[num_envs]``."""
+        """Which recorded envs a reset names (a list of bools over them): ``env_idx`` None (every
+        env), a list of ints, an int tensor/array or a bool mask ``[num_envs]``."""
         if env_idx is None:
-            return np.ones(len(self.env_np), dtype=bool)
+            return [True] * len(self.env_idx)
         if isinstance(env_idx, torch.Tensor):
             # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
             env_idx = env_idx.cpu().numpy()
         idx = np.asarray(env_idx).reshape(-1)
         if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
-            return idx[self.env_np]
-        return (idx[:, None] == self.env_np).any(axis=0)
+            return idx[self.env_np].tolist()
+        named = set(idx.tolist())
+        return [i in named for i in self.env_idx]
 
     def rows(self, values):
         rows = [self.host(v) for v in values]
@@ -264,9 +265,9 @@ class ClipEngine:
         # counters: the episode of the recorded env (-1 before the first reset) and the steps
         # seen (checkpointed, with clips_saved), the clips started in this process
         self.episode, self.steps, self.clips_saved, self.clips_started = -1, 0, 0, 0
-        # each recorded env's episode index, on the CPU (numpy): a reset costs no torch op (a
-        # cold one costs far more than a step of a small env), read when a clip starts
-        self._episodes = np.full(len(self.env_idx), -1)
+        # each recorded env's episode index, plain ints: a reset costs no torch op (a cold one
+        # costs far more than a step of a small env), read when a clip starts
+        self._episodes = [-1] * len(self.env_idx)
         self._seed = None  # the seed of the reset that began the recorded env's episode
         self._episode_start = 0  # the step count at that reset
         self._clip = None
@@ -282,7 +283,7 @@ class ClipEngine:
         # A full reset is reset(env_idx=None), as the runner does to start an evaluation; AutoReset
         # always names the envs it resets (even all of them): not a new evaluation.
         hits = self._recorded.hits(env_idx)
-        self._episodes += hits
+        self._episodes = [e + h for e, h in zip(self._episodes, hits)]
         clip = self._clip
         if hits[0]:  # a new episode of the first recorded env
             self._seed = seed
@@ -446,7 +447,7 @@ class ClipEngine:
         by_step = start is Start.step or (provisional and self._asks_steps)
         at = names.ClipStart(self.kind, self.episode, self.steps, by_step, self.tag)
         self.clips_started += not provisional
-        self._clip = _Clip(self._episodes.tolist(), self.steps, self._seed, provisional, autoreset)
+        self._clip = _Clip(self._episodes, self.steps, self._seed, provisional, autoreset)
         path = os.path.join(self.video_dir, self.name(at))
         info = ClipInfo(path, self.kind, self.episode, self.steps, 0, self.fps, self.tag)
         overlay = draw_overlay if self.cfg.overlay else None
