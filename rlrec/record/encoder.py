@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import numpy as np
 
@@ -39,8 +39,6 @@ from rlrec.files import remove_quietly, temporary_name
 from rlrec.record.ffmpeg import STALL_TIMEOUT_S, EncoderError, FFmpegProcess
 from rlrec.record.frames import pad_even, tile
 from rlrec.record.sidecar import sha256_file, write_sidecar
-
-__all__ = ["ABANDON_TIMEOUT_S", "BATCH", "ClipInfo", "ClipJob", "Encoder"]
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +55,9 @@ class ClipInfo:
     fps: float
     tag: Any = None  # the recorder's ``tag`` when the clip started (set by the caller)
     sidecar: Optional[str] = None  # NAME.json beside the mp4 (rlrec.record.sidecar)
-    # a clip not yet moved to ``path``: its temporary file, whether the name is fixed, and its
-    # sidecar's data (Encoder.results and Encoder.release move it)
-    _pending: Optional[str] = field(default=None, repr=False, compare=False)
-    _fixed: bool = field(default=False, repr=False, compare=False)
-    _sidecar_data: Optional[dict] = field(default=None, repr=False, compare=False)
+    # a clip not yet moved to ``path``: (its temporary file, whether the name is fixed, its
+    # sidecar's data); Encoder.results and Encoder.release move it
+    _pending: Optional[tuple] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -79,7 +75,7 @@ class ClipJob:
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
 
 
-def _claim(tmp: str, path: str) -> str:
+def _claim(tmp, path):
     """Moves the finished file ``tmp`` to ``path`` or, if taken (a resumed run, or another run,
     writing into the same directory), to the first free ``stem-1.ext``, ``stem-2.ext``, ...
 
@@ -90,22 +86,24 @@ def _claim(tmp: str, path: str) -> str:
     stem, ext = os.path.splitext(path)
     links, n = True, 0
     while True:
-        candidate = path if n == 0 else f"{stem}-{n}{ext}"
-        n += 1
+        candidate = f"{stem}-{n}{ext}" if n else path
         try:
             if links:
                 os.link(tmp, candidate)
-                remove_quietly(tmp)
-                return candidate
-            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            else:
+                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         except FileExistsError:
+            n += 1
             continue
         except OSError as err:
             if not links or err.errno not in _NO_LINKS:
                 raise
-            links, n = False, n - 1  # this name again, claimed without a link
+            links = False  # this name again, claimed without a link
             continue
-        os.replace(tmp, candidate)
+        if links:
+            remove_quietly(tmp)
+        else:
+            os.replace(tmp, candidate)
         return candidate
 
 
@@ -124,125 +122,109 @@ class _Worker:
     by its own thread.) The training thread's side is the :class:`Encoder`'s methods.
     """
 
-    def __init__(self, queue_size: int, name: str, stall_timeout: float, threads: Optional[int]):
+    def __init__(self, queue_size, name, stall_timeout, threads):
         self.batch = max(1, min(BATCH, queue_size // 2))
-        self.name = name
-        self.stall_timeout = float(stall_timeout)
+        self.name, self.stall_timeout = name, float(stall_timeout)
         self.threads = threads  # x264's threads of each clip (None: its own)
-        self.thread: Optional[threading.Thread] = None
+        self.thread = None
         self.cv = threading.Condition()
-        self.clip_open = False  # between open() and end()
-        # shared by the two threads, under cv
-        self.items: Deque[Optional[tuple]] = collections.deque()
-        self.queued_frames = 0  # frame items in items
-        self.urgent = False  # wake the encoder thread now, whatever the number of frames
-        self.unfinished = 0  # items put and not yet processed (flush waits for 0)
+        # shared by the two threads, under cv: the items handed over, and those put and not yet
+        # processed (flush waits for 0)
+        self.items = collections.deque()
+        self.unfinished = 0
         # buffers ready for reuse; the training thread takes one with a bare pop (a deque's
         # pops and appends are atomic), everything else on it happens under cv
-        self.free: Deque[Any] = collections.deque()
+        self.free = collections.deque()
         self.buffers = 0  # buffers that exist (free + in flight)
-        self.layout: Optional[tuple] = None  # (shape, pinned) of the buffers
-        self.results: Deque[Any] = collections.deque()
-        self.held_clips: List[ClipInfo] = []  # finished clips Encoder.hold keeps (training thread)
+        self.layout = None  # (shape, pinned) of the buffers
+        self.results = collections.deque()
+        self.held_clips = []  # finished clips Encoder.hold keeps (training thread)
         # serials of clips whose failure was reported (by this thread, or by the training
         # thread, which gave up on them): their frames go nowhere
-        self.reported: Set[int] = set()
-        self.sent: Dict[int, int] = {}  # frames handed over, by serial of a clip not yet done
+        self.reported = set()
+        self.sent = {}  # frames handed over, by serial of a clip not yet done
         self.frames_dropped = 0  # frames handed over for clips that failed
-        self.stalled: Set[int] = set()  # serials of clips dropped because the encoder stalled
+        self.stalled = set()  # serials of clips dropped because the encoder stalled
         self.alive_at = time.monotonic()  # when the encoder thread last made progress
-        # encoder-thread state of the clip being written
-        self.job: Optional[ClipJob] = None
-        self.job_serial = 0
-        self.proc: Optional[FFmpegProcess] = None
-        self.tmp: Optional[str] = None
-        self._frames = 0
-        self._abandoned = False  # the owner is gone without close(): drop everything, stop
+        # encoder-thread state of the clip being written: its job and serial, its ffmpeg, its
+        # temporary file and the frames written
+        self.job = None
+        self.job_serial = self.frames = 0
+        self.proc = None
+        self.tmp = None
+        self.abandoned = False  # the owner is gone without close(): drop everything, stop
 
-    def abandon(self) -> None:
+    def abandon(self):
         """The owner was collected, or the interpreter exits, without :meth:`close`: the clip in
         progress and every clip not yet on disk are dropped (ffmpeg killed and reaped, temporary
         files removed) and the thread ends. Clips already under their final name stay. Bounded,
         and safe from any thread (a garbage collection runs finalizers wherever it happens)."""
-        thread = self.thread
+        thread, proc = self.thread, self.proc
         with self.cv:
-            if self._abandoned:
-                return
-            self._abandoned = True
-            busy = self.clip_open or self.job is not None or bool(self.items)
-            self.urgent = True
+            first, self.abandoned = not self.abandoned, True
             self.cv.notify_all()
-        if thread is None:
+        if not first or thread is None:
             return
-        if busy:
+        if self.job is not None or self.items:
             log.warning(
                 "%s: the recorder was not closed (garbage-collected, or the interpreter exits): "
                 "the clip in progress is dropped; close() saves it",
                 self.name,
             )
-        proc = self.proc
         if proc is not None:  # unblocks a write or a finish the thread may be waiting in; reaped
             proc.kill_and_wait()
-        if thread is threading.current_thread():  # collected on this thread: it ends by itself
-            return
-        thread.join(ABANDON_TIMEOUT_S)
-        if thread.is_alive():  # stuck outside ffmpeg (an overlay, say): clean up from here
-            remove_quietly(self.tmp)
-            self._drop_pending()
+        if thread is not threading.current_thread():  # collected on this thread: it ends itself
+            thread.join(ABANDON_TIMEOUT_S)
+            if thread.is_alive():  # stuck outside ffmpeg (an overlay, say): clean up from here
+                remove_quietly(self.tmp)
+                self.drop_pending()
 
-    def _drop_pending(self) -> None:
+    def drop_pending(self):
         """Removes the temporary files of finished clips nobody will place now."""
-        for result in list(self.results) + self.held_clips:
+        for result in [*self.results, *self.held_clips]:
             if isinstance(result, ClipInfo) and result._pending is not None:
-                remove_quietly(result._pending)
-                result._pending, result._sidecar_data = None, None
+                remove_quietly(result._pending[0])
+                result._pending = None
 
     # -------------------------------------------------------------- encoder thread
-    def run(self) -> None:
-        while True:
+    def run(self):
+        stop = False
+        while not (stop or self.abandoned):
             with self.cv:
-                self.cv.wait_for(lambda: self.urgent or self.queued_frames >= self.batch)
+                self.cv.wait_for(lambda: self.items or self.abandoned)
                 items = list(self.items)
                 self.items.clear()
-                self.queued_frames = 0
-                self.urgent = False
-            if not items and not self._abandoned:  # woken for nothing: that is no progress
-                continue
             self.alive_at = time.monotonic()
-            buffers: List[Any] = []
+            buffers = []
             try:
                 stop = self._process(items, buffers)
             finally:
                 # never let this thread die or keep buffers: the training thread would wait forever
                 with self.cv:
                     # a batch may hold buffers of an old frame size and of the new one
-                    shape = self.layout[0] if self.layout is not None else None
+                    shape = self.layout and self.layout[0]
                     self.free.extend(b for b in buffers if tuple(b.shape) == shape)
                     self.unfinished -= len(items)
                     self.alive_at = time.monotonic()
                     self.cv.notify_all()
-            if self._abandoned:  # the encoder thread's part of abandon()
-                self._discard()
-                self._drop_pending()
-                with self.cv:
-                    self.items.clear()
-                    self.queued_frames = 0
-                    self.unfinished = 0
-                    self.cv.notify_all()
-                return
-            if stop:
-                return
+        if self.abandoned:  # the encoder thread's part of abandon()
+            self._discard()
+            self.drop_pending()
+            with self.cv:
+                self.items.clear()
+                self.unfinished = 0
+                self.cv.notify_all()
 
-    def _process(self, items: List[Optional[tuple]], buffers: List[Any]) -> bool:
+    def _process(self, items, buffers):
         """Runs the queued items in order, consecutive frames as one write; True on close."""
-        images: List[np.ndarray] = []
+        images = []
         for item in items:
             self.alive_at = time.monotonic()
-            if self._abandoned:  # the rest goes nowhere (see abandon)
+            if self.abandoned:  # the rest goes nowhere (see abandon)
                 return True
             if item is not None and item[0] == "frame":
                 buffers.append(item[1])
-                image = self._prepare(item[1], item[2])
+                image = self._prepare(*item[1:])
                 if image is not None:
                     images.append(image)
                 continue
@@ -258,94 +240,82 @@ class _Worker:
         self._write(images)
         return False
 
-    def _skipping(self) -> bool:
+    def _skipping(self):
         """Whether the frames of the current clip go nowhere (none, failed, or given up on): a
         failed clip is discarded (``job`` None) until the next open."""
         if self.job_serial in self.reported:
             self._discard()  # given up on by the training thread (once discarded: a no-op)
         return self.job is None
 
-    def _prepare(self, frames: Any, meta: Any) -> Optional[np.ndarray]:
+    def _prepare(self, frames, meta):
         """The image ffmpeg gets for one frame item (and its ffmpeg started), None if skipped."""
         if self._skipping():
             return None
         job = self.job
-        assert job is not None
         try:
             array = frames.numpy()
             if job.overlay is not None:
                 array = job.overlay(array, meta)
-            image = pad_even(tile(array))
+            image = np.ascontiguousarray(pad_even(tile(array)))
             if self.proc is None:  # the size is known with the first frame
                 self.tmp = temporary_name(job.info.path)
                 h, w = image.shape[:2]
-                self.proc = FFmpegProcess(
-                    self.tmp,
-                    w,
-                    h,
-                    job.info.fps,
-                    job.encoding,
-                    stall_timeout=self.stall_timeout,
-                    threads=self.threads,
-                )
-            return np.ascontiguousarray(image)
-        except Exception as err:
-            self._fail(err)
-            return None
-
-    def _write(self, images: List[np.ndarray]) -> None:
-        if not images or self.proc is None or self._skipping():
-            return
-        try:
-            self.proc.write(images)
-            self._frames += len(images)
+                args = (job.info.fps, job.encoding, self.stall_timeout, self.threads)
+                self.proc = FFmpegProcess(self.tmp, w, h, *args)
+            return image
         except Exception as err:
             self._fail(err)
 
-    def _on_open(self, job: ClipJob, serial: int) -> None:
+    def _write(self, images):
+        if images and self.proc is not None and not self._skipping():
+            try:
+                self.proc.write(images)
+                self.frames += len(images)
+            except Exception as err:
+                self._fail(err)
+
+    def _on_open(self, job, serial):
         self._discard()  # a clip never ended (should not happen): drop it rather than mix clips
-        self.job, self.job_serial, self._frames = job, serial, 0
+        self.job, self.job_serial, self.frames = job, serial, 0
 
-    def _on_end(self, keep: bool, summary: Optional[dict] = None) -> None:
+    def _on_end(self, keep, summary=None):
         """Finishes the clip into its temporary file (a failure here is the caller's _fail)."""
-        if not keep:
-            self.sent.pop(self.job_serial, None)  # dropped on purpose: not a loss
         job, proc, tmp, serial = self.job, self.proc, self.tmp, self.job_serial
         if not keep or self._skipping() or proc is None:  # no frame: no file
+            if not keep:
+                self.sent.pop(serial, None)  # dropped on purpose: not a loss
             self._discard()
             return
         proc.finish()  # bounded: stall_timeout without progress (the training thread can kill
         # ffmpeg meanwhile: self.proc stays set until it is done)
         if serial in self.reported:  # given up on meanwhile
             raise EncoderError("given up on by the training thread")
-        # moved to its name when handed to the training thread
-        info = dataclasses.replace(job.info, num_frames=self._frames)
-        info._pending, info._fixed = tmp, job.fixed_name
-        if summary is not None:  # the clip's summary and the file's figures
-            info._sidecar_data = {
-                "sha256": sha256_file(tmp),  # type: ignore[arg-type]
-                "frames": self._frames,
-                "fps": info.fps,
-                "width": proc.size[0],
-                "height": proc.size[1],
-                "encoder": job.encoding,
-                "tag": info.tag,
-                **summary,
-            }
-        self.job, self.proc, self.tmp = None, None, None
+        info = dataclasses.replace(job.info, num_frames=self.frames)
+        data = summary and {  # the clip's summary and the file's figures
+            "sha256": sha256_file(tmp),
+            "frames": self.frames,
+            "fps": info.fps,
+            "width": proc.size[0],
+            "height": proc.size[1],
+            "encoder": job.encoding,
+            "tag": info.tag,
+            **summary,
+        }
+        info._pending = (tmp, job.fixed_name, data)  # moved to its name when handed over
+        self.job = self.proc = self.tmp = None
         with self.cv:
             self.sent.pop(serial, None)
             self.results.append(info)
 
-    def _discard(self) -> None:
+    def _discard(self):
         proc, tmp = self.proc, self.tmp
-        self.job, self.proc, self.tmp = None, None, None
+        self.job = self.proc = self.tmp = None
         if proc is not None:
             with contextlib.suppress(Exception):  # best effort: the clip is lost anyway
                 proc.kill()
             remove_quietly(tmp)
 
-    def _fail(self, err: Exception) -> None:
+    def _fail(self, err):
         job, serial = self.job, self.job_serial
         if getattr(err, "stalled", False):
             self.stalled.add(serial)
@@ -353,13 +323,12 @@ class _Worker:
         with self.cv:
             self.report(serial, _failure(job, err))
 
-    def report(self, serial: int, message: str) -> None:
+    def report(self, serial, message):
         """Appends a clip's failure to the results, once per clip (call under ``cv``)."""
-        if serial in self.reported:
-            return
-        self.reported.add(serial)
-        self.frames_dropped += self.sent.pop(serial, 0)
-        self.results.append(message)
+        if serial not in self.reported:
+            self.reported.add(serial)
+            self.frames_dropped += self.sent.pop(serial, 0)
+            self.results.append(message)
 
 
 class Encoder:
@@ -408,21 +377,21 @@ class Encoder:
         hold: bool = False,
         threads: Optional[int] = None,
     ):
-        self._w = _Worker(queue_size, name, stall_timeout, threads)
+        self._w = w = _Worker(queue_size, name, stall_timeout, threads)
         # the results deque itself: true while results wait (``pending`` without a call, for a
         # caller that checks on every step)
-        self.waiting: Deque[Any] = self._w.results
+        self.waiting = w.results
         self._capacity = queue_size
-        self._patience = 2 * self._w.stall_timeout  # the training thread's waits (see above)
-        self._slice = max(0.005, min(0.25, self._w.stall_timeout / 5))
+        self._patience = 2 * w.stall_timeout  # the training thread's waits (see above)
+        self._slice = max(0.005, min(0.25, w.stall_timeout / 5))
         self._opened = 0  # serial of the clip last opened (1, 2, ...)
-        self._open_job: Optional[ClipJob] = None
+        self._open_job = None
         # items (frames, controls) not yet handed to the encoder thread, and how many are frames
-        self._held: List[Optional[tuple]] = []
+        self._held = []
         self._held_frames = 0
         # runs once: when this object is collected, or at interpreter exit (atexit) if it is
         # still alive then; a no-op after close(). It holds the worker, never this object.
-        self._finalizer = weakref.finalize(self, self._w.abandon)
+        weakref.finalize(self, w.abandon)
         self.hold = hold  # finished clips wait in their temporary files for release()
 
     @property
@@ -449,14 +418,13 @@ class Encoder:
         return {"frames_dropped": self._w.frames_dropped, "encoder_stalls": len(self._w.stalled)}
 
     # -------------------------------------------------------------- the clips
-    def open(self, job: ClipJob) -> None:
-        self._hand_over(wake=False)  # what is held back belongs to the clip before
+    def open(self, job: ClipJob):
+        self._hand_over()  # what is held back belongs to the clip before
         self._opened += 1
         self._open_job = job
-        self._w.clip_open = True
-        self._put(("open", job, self._opened), wake=False)
+        self._put(("open", job, self._opened))
 
-    def frame(self, frames: Any, meta: Any = None) -> None:
+    def frame(self, frames, meta=None):
         """Queues a copy of ``frames`` (uint8 ``[k, H, W, 3]`` tensor on any device)."""
         w = self._w
         buffer = None
@@ -477,42 +445,41 @@ class Encoder:
             return
         buffer.copy_(frames)
         # held back here and handed over BATCH at a time: one lock, one wake-up
-        self._held.append(("frame", buffer, meta))
+        self._put(("frame", buffer, meta))
         self._held_frames += 1
         if self._held_frames >= w.batch:
-            self._hand_over(wake=True)
+            self._hand_over()
 
-    def end(self, keep: bool, summary: Optional[dict] = None) -> None:
+    def end(self, keep: bool, summary: Optional[dict] = None):
         """Ends the current clip: ``keep`` finishes it (:meth:`results` places it), else it is
         discarded. ``summary``: what the clip shows (plain data), written into its sidecar with
         the file's own figures; None: no sidecar."""
         w = self._w
-        w.clip_open = False
-        self._put(("end", keep, summary), wake=True)
+        self._put(("end", keep, summary))
+        self._hand_over()
         with w.cv:  # between clips, keep only the buffers a clip's start needs
             while len(w.free) > 2 * w.batch:
                 w.free.pop()
                 w.buffers -= 1
 
-    def flush(self) -> None:
+    def flush(self):
         """Returns once everything queued so far is processed (finished clips wait for
         :meth:`results`), or after ``2 * stall_timeout`` seconds without progress of the encoder
         (its clip in progress is then dropped)."""
         w = self._w
-        if w.thread is None:
-            return
-        self._hand_over(wake=True)
+        self._hand_over()
         if not self._wait(lambda: w.unfinished):
             self._give_up(w.job_serial or self._opened, "flush()")
 
-    def close(self) -> None:
+    def close(self):
         """Finishes what is queued and stops the encoder thread; bounded like :meth:`flush`. A
         thread still stuck after its clip was given up on is left behind (a daemon thread) and
         its temporary file removed."""
         w = self._w
         thread = w.thread
         if thread is not None:
-            self._put(None, wake=True)
+            self._put(None)
+            self._hand_over()
             while not self._wait(lambda: w.unfinished):
                 serial = w.job_serial or self._opened
                 if serial in w.reported:  # given up on (or failed) already: leave the thread behind
@@ -533,12 +500,12 @@ class Encoder:
         w = self._w
         while w.results:
             result = w.results.popleft()
-            if self.hold and isinstance(result, ClipInfo) and result._pending is not None:
+            if self.hold and getattr(result, "_pending", None):
                 w.held_clips.append(result)
             else:
                 yield self._place(result)
 
-    def release(self, keep: Callable[[ClipInfo], bool]) -> None:
+    def release(self, keep: Callable[[ClipInfo], bool]):
         """Hands on the clips held (:attr:`hold`): those ``keep`` selects are placed under their
         names here, in order, and come with the next :meth:`results`; the others' temporary
         files are removed, and no name of theirs is ever taken."""
@@ -548,68 +515,58 @@ class Encoder:
             if keep(clip):
                 w.results.append(self._place(clip))
             else:
-                remove_quietly(clip._pending)
+                remove_quietly(clip._pending[0])
 
-    def _place(self, result: Any) -> Any:
+    def _place(self, result):
         """Moves a finished clip to its name (a fixed name replaced, else the first free one of
         ``stem.ext``, ``stem-1.ext``, ...), then writes its sidecar; returns the ClipInfo, or a
         failure message if it could not be moved. Anything else is returned as it is."""
-        if not isinstance(result, ClipInfo) or result._pending is None:
+        if not getattr(result, "_pending", None):
             return result
-        tmp, result._pending = result._pending, None
+        (tmp, fixed, data), result._pending = result._pending, None
         try:
-            if result._fixed:
+            if fixed:
                 os.replace(tmp, result.path)
             else:
                 result.path = _claim(tmp, result.path)
         except OSError as err:
             remove_quietly(tmp)
             return f"encoding clip {result.path!r} failed: {type(err).__name__}: {err}"
-        data, result._sidecar_data = result._sidecar_data, None
-        if data is not None:  # after the mp4 is complete under its name
-            try:
+        try:
+            if data is not None:  # after the mp4 is complete under its name
                 result.sidecar = write_sidecar(result.path, data)
-            except OSError as err:
-                return f"writing the sidecar of clip {result.path!r} failed: {err}"
+        except OSError as err:
+            return f"writing the sidecar of clip {result.path!r} failed: {err}"
         return result
 
     # -------------------------------------------------------------- internals
-    def _put(self, item: Optional[tuple], wake: bool) -> None:
-        """Queues a control item (``None``: stop) after the frames held back; ``wake``: hands
-        them over now and wakes the encoder thread."""
+    def _put(self, item):
+        """Holds back an item (a frame, a control; ``None``: stop) until the next hand-over."""
         w = self._w
         if w.thread is None:  # started on the first clip: an idle recorder has no thread
             w.thread = threading.Thread(target=w.run, name=w.name, daemon=True)
             w.thread.start()
         self._held.append(item)
-        if wake:
-            self._hand_over(wake=True)
 
-    def _hand_over(self, wake: bool) -> None:
-        """Hands the items held back to the encoder thread, in order, under one lock; wakes it
-        when ``wake`` or once a batch of frames waits."""
-        held = self._held
-        if not held and not wake:
-            return
-        w = self._w
-        n = self._held_frames
-        self._held, self._held_frames = [], 0
-        with w.cv:
-            w.items.extend(held)
-            w.unfinished += len(held)
-            if n:
+    def _hand_over(self):
+        """Hands the items held back to the encoder thread, in order, under one lock, and wakes
+        it."""
+        held, n = self._held, self._held_frames
+        if held:
+            self._held, self._held_frames = [], 0
+            w = self._w
+            with w.cv:
+                w.items.extend(held)
+                w.unfinished += len(held)
                 # the frames held back are all of the clip last opened (open() hands over what
                 # came before): counted as dropped now if it failed already, else when it fails
                 if self._opened in w.reported:
                     w.frames_dropped += n
                 else:
                     w.sent[self._opened] = w.sent.get(self._opened, 0) + n
-                w.queued_frames += n
-            if wake or w.queued_frames >= w.batch:
-                w.urgent = True
                 w.cv.notify_all()
 
-    def _buffer(self, frames: Any) -> Any:
+    def _buffer(self, frames):
         """A free CPU buffer shaped like ``frames``; waits for one while all are in flight, and
         returns None after ``2 * stall_timeout`` seconds without progress of the encoder."""
         import torch
@@ -618,8 +575,7 @@ class Encoder:
         pinned = frames.device.type == "cuda"  # device -> pinned host memory is the fast copy
         layout = (tuple(frames.shape), pinned)
         if not w.free and w.buffers >= self._capacity:
-            # the frames held back hold buffers: the encoder's now, and it is woken
-            self._hand_over(wake=True)
+            self._hand_over()  # the frames held back hold buffers: the encoder's now
         with w.cv:
             if layout != w.layout:  # a new frame size: buffers of the old one are dropped
                 w.layout, w.free, w.buffers = layout, collections.deque(), 0
@@ -630,7 +586,7 @@ class Encoder:
             w.buffers += 1
         return torch.empty(layout[0], dtype=torch.uint8, pin_memory=pinned)
 
-    def _wait(self, busy: Callable[[], Any]) -> bool:
+    def _wait(self, busy):
         """Waits while ``busy()`` (asked under the lock; the condition's lock is reentrant):
         False after ``2 * stall_timeout`` seconds without progress of the encoder thread."""
         w = self._w
@@ -638,13 +594,13 @@ class Encoder:
         with w.cv:
             while busy():
                 w.cv.wait(self._slice)
-                proc = w.proc  # the last progress of the encoder thread, or of its ffmpeg
-                last = max(w.alive_at, start, proc.progress_at if proc is not None else start)
+                # the last progress of the encoder thread, or of its ffmpeg
+                last = max(w.alive_at, start, getattr(w.proc, "progress_at", start))
                 if busy() and time.monotonic() - last > self._patience:
                     return False
         return True
 
-    def _give_up(self, serial: int, waited: str) -> None:
+    def _give_up(self, serial, waited):
         """The training thread gives up on clip ``serial``: its remaining frames are dropped,
         its ffmpeg killed, and it is reported failed (once); the encoder thread discards it."""
         if serial <= 0:
@@ -656,14 +612,13 @@ class Encoder:
             f"stall_timeout_sec={w.stall_timeout:g}): clip dropped"
         )
         with w.cv:
-            job = self._open_job if serial == self._opened else w.job
-            w.report(serial, _failure(job, err))
+            w.report(serial, _failure(self._open_job if serial == self._opened else w.job, err))
         proc = w.proc
         if proc is not None and w.job_serial == serial:
             with contextlib.suppress(OSError):
                 proc.proc.kill()  # unblocks the encoder thread; it reaps the process
 
 
-def _failure(job: Optional[ClipJob], err: Exception) -> str:
+def _failure(job, err):
     what = f"clip {job.info.path!r}" if job is not None else "a clip"
     return f"encoding {what} failed: {type(err).__name__}: {err}"

@@ -50,12 +50,11 @@ from rlrec.record.settings import RecorderConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClipEngine", "RecorderError", "Source"]
 
 _STATE_VERSION = 2  # 1: the schedule's keys (step_pending, step_fired_at) at the top level
 _COUNTERS = ("episode", "steps", "clips_saved")  # the checkpointed counters, beside the schedule
-
-Render = Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
+# steps whose values a clip keeps as plain rows until it sums them (numpy, a few calls for all)
+_FOLD_ROWS = 256
 
 
 class RecorderError(RuntimeError):
@@ -71,141 +70,122 @@ class Source:
     num_envs: int
     dt: float
     device: Any
-    render: Render
+    render: Callable[[List[int]], Any]  # env indices -> uint8 [k, H, W, 3] (tensor or array)
     max_episode_steps: Optional[int] = None
 
 
 class _Recorded:
     """The values of the recorded envs, on the host: what the engine reads of a step.
 
-    ``rows(reward, terminated, truncated, success)`` -> ``(reward, terminated, truncated,
-    success or None)``, each a list over the recorded envs of plain Python values (floats, bools,
-    ints), from per-env arrays or tensors ``[num_envs]``. Host values (numpy arrays, CPU tensors)
-    are read in place through a slice where the recorded envs are contiguous (an index where they
-    are not) and ``tolist()``; values on a device are gathered there into one ``[rows, k]``
-    tensor and copied to the host at once: the step's one read-back.
+    :meth:`rows` turns per-env arrays or tensors ``[num_envs]`` into lists over the recorded envs
+    of plain Python values. Host values (numpy arrays, CPU tensors) are read in place through a
+    slice where the recorded envs are contiguous (an index where they are not) and ``tolist()``;
+    values on a device are gathered there into one ``[rows, k]`` tensor and copied to the host
+    at once: the step's one read-back. Plain values, not arrays: a recording step's bookkeeping
+    is then a list append (each numpy call would cost the training thread ten times more right
+    after a render has flushed its caches)."""
 
-    Plain values, not arrays: the step's bookkeeping while every recorded episode runs on is then
-    a few operations of the interpreter (``any``, a list append), where each numpy call would
-    cost the training thread ten times more right after a render has flushed its caches."""
-
-    def __init__(self, env_idx: List[int], device: torch.device):
+    def __init__(self, env_idx, device):
         first, k = env_idx[0], len(env_idx)
-        self.env_np = np.asarray(env_idx, dtype=np.int64)
-        self.every = np.ones(k, dtype=bool)  # what hits() says of a full reset
+        self.env_idx, self.env_np = env_idx, np.asarray(env_idx)
         contiguous = env_idx == list(range(first, first + k))
-        self.take: Any = slice(first, first + k) if contiguous else self.env_np
-        self.index = torch.tensor(env_idx, dtype=torch.long, device=device)
+        self.take = slice(first, first + k) if contiguous else self.env_np
+        self.index = torch.tensor(env_idx, device=device)
 
-    def host(self, value: Any) -> Optional[list]:
-        """``value``'s recorded entries as a list of Python values; None when ``value`` lives on
-        a device."""
+    def host(self, value):
+        """``value``'s recorded entries as a list; None when ``value`` lives on a device."""
         if isinstance(value, torch.Tensor):
             return value[self.take].tolist() if value.is_cpu else None
         return np.asarray(value)[self.take].tolist()
 
-    def hits(self, env_idx: Any) -> np.ndarray:
-        """Which recorded envs a partial reset names (bool [k]): ``env_idx`` a list of ints, an
-        int tensor/array or a bool mask ``[num_envs]``."""
+    def hits(self, env_idx):
+        """Which recorded envs a reset names (a list of bools over them): ``env_idx`` None (every
+        env), a list of ints, an int tensor/array or a bool mask ``[num_envs]``."""
+        if env_idx is None:
+            return [True] * len(self.env_idx)
         if isinstance(env_idx, torch.Tensor):
             # the one read-back of a reset (none for a host index, as AutoReset's CPU tensor)
             env_idx = env_idx.cpu().numpy()
         idx = np.asarray(env_idx).reshape(-1)
         if idx.dtype == np.bool_:  # a mask: the recorded envs' entries
-            return idx[self.env_np]
-        return (idx[:, None] == self.env_np).any(axis=0)
+            return idx[self.env_np].tolist()
+        named = set(idx.tolist())
+        return [i in named for i in self.env_idx]
 
-    def rows(self, reward: Any, terminated: Any, truncated: Any, success: Any) -> list:
-        values = [reward, terminated, truncated] + ([] if success is None else [success])
+    def rows(self, values):
         rows = [self.host(v) for v in values]
         if None in rows:  # on a device: one gather, one copy to the host
             index = self.index
-            gathered = torch.stack(
-                [torch.as_tensor(v).to(index.device).index_select(0, index) for v in values]
-            )  # promoted to the widest dtype: bools become 0/1, rewards keep their values
-            rows = gathered.cpu().tolist()
-        return rows if success is not None else rows + [None]
-
-
-# rewards of the recorded envs kept as plain rows until they are summed (in float32, in order)
-_FOLD_ROWS = 256
+            # promoted to the widest dtype: bools become 0/1, rewards keep their values
+            gathered = [torch.as_tensor(v).to(index.device).index_select(0, index) for v in values]
+            rows = torch.stack(gathered).cpu().tolist()
+        return rows
 
 
 class _Clip:
     """The clip being recorded: bookkeeping and the statistics its sidecar reports, per recorded
-    env, of the episode each env was in at the clip's first frame."""
+    env, of the episode each env was in at the clip's first frame.
 
-    def __init__(self, episodes: List[int], first: int, seed: Any, provisional: bool, autoreset):
+    A step only appends its row (reward, terminated, truncated, success of the recorded envs, as
+    plain values) to ``rows``; :meth:`fold` sums them with numpy, many at a time: in float32 and
+    in step order (``np.add.accumulate``: bit for bit the sums of ``ret += reward`` step by step),
+    each env's up to the step its episode ended. It runs every ``_FOLD_ROWS`` steps and before
+    anything reads the sums."""
+
+    def __init__(self, episodes, first, seed, provisional, autoreset):
         k = len(episodes)
-        self.steps = 0  # env steps since the first frame
-        self.frames = 0
-        self.first_step = first
-        self.last_step = first  # the step count at the last frame taken
-        self.seed = seed
-        # on the host, over the recorded envs. ``ret`` and ``length`` are up to date after
-        # fold(): while every recorded episode runs on, a step only appends its rewards to
-        # ``pending`` (plain values); they are summed in float32 in step order, as ``ret += r``
-        # would have, when the rows are many, before anything reads the sums, and before an
-        # episode ends (``pending`` thus always holds steps where every recorded env was live)
-        self.ret = np.zeros(k, dtype=np.float32)
-        self.length = np.zeros(k, dtype=np.int64)
-        self.pending: List[list] = []
-        self.all_live = True  # no episode ended: the step's bookkeeping is then an append
-        self.terminated = np.zeros(k, dtype=bool)
-        self.truncated = np.zeros(k, dtype=bool)
-        self.success: Optional[np.ndarray] = None  # None: the env reports no success
-        self.episodes = episodes  # each recorded env's episode at the first frame
+        self.steps = self.frames = 0  # env steps since the first frame; frames taken
+        self.first_step = self.last_step = first  # the step counts at the first and last frame
+        self.seed, self.episodes = seed, episodes  # each recorded env's episode at the first frame
         # provisional (Schedule.provisional): dropped when its episode ends, kept only by close()
         self.provisional = provisional
         self.autoreset = autoreset  # it began at a partial reset (an autoreset)
+        self.rows = []
+        self.no_success = [0] * k  # the row's success where the env reports none
+        self.reports_success = False
+        self.ret = np.zeros(k, dtype=np.float32)
+        self.length = np.zeros(k, dtype=np.int64)
+        # per env: terminated, truncated, succeeded within the clip, and its episode over
+        self.terminated, self.truncated, self.success, self.over = np.zeros((4, k), dtype=bool)
 
-    def fold(self) -> None:
-        """Adds the pending rows to ``ret`` (float32, in step order) and ``length``."""
-        pending = self.pending
-        if pending:
-            rows = np.asarray(pending, dtype=np.float32).reshape(len(pending), -1)
-            # add.accumulate adds row after row (no pairwise summation): the float32 sums of
-            # ``ret += r`` step by step, bit for bit
-            self.ret = np.add.accumulate(np.concatenate((self.ret[None], rows)), axis=0)[-1]
-            self.length += len(pending)
-            pending.clear()
-
-    def add_step(self, r: list, term: list, trunc: list, s: Optional[list]) -> bool:
-        """Adds a step's values of the recorded envs (plain lists); whether the first recorded
-        env's episode ended."""
-        # the episodes still running: each is live until it terminates or is truncated
-        live = True if self.all_live else ~(self.terminated | self.truncated)
-        done = False
-        if self.all_live and not (any(term) or any(trunc)):
-            # every recorded episode runs on: its rewards wait to be summed
-            self.pending.append(r)
-            if len(self.pending) >= _FOLD_ROWS:
-                self.fold()
-        else:  # an episode ended (or ended before): numpy over the recorded envs
+    def add(self, row):
+        """Adds a step's row (3 lists, or 4 with success); whether the first env's episode
+        ended."""
+        if len(row) == 3:
+            row.append(self.no_success)
+        else:
+            self.reports_success = True
+        self.rows.append(row)
+        if len(self.rows) >= _FOLD_ROWS:
             self.fold()
-            t, u = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
-            self.ret += np.where(live, np.asarray(r, dtype=np.float32), np.float32(0))
-            self.length += live
-            self.terminated |= live & t
-            self.truncated |= live & u & ~t
-            self.all_live = False  # an episode ended, now or before
-            done = bool(t[0] or u[0])
-        if s is not None:
-            if self.success is None:  # the env reports success
-                self.success = np.zeros(len(term), dtype=bool)
-            if any(s):
-                self.success |= np.asarray(s, dtype=bool) & live
-        return done
+        return bool(row[1][0] or row[2][0])
 
-    def summary(self, kind: str, env_idx: List[int]) -> Dict[str, Any]:
+    def fold(self):
+        """Adds the rows to the sums (float32, in step order) of the episodes still running."""
+        if not self.rows:
+            return
+        reward, term, trunc, success = np.asarray(self.rows, dtype=np.float32).transpose(1, 0, 2)
+        self.rows = []
+        term, trunc = term != 0, trunc != 0
+        done = term | trunc
+        # live at a step: its episode had not ended before it (the terminal step counts)
+        live = ~np.logical_or.accumulate(np.concatenate((self.over[None], done[:-1])), axis=0)
+        summed = np.concatenate((self.ret[None], np.where(live, reward, np.float32(0))))
+        self.ret = np.add.accumulate(summed, axis=0)[-1]
+        self.length += live.sum(axis=0)
+        self.terminated |= (live & term).any(axis=0)
+        self.truncated |= (live & trunc & ~term).any(axis=0)
+        self.success |= (live & (success != 0)).any(axis=0)
+        self.over |= done.any(axis=0)
+
+    def summary(self, kind, env_idx):
         """What the clip's sidecar says of its episodes (plain data, from the host arrays)."""
         self.fold()
-        success = [None] * len(env_idx) if self.success is None else self.success.tolist()
+        success = self.success.tolist() if self.reports_success else [None] * len(env_idx)
         cut = np.where(self.truncated, "truncated", "cut")
         ends = np.where(self.terminated, "terminated", cut).tolist()
         values = zip(env_idx, self.episodes, self.ret.tolist(), self.length.tolist(), success, ends)
         keys = ("env", "episode", "return", "length", "success", "end")
-        envs = [dict(zip(keys, row)) for row in values]  # float32 -> exact floats
         seed = self.seed  # numpy and torch numbers as plain ones; anything else json cannot write
         # is written as its repr (write_sidecar)
         seed = seed.tolist() if isinstance(seed, (np.integer, torch.Tensor)) else seed
@@ -216,7 +196,7 @@ class _Clip:
             "seed": seed,
             "first_step": self.first_step,
             "last_step": self.last_step,
-            "envs": envs,
+            "envs": [dict(zip(keys, row)) for row in values],  # float32 -> exact floats
         }
 
 
@@ -227,41 +207,44 @@ class ClipEngine:
     ``kind`` ("train", "eval", ...) goes into :class:`ClipInfo` and the sidecars; ``key`` names
     the settings in error messages; ``on_clip`` is called with each clip once it (and its
     sidecar) is on disk, from the caller's thread (during a later event, ``poll``, ``flush`` or
-    ``close``). ``schedule``: when clips start and which are kept (default: ``cfg``'s);
-    ``name``: each clip's file name (:mod:`rlrec.record.names`; ``cfg.filename`` wins). Bad
-    settings raise ConfigError here, before any work (:meth:`RecorderConfig.check`); then the
-    video directory is created. ``tag``: any value the caller sets; each clip keeps the tag
-    current at its first frame (its name and :class:`ClipInfo` carry it)."""
+    ``close``). ``schedule``: when clips start (default: ``cfg``'s); ``name``: each clip's file
+    name (:mod:`rlrec.record.names`; ``cfg.filename`` wins). Bad settings raise ConfigError
+    here, before any work (:meth:`RecorderConfig.check`); then the video directory is created.
+    ``tag``: any value the caller sets; each clip keeps the tag current at its first frame (its
+    name and :class:`ClipInfo` carry it)."""
 
     def __init__(
         self,
         cfg: RecorderConfig,
-        source: Any,
+        source,
         video_dir: Optional[str] = None,
         *,
         kind: str = "train",
-        key: Optional[str] = None,
+        key: str = "recorder",
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
         schedule: Optional[Schedule] = None,
         name: Optional[names.Name] = None,
     ):
-        self.key = key or ("recorder" if kind == "train" else f"{kind}_env.recorder")
-        cfg.check(int(source.num_envs), self.key)
+        cfg.check(int(source.num_envs), key)
         dt = source.dt
         if dt is None or not dt > 0:  # the file's fps means nothing without it
-            raise ConfigError(f"{self.key}: the env reports dt={dt!r}; the recorder needs dt > 0")
-        self.cfg = cfg
-        dt = float(dt)
+            raise ConfigError(f"{key}: the env reports dt={dt!r}; the recorder needs dt > 0")
+        # the clips' directory, created and probed (ConfigError): cfg.dir, else video_dir;
+        # absolute: a relative dir means the working directory at start-up
+        where = f"{key}.dir (or the run's video dir)"
+        if not (cfg.dir or video_dir):
+            raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
+        probed = probe_dir(cfg.dir or video_dir, where, use="the video directory", create=True)
+        self.video_dir = os.path.abspath(probed)
+        self.cfg, self.key, self.kind, self.on_clip = cfg, key, kind, on_clip
         self.device = torch.device(source.device)
         self.render = source.render
-        self.max_episode_steps = getattr(source, "max_episode_steps", None)
-        self.kind = kind
-        self.on_clip = on_clip
-        self.tag: Any = None
-        self.schedule = schedule if schedule is not None else Schedule.of(cfg)
+        self.max_episode_steps = source.max_episode_steps
+        self.tag = None
+        self.schedule = schedule or Schedule.of(cfg)
         self._asks_steps = self.schedule.asks_steps
         self.name = names.fixed(cfg.filename) if cfg.filename else name or names.default
-        self.env_idx: List[int] = [int(i) for i in cfg.env_idx]
+        self.env_idx = [int(i) for i in cfg.env_idx]
         self._recorded = _Recorded(self.env_idx, self.device)
         # the timing, computed here only: env steps between two frames, max(1, ...) so that
         # fps * dt > 2 takes every step (at 1 / dt) rather than rounding to 0
@@ -271,44 +254,36 @@ class ClipEngine:
         self.length = cfg.length_frames
         if cfg.length_sec is not None:
             self.length = max(1, round(cfg.length_sec * self.fps))
-        # the clips' directory, created and probed (ConfigError): cfg.dir, else video_dir;
-        # absolute: a relative dir means the working directory at start-up
-        where = f"{self.key}.dir (or the run's video dir)"
-        if not (cfg.dir or video_dir):
-            raise ConfigError(f"{where} is not set: the recorder needs a directory for its videos")
-        probed = probe_dir(cfg.dir or video_dir, where, use="the video directory", create=True)
-        self.video_dir = os.path.abspath(probed)
+        self._max_frames = self.length or float("inf")
+        self._encoding = encoder_settings(cfg.quality, cfg.lossless, cfg.preset)
         # a holding schedule's clips are of engines encoding side by side (per-episode clips):
         # one x264 thread each
-        hold, threads = self.schedule.hold, 1 if self.schedule.hold else None
-        name = f"rlrec-encoder-{kind}"
-        self.encoder = Encoder(cfg.queue_size, name, cfg.stall_timeout_sec, hold, threads)
+        hold = self.schedule.hold
+        args = (cfg.queue_size, f"rlrec-encoder-{kind}", cfg.stall_timeout_sec, hold)
+        self.encoder = Encoder(*args, 1 if hold else None)
         self._waiting = self.encoder.waiting  # true while finished clips wait for poll()
-        # counters (checkpointed)
-        self.episode = -1  # index of the recorded env's current episode; -1 before the first reset
-        self.steps = 0  # steps seen
-        self.clips_saved = 0
-        self.clips_started = 0  # in this process (a caller compares it before and after)
-        # each recorded env's episode index, on the CPU (numpy): a reset costs no torch op (a
-        # cold one costs far more than a step of a small env), read when a clip starts
-        self._episodes = np.full(len(self.env_idx), -1, dtype=np.int64)
-        self._seed: Any = None  # the seed of the reset that began the recorded env's episode
-        self._episode_steps = 0
-        self._clip: Optional[_Clip] = None
-        self.errors: List[str] = []
+        # counters: the episode of the recorded env (-1 before the first reset) and the steps
+        # seen (checkpointed, with clips_saved), the clips started in this process
+        self.episode, self.steps, self.clips_saved, self.clips_started = -1, 0, 0, 0
+        # each recorded env's episode index, plain ints: a reset costs no torch op (a cold one
+        # costs far more than a step of a small env), read when a clip starts
+        self._episodes = [-1] * len(self.env_idx)
+        self._seed = None  # the seed of the reset that began the recorded env's episode
+        self._episode_start = 0  # the step count at that reset
+        self._clip = None
+        self.errors = []
         self.closed = False
 
     # ------------------------------------------------------------------ events
-    def on_reset(self, env_idx: Any = None, seed: Any = None) -> None:
+    def on_reset(self, env_idx=None, seed=None):
         """The env just reset ``env_idx`` (None: a full reset of every env; a list of ints, an
         int tensor or a bool mask ``[num_envs]``) with ``seed`` (kept for the sidecar)."""
         if self.closed:
             return
         # A full reset is reset(env_idx=None), as the runner does to start an evaluation; AutoReset
         # always names the envs it resets (even all of them): not a new evaluation.
-        full = env_idx is None
-        hits = self._recorded.every if full else self._recorded.hits(env_idx)
-        self._episodes += hits
+        hits = self._recorded.hits(env_idx)
+        self._episodes = [e + h for e, h in zip(self._episodes, hits)]
         clip = self._clip
         if hits[0]:  # a new episode of the first recorded env
             self._seed = seed
@@ -319,38 +294,37 @@ class ClipEngine:
                 # trigger's clip cut before its next step (a real state, "cut")
                 self._end_clip(keep=not clip.provisional and (clip.steps > 0 or not clip.autoreset))
             self.episode += 1
-            self._episode_steps = 0
-            start = self.schedule.on_reset(self.episode, self.steps, full)
+            self._episode_start = self.steps
+            start = self.schedule.on_reset(self.episode, self.steps, env_idx is None)
             if start:
-                self._start_clip(start, autoreset=not full)
+                self._start_clip(start, autoreset=env_idx is not None)
         if self._waiting:
             self.poll()
 
     def on_step(
         self,
-        reward: Any,
-        terminated: Any,
-        truncated: Any,
+        reward,
+        terminated,
+        truncated,
         info: Optional[dict] = None,
         stepped: bool = True,
-    ) -> None:
+    ):
         """The env just stepped (before anything resets the envs that finished). ``stepped``:
         False when this call reset the recorded env instead of stepping it (an autoreset inside
         the env's step, announced with :meth:`on_reset` first): counted, but not a frame."""
         self.steps += 1
-        self._episode_steps += 1
-        if self._clip is None and not self._asks_steps:  # the armed idle path: two increments
+        clip = self._clip
+        if clip is None and not self._asks_steps:  # the armed idle path: one increment
             if self._waiting:  # finished clips to report
                 self.poll()
             return
         if self.closed:
             return
-        clip = self._clip
         if self._asks_steps:
             busy = clip is not None and not clip.provisional
             first = self.env_idx[0]  # episodes are counted on the first recorded env
 
-            def terminal() -> bool:  # read only when the step trigger falls
+            def terminal():  # read only when the step trigger falls
                 return bool(torch.as_tensor(terminated)[first] or torch.as_tensor(truncated)[first])
 
             start = self.schedule.on_step(self.steps, busy, terminal)
@@ -364,25 +338,24 @@ class ClipEngine:
         if clip is not None and stepped:
             clip.steps += 1
             success = info.get("success") if info else None
+            values = (reward, terminated, truncated) + (() if success is None else (success,))
             # the recorded envs' values on the host, as plain values (the only device read-back
             # per step, and only while recording)
-            r, term, trunc, s = self._recorded.rows(reward, terminated, truncated, success)
-            done = clip.add_step(r, term, trunc, s)
-            full = self.length is not None and clip.frames >= self.length
-            if not full and (done or clip.steps % self.steps_per_frame == 0):
+            row = self._recorded.rows(values)
+            done = clip.add(row)
+            if clip.frames < self._max_frames and (done or clip.steps % self.steps_per_frame == 0):
                 # the terminal frame is always taken: it is rendered here, before anything
                 # resets the env and replaces it
-                self._capture(r, s)
-                full = self.length is not None and clip.frames >= self.length
+                self._capture(row)
             # a full provisional clip stays open, taking no more frames, until its episode ends
             # (dropped) or close() keeps it
-            if done or (full and not clip.provisional):
+            if done or (clip.frames >= self._max_frames and not clip.provisional):
                 self._end_clip(keep=not clip.provisional)
         if self._waiting:
             self.poll()
 
     # ------------------------------------------------------------------ caller API
-    def expect_end(self, steps_left: int) -> None:
+    def expect_end(self, steps_left: int):
         """The caller will report ``steps_left`` more steps, then call :meth:`close`: with
         ``record_final_episode``, every episode of the recorded env that begins within the last
         ``max_episode_steps`` steps (every one if the env has no limit) is recorded, provisionally
@@ -390,26 +363,25 @@ class ClipEngine:
         other is kept (:meth:`Schedule.expect_end`)."""
         self.schedule.expect_end(self.steps, steps_left, self.max_episode_steps)
 
-    def end_clip(self, keep: bool = True) -> None:
+    def end_clip(self, keep: bool = True):
         """Ends the clip in progress now, e.g. when an evaluation stops early: saved, or dropped
         (``keep=False``) without being encoded to its end."""
         self._end_clip(keep=keep)
         self.poll()
 
-    def flush(self) -> None:
+    def flush(self):
         """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
         self.encoder.flush()
         self.poll()
 
-    def close(self) -> None:
+    def close(self):
         """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
         encoder (bounded), reports the last clips. Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        self._end_clip(keep=self.cfg.record_final_episode)
-        self.encoder.close()
-        self.poll()
+        if not self.closed:
+            self.closed = True
+            self._end_clip(keep=self.cfg.record_final_episode)
+            self.encoder.close()
+            self.poll()
 
     @property
     def pending(self) -> bool:
@@ -430,7 +402,7 @@ class ClipEngine:
         counters = {k: getattr(self, k) for k in _COUNTERS}
         return {"version": _STATE_VERSION, **counters, "schedule": self.schedule.state_dict()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]):
         """Continues the schedule of a checkpoint. Call it before the first reset: a clip already
         open belongs to the schedule being replaced and is discarded."""
         missing = set(_COUNTERS) - set(state)
@@ -446,7 +418,7 @@ class ClipEngine:
         for k in _COUNTERS:
             setattr(self, k, int(state[k]))
 
-    def poll(self) -> None:
+    def poll(self):
         """Reports finished clips (``on_clip``) and encoder errors, in the calling thread. Runs
         on every event; call it to report clips of an env that is not being stepped.
 
@@ -470,29 +442,23 @@ class ClipEngine:
                 )
 
     # ------------------------------------------------------------------ internals
-    def _start_clip(self, start: Start, autoreset: bool = False) -> None:
+    def _start_clip(self, start, autoreset=False):
         provisional = start is Start.provisional
         by_step = start is Start.step or (provisional and self._asks_steps)
         at = names.ClipStart(self.kind, self.episode, self.steps, by_step, self.tag)
         self.clips_started += not provisional
-        clip = self._clip = _Clip(
-            self._episodes.tolist(), self.steps, self._seed, provisional, autoreset
-        )
+        self._clip = _Clip(self._episodes, self.steps, self._seed, provisional, autoreset)
         path = os.path.join(self.video_dir, self.name(at))
-        job = ClipJob(
-            info=ClipInfo(path, self.kind, self.episode, self.steps, 0, self.fps, self.tag),
-            fixed_name=bool(self.cfg.filename),
-            encoding=encoder_settings(self.cfg.quality, self.cfg.lossless, self.cfg.preset),
-            overlay=draw_overlay if self.cfg.overlay else None,
-        )
-        self.encoder.open(job)
+        info = ClipInfo(path, self.kind, self.episode, self.steps, 0, self.fps, self.tag)
+        overlay = draw_overlay if self.cfg.overlay else None
+        self.encoder.open(ClipJob(info, bool(self.cfg.filename), self._encoding, overlay))
         self._capture()
-        if self.length is not None and clip.frames >= self.length and not provisional:
+        if self._max_frames == 1 and not provisional:
             self._end_clip(keep=True)  # a one-frame clip
 
-    def _capture(self, reward: Optional[list] = None, success: Optional[list] = None) -> None:
-        """Renders the recorded envs and queues the frame; ``reward`` and ``success``: the
-        recorded envs' values of the step that led to it (lists; None on a first frame)."""
+    def _capture(self, row=None):
+        """Renders the recorded envs and queues the frame; ``row``: the recorded envs' values of
+        the step that led to it (None on a first frame)."""
         clip = self._clip
         frames, k = self.render(self.env_idx), len(self.env_idx)
         if isinstance(frames, np.ndarray):
@@ -511,8 +477,9 @@ class ClipEngine:
             # what the overlay shows (reward and return, and success where the env reports it),
             # made here: the encoder thread reads it later, and the clip's return changes
             clip.fold()
-            ret = None if reward is None else clip.ret.copy()
-            meta = FrameMeta(self.episode, self._episode_steps, reward, ret, success)
+            reward, ret, success = (None, None, None) if row is None else (row[0], clip.ret, row[3])
+            episode_step = self.steps - self._episode_start
+            meta = FrameMeta(self.episode, episode_step, reward, ret, success)
         # The encoder copies the frames into one of its reusable CPU buffers: the one copy the
         # caller's thread pays (device -> CPU on a GPU). On the CPU too, so that a frame waiting
         # for the encoder can never be changed by a later step or render, even from a render
@@ -521,15 +488,8 @@ class ClipEngine:
         clip.frames += 1
         clip.last_step = clip.first_step + clip.steps
 
-    def _end_clip(self, keep: bool) -> None:
-        """Ends the clip in progress (if any): saved (``keep``, where the schedule's rule keeps
-        it too), or dropped."""
+    def _end_clip(self, keep):
+        """Ends the clip in progress (if any): saved (``keep``), or dropped."""
         clip, self._clip = self._clip, None
-        if clip is None:
-            return
-        if keep and self.schedule.keep is not None:
-            success = None if clip.success is None else bool(clip.success[0])
-            clip.fold()
-            keep = bool(self.schedule.keep(self.env_idx[0], success, float(clip.ret[0])))
-        summary = clip.summary(self.kind, self.env_idx) if keep else None
-        self.encoder.end(keep, summary)
+        if clip is not None:
+            self.encoder.end(keep, clip.summary(self.kind, self.env_idx) if keep else None)

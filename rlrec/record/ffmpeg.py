@@ -28,15 +28,6 @@ from typing import List, Optional
 
 import numpy as np
 
-__all__ = [
-    "EncoderError",
-    "FFmpegProcess",
-    "FINISH_TIMEOUT_S",
-    "STALL_TIMEOUT_S",
-    "encoder_settings",
-    "ffmpeg_output_path",
-]
-
 
 class EncoderError(RuntimeError):
     """Encoding a clip failed (ffmpeg could not start, died, or the file could not be written)."""
@@ -54,7 +45,7 @@ def ffmpeg_output_path(path: str) -> str:
     return "file:" + os.path.abspath(path)
 
 
-def _cpu_ticks(pid: int) -> Optional[int]:
+def _cpu_ticks(pid):
     """User + system CPU time of process ``pid`` (all its threads) in clock ticks; None where
     ``/proc`` cannot tell (not Linux, or the process is gone)."""
     try:
@@ -77,6 +68,24 @@ def encoder_settings(quality: int, lossless: bool, preset: str) -> dict:
     return {"codec": "libx264", "crf": crf, "pix_fmt": "yuv420p", **settings}
 
 
+def _command(path, width, height, fps, e, threads):
+    """ffmpeg's command line: raw rgb24 frames of ``width`` x ``height`` from stdin, at ``fps``,
+    into an mp4 at ``path``, encoded as ``e`` (:func:`encoder_settings`) says; ``threads``:
+    x264's (None: its own)."""
+    import imageio_ffmpeg
+
+    q = "qp" if e["lossless"] else "crf"
+    rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
+    cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-y -nostdin -loglevel error -f rawvideo".split()]
+    cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
+    cmd += ["-c:v", e["codec"], f"-{q}", str(e[q]), "-pix_fmt", e["pix_fmt"]]
+    cmd += ["-preset", e["preset"]] + ([] if threads is None else ["-threads", str(threads)])
+    if e["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the stream's
+        # GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
+        cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
+    return cmd + ["-f", "mp4", ffmpeg_output_path(path)]
+
+
 class FFmpegProcess:
     """One ffmpeg process encoding raw rgb24 frames from its stdin into an mp4 file.
 
@@ -94,23 +103,11 @@ class FFmpegProcess:
         stall_timeout: float = STALL_TIMEOUT_S,
         threads: Optional[int] = None,
     ):
-        import imageio_ffmpeg
-
         self.size = (width, height)  # of the file's frames
         self.stall_timeout = float(stall_timeout)
         # the slice of a bounded wait: short enough to notice a stall soon after stall_timeout
         self._slice = max(0.005, min(0.25, self.stall_timeout / 5))
-
-        rate = Fraction(fps).limit_denominator(1_000_000)  # the real fps, as an exact rational
-        cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-y -nostdin -loglevel error -f rawvideo".split()]
-        cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
-        codec, q = encoding, "qp" if encoding["lossless"] else "crf"
-        cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
-        cmd += [] if threads is None else ["-threads", str(threads)]  # x264's; None: its own
-        if codec["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the
-            # stream's GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
-            cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
-        cmd += ["-preset", codec["preset"], "-f", "mp4", ffmpeg_output_path(path)]
+        cmd = _command(path, width, height, fps, encoding, threads)
         self._stderr = tempfile.TemporaryFile()
         # A session of its own: Ctrl-C in a terminal reaches the whole foreground process group;
         # ffmpeg must survive it so that close() can still finish the clip.
@@ -134,15 +131,15 @@ class FFmpegProcess:
         # only; a size above the user's pipe size limit is refused)
         with contextlib.suppress(AttributeError, OSError):
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
-        os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLOUT)
         # where cores are scarce, the training thread goes first; the bounded queue keeps ffmpeg
         # from falling behind
         with contextlib.suppress(AttributeError, OSError):
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, 10)
+        os.set_blocking(fd, False)  # a write into a full pipe waits in poll(), bounded
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT)
 
-    def _idle(self) -> float:
+    def _idle(self):
         """Seconds since ffmpeg last progressed (CPU time used since the last call counts as
         now)."""
         ticks = _cpu_ticks(self.proc.pid)
@@ -150,7 +147,7 @@ class FFmpegProcess:
             self._ticks, self.progress_at = ticks, time.monotonic()
         return time.monotonic() - self.progress_at
 
-    def _error(self, what: str) -> EncoderError:
+    def _error(self, what):
         self.proc.poll()
         self._stderr.seek(0)
         lines = self._stderr.read()[-4000:].decode(errors="replace").strip().splitlines()
@@ -159,7 +156,7 @@ class FFmpegProcess:
         status = f"ffmpeg exit status {code}" if code is not None else "ffmpeg still running"
         return EncoderError(f"{what} ({status}){': ' + tail if tail else ''}")
 
-    def _stalled(self, what: str) -> EncoderError:
+    def _stalled(self, what):
         self.kill_and_wait()
         err = self._error(
             f"ffmpeg made no progress for {self.stall_timeout:g} s {what} (stopped or hung; "
@@ -168,7 +165,7 @@ class FFmpegProcess:
         err.stalled = True  # counted as a stall of the encoder (Encoder.losses)
         return err
 
-    def write(self, images: List[np.ndarray]) -> None:
+    def write(self, images: List[np.ndarray]):
         """Writes contiguous frames, as few ``writev`` calls as the pipe allows. Waits while the
         pipe is full, at most ``stall_timeout`` seconds without progress of ffmpeg."""
         views = [memoryview(image).cast("B") for image in images]
@@ -190,7 +187,7 @@ class FFmpegProcess:
         except (OSError, ValueError) as err:  # a stall's EncoderError is neither
             raise self._error(f"writing a frame to ffmpeg failed: {err}") from None
 
-    def finish(self) -> None:
+    def finish(self):
         """Ends the stream and waits for ffmpeg; raises EncoderError unless it exited with 0."""
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]
@@ -214,7 +211,7 @@ class FFmpegProcess:
         finally:
             self._stderr.close()
 
-    def kill_and_wait(self) -> None:
+    def kill_and_wait(self):
         """SIGKILL (which also ends a stopped process) and a bounded wait for its exit."""
         # gone already, or stuck in the kernel
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -222,7 +219,7 @@ class FFmpegProcess:
                 self.proc.kill()
             self.proc.wait(timeout=max(1.0, self.stall_timeout))
 
-    def kill(self) -> None:
+    def kill(self):
         self.kill_and_wait()
         with contextlib.suppress(OSError):
             self.proc.stdin.close()  # type: ignore[union-attr]

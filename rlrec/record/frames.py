@@ -14,9 +14,6 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["FrameMeta", "draw_overlay", "grid_shape", "pad_even", "tile"]
-
-
 # ----------------------------------------------------------------------------- layout
 
 

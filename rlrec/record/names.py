@@ -20,9 +20,6 @@ from typing import Any, Callable, Optional
 
 from rlrec.checks import ConfigError
 
-__all__ = ["ClipStart", "Name", "by_tag", "default", "episode_clip", "evaluation", "first_step"]
-__all__ += ["evaluation_step", "fixed", "prefixed"]
-
 
 @dataclass(frozen=True)
 class ClipStart:
@@ -70,7 +67,7 @@ def prefixed(prefix: str, key: str, step_base: int = 0) -> Name:
             "starting with '.' or '-')"
         )
 
-    def name(s: ClipStart) -> str:
+    def name(s):
         at = f"step-{s.step - step_base}" if s.by_step else f"episode-{s.episode}"
         return f"{prefix}-{at}.mp4"
 
@@ -98,7 +95,7 @@ def evaluation_step(name: str, kind: str) -> Optional[int]:
     return int(m.group("step")) if m and m.group("kind") == kind else None
 
 
-def episode_clip(kind: str, tag: Any, env: int) -> str:
+def episode_clip(kind: str, tag, env: int) -> str:
     """The name of env ``env``'s own clip of the evaluation tagged ``tag`` (an int: its step)."""
     if isinstance(tag, int) and not isinstance(tag, bool):
         return f"{kind}-step{tag:09d}-env{env:03d}.mp4"

@@ -13,8 +13,7 @@ The recorder counts steps (calls of ``step``) and episodes of the recorded env a
 Beyond the trigger, two requests start a clip at a reset: :meth:`Schedule.record_next_episode`
 (the next episode, once) and :meth:`Schedule.expect_end` (with ``record_final_episode``: every
 episode that may still be in progress when the run ends, provisionally). Each decision says why a
-clip starts (:class:`Start`), which its name may tell; ``keep`` (asked as each clip ends) may drop
-it.
+clip starts (:class:`Start`), which its name may tell.
 """
 
 from __future__ import annotations
@@ -23,10 +22,6 @@ import enum
 from typing import Any, Callable, Dict, Optional
 
 from rlrec.record.settings import RecorderConfig, Trigger
-
-__all__ = ["Keep", "Schedule", "Start", "capped_cubic"]
-
-Keep = Callable[[int, Optional[bool], float], bool]  # env, success, return -> keep the clip
 
 
 class Start(enum.Enum):
@@ -61,52 +56,46 @@ class Schedule:
     fires. ``restart`` (Gymnasium's RecordVideo): a step trigger that fires while a clip is open
     ends that clip and starts its own. ``provisional`` (with ``record_final_episode``, until
     :meth:`expect_end`): every episode no trigger selects starts a provisional clip, which only
-    ``close()`` keeps.
-    ``keep(env, success, return)``: asked as each clip ends; False drops it. ``hold``: the
-    clips it keeps wait, encoded, for the caller's final word (:meth:`Encoder.release`).
+    ``close()`` keeps. ``hold``: the clips wait, encoded, for the caller's final word
+    (:meth:`Encoder.release`).
     """
 
     STATE_VERSION = 1
 
     def __init__(
         self,
-        trigger: Any,
+        trigger,
         every: Optional[int] = None,
         record_final_episode: bool = False,
         episode_fn: Optional[Callable[[int], bool]] = None,
         step_fn: Optional[Callable[[int], bool]] = None,
         provisional: bool = False,
-        keep: Optional[Keep] = None,
         restart: bool = False,
         hold: bool = False,
     ):
-        self.episode_fn = episode_fn
-        self.step_fn = step_fn
+        self.episode_fn, self.step_fn = episode_fn, step_fn
         if step_fn is not None or episode_fn is not None:  # callables replace the trigger
             trigger = Trigger.step if step_fn is not None else Trigger.episode
         self.trigger = Trigger(trigger)
         # whether on_step must be asked after each step; False: a recorder need not look at them
         self.asks_steps = self.trigger is Trigger.step
-        self.every = None if every is None else int(every)
-        self.record_final_episode = bool(record_final_episode)
-        self.provisional = self.record_final_episode and bool(provisional)
-        self.keep = keep
-        self.restart = restart
-        self.hold = hold
-        # checkpointed
-        # the step trigger fell on a terminal step: start at the next reset
-        self._step_pending = False
-        self._step_fired_at = -1  # step count at which the step trigger last fired
-        # this process only
+        self.every, self.record_final_episode = every, record_final_episode
+        self.provisional = record_final_episode and provisional
+        self.restart, self.hold = restart, hold
+        # checkpointed: the step trigger fell on a terminal step (start at the next reset), and
+        # the step count at which it last fired
+        self._step_pending, self._step_fired_at = False, -1
+        # this process only: record_next_episode; the step count at which the caller will close
+        # the recorder and the longest episode (None: unknown); the episode on_reset last saw
         self._record_next = False
-        self._end: Optional[int] = None  # step count at which the caller will close the recorder
-        self._horizon: Optional[int] = None  # longest episode; None: unknown
-        self._asked: Optional[int] = None  # the episode on_reset was last asked about
+        self._end = None
+        self._horizon = None
+        self._asked = None
 
     @classmethod
-    def of(cls, cfg: RecorderConfig, **kw: Any) -> "Schedule":
-        """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``keep``,
-        ``restart``, ``hold``)."""
+    def of(cls, cfg: RecorderConfig, **kw) -> "Schedule":
+        """The schedule of ``cfg`` (``kw``: the callables, ``provisional``, ``restart``,
+        ``hold``)."""
         return cls(cfg.trigger, cfg.every, cfg.record_final_episode, **kw)
 
     # ------------------------------------------------------------------ decisions
@@ -119,28 +108,27 @@ class Schedule:
         if episode == self._asked:
             return None
         self._asked = episode
-        by_step = self.trigger is Trigger.step and (
+        by_step = self.asks_steps and (
             self._step_pending or (steps != self._step_fired_at and self._step_due(steps))
         )
-        trigger = self.trigger  # eval: the first episode after a full reset; none: never
-        by_episode = (  # with both callables, its clip too
-            bool(self.episode_fn(episode))
-            if self.episode_fn is not None
-            else (trigger is Trigger.cubic and capped_cubic(episode))
-            or (trigger is Trigger.episode and episode % self.every == 0)  # type: ignore[operator]
-            or trigger is Trigger.always
-            or (trigger is Trigger.eval and full_reset)
-        )
+        t = self.trigger  # eval: the first episode after a full reset; none: never
+        if self.episode_fn is not None:  # with both callables, its clip too
+            by_episode = bool(self.episode_fn(episode))
+        else:
+            by_episode = (
+                (t is Trigger.cubic and capped_cubic(episode))
+                or (t is Trigger.episode and episode % self.every == 0)  # type: ignore[operator]
+                or t is Trigger.always
+                or (t is Trigger.eval and full_reset)
+            )
         if not (by_step or by_episode or self._record_next):
             # no trigger: a clip only in case this episode is the one in progress at close()
             return Start.provisional if self.provisional or self._final(steps) else None
-        if self.trigger is Trigger.step:
+        if self.asks_steps:
             self._step_fired_at = steps
         self._step_pending = self._record_next = False
         # the step trigger's name wins when both fire (Gymnasium's)
-        if by_step or (self.trigger is Trigger.step and not by_episode):
-            return Start.step
-        return Start.episode
+        return Start.step if by_step or (self.asks_steps and not by_episode) else Start.episode
 
     def on_step(self, steps: int, busy: bool, terminal: Callable[[], bool]) -> Optional[Start]:
         """Whether a clip starts on the state after step ``steps`` (asked only where
@@ -149,8 +137,7 @@ class Schedule:
         whether that step ended the recorded env's episode; it is called only when the step
         trigger falls (a device read-back every ``every`` steps). On a terminal step the clip
         starts at the next reset instead: a clip of the terminal frame alone is useless."""
-        busy = busy and not self.restart
-        if self.trigger is not Trigger.step or busy or not self._step_due(steps):
+        if not self.asks_steps or (busy and not self.restart) or not self._step_due(steps):
             return None
         self._step_fired_at = steps
         if terminal():
@@ -158,24 +145,23 @@ class Schedule:
             return None
         return Start.step
 
-    def _step_due(self, steps: int) -> bool:
+    def _step_due(self, steps):
         if self.step_fn is not None:
             return bool(self.step_fn(steps))
         return steps % self.every == 0  # type: ignore[operator]
 
-    def _final(self, steps: int) -> bool:
+    def _final(self, steps):
         """Whether an episode reset after ``steps`` steps may be in progress at the announced
         end."""
-        if self._end is None:
-            return False
-        return self._horizon is None or self._end - steps <= self._horizon
+        horizon = self._horizon
+        return self._end is not None and (horizon is None or self._end - steps <= horizon)
 
     # ------------------------------------------------------------------ requests
-    def record_next_episode(self) -> None:
+    def record_next_episode(self):
         """The next episode starts a clip, whatever the trigger says (once)."""
         self._record_next = True
 
-    def expect_end(self, steps: int, steps_left: int, horizon: Optional[int]) -> None:
+    def expect_end(self, steps: int, steps_left: int, horizon: Optional[int]):
         """The recorder is at step ``steps`` and will be closed after ``steps_left`` more steps.
 
         With ``record_final_episode``, every episode that begins within the last ``horizon`` steps
@@ -186,13 +172,11 @@ class Schedule:
         end at least ``horizon`` steps before it. Not checkpointed: a resumed run announces its
         own end. Without ``record_final_episode`` it does nothing; it ends ``provisional``.
         """
-        if not self.record_final_episode:
-            return
-        self.provisional = False
         if steps_left < 0:
             raise ValueError(f"expect_end: steps_left={steps_left} must be >= 0")
-        self._end = int(steps) + int(steps_left)
-        self._horizon = None if horizon is None else int(horizon)
+        if self.record_final_episode:
+            self.provisional = False
+            self._end, self._horizon = steps + steps_left, horizon
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> Dict[str, Any]:
@@ -202,7 +186,7 @@ class Schedule:
             "step_fired_at": self._step_fired_at,
         }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]):
         version = state.get("version") if isinstance(state, dict) else None
         if version != self.STATE_VERSION:
             raise ValueError(

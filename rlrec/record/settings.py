@@ -4,7 +4,7 @@ schema of ``recorder`` and ``eval_env.recorder`` (no Hydra needed to build or ch
 from __future__ import annotations
 
 import re
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from rlrec.checks import (
@@ -91,19 +91,12 @@ class RecorderConfig:
         """ConfigError unless these settings fit a batch of ``num_envs`` envs: the one check of a
         recorder's settings. Messages name ``{key}.{field}``; ``names`` maps a field to the
         caller's own argument name (a drop-in wrapper's: ``RecordVectorVideo.video_length``, not
-        ``RecordVectorVideo.length_frames``). Settings that passed for the same ``num_envs``
-        and have not changed since are not checked again (a run's config, or a drop-in's with its
-        ``names``, is checked before any work, and its engine is then built from the same
-        object)."""
-        names = names or {}
-        passed = (num_envs, astuple(self))
-        if vars(self).get("_passed") == passed:
-            return
+        ``RecordVectorVideo.length_frames``)."""
 
-        def n(f: str) -> str:
-            return f"{key}.{names.get(f, f)}"
+        def n(f):
+            return f"{key}.{(names or {}).get(f, f)}"
 
-        def refuse(f: str, why: str) -> None:
+        def refuse(f, why):
             raise ConfigError(f"{n(f)}={getattr(self, f)!r} is invalid: {why}")
 
         for f in ("every", "length_frames", "queue_size"):
@@ -149,10 +142,9 @@ class RecorderConfig:
             )
         if recording(self) and self.dir:
             probe_dir(self.dir, n("dir"))
-        self._passed = passed
 
 
-def check_view(cfg: RecorderConfig, image: bool, key: str) -> None:
+def check_view(cfg: RecorderConfig, image: bool, key: str):
     """ConfigError unless ``cfg.view`` can be shown of an env whose observation has an image
     (``image``) or not: view=obs and view=both show the policy's image."""
     if cfg.view != View.render and not image:

@@ -27,8 +27,6 @@ from typing import Any, Dict
 
 from rlrec.files import atomic_file
 
-__all__ = ["sha256_file", "sidecar_path", "write_sidecar"]
-
 
 def sidecar_path(video: str) -> str:
     """``NAME.json`` for ``NAME.mp4``."""

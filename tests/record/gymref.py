@@ -92,25 +92,13 @@ class Reference:
         return np.stack([self.after[i][start], *self.post[i][start + 1 : start + n]])
 
 
-def reference(
-    env_id: str,
-    num_envs: int,
-    mode: AutoresetMode,
-    actions: Sequence[np.ndarray],
-    seed: int,
-    watch: Sequence[int],
-    **kwargs,
-) -> Reference:
+def reference(env_id, num_envs, mode, actions, seed, watch, **kwargs) -> Reference:
     """Renders the watched envs of an independent vector env at every moment (module doc)."""
     ref_mode = AutoresetMode.DISABLED if mode is AutoresetMode.SAME_STEP else mode
     vec = make_vec(env_id, num_envs, ref_mode, **kwargs)
     ref = Reference()
-    for i in watch:
-        for d in (ref.post, ref.after, ref.starts, ref.ends, ref.returns, ref.lengths):
-            d[i] = []
-
-    def render(i: int) -> np.ndarray:
-        return np.array(vec.envs[i].render())
+    for d in (ref.post, ref.after, ref.starts, ref.ends, ref.returns, ref.lengths):
+        d.update({i: [] for i in watch})
 
     def begin(i: int, t: int) -> None:
         ref.starts[i].append(t)
@@ -120,32 +108,30 @@ def reference(
 
     try:
         vec.reset(seed=seed)
-        for i in watch:
-            frame = render(i)
-            ref.post[i].append(frame)
-            ref.after[i].append(frame)
-            begin(i, 0)
-        autoreset = np.zeros(num_envs, dtype=bool)
-        for t, action in enumerate(actions, start=1):
-            _, reward, term, trunc, _ = vec.step(action)
-            done = np.logical_or(term, trunc)
+        done = np.zeros(num_envs, dtype=bool)  # the last step's (autoreset at this step)
+        for t in range(len(actions) + 1):
+            if t:
+                autoreset = done
+                _, reward, term, trunc, _ = vec.step(actions[t - 1])
+                done = np.logical_or(term, trunc)
             for i in watch:
-                ref.post[i].append(render(i))
-                if ref_mode is AutoresetMode.NEXT_STEP and autoreset[i]:
-                    begin(i, t)  # this step reset it
+                ref.post[i].append(np.array(vec.envs[i].render()))
+                if t == 0 or (ref_mode is AutoresetMode.NEXT_STEP and autoreset[i]):
+                    begin(i, t)  # the first reset, or this step reset it
                 else:
                     ref.returns[i][-1] += float(reward[i])
                     ref.lengths[i][-1] += 1
                 if done[i]:
                     ref.ends[i][-1] = t
-            if ref_mode is AutoresetMode.DISABLED and done.any():
+            reset = ref_mode is AutoresetMode.DISABLED and done.any()
+            if reset:
                 vec.reset(options={"reset_mask": done})
             for i in watch:
-                ref.after[i].append(render(i) if ref_mode is AutoresetMode.DISABLED and done[i]
-                                    else ref.post[i][-1])  # fmt: skip
-                if ref_mode is AutoresetMode.DISABLED and done[i]:
+                ref.after[i].append(
+                    np.array(vec.envs[i].render()) if reset and done[i] else ref.post[i][-1]
+                )
+                if reset and done[i]:
                     begin(i, t)
-            autoreset = done
     finally:
         vec.close()
     return ref

@@ -1,38 +1,34 @@
 """The Encoder on its own, no env: clips in, files (or error messages) out."""
 
-import contextlib
 import os
-import signal
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
 
-from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
-from rlrec.record.ffmpeg import encoder_settings
+from rlrec.record.encoder import ClipInfo, Encoder
 from rlrec.testing import decode
-from tests.record.recutil import listing
+from tests.record.recutil import (
+    assert_frames,
+    frames,
+    is_ffmpeg,
+    job,
+    listing,
+    start_clip,
+    stopped,
+)
 
 
-def job(path, episode=3, step=42, tag=None, **kw) -> ClipJob:
-    info = ClipInfo(str(path), "train", episode, step, 0, 10.0, tag)
-    kw = {"fixed_name": False, "encoding": encoder_settings(7, True, "ultrafast"), **kw}
-    return ClipJob(info, **kw)
-
-
-def frames(n, k=1, size=16, seed=0) -> torch.Tensor:
-    """``n`` distinct random frames of ``k`` tiles, uint8 ``[n, k, size, size, 3]``."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (n, k, size, size, 3), generator=gen, dtype=torch.uint8)
-
-
-def encode(enc, clip_job, clip_frames, keep=True):
+def send(enc, clip_job, clip_frames, keep=True):
     enc.open(clip_job)
     for f in clip_frames:
         enc.frame(f)
     enc.end(keep)
+
+
+def encode(enc, clip_job, clip_frames, keep=True):
+    send(enc, clip_job, clip_frames, keep)
     enc.flush()
     return list(enc.results())
 
@@ -48,24 +44,19 @@ def test_kept_clip_holds_exactly_the_frames_sent(tmp_path, enc):
     sent = frames(5)
     (info,) = encode(enc, job(tmp_path / "a.mp4", tag={"eval": 7}), sent)
     assert info == ClipInfo(str(tmp_path / "a.mp4"), "train", 3, 42, 5, 10.0, tag={"eval": 7})
-    decoded, fps = decode(info.path)
-    assert fps == 10.0
-    assert np.array_equal(decoded, sent[:, 0].numpy())  # lossless: equal, frame for frame
+    assert decode(info.path)[1] == 10.0
+    assert_frames(info.path, sent[:, 0])  # lossless: equal, frame for frame
     assert listing(tmp_path) == ["a.mp4"]  # no temporary file left
-
-
-def test_several_tiles_are_tiled_and_odd_sizes_padded(tmp_path, enc):
+    # several tiles are tiled, an odd size padded
     sent = frames(2, k=3, size=15)
     (info,) = encode(enc, job(tmp_path / "grid.mp4"), sent)
     decoded, _ = decode(info.path)
     assert decoded.shape == (2, 30, 30, 3)  # a 2x2 grid of 15x15 tiles: 30x30, already even
-    assert np.array_equal(decoded[:, :15, 15:], sent[:, 1].numpy())
+    assert (decoded[:, :15, 15:] == sent[:, 1].numpy()).all()
     assert (decoded[:, 15:, 15:] == 0).all()  # the unused tile
-
-
-def test_dropped_clip_leaves_no_file(tmp_path, enc):
-    assert encode(enc, job(tmp_path / "a.mp4"), frames(4), keep=False) == []
-    assert listing(tmp_path) == []
+    # a dropped clip leaves no file
+    assert encode(enc, job(tmp_path / "b.mp4"), frames(4), keep=False) == []
+    assert listing(tmp_path) == ["a.mp4", "grid.mp4"]
 
 
 def test_a_taken_name_is_never_overwritten_unless_fixed(tmp_path, enc):
@@ -80,11 +71,10 @@ def test_a_taken_name_is_never_overwritten_unless_fixed(tmp_path, enc):
 def test_failing_clip_reports_an_error_and_the_next_clip_works(tmp_path, enc):
     bad = tmp_path / "missing" / "a.mp4"  # its directory does not exist
     (error,) = encode(enc, job(bad), frames(3))
-    assert isinstance(error, str)
     assert error.startswith(f"encoding clip {str(bad)!r} failed:") and "ffmpeg" in error
     sent = frames(3, seed=4)
     (info,) = encode(enc, job(tmp_path / "b.mp4"), sent)
-    assert isinstance(info, ClipInfo) and np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    assert_frames(info.path, sent[:, 0])
     assert listing(tmp_path) == ["b.mp4"]
 
 
@@ -100,105 +90,54 @@ def test_back_pressure_never_drops_a_frame(tmp_path, queue_size):
     enc.close()
     (info,) = enc.results()
     assert info.num_frames == 30
-    assert np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    assert_frames(info.path, sent[:, 0])
 
 
 def test_frames_are_copied_when_queued(tmp_path, enc):
     buffer = torch.zeros(1, 8, 8, 3, dtype=torch.uint8)
-    enc.open(job(tmp_path / "a.mp4"))
-    for value in (10, 20, 30):
-        enc.frame(buffer.fill_(value))  # the caller reuses its buffer at once
-    enc.end(True)
-    enc.flush()
-    (info,) = enc.results()
+    # the caller reuses its buffer at once
+    (info,) = encode(enc, job(tmp_path / "a.mp4"), (buffer.fill_(v) for v in (10, 20, 30)))
     assert [int(f.mean()) for f in decode(info.path)[0]] == [10, 20, 30]
 
 
-def test_flush_and_close_are_idempotent(tmp_path):
+def test_flush_and_close_are_idempotent_and_close_drops_a_clip_never_ended(tmp_path):
     enc = Encoder(queue_size=4)
     enc.flush()  # nothing yet, not even a thread
     enc.close()
     enc.close()
     enc = Encoder(queue_size=4)
-    enc.open(job(tmp_path / "a.mp4"))
-    enc.frame(frames(1)[0])
-    enc.end(True)
-    enc.flush()
-    enc.flush()
-    enc.close()
-    enc.close()
-    enc.flush()
+    send(enc, job(tmp_path / "a.mp4"), frames(1))
+    for call in (enc.flush, enc.flush, enc.close, enc.close, enc.flush):
+        call()
     assert [r.num_frames for r in enc.results()] == [1] and not enc.waiting
-    assert listing(tmp_path) == ["a.mp4"]
-
-
-def test_close_with_a_clip_open_discards_it(tmp_path):
     enc = Encoder(queue_size=4)
-    enc.open(job(tmp_path / "a.mp4"))
+    enc.open(job(tmp_path / "b.mp4"))
     for f in frames(3):
         enc.frame(f)
     enc.close()  # never ended: dropped with its temporary file
-    assert list(enc.results()) == [] and listing(tmp_path) == []
+    assert list(enc.results()) == [] and listing(tmp_path) == ["a.mp4"]
 
 
 def test_threads_go_to_the_clips_ffmpeg_and_the_clip_is_exact(tmp_path):
     """``Encoder(threads=...)`` (per-episode clips: one x264 thread per clip) reaches the ffmpeg
     of each clip, and changes nothing of what the clip holds."""
-    enc = Encoder(queue_size=8, threads=1)
-    sent = frames(4)
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in sent:
-        enc.frame(f)
-    enc.flush()  # the clip's ffmpeg runs
+    enc = start_clip(Encoder(queue_size=8, threads=1), tmp_path / "a.mp4", 4)  # ffmpeg runs
     args, deadline = [], time.monotonic() + 10.0
     while b"-threads" not in args and time.monotonic() < deadline:  # read empty now and then
         with open(f"/proc/{enc.current_pid}/cmdline", "rb") as f:  # on a loaded machine
             args = f.read().split(b"\0")
     assert args[args.index(b"-threads") + 1] == b"1"
     enc.end(True)
-    enc.flush()
-    (info,) = enc.results()
     enc.close()
-    assert np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    (info,) = enc.results()
+    assert_frames(info.path, frames(4)[:, 0])
 
 
 # --------------------------------------------------------------------------- a hung ffmpeg
 
 
-def _is_stopped_ffmpeg(pid) -> bool:
-    """Whether ``pid`` is still an ffmpeg process, stopped (SIGSTOP) or alive."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"ffmpeg" in f.read()
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def stopped(pid, resume_after=8.0):
-    """SIGSTOPs ``pid``; SIGCONTs it after ``resume_after`` s if it is still there (so that code
-    which waits on it for good ends the test late instead of hanging it), and at the end."""
-
-    def resume():
-        if _is_stopped_ffmpeg(pid):
-            os.kill(pid, signal.SIGCONT)
-
-    os.kill(pid, signal.SIGSTOP)
-    guard = threading.Timer(resume_after, resume)
-    guard.start()
-    try:
-        yield
-    finally:
-        guard.cancel()
-        resume()
-
-
 def test_ffmpeg_stopped_while_finishing_bounds_flush(tmp_path):
-    enc = Encoder(queue_size=4, stall_timeout=0.3)
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in frames(3):
-        enc.frame(f)
-    enc.flush()  # the frames are in ffmpeg's pipe
+    enc = start_clip(Encoder(queue_size=4, stall_timeout=0.3), tmp_path / "a.mp4", 3)
     pid = enc.current_pid
     with stopped(pid):
         t0 = time.perf_counter()
@@ -207,12 +146,12 @@ def test_ffmpeg_stopped_while_finishing_bounds_flush(tmp_path):
         waited = time.perf_counter() - t0
         (error,) = enc.results()
     assert waited < 2.0, waited
-    assert isinstance(error, str) and "no progress for 0.3 s" in error and "killed" in error
-    assert not _is_stopped_ffmpeg(pid)  # killed (and reaped)
+    assert "no progress for 0.3 s" in error and "killed" in error
+    assert not is_ffmpeg(pid)  # killed (and reaped)
     assert listing(tmp_path) == []  # no clip under its name, no temporary file
     sent = frames(2, seed=5)
     (info,) = encode(enc, job(tmp_path / "b.mp4"), sent)  # the next clip works
-    assert np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    assert_frames(info.path, sent[:, 0])
     enc.close()
 
 
@@ -226,24 +165,18 @@ def test_encoder_stuck_elsewhere_the_training_thread_gives_up_once(tmp_path):
         return array
 
     enc = Encoder(queue_size=2, stall_timeout=0.2)
-    enc.open(job(tmp_path / "a.mp4", overlay=stuck_overlay))
     t0 = time.perf_counter()
-    for f in frames(20, size=8):
-        enc.frame(f)
-    enc.end(True)
+    send(enc, job(tmp_path / "a.mp4", overlay=stuck_overlay), frames(20, size=8))
     enc.flush()
     waited = time.perf_counter() - t0
     assert waited < 2.5, waited  # one give-up (0.4 s) for the frames, one for flush
     release.set()
     sent = frames(3, seed=6)
-    enc.open(job(tmp_path / "b.mp4"))
-    for f in sent:
-        enc.frame(f)
-    enc.end(True)
+    send(enc, job(tmp_path / "b.mp4"), sent)
     enc.close()
     error, info = enc.results()
-    assert isinstance(error, str) and "a.mp4" in error and "without progress" in error
-    assert isinstance(info, ClipInfo) and np.array_equal(decode(info.path)[0], sent[:, 0].numpy())
+    assert "a.mp4" in error and "without progress" in error
+    assert_frames(info.path, sent[:, 0])
     assert listing(tmp_path) == ["b.mp4"]
 
 
@@ -257,9 +190,8 @@ def test_ffmpeg_reads_the_clip_path_as_a_file(tmp_path, monkeypatch, enc, direct
     os.makedirs(directory)
     sent = frames(2, seed=7)
     (info,) = encode(enc, job(os.path.join(directory, "a.mp4")), sent)
-    assert isinstance(info, ClipInfo), info
     assert listing(tmp_path / directory) == ["a.mp4"]
-    assert np.array_equal(decode(str(tmp_path / directory / "a.mp4"))[0], sent[:, 0].numpy())
+    assert_frames(tmp_path / directory / "a.mp4", sent[:, 0])
 
 
 def test_two_encoders_racing_for_the_same_names_lose_no_clip(tmp_path, monkeypatch):
@@ -282,40 +214,28 @@ def test_two_encoders_racing_for_the_same_names_lose_no_clip(tmp_path, monkeypat
     sent = {}
     for n in range(4):  # four rounds: both encoders end a clip named a.mp4 in each
         for i, e in enumerate(encoders):
-            clip = frames(1 + n + 4 * i, size=8, seed=10 * n + i)
-            sent[(i, n)] = clip
-            e.open(job(tmp_path / "a.mp4", episode=n, step=i))
-            for f in clip:
-                e.frame(f)
-            e.end(True)
+            sent[(i, n)] = frames(1 + n + 4 * i, size=8, seed=10 * n + i)
+            send(e, job(tmp_path / "a.mp4", episode=n, step=i), sent[(i, n)])
         for e in encoders:
             e.flush()
     for e in encoders:
         e.close()
     infos = [r for e in encoders for r in e.results()]
-    assert all(isinstance(r, ClipInfo) for r in infos), infos
-    paths = [r.path for r in infos]
-    assert len(set(paths)) == 8, paths
+    assert len({r.path for r in infos}) == 8, infos
     assert listing(tmp_path) == sorted(["a.mp4"] + [f"a-{k}.mp4" for k in range(1, 8)])
     for r in infos:  # each file holds the clip it was reported for
-        expected = sent[(r.step, r.episode)][:, 0].numpy()
-        assert np.array_equal(decode(r.path)[0], expected), r
+        assert_frames(r.path, sent[(r.step, r.episode)][:, 0])
 
 
 def test_clips_of_changing_frame_sizes_back_to_back_lose_no_buffer(tmp_path):
     """A batch of the encoder thread can hold buffers of the old frame size and of the new one;
     the new ones must come back (else the training thread runs out of buffers)."""
     enc = Encoder(queue_size=2, stall_timeout=0.5)
-    sent = []
-    for n in range(8):
-        clip = frames(3, size=8 if n % 2 else 16, seed=n)
-        sent.append(clip)
-        enc.open(job(tmp_path / f"c{n}.mp4"))
-        for f in clip:
-            enc.frame(f)
-        enc.end(True)
+    sent = [frames(3, size=8 if n % 2 else 16, seed=n) for n in range(8)]
+    for n, clip in enumerate(sent):
+        send(enc, job(tmp_path / f"c{n}.mp4"), clip)
     enc.close()
     infos = list(enc.results())
     assert [type(r) for r in infos] == [ClipInfo] * 8, infos
     for info, clip in zip(infos, sent):
-        assert np.array_equal(decode(info.path)[0], clip[:, 0].numpy())
+        assert_frames(info.path, clip[:, 0])

@@ -10,7 +10,6 @@ clips that were already on disk stay, complete.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import subprocess
@@ -23,14 +22,20 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
 
 from rlrec.record import encoder as encoder_module
-from rlrec.record.encoder import ClipInfo, ClipJob, Encoder
-from rlrec.record.ffmpeg import encoder_settings
-from rlrec.record.sidecar import sha256_file, sidecar_path
+from rlrec.record.encoder import Encoder
+from rlrec.record.sidecar import sha256_file
 from rlrec.testing import decode
-from tests.record.recutil import make_stack, zeros
+from tests.record.recutil import (
+    assert_only_clips,
+    frames,
+    is_ffmpeg,
+    make_stack,
+    run_steps,
+    sidecar,
+    start_clip,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = 10  # episode length: episode 0's clip has LIMIT + 1 frames
@@ -40,15 +45,14 @@ BOUND = 10.0  # seconds: how long a dropped recorder may take to be gone
 def ffmpegs_writing_into(directory) -> list:
     """Live (not zombie) processes whose command line names a file in ``directory``."""
     needle = os.path.abspath(str(directory))
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            if needle in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return [p for p in found if p.pid != os.getpid()]
+    procs = psutil.process_iter(["cmdline", "status"])
+    return [
+        p
+        for p in procs
+        if needle in " ".join(p.info["cmdline"] or [])
+        and p.info["status"] != psutil.STATUS_ZOMBIE
+        and p.pid != os.getpid()
+    ]
 
 
 def wait_until(predicate, timeout: float = BOUND) -> bool:
@@ -60,40 +64,11 @@ def wait_until(predicate, timeout: float = BOUND) -> bool:
     return predicate()
 
 
-def is_running_ffmpeg(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return "ffmpeg" in " ".join(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
-
-
-def kill_survivors(directory) -> None:
-    """Test hygiene: kills what a failing run left behind (an old encoder's orphaned ffmpeg)."""
-    for proc in ffmpegs_writing_into(directory):
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-def hidden(directory) -> list:
-    return sorted(n for n in os.listdir(directory) if n.startswith("."))
-
-
-def mp4s(directory) -> list:
-    return sorted(n for n in os.listdir(directory) if n.endswith(".mp4"))
-
-
-def assert_finished_clip(path, frames: int) -> None:
-    """``path`` is a whole clip: decodable, ``frames`` long, with its sidecar naming that file."""
-    assert len(decode(str(path))[0]) == frames
-    sidecar = json.loads(Path(sidecar_path(str(path))).read_text())
-    assert sidecar["sha256"] == sha256_file(str(path)) and sidecar["frames"] == frames
-
-
-def jsons(directory) -> list:
-    return sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+def assert_finished_clip(path, count: int) -> None:
+    """``path`` is a whole clip: decodable, ``count`` frames, with its sidecar naming that file."""
+    assert len(decode(str(path))[0]) == count
+    side = sidecar(path)
+    assert side["sha256"] == sha256_file(str(path)) and side["frames"] == count
 
 
 # --------------------------------------------------------------------------- interpreter exit
@@ -140,10 +115,9 @@ def test_uncaught_exception_mid_clip_leaves_nothing_behind(tmp_path, mode, filen
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
         start = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, str(script), str(videos), mode, filename],
-            capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path),
-        )  # fmt: skip
+        cmd = [sys.executable, str(script), str(videos), mode, filename]
+        kw = dict(capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
+        proc = subprocess.run(cmd, **kw)
         assert proc.returncode == 1, proc.stderr
         assert "the user's loop failed mid-clip" in proc.stderr
         # no ffmpeg survives its recorder's process (an orphan would go on writing its .part)
@@ -151,41 +125,26 @@ def test_uncaught_exception_mid_clip_leaves_nothing_behind(tmp_path, mode, filen
             p.info for p in ffmpegs_writing_into(videos)
         ]
         elapsed = time.monotonic() - start
-    finally:
-        kill_survivors(videos)
+    finally:  # test hygiene: what a failing run left behind (an old encoder's orphaned ffmpeg)
+        for survivor in ffmpegs_writing_into(videos):
+            survivor.kill()
     if mode != "queued":
         pid = int(proc.stdout.split()[1])
-        assert not is_running_ffmpeg(pid)
+        assert not is_ffmpeg(pid)
     assert elapsed < 60, elapsed  # a stopped ffmpeg did not hold the exit for long
-    assert hidden(videos) == [], "temporary files left behind"
-    # episode 0's clip was finished before the exception: it is there, complete; episode 1's
-    # clip, in progress at the exception, is dropped: no file of it under any name
-    names = mp4s(videos)
-    assert names == ([filename] if filename else ["train-ep000000-step000000000.mp4"])
-    assert jsons(videos) == [names[0][: -len(".mp4")] + ".json"]
-    assert_finished_clip(videos / names[0], LIMIT + 1)
+    # episode 0's clip was finished before the exception: it is there, complete, with its
+    # sidecar; episode 1's clip, in progress at the exception, is dropped: no file of it under any
+    # name, no temporary file
+    name = filename or "train-ep000000-step000000000.mp4"
+    assert sorted(os.listdir(videos)) == [name[: -len(".mp4")] + ".json", name]
+    assert_finished_clip(videos / name, LIMIT + 1)
 
 
 # --------------------------------------------------------------------------- garbage collection
 
 
-def job(path, episode=0, step=0, tag=None, **kw) -> ClipJob:
-    info = ClipInfo(str(path), "train", episode, step, 0, 10.0, tag)
-    kw = {"fixed_name": False, "encoding": encoder_settings(7, True, "ultrafast"), **kw}
-    return ClipJob(info, **kw)
-
-
-def frames(n, size=16, seed=0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (n, 1, size, size, 3), generator=gen, dtype=torch.uint8)
-
-
 def test_an_encoder_dropped_mid_clip_is_collected_and_stops_its_thread_and_ffmpeg(tmp_path):
-    enc = Encoder(queue_size=4, name="lifetime-encoder")
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in frames(5):
-        enc.frame(f)
-    enc.flush()
+    enc = start_clip(Encoder(queue_size=4, name="lifetime-encoder"), tmp_path / "a.mp4", 5)
     pid, thread = enc.current_pid, enc.thread
     assert pid is not None and thread is not None and thread.is_alive()
     ref = weakref.ref(enc)
@@ -197,45 +156,40 @@ def test_an_encoder_dropped_mid_clip_is_collected_and_stops_its_thread_and_ffmpe
         gc.enable()
     thread.join(BOUND)
     assert not thread.is_alive()
-    assert not is_running_ffmpeg(pid) and not psutil.pid_exists(pid)  # killed and reaped
+    assert not is_ffmpeg(pid) and not psutil.pid_exists(pid)  # killed and reaped
     assert os.listdir(tmp_path) == []  # neither a.mp4 nor its temporary file
 
 
 def test_a_recorder_dropped_mid_clip_leaves_no_thread_no_ffmpeg_no_temporary(tmp_path):
     stack, rec, spy, clips = make_stack(tmp_path, num_envs=2, max_steps=LIMIT, trigger="always")
     stack.reset(seed=0)
-    for _ in range(LIMIT + 4):
-        stack.step(zeros(stack))
+    run_steps(stack, LIMIT + 4)
     rec.flush()
     pid, thread = rec.engine.encoder.current_pid, rec.engine.encoder.thread
     assert pid is not None and thread.is_alive() and rec.recording
     assert [c.num_frames for c in clips] == [LIMIT + 1]
-    first = clips[0].path
     del stack, rec, spy
     gc.collect()
     thread.join(BOUND)
     assert not thread.is_alive(), "the encoder thread outlived its recorder"
     assert not any(t.name.startswith("rlrec-encoder") for t in threading.enumerate())
-    assert not is_running_ffmpeg(pid)
-    assert hidden(tmp_path) == []
-    assert mp4s(tmp_path) == [os.path.basename(first)]  # the clip in progress was dropped
-    assert jsons(tmp_path) == [os.path.basename(sidecar_path(first))]
-    assert_finished_clip(first, LIMIT + 1)
+    assert not is_ffmpeg(pid)
+    assert_only_clips(tmp_path, clips)  # the clip in progress was dropped, no temporary left
+    assert_finished_clip(clips[0].path, LIMIT + 1)
 
 
 def test_a_closed_recorder_is_collected_with_nothing_left(tmp_path):
     """The finalizer after a normal close: nothing to drop, the clip that close() saved stays."""
     stack, rec, spy, clips = make_stack(tmp_path, num_envs=1, max_steps=LIMIT, trigger="always")
     stack.reset(seed=0)
-    for _ in range(3):
-        stack.step(zeros(stack))
+    run_steps(stack, 3)
     stack.close()  # record_final_episode: saves the clip in progress
     ref = weakref.ref(rec.engine.encoder)
     del stack, rec, spy
     gc.collect()
     assert ref() is None
     assert [c.num_frames for c in clips] == [4]
-    assert mp4s(tmp_path) == [os.path.basename(clips[0].path)] and hidden(tmp_path) == []
+    assert_only_clips(tmp_path, clips)
 
 
 def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_path, monkeypatch):
@@ -252,10 +206,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
         return array
 
     enc = Encoder(queue_size=4, stall_timeout=5.0)  # the thread is woken every 2 frames
-    enc.open(job(tmp_path / "a.mp4", overlay=overlay))
-    for f in frames(2):
-        enc.frame(f)
-    enc.flush()
+    start_clip(enc, tmp_path / "a.mp4", 2, overlay=overlay)
     pid, thread = enc.current_pid, enc.thread
     assert pid is not None
     for f in frames(2, seed=1):  # one batch: its first frame reaches the stuck overlay
@@ -267,8 +218,8 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
     took = time.monotonic() - start
     try:
         assert took < BOUND / 2, took  # ABANDON_TIMEOUT_S (0.5 s) and a loaded machine's slack
-        assert not is_running_ffmpeg(pid)
-        assert hidden(tmp_path) == [] and mp4s(tmp_path) == []
+        assert not is_ffmpeg(pid)
+        assert os.listdir(tmp_path) == []
     finally:
         release.set()
     thread.join(BOUND)
@@ -278,11 +229,7 @@ def test_an_encoder_thread_stuck_outside_ffmpeg_is_cleaned_up_from_outside(tmp_p
 
 def test_a_dropped_encoder_kills_and_reaps_its_stopped_ffmpeg(tmp_path):
     """A stopped ffmpeg (SIGSTOP) of a dropped encoder is killed and reaped within the bound."""
-    enc = Encoder(queue_size=4, stall_timeout=5.0)
-    enc.open(job(tmp_path / "a.mp4"))
-    for f in frames(3):
-        enc.frame(f)
-    enc.flush()
+    enc = start_clip(Encoder(queue_size=4, stall_timeout=5.0), tmp_path / "a.mp4", 3)
     pid, thread = enc.current_pid, enc.thread
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -294,5 +241,5 @@ def test_a_dropped_encoder_kills_and_reaps_its_stopped_ffmpeg(tmp_path):
         assert not psutil.pid_exists(pid)
         assert os.listdir(tmp_path) == []
     finally:
-        if is_running_ffmpeg(pid):
+        if is_ffmpeg(pid):
             os.kill(pid, signal.SIGKILL)

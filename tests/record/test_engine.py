@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import numpy as np
@@ -11,15 +10,25 @@ import pytest
 import torch
 
 from rlrec.checks import ConfigError
-from rlrec.envs.builtin import PointReach
 from rlrec.record import ClipEngine, Schedule, Source, names
 from rlrec.record.sidecar import sidecar_path
-from tests.record.recutil import Spy, decode, listing, make_stack, random_actions, rec_cfg
+from tests.record.recutil import (
+    Spy,
+    assert_frames,
+    assert_only_clips,
+    decode,
+    listing,
+    make_stack,
+    point_reach,
+    random_actions,
+    rec_cfg,
+    sidecar,
+)
 
 
-def _run(stack, steps, seed=0, gen_seed=0):
+def _run(stack, steps, seed=0):
     """Steps ``stack`` with seeded random actions; per step the rewards, dones and successes."""
-    gen = torch.Generator().manual_seed(gen_seed)
+    gen = torch.Generator().manual_seed(0)
     stack.reset(seed=seed)
     log = []
     for _ in range(steps):
@@ -49,13 +58,10 @@ def test_every_clip_has_a_sidecar_saying_what_it_shows(tmp_path):
     stack.close()
     eps0, eps1 = _episodes_of(log, 0), _episodes_of(log, 1)
     assert len(clips) >= 3
-    assert sorted(listing(tmp_path)) == sorted(
-        [os.path.basename(c.path) for c in clips] + [os.path.basename(c.sidecar) for c in clips]
-    )
+    assert_only_clips(tmp_path, clips)
     for n, clip in enumerate(clips):
         assert clip.sidecar == sidecar_path(clip.path)
-        with open(clip.sidecar) as f:
-            side = json.load(f)
+        side = sidecar(clip.path)
         with open(clip.path, "rb") as f:
             assert side["sha256"] == hashlib.sha256(f.read()).hexdigest()
         frames, _ = decode(clip.path)
@@ -88,50 +94,65 @@ def test_a_clip_cut_by_its_length_says_cut(tmp_path):
     stack, rec, _, clips = make_stack(tmp_path, max_steps=30, trigger="always", length_frames=4)
     _run(stack, 10)
     stack.close()
-    with open(clips[0].sidecar) as f:
-        side = json.load(f)
-    assert side["frames"] == 4 and side["envs"][0]["end"] == "cut"
-    assert side["envs"][0]["length"] == 3 and side["last_step"] == 3
+    side = sidecar(clips[0].path)
+    assert side["frames"] == 4 and side["last_step"] == 3
+    assert (side["envs"][0]["end"], side["envs"][0]["length"]) == ("cut", 3)
 
 
-def _engine(tmp_path, env, name_prefix=None, **kw):
-    """An engine of ``env`` (an adapter: a Source as it is); ``kw``: settings, and the
-    schedule's ``episode_fn``, ``step_fn``, ``provisional``."""
-    clips: list = []
+def _engine(tmp_path, max_steps=10, name_prefix=None, steps=None, **kw):
+    """An engine of a spied built-in env of ``max_steps``-step episodes (an adapter: a Source as
+    it is); ``kw``: settings, and the schedule's ``episode_fn``, ``step_fn``, ``provisional``.
+    With ``steps``: driven that many steps (:func:`_drive`) and closed."""
+    env, clips = Spy(point_reach(max_steps=max_steps)), []
     fields = ("trigger", "every", "length_frames", "record_final_episode")
     cfg = rec_cfg(**{k: kw.pop(k) for k in list(kw) if k in fields})
     name = None if name_prefix is None else names.prefixed(name_prefix, "recorder")
-    engine = ClipEngine(
-        cfg, env, str(tmp_path), on_clip=clips.append, schedule=Schedule.of(cfg, **kw), name=name
-    )
-    return engine, clips
+    schedule = Schedule.of(cfg, **kw)
+    engine = ClipEngine(cfg, env, str(tmp_path), on_clip=clips.append, schedule=schedule, name=name)
+    if steps is not None:
+        _drive(engine, env, steps)
+        engine.close()
+    return engine, env, clips
+
+
+def _drive(engine, env, steps, seed=0):
+    """A seeded full reset, then ``steps`` steps of ``env`` told to ``engine``; a done env is reset
+    at once (same-step autoreset, as AutoReset or a Genesis Forge env does it)."""
+    env.reset(seed=seed)
+    engine.on_reset(None, seed=seed)
+    for _ in range(steps):
+        out = env.step(torch.zeros(env.num_envs, 2))
+        engine.on_step(*out[1:])
+        done = (out[2] | out[3]).nonzero().flatten()
+        if len(done):
+            env.reset(env_idx=done)
+            engine.on_reset(done)
+
+
+def _names(clips):
+    return [os.path.basename(c.path) for c in clips]
 
 
 def test_callable_episode_trigger_is_asked_once_per_episode_and_names_like_gymnasium(tmp_path):
-    env = PointReach(1, max_episode_steps=3, render_width=16, render_height=16, seed=0)
     asked = []
-    engine, clips = _engine(
-        tmp_path,
-        env,
-        episode_fn=lambda ep: asked.append(ep) or ep % 2 == 0,
-        name_prefix="rl-video",
-        length_frames=2,  # short clips end long before their episodes: no re-firing
-    )
-    _drive(engine, env, 12)
-    engine.close()
+    trigger = lambda ep: asked.append(ep) or ep % 2 == 0  # noqa: E731
+    # short clips end long before their episodes: no re-firing
+    _, _, clips = _engine(tmp_path, 3, "rl-video", 12, episode_fn=trigger, length_frames=2)
     assert asked == [0, 1, 2, 3, 4]
-    assert [os.path.basename(c.path) for c in clips] == [
-        "rl-video-episode-0.mp4",
-        "rl-video-episode-2.mp4",
-        "rl-video-episode-4.mp4",
-    ]
+    assert _names(clips) == [f"rl-video-episode-{e}.mp4" for e in (0, 2, 4)]
+    # both callables (as Gymnasium's RecordVideo): a clip when either fires, each of its name
+    asked.clear()
+    kw = dict(episode_fn=lambda ep: asked.append(ep) or ep == 2, step_fn=lambda s: s == 1)
+    _, _, clips = _engine(tmp_path / "both", 4, "v", 12, length_frames=2, **kw)
+    assert asked == [0, 1, 2, 3]  # once per episode
+    assert _names(clips) == ["v-step-1.mp4", "v-episode-2.mp4"]
+    assert [c.episode for c in clips] == [0, 2]
 
 
 def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
     """Driven the way an autoreset-on-the-next-step vector env is: the step after the terminal
     one resets the env; it is counted but is not a frame (the reset frame is taken at on_reset)."""
-    env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path, env, step_fn=lambda s: s == 2, name_prefix="v")
+    engine, env, clips = _engine(tmp_path, 4, "v", step_fn=lambda s: s == 2)
     env.reset(seed=0)
     engine.on_reset(None, seed=0)
     pending_reset = False
@@ -147,131 +168,51 @@ def test_step_trigger_and_next_step_autoreset_frames(tmp_path):
         pending_reset = bool(out[2][0] | out[3][0])
     engine.close()
     # step 2 starts a clip mid-episode 0 (its frames: after steps 2, 3, 4 = terminal)
-    assert [os.path.basename(c.path) for c in clips] == ["v-step-2.mp4"]
-    frames, _ = decode(clips[0].path)
-    assert np.array_equal(frames, np.stack(env.episodes[0][2:]))
+    assert _names(clips) == ["v-step-2.mp4"]
+    assert_frames(clips[0].path, env.episodes[0][2:])
     assert engine.steps == 10
 
 
-def test_episode_and_step_triggers_together_start_a_clip_when_either_fires(tmp_path):
-    """As Gymnasium's RecordVideo: both callables given, each starts clips of its own name."""
-    env = PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0)
-    asked = []
-    engine, clips = _engine(
-        tmp_path,
-        env,
-        episode_fn=lambda ep: asked.append(ep) or ep == 2,
-        step_fn=lambda s: s == 1,
-        name_prefix="v",
-        length_frames=2,
-    )
-    _drive(engine, env, 12)
-    engine.close()
-    assert asked == [0, 1, 2, 3]  # once per episode
-    names = [os.path.basename(c.path) for c in clips]
-    assert names == ["v-step-1.mp4", "v-episode-2.mp4"]
-    assert [c.episode for c in clips] == [0, 2]
-
-
 def test_bad_engine_arguments_are_refused_naming_them(tmp_path):
-    env = PointReach(1, render_width=16, render_height=16)
     with pytest.raises(ConfigError, match="name_prefix='../x'"):
-        _engine(tmp_path, env, name_prefix="../x")
-    with pytest.raises(ConfigError, match=r"recorder.env_idx=\[3\]"):
-        ClipEngine(rec_cfg(env_idx=[3]), Source(1, 0.1, "cpu", env.render), str(tmp_path))
+        _engine(tmp_path, name_prefix="../x")
     with pytest.raises(ConfigError, match=r"recorder.dir \(or the run's video dir\) is not set"):
-        ClipEngine(rec_cfg(), env)
+        ClipEngine(rec_cfg(), point_reach())
     assert listing(tmp_path) == []  # nothing written before the arguments were checked
-
-
-def test_settings_are_checked_once_and_again_only_when_changed(tmp_path, monkeypatch):
-    """A run's recorder settings are checked before any work (rlrec.config.validate) and the
-    engine is then built from the same object: the check (its directory probe included) runs
-    once; a setting changed since is checked again."""
-    from rlrec.record import settings
-
-    probes = []
-    monkeypatch.setattr(settings, "probe_dir", lambda *a, **k: probes.append(a))
-    env = PointReach(2, render_width=16, render_height=16)
-    cfg = rec_cfg(dir=str(tmp_path / "videos"))
-    cfg.check(2, "recorder")
-    engine = ClipEngine(cfg, env)
-    engine.close()
-    assert len(probes) == 1 and os.path.isdir(cfg.dir)  # probed once, then created
-    cfg.env_idx = [2]
-    with pytest.raises(ConfigError, match=r"recorder.env_idx=\[2\] is invalid"):
-        cfg.check(2, "recorder")
-    with pytest.raises(ConfigError, match=r"eval_env.recorder.env_idx=\[2\]"):
-        cfg.check(2, "eval_env.recorder")
-
-
-def test_render_returning_the_wrong_thing_is_a_clear_error(tmp_path):
-    engine, _ = _engine(
-        tmp_path,
-        PointReach(1, render_width=16, render_height=16),
-        trigger="always",
-    )
+    engine, _, _ = _engine(tmp_path, trigger="always")
     engine.render = lambda idx: np.zeros((1, 8, 8), np.uint8)
     with pytest.raises(TypeError, match=r"render\(\[0\]\) returned torch.uint8 \(1, 8, 8\)"):
         engine.on_reset(None)
     engine.close()
 
 
-def _drive(engine, env, steps):
-    """Same-step autoreset, as AutoReset (or a Genesis Forge env) does it."""
-    env.reset(seed=0)
-    engine.on_reset(None, seed=0)
-    for _ in range(steps):
-        out = env.step(torch.zeros(env.num_envs, 2))
-        engine.on_step(*out[1:])
-        done = out[2] | out[3]
-        if done.any():
-            env.reset(env_idx=done.nonzero().flatten())
-            engine.on_reset(done.nonzero().flatten())
-
-
-def test_provisional_clips_saves_the_untriggered_episode_in_progress_at_close(tmp_path):
-    env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path, env, episode_fn=lambda ep: ep == 0, provisional=True)
-    _drive(engine, env, 11)  # episodes 0, 1 (untriggered, dropped), 2 (in progress: 3 steps)
-    engine.close()
+def test_provisional_clips_save_only_the_untriggered_episode_in_progress_at_close(tmp_path):
+    # episodes 0, 1 (untriggered, dropped), 2 (in progress: 3 steps)
+    kw = dict(episode_fn=lambda ep: ep == 0, provisional=True)
+    engine, env, clips = _engine(tmp_path, 4, steps=11, **kw)
     assert [c.episode for c in clips] == [0, 2]
-    assert np.array_equal(decode(clips[0].path)[0], np.stack(env.episodes[0]))
-    assert np.array_equal(decode(clips[1].path)[0], np.stack(env.episodes[2]))
-    # the dropped provisional clip left nothing behind
-    assert sorted(listing(tmp_path)) == sorted(
-        [os.path.basename(c.path) for c in clips] + [os.path.basename(c.sidecar) for c in clips]
-    )
+    for clip in clips:
+        assert_frames(clip.path, env.episodes[clip.episode])
+    assert_only_clips(tmp_path, clips)  # the dropped provisional clip left nothing behind
     assert engine.clips_started == 1  # provisional clips are not counted as started
-
-
-def test_provisional_clips_with_a_length_keeps_the_first_frames_of_the_last_episode(tmp_path):
-    env = Spy(PointReach(1, max_episode_steps=6, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(
-        tmp_path, env, episode_fn=lambda ep: False, length_frames=2, provisional=True
-    )
-    _drive(engine, env, 10)  # episode 1 in progress (4 steps)
-    engine.close()
+    # with a length: the first frames of the last episode (episode 1, in progress: 4 steps)
+    kw = dict(episode_fn=lambda ep: False, length_frames=2, provisional=True)
+    _, env, clips = _engine(tmp_path / "short", 6, steps=10, **kw)
     assert [(c.episode, c.num_frames) for c in clips] == [(1, 2)]
-    assert np.array_equal(decode(clips[0].path)[0], np.stack(env.episodes[1][:2]))
+    assert_frames(clips[0].path, env.episodes[1][:2])
 
 
 def test_a_provisional_clip_never_holds_back_a_step_trigger(tmp_path):
-    env = Spy(PointReach(1, max_episode_steps=5, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(
-        tmp_path, env, step_fn=lambda s: s == 2, provisional=True, name_prefix="v"
-    )
-    _drive(engine, env, 5)  # the step trigger at step 2, mid-episode 0, which ends at step 5
-    engine.close()
+    # the step trigger at step 2, mid-episode 0, which ends at step 5
+    _, env, clips = _engine(tmp_path, 5, "v", 5, step_fn=lambda s: s == 2, provisional=True)
     # episode 0 from step 2 to its terminal frame; episode 1 in progress at close (its reset frame)
-    assert [os.path.basename(c.path) for c in clips] == ["v-step-2.mp4", "v-step-5.mp4"]
-    assert np.array_equal(decode(clips[0].path)[0], np.stack(env.episodes[0][2:6]))
-    assert np.array_equal(decode(clips[1].path)[0], np.stack(env.episodes[1]))
+    assert _names(clips) == ["v-step-2.mp4", "v-step-5.mp4"]
+    assert_frames(clips[0].path, env.episodes[0][2:6])
+    assert_frames(clips[1].path, env.episodes[1])
 
 
 def test_expect_end_turns_provisional_clips_off(tmp_path):
-    env = Spy(PointReach(1, max_episode_steps=4, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path, env, episode_fn=lambda ep: ep == 0, provisional=True)
+    engine, env, clips = _engine(tmp_path, 4, episode_fn=lambda ep: ep == 0, provisional=True)
     engine.expect_end(11)
     _drive(engine, env, 11)
     engine.close()
@@ -287,43 +228,21 @@ def test_an_autoreset_clip_that_a_reset_ends_before_any_step_is_dropped(tmp_path
     alone. Such a clip is dropped. Kept: a one-frame clip that a full reset began (ended by the
     next full reset), one asked for (length_frames=1), and the one-frame clip in progress at
     close (record_final_episode)."""
-    env = Spy(PointReach(1, max_episode_steps=3, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path / "a", env, trigger="always")
-
-    def episode(steps):
-        for _ in range(steps):
-            out = env.step(torch.zeros(1, 2))
-            engine.on_step(out[1], out[2], out[3], out[4])
-            if bool(out[2][0] | out[3][0]):  # the autoreset inside the vector env's step
-                env.reset(env_idx=[0])
-                engine.on_reset([0])
-
+    engine, env, clips = _engine(tmp_path / "a", 3, trigger="always")
     for k in range(2):  # two evaluations, each a full reset and one whole episode
-        env.reset(seed=k)
-        engine.on_reset(None, seed=k)
-        episode(3)
+        _drive(engine, env, 3, seed=k)
     engine.close()  # the second autoreset's clip is in progress: record_final_episode keeps it
     assert engine.clips_started == 4
     assert [c.num_frames for c in clips] == [4, 4, 1]  # the first autoreset's clip: dropped
     for k, clip in enumerate(clips[:2]):
-        frames, _ = decode(clip.path)
-        assert np.array_equal(frames, np.stack(env.episodes[2 * k]))  # reset frame + 3 steps
-        with open(clip.sidecar) as f:
-            side = json.load(f)
+        assert_frames(clip.path, env.episodes[2 * k])  # reset frame + 3 steps
+        side = sidecar(clip.path)
         assert (side["seed"], side["envs"][0]["end"], side["frames"]) == (k, "truncated", 4)
-    assert sorted(listing(tmp_path / "a")) == sorted(
-        os.path.basename(p) for c in clips for p in (c.path, c.sidecar)
-    )
-
+    assert_only_clips(tmp_path / "a", clips)
     # length None: a full reset's one-frame clip cut by the next full reset; 1: one-frame clips
     for length in (None, 1):
-        engine, clips = _engine(
-            tmp_path / f"len{length}",
-            env,
-            trigger="always",
-            length_frames=length,
-            record_final_episode=False,
-        )
+        kw = dict(trigger="always", length_frames=length, record_final_episode=False)
+        engine, env, clips = _engine(tmp_path / f"len{length}", **kw)
         for seed in (7, 8, 9):
             env.reset(seed=seed)
             engine.on_reset(None, seed=seed)
@@ -335,22 +254,15 @@ def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_
     """The step trigger fires mid-episode and the caller's full reset comes before the next step:
     the clip holds one real state of the episode (the one the trigger fired at), so it is kept,
     ending "cut", unlike the reset frame alone of an autoreset's clip (above)."""
-    env = Spy(PointReach(1, max_episode_steps=10, render_width=16, render_height=16, seed=0))
-    engine, clips = _engine(tmp_path, env, step_fn=lambda s: s == 2, name_prefix="v")
-    env.reset(seed=0)
-    engine.on_reset(None, seed=0)
-    for _ in range(2):
-        out = env.step(torch.zeros(1, 2))
-        engine.on_step(out[1], out[2], out[3], out[4])
+    engine, env, clips = _engine(tmp_path, name_prefix="v", step_fn=lambda s: s == 2)
+    _drive(engine, env, 2)
     assert engine.recording  # the trigger fired after step 2
     env.reset(seed=1)  # e.g. the caller's own full reset, before any further step
     engine.on_reset(None, seed=1)
     engine.close()
-    assert [os.path.basename(c.path) for c in clips] == ["v-step-2.mp4"]
-    frames, _ = decode(clips[0].path)
-    assert np.array_equal(frames, np.stack(env.episodes[0][2:3]))  # the state after step 2
-    with open(clips[0].sidecar) as f:
-        side = json.load(f)
+    assert _names(clips) == ["v-step-2.mp4"]
+    assert_frames(clips[0].path, env.episodes[0][2:3])  # the state after step 2
+    side = sidecar(clips[0].path)
     assert (side["frames"], side["envs"][0]["end"], side["envs"][0]["length"]) == (1, "cut", 0)
     assert engine.clips_started == engine.clips_saved == 1
 
@@ -359,28 +271,21 @@ def test_a_step_trigger_clip_that_a_reset_cuts_before_its_next_step_is_kept(tmp_
 _BLANK = Source(3, 0.1, "cpu", lambda idx: np.zeros((len(idx), 4, 4, 3), np.uint8))
 
 
-def _drive_forms(tmp_path, name, events, host):
-    """Drives a trigger=always engine of 3 envs recording [0, 2] through ``events``, each value
-    handed over as ``host(array)``; returns its sidecars (the parts that say what they show)."""
-    sidecars = []
+def _sidecars(tmp_path, env_idx, events):
+    """Drives a trigger=always engine of ``_BLANK`` recording ``env_idx`` through ``events``
+    (``("reset", env_idx)`` or ``("step", reward, terminated, truncated, info)``); returns its
+    sidecars."""
+    paths = []
     engine = ClipEngine(
-        rec_cfg(env_idx=[0, 2]), _BLANK,
-        str(tmp_path / name), on_clip=lambda c: sidecars.append(c.sidecar),
-    )  # fmt: skip
+        rec_cfg(env_idx=env_idx), _BLANK, str(tmp_path), on_clip=lambda c: paths.append(c.path)
+    )
     for event in events:
         if event[0] == "reset":
-            engine.on_reset(None if event[1] is None else host(event[1]))
+            engine.on_reset(event[1])
         else:
-            reward, term, trunc, success = (np.asarray(v) for v in event[1:])
-            info = {"success": host(success)}
-            engine.on_step(host(reward), host(term), host(trunc), info)
+            engine.on_step(*event[1:])
     engine.close()
-    out = []
-    for path in sidecars:
-        with open(path) as f:
-            side = json.load(f)
-        out.append((side["episodes"], side["first_step"], side["last_step"], side["envs"]))
-    return out
+    return [sidecar(p) for p in paths]
 
 
 def test_the_sidecar_is_the_same_whatever_form_the_step_values_take(tmp_path):
@@ -388,29 +293,38 @@ def test_the_sidecar_is_the_same_whatever_form_the_step_values_take(tmp_path):
     gathered copy a device takes) give the same sidecars; resets named by lists, tuples, index
     tensors and bool masks count the recorded envs' episodes alike."""
     f, t = False, True
-    step = lambda r, term, trunc, s: ("step", r, term, trunc, s)  # noqa: E731
     events = [
-        ("reset", None),
-        step([0.5, 9.0, 0.25], [f, f, f], [f, f, f], [0, 0, 1]),
-        step([1.5, 9.0, -0.5], [f, t, t], [f, f, f], [1, 0, 0]),  # env 2 ends, env 1 too
-        ("reset", [1, 2]),
-        step([2.0, 9.0, 4.0], [f, f, f], [f, f, t], [0, 0, 1]),  # env 2 ends again
-        ("reset", [f, f, t]),
-        step([0.25, 9.0, 1.0], [t, f, f], [t, f, f], [0, 0, 0]),  # env 0 ends: the clip too
-        ("reset", [0]),
-        step([1.0, 9.0, 1.0], [f, f, f], [f, f, f], [0, 0, 0]),
+        (None,),
+        ([0.5, 9.0, 0.25], [f, f, f], [f, f, f], [0, 0, 1]),
+        ([1.5, 9.0, -0.5], [f, t, t], [f, f, f], [1, 0, 0]),  # env 2 ends, env 1 too
+        ([1, 2],),
+        ([2.0, 9.0, 4.0], [f, f, f], [f, f, t], [0, 0, 1]),  # env 2 ends again
+        ([f, f, t],),
+        ([0.25, 9.0, 1.0], [t, f, f], [t, f, f], [0, 0, 0]),  # env 0 ends: the clip too
+        ([0],),
+        ([1.0, 9.0, 1.0], [f, f, f], [f, f, f], [0, 0, 0]),
     ]
+
+    def bfloat16(v):
+        v = np.asarray(v)
+        return torch.as_tensor(v.astype(np.float32)).bfloat16() if v.dtype.kind == "f" else v
+
     forms = {
-        "numpy": lambda v: np.asarray(v),
+        "numpy": np.asarray,
         "tensor": lambda v: torch.as_tensor(np.asarray(v)),
-        "bfloat16": lambda v: (
-            torch.as_tensor(np.asarray(v, dtype=np.float32)).bfloat16()
-            if np.asarray(v).dtype != np.bool_ and np.asarray(v).dtype.kind == "f"
-            else torch.as_tensor(np.asarray(v))
-        ),
+        "bfloat16": lambda v: torch.as_tensor(bfloat16(v)),
         "lists": lambda v: list(np.asarray(v).tolist()),
     }
-    results = {name: _drive_forms(tmp_path, name, events, host) for name, host in forms.items()}
+    results = {}
+    for name, host in forms.items():
+        steps = [
+            ("reset", None if e[0] is None else host(e[0]))
+            if len(e) == 1
+            else ("step", *map(host, e[:3]), {"success": host(e[3])})
+            for e in events
+        ]
+        sides = _sidecars(tmp_path / name, [0, 2], steps)
+        results[name] = [(s["episodes"], s["first_step"], s["last_step"], s["envs"]) for s in sides]
     expected = results.pop("numpy")
     assert all(r == expected for r in results.values()), results
     first, second = expected  # env 0's two episodes: one ended in the clip, one cut by close
@@ -425,42 +339,35 @@ def test_the_sidecar_is_the_same_whatever_form_the_step_values_take(tmp_path):
 
 @pytest.mark.parametrize("env_idx", [[0, 2], [1, 2]])  # recorded envs apart, and side by side
 def test_a_long_clips_returns_are_the_float32_sums_in_step_order(tmp_path, env_idx):
-    """While every recorded episode runs on, a step's rewards wait as plain rows and are summed
-    later, many at a time: the sidecar's returns are still ``ret += reward`` in float32 step by
-    step (not a float64 sum, nor a pairwise one), through an episode that ends after hundreds of
-    such steps while another runs on, and lengths count the steps of each episode."""
+    """A step's rewards wait as plain rows and are summed later, many at a time: the sidecar's
+    returns are still ``ret += reward`` in float32 step by step (not a float64 sum, nor a pairwise
+    one), through an episode that ends after hundreds of such steps while another runs on, and
+    lengths count the steps of each episode."""
     rng = np.random.default_rng(0)
     steps, ends_at = 700, 600  # env_idx[1]'s episode terminates at step 600, env_idx[0]'s runs on
     rewards = rng.standard_normal((steps, 3)) * 10.0 ** rng.integers(-3, 4, (steps, 3))
     rewards = rewards.astype(np.float32)
-    engine = ClipEngine(
-        rec_cfg(env_idx=env_idx), _BLANK,
-        str(tmp_path), on_clip=lambda c: None,
-    )  # fmt: skip
-    sidecars = []
-    engine.on_clip = lambda c: sidecars.append(c.sidecar)
-    engine.on_reset(None)
-    second = env_idx[1]
-    for n in range(steps):
-        term = np.zeros(3, bool)
-        term[second] = n + 1 == ends_at
-        engine.on_step(
-            torch.from_numpy(rewards[n]), torch.from_numpy(term), torch.zeros(3, dtype=torch.bool)
+    term = np.zeros((steps, 3), bool)
+    term[ends_at - 1, env_idx[1]] = True
+    events = [("reset", None)]
+    for r, d in zip(rewards, term):
+        events.append(
+            ("step", torch.from_numpy(r), torch.from_numpy(d), torch.zeros(3, dtype=torch.bool))
         )
-    engine.close()
-    with open(sidecars[0]) as f:
-        first_env, second_env = json.load(f)["envs"]
+    (side,) = _sidecars(tmp_path, env_idx, events)
+    first_env, second_env = side["envs"]
 
-    def in_order(column, n):
+    def in_order(column):
         ret = np.float32(0)
-        for r in column[:n]:
+        for r in column:
             ret = np.float32(ret + r)
         return float(ret)
 
-    expected = (in_order(rewards[:, env_idx[0]], steps), in_order(rewards[:, second], ends_at))
+    column = rewards[:, env_idx[0]]
+    expected = (in_order(column), in_order(rewards[:ends_at, env_idx[1]]))
     assert (first_env["return"], second_env["return"]) == expected
     # the test tells the sums apart: a float64 or a pairwise float32 sum would differ
-    assert float(np.float32(rewards[:, env_idx[0]].astype(np.float64).sum())) != expected[0]
-    assert float(rewards[:, env_idx[0]].sum()) != expected[0]
+    assert float(np.float32(column.astype(np.float64).sum())) != expected[0]
+    assert float(column.sum()) != expected[0]
     assert (first_env["length"], first_env["end"]) == (steps, "cut")
     assert (second_env["length"], second_env["end"]) == (ends_at, "terminated")

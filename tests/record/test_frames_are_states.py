@@ -18,9 +18,7 @@ module checks them against states, re-rendered by another env instance.)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -31,7 +29,7 @@ from rlrec.envs.autoreset import AutoReset
 from rlrec.envs.base import EnvWrapper, as_env_index
 from rlrec.envs.builtin import PointReach
 from rlrec.record import Recorder
-from tests.record.recutil import decode_many, random_actions, rec_cfg
+from tests.record.recutil import decode_many, point_reach, random_actions, rec_cfg, sidecar
 
 SIZE = 32
 LIMIT = 16  # SIZE / LIMIT = 2 more bar columns every step: consecutive states never look alike
@@ -107,10 +105,6 @@ def expected_states(clip, log: StateLog, env_idx: List[int], spf: int, length) -
     return states, start, last
 
 
-def sidecar(clip) -> dict:
-    return json.loads(Path(clip.sidecar).read_text())
-
-
 def rerender(ref: PointReach, snap: Snapshot, env_idx: List[int]) -> np.ndarray:
     """``ref`` set to the saved state, rendered; the recorded envs side by side (a row: the
     layout of 1 and 2 tiles)."""
@@ -123,16 +117,14 @@ def rerender(ref: PointReach, snap: Snapshot, env_idx: List[int]) -> np.ndarray:
 def mismatches(clips, log, env_idx, spf, length, tmp_path, num_envs) -> List[tuple]:
     """``(clip index, frame index)`` of every frame that is not its state (and a count mismatch
     as frame index -1)."""
-    ref = PointReach(
-        num_envs, max_episode_steps=LIMIT, render_width=SIZE, render_height=SIZE, seed=123
-    )
+    ref = point_reach(num_envs, SIZE, LIMIT, seed=123)
     out_dir = tmp_path / "decoded"
     out_dir.mkdir(exist_ok=True)
     decoded = decode_many([c.path for c in clips], (SIZE * len(env_idx), SIZE), out_dir)
     bad = []
     for c, (clip, frames) in enumerate(zip(clips, decoded)):
         states, first_step, last_step = expected_states(clip, log, env_idx, spf, length)
-        info = sidecar(clip)
+        info = sidecar(clip.path)
         assert info["first_step"] == first_step and info["frames"] == len(frames), clip.path
         # (last_step: see test_the_sidecar_names_the_step_of_the_last_frame)
         assert last_step <= info["last_step"] < last_step + spf, clip.path
@@ -146,10 +138,7 @@ def mismatches(clips, log, env_idx, spf, length, tmp_path, num_envs) -> List[tup
 
 
 def run(tmp_path, num_envs, env_idx, fps=None, length=None, steps=150, stale_every=None):
-    env = PointReach(
-        num_envs, max_episode_steps=LIMIT, render_width=SIZE, render_height=SIZE, seed=0, dt=DT
-    )
-    log = StateLog(env)
+    log = StateLog(point_reach(num_envs, SIZE, LIMIT, dt=DT))
     below = StaleEveryNth(log, stale_every) if stale_every else log
     clips: list = []
     cfg = rec_cfg(trigger="always", env_idx=env_idx, fps=fps, length_frames=length)
@@ -211,9 +200,5 @@ def test_a_stale_frame_is_caught(tmp_path):
 def test_the_sidecar_names_the_step_of_the_last_frame(tmp_path):
     env_idx = [0, 2]
     clips, log, spf = run(tmp_path, num_envs=3, env_idx=env_idx, fps=20 / 3)
-    wrong = []
-    for clip in clips:
-        _, _, last_step = expected_states(clip, log, env_idx, spf, None)
-        if sidecar(clip)["last_step"] != last_step:
-            wrong.append((clip.path, sidecar(clip)["last_step"], last_step))
-    assert wrong == []
+    wanted = [expected_states(clip, log, env_idx, spf, None)[2] for clip in clips]
+    assert [sidecar(clip.path)["last_step"] for clip in clips] == wanted

@@ -31,6 +31,7 @@ from rlrec.record import VideoWrapper  # noqa: E402
 from rlrec.record.names import ClipStart  # noqa: E402
 from rlrec.testing import decode  # noqa: E402
 from tests.envs.genesis_util import RENDER_ATOL, diff  # noqa: E402
+from tests.record.recutil import assert_only_clips  # noqa: E402
 from tests.record.thrown_box import (  # noqa: E402
     DT,
     box_xy,
@@ -65,23 +66,22 @@ def env(scenes):
     return env
 
 
-def run(wrapper, steps: int) -> None:
-    """The Genesis Forge loop: build, reset, step, close."""
+def run(wrapper, steps: int):
+    """The Genesis Forge loop: build, reset, step, close; returns the wrapper."""
     wrapper.build()
     wrapper.reset()
     for _ in range(steps):
         wrapper.step(wrapper.unwrapped.act())
     wrapper.close()
     assert "reset" not in vars(wrapper.unwrapped)  # rlrec's hook is gone, the class's reset back
+    return wrapper
 
 
-def rlrec_wrapper(env, out, **kw):
-    kw.setdefault("lossless", True)
-    kw.setdefault("logging", False)
-    return VideoWrapper(env, out_dir=str(out), **kw)
+def ours(env, out, **kw):
+    return VideoWrapper(env, out_dir=str(out), **{"lossless": True, "logging": False, **kw})
 
 
-def upstream_wrapper(env, out, **kw):
+def upstream(env, out, **kw):
     from genesis_forge.wrappers import VideoWrapper as ForgeVideoWrapper
 
     return ForgeVideoWrapper(env, out_dir=str(out), logging=False, **kw)
@@ -98,24 +98,27 @@ def assert_frames(frames, expected):
         assert diff(got, want) <= RENDER_ATOL, f"frame {i}: differs by {diff(got, want):.3f}"
 
 
-def match_states(frames, refs):
-    """For each (lossy) frame, the (episode, step) of the reference state whose box it shows."""
+def shown(out, refs):
+    """For each (lossy) frame of Genesis Forge's clips in ``out``, in order, the (episode, step)
+    of the reference state whose box it shows."""
     states = [(k, t) for k in range(refs.shape[0]) for t in range(refs.shape[1])]
     xy = np.stack([box_xy(refs[k, t]) for k, t in states])
-    out = []
-    for f in frames:
-        d = np.abs(xy - box_xy(f)).max(axis=1)
-        i = int(np.nanargmin(d))
-        assert d[i] <= XY_TOL, f"a frame matches no reference state (nearest {d[i]:.2f} px)"
-        out.append(states[i])
-    return out
-
-
-def upstream_clips(out):
     # Genesis Forge names clips "{start step}.mp4"
     paths = sorted(glob.glob(os.path.join(out, "*.mp4")), key=lambda p: int(p.split("/")[-1][:-4]))
-    return [decode(p)[0] for p in paths]
+    clips = []
+    for path in paths:
+        clips.append([])
+        for f in decode(path)[0]:
+            d = np.abs(xy - box_xy(f)).max(axis=1)
+            i = int(np.nanargmin(d))
+            assert d[i] <= XY_TOL, f"a frame matches no reference state (nearest {d[i]:.2f} px)"
+            clips[-1].append(states[i])
+    return clips
 
+
+WHOLE = dict(video_length_sec=None)
+EVERY = dict(episode_trigger=lambda e: True)
+FIRST = dict(episode_trigger=lambda e: e == 0)
 
 # --------------------------------------------------------------------------- the reference frames
 
@@ -134,8 +137,7 @@ def test_reference_states_are_told_apart_by_the_frames_and_by_the_box_position(r
 
 
 def test_every_clip_is_one_episode_from_its_reset_frame_to_its_terminal_frame(env, refs, tmp_path):
-    w = rlrec_wrapper(env, tmp_path, episode_trigger=lambda e: True, video_length_sec=None)
-    run(w, 2 * LENGTH + 2)  # two whole episodes of env 0 and two steps of a third
+    w = run(ours(env, tmp_path, **EVERY, **WHOLE), 2 * LENGTH + 2)  # two episodes of env 0, 2 steps
     clips = clip_frames(w)
     assert len(clips) == 3
     assert_frames(clips[0], refs[0])  # reset frame, 5 steps, the terminal state last
@@ -145,16 +147,15 @@ def test_every_clip_is_one_episode_from_its_reset_frame_to_its_terminal_frame(en
 
 
 def test_upstream_never_captures_a_reset_frame(env, refs, tmp_path):
-    w = upstream_wrapper(env, tmp_path, episode_trigger=lambda e: True, video_length_sec=5 * DT)
-    run(w, 2 * LENGTH + 2)
-    shown = [s for frames in upstream_clips(str(tmp_path)) for s in match_states(frames, refs)]
-    assert len(shown) >= LENGTH
+    run(upstream(env, tmp_path, **EVERY, video_length_sec=5 * DT), 2 * LENGTH + 2)
+    clips = shown(str(tmp_path), refs)
+    states = [s for clip in clips for s in clip]
+    assert len(states) >= LENGTH
     # UPSTREAM DEFECT: Genesis 1.4 takes a recorded frame inside scene.step(), before the
     # framework's autoreset, so no reset state (step 0 of an episode) is ever in a clip
-    assert not [s for s in shown if s[1] == 0]
+    assert not [s for s in states if s[1] == 0]
     # UPSTREAM DEFECT: and a clip runs on into the next episode
-    first = match_states(upstream_clips(str(tmp_path))[0], refs)
-    assert len({k for k, _ in first}) > 1
+    assert len({k for k, _ in clips[0]}) > 1
 
 
 # --------------------------------------------------------------------------- one trigger
@@ -162,24 +163,16 @@ def test_upstream_never_captures_a_reset_frame(env, refs, tmp_path):
 
 def test_the_episode_trigger_is_asked_once_per_episode(env, tmp_path):
     asked = []
-    w = rlrec_wrapper(
-        env, tmp_path, episode_trigger=lambda e: asked.append(e) or e == 0, video_length_sec=2 * DT
-    )
-    run(w, 2 * LENGTH + 2)
+    trigger = lambda e: asked.append(e) or e == 0  # noqa: E731
+    w = run(ours(env, tmp_path, episode_trigger=trigger, video_length_sec=2 * DT), 2 * LENGTH + 2)
     assert asked == [0, 1, 2]
     # episode 0's clip of 2 frames, and the final episode's first 2 frames (record_final_episode)
     assert [(c.episode, c.num_frames) for c in w.clips] == [(0, 2), (2, 2)]
-
-
-def test_upstream_re_fires_the_episode_trigger_within_an_episode(env, tmp_path):
-    asked = []
-    w = upstream_wrapper(
-        env, tmp_path, episode_trigger=lambda e: asked.append(e) or e == 0, video_length_sec=2 * DT
-    )
-    run(w, LENGTH)  # episode 0 only
+    asked.clear()
+    run(upstream(env, tmp_path / "up", episode_trigger=trigger, video_length_sec=2 * DT), LENGTH)
     # UPSTREAM DEFECT: asked on every step while not recording, so one episode gets two clips
     assert asked.count(0) > 1
-    assert len(upstream_clips(str(tmp_path))) >= 2
+    assert len(glob.glob(str(tmp_path / "up" / "*.mp4"))) >= 2
 
 
 # --------------------------------------------------------------------------- the final episode
@@ -187,28 +180,19 @@ def test_upstream_re_fires_the_episode_trigger_within_an_episode(env, tmp_path):
 
 def test_the_final_episode_is_saved_on_close(env, refs, tmp_path):
     # only episode 0 is triggered; the run stops 2 steps into episode 2
-    w = rlrec_wrapper(env, tmp_path, episode_trigger=lambda e: e == 0, video_length_sec=None)
-    run(w, 2 * LENGTH + 2)
+    w = run(ours(env, tmp_path, **FIRST, **WHOLE), 2 * LENGTH + 2)
     assert [c.episode for c in w.clips] == [0, 2]  # episode 1's provisional clip was dropped
     clips = clip_frames(w)
     assert_frames(clips[0], refs[0])
     assert_frames(clips[1], refs[2][:3])  # its last frame is the run's last state
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        [os.path.basename(c.path) for c in w.clips] + [os.path.basename(c.sidecar) for c in w.clips]
-    )
-
-
-def test_record_final_episode_false_saves_only_triggered_clips(env, tmp_path):
-    w = rlrec_wrapper(
-        env, tmp_path, episode_trigger=lambda e: e == 0, video_length_sec=None,
-        record_final_episode=False,
-    )  # fmt: skip
-    run(w, 2 * LENGTH + 2)
+    assert_only_clips(tmp_path, w.clips)
+    # record_final_episode=False: only the triggered clips
+    w = run(ours(env, tmp_path / "b", **FIRST, **WHOLE, record_final_episode=False), 2 * LENGTH + 2)
     assert [c.episode for c in w.clips] == [0]
 
 
 def test_expect_end_records_only_the_episodes_that_can_be_the_last(env, refs, tmp_path):
-    w = rlrec_wrapper(env, tmp_path, episode_trigger=lambda e: e == 0, video_length_sec=None)
+    w = ours(env, tmp_path, **FIRST, **WHOLE)
     w.build()
     w.expect_end(2 * LENGTH + 2)
     w.reset()
@@ -224,11 +208,10 @@ def test_expect_end_records_only_the_episodes_that_can_be_the_last(env, refs, tm
 
 
 def test_upstream_does_not_save_the_final_episode_on_close(env, refs, tmp_path):
-    w = upstream_wrapper(env, tmp_path, episode_trigger=lambda e: e == 0, video_length_sec=5 * DT)
-    run(w, 2 * LENGTH + 2)
-    shown = [s for frames in upstream_clips(str(tmp_path)) for s in match_states(frames, refs)]
+    run(upstream(env, tmp_path, **FIRST, video_length_sec=5 * DT), 2 * LENGTH + 2)
+    states = [s for clip in shown(str(tmp_path), refs) for s in clip]
     # UPSTREAM DEFECT: 0.5.3 has no record_final_episode; nothing of episode 2 is saved
-    assert shown and not [s for s in shown if s[0] == 2]
+    assert states and not [s for s in states if s[0] == 2]
 
 
 # --------------------------------------------------------------------------- fps and dt
@@ -236,8 +219,7 @@ def test_upstream_does_not_save_the_final_episode_on_close(env, refs, tmp_path):
 
 def test_fps_times_dt_above_two_records_every_step_at_one_over_dt(env, refs, tmp_path):
     # fps=60 with dt=0.05: 1 / (fps * dt) = 0.33 rounds to 0 steps per frame
-    w = rlrec_wrapper(env, tmp_path, episode_trigger=lambda e: e == 0, video_length_sec=None,
-                      fps=60)  # fmt: skip
+    w = ours(env, tmp_path, **FIRST, **WHOLE, fps=60)
     assert w.engine.steps_per_frame == 1
     run(w, LENGTH)
     frames, fps = decode(w.clips[0].path)
@@ -245,7 +227,7 @@ def test_fps_times_dt_above_two_records_every_step_at_one_over_dt(env, refs, tmp
     assert_frames(frames, refs[0])
 
 
-def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_bool(tmp_path):
+def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_bool():
     """A PURE UNIT TEST of the older Genesis Forge revision (the one with record_final_episode,
     0.4.0 on the package index), which cannot run on Genesis 1.4 (it clears the camera's
     ``_recorded_imgs``, gone in 1.4): its arithmetic and its done test, written out here."""
@@ -263,12 +245,7 @@ def test_older_revision_arithmetic_divides_by_zero_and_calls_any_on_a_python_boo
     # and with more than one watched env the `or` of two tensors is ambiguous
     with pytest.raises(RuntimeError):
         torch.any(torch.tensor([False, True]) or torch.tensor([True, False]))
-    # rlrec's timing: the same settings take every step and write 1 / dt
-    from rlrec.record import ClipEngine, RecorderConfig, Source
-
-    engine = ClipEngine(RecorderConfig(fps=fps), Source(1, dt, "cpu", None), str(tmp_path))
-    engine.close()
-    assert engine.steps_per_frame == 1 and engine.fps == pytest.approx(20.0)
+    # rlrec's timing of the same settings: test_fps_times_dt_above_two_records_every_step...
 
 
 # --------------------------------------------------------------------------- stale images
@@ -297,16 +274,8 @@ def test_both_signatures_are_accepted(env, tmp_path):
     assert w.engine.cfg.record_final_episode
     assert w.engine.name(ClipStart("train", 3, 99)) == "latest.mp4"  # every clip's file name
     # 0.5.3's, by keyword (no record_final_episode): rlrec's default keeps the final episode
-    w = VideoWrapper(
-        env,
-        camera_attr="camera",
-        step_trigger=lambda s: s % 100 == 0,
-        out_dir=str(tmp_path),
-        fps=20,
-        env_idx=0,
-        filename=None,
-        logging=False,
-    )
+    kw = dict(camera_attr="camera", step_trigger=lambda s: s % 100 == 0, out_dir=str(tmp_path))
+    w = VideoWrapper(env, **kw, fps=20, env_idx=0, filename=None, logging=False)
     assert w.engine.cfg.record_final_episode and w.engine.schedule.step_fn is not None
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -23,35 +22,25 @@ from tests.record.gymref import (
     reference,
     render_counts,
 )
+from tests.record.recutil import sidecar
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
-MUJOCO = ("InvertedPendulum-v5", {"width": 64, "height": 48})
-CARTPOLE = ("CartPole-v1", {})
+NEXT, SAME, DISABLED = MODES
+CARTPOLE = "CartPole-v1"
 
 
-def run(
-    tmp_path,
-    env_id,
-    n,
-    mode,
-    steps,
-    seed=0,
-    vectorization="sync",
-    env_kw=None,
-    wrappers=None,
-    **rec_kw,
-):
-    """Records a seeded run; returns the wrapper (closed) and the actions it was driven with."""
-    env_kw = env_kw or {}
-    if vectorization == "async" and mode is AutoresetMode.SAME_STEP:
-        wrappers = [*(wrappers or []), RenderHook]
+def run(tmp_path, n, mode, steps, seed=0, env_id=CARTPOLE, vectorization="sync", **rec_kw):
+    """Records a seeded run (lossless); returns the wrapper (closed) and the reference renders
+    of the recorded envs by an independent vector env. ``env_kw``: of the sub-envs."""
+    env_kw = rec_kw.pop("env_kw", {})
+    wrappers = [RenderHook] if vectorization == "async" and mode is SAME else None
     vec = make_vec(env_id, n, mode, vectorization, wrappers=wrappers, **env_kw)
     actions = actions_for(vec, steps, seed)
-    rec_kw.setdefault("lossless", True)
-    rec = RecordVectorVideo(vec, str(tmp_path), **rec_kw)
+    rec = RecordVectorVideo(vec, str(tmp_path), **{"lossless": True, **rec_kw})
     drive(rec, mode, actions, seed)
     rec.close()
-    return rec, actions
+    watch = rec.engine.env_idx
+    return rec, reference(env_id, n, mode, actions, seed, watch, **env_kw)
 
 
 def assert_frames(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -62,16 +51,15 @@ def assert_frames(got: np.ndarray, want: np.ndarray, what: str) -> None:
             raise AssertionError(f"{what}: frame {j} of {len(want)} differs at {len(bad)} pixels")
 
 
-def sidecar(path) -> dict:
-    with open(os.path.splitext(str(path))[0] + ".json") as f:
-        return json.load(f)
+def names(folder) -> list:
+    return sorted(p.name for p in folder.glob("*.mp4"))
 
 
 # ----------------------------------------------------------------------------- every mode
 CASES = [
-    pytest.param(*CARTPOLE, "sync", 3, 1, 90, id="cartpole-sync"),
-    pytest.param(*CARTPOLE, "async", 2, 0, 90, id="cartpole-async"),
-    pytest.param(*MUJOCO, "sync", 2, 0, 60, id="mujoco-sync"),
+    pytest.param(CARTPOLE, {}, "sync", 3, 1, 90, id="cartpole-sync"),
+    pytest.param(CARTPOLE, {}, "async", 2, 0, 90, id="cartpole-async"),
+    pytest.param("InvertedPendulum-v5", dict(width=64, height=48), "sync", 2, 0, 60, id="mujoco"),
 ]
 
 
@@ -81,32 +69,21 @@ def test_every_episode_matches_independent_renders(
     tmp_path, mode, env_id, env_kw, vectorization, n, first, steps
 ):
     seed = 7
-    want_fps = 50 if env_id.startswith("CartPole") else 25  # render_fps 50; MuJoCo: 1 / dt
-    rec, actions = run(
-        tmp_path,
-        env_id,
-        n,
-        mode,
-        steps,
-        seed,
-        vectorization,
-        env_kw,
-        env_idx=first,
-        episode_trigger=lambda e: True,
-    )
-    ref = reference(env_id, n, mode, actions, seed, [first], **env_kw)
+    want_fps = 50 if env_id == CARTPOLE else 25  # render_fps 50; MuJoCo: 1 / dt
+    kw = dict(env_kw=env_kw, env_idx=first, episode_trigger=lambda e: True)
+    rec, ref = run(tmp_path, n, mode, steps, seed, env_id, vectorization, **kw)
     episodes = len(ref.starts[first])
     assert episodes >= 3, "the run is too short to cross episode boundaries"
-    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
-    assert names == sorted(f"rl-video-episode-{e}.mp4" for e in range(episodes))
+    assert names(tmp_path) == sorted(f"rl-video-episode-{e}.mp4" for e in range(episodes))
     assert not rec.engine.errors
     for e in range(episodes):
-        frames, fps = decode(str(tmp_path / f"rl-video-episode-{e}.mp4"))
+        path = tmp_path / f"rl-video-episode-{e}.mp4"
+        frames, fps = decode(str(path))
         # a fresh reset frame first, the terminal frame last; the final episode (still running
         # at close) ends on the last step
         assert_frames(frames, ref.episode_frames(first, e), f"{mode.name} episode {e}")
         assert fps == pytest.approx(rec.engine.fps) == pytest.approx(want_fps)
-        meta = sidecar(tmp_path / f"rl-video-episode-{e}.mp4")
+        meta = sidecar(path)
         assert meta["episodes"] == [e] and meta["frames"] == len(frames)
         assert meta["seed"] == (seed + first if e == 0 else None)  # later ones: autoresets
         assert meta["envs"][0]["end"] == ("cut" if ref.ends[first][e] is None else "terminated")
@@ -114,103 +91,48 @@ def test_every_episode_matches_independent_renders(
 
 # ----------------------------------------------------------------------------- a grid
 @pytest.mark.parametrize(
-    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name
+    "mode, n, env_idx, episodes",
+    [(NEXT, 3, [0, 2], (1, 2)), (SAME, 3, [0, 2], (1, 2)), (NEXT, 2, None, (0,))],
+    ids=["NEXT_STEP", "SAME_STEP", "default-every-env"],
 )
-def test_grid_tiles_match_independent_renders(tmp_path, mode):
-    seed, n, watch = 3, 3, [0, 2]
-    rec, actions = run(
-        tmp_path,
-        "CartPole-v1",
-        n=n,
-        mode=mode,
-        steps=60,
-        seed=seed,
-        env_idx=watch,
-        episode_trigger=lambda e: e in (1, 2),
-    )
-    ref = reference(CARTPOLE[0], n, mode, actions, seed, watch)
-    for e in (1, 2):
+def test_grid_tiles_match_independent_renders(tmp_path, mode, n, env_idx, episodes):
+    """The recorded envs side by side (a 1x2 grid), each at the same moment as the other; by
+    default every sub-env is recorded (Gymnasium's default)."""
+    kw = dict(env_idx=env_idx) if env_idx else {}
+    rec, ref = run(tmp_path, n, mode, 60, 3, episode_trigger=lambda e: e in episodes, **kw)
+    watch = rec.engine.env_idx
+    assert watch == (env_idx or [0, 1])
+    for e in episodes:
         path = tmp_path / f"rl-video-episode-{e}.mp4"
-        frames, _ = decode(str(path))
-        start = ref.starts[0][e]
-        k = len(ref.episode_frames(0, e))
-        # env 0 left, env 2 right (a 1x2 grid), each at the same moment as the other
-        want = np.concatenate([ref.timeline(0, start, k), ref.timeline(2, start, k)], axis=2)
-        assert_frames(frames, want, f"{mode.name} grid episode {e}")
-        meta = sidecar(path)
-        assert meta["env_idx"] == watch
-
-
-def test_default_records_every_env_tiled(tmp_path):
-    # Gymnasium's default: every sub-env, tiled (2 envs: side by side)
-    seed = 6
-    rec, actions = run(tmp_path, "CartPole-v1", 2, AutoresetMode.NEXT_STEP, 40, seed,
-                       episode_trigger=lambda e: e == 0)  # fmt: skip
-    ref = reference("CartPole-v1", 2, AutoresetMode.NEXT_STEP, actions, seed, [0, 1])
-    frames, _ = decode(str(tmp_path / "rl-video-episode-0.mp4"))
-    k = len(ref.episode_frames(0, 0))
-    want = np.concatenate([ref.timeline(0, 0, k), ref.timeline(1, 0, k)], axis=2)
-    assert_frames(frames, want, "default grid")
-    assert sidecar(tmp_path / "rl-video-episode-0.mp4")["env_idx"] == [0, 1]
+        start, k = ref.starts[0][e], len(ref.episode_frames(0, e))
+        want = np.concatenate([ref.timeline(i, start, k) for i in watch], axis=2)
+        assert_frames(decode(str(path))[0], want, f"{mode.name} grid episode {e}")
+        assert sidecar(path)["env_idx"] == watch
 
 
 # ----------------------------------------------------------------------------- final episode
 def test_final_episode_saved_on_close_or_dropped(tmp_path):
-    seed, steps = 1, 40
-    rec, actions = run(
-        tmp_path / "kept",
-        "CartPole-v1",
-        n=2,
-        mode=AutoresetMode.NEXT_STEP,
-        steps=steps,
-        seed=seed,
-        env_idx=0,
-        episode_trigger=lambda e: True,
-    )
-    ref = reference(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP, actions, seed, [0])
+    steps = 40
+    kw = dict(env_idx=0, episode_trigger=lambda e: True)
+    rec, ref = run(tmp_path / "kept", 2, NEXT, steps, 1, **kw)
     last = len(ref.starts[0]) - 1
     assert ref.ends[0][last] is None, "the last episode must still run at close"
     frames, _ = decode(str(tmp_path / "kept" / f"rl-video-episode-{last}.mp4"))
     assert_frames(frames, ref.episode_frames(0, last), "final episode")
     assert len(frames) == steps - ref.starts[0][last] + 1
-    run(
-        tmp_path / "dropped",
-        "CartPole-v1",
-        n=2,
-        mode=AutoresetMode.NEXT_STEP,
-        steps=steps,
-        seed=seed,
-        env_idx=0,
-        episode_trigger=lambda e: True,
-        record_final_episode=False,
-    )
-    names = {p.name for p in (tmp_path / "dropped").glob("*.mp4")}
-    assert names == {f"rl-video-episode-{e}.mp4" for e in range(last)}
+    run(tmp_path / "dropped", 2, NEXT, steps, 1, record_final_episode=False, **kw)
+    assert names(tmp_path / "dropped") == sorted(f"rl-video-episode-{e}.mp4" for e in range(last))
 
 
 # ----------------------------------------------------------------------------- triggers
 def test_episode_trigger_selects_episodes(tmp_path):
     asked = []
-
-    def trigger(e):
-        asked.append(e)
-        return e % 2 == 1
-
-    rec, actions = run(
-        tmp_path,
-        "CartPole-v1",
-        n=2,
-        mode=AutoresetMode.SAME_STEP,
-        steps=80,
-        seed=2,
-        env_idx=0,
-        episode_trigger=trigger,
-    )
-    ref = reference(CARTPOLE[0], 2, AutoresetMode.SAME_STEP, actions, 2, [0])
+    trigger = lambda e: asked.append(e) or e % 2 == 1  # noqa: E731
+    rec, ref = run(tmp_path, 2, SAME, 80, 2, env_idx=0, episode_trigger=trigger)
     episodes = len(ref.starts[0])
     assert asked == list(range(episodes))  # once per episode of the recorded env
     odd = [e for e in range(episodes) if e % 2 == 1]
-    assert {p.name for p in tmp_path.glob("*.mp4")} == {f"rl-video-episode-{e}.mp4" for e in odd}
+    assert names(tmp_path) == sorted(f"rl-video-episode-{e}.mp4" for e in odd)
     for e in odd:
         frames, _ = decode(str(tmp_path / f"rl-video-episode-{e}.mp4"))
         assert_frames(frames, ref.episode_frames(0, e), f"episode {e}")
@@ -219,21 +141,10 @@ def test_episode_trigger_selects_episodes(tmp_path):
 def test_step_trigger_and_video_length(tmp_path):
     """``step_trigger(s)`` is asked with Gymnasium's step id (0 after the first step): the
     ``step-10`` clip starts on the state after step 11."""
-    seed, length = 4, 6
-    rec, actions = run(
-        tmp_path,
-        "CartPole-v1",
-        n=2,
-        mode=AutoresetMode.DISABLED,
-        steps=60,
-        seed=seed,
-        env_idx=0,
-        step_trigger=lambda s: s in (10, 40),
-        video_length=length,
-    )
-    ref = reference(CARTPOLE[0], 2, AutoresetMode.DISABLED, actions, seed, [0])
-    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
-    assert names == ["rl-video-step-10.mp4", "rl-video-step-40.mp4"]
+    length, trigger = 6, lambda s: s in (10, 40)
+    kw = dict(env_idx=0, step_trigger=trigger, video_length=length)
+    rec, ref = run(tmp_path, 2, DISABLED, 60, 4, **kw)
+    assert names(tmp_path) == ["rl-video-step-10.mp4", "rl-video-step-40.mp4"]
     for step_id in (10, 40):
         frames, _ = decode(str(tmp_path / f"rl-video-step-{step_id}.mp4"))
         # the clip starts on the state after step step_id + 1 (if that step ended the episode,
@@ -249,14 +160,11 @@ def test_episode_and_step_triggers_together_as_gymnasium(tmp_path):
     """Gymnasium's RecordVideo takes both triggers (a clip starts when either fires) and keeps
     them as attributes; so does the drop-in."""
     episode_trigger, step_trigger = (lambda e: e == 1), (lambda s: s == 3)
-    rec, actions = run(tmp_path, "CartPole-v1", 2, AutoresetMode.NEXT_STEP, 60, seed=4, env_idx=0,
-                       episode_trigger=episode_trigger, step_trigger=step_trigger,
-                       video_length=2)  # fmt: skip
+    triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
+    rec, ref = run(tmp_path, 2, NEXT, 60, 4, env_idx=0, video_length=2, **triggers)
     assert rec.episode_trigger is episode_trigger and rec.step_trigger is step_trigger
-    ref = reference(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP, actions, 4, [0])
     assert ref.starts[0][1] > 4 + 2, "episode 1 must begin after the step clip"
-    names = sorted(p.name for p in tmp_path.glob("*.mp4"))
-    assert names == ["rl-video-episode-1.mp4", "rl-video-step-3.mp4"]
+    assert names(tmp_path) == ["rl-video-episode-1.mp4", "rl-video-step-3.mp4"]
     frames, _ = decode(str(tmp_path / "rl-video-step-3.mp4"))
     assert_frames(frames, ref.timeline(0, 4, 2), "step clip")  # Gymnasium's step id 3: step 4
     frames, _ = decode(str(tmp_path / "rl-video-episode-1.mp4"))
@@ -266,15 +174,11 @@ def test_episode_and_step_triggers_together_as_gymnasium(tmp_path):
 def test_trigger_attributes_default_to_gymnasiums(tmp_path):
     from gymnasium.utils.save_video import capped_cubic_video_schedule
 
-    vec = make_vec(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP)
-    rec = RecordVectorVideo(vec, str(tmp_path))
-    try:
-        assert rec.step_trigger is None
-        assert [rec.episode_trigger(e) for e in range(2001)] == [
-            capped_cubic_video_schedule(e) for e in range(2001)
-        ]
-    finally:
-        rec.close()
+    rec = RecordVectorVideo(make_vec(CARTPOLE, 2, NEXT), str(tmp_path))
+    rec.close()
+    assert rec.step_trigger is None
+    cubic = [capped_cubic_video_schedule(e) for e in range(2001)]
+    assert [rec.episode_trigger(e) for e in range(2001)] == cubic
 
 
 # ----------------------------------------------------------------------------- as Gymnasium's
@@ -311,21 +215,18 @@ SIDE_BY_SIDE = [
     ),
     pytest.param(
         150,
-        dict(
-            episode_trigger=lambda x: x in (1, 4),
-            step_trigger=lambda x: x in (0, 30),
-            name_prefix="video-prefix",
-        ),
-        [f"video-prefix-{n}.mp4" for n in ("episode-1", "episode-4", "step-0", "step-30")],
-        id="name-prefix",
+        dict(episode_trigger=lambda x: x in (1, 4), step_trigger=lambda x: x in (0, 30)),
+        ["rl-video-episode-1.mp4", "rl-video-episode-4.mp4", "rl-video-step-0.mp4"]
+        + ["rl-video-step-30.mp4"],
+        id="both-triggers",
     ),
     # every clip cut by the next step trigger's, or ended by its episode; under NEXT_STEP step
     # id 25 is the step that resets env 0 (its clip starts on the reset state)
     pytest.param(
         199,
-        dict(step_trigger=lambda x: x % 25 == 0),
-        sorted(f"rl-video-step-{s}.mp4" for s in range(0, 200, 25)),
-        id="step-triggers",
+        dict(step_trigger=lambda x: x % 25 == 0, name_prefix="video-prefix"),
+        sorted(f"video-prefix-step-{s}.mp4" for s in range(0, 200, 25)),
+        id="step-triggers-name-prefix",
     ),
 ]
 
@@ -339,36 +240,31 @@ def test_same_files_as_gymnasiums_record_video(tmp_path, mode, steps, kwargs, wa
     frames Gymnasium adds at resets of other envs."""
     recs = {}
     for wrapper in (GymnasiumRecordVideo, RecordVectorVideo):
-        vec = make_vec(CARTPOLE[0], 10, mode)
+        vec = make_vec(CARTPOLE, 10, mode)
         actions = actions_for(vec, steps, seed=123)
         rec = recs[wrapper] = wrapper(vec, str(tmp_path / wrapper.__name__), **kwargs)
         drive(rec, mode, actions, seed=123)
         rec.close()
+        assert names(tmp_path / wrapper.__name__) == want, wrapper
     theirs, ours = recs[GymnasiumRecordVideo], recs[RecordVectorVideo]
-    for folder in ("GymnasiumRecordVideo", "RecordVectorVideo"):
-        assert sorted(p.name for p in (tmp_path / folder).glob("*.mp4")) == want, folder
     assert sorted(theirs.saved) == want
     for clip in ours.clips:
         name = os.path.basename(clip.path)
         frames, partial = theirs.saved[name]
-        if mode is AutoresetMode.SAME_STEP:  # Gymnasium drops an episode's terminal frame
+        if mode is SAME:  # Gymnasium drops an episode's terminal frame
             frames += sidecar(clip.path)["envs"][0]["end"] != "cut"
-        if mode is AutoresetMode.DISABLED:
+        if mode is DISABLED:
             frames -= partial
         assert clip.num_frames == frames, name
 
 
 # ----------------------------------------------------------------------------- sidecar
-@pytest.mark.parametrize(
-    "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name
-)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.name)
 def test_sidecar_matches_episode_statistics(tmp_path, mode):
-    vec = make_vec(CARTPOLE[0], 2, mode)
+    vec = make_vec(CARTPOLE, 2, mode)
     actions = actions_for(vec, 90, seed=5)
-    rec = RecordVectorVideo(
-        vec, str(tmp_path), env_idx=0, lossless=True, episode_trigger=lambda e: e == 1
-    )
-    stats = RecordEpisodeStatistics(rec)
+    kw = dict(env_idx=0, lossless=True, episode_trigger=lambda e: e == 1)
+    stats = RecordEpisodeStatistics(RecordVectorVideo(vec, str(tmp_path), **kw))
     episodes = []
 
     def keep(t, out):
@@ -380,34 +276,23 @@ def test_sidecar_matches_episode_statistics(tmp_path, mode):
     stats.close()
     assert len(episodes) >= 2
     path = tmp_path / "rl-video-episode-1.mp4"
-    meta = sidecar(path)
-    frames, fps = decode(str(path))
-    ret, length = episodes[1]
-    env = meta["envs"][0] if "envs" in meta else meta
-    assert env["return"] == pytest.approx(ret)
-    assert env["length"] == length
+    meta, (frames, fps), (ret, length) = sidecar(path), decode(str(path)), episodes[1]
+    env = meta["envs"][0]
+    assert (env["return"], env["length"]) == (pytest.approx(ret), length)
     assert env["end"] in ("terminated", "truncated")
     assert meta["frames"] == len(frames) == length + 1
     assert meta["fps"] == pytest.approx(fps)
 
 
 # ----------------------------------------------------------------------------- rendering
-@pytest.mark.parametrize(
-    "vectorization,mode",
-    [
-        ("sync", AutoresetMode.SAME_STEP),
-        ("async", AutoresetMode.SAME_STEP),
-        ("sync", AutoresetMode.NEXT_STEP),
-    ],
-)
+@pytest.mark.parametrize("vectorization,mode", [("sync", SAME), ("async", SAME), ("sync", NEXT)])
 def test_only_recorded_envs_render(tmp_path, vectorization, mode):
     wrappers = [CountRenders] + ([RenderHook] if vectorization == "async" else [])
-    vec = make_vec(CARTPOLE[0], 3, mode, vectorization, wrappers=wrappers)
+    vec = make_vec(CARTPOLE, 3, mode, vectorization, wrappers=wrappers)
     actions = actions_for(vec, 40, seed=0)
     clips = []
-    rec = RecordVectorVideo(
-        vec, str(tmp_path), env_idx=1, episode_trigger=lambda e: e == 1, on_clip=clips.append
-    )
+    kw = dict(env_idx=1, episode_trigger=lambda e: e == 1, on_clip=clips.append)
+    rec = RecordVectorVideo(vec, str(tmp_path), **kw)
     drive(rec, mode, actions, seed=0)
     rec.flush()
     counts = render_counts(vec)
@@ -417,16 +302,6 @@ def test_only_recorded_envs_render(tmp_path, vectorization, mode):
 
 
 # ----------------------------------------------------------------------------- bad input
-def test_async_same_step_without_hooks_is_refused(tmp_path):
-    vec = make_vec(CARTPOLE[0], 2, AutoresetMode.SAME_STEP, "async")
-    try:
-        with pytest.raises(ValueError, match="RenderHook"):
-            RecordVectorVideo(vec, str(tmp_path / "v"))
-        assert not (tmp_path / "v").exists()
-    finally:
-        vec.close()
-
-
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -447,36 +322,32 @@ def test_async_same_step_without_hooks_is_refused(tmp_path):
     ],
 )
 def test_bad_arguments_fail_before_any_work(tmp_path, kwargs, match):
-    vec = make_vec(CARTPOLE[0], 2, AutoresetMode.NEXT_STEP)
-    try:
-        with pytest.raises((ConfigError, ValueError, TypeError), match=match):
-            RecordVectorVideo(vec, str(tmp_path / "v"), **kwargs)
-        assert not (tmp_path / "v").exists()
-    finally:
-        vec.close()
+    with pytest.raises((ConfigError, ValueError, TypeError), match=match):
+        RecordVectorVideo(make_vec(CARTPOLE, 2, NEXT), str(tmp_path / "v"), **kwargs)
+    assert not (tmp_path / "v").exists()
 
 
-def test_env_must_render_rgb_array(tmp_path):
+def test_envs_it_cannot_record_are_refused(tmp_path):
     import gymnasium as gym
 
-    vec = gym.make_vec("CartPole-v1", 2)
+    with pytest.raises(ValueError, match="rgb_array"):
+        RecordVectorVideo(gym.make_vec(CARTPOLE, 2), str(tmp_path / "v"))
+    with pytest.raises(TypeError, match="VectorEnv"):
+        RecordVectorVideo(gym.make(CARTPOLE, render_mode="rgb_array"), str(tmp_path / "v"))
+    vec = make_vec(CARTPOLE, 2, SAME, "async")  # SAME_STEP without hooks: no terminal frames
     try:
-        with pytest.raises(ValueError, match="rgb_array"):
+        with pytest.raises(ValueError, match="RenderHook"):
             RecordVectorVideo(vec, str(tmp_path / "v"))
-        with pytest.raises(TypeError, match="VectorEnv"):
-            RecordVectorVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(tmp_path))
     finally:
         vec.close()
+    assert not (tmp_path / "v").exists()
 
 
 def test_bad_arguments_leave_same_step_sub_envs_unhooked(tmp_path):
-    vec = make_vec("CartPole-v1", 2, AutoresetMode.SAME_STEP)
-    try:
-        with pytest.raises(ConfigError, match="quality"):
-            RecordVectorVideo(vec, str(tmp_path / "v"), quality=0)
-        assert not any(isinstance(e, RenderHook) for e in vec.envs)
-        rec = RecordVectorVideo(vec, str(tmp_path / "v"), env_idx=1)
-        assert isinstance(vec.envs[1], RenderHook) and not isinstance(vec.envs[0], RenderHook)
-        rec.close()
-    finally:
-        vec.close()
+    vec = make_vec(CARTPOLE, 2, SAME)
+    with pytest.raises(ConfigError, match="quality"):
+        RecordVectorVideo(vec, str(tmp_path / "v"), quality=0)
+    assert not any(isinstance(e, RenderHook) for e in vec.envs)
+    rec = RecordVectorVideo(vec, str(tmp_path / "v"), env_idx=1)
+    assert isinstance(vec.envs[1], RenderHook) and not isinstance(vec.envs[0], RenderHook)
+    rec.close()

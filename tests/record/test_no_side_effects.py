@@ -26,7 +26,7 @@ autoresets.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List
 
 import gymnasium as gym
 import numpy as np
@@ -59,61 +59,43 @@ def _cpu(x):
     return x.detach().to("cpu").clone() if isinstance(x, torch.Tensor) else x
 
 
-def run(
-    env_cfg,
-    num_envs: int,
-    record: bool,
-    video_dir,
-    sim_state: Optional[Callable] = None,
-    steps: int = STEPS,
-    fps: Optional[float] = None,
-    steps_per_frame: int = 1,
-) -> Dict[str, object]:
-    """Steps a fresh stack ``steps`` times; returns every step's outputs (on the CPU), the sim
-    state after each step where ``sim_state(adapter)`` reads one, and the recorder's clips."""
+def run(env_cfg, num_envs, video_dir, sim_state, steps, fps=None, spf=None) -> dict:
+    """Steps a fresh stack ``steps`` times, recording (``spf``: the steps per frame its ``fps``
+    gives) or not (``spf`` None); returns every step's outputs (on the CPU), the sim state after
+    each step where ``sim_state(adapter)`` reads one, and the recorder's clips."""
     torch.manual_seed(0)  # global RNGs as a fresh process has them, in both runs
     np.random.seed(0)
     clips: list = []
     rec_cfg = None
-    if record:
-        rec_cfg = RecorderConfig(
-            trigger=Trigger.always, env_idx=[0, 1], record_final_episode=True, queue_size=8,
-            fps=fps,
-        )  # fmt: skip
+    if spf is not None:
+        rec_cfg = RecorderConfig(trigger=Trigger.always, env_idx=[0, 1], queue_size=8, fps=fps)
     stack = make_env_stack(
         env_cfg, SimConfig(), num_envs, SEED, rec_cfg, str(video_dir), on_clip=clips.append
     ).env
     adapter = stack.unwrapped
-    if record:
-        assert stack.env.engine.steps_per_frame == steps_per_frame
+    if spf is not None:
+        assert stack.env.engine.steps_per_frame == spf
     gen = torch.Generator().manual_seed(SEED)
-    out: Dict[str, list] = {"obs": [], "reward": [], "terminated": [], "truncated": []}
-    out.update(final_obs=[], final=[], state=[])
+    out: Dict[str, list] = {k: [] for k in ("obs", "step", "final", "state")}
     try:
         obs, _ = stack.reset(seed=SEED)
         out["obs"].append(_cpu(obs))
         for t in range(steps):
             if t == 3:  # env 1 restarts early: its episodes end at other steps than env 0's
-                obs, _ = stack.reset(env_idx=[1])
-                out["obs"].append(_cpu(obs))
+                out["obs"].append(_cpu(stack.reset(env_idx=[1])[0]))
             if t == steps // 2:  # a full seeded reset mid-episode, as an evaluation starts
-                obs, _ = stack.reset(seed=SEED + 1)
-                out["obs"].append(_cpu(obs))
+                out["obs"].append(_cpu(stack.reset(seed=SEED + 1)[0]))
             action = random_actions(stack.single_action_space, num_envs, gen)
             obs, reward, term, trunc, info = stack.step(action)
-            out["obs"].append(_cpu(obs))
-            out["reward"].append(_cpu(reward))
-            out["terminated"].append(_cpu(term))
-            out["truncated"].append(_cpu(trunc))
-            out["final"].append(_cpu(info.get("_final", torch.zeros(num_envs, dtype=torch.bool))))
-            out["final_obs"].append(_cpu(info.get("final_obs")))
+            final = info.get("_final", torch.zeros(num_envs, dtype=torch.bool))
+            out["final"].append(_cpu(final))
+            # the step's outputs, AutoReset's final observation
+            out["step"].append([_cpu(x) for x in (obs, reward, term, trunc, info.get("final_obs"))])
             if sim_state is not None:
                 out["state"].append(sim_state(adapter))
     finally:
         stack.close()
-    out["clips"] = clips
-    out["dt"] = adapter.dt
-    return out
+    return {**out, "clips": clips, "dt": adapter.dt}
 
 
 def same(x, y) -> bool:
@@ -124,23 +106,16 @@ def same(x, y) -> bool:
     if isinstance(x, dict) or isinstance(y, dict):
         both = isinstance(x, dict) and isinstance(y, dict)
         return both and x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if isinstance(x, list) or isinstance(y, list):
+        both = isinstance(x, list) and isinstance(y, list) and len(x) == len(y)
+        return both and all(same(a, b) for a, b in zip(x, y))
     return x == y
 
 
-def assert_same_trajectory(on: dict, off: dict) -> None:
-    for key in ("obs", "reward", "terminated", "truncated", "final", "final_obs", "state"):
-        a, b = on[key], off[key]
-        assert len(a) == len(b), key
-        for t, (x, y) in enumerate(zip(a, b)):
-            assert same(x, y), f"{key} differs at step {t} with the recorder on:\n{x}\nvs off:\n{y}"
-
-
-def check(
-    env_cfg, num_envs: int, tmp_path, sim_state=None, steps: int = STEPS, steps_per_frame: int = 1
-) -> dict:
-    off = run(env_cfg, num_envs, False, tmp_path / "off", sim_state, steps)
+def check(env_cfg, num_envs, tmp_path, sim_state=None, steps=STEPS, steps_per_frame=1):
+    off = run(env_cfg, num_envs, tmp_path / "off", sim_state, steps)
     fps = None if steps_per_frame == 1 else 1.0 / (steps_per_frame * off["dt"])
-    on = run(env_cfg, num_envs, True, tmp_path / "on", sim_state, steps, fps, steps_per_frame)
+    on = run(env_cfg, num_envs, tmp_path / "on", sim_state, steps, fps, steps_per_frame)
     # the recorder really rendered: a clip of every episode of env 0, a frame every
     # steps_per_frame steps (and its reset and terminal frames)
     frames = sum(c.num_frames for c in on["clips"])
@@ -149,8 +124,11 @@ def check(
     # episodes ended at different steps in different envs: AutoReset reset envs one at a time
     partial = sum(bool(f.any() and not f.all()) for f in on["final"])
     assert partial >= 2, f"only {partial} partial resets"
-    assert_same_trajectory(on, off)
-    return on
+    for key in ("obs", "step", "final", "state"):
+        a, b = on[key], off[key]
+        assert len(a) == len(b), key
+        for t, (x, y) in enumerate(zip(a, b)):
+            assert same(x, y), f"{key} differs at step {t} with the recorder on:\n{x}\nvs off:\n{y}"
 
 
 # --------------------------------------------------------------------------- built-in

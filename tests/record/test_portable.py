@@ -8,33 +8,28 @@ import json
 
 from tests.record.recutil import python_c
 
-FORBIDDEN = ("hydra", "omegaconf", "gymnasium", "rlrec.config", "rlrec.envs")
+FORBIDDEN = ("hydra", "omegaconf", "gymnasium", "mani_skill", "sapien", "genesis", "rlrec.config")
+FORBIDDEN += ("rlrec.envs", "rlrec.record.wrappers")
+
+
+def loaded(code: str) -> list:
+    """The modules loaded by ``code`` in a fresh interpreter that are of ``FORBIDDEN``."""
+    modules = json.loads(
+        python_c(f"import json, sys; {code}; print(json.dumps(list(sys.modules)))")
+    )
+    return [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
 
 
 def test_import_rlrec_record_loads_no_config_system_and_no_env_library():
-    code = "import json, sys, rlrec.record; print(json.dumps(sorted(sys.modules)))"
-    stdout = python_c(code)
-    loaded = json.loads(stdout)
-    found = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
-    assert not found, f"import rlrec.record loaded {found}"
+    assert loaded("import rlrec.record") == []
 
 
 def test_the_wrappers_are_named_by_rlrec_record_and_imported_on_first_use():
-    code = (
-        "import sys, rlrec.record; "
-        "assert 'rlrec.record.wrappers.gymnasium' not in sys.modules; "
-        "print(rlrec.record.RecordVectorVideo.__module__, rlrec.record.Recorder.__module__)"
-    )
-    stdout = python_c(code)
-    assert stdout.split() == [
+    code = "import rlrec.record as r; print(r.RecordVectorVideo.__module__, r.Recorder.__module__)"
+    assert python_c(code).split() == [
         "rlrec.record.wrappers.gymnasium",
         "rlrec.record.wrappers.adapter",
     ]
-
-
-def test_the_gymnasium_drop_in_loads_no_config_system():
-    """``RecordVectorVideo`` is used in plain Gymnasium loops: neither Hydra nor OmegaConf."""
-    code = "import json, sys, rlrec.record.wrappers.gymnasium; print(json.dumps(list(sys.modules)))"
-    loaded = json.loads(python_c(code))
-    found = [m for m in loaded if m.split(".")[0] in ("hydra", "omegaconf")]
-    assert not found, f"import rlrec.record.wrappers.gymnasium loaded {found}"
+    # the Gymnasium drop-in is used in plain Gymnasium loops: neither Hydra nor OmegaConf
+    found = loaded("import rlrec.record.wrappers.gymnasium")
+    assert not [m for m in found if m.split(".")[0] in ("hydra", "omegaconf")], found

@@ -10,10 +10,19 @@ import torch
 
 from rlrec.checks import ConfigError
 from rlrec.envs.autoreset import AutoReset
-from rlrec.envs.builtin import PointReach
 from rlrec.record import Recorder, RecorderError
 from rlrec.record.settings import RecorderConfig, Trigger
-from tests.record.recutil import decode, listing, make_stack, random_actions, zeros
+from rlrec.testing import decode
+from tests.record.recutil import (
+    assert_frames,
+    is_ffmpeg,
+    listing,
+    make_stack,
+    point_reach,
+    random_actions,
+    run_steps,
+    stopped,
+)
 
 
 def recorder_errors(caplog):
@@ -25,25 +34,20 @@ def test_unwritable_directory_training_goes_on_reported_once(tmp_path, caplog):
     video_dir = tmp_path / "videos"
     stack, rec, spy, clips = make_stack(video_dir, max_steps=4, trigger="always")
     stack.reset(seed=0)
-    for _ in range(4):
-        stack.step(zeros(stack))  # episode 0: a good clip
+    run_steps(stack, 4)  # episode 0: a good clip
     rec.flush()
     assert len(clips) == 1
     # the directory disappears under the run (a file now sits at its path)
     kept = tmp_path / "kept"
     os.rename(video_dir, kept)
     video_dir.write_text("not a directory")
-    for _ in range(12):  # three more episodes, all failing
-        stack.step(zeros(stack))
+    run_steps(stack, 12)  # three more episodes, all failing
     rec.flush()
     assert len(clips) == 1 and len(rec.errors) == 3
-    assert len(recorder_errors(caplog)) == 1  # reported once
-    message = recorder_errors(caplog)[0]
-    assert (
-        "encoding clip" in message and "on_error=raise" in message and "Not a directory" in message
-    )
-    frames, _ = decode(str(kept / os.path.basename(clips[0].path)))  # the earlier clip is intact
-    assert np.array_equal(frames, np.stack(spy.episodes[0]))
+    (message,) = recorder_errors(caplog)  # reported once
+    assert "encoding clip" in message and "on_error=raise" in message
+    assert "Not a directory" in message
+    assert_frames(kept / os.path.basename(clips[0].path), spy.episodes[0])  # the earlier clip
     stack.close()
 
 
@@ -59,12 +63,9 @@ def wait_for_ffmpeg(rec):
 def test_killed_ffmpeg_drops_that_clip_only(tmp_path, caplog):
     stack, rec, spy, clips = make_stack(tmp_path, max_steps=30, trigger="always")
     stack.reset(seed=0)
-    for _ in range(30):
-        stack.step(zeros(stack))
-    stack.step(zeros(stack))  # episode 1 is being recorded
+    run_steps(stack, 31)  # episode 1 is being recorded
     os.kill(wait_for_ffmpeg(rec), signal.SIGKILL)
-    for _ in range(29 + 30):  # the rest of episode 1, then episode 2
-        stack.step(zeros(stack))
+    run_steps(stack, 29 + 30)  # the rest of episode 1, then episode 2
     rec.flush()
     assert len(recorder_errors(caplog)) == 1 and len(rec.errors) == 1
     assert "ffmpeg" in rec.errors[0]
@@ -72,8 +73,7 @@ def test_killed_ffmpeg_drops_that_clip_only(tmp_path, caplog):
     # counted: the clip and every frame handed over for it (the reset's and 30 steps')
     assert rec.engine.losses() == {"clips_dropped": 1, "frames_dropped": 31, "encoder_stalls": 0}
     for clip in clips:
-        frames, _ = decode(clip.path)
-        assert np.array_equal(frames, np.stack(spy.episodes[clip.episode]))
+        assert_frames(clip.path, spy.episodes[clip.episode])
     stack.close()
     assert not [n for n in listing(tmp_path) if n.endswith(".part")]  # no temporary file left
 
@@ -82,52 +82,43 @@ def test_stopped_ffmpeg_does_not_stall_training(tmp_path, caplog):
     """ffmpeg stopped (SIGSTOP) mid-clip: training goes on at about full speed after at most
     recorder.stall_timeout_sec; that clip is dropped (ffmpeg killed, no file, no temporary) and
     reported once; the next clip is whole."""
-    from tests.record.test_encoder import _is_stopped_ffmpeg, stopped
-
     # 128x128 frames (48 KiB): ffmpeg's 1 MiB pipe and the 4 buffers fill in about 25 frames
     stack, rec, spy, clips = make_stack(
         tmp_path, size=128, max_steps=80, trigger="always", queue_size=4, stall_timeout_sec=0.3
     )
     stack.reset(seed=0)
-    for _ in range(5):
-        stack.step(zeros(stack))
+    run_steps(stack, 5)
     t0 = time.perf_counter()
-    for _ in range(15):
-        stack.step(zeros(stack))
+    run_steps(stack, 15)
     per_step = (time.perf_counter() - t0) / 15  # while recording, ffmpeg running
     pid = wait_for_ffmpeg(rec)
     with stopped(pid, resume_after=10.0):
         t0 = time.perf_counter()
-        for _ in range(60):  # the rest of episode 0 (2.8 MiB of frames) into the stopped ffmpeg
-            stack.step(zeros(stack))
+        run_steps(stack, 60)  # the rest of episode 0 (2.8 MiB of frames) into the stopped ffmpeg
         stalled = time.perf_counter() - t0
         rec.flush()
     # one wait of about 0.3 s, else full speed (old code: stuck until the guard resumed ffmpeg)
     assert stalled < 60 * per_step * 2 + 0.3 * 2 + 1.0, (stalled, per_step)
-    assert not _is_stopped_ffmpeg(pid)  # killed
+    assert not is_ffmpeg(pid)  # killed
     assert len(rec.errors) == 1 and len(recorder_errors(caplog)) == 1
     assert "no progress for 0.3 s" in rec.errors[0] and "stall_timeout_sec" in rec.errors[0]
     assert clips == [] and listing(tmp_path) == []  # nothing under the final name, no temporary
-    losses = rec.engine.losses()
-    assert losses["clips_dropped"] == 1 and losses["encoder_stalls"] == 1
-    assert losses["frames_dropped"] == 81  # the reset's and 80 steps': all of episode 0
-    for _ in range(80):  # episode 1: recorded whole
-        stack.step(zeros(stack))
+    # the reset's and 80 steps' frames: all of episode 0
+    assert rec.engine.losses() == {"clips_dropped": 1, "frames_dropped": 81, "encoder_stalls": 1}
+    run_steps(stack, 80)  # episode 1: recorded whole
     rec.flush()
     assert [c.episode for c in clips] == [1] and len(rec.errors) == 1
-    frames, _ = decode(clips[0].path)
-    assert np.array_equal(frames, np.stack(spy.episodes[1]))
+    assert_frames(clips[0].path, spy.episodes[1])
     stack.close()
 
 
 def test_on_error_raise_is_fatal(tmp_path):
     stack, rec, spy, clips = make_stack(tmp_path, max_steps=30, trigger="always", on_error="raise")
     stack.reset(seed=0)
-    stack.step(zeros(stack))
+    run_steps(stack, 1)
     os.kill(wait_for_ffmpeg(rec), signal.SIGKILL)
     with pytest.raises(RecorderError, match="on_error=raise"):
-        for _ in range(60):
-            stack.step(zeros(stack))
+        run_steps(stack, 60)
         rec.flush()
     stack.close()
 
@@ -138,19 +129,16 @@ def test_close_saves_or_drops_the_episode_in_progress_and_is_idempotent(tmp_path
         tmp_path, max_steps=50, trigger="always", record_final_episode=final
     )
     stack.reset(seed=0)
-    for _ in range(7):
-        stack.step(zeros(stack))
+    run_steps(stack, 7)
     names_while_recording = [n for n in listing(tmp_path) if not n.startswith(".")]
     stack.close()
     stack.close()
     rec.close()
     assert names_while_recording == []  # the clip in progress is only a hidden temporary file
-    # each clip has its sidecar, nothing else is left
-    assert [n for n in listing(tmp_path) if not n.endswith((".mp4", ".json"))] == []
-    if final:
+    if final:  # 8 frames: all there were, and the clip's sidecar, nothing else
         (clip,) = clips
-        frames, _ = decode(clip.path)
-        assert np.array_equal(frames, np.stack(spy.episodes[0]))  # 8 frames: all there were
+        assert_frames(clip.path, spy.episodes[0])
+        assert len(listing(tmp_path)) == 2
     else:
         assert clips == [] and listing(tmp_path) == []
 
@@ -158,56 +146,40 @@ def test_close_saves_or_drops_the_episode_in_progress_and_is_idempotent(tmp_path
 def test_record_next_episode_and_end_clip(tmp_path):
     stack, rec, spy, clips = make_stack(tmp_path, max_steps=5, trigger="cubic")
     stack.reset(seed=0)
-    for _ in range(5 * 4):
-        stack.step(zeros(stack))  # episodes 0..3 (clips of 0 and 1); episode 4 has just begun
+    run_steps(stack, 5 * 4)  # episodes 0..3 (clips of 0 and 1); episode 4 has just begun
     rec.record_next_episode()  # episode 5, although not on the schedule
-    for _ in range(5 + 2):
-        stack.step(zeros(stack))
+    run_steps(stack, 5 + 2)
     assert rec.recording
     rec.end_clip()  # e.g. an evaluation stopped early: the clip is saved now, not at the next reset
     rec.flush()
     assert [(c.episode, c.num_frames) for c in clips] == [(0, 6), (1, 6), (5, 3)]
-    frames, _ = decode(clips[-1].path)
-    assert np.array_equal(frames, np.stack(spy.episodes[5]))
+    assert_frames(clips[-1].path, spy.episodes[5])
     stack.close()
-
-
-def test_fixed_filename_is_replaced_atomically(tmp_path):
-    stack, rec, spy, clips = make_stack(
-        tmp_path, max_steps=3, trigger="always", filename="latest.mp4"
-    )
-    stack.reset(seed=0)
-    for _ in range(9):
-        stack.step(zeros(stack))
-    stack.close()
-    assert listing(tmp_path) == ["latest.json", "latest.mp4"]
-    assert len(clips) == 4 and {c.path for c in clips} == {str(tmp_path / "latest.mp4")}
-    frames, _ = decode(str(tmp_path / "latest.mp4"))
-    assert np.array_equal(frames, np.stack(spy.episodes[-1]))  # the last clip
 
 
 def test_fixed_filename_holds_each_clip_while_it_is_reported(tmp_path):
-    """on_clip finds its own clip under the fixed name, though later clips are encoded meanwhile
-    (what the TensorBoard preview relies on: it links the file while on_clip runs)."""
+    """Each clip replaces the fixed name atomically, and on_clip finds its own clip there, though
+    later clips are encoded meanwhile (what the TensorBoard preview relies on: it links the file
+    while on_clip runs)."""
     stack, rec, spy, clips = make_stack(
         tmp_path, max_steps=2, trigger="always", filename="latest.mp4"
     )
     seen = []
-    # slow: 50 ms
-    rec.engine.on_clip = lambda clip: seen.append((clip.episode, decode(clip.path)[0]))
+    rec.engine.on_clip = lambda clip: seen.append((clip, decode(clip.path)[0]))  # slow: 50 ms
     stack.reset(seed=0)
     gen = torch.Generator().manual_seed(0)
-    for _ in range(2 * 12):
-        stack.step(random_actions(stack, gen))
+    run_steps(stack, 2 * 12, lambda env: random_actions(env, gen))
     stack.close()
-    assert [episode for episode, _ in seen] == list(range(13))
-    for episode, frames in seen:
-        assert np.array_equal(frames, np.stack(spy.episodes[episode])), episode
+    assert [clip.episode for clip, _ in seen] == list(range(13))
+    assert {clip.path for clip, _ in seen} == {str(tmp_path / "latest.mp4")}
+    for clip, frames in seen:
+        assert np.array_equal(frames, np.stack(spy.episodes[clip.episode])), clip.episode
+    assert listing(tmp_path) == ["latest.json", "latest.mp4"]
+    assert_frames(tmp_path / "latest.mp4", spy.episodes[-1])  # the last clip
 
 
 def make_rec(tmp_path, num_envs=4, **kw):
-    env = PointReach(num_envs, render_width=16, render_height=16)
-    return Recorder(env, RecorderConfig(**kw), str(tmp_path))
+    return Recorder(point_reach(num_envs), RecorderConfig(**kw), str(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -262,17 +234,14 @@ def test_odd_but_plain_dir_and_a_name_without_mp4(tmp_path, monkeypatch):
     """``-vids`` is a directory (relative to the working directory at start-up), not an ffmpeg
     option; a filename without ``.mp4`` gets it."""
     monkeypatch.chdir(tmp_path)
-    env = PointReach(1, max_episode_steps=3, render_width=16, render_height=16)
     clips = []
     cfg = RecorderConfig(
         trigger=Trigger.always, dir="-vids", filename="latest", record_final_episode=False
     )
-    rec = Recorder(env, cfg, None, on_clip=clips.append)
-    stack = AutoReset(rec)
+    stack = AutoReset(Recorder(point_reach(max_steps=3), cfg, None, on_clip=clips.append))
     monkeypatch.chdir(tmp_path / "-vids")  # a later change of directory changes nothing
     stack.reset(seed=0)
-    for _ in range(3):
-        stack.step(torch.zeros(1, 2))
+    run_steps(stack, 3)
     stack.close()
     assert [c.path for c in clips] == [str(tmp_path / "-vids" / "latest.mp4")]
     assert listing(tmp_path / "-vids") == ["latest.json", "latest.mp4"]
@@ -282,29 +251,12 @@ def test_odd_but_plain_dir_and_a_name_without_mp4(tmp_path, monkeypatch):
 def test_video_dir_that_cannot_be_created(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ConfigError, match=r"recorder\.dir"):
+    with pytest.raises(ConfigError, match=r"recorder\.dir='.*file/videos'"):
         make_rec(tmp_path, dir=str(blocker / "videos"))
     with pytest.raises(ConfigError, match=r"recorder\.dir='.*file/videos'"):
         RecorderConfig(dir=str(blocker / "videos")).check(4, "recorder")
-    env = PointReach(2, render_width=16, render_height=16)
+    env = point_reach(2)
     with pytest.raises(ConfigError, match=r"eval_env\.recorder\.dir"):
         Recorder(env, RecorderConfig(), str(blocker / "videos"), kind="eval")
     with pytest.raises(ConfigError, match="needs a directory"):
         Recorder(env, RecorderConfig(), None)
-
-
-def test_hydra_rejects_unknown_trigger():
-    from hydra import compose, initialize_config_dir
-
-    from rlrec.config import register_configs
-
-    register_configs()
-    conf = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
-    with initialize_config_dir(config_dir=os.path.abspath(conf), version_base="1.3"):
-        with pytest.raises(Exception, match="recorder.trigger"):
-            compose(config_name="config", overrides=["recorder.trigger=sometimes"])
-        cfg = compose(
-            config_name="config", overrides=["recorder.trigger=step", "recorder.every=100"]
-        )
-        assert cfg.recorder.trigger == Trigger.step
-        assert cfg.eval_env.recorder.trigger == Trigger.eval

@@ -7,6 +7,8 @@ from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, Start, capped_cubic
 from rlrec.record.settings import RecorderConfig, Trigger
 
+CUBES = [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000]
+
 
 def fired(schedule, episodes, steps_per_episode=1, full_reset=False):
     """The episodes (each reset after ``episode * steps_per_episode`` steps) that start a clip."""
@@ -17,55 +19,18 @@ def never_terminal():
     return False
 
 
-def test_capped_cubic_schedule():
-    fired_episodes = [e for e in range(5001) if capped_cubic(e)]
-    assert fired_episodes == [
-        0,
-        1,
-        8,
-        27,
-        64,
-        125,
-        216,
-        343,
-        512,
-        729,
-        1000,
-        2000,
-        3000,
-        4000,
-        5000,
-    ]
-
-
 def test_episode_triggers():
+    assert [e for e in range(5001) if capped_cubic(e)] == CUBES + [2000, 3000, 4000, 5000]
+    assert fired(Schedule(Trigger.cubic), range(1001)) == CUBES
     assert fired(Schedule(Trigger.episode, 4), range(12)) == [0, 4, 8]
     assert fired(Schedule(Trigger.always), range(5)) == list(range(5))
-    assert fired(Schedule(Trigger.cubic), range(1001)) == [
-        0,
-        1,
-        8,
-        27,
-        64,
-        125,
-        216,
-        343,
-        512,
-        729,
-        1000,
-    ]
-    assert Schedule(Trigger.eval).on_reset(7, 0, True) and not Schedule(Trigger.eval).on_reset(
-        7, 0, False
-    )
+    assert Schedule(Trigger.eval).on_reset(7, 0, True)
+    assert not Schedule(Trigger.eval).on_reset(7, 0, False)
     assert fired(Schedule(Trigger.none), range(5), full_reset=True) == []
-    # episodes alone never fire the step trigger: resets at steps 1, 4, 7, ... (never a multiple
-    # of 3)
+    # episodes alone never fire the step trigger: resets at steps 1, 4, 7, ... (never 3k)
     step = Schedule(Trigger.step, 3)
     assert [e for e in range(5) if step.on_reset(e, 3 * e + 1, True)] == []
-
-
-def test_trigger_names_are_accepted():
-    assert Schedule("cubic").trigger is Trigger.cubic
+    assert Schedule("cubic").trigger is Trigger.cubic  # names are accepted
     with pytest.raises(ValueError):
         Schedule("sometimes")
 
@@ -85,34 +50,24 @@ def test_an_episode_trigger_fires_at_most_once_per_episode(trigger, every):
     assert not s.asks_steps and not s.on_step(100, False, never_terminal)
 
 
-def test_step_trigger_fires_on_multiples_of_every():
+def test_step_trigger_fires_on_multiples_of_every_and_on_a_terminal_step_at_the_next_reset():
     s = Schedule(Trigger.step, 10)
-    assert s.asks_steps
-    assert s.on_reset(0, 0, True)  # step 0: at the first reset
+    assert s.asks_steps and s.on_reset(0, 0, True)  # step 0: at the first reset
     assert not s.on_reset(1, 4, False) and not s.on_reset(2, 8, False)
     calls = []
 
     def terminal():
         calls.append(1)
-        return False
+        return len(calls) == 3  # the step trigger's third fall (step 30) is a terminal step
 
-    assert [t for t in range(1, 31) if s.on_step(t, False, terminal)] == [10, 20, 30]
+    assert [t for t in range(1, 31) if s.on_step(t, False, terminal)] == [10, 20]
     assert len(calls) == 3  # the done flag is read only when the trigger falls
-    assert not s.on_reset(3, 30, False)  # already fired at step 30, on the step
-
-
-def test_step_trigger_on_a_terminal_step_is_pending_until_the_next_reset():
-    s = Schedule(Trigger.step, 10)
-    assert s.on_reset(0, 0, True)
-    assert not s.on_step(
-        10, False, lambda: True
-    )  # the terminal step: a clip of one frame is useless
+    # the terminal step's clip (one frame: useless) starts at the reset right after it, and only
+    # there; a reset at a multiple of every that the trigger did not fire at starts one too
     assert s.state_dict()["step_pending"]
-    assert s.on_reset(1, 10, False)  # the reset right after it starts the clip
-    assert not s.state_dict()["step_pending"]
-    assert not s.on_reset(2, 14, False)  # and only that one
-    # a reset at a multiple of every that the trigger did not fire at starts a clip too
-    assert s.on_reset(3, 20, False)
+    assert s.on_reset(3, 30, False) and not s.state_dict()["step_pending"]
+    assert not s.on_reset(4, 34, False)
+    assert s.on_reset(5, 40, False)
 
 
 def test_a_step_trigger_during_a_clip_starts_one_only_with_restart():
@@ -136,18 +91,24 @@ def test_record_next_episode_once():
 
 
 def test_expect_end_records_every_episode_that_may_be_in_progress_at_the_end():
-    s = Schedule(
-        Trigger.eval, record_final_episode=True
-    )  # eval without full resets: never by trigger
+    s = Schedule(Trigger.eval, record_final_episode=True)  # without full resets: never fires
     s.expect_end(steps=0, steps_left=100, horizon=10)
-    # an episode reset after s steps lasts at most 10 steps: it may be running at step 100 if
-    # s >= 90
+    # an episode reset after s steps lasts at most 10 steps: it may run at step 100 if s >= 90
     assert fired(s, range(11), steps_per_episode=10) == [9, 10]
-    # a new announcement replaces the old one
-    s.expect_end(steps=100, steps_left=50, horizon=10)
-    assert [
-        e for e, t in [(11, 120), (12, 139), (13, 140), (14, 150)] if s.on_reset(e, t, False)
-    ] == [13, 14]
+    s.expect_end(steps=100, steps_left=50, horizon=10)  # a new announcement replaces the old one
+    resets = [(11, 120), (12, 139), (13, 140), (14, 150)]
+    assert [e for e, t in resets if s.on_reset(e, t, False)] == [13, 14]
+    # without a time limit: every episode from now on
+    s = Schedule(Trigger.eval, record_final_episode=True)
+    assert fired(s, range(3), steps_per_episode=5) == []
+    s.expect_end(steps=15, steps_left=1000, horizon=None)
+    assert fired(s, range(3, 8), steps_per_episode=5) == [3, 4, 5, 6, 7]
+    # without record_final_episode: nothing
+    s = Schedule(Trigger.eval, record_final_episode=False)
+    s.expect_end(steps=0, steps_left=10, horizon=10)
+    assert fired(s, range(5), steps_per_episode=2) == []
+    with pytest.raises(ValueError, match="steps_left"):
+        Schedule(Trigger.eval, record_final_episode=True).expect_end(0, -1, 10)
 
 
 def test_expect_end_records_untriggered_episodes_provisionally():
@@ -162,22 +123,7 @@ def test_expect_end_records_untriggered_episodes_provisionally():
     assert s.on_reset(11, 95, False) is Start.episode
 
 
-def test_expect_end_without_a_time_limit_records_every_episode_from_now_on():
-    s = Schedule(Trigger.eval, record_final_episode=True)
-    assert fired(s, range(3), steps_per_episode=5) == []
-    s.expect_end(steps=15, steps_left=1000, horizon=None)
-    assert fired(s, range(3, 8), steps_per_episode=5) == [3, 4, 5, 6, 7]
-
-
-def test_expect_end_needs_record_final_episode():
-    s = Schedule(Trigger.eval, record_final_episode=False)
-    s.expect_end(steps=0, steps_left=10, horizon=10)
-    assert fired(s, range(5), steps_per_episode=2) == []
-    with pytest.raises(ValueError, match="steps_left"):
-        Schedule(Trigger.eval, record_final_episode=True).expect_end(0, -1, 10)
-
-
-def test_state_round_trip():
+def test_state_round_trip_and_a_bad_version():
     s = Schedule(Trigger.step, 10)
     assert s.on_reset(0, 0, True)
     assert not s.on_step(10, False, lambda: True)  # pending
@@ -186,22 +132,13 @@ def test_state_round_trip():
     resumed = Schedule(Trigger.step, 10)
     resumed.load_state_dict(state)
     assert resumed.state_dict() == state
-    assert resumed.on_reset(
-        1, 13, False
-    )  # the pending clip starts at the resumed run's first reset
-    assert not Schedule(Trigger.step, 10).on_reset(1, 13, False)  # a fresh schedule: nothing due
-
-    assert s.on_reset(1, 10, False) and s.on_step(
-        20, False, never_terminal
-    )  # fired at step 20, on the step
+    assert resumed.on_reset(1, 13, False)  # the pending clip starts at the resumed run's reset
+    assert not Schedule(Trigger.step, 10).on_reset(1, 13, False)  # a fresh schedule: not due
+    assert s.on_reset(1, 10, False) and s.on_step(20, False, never_terminal)  # fired at step 20
     resumed = Schedule(Trigger.step, 10)
     resumed.load_state_dict(s.state_dict())
     assert not resumed.on_reset(2, 20, False)  # not a second time at step 20
     assert Schedule(Trigger.step, 10).on_reset(2, 20, False)
-
-
-def test_state_with_a_bad_version_is_refused():
-    s = Schedule(Trigger.cubic)
     with pytest.raises(ValueError, match=r"recorder schedule state of version 1: version 7"):
         s.load_state_dict({"version": 7, "step_pending": False, "step_fired_at": -1})
     with pytest.raises(ValueError, match="version None"):
@@ -212,25 +149,30 @@ def _timing(tmp_path, dt, **settings):
     """``(steps_per_frame, fps, length)`` of an engine of ``settings`` over an env of ``dt``."""
     engine = ClipEngine(RecorderConfig(**settings), Source(1, dt, "cpu", None), str(tmp_path))
     engine.close()
-    return engine.steps_per_frame, engine.fps, engine.length
+    return engine.steps_per_frame, pytest.approx(engine.fps), engine.length
 
 
-def test_steps_per_frame_and_real_fps(tmp_path):
-    assert _timing(tmp_path, 0.05)[:2] == (1, pytest.approx(20.0))
-    assert _timing(tmp_path, 1 / 30, fps=30)[0] == 1
-    assert _timing(tmp_path, 0.01, fps=10)[0] == 10
-    assert _timing(tmp_path, 0.01, fps=30)[:2] == (3, pytest.approx(100 / 3))  # real fps 33.3
-    # dt * fps > 2: round(1 / (fps * dt)) is 0; Genesis Forge divided by it, rlrec takes every step
-    assert _timing(tmp_path, 0.1, fps=30)[:2] == (1, pytest.approx(10.0))
-    assert _timing(tmp_path, 0.05, fps=1000)[0] == 1
-    for dt in (None, 0.0, -0.1):
-        with pytest.raises(ConfigError, match=rf"recorder: the env reports dt={dt}; .* dt > 0"):
-            _timing(tmp_path, dt)
+@pytest.mark.parametrize(
+    "dt, settings, timing",
+    [
+        (0.05, {}, (1, 20.0, None)),
+        (1 / 30, dict(fps=30), (1, 30.0, None)),
+        (0.01, dict(fps=10), (10, 10.0, None)),
+        (0.01, dict(fps=30, length_sec=0.5), (3, 100 / 3, 17)),  # at the real fps, 33.3
+        # dt * fps > 2: round(1 / (fps * dt)) is 0; Genesis Forge divided by it, rlrec takes
+        # every step
+        (0.1, dict(fps=30), (1, 10.0, None)),
+        (0.05, dict(fps=1000), (1, 20.0, None)),
+        (0.05, dict(length_frames=7), (1, 20.0, 7)),
+        (0.05, dict(length_sec=0.5), (1, 20.0, 10)),
+        (0.05, dict(length_sec=0.01), (1, 20.0, 1)),
+    ],
+)
+def test_steps_per_frame_real_fps_and_clip_length(tmp_path, dt, settings, timing):
+    assert _timing(tmp_path, dt, **settings) == timing
 
 
-def test_clip_length(tmp_path):
-    assert _timing(tmp_path, 0.05)[2] is None
-    assert _timing(tmp_path, 0.05, length_frames=7)[2] == 7
-    assert _timing(tmp_path, 0.05, length_sec=0.5)[2] == 10
-    assert _timing(tmp_path, 0.05, length_sec=0.01)[2] == 1
-    assert _timing(tmp_path, 0.01, fps=30, length_sec=0.5)[2] == 17  # at the real fps, 33.3
+@pytest.mark.parametrize("dt", [None, 0.0, -0.1])
+def test_an_env_without_a_positive_dt_is_refused(tmp_path, dt):
+    with pytest.raises(ConfigError, match=rf"recorder: the env reports dt={dt}; .* dt > 0"):
+        _timing(tmp_path, dt)

@@ -27,16 +27,8 @@ RENDER_H, RENDER_W, OBS, UP = 40, 48, 16, 2
 
 
 def _env(num_envs: int, limit: int = 10) -> PointReach:
-    return PointReach(
-        num_envs,
-        max_episode_steps=limit,
-        render_width=RENDER_W,
-        render_height=RENDER_H,
-        seed=0,
-        obs_mode="rgb",
-        obs_width=OBS,
-        obs_height=OBS,
-    )
+    kw = dict(render_width=RENDER_W, render_height=RENDER_H, obs_width=OBS, obs_height=OBS)
+    return PointReach(num_envs, max_episode_steps=limit, seed=0, obs_mode="rgb", **kw)
 
 
 def _up(image: torch.Tensor) -> np.ndarray:

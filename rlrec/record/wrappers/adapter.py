@@ -20,8 +20,6 @@ from rlrec.record.wrappers.base import RecorderWrapper
 from rlrec.record.wrappers.episodes import env_seed
 from rlrec.record.wrappers.view import viewed
 
-__all__ = ["Recorder"]
-
 
 class Recorder(RecorderWrapper, EnvWrapper):
     """Records clips of ``cfg.env_idx`` into ``video_dir`` (``cfg.dir`` overrides it).
@@ -65,6 +63,6 @@ class Recorder(RecorderWrapper, EnvWrapper):
         """Counters and schedule, for checkpoints."""
         return self.engine.state_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any]):
         """Continues the schedule of a checkpoint (call it before the first reset)."""
         self.engine.load_state_dict(state)

@@ -21,8 +21,6 @@ from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine
 from rlrec.record.settings import RecorderConfig
 
-__all__ = ["Arguments", "RecorderWrapper"]
-
 
 class RecorderWrapper:
     """The recorder calls of a wrapper around one engine (``engine``: None where the wrapper
@@ -46,41 +44,42 @@ class RecorderWrapper:
         """The encoder failures so far (the first is also logged)."""
         return [] if self.engine is None else self.engine.errors
 
-    def record_next_episode(self) -> None:
+    def record_next_episode(self):
         """Records the next episode of the (first) recorded env whatever the trigger says."""
         if self.engine is not None:
             self.engine.schedule.record_next_episode()
 
-    def expect_end(self, steps_left: int) -> None:
+    def expect_end(self, steps_left: int):
         """The caller will step ``steps_left`` more times, then close (see
         :meth:`ClipEngine.expect_end`): with ``record_final_episode`` the episode in progress at
         the end gets a clip."""
         if self.engine is not None:
             self.engine.expect_end(steps_left)
 
-    def end_clip(self) -> None:
+    def end_clip(self):
         """Ends and saves the clip in progress now (e.g. when an evaluation stops early)."""
         if self.engine is not None:
             self.engine.end_clip()
 
-    def flush(self) -> None:
+    def flush(self):
         """Waits (bounded) until every ended clip is on disk and reported through ``on_clip``."""
         if self.engine is not None:
             self.engine.flush()
 
-    def finish(self) -> None:
+    def finish(self):
         """The env is stepped no more (:meth:`close` comes later): the clip in progress is saved
         if ``record_final_episode`` (else dropped), as at close, and waited for (bounded)."""
-        if self.engine is not None:
-            self.engine.end_clip(keep=self.engine.cfg.record_final_episode)
-            self.engine.flush()
+        engine = self.engine
+        if engine is not None:
+            engine.end_clip(keep=engine.cfg.record_final_episode)
+            engine.flush()
 
-    def poll(self) -> None:
+    def poll(self):
         """Reports finished clips and encoder errors (see :meth:`ClipEngine.poll`)."""
         if self.engine is not None:
             self.engine.poll()
 
-    def close(self, **kwargs: Any) -> None:
+    def close(self, **kwargs):
         """Saves the clip in progress if ``record_final_episode`` (else drops it), waits for the
         encoder (bounded), reports the last clips, then closes the env. Idempotent."""
         if self._recorder_closed:
@@ -93,10 +92,10 @@ class RecorderWrapper:
             self._release()
             super().close(**kwargs)  # type: ignore[misc]  # the framework's wrapper: the env
 
-    def _release(self) -> None:
+    def _release(self):
         """What the wrapper undoes before its env closes (a hook it installed)."""
 
-    def _on_clip(self, info: ClipInfo) -> None:
+    def _on_clip(self, info):
         """The engine's ``on_clip`` of a wrapper that keeps ``clips``."""
         self.clips.append(info)
         if self._user_on_clip is not None:
@@ -104,11 +103,13 @@ class RecorderWrapper:
 
 
 # RecorderConfig fields a drop-in takes by their own names (besides its framework's arguments)
-OPTIONS = ("length_frames", "length_sec", "record_final_episode", "overlay", "filename")
-OPTIONS += ("queue_size", "stall_timeout_sec", "quality", "preset", "lossless", "on_error")
+OPTIONS = (
+    "length_frames length_sec record_final_episode overlay filename queue_size stall_timeout_sec "
+    "quality preset lossless on_error"
+).split()
 
 
-def _whole(value: Any) -> bool:
+def _whole(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -122,10 +123,10 @@ class Arguments:
     key: str
     names: Dict[str, str] = field(default_factory=dict)
 
-    def refuse(self, name: str, value: Any, rule: str) -> NoReturn:
+    def refuse(self, name: str, value, rule: str) -> NoReturn:
         raise ConfigError(f"{self.key}: {name}={value!r} is invalid: {rule}")
 
-    def env_idx(self, value: Any) -> List[int]:
+    def env_idx(self, value) -> List[int]:
         """The ``env_idx`` argument, one int or a list of them, as a list (the range is checked
         with the rest of the settings)."""
         items = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -133,22 +134,20 @@ class Arguments:
             self.refuse("env_idx", value, "give one env index (an int) or a list of them")
         return [int(i) for i in items]
 
-    def whole(self, value: Any, name: str, least: int, rule: str) -> int:
+    def whole(self, value, name: str, least: int, rule: str) -> int:
         """An int argument (not a bool) of at least ``least``."""
         if not _whole(value) or value < least:
             self.refuse(name, value, rule)
         return int(value)
 
-    def positive(self, value: Any, name: str, rule: str) -> Optional[float]:
+    def positive(self, value, name: str, rule: str) -> Optional[float]:
         """A numeric argument as a float: None stays None, else a finite number > 0."""
-        if value is None:
-            return None
         number = _whole(value) or isinstance(value, (float, np.floating))
-        if not number or not math.isfinite(value) or not value > 0:
+        if value is not None and not (number and math.isfinite(value) and value > 0):
             self.refuse(name, value, rule)
-        return float(value)
+        return None if value is None else float(value)
 
-    def callables(self, **arguments: Any) -> None:
+    def callables(self, **arguments):
         """Each of ``arguments`` is a callable or None."""
         for name, fn in arguments.items():
             if fn is not None and not callable(fn):
@@ -159,7 +158,7 @@ class Arguments:
         naming ``names``): ``fields`` from its framework's arguments, ``options`` the
         :class:`RecorderConfig` fields its caller named (those of ``OPTIONS + extra`` that
         ``fields`` does not set); ConfigError naming any other."""
-        allowed = [k for k in OPTIONS + tuple(extra) if k not in fields]
+        allowed = [k for k in (*OPTIONS, *extra) if k not in fields]
         unknown = sorted(set(options) - set(allowed))
         if unknown:
             raise ConfigError(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -40,12 +40,10 @@ from rlrec.record.schedule import Schedule
 from rlrec.record.settings import RecorderConfig, Trigger
 from rlrec.record.wrappers.view import viewed
 
-__all__ = ["ClipChoice", "EpisodeClips", "env_seed"]
-
 Counted = Mapping[int, Tuple[Optional[bool], float]]  # env -> its first episode's success, return
 
 
-def env_seed(env: Any, seed: Any, i: int) -> Any:
+def env_seed(env, seed, i: int):
     """The seed env ``i``'s episode began with at ``env.reset(seed)`` (rlrec.envs.base's rule):
     ``seed + i`` where the backend seeds each env (``seed_per_env``), else the batch's ``seed``;
     None without one."""
@@ -63,13 +61,9 @@ class ClipChoice:
     rule: str = "all"
     k: int = 3
 
-    def keep(self, env: int, success: Optional[bool], ret: float) -> bool:
-        """Asked as a clip ends: False drops it before it is written."""
-        return self.rule != "failed" or success is not True
-
     def chosen(self, counted: Counted) -> List[int]:
         """The envs whose clip is placed, of ``counted``."""
-        envs = [e for e, (success, ret) in counted.items() if self.keep(e, success, ret)]
+        envs = [e for e, (success, _) in counted.items() if self.rule != "failed" or not success]
         if self.rule in ("worst", "best"):
             sign = 1 if self.rule == "worst" else -1
             envs = sorted(envs, key=lambda e: (sign * counted[e][1], e))[: self.k]
@@ -95,46 +89,43 @@ class EpisodeClips(EnvWrapper):
         super().__init__(viewed(env, cfg, key))  # cfg.view: rlrec.record.wrappers.view
         n = env.num_envs
         self.choice = choice
-        self.tag: Any = None  # each engine's at a reset, so its clip's (ClipEngine.tag)
+        self.tag = None  # each engine's at a reset, so its clip's (ClipEngine.tag)
         # (env indices, frames) of this step's one batched render, dropped with the step
-        self._cached: Optional[tuple] = None
-        self._placed: Dict[int, ClipInfo] = {}
-        self.engines: List[ClipEngine] = []
-        horizon = getattr(env, "max_episode_steps", None)
-        source = Source(n, env.dt, env.device, self._render, horizon)
-        for i in range(n):
-            one = dataclasses.replace(
-                cfg,
-                enabled=True,
-                trigger=Trigger.eval,
-                every=None,
-                env_idx=[i],
-                filename=None,
-                record_final_episode=False,
-                queue_size=max(2 * BATCH, cfg.queue_size // n),
-            )
-            engine = ClipEngine(
-                one,
+        self._cached = None
+        self._placed = {}
+        source = Source(n, env.dt, env.device, self._render, env.max_episode_steps)
+        each = dataclasses.replace(
+            cfg,
+            enabled=True,
+            trigger=Trigger.eval,
+            every=None,
+            filename=None,
+            record_final_episode=False,
+            queue_size=max(2 * BATCH, cfg.queue_size // n),
+        )
+        self.engines = [
+            ClipEngine(
+                dataclasses.replace(each, env_idx=[i]),
                 source,
                 video_dir,
                 kind=kind,
                 key=key,
                 on_clip=lambda clip, i=i: self._placed.update({i: clip}),
-                schedule=Schedule.of(one, keep=choice.keep, hold=True),  # placed by settle()
+                schedule=Schedule.of(each, hold=True),  # placed by settle()
                 name=lambda s, i=i: names.episode_clip(kind, s.tag, i),
             )
-            self.engines.append(engine)
+            for i in range(n)
+        ]
 
-    def _render(self, env_idx: List[int]) -> torch.Tensor:
+    def _render(self, env_idx):
         """The frame of ``env_idx[0]`` now, from one render of every env whose clip is open."""
         i = env_idx[0]
-        cached = self._cached
-        if cached is None or i not in cached[0]:
+        if self._cached is None or i not in self._cached[0]:
             idx = [j for j, e in enumerate(self.engines) if e.recording or j == i]
             # one copy to the host for all of them (each engine's encoder would copy its own row)
-            cached = self._cached = (idx, self.env.render(idx).cpu())
-        pos = cached[0].index(i)
-        return cached[1][pos : pos + 1]
+            self._cached = (idx, self.env.render(idx).cpu())
+        idx, frames = self._cached
+        return frames[idx.index(i)][None]
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
@@ -150,11 +141,11 @@ class EpisodeClips(EnvWrapper):
     def step(self, action):
         out = self.env.step(action)
         self._cached = None  # none from before (a step that raised)
-        reward, terminated, truncated, info = out[1], out[2], out[3], out[4]
+        values = out[1:]
         if any(engine.recording for engine in self.engines):
-            reward, terminated, truncated, info = _on_host(reward, terminated, truncated, info)
+            values = _on_host(*values)
         for engine in self.engines:
-            engine.on_step(reward, terminated, truncated, info)
+            engine.on_step(*values)
         self._cached = None  # frames are not kept past their step
         return out
 
@@ -177,12 +168,12 @@ class EpisodeClips(EnvWrapper):
 
     def losses(self) -> Dict[str, int]:
         """What its engines lost, summed (see :meth:`ClipEngine.losses`)."""
-        out: Counter = Counter()
+        out = Counter()
         for engine in self.engines:
             out.update(engine.losses())  # zeros kept
         return dict(out)
 
-    def close(self) -> None:
+    def close(self):
         """Closes the engines; clips never settled are dropped."""
         try:
             for engine in self.engines:

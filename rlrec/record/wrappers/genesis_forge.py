@@ -28,7 +28,7 @@ at its reset (never again after a short clip); a clip never spans two episodes; 
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 
@@ -46,8 +46,6 @@ from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
-
-__all__ = ["VideoWrapper"]
 
 KEY = "VideoWrapper"
 _POSITIVE = "must be a positive number or None"
@@ -92,7 +90,7 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         logging: bool = True,
         *,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        **options: Any,
+        **options,
     ):
         super().__init__(env)
         if episode_trigger is not None and step_trigger is not None:  # as Genesis Forge's
@@ -102,8 +100,9 @@ class VideoWrapper(RecorderWrapper, Wrapper):
             _ARGS.refuse("camera_attr", camera_attr, "must be an attribute name")
         if options.get("length_frames") is not None:
             video_length_sec = None  # length_frames replaces the default 8 s
+        n = int(self.num_envs)
         cfg = _ARGS.config(
-            int(self.num_envs),
+            n,
             options,
             length_sec=_ARGS.positive(video_length_sec, "video_length_sec", _POSITIVE),
             fps=_ARGS.positive(fps, "fps", _POSITIVE),
@@ -114,14 +113,12 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         # Genesis Forge's attributes: the trigger as given (neither: the capped cubic schedule)
         self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
         self.step_trigger = step_trigger
-        self._camera_attr = camera_attr
-        self._logging = bool(logging)
+        self._camera_attr, self._logging = camera_attr, logging
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
         base = self.unwrapped
         horizon = getattr(base, "max_episode_length_steps", None)
         horizon = None if horizon is None else int(horizon)
-        device = getattr(base, "device", "cpu")
-        source = Source(int(self.num_envs), float(self.dt), device, self._render, horizon)
+        source = Source(n, float(self.dt), getattr(base, "device", "cpu"), self._render, horizon)
         # record_final_episode without expect_end: every untriggered episode is recorded
         # provisionally, so close() has the one in progress to keep
         schedule = Schedule.of(
@@ -130,13 +127,14 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         self.engine = ClipEngine(
             cfg, source, out_dir, key=KEY, on_clip=self._on_clip, schedule=schedule
         )
-        self._cam = None
-        self._rows: dict = {}
-        self._base_reset: Optional[Callable] = None
-        self._own_reset: Optional[Callable] = None
+        self._cam, self._rows = None, {}
+        # the base env's reset (the bound method, or a hook someone set on the instance before
+        # us: put back at close) while hooked
+        self._base_reset = None
+        self._own_reset = None
         self._in_step = False
-        self._stepped_resets: List[Any] = []  # envs reset inside the current step
-        self._terminal: Optional[torch.Tensor] = None  # frames of the state before those resets
+        self._stepped_resets = []  # envs reset inside the current step
+        self._terminal = None  # frames of the state before those resets
 
     # ------------------------------------------------------------------ Genesis Forge API
     @property
@@ -145,30 +143,29 @@ class VideoWrapper(RecorderWrapper, Wrapper):
         n = self.engine.length
         return None if n is None else n * self.engine.steps_per_frame
 
-    def build(self) -> None:
+    def build(self):
         """Builds the env, finds the camera and hooks the base env's ``reset``."""
         super().build()
-        base = self.unwrapped
-        cam = getattr(base, self._camera_attr, None)
         from genesis.vis.camera import Camera
 
+        base, attr, env_idx = self.unwrapped, self._camera_attr, self.engine.env_idx
+        cam = getattr(base, attr, None)
         if not isinstance(cam, Camera):
             what = "missing" if cam is None else type(cam).__name__
             cams = ", ".join(sorted(n for n, v in vars(base).items() if isinstance(v, Camera)))
-            rule = f"{type(base).__name__}.{self._camera_attr} is {what}, not a Genesis camera"
-            _ARGS.refuse("camera_attr", self._camera_attr, f"{rule}; its cameras: {cams or 'none'}")
+            rule = f"{type(base).__name__}.{attr} is {what}, not a Genesis camera"
+            _ARGS.refuse("camera_attr", attr, f"{rule}; its cameras: {cams or 'none'}")
         rows = camera_rows(base.scene, cam, int(self.num_envs))
-        missing = [e for e in self.engine.env_idx if e not in rows]
+        missing = [e for e in env_idx if e not in rows]
         if missing:
             rule = (
-                f"camera {self._camera_attr!r} draws envs {sorted(rows)} only (env {missing} "
-                "not). Build the scene with gs.options.VisOptions(split_envs=True) and "
-                "rendered_envs_idx covering the recorded envs"
+                f"camera {attr!r} draws envs {sorted(rows)} only (env {missing} not). Build the "
+                "scene with gs.options.VisOptions(split_envs=True) and rendered_envs_idx "
+                "covering the recorded envs"
             )
-            _ARGS.refuse("env_idx", self.engine.env_idx, rule)
+            _ARGS.refuse("env_idx", env_idx, rule)
         self._cam, self._rows = cam, rows
         if self._base_reset is None:
-            # the bound method, or a hook someone set on the instance before us (put back later)
             self._own_reset = vars(base).get("reset")
             self._base_reset = base.reset
             base.reset = self._reset_hook
@@ -176,33 +173,33 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     def step(self, actions: torch.Tensor):
         self._in_step = True
         try:
-            obs, rewards, terminated, truncated, extras = self.env.step(actions)
+            out = self.env.step(actions)
         finally:
             self._in_step = False
+        _, rewards, term, trunc, extras = out
         resets, self._stepped_resets = self._stepped_resets, []
         n, dev = int(self.num_envs), self.engine.device
+        if resets or term is None or trunc is None:
+            # every env reset inside the step marked done (truncated where the env did not say
+            # terminated): the engine must end the clip where the env reset
+            zeros = torch.zeros(n, dtype=torch.bool, device=dev)
+            term, trunc = (
+                zeros if f is None else torch.as_tensor(f).to(dev).bool() for f in (term, trunc)
+            )
+            reset = zeros.clone()
+            for envs in resets:
+                reset[envs.to(dev).long()] = True
+            trunc = trunc | (reset & ~term)
+        reward = torch.zeros(n) if rewards is None else rewards
         try:
-            term, trunc = terminated, truncated
-            if resets or term is None or trunc is None:
-                # every env reset inside the step marked done (truncated where the env did not
-                # say terminated): the engine must end the clip where the env reset
-                reset = torch.zeros(n, dtype=torch.bool, device=dev)
-                term, trunc = (
-                    reset.clone() if flags is None else torch.as_tensor(flags).to(dev).bool()
-                    for flags in (terminated, truncated)
-                )
-                for envs in resets:
-                    reset[envs.to(dev).long()] = True
-                trunc = trunc | (reset & ~term)
-            reward = torch.zeros(n) if rewards is None else rewards
             self.engine.on_step(reward, term, trunc, extras if isinstance(extras, dict) else None)
         finally:
             self._terminal = None
         for envs in resets:
             self.engine.on_reset(envs)  # renders the fresh state if a clip starts
-        return obs, rewards, terminated, truncated, extras
+        return out
 
-    def _release(self) -> None:
+    def _release(self):
         """Puts the base env's ``reset`` back before the env closes."""
         base = self.unwrapped
         if vars(base).get("reset") == self._reset_hook:
@@ -214,32 +211,32 @@ class VideoWrapper(RecorderWrapper, Wrapper):
     finish_recording = RecorderWrapper.end_clip  # Genesis Forge's name for it
 
     # ------------------------------------------------------------------ internals
-    def _on_clip(self, info: ClipInfo) -> None:
+    def _on_clip(self, info):
         if self._logging:
             print(f"Saving recording to {info.path}")
         super()._on_clip(info)
 
-    def _render(self, env_idx: List[int]) -> torch.Tensor:
+    def _render(self, env_idx):
         if self._terminal is not None:  # this step's terminal state, rendered before its reset
             return self._terminal
         if self._cam is None:
             raise ConfigError(f"{KEY}: call build() before reset() or step()")
         return self._draw(env_idx)
 
-    def _draw(self, env_idx: List[int]) -> torch.Tensor:
+    def _draw(self, env_idx):
         """The camera's images of ``env_idx`` now (indexing copies them: owned)."""
         return render_camera(self._cam)[[self._rows[e] for e in env_idx]]
 
     def _reset_hook(self, env_ids=None, *args, **kwargs):
+        if self._in_step:
+            n, recorded = int(self.num_envs), self.engine.env_idx
+            envs = torch.arange(n) if env_ids is None else torch.as_tensor(env_ids).reshape(-1)
+            # a device read only while a clip is open (so the camera is there)
+            if self._terminal is None and self.engine.recording:
+                if set(envs.tolist()) & set(recorded):
+                    self._terminal = self._draw(recorded)
+            self._stepped_resets.append(envs)
+        out = self._base_reset(env_ids, *args, **kwargs)
         if not self._in_step:
-            out = self._base_reset(env_ids, *args, **kwargs)
             self.engine.on_reset(env_ids)  # None: a full reset
-            return out
-        n = int(self.num_envs)
-        envs = torch.arange(n) if env_ids is None else torch.as_tensor(env_ids).reshape(-1)
-        if self._terminal is None and self.engine.recording and self._cam is not None:
-            # a device read only while a clip is open
-            if set(envs.tolist()) & set(self.engine.env_idx):
-                self._terminal = self._draw(self.engine.env_idx)
-        self._stepped_resets.append(envs)
-        return self._base_reset(env_ids, *args, **kwargs)
+        return out

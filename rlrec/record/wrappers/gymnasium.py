@@ -23,7 +23,7 @@ answer ``None``); without hooks ``vec.render()``, which renders every sub-env.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
@@ -35,12 +35,11 @@ from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule, capped_cubic
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
 
-__all__ = ["RecordVectorVideo", "RenderHook"]
-
 _KEY = "RecordVectorVideo"
 _FPS = 30  # Gymnasium's RecordVideo: without render_fps, 30
 # the settings' fields under this wrapper's own argument names, for its error messages
 _ARGS = Arguments(_KEY, {"length_frames": "video_length", "dir": "video_folder"})
+NEXT_STEP, SAME_STEP = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 
 
 class RenderHook(SubEnv):
@@ -109,87 +108,75 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         env_idx: Union[int, Sequence[int], None] = None,
         dt: Optional[float] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        **options: Any,
+        **options,
     ):
-        _check_arguments(env, video_folder, video_aspect_ratio, video_length)
         triggers = dict(episode_trigger=episode_trigger, step_trigger=step_trigger)
         _ARGS.callables(gc_trigger=gc_trigger, on_clip=on_clip, **triggers)
-        # the recorded sub-envs: env_idx, else env 0 (record_first_only), else all
-        envs = [0] if record_first_only else list(range(env.num_envs))
-        if env_idx is not None:
-            envs = _ARGS.env_idx(env_idx)
-            if record_first_only and envs != [0]:
-                _ARGS.refuse("env_idx", env_idx, "record_first_only=True records env 0: give one")
+        envs = _recorded(
+            env, video_folder, video_aspect_ratio, video_length, record_first_only, env_idx
+        )
         fields = dict(length_frames=video_length or None, fps=fps, dir=os.fspath(video_folder))
         cfg = _ARGS.config(env.num_envs, options, env_idx=envs, **fields)
         base = self._base = env.unwrapped
         self._sync = isinstance(base, SyncVectorEnv)
-        self._async_hooks = isinstance(base, AsyncVectorEnv) and all(
-            base.call("has_wrapper_attr", RENDER_METHOD)
+        self._hooked = self._sync or (  # an AsyncVectorEnv built with RenderHook
+            isinstance(base, AsyncVectorEnv) and all(base.call("has_wrapper_attr", RENDER_METHOD))
         )
-        self._mode = _autoreset_mode(env, base, self._sync or self._async_hooks)
+        self._mode = _autoreset_mode(env, base, self._hooked)
         super().__init__(env)
         # Gymnasium's attributes: the triggers as given (neither: its capped cubic schedule)
         self.episode_trigger = episode_trigger or (None if step_trigger else capped_cubic)
         self.step_trigger, self.name_prefix = step_trigger, name_prefix
         self.clips, self._user_on_clip = [], on_clip  # see RecorderWrapper._on_clip
-        if dt is None:  # the sub-env's dt, else 1 / render_fps
-            dt = _sub_env_attr(base, "dt") or 1.0 / (env.metadata.get("render_fps") or _FPS)
-        spec = getattr(base, "spec", None) or _sub_env_attr(base, "spec")
-        dt = _ARGS.positive(dt, "dt", "seconds of sim time per step, > 0")
-        source = Source(
-            env.num_envs, dt, "cpu", self._render, getattr(spec, "max_episode_steps", None)
-        )
         # Gymnasium's step ids: 0 after the first step (the engine counts 1 there)
         step_fn = None if step_trigger is None else lambda s: s > 0 and step_trigger(s - 1)
+        schedule = Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True)
         self.engine = ClipEngine(
             cfg,
-            source,
+            _source(env, dt, self._render),
             key=_KEY,
             on_clip=self._on_clip,
             name=names.prefixed(name_prefix, _KEY, 1),
-            schedule=Schedule.of(cfg, episode_fn=episode_trigger, step_fn=step_fn, restart=True),
+            schedule=schedule,
         )
         # once the engine has checked every setting: the recorded sub-envs' hooks of a
         # SyncVectorEnv in SAME_STEP mode, installed here; an AsyncVectorEnv built with hooks
         # learns its indices
-        self._hooks: Dict[int, SubEnv] = {}
-        if self._sync and self._mode is AutoresetMode.SAME_STEP:
+        self._hooks = {}
+        if self._sync and self._mode is SAME_STEP:
             for i in envs:
                 self._hooks[i] = base.envs[i] = RenderHook(base.envs[i], i)
-        elif self._async_hooks:
+        elif self._hooked and not self._sync:
             base.set_attr("index", list(range(self.num_envs)))
-        self._first, self._watch = envs[0], np.asarray(envs, dtype=np.intp)
+        self._watch, self._first = envs, envs[0]
         self._terminal, self._armed = False, False  # serve terminal frames; hooks armed
-        self._pending: List[int] = []  # NEXT_STEP: recorded envs the next step resets
+        self._pending = []  # NEXT_STEP: recorded envs the next step resets
 
     # ------------------------------------------------------------------ rendering
-    def _render(self, env_idx: List[int]) -> np.ndarray:
-        base = self._base
-        if self._sync:
-            frames = []
-            for i in env_idx:  # SAME_STEP: a done env's terminal frame is its hook's
-                hook = self._hooks.get(i) if self._terminal else None
-                frame = None if hook is None else hook.terminal_frame
-                frames.append(base.envs[i].render() if frame is None else frame)
-            return np.stack(frames)
-        if self._async_hooks:  # one round trip; only the wanted sub-envs render
-            out = base.call(RENDER_METHOD, tuple(env_idx), self._terminal)
+    def _render(self, env_idx):
+        base, terminal = self._base, self._terminal
+        if self._sync:  # SAME_STEP: a done env's terminal frame is its hook's
+            envs = [(i, base.envs[i]) for i in env_idx]
+            hooked = [
+                e.rlrec_render((i,), terminal) if i in self._hooks else e.render() for i, e in envs
+            ]
+            return np.stack(hooked)
+        if self._hooked:  # one round trip; only the wanted sub-envs render
+            out = base.call(RENDER_METHOD, tuple(env_idx), terminal)
         else:  # every sub-env renders: the vector API has no render of one
             out = base.render()
         return np.stack([np.asarray(out[i]) for i in env_idx])
 
-    def _sync_arming(self) -> None:
+    def _sync_arming(self):
         """Arms the hooks while a clip is open: the next step's terminal frame is then kept."""
         armed = self.engine.recording
         if armed == self._armed:
             return
         self._armed = armed
-        if self._hooks:
-            for hook in self._hooks.values():
-                hook.armed = armed
-        elif self._async_hooks:
-            recorded = set(self.engine.env_idx)
+        for hook in self._hooks.values():
+            hook.armed = armed
+        if self._hooked and not self._sync:
+            recorded = self._watch
             self._base.set_attr("armed", [armed and i in recorded for i in range(self.num_envs)])
 
     # ------------------------------------------------------------------ the vector env API
@@ -197,32 +184,30 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
         mask = (options or {}).get("reset_mask")  # read here: the vector env pops it
         mask = None if mask is None else np.array(mask, dtype=bool)
         out = self.env.reset(seed=seed, options=options)
-        first_seed = seed  # the seed the vector env gave the first recorded sub-env
+        # the seed the vector env gave the first recorded sub-env
         if isinstance(seed, (int, np.integer)):
-            first_seed = int(seed) + self._first
+            seed = int(seed) + self._first
         elif seed is not None:
-            first_seed = seed[self._first]
+            seed = seed[self._first]
         # the recorded envs done at the last step that are reset here instead
         self._pending = [] if mask is None else [i for i in self._pending if not mask[i]]
-        self.engine.on_reset(env_idx=mask, seed=first_seed)  # None: a full reset
+        self.engine.on_reset(mask, seed)  # None: a full reset
         self._sync_arming()
         return out
 
     def step(self, actions):
         out = self.env.step(actions)
-        engine = self.engine
         _, reward, terminated, truncated, info = out
-        terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+        engine = self.engine
         # the recorded envs this step ended: only they need engine events (the engine reports
         # on the recorded envs alone), so the other envs' flags are never looked at
-        hit = np.logical_or(terminated[self._watch], truncated[self._watch])
-        ended = self._watch[hit].tolist()
-        if self._mode is AutoresetMode.NEXT_STEP:
+        ended = [i for i in self._watch if terminated[i] or truncated[i]]
+        if self._mode is NEXT_STEP:
             reset, self._pending = self._pending, ended
             if reset:  # this step reset the recorded envs done at the last one
-                engine.on_reset(env_idx=reset)
+                engine.on_reset(reset)
             engine.on_step(reward, terminated, truncated, info, self._first not in reset)
-        elif self._mode is AutoresetMode.SAME_STEP:
+        elif self._mode is SAME_STEP:
             # the done envs are already reset: their terminal frames come from the hooks, and
             # their step info (read while a clip is open) from final_info
             if ended and engine.recording:
@@ -233,7 +218,7 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
             finally:
                 self._terminal = False
             if ended:
-                engine.on_reset(env_idx=ended)
+                engine.on_reset(ended)
             self._sync_arming()
         else:  # DISABLED: the caller resets done envs with reset(options={"reset_mask": ...})
             engine.on_step(reward, terminated, truncated, info)
@@ -247,8 +232,9 @@ class RecordVectorVideo(RecorderWrapper, VectorWrapper):
     stop_recording = RecorderWrapper.end_clip  # Gymnasium's name for it
 
 
-def _check_arguments(env, video_folder, video_aspect_ratio, video_length) -> None:
-    """Refuses what the settings' own check cannot see, before any work."""
+def _recorded(env, video_folder, video_aspect_ratio, video_length, first_only, env_idx):
+    """The recorded sub-envs (``env_idx``, else env 0 with ``record_first_only``, else all), once
+    what the settings' own check cannot see is refused, before any work."""
     if not isinstance(env, VectorEnv):
         raise TypeError(
             f"{_KEY}: env must be a gymnasium.vector.VectorEnv, got {type(env).__name__} "
@@ -264,22 +250,38 @@ def _check_arguments(env, video_folder, video_aspect_ratio, video_length) -> Non
     if tuple(video_aspect_ratio) != (1, 1):
         rule = "the recorded envs are tiled into the most square grid; use (1, 1) (the default)"
         _ARGS.refuse("video_aspect_ratio", tuple(video_aspect_ratio), rule)
-    rule = "frames per clip, an int >= 0 (0: whole episodes)"
-    _ARGS.whole(video_length, "video_length", 0, rule)
+    _ARGS.whole(video_length, "video_length", 0, "frames per clip, an int >= 0 (0: whole episodes)")
+    if env_idx is None:
+        return [0] if first_only else list(range(env.num_envs))
+    envs = _ARGS.env_idx(env_idx)
+    if first_only and envs != [0]:
+        _ARGS.refuse("env_idx", env_idx, "record_first_only=True records env 0: give one")
+    return envs
 
 
-def _sub_env_attr(base: VectorEnv, name: str) -> Any:
+def _source(env, dt, render):
+    """What the engine records: the step's sim time ``dt`` (else the sub-env's ``dt``, else
+    ``1 / render_fps``), and the sub-envs' time limit."""
+    base = env.unwrapped
+    if dt is None:
+        dt = _sub_env_attr(base, "dt") or 1.0 / (env.metadata.get("render_fps") or _FPS)
+    dt = _ARGS.positive(dt, "dt", "seconds of sim time per step, > 0")
+    spec = getattr(base, "spec", None) or _sub_env_attr(base, "spec")
+    return Source(env.num_envs, dt, "cpu", render, getattr(spec, "max_episode_steps", None))
+
+
+def _sub_env_attr(base, name):
     """Attribute ``name`` of the first sub-env (through its wrappers); None where it has none."""
     if isinstance(base, (SyncVectorEnv, AsyncVectorEnv)) and base.call("has_wrapper_attr", name)[0]:
         return base.call("get_wrapper_attr", name)[0]
     return None
 
 
-def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetMode:
+def _autoreset_mode(env, base, hooked):
     """The vector env's autoreset mode; ``SAME_STEP`` is refused where no hook can keep the
     terminal frames (``hooked``: a ``SyncVectorEnv``, or an ``AsyncVectorEnv`` built with them)."""
-    mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-    if mode is AutoresetMode.SAME_STEP and not hooked:
+    mode = AutoresetMode(env.metadata.get("autoreset_mode", NEXT_STEP))
+    if mode is SAME_STEP and not hooked:
         hook = "build it with gym.make_vec(..., wrappers=[rlrec.record.RenderHook]), "
         raise ValueError(
             f"{_KEY}: {type(base).__name__} resets a done sub-env inside step() "
@@ -291,7 +293,7 @@ def _autoreset_mode(env: VectorEnv, base: VectorEnv, hooked: bool) -> AutoresetM
     return mode
 
 
-def _final_info(info: Dict[str, Any], done: np.ndarray) -> Dict[str, Any]:
+def _final_info(info, done):
     """The step info of a SAME_STEP step as the engine reads it: ``success`` of the done envs from
     ``final_info`` (their terminal step's info), of the others from ``info``."""
     final = info.get("final_info")

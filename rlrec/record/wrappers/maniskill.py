@@ -20,11 +20,10 @@ default) are written by a ``RecordEpisode(save_video=False)`` inside this wrappe
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Optional
 
 import gymnasium as gym
 import torch
@@ -35,10 +34,8 @@ from rlrec.record import names
 from rlrec.record.encoder import ClipInfo
 from rlrec.record.engine import ClipEngine, Source
 from rlrec.record.schedule import Schedule
-from rlrec.record.settings import RecorderConfig, Trigger, recording
+from rlrec.record.settings import Trigger, recording
 from rlrec.record.wrappers.base import Arguments, RecorderWrapper
-
-__all__ = ["RecordClips"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +50,12 @@ RENAMED = {
     "record_final_episode": "save_on_reset",
 }
 RENDER_MODES = ["rgb_array", "sensors", "all", None]
+# the arguments that take True or False only
+BOOLS = "save_trajectory save_video info_on_video save_on_reset clean_on_close record_reward"
+BOOLS += " record_env_state avoid_overwriting_video ignore_terminations"
+# RecordEpisode's arguments (its trajectories), passed on
+TRAJECTORY = "save_trajectory trajectory_name save_on_reset clean_on_close record_reward"
+TRAJECTORY += " record_env_state source_type source_desc"
 # the settings' fields under RecordEpisode's names, for the messages
 ARGS = Arguments(KEY, RENAMED)
 
@@ -117,82 +120,61 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
         ignore_terminations: bool = False,
         name_prefix: Optional[str] = None,
         on_clip: Optional[Callable[[ClipInfo], None]] = None,
-        **recorder: Any,
+        **recorder,
     ):
-        base, cfg = _checked(locals())
+        args = dict(locals())
+        base, cfg = _checked(args)
         self.output_dir = os.fspath(output_dir)
         self.ignore_terminations = ignore_terminations
         # the first recorded env terminated and was not reset yet; that was logged
         self._ended_unreset, self._warned = False, False
-        self._base, self._first = base, 0
+        self._base, self._first = base, int(cfg.env_idx[0])
         self._render_fn = None if base.render_mode in ("rgb_array", None) else base.render
         if save_video and recording(cfg):
-            self._first = int(cfg.env_idx[0])
-            self.engine = self._engine(
-                cfg, env, video_fps, save_video_trigger, name_prefix, on_clip
+            from mani_skill.utils import gym_utils
+
+            # video_fps: every step is a frame, played at video_fps (RecordEpisode's meaning): the
+            # engine times frames as if a step lasted 1 / video_fps seconds
+            dt = base.control_timestep if video_fps is None else 1.0 / video_fps
+            horizon = gym_utils.find_max_episode_steps_value(env)
+            self.engine = ClipEngine(
+                cfg,
+                Source(base.num_envs, float(dt), base.device, self._render, horizon),
+                self.output_dir,
+                kind="video",
+                key=KEY,
+                on_clip=on_clip,
+                schedule=Schedule.of(cfg, step_fn=save_video_trigger),
+                name=None if name_prefix is None else names.prefixed(name_prefix, KEY),
             )
         if save_trajectory:  # last: RecordEpisode creates its files when it is built
             from mani_skill.utils.wrappers.record import RecordEpisode
 
-            env = RecordEpisode(
-                env,
-                output_dir=self.output_dir,
-                save_trajectory=True,
-                trajectory_name=trajectory_name,
-                save_video=False,
-                save_on_reset=save_on_reset,
-                clean_on_close=clean_on_close,
-                record_reward=record_reward,
-                record_env_state=record_env_state,
-                source_type=source_type,
-                source_desc=source_desc,
-            )
+            kw = {k: args[k] for k in TRAJECTORY.split()}
+            env = RecordEpisode(env, self.output_dir, save_video=False, **kw)
         super().__init__(env)
-
-    def _engine(self, cfg, env, video_fps, trigger, name_prefix, on_clip) -> ClipEngine:
-        """The clip engine of the recorded envs. video_fps: every step is a frame, played at
-        video_fps (RecordEpisode's meaning): the engine times frames as if a step lasted
-        1 / video_fps seconds."""
-        from mani_skill.utils import gym_utils
-
-        base = self._base
-        dt = float(base.control_timestep) if video_fps is None else 1.0 / float(video_fps)
-        horizon = gym_utils.find_max_episode_steps_value(env)
-        source = Source(base.num_envs, dt, base.device, self._render, horizon)
-        return ClipEngine(
-            cfg,
-            source,
-            self.output_dir,
-            kind="video",
-            key=KEY,
-            on_clip=on_clip,
-            schedule=Schedule.of(cfg, step_fn=trigger),
-            name=None if name_prefix is None else names.prefixed(name_prefix, KEY),
-        )
 
     # ------------------------------------------------------------------ the engine's events
 
-    def _render(self, env_idx: List[int]) -> torch.Tensor:
-        return render_rows(self._base, list(env_idx), self._render_fn)
-
-    def _episode_seed(self, seed) -> Optional[int]:
-        """The seed of the first recorded env's new episode: ManiSkill's own episode seed, which
-        it sets only on a seeded reset (or with ``enhanced_determinism``)."""
-        seeds = getattr(self._base, "_episode_seed", None)
-        seeded = seed is not None or getattr(self._base, "_enhanced_determinism", False)
-        if not seeded or seeds is None or len(seeds) <= self._first:
-            return None
-        return int(seeds[self._first])
+    def _render(self, env_idx):
+        return render_rows(self._base, env_idx, self._render_fn)
 
     def reset(self, *, seed=None, options=None, **kwargs):
-        obs, info = self.env.reset(seed=seed, options=options, **kwargs)
-        if self.engine is not None:
-            episode = self.engine.episode  # it counts the first recorded env's episodes
-            env_idx = (options or {}).get("env_idx")  # None: a full reset
-            self.engine.on_reset(env_idx=env_idx, seed=self._episode_seed(seed))
-            if self.engine.episode != episode:
-                self._ended_unreset = False
-        return obs, info
+        out = self.env.reset(seed=seed, options=options, **kwargs)
+        engine = self.engine
+        if engine is not None:
+            episode = engine.episode  # it counts the first recorded env's episodes
+            # the first recorded env's new episode's seed: ManiSkill's own episode seed, which it
+            # sets only on a seeded reset (or with enhanced_determinism)
+            seeds = getattr(self._base, "_episode_seed", None)
+            seeded = seed is not None or getattr(self._base, "_enhanced_determinism", False)
+            known = seeded and seeds is not None and len(seeds) > self._first
+            # options env_idx None: a full reset
+            engine.on_reset(
+                (options or {}).get("env_idx"), int(seeds[self._first]) if known else None
+            )
+            self._ended_unreset = self._ended_unreset and engine.episode == episode
+        return out
 
     def step(self, action):
         if self._ended_unreset and not self._warned:
@@ -205,40 +187,38 @@ class RecordClips(RecorderWrapper, gym.Wrapper):
                 self._first,
             )
         self._ended_unreset = False
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if self.engine is not None:
+        out = self.env.step(action)
+        engine = self.engine
+        if engine is not None:
             n = self._base.num_envs
-            term = torch.as_tensor(terminated).reshape(n)
-            trunc = torch.as_tensor(truncated).reshape(n)
+            reward, term, trunc = (torch.as_tensor(x).reshape(n) for x in out[1:4])
             if self.ignore_terminations:
                 term = torch.zeros_like(term)
-            was_recording = self.engine.recording
-            self.engine.on_step(torch.as_tensor(reward).reshape(n), term, trunc, info)
+            was_recording = engine.recording
+            engine.on_step(reward, term, trunc, out[4])
             if was_recording and not self.ignore_terminations:
                 # a clip was open, so its frame was rendered and the flags read anyway
                 self._ended_unreset = bool(term[self._first]) and not bool(trunc[self._first])
-        return obs, reward, terminated, truncated, info
+        return out
 
     # ------------------------------------------------------------------ RecordEpisode's methods
 
-    def flush_video(self, save: bool = True, **_ignored) -> None:
+    def flush_video(self, save: bool = True, **_ignored):
         """Ends the clip in progress now and saves it (RecordEpisode's ``flush_video``)."""
         if save:
             self.end_clip()
 
     def flush_trajectory(self, *args, **kwargs):
         """RecordEpisode's ``flush_trajectory`` (only with ``save_trajectory=True``)."""
-        from mani_skill.utils.wrappers.record import RecordEpisode
-
-        if not isinstance(self.env, RecordEpisode):
+        if not hasattr(self.env, "flush_trajectory"):
             raise RuntimeError(f"{KEY}.flush_trajectory needs save_trajectory=True")
         return self.env.flush_trajectory(*args, **kwargs)
 
 
-def _checked(args: Dict[str, Any]) -> Tuple[Any, RecorderConfig]:
+def _checked(args):
     """The ManiSkill env under ``args["env"]`` and the recorder's settings of ``RecordClips``'s
     arguments (``args``: its call's), checked before any work: what the settings' own check
-    cannot see first; the arguments annotated bool must be bools."""
+    cannot see first."""
     from mani_skill.envs.sapien_env import BaseEnv
 
     a, recorder = SimpleNamespace(**args), dict(args["recorder"])
@@ -252,17 +232,16 @@ def _checked(args: Dict[str, Any]) -> Tuple[Any, RecorderConfig]:
         raise ConfigError(f"{KEY}: {k}= is RecordEpisode's {RENAMED[k]}= here")
     if not isinstance(a.output_dir, (str, os.PathLike)) or not os.fspath(a.output_dir):
         ARGS.refuse("output_dir", a.output_dir, "a directory path")
-    for name, parameter in inspect.signature(RecordClips.__init__).parameters.items():
-        if parameter.annotation == "bool" and not isinstance(args[name], bool):
+    for name in BOOLS.split():
+        if not isinstance(args[name], bool):
             ARGS.refuse(name, args[name], "allowed values are True, False")
     if a.render_substeps is not False:
         rule = "allowed value is False (frames are taken once per env step)"
         ARGS.refuse("render_substeps", a.render_substeps, rule)
     steps = a.max_steps_per_video
     if steps is not None:
-        steps = ARGS.whole(
-            steps, "max_steps_per_video", 1, "a positive int or None (the whole episode)"
-        )
+        rule = "a positive int or None (the whole episode)"
+        steps = ARGS.whole(steps, "max_steps_per_video", 1, rule) + 1  # and the reset frame
     rule = "a positive number or None (real time, 1 / control_timestep)"
     ARGS.positive(a.video_fps, "video_fps", rule)
     ARGS.callables(save_video_trigger=a.save_video_trigger)
@@ -280,6 +259,6 @@ def _checked(args: Dict[str, Any]) -> Tuple[Any, RecorderConfig]:
         extra=("trigger", "every", "env_idx"),
         overlay=a.info_on_video,
         record_final_episode=a.save_on_reset,
-        length_frames=None if steps is None else steps + 1,
+        length_frames=steps,
     )
     return base, cfg

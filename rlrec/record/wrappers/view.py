@@ -10,7 +10,7 @@ observation, the terminal frame the final observation that AutoReset keeps as ``
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Tuple
 
 import torch
 from torch.nn.functional import pad
@@ -19,8 +19,6 @@ from rlrec.checks import check_choices
 from rlrec.envs.base import EnvAdapter, EnvWrapper
 from rlrec.obs import RGB
 from rlrec.record.settings import RecorderConfig, View, check_view
-
-__all__ = ["ObsView", "obs_frames", "viewed"]
 
 
 def obs_frames(image: torch.Tensor, size: Tuple[int, int], channels: int = 3) -> torch.Tensor:
@@ -47,8 +45,8 @@ class ObsView(EnvWrapper):
         # channels of one observed frame: C over the stack's depth (env.frame_stack, where kept)
         stack = getattr(env.unwrapped, "frame_stack", 1)
         self.channels = env.single_observation_space[RGB].shape[-1] // stack
-        self._obs: Any = None
-        self._size: Optional[Tuple[int, int]] = None
+        self._obs = None
+        self._size = None
 
     def reset(self, seed=None, env_idx=None):
         out = self.env.reset(seed=seed, env_idx=env_idx)
