@@ -20,13 +20,13 @@ While no clip is open it renders nothing and reads nothing back from the device 
 reads the recorded env's done flag once every ``every`` steps), so an armed idle engine costs a call
 and two counter increments per step.
 
-The layers it delegates to: every decision of when a clip starts (and whether an ended clip is
-kept) is its :class:`~rlrec.record.schedule.Schedule`'s; each clip's file name is its ``name``
-callable's (:mod:`rlrec.record.names`); which steps become frames, the file's fps and a clip's
-length in frames are the engine's own (computed once, in its constructor); frames go to an
-:class:`~rlrec.record.encoder.Encoder` thread, which writes each clip and its sidecar
-(:mod:`rlrec.record.sidecar`); finished clips are reported through ``on_clip`` from the caller's
-thread.
+The layers it delegates to: every decision of when a clip starts (and why: a provisional clip
+is kept by ``close()`` alone) is its :class:`~rlrec.record.schedule.Schedule`'s; each clip's file
+name is its ``name`` callable's (:mod:`rlrec.record.names`); which steps become frames, the file's
+fps and a clip's length in frames are the engine's own (computed once, in its constructor);
+frames go to an :class:`~rlrec.record.encoder.Encoder` thread, which writes each clip and its
+sidecar (:mod:`rlrec.record.sidecar`); finished clips are reported through ``on_clip`` from the
+caller's thread.
 """
 
 from __future__ import annotations

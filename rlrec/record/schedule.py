@@ -170,7 +170,8 @@ class Schedule:
         and the others are dropped as they end. An idle recorder renders nothing, so
         an episode already running when this is called cannot get a clip any more: announce the
         end at least ``horizon`` steps before it. Not checkpointed: a resumed run announces its
-        own end. Without ``record_final_episode`` it does nothing; it ends ``provisional``.
+        own end. Without ``record_final_episode`` it does nothing but check ``steps_left``
+        (ValueError when negative, with or without it); with it, it ends ``provisional``.
         """
         if steps_left < 0:
             raise ValueError(f"expect_end: steps_left={steps_left} must be >= 0")

@@ -42,7 +42,7 @@ from rlrec.obs import RGB, STATE
 
 log = logging.getLogger(__name__)
 
-EXIT_STATUS = 3  # README: "Exit statuses"
+EXIT_STATUS = 3  # docs/runs.md, "Exit statuses"
 
 # an update's figure begins a blow-up above this many times the largest of its last WINDOW
 # values (asked once HISTORY of them are known); the KL also above KL_LIMIT nats, from the first

@@ -12,10 +12,11 @@ encoding of a clip of that env recorded alone: the reset state first, a frame ev
   take their row;
 - one read of a step's values (reward, done flags, success) for all the engines whose clip is
   open: they get host tensors, which they read in place (not one device read per env);
-- the rule, decided by :class:`ClipChoice` alone: a clip its rule drops as its episode ends
-  (``failed``: a success) is never written; every other one waits, encoded, in its temporary file
-  until :meth:`EpisodeClips.settle` is told the episodes the evaluation counted, then those the
-  rule selects are placed under their names and reported, the others' temporary files removed;
+- the rule, decided by :class:`ClipChoice` alone and applied once, at :meth:`EpisodeClips.settle`:
+  every clip is finished, encoded, into its temporary file and waits there until ``settle`` is
+  told the episodes the evaluation counted; then those the rule selects are placed under their
+  names and reported, the others' temporary files removed (under ``failed`` a successful
+  episode's clip is encoded too, and never named);
 - the encoding cost of many small clips at once: each engine gets ``max(2 * BATCH, queue_size //
   num_envs)`` frame buffers (whole batches: with fewer, its encoder thread and ffmpeg wake every
   other frame), and each clip one x264 thread (the clips run side by side already).
