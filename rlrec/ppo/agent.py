@@ -138,10 +138,10 @@ class Flatten(nn.Module):
 
 class NatureCNN(nn.Module):
     """``algo.encoder=cnn``: ManiSkill's NatureCNN (the class ``NatureCNN`` of
-    examples/baselines/ppo/ppo_rgb.py at haosulab/ManiSkill 07bc2dd): convolutions 8/4, 4/2, 3/1 with ReLUs, flattened,
-    a linear layer to 256 with a ReLU; the state through its own linear layer to 256; the two
-    joined. The uint8 image is scaled to [0, 1] here, on the device. ``shape``: the observation's
-    (rlrec/obs.py), an image with or without a state."""
+    examples/baselines/ppo/ppo_rgb.py at haosulab/ManiSkill 07bc2dd): convolutions 8/4, 4/2, 3/1
+    with ReLUs, flattened, a linear layer to 256 with a ReLU; the state through its own linear
+    layer to 256; the two joined. The uint8 image is scaled to [0, 1] here, on the device.
+    ``shape``: the observation's (rlrec/obs.py), an image with or without a state."""
 
     def __init__(self, shape: Dict[str, Tuple[int, ...]]):
         super().__init__()

@@ -175,7 +175,7 @@ def read_overrides(run_dir: Path) -> List[str]:
 
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     """The job rows of a sweep dir written so far (``rlrec.run.sweep``), ordered by job number."""
-    rows = [read_json(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not attempt.json, stop.json
+    rows = [read_json(p) for p in SweepDir(sweep_dir).rows.glob(ROW_FILES)]  # not attempt.json
     return sorted((r for r in rows if r), key=lambda r: int(r.get("job") or 0))
 
 
