@@ -57,6 +57,7 @@ class RunDir:
     hydra_overrides = property(lambda self: Path(self.root, HYDRA, "overrides.yaml"))
     lock = property(lambda self: Path(self.root, ".rlrec.lock"))
     exported = property(lambda self: Path(self.root, "exported"))  # python -m rlrec.export
+    datasets = property(lambda self: Path(self.root, "datasets.jsonl"))  # each one made of it
 
     def periodic_checkpoint(self, iteration: int) -> Path:
         return self.checkpoints / f"{PERIODIC_CHECKPOINT}{int(iteration):06d}.pt"
@@ -68,6 +69,10 @@ class RunDir:
     def replay(self, step: int, env: int) -> Path:
         """Where ``rlrec.run.replay`` writes its run of eval episode (``step``, ``env``)."""
         return Path(self.root, f"replay/step{int(step):09d}-env{int(env):03d}")
+
+    def dataset(self, step: int, keep: str) -> Path:
+        """Where ``rlrec.dataset`` writes a dataset of ``step``'s checkpoint, without a dir."""
+        return Path(self.root, f"datasets/step{int(step):09d}-{keep}")
 
 
 @dataclass(frozen=True)

@@ -84,11 +84,12 @@ class Evaluator:
         tag: int,
         stop: Callable[[], bool] = lambda: False,
         iteration: int = 0,
+        on_step: Callable[[tuple], None] = lambda out: None,
     ) -> Dict[str, float]:
         """One evaluation. ``tag`` (the training step) goes onto its clip; ``stop()`` cuts it short
         (an evaluation cut short still gets its clip, but no per-episode clip; its figures are of
         fewer episodes, so the runner logs none, no episode line is written, and a resumed run
-        redoes it). Empty when no episode finished."""
+        redoes it). Empty when no episode finished. ``on_step``: given each step's outcome."""
         cfg, env = self.cfg, self.env
         n = env.num_envs
         target = cfg.episodes or n
@@ -108,7 +109,8 @@ class Evaluator:
         count = 0
         limit = (env.max_episode_steps or 10_000) * (math.ceil(target / n) + 1)
         for _ in range(limit):
-            obs, _, terminated, _, info = env.step(policy(obs))
+            obs, _, terminated, _, info = out = env.step(policy(obs))
+            on_step(out)
             if "success" in info:
                 has_success = True
                 success_once |= info["success"].to(torch.bool)

@@ -1,0 +1,351 @@
+"""Eval episodes of a run's checkpoint as a LeRobot dataset (LeRobot 0.4's format, codebase
+version v3.0; docs/dataset.md): :func:`make`, run by ``python -m rlrec.dataset``.
+
+The checkpoint is loaded and the run's eval env built as ``rlrec.export.verify`` does (the run's
+config by ``replay_config``, then the overrides), and the episodes are those of the one eval loop
+(:class:`~rlrec.train.evaluation.Evaluator`): each evaluation resets every eval env with
+``eval_env.seed`` (env ``i`` the seed ``eval_env.seed + i``) and takes each env's first episode;
+the next evaluation's seed follows on (``+ eval_env.num_envs``), so the episodes tried have the
+seeds ``eval_env.seed + k``. Row ``t`` of an episode: the observation the policy acted on at step
+``t`` (frame 0: the reset), its frames rendered then, the action it took (clamped to the bounds
+the env applies), and that step's ``next.reward``, ``next.done``, ``next.success``; the terminal
+observation is no row (LeRobot's convention: a row is an observation acted on). Rows and frames
+of the envs still in their episode go to per-env files; the kept episodes are then appended in
+order, the rows to one parquet file, the frames piped into one ffmpeg per video key: memory holds
+one evaluation's rows, whatever the number of episodes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+import yaml
+
+from rlrec.checks import Choice, ConfigError, check_choices
+from rlrec.envs.factory import resolve_device
+from rlrec.files import probe_dir, temporary_name, write_atomic
+from rlrec.layout import RunDir
+from rlrec.ppo.ppo import PPO
+from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings
+from rlrec.record.frames import pad_even
+from rlrec.record.wrappers.episodes import env_seed
+from rlrec.run.replay import replay_config
+from rlrec.train import checkpoint as ckpt
+from rlrec.train.evaluation import Evaluator
+from rlrec.train.stack import close_all
+
+VERSION = "v3.0"  # LeRobot's codebase_version of the format written (lerobot 0.4.x reads it)
+FILE = "chunk-000/file-000"  # one file per stream: LeRobot's first chunk and file
+QUANTILES = (1, 10, 50, 90, 99)  # LeRobot's stats: q01 ... q99
+EXTRA = "pip install 'rlrec[dataset]' (or pip install -e '.[dataset]' in a checkout)"
+
+
+class Keep(Choice):
+    all = "all"
+    success = "success"  # succeeded at some step, as the evaluation counts success
+    failed = "failed"  # never succeeded (every episode, where the env reports no success)
+
+
+@dataclass
+class DatasetConfig:
+    episodes: int = 0  # the episodes written (required)
+    keep: Keep = Keep.all
+    step: Optional[int] = None  # the env step of the checkpoint (None: the last)
+    dir: Optional[str] = None  # None: the run dir's datasets/step{S}-{keep}
+    sample: bool = False  # sampled actions, not the deterministic ones
+    tries: Optional[int] = None  # the episodes run at most (None: 10 x episodes)
+
+    @classmethod
+    def parse(cls, items: Dict[str, str]) -> "DatasetConfig":
+        """From ``dataset.KEY=VALUE`` items (the keys without ``dataset.``); ConfigError naming
+        the key and what it allows."""
+        names = [f.name for f in fields(cls)]
+        for k in items:
+            if k not in names:
+                allowed = ", ".join(f"dataset.{n}" for n in names)
+                raise ConfigError(f"dataset.{k} is not an option: allowed keys are {allowed}")
+        cfg = cls(**{k: v if k == "dir" else yaml.safe_load(v) for k, v in items.items()})
+        check_choices(cfg, "dataset.")
+        for key, low in (("episodes", 1), ("step", 0), ("tries", 1)):
+            v = getattr(cfg, key)
+            if (v is not None or key == "episodes") and (type(v) is not int or v < low):
+                raise ConfigError(f"dataset.{key}={v!r} is invalid: an integer >= {low}")
+        if type(cfg.sample) is not bool:
+            raise ConfigError(f"dataset.sample={cfg.sample!r} is invalid: true or false")
+        return cfg
+
+
+class Short(RuntimeError):
+    """Fewer episodes than asked for were kept within ``dataset.tries``."""
+
+
+def _stats(x: np.ndarray, axes) -> Dict[str, np.ndarray]:
+    """LeRobot's statistics of a feature over ``axes``."""
+    out = {"min": x.min(axes), "max": x.max(axes), "mean": x.mean(axes), "std": x.std(axes)}
+    out.update({f"q{q:02d}": v for q, v in zip(QUANTILES, np.percentile(x, QUANTILES, axes))})
+    return {**out, "count": np.array([len(x)])}
+
+
+def _merge(a: Optional[dict], b: dict) -> dict:
+    """Two features' statistics as one, as LeRobot aggregates them (quantiles: weighted)."""
+    if a is None:
+        return b
+    n = a["count"] + b["count"]
+    wa, wb = a["count"] / n, b["count"] / n
+    mean = wa * a["mean"] + wb * b["mean"]
+    out = {k: wa * a[k] + wb * b[k] for k in a if k[0] == "q"}
+    out.update(min=np.minimum(a["min"], b["min"]), max=np.maximum(a["max"], b["max"]), mean=mean)
+    var = sum(w * (s["std"] ** 2 + (s["mean"] - mean) ** 2) for w, s in ((wa, a), (wb, b)))
+    return {**out, "std": np.sqrt(var), "count": n}
+
+
+def _column(v: np.ndarray):
+    import pyarrow as pa
+
+    flat = pa.array(v.reshape(len(v), -1).ravel())
+    return flat if v.ndim == 1 else pa.FixedSizeListArray.from_arrays(flat, v.shape[1])
+
+
+class _Writer:
+    """Appends whole episodes to the dataset at ``root``: their rows, their frames (from the raw
+    files of :class:`_Tape`), their metadata and statistics; :meth:`finish` writes ``meta/``."""
+
+    def __init__(self, root: Path, fps: int, encoding: dict, task: str):
+        self.root, self.fps, self.encoding, self.task = root, fps, encoding, task
+        self.pq: Dict[str, Any] = {}  # data, episodes: their parquet writers
+        self.videos: Dict[str, FFmpegProcess] = {}
+        self.features: Dict[str, dict] = {}
+        self.stats: Dict[str, dict] = {}
+        self.n = self.frames = 0
+
+    def _append(self, name: str, table) -> None:
+        import pyarrow.parquet as pq
+
+        if name not in self.pq:
+            (self.root / name).parent.mkdir(parents=True)
+            self.pq[name] = pq.ParquetWriter(self.root / name, table.schema)
+        self.pq[name].write_table(table.cast(self.pq[name].schema))
+
+    def add(self, cols: Dict[str, np.ndarray], frames: Dict[str, np.ndarray], meta: dict) -> None:
+        import pyarrow as pa
+
+        length, start = len(cols["action"]), self.frames
+        cols = {
+            **cols,
+            "timestamp": np.arange(length, dtype=np.float32) / self.fps,
+            "frame_index": np.arange(length),
+            "episode_index": np.full(length, self.n),
+            "index": np.arange(start, start + length),
+            "task_index": np.zeros(length, np.int64),
+        }
+        self._append(f"data/{FILE}.parquet", pa.table({k: _column(v) for k, v in cols.items()}))
+        stats = {k: _stats(v.reshape(length, -1).astype(np.float64), 0) for k, v in cols.items()}
+        row = {"episode_index": self.n, "tasks": [self.task], "length": length, **meta}
+        for k, v in cols.items():
+            shape = [*v.shape[1:]] or [1]
+            self.features.setdefault(k, {"dtype": str(v.dtype), "shape": shape, "names": None})
+        for key, images in frames.items():
+            if key not in self.videos:
+                h, w = images.shape[1:3]
+                path = self.root / f"videos/{key}/{FILE}.mp4"
+                path.parent.mkdir(parents=True)
+                self.videos[key] = FFmpegProcess(path, w, h, self.fps, self.encoding, threads=1)
+                info = {"video.height": h, "video.width": w, "video.fps": self.fps}
+                info.update({"video.channels": 3, "video.codec": "h264", "has_audio": False})
+                info.update({"video.pix_fmt": self.encoding["pix_fmt"], "video.is_depth_map": 0})
+                names = ["height", "width", "channels"]
+                self.features[key] = {"dtype": "video", "shape": [h, w, 3], "names": names}
+                self.features[key]["info"] = info
+            for i in range(0, length, 64):  # bounded: the file is read as it is piped
+                self.videos[key].write(list(images[i : i + 64]))
+            step = max(1, length // 100), max(1, images.shape[1] // 150)
+            sample = images[:: step[0], :: step[1], :: step[1]] / 255.0
+            stats[key] = {k: v.reshape(-1, 1, 1) for k, v in _stats(sample, (0, 1, 2)).items()}
+            stats[key]["count"] = np.array([len(sample)])
+            for k, v in (("chunk_index", 0), ("file_index", 0), ("from_timestamp", start)):
+                row[f"videos/{key}/{k}"] = v / self.fps if k == "from_timestamp" else v
+            row[f"videos/{key}/to_timestamp"] = (start + length) / self.fps
+        row.update({"data/chunk_index": 0, "data/file_index": 0, "dataset_from_index": start})
+        row.update({"dataset_to_index": start + length, "meta/episodes/chunk_index": 0})
+        row["meta/episodes/file_index"] = 0
+        for k, s in stats.items():
+            row.update({f"stats/{k}/{name}": v.tolist() for name, v in s.items()})
+            self.stats[k] = _merge(self.stats.get(k), s)
+        self._append(f"meta/episodes/{FILE}.parquet", pa.Table.from_pylist([row]))
+        self.n, self.frames = self.n + 1, start + length
+
+    def finish(self, extra: dict) -> None:
+        """Ends every stream and writes info.json, stats.json and tasks.parquet."""
+        import pandas as pd
+
+        videos, _ = bool(self.videos), self.close()
+        pd.DataFrame({"task_index": [0]}, index=[self.task]).to_parquet(
+            self.root / "meta/tasks.parquet"
+        )
+        stats = {k: {s: v.tolist() for s, v in st.items()} for k, st in self.stats.items()}
+        write_atomic(self.root / "meta/stats.json", json.dumps(stats, indent=2))
+        info = {
+            "codebase_version": VERSION,
+            "robot_type": extra["env"],
+            "total_episodes": self.n,
+            "total_frames": self.frames,
+            "total_tasks": 1,
+            "chunks_size": 1000,
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 200,
+            "fps": self.fps,
+            "splits": {"train": f"0:{self.n}"},
+            "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+            if videos
+            else None,
+            "features": self.features,
+            "rlrec": extra,
+        }
+        write_atomic(self.root / "meta/info.json", json.dumps(info, indent=2))
+
+    def close(self) -> None:
+        for proc in self.videos.values():
+            proc.finish()
+        for writer in self.pq.values():
+            writer.close()
+        self.videos, self.pq = {}, {}
+
+
+class _Tape:
+    """One evaluation's first episodes, env by env: ``policy`` takes the step's observation, its
+    frames and the action; ``step`` the step's outcome. Frames go to raw files in ``scratch``."""
+
+    def __init__(self, env, policy, box, scratch: Path):
+        self.env, self.act, self.box, self.scratch = env, policy, box, scratch
+        self.open = np.ones(env.num_envs, bool)  # still in its first episode
+        self.rows: List[List[list]] = [[] for _ in self.open]
+        self.files: Dict[tuple, Any] = {}
+        self.shapes: Dict[str, tuple] = {}
+        self.success = False  # whether the env reports success
+
+    def policy(self, obs):
+        action = self.act(obs)
+        idx = np.flatnonzero(self.open).tolist()
+        state = obs.get("state") if isinstance(obs, dict) else obs
+        images = {"observation.images.render": self.env.render(idx)}
+        if isinstance(obs, dict):  # the policy's image (the newest frame, the last camera)
+            images["observation.images.obs"] = obs["rgb"][idx][..., -3:]
+        for key, batch in images.items():
+            for j, frame in zip(idx, batch.cpu().numpy()):
+                frame = pad_even(frame)  # as the recorder pads it for H.264
+                self.shapes[key] = frame.shape
+                if (j, key) not in self.files:
+                    self.files[j, key] = open(self.scratch / f"{j}-{key}", "wb")
+                self.files[j, key].write(frame.tobytes())
+        taken = torch.clamp(action, *self.box) if self.box else action
+        state = None if state is None else state.cpu().numpy()
+        for j, a in zip(idx, taken.cpu().numpy()):
+            self.rows[j].append([None if state is None else state[j], a])
+        return action
+
+    def step(self, out) -> None:
+        _, reward, terminated, truncated, info = out
+        done, reward = (terminated | truncated).cpu().numpy(), reward.cpu().numpy()
+        self.success = "success" in info
+        success = info["success"].cpu().numpy() if self.success else done * False
+        for j in np.flatnonzero(self.open):
+            self.rows[j][-1] += [reward[j], bool(done[j]), bool(success[j])]
+        self.open &= ~done
+
+    def episode(self, j: int):
+        """The columns and frames of env ``j``'s first episode."""
+        state, action, reward, done, success = map(np.array, zip(*self.rows[j]))
+        cols = {"action": action, "next.reward": reward.astype(np.float32), "next.done": done}
+        if state[0] is not None:
+            cols["observation.state"] = np.stack(state).astype(np.float32)
+        if self.success:
+            cols["next.success"] = success
+        frames = {}
+        for key, shape in self.shapes.items():
+            self.files[j, key].close()
+            frames[key] = np.memmap(self.scratch / f"{j}-{key}", np.uint8, "r").reshape(-1, *shape)
+        return cols, frames, bool(success.any())
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        for p in self.scratch.iterdir():
+            p.unlink()
+
+
+def _collect(cfg, data: dict, dcfg: DatasetConfig, root: Path, device) -> Dict[str, Any]:
+    evaluator = Evaluator(cfg.env, cfg.sim, cfg.eval_env, device=device)
+    env, writer = evaluator.env, None
+    try:
+        ppo = PPO(cfg.algo, env.single_observation_space, env.single_action_space, device)
+        ppo.load_state_dict(data["ppo"])
+        space = env.single_action_space
+        box = hasattr(space, "low") and [torch.as_tensor(b, device=device) for b in (space.low, space.high)]
+        rec, task = cfg.eval_env.recorder, getattr(cfg.env, "id", None) or cfg.env.name
+        encoding = encoder_settings(rec.quality, rec.lossless, rec.preset)
+        writer = _Writer(root, max(1, round(1 / env.dt)), encoding, task)
+        base, tried = cfg.eval_env.seed, 0
+        (root / ".frames").mkdir()
+        while writer.n < dcfg.episodes and tried < (dcfg.tries or 10 * dcfg.episodes):
+            cfg.eval_env.seed = base + tried  # the evaluator's config: its next reset's seed
+            act = lambda obs: ppo.act_inference(obs, deterministic=not dcfg.sample)  # noqa: E731
+            tape = _Tape(env, act, box, root / ".frames")
+            evaluator.run(tape.policy, data["global_step"], on_step=tape.step)
+            for j in range(env.num_envs):
+                cols, frames, ok = tape.episode(j)
+                if writer.n < dcfg.episodes and dcfg.keep in (Keep.all, ("failed", "success")[ok]):
+                    seed = env_seed(env, base + tried, j)
+                    writer.add(cols, frames, {"seed": seed, "reset_seed": base + tried, "env": j})
+            tape.close()
+            tried += env.num_envs
+        (root / ".frames").rmdir()
+        if writer.n < dcfg.episodes:
+            raise Short(
+                f"{writer.n} of the {dcfg.episodes} episodes asked for (dataset.keep="
+                f"{dcfg.keep}) in the {tried} tried: nothing written (more: dataset.tries=T)"
+            )
+        extra = {"env": cfg.env.name, "step": data["global_step"], "dt": env.dt, "tried": tried}
+        writer.finish({**extra, "keep": str(dcfg.keep), "sample": dcfg.sample})
+        return {"episodes": writer.n, "frames": writer.frames, **extra}
+    finally:
+        if writer is not None:
+            writer.close()
+        close_all([env], evaluator)
+
+
+def make(run_dir, dcfg: DatasetConfig, overrides: List[str] = ()) -> Dict[str, Any]:
+    """Writes the dataset of ``dcfg`` from ``run_dir``'s checkpoint (``overrides``: of its
+    config, the eval env's), beside its final name and then moved there; lists it in the run
+    dir's ``datasets.jsonl``; returns its line. Checked before any work: the extra, the
+    checkpoint, the folder (absent or empty), the overrides."""
+    if importlib.util.find_spec("pyarrow") is None or importlib.util.find_spec("pandas") is None:
+        raise ConfigError(f"a dataset needs the 'dataset' extra (pyarrow, pandas): {EXTRA}")
+    path, data = ckpt.of_step(RunDir(run_dir).checkpoints, dcfg.step, "dataset.step")
+    step = data["global_step"]
+    out = Path(dcfg.dir or RunDir(run_dir).dataset(step, dcfg.keep))
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise ConfigError(f"dataset.dir={out} exists and is not an empty folder: name another")
+    probe_dir(out.parent, "dataset.dir")
+    fixed = ["eval_env.recorder.enabled=false", "eval_env.episodes=null"]
+    cfg = replay_config(data["config"], 0, [*overrides, *fixed])
+    tmp = Path(temporary_name(out))
+    tmp.mkdir(parents=True)
+    try:
+        ckpt.seed_rng(cfg.seed)
+        line = {"path": str(out.resolve()), **_collect(cfg, data, dcfg, tmp, resolve_device(cfg.sim))}
+        os.rename(tmp, out)  # an empty folder there is replaced
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # this command's own
+        raise
+    with open(RunDir(run_dir).datasets, "a") as f:
+        f.write(json.dumps({**line, "checkpoint": str(path.relative_to(run_dir))}) + "\n")
+    return line
