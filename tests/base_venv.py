@@ -41,6 +41,11 @@ def onnx_python() -> Path:
     return venv_python("onnx", ["onnxruntime", "numpy"])
 
 
+def lerobot_python() -> Path:
+    """The python of a venv of LeRobot (tests/dataset: it pins a torch of its own)."""
+    return venv_python("lerobot", ["lerobot==0.4.4"], constrained=False)  # the newest here
+
+
 def venv_python(name: str, deps: list, constrained: bool = True) -> Path:
     """The python of the venv ``name`` of ``deps``, made first where it is missing;
     ``constrained=False``: without rlrec's torch pin (a package that pins its own torch)."""
@@ -73,4 +78,4 @@ def venv_python(name: str, deps: list, constrained: bool = True) -> Path:
 
 
 if __name__ == "__main__":
-    print(f"tests/base_venv.py: {base_python()} {onnx_python()}")
+    print(f"tests/base_venv.py: {base_python()} {onnx_python()} {lerobot_python()}")

@@ -33,6 +33,7 @@ from rlrec.checks import Choice, ConfigError, check_choices
 from rlrec.envs.factory import resolve_device
 from rlrec.files import probe_dir, temporary_name, write_atomic
 from rlrec.layout import RunDir
+from rlrec.obs import shape_of
 from rlrec.ppo.ppo import PPO
 from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings
 from rlrec.record.frames import pad_even
@@ -45,6 +46,7 @@ from rlrec.train.stack import close_all
 VERSION = "v3.0"  # LeRobot's codebase_version of the format written (lerobot 0.4.x reads it)
 FILE = "chunk-000/file-000"  # one file per stream: LeRobot's first chunk and file
 QUANTILES = (1, 10, 50, 90, 99)  # LeRobot's stats: q01 ... q99
+GOP = 2  # frames between keyframes, as LeRobot's writer: a random frame decodes fast
 EXTRA = "pip install 'rlrec[dataset]' (or pip install -e '.[dataset]' in a checkout)"
 
 
@@ -160,7 +162,8 @@ class _Writer:
                 self.videos[key] = FFmpegProcess(path, w, h, self.fps, self.encoding, threads=1)
                 info = {"video.height": h, "video.width": w, "video.fps": self.fps}
                 info.update({"video.channels": 3, "video.codec": "h264", "has_audio": False})
-                info.update({"video.pix_fmt": self.encoding["pix_fmt"], "video.is_depth_map": 0})
+                fmt = "gbrp" if self.encoding["lossless"] else "yuv420p"  # libx264rgb's: gbrp
+                info.update({"video.pix_fmt": fmt, "video.is_depth_map": False})
                 names = ["height", "width", "channels"]
                 self.features[key] = {"dtype": "video", "shape": [h, w, 3], "names": names}
                 self.features[key]["info"] = info
@@ -286,12 +289,20 @@ def _collect(cfg, data: dict, dcfg: DatasetConfig, root: Path, device) -> Dict[s
     evaluator = Evaluator(cfg.env, cfg.sim, cfg.eval_env, device=device)
     env, writer = evaluator.env, None
     try:
+        seen, saved = shape_of(env.single_observation_space), shape_of(data["obs_shape"])
+        if seen != saved:
+            raise ConfigError(
+                f"the env observes {seen}, the checkpoint's policy {saved}: drop the "
+                "overrides that change the observation"
+            )
         ppo = PPO(cfg.algo, env.single_observation_space, env.single_action_space, device)
         ppo.load_state_dict(data["ppo"])
         space = env.single_action_space
-        box = hasattr(space, "low") and [torch.as_tensor(b, device=device) for b in (space.low, space.high)]
+        box = hasattr(space, "low") and [
+            torch.as_tensor(b, device=device) for b in (space.low, space.high)
+        ]
         rec, task = cfg.eval_env.recorder, getattr(cfg.env, "id", None) or cfg.env.name
-        encoding = encoder_settings(rec.quality, rec.lossless, rec.preset)
+        encoding = {**encoder_settings(rec.quality, rec.lossless, rec.preset), "gop": GOP}
         writer = _Writer(root, max(1, round(1 / env.dt)), encoding, task)
         base, tried = cfg.eval_env.seed, 0
         (root / ".frames").mkdir()
@@ -314,7 +325,8 @@ def _collect(cfg, data: dict, dcfg: DatasetConfig, root: Path, device) -> Dict[s
                 f"{dcfg.keep}) in the {tried} tried: nothing written (more: dataset.tries=T)"
             )
         extra = {"env": cfg.env.name, "step": data["global_step"], "dt": env.dt, "tried": tried}
-        writer.finish({**extra, "keep": str(dcfg.keep), "sample": dcfg.sample})
+        extra.update(keep=str(dcfg.keep), sample=dcfg.sample)
+        writer.finish(extra)
         return {"episodes": writer.n, "frames": writer.frames, **extra}
     finally:
         if writer is not None:
@@ -341,7 +353,10 @@ def make(run_dir, dcfg: DatasetConfig, overrides: List[str] = ()) -> Dict[str, A
     tmp.mkdir(parents=True)
     try:
         ckpt.seed_rng(cfg.seed)
-        line = {"path": str(out.resolve()), **_collect(cfg, data, dcfg, tmp, resolve_device(cfg.sim))}
+        line = {
+            "path": str(out.resolve()),
+            **_collect(cfg, data, dcfg, tmp, resolve_device(cfg.sim)),
+        }
         os.rename(tmp, out)  # an empty folder there is replaced
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # this command's own

@@ -107,6 +107,7 @@ class FFmpegProcess:
         codec, q = encoding, "qp" if encoding["lossless"] else "crf"
         cmd += ["-c:v", codec["codec"], f"-{q}", str(codec[q]), "-pix_fmt", codec["pix_fmt"]]
         cmd += [] if threads is None else ["-threads", str(threads)]  # x264's; None: its own
+        cmd += ["-g", str(codec["gop"])] if "gop" in codec else []  # keyframe interval (frames)
         if codec["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the
             # stream's GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
             cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]
