@@ -48,7 +48,7 @@ LAYERS = [
     ["rlrec.run.replay"],  # re-runs an evaluation of a run: builds its config as the CLI does
     # the export's closed-loop check (the run's eval, as replay builds it) and its command
     ["rlrec.export.verify"],
-    ["rlrec.export.__main__"],
+    ["rlrec.export.__main__", "rlrec.dataset"],  # a run's eval episodes as a LeRobot dataset
     ["rlrec"],  # the package's own __init__ may name anything
 ]
 
