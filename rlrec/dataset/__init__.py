@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -35,7 +36,7 @@ from rlrec.files import probe_dir, temporary_name, write_atomic
 from rlrec.layout import RunDir
 from rlrec.obs import shape_of
 from rlrec.ppo.ppo import PPO
-from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings
+from rlrec.record.ffmpeg import FFmpegProcess, encoder_settings, ffmpeg_output_path
 from rlrec.record.frames import pad_even
 from rlrec.record.wrappers.episodes import env_seed
 from rlrec.run.replay import replay_config
@@ -117,13 +118,13 @@ def _column(v: np.ndarray):
 
 
 class _Writer:
-    """Appends whole episodes to the dataset at ``root``: their rows, their frames (from the raw
-    files of :class:`_Tape`), their metadata and statistics; :meth:`finish` writes ``meta/``."""
+    """Appends whole episodes to the dataset at ``root``: their rows, their clips (encoded by
+    :class:`_Tape`, kept in ``.clips/KEY/`` until :meth:`finish` joins them), metadata and
+    statistics; :meth:`finish` writes the videos and ``meta/``."""
 
-    def __init__(self, root: Path, fps: int, encoding: dict, task: str):
-        self.root, self.fps, self.encoding, self.task = root, fps, encoding, task
+    def __init__(self, root: Path, fps: int, task: str):
+        self.root, self.fps, self.task = root, fps, task
         self.pq: Dict[str, Any] = {}  # data, episodes: their parquet writers
-        self.videos: Dict[str, FFmpegProcess] = {}
         self.features: Dict[str, dict] = {}
         self.stats: Dict[str, dict] = {}
         self.n = self.frames = 0
@@ -136,7 +137,7 @@ class _Writer:
             self.pq[name] = pq.ParquetWriter(self.root / name, table.schema)
         self.pq[name].write_table(table.cast(self.pq[name].schema))
 
-    def add(self, cols: Dict[str, np.ndarray], frames: Dict[str, np.ndarray], meta: dict) -> None:
+    def add(self, cols: Dict[str, np.ndarray], clips: Dict[str, tuple], meta: dict) -> None:
         import pyarrow as pa
 
         length, start = len(cols["action"]), self.frames
@@ -154,27 +155,16 @@ class _Writer:
         for k, v in cols.items():
             shape = [*v.shape[1:]] or [1]
             self.features.setdefault(k, {"dtype": str(v.dtype), "shape": shape, "names": None})
-        for key, images in frames.items():
-            if key not in self.videos:
-                h, w = images.shape[1:3]
-                path = self.root / f"videos/{key}/{FILE}.mp4"
-                path.parent.mkdir(parents=True)
-                self.videos[key] = FFmpegProcess(path, w, h, self.fps, self.encoding, threads=1)
-                info = {"video.height": h, "video.width": w, "video.fps": self.fps}
-                info.update({"video.channels": 3, "video.codec": "h264", "has_audio": False})
-                fmt = "gbrp" if self.encoding["lossless"] else "yuv420p"  # libx264rgb's: gbrp
-                info.update({"video.pix_fmt": fmt, "video.is_depth_map": False})
-                names = ["height", "width", "channels"]
-                self.features[key] = {"dtype": "video", "shape": [h, w, 3], "names": names}
-                self.features[key]["info"] = info
-            for i in range(0, length, 64):  # bounded: the file is read as it is piped
-                self.videos[key].write(list(images[i : i + 64]))
-            step = max(1, length // 100), max(1, images.shape[1] // 150)
-            sample = images[:: step[0], :: step[1], :: step[1]] / 255.0
+        for key, (path, sample, info) in clips.items():
+            names = ["height", "width", "channels"]
+            self.features[key] = {"dtype": "video", "shape": info["shape"], "names": names}
+            self.features[key]["info"] = info["info"]
+            (self.root / ".clips" / key).mkdir(parents=True, exist_ok=True)
+            os.replace(path, self.root / f".clips/{key}/{self.n:09d}.mp4")  # joined by finish
             stats[key] = {k: v.reshape(-1, 1, 1) for k, v in _stats(sample, (0, 1, 2)).items()}
             stats[key]["count"] = np.array([len(sample)])
-            for k, v in (("chunk_index", 0), ("file_index", 0), ("from_timestamp", start)):
-                row[f"videos/{key}/{k}"] = v / self.fps if k == "from_timestamp" else v
+            row.update({f"videos/{key}/chunk_index": 0, f"videos/{key}/file_index": 0})
+            row[f"videos/{key}/from_timestamp"] = start / self.fps
             row[f"videos/{key}/to_timestamp"] = (start + length) / self.fps
         row.update({"data/chunk_index": 0, "data/file_index": 0, "dataset_from_index": start})
         row.update({"dataset_to_index": start + length, "meta/episodes/chunk_index": 0})
@@ -185,16 +175,36 @@ class _Writer:
         self._append(f"meta/episodes/{FILE}.parquet", pa.Table.from_pylist([row]))
         self.n, self.frames = self.n + 1, start + length
 
+    def _join(self, key: str) -> None:
+        """The episodes' clips of ``key`` as one file, in order (ffmpeg's concat: no
+        re-encoding; each clip lasts its frames / fps, so episode ``e`` starts at its
+        ``from_timestamp``)."""
+        import imageio_ffmpeg
+
+        clips = self.root / ".clips" / key
+        listed = clips / "list.txt"
+        listed.write_text("".join(f"file {p.name}\n" for p in sorted(clips.glob("*.mp4"))))
+        out = self.root / f"videos/{key}/{FILE}.mp4"
+        out.parent.mkdir(parents=True)
+        cmd = [imageio_ffmpeg.get_ffmpeg_exe(), *"-nostdin -loglevel error -f concat".split()]
+        cmd += ["-i", ffmpeg_output_path(listed), "-c", "copy", ffmpeg_output_path(out)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=3600)
+        shutil.rmtree(clips)
+
     def finish(self, extra: dict) -> None:
-        """Ends every stream and writes info.json, stats.json and tasks.parquet."""
+        """Joins each key's clips, ends the parquet files, writes info, stats and tasks."""
         import pandas as pd
 
-        videos, _ = bool(self.videos), self.close()
+        for key in [k for k, f in self.features.items() if f["dtype"] == "video"]:
+            self._join(key)
+        self.close()
+        (self.root / ".clips").rmdir()
         pd.DataFrame({"task_index": [0]}, index=[self.task]).to_parquet(
             self.root / "meta/tasks.parquet"
         )
         stats = {k: {s: v.tolist() for s, v in st.items()} for k, st in self.stats.items()}
         write_atomic(self.root / "meta/stats.json", json.dumps(stats, indent=2))
+        video = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
         info = {
             "codebase_version": VERSION,
             "robot_type": extra["env"],
@@ -207,32 +217,29 @@ class _Writer:
             "fps": self.fps,
             "splits": {"train": f"0:{self.n}"},
             "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-            if videos
-            else None,
+            "video_path": video if (self.root / "videos").is_dir() else None,
             "features": self.features,
             "rlrec": extra,
         }
         write_atomic(self.root / "meta/info.json", json.dumps(info, indent=2))
 
     def close(self) -> None:
-        for proc in self.videos.values():
-            proc.finish()
         for writer in self.pq.values():
             writer.close()
-        self.videos, self.pq = {}, {}
+        self.pq = {}
 
 
 class _Tape:
     """One evaluation's first episodes, env by env: ``policy`` takes the step's observation, its
-    frames and the action; ``step`` the step's outcome. Frames go to raw files in ``scratch``."""
+    frames (each env's own ffmpeg, one clip per key in ``scratch``) and the action; ``step`` the
+    step's outcome."""
 
-    def __init__(self, env, policy, box, scratch: Path):
+    def __init__(self, env, policy, box, scratch: Path, fps: int, encoding: dict):
         self.env, self.act, self.box, self.scratch = env, policy, box, scratch
+        self.fps, self.encoding = fps, encoding
         self.open = np.ones(env.num_envs, bool)  # still in its first episode
         self.rows: List[List[list]] = [[] for _ in self.open]
-        self.files: Dict[tuple, Any] = {}
-        self.shapes: Dict[str, tuple] = {}
+        self.clips: Dict[tuple, Any] = {}  # (env, key): its ffmpeg, sampled frames, the feature
         self.success = False  # whether the env reports success
 
     def policy(self, obs):
@@ -245,15 +252,25 @@ class _Tape:
         for key, batch in images.items():
             for j, frame in zip(idx, batch.cpu().numpy()):
                 frame = pad_even(frame)  # as the recorder pads it for H.264
-                self.shapes[key] = frame.shape
-                if (j, key) not in self.files:
-                    self.files[j, key] = open(self.scratch / f"{j}-{key}", "wb")
-                self.files[j, key].write(frame.tobytes())
+                if (j, key) not in self.clips:
+                    self.clips[j, key] = self._clip(j, key, *frame.shape[:2])
+                self.clips[j, key][0].write([frame])
+                if len(self.rows[j]) % 10 == 0:  # every 10th frame, at most 64 px high
+                    h = self.clips[j, key][2]["shape"][0] // 64 + 1
+                    self.clips[j, key][1].append(frame[::h, ::h] / 255.0)
         taken = torch.clamp(action, *self.box) if self.box else action
         state = None if state is None else state.cpu().numpy()
         for j, a in zip(idx, taken.cpu().numpy()):
             self.rows[j].append([None if state is None else state[j], a])
         return action
+
+    def _clip(self, j: int, key: str, h: int, w: int) -> tuple:
+        path = str(self.scratch / f"{j}-{key}.mp4")
+        info = {"video.height": h, "video.width": w, "video.fps": self.fps, "video.channels": 3}
+        fmt = "gbrp" if self.encoding["lossless"] else "yuv420p"  # libx264rgb's is gbrp
+        info.update({"video.codec": "h264", "video.pix_fmt": fmt, "video.is_depth_map": False})
+        proc = FFmpegProcess(path, w, h, self.fps, self.encoding, threads=1)
+        return proc, [], {"shape": [h, w, 3], "info": {**info, "has_audio": False}}
 
     def step(self, out) -> None:
         _, reward, terminated, truncated, info = out
@@ -265,22 +282,24 @@ class _Tape:
         self.open &= ~done
 
     def episode(self, j: int):
-        """The columns and frames of env ``j``'s first episode."""
+        """The columns and clips of env ``j``'s first episode, and whether it succeeded."""
         state, action, reward, done, success = map(np.array, zip(*self.rows[j]))
         cols = {"action": action, "next.reward": reward.astype(np.float32), "next.done": done}
         if state[0] is not None:
             cols["observation.state"] = np.stack(state).astype(np.float32)
         if self.success:
             cols["next.success"] = success
-        frames = {}
-        for key, shape in self.shapes.items():
-            self.files[j, key].close()
-            frames[key] = np.memmap(self.scratch / f"{j}-{key}", np.uint8, "r").reshape(-1, *shape)
-        return cols, frames, bool(success.any())
+        clips = {}
+        for key in [k for i, k in self.clips if i == j]:
+            proc, sample, feature = self.clips.pop((j, key))
+            proc.finish()
+            clips[key] = (self.scratch / f"{j}-{key}.mp4", np.stack(sample), feature)
+        return cols, clips, bool(success.any())
 
     def close(self) -> None:
-        for f in self.files.values():
-            f.close()
+        """Ends the clips not taken (an evaluation that raised)."""
+        for proc, _, _ in self.clips.values():
+            proc.kill()
         for p in self.scratch.iterdir():
             p.unlink()
 
@@ -303,20 +322,24 @@ def _collect(cfg, data: dict, dcfg: DatasetConfig, root: Path, device) -> Dict[s
         ]
         rec, task = cfg.eval_env.recorder, getattr(cfg.env, "id", None) or cfg.env.name
         encoding = {**encoder_settings(rec.quality, rec.lossless, rec.preset), "gop": GOP}
-        writer = _Writer(root, max(1, round(1 / env.dt)), encoding, task)
+        fps = max(1, round(1 / env.dt))
+        writer = _Writer(root, fps, task)
         base, tried = cfg.eval_env.seed, 0
         (root / ".frames").mkdir()
         while writer.n < dcfg.episodes and tried < (dcfg.tries or 10 * dcfg.episodes):
             cfg.eval_env.seed = base + tried  # the evaluator's config: its next reset's seed
             act = lambda obs: ppo.act_inference(obs, deterministic=not dcfg.sample)  # noqa: E731
-            tape = _Tape(env, act, box, root / ".frames")
-            evaluator.run(tape.policy, data["global_step"], on_step=tape.step)
-            for j in range(env.num_envs):
-                cols, frames, ok = tape.episode(j)
-                if writer.n < dcfg.episodes and dcfg.keep in (Keep.all, ("failed", "success")[ok]):
-                    seed = env_seed(env, base + tried, j)
-                    writer.add(cols, frames, {"seed": seed, "reset_seed": base + tried, "env": j})
-            tape.close()
+            tape = _Tape(env, act, box, root / ".frames", fps, encoding)
+            try:
+                evaluator.run(tape.policy, data["global_step"], on_step=tape.step)
+                for j in range(env.num_envs):
+                    cols, clips, ok = tape.episode(j)
+                    wanted = dcfg.keep in (Keep.all, ("failed", "success")[ok])
+                    if wanted and writer.n < dcfg.episodes:
+                        meta = {"seed": env_seed(env, base + tried, j), "reset_seed": base + tried}
+                        writer.add(cols, clips, {**meta, "env": j})
+            finally:
+                tape.close()
             tried += env.num_envs
         (root / ".frames").rmdir()
         if writer.n < dcfg.episodes:
