@@ -22,15 +22,14 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
-import yaml
 
-from rlrec.checks import Choice, ConfigError, check_choices
+from rlrec.checks import Choice, ConfigError
 from rlrec.envs.factory import resolve_device
 from rlrec.files import probe_dir, temporary_name, write_atomic
 from rlrec.layout import RunDir
@@ -65,25 +64,6 @@ class DatasetConfig:
     dir: Optional[str] = None  # None: the run dir's datasets/step{S}-{keep}
     sample: bool = False  # sampled actions, not the deterministic ones
     tries: Optional[int] = None  # the episodes run at most (None: 10 x episodes)
-
-    @classmethod
-    def parse(cls, items: Dict[str, str]) -> "DatasetConfig":
-        """From ``dataset.KEY=VALUE`` items (the keys without ``dataset.``); ConfigError naming
-        the key and what it allows."""
-        names = [f.name for f in fields(cls)]
-        for k in items:
-            if k not in names:
-                allowed = ", ".join(f"dataset.{n}" for n in names)
-                raise ConfigError(f"dataset.{k} is not an option: allowed keys are {allowed}")
-        cfg = cls(**{k: v if k == "dir" else yaml.safe_load(v) for k, v in items.items()})
-        check_choices(cfg, "dataset.")
-        for key, low in (("episodes", 1), ("step", 0), ("tries", 1)):
-            v = getattr(cfg, key)
-            if (v is not None or key == "episodes") and (type(v) is not int or v < low):
-                raise ConfigError(f"dataset.{key}={v!r} is invalid: an integer >= {low}")
-        if type(cfg.sample) is not bool:
-            raise ConfigError(f"dataset.sample={cfg.sample!r} is invalid: true or false")
-        return cfg
 
 
 class Short(RuntimeError):
@@ -372,17 +352,19 @@ def make(run_dir, dcfg: DatasetConfig, overrides: List[str] = ()) -> Dict[str, A
     probe_dir(out.parent, "dataset.dir")
     fixed = ["eval_env.recorder.enabled=false", "eval_env.episodes=null"]
     cfg = replay_config(data["config"], 0, [*overrides, *fixed])
-    tmp = Path(temporary_name(out))
+    tmp, made = Path(temporary_name(out)), [p for p in out.absolute().parents if not p.exists()]
     tmp.mkdir(parents=True)
     try:
         ckpt.seed_rng(cfg.seed)
         line = {
-            "path": str(out.resolve()),
+            "path": str(out.absolute()),
             **_collect(cfg, data, dcfg, tmp, resolve_device(cfg.sim)),
         }
         os.rename(tmp, out)  # an empty folder there is replaced
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # this command's own
+        shutil.rmtree(tmp, ignore_errors=True)  # this command's own, and the folders it made
+        for folder in made:
+            folder.rmdir()
         raise
     with open(RunDir(run_dir).datasets, "a") as f:
         f.write(json.dumps({**line, "checkpoint": str(path.relative_to(run_dir))}) + "\n")

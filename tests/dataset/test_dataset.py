@@ -64,21 +64,19 @@ def test_keep_chooses_the_episodes_and_tries_are_bounded(run, capsys):
 
 
 BAD = [
-    (
-        ["dataset.keep=best"],
-        "dataset.keep='best' is invalid: allowed values are all, success, failed",
-    ),
-    (["dataset.episodes=0"], "dataset.episodes=0 is invalid: an integer >= 1"),
+    (["dataset.keep=best"], "expected one of [all, success, failed] full_key: dataset.keep"),
+    (["dataset.episodes=0"], "dataset.episodes=0 is invalid: must be a positive number"),
     ([], "dataset.episodes=0 is invalid"),  # required
+    (["dataset.episodes=two"], "'two' of type 'str' could not be converted to Integer"),
     (["dataset.step=77"], "holds no checkpoint of step 77: dataset.step= one of 128"),
     (["dataset.dir=DIR"], "exists and is not an empty folder"),
-    (["dataset.size=3"], "dataset.size is not an option: allowed keys are dataset.episodes"),
+    (["dataset.size=3"], "dataset.size is not a config key: allowed keys at dataset"),
     (["eval_env.num_envs=many"], "eval_env.num_envs"),
     (["env.obs_mode=rgb"], "the checkpoint's policy (6,): drop the overrides"),
 ]
 
 
-@pytest.mark.parametrize("args, message", BAD, ids=[m[:24] for _, m in BAD])
+@pytest.mark.parametrize("args, message", BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
 def test_bad_input_is_one_line_status_2_and_nothing_written(run, capsys, args, message):
     full = run / "checkpoints"  # a folder that is not empty
     args = [a.replace("DIR", str(full)) for a in args]
