@@ -76,7 +76,7 @@ def _clone(root: Path, discrete: bool):
         a = net((obs.float() - mean) / std)
         return a.argmax(1) if discrete else a
 
-    return policy, float(loss)
+    return policy, loss.item()
 
 
 def bench(name: str, run: Path, tmp: Path, episodes: int, n_eval: int) -> None:

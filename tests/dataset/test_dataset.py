@@ -164,3 +164,29 @@ def test_the_report_lists_the_datasets(run):
     assert main([str(run), "dataset.episodes=1", f"dataset.dir={root}", *SHORT]) == 0
     page = write_report(run).read_text()
     assert '<h2 id="datasets">Datasets</h2>' in page and f"<code>{root}</code>" in page
+
+
+def test_rlrec_replay_reproduces_an_episode(run, tmp_path):
+    """``python -m rlrec.run.replay`` of an episode's seed (its evaluation's reset seed, its env)
+    shows the episode's frames and ends as it did."""
+    import imageio_ffmpeg
+    import numpy as np
+
+    from rlrec.run.replay import replay
+
+    root, lossless = run / "datasets/replayed", "eval_env.recorder.lossless=true"
+    assert main([str(run), "dataset.episodes=10", f"dataset.dir={root}", *SHORT, lossless]) == 0
+    ep = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()[9]
+    seed = f"eval_env.seed={ep['reset_seed']}"  # the second evaluation's, env 1
+    clip = replay(run, 128, ep["env"], [*SHORT, lossless, seed], tmp_path / "replay")
+    line = json.loads((tmp_path / "replay/eval_episodes.jsonl").read_text().splitlines()[ep["env"]])
+    assert (line["seed"], line["length"]) == (ep["seed"], ep["length"])
+
+    def frames(path):
+        gen = imageio_ffmpeg.read_frames(str(path))
+        size = next(gen)["size"]
+        return [np.frombuffer(f, np.uint8).reshape(size[1], size[0], 3) for f in gen]
+
+    video = root / "videos/observation.images.render/chunk-000/file-000.mp4"
+    ours = frames(video)[ep["dataset_from_index"] : ep["dataset_to_index"]]
+    assert np.array_equal(np.stack(ours), np.stack(frames(clip)[: ep["length"]]))
