@@ -175,7 +175,8 @@ class _Writer:
         """Joins each key's clips, ends the parquet files, writes info, stats and tasks."""
         import pandas as pd
 
-        for key in [k for k, f in self.features.items() if f["dtype"] == "video"]:
+        keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
+        for key in keys:
             self._join(key)
         self.close()
         (self.root / ".clips").rmdir()
@@ -197,7 +198,7 @@ class _Writer:
             "fps": self.fps,
             "splits": {"train": f"0:{self.n}"},
             "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-            "video_path": video if (self.root / "videos").is_dir() else None,
+            "video_path": video if keys else None,
             "features": self.features,
             "rlrec": extra,
         }
