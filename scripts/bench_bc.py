@@ -2,11 +2,12 @@
 
 For each expert (the README's main job on the built-in env, and CartPole-v1 with
 ``+experiment=cartpole``; trained first unless given): ``python -m rlrec.dataset`` writes
-``--episodes`` of its successful episodes (CartPole reports no success: its episodes that reach
-the 500-step limit), timed against an evaluation of the same episodes with per-episode clips
-(``eval_env.clips=all``), with its size per 1,000 frames; then a behaviour-cloning MLP learns
-``action`` from ``observation.state`` (the dataset's own statistics normalise it) and rlrec's
-evaluator scores it on ``--eval`` episodes of seeds the dataset does not hold.
+``--episodes`` of its successful episodes (CartPole reports no success: all its episodes, which
+reach the 500-step limit) in one evaluation of that many envs, timed against an evaluation of the
+same episodes with per-episode clips (``eval_env.clips=all``), with its size per 1,000 frames;
+then a behaviour-cloning MLP learns ``action`` from ``observation.state`` (the dataset's own
+statistics normalise it) and rlrec's evaluator scores it on ``--eval`` episodes of seeds the
+dataset does not hold.
 
     python scripts/bench_bc.py [--builtin RUN_DIR] [--cartpole RUN_DIR] [--episodes 100]
 """
@@ -83,7 +84,8 @@ def bench(name: str, run: Path, tmp: Path, episodes: int, n_eval: int) -> None:
     root = tmp / f"{name}-dataset"
     keep = Keep.success if name == "builtin" else Keep.all  # CartPole reports no success
     t0 = time.perf_counter()
-    made = make(run, DatasetConfig(episodes=episodes, keep=keep, dir=str(root)))
+    batch = [f"eval_env.num_envs={episodes}"]  # one evaluation, when enough of them are kept
+    made = make(run, DatasetConfig(episodes=episodes, keep=keep, dir=str(root)), batch)
     seconds = time.perf_counter() - t0
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     tried = made["tried"]  # the same episodes (seeds eval_env.seed + k), one clip each
