@@ -9,10 +9,11 @@ the next evaluation's seed follows on (``+ eval_env.num_envs``), so the episodes
 seeds ``eval_env.seed + k``. Row ``t`` of an episode: the observation the policy acted on at step
 ``t`` (frame 0: the reset), its frames rendered then, the action it took (clamped to the bounds
 the env applies), and that step's ``next.reward``, ``next.done``, ``next.success``; the terminal
-observation is no row (LeRobot's convention: a row is an observation acted on). Rows and frames
-of the envs still in their episode go to per-env files; the kept episodes are then appended in
-order, the rows to one parquet file, the frames piped into one ffmpeg per video key: memory holds
-one evaluation's rows, whatever the number of episodes.
+observation is no row (LeRobot's convention: a row is an observation acted on). While an episode
+runs, its rows stay in memory and its frames go to an ffmpeg of its env's; once the evaluation
+ended, the kept episodes are appended in order (the rows to one parquet file, each clip set
+aside), and at the end each video key's clips are joined by ffmpeg's concat (no second
+encoding): memory holds one evaluation's rows, whatever the number of episodes.
 """
 
 from __future__ import annotations
