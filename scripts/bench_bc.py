@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=100)
     args = parser.parse_args()
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # as a run (docs/architecture.md): threads spin on a small MLP
     with tempfile.TemporaryDirectory() as tmp:
         for name, preset in EXPERTS.items():
             run = getattr(args, name) or Path(tmp, name)
