@@ -39,6 +39,7 @@ from rlrec.train.stack import close_all  # noqa: E402
 
 EXPERTS = {"builtin": [], "cartpole": ["+experiment=cartpole"]}
 HELD_OUT = "eval_env.seed=5000000"  # seeds no dataset here holds
+STEPS = 5000  # BC's Adam steps (minibatches of 256 rows)
 
 
 def _evaluate(run: Path, policy, overrides, video_dir=None) -> dict:
@@ -65,8 +66,9 @@ def _clone(root: Path, discrete: bool):
     net = nn.Sequential(nn.Linear(x.shape[1], 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
     net.append(nn.Linear(256, 2 if discrete else y.shape[1]))
     loss_fn = nn.CrossEntropyLoss() if discrete else nn.MSELoss()
+    torch.manual_seed(0)  # (the dataset's and the evaluations' draws come before)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    for _ in range(3000):
+    for _ in range(STEPS):
         idx = torch.randint(len(x), (256,))
         loss = loss_fn(net(x[idx]), y[idx])
         opt.zero_grad()
@@ -116,7 +118,6 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--eval", type=int, default=100)
     args = parser.parse_args()
-    torch.manual_seed(0)
     torch.set_num_threads(1)  # as a run (docs/architecture.md): threads spin on a small MLP
     with tempfile.TemporaryDirectory() as tmp:
         for name, preset in EXPERTS.items():
