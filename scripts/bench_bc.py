@@ -92,6 +92,9 @@ def bench(name: str, run: Path, tmp: Path, episodes: int, n_eval: int) -> None:
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     tried = made["tried"]  # the same episodes (seeds eval_env.seed + k), one clip each
     clips = ["eval_env.clips=all", f"eval_env.num_envs={tried}", "eval_env.episodes=null"]
+    clips.append(
+        "eval_env.recorder.fps=null"
+    )  # every step a frame, as the dataset (a preset may thin)
     timed = _evaluate(run, None, clips, str(tmp / f"{name}-clips"))
     print(
         f"{name}: dataset of {made['episodes']} episodes ({made['frames']} frames, {tried} "
