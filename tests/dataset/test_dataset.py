@@ -190,3 +190,14 @@ def test_rlrec_replay_reproduces_an_episode(run, tmp_path):
     video = root / "videos/observation.images.render/chunk-000/file-000.mp4"
     ours = frames(video)[ep["dataset_from_index"] : ep["dataset_to_index"]]
     assert np.array_equal(np.stack(ours), np.stack(frames(clip)[: ep["length"]]))
+
+
+def test_sampled_actions_differ_from_the_mean_and_repeat(run):
+    def first_actions(name, *more):
+        root = run / f"datasets/{name}"
+        assert main([str(run), "dataset.episodes=1", f"dataset.dir={root}", *SHORT, *more]) == 0
+        return pq.read_table(root / "data/chunk-000/file-000.parquet")["action"].to_pylist()
+
+    mean = first_actions("mean")
+    sampled = first_actions("sampled", "dataset.sample=true")
+    assert sampled != mean and sampled == first_actions("again", "dataset.sample=true")
