@@ -2,14 +2,14 @@
 
 For each expert (the README's main job on the built-in env, and CartPole-v1 with
 ``+experiment=cartpole``; trained first unless given): ``python -m rlrec.dataset`` writes
-``--episodes`` of its successful episodes (CartPole reports no success: all its episodes, which
-reach the 500-step limit) in one evaluation of that many envs, timed against an evaluation of the
-same episodes with per-episode clips (``eval_env.clips=all``), with its size per 1,000 frames;
-then a behaviour-cloning MLP learns ``action`` from ``observation.state`` (the dataset's own
-statistics normalise it) and rlrec's evaluator scores it on ``--eval`` episodes of seeds the
-dataset does not hold.
+``--episodes`` (300, 50) of its successful episodes (CartPole reports no success: all its
+episodes, which reach the 500-step limit) in one evaluation of that many envs, timed against an
+evaluation of the same episodes with per-episode clips (``eval_env.clips=all``), with its size
+per 1,000 frames; then a behaviour-cloning MLP learns ``action`` from ``observation.state`` (the
+dataset's own statistics normalise it) and rlrec's evaluator scores it on ``--eval`` episodes of
+seeds the dataset does not hold.
 
-    python scripts/bench_bc.py [--builtin RUN_DIR] [--cartpole RUN_DIR] [--episodes 100]
+    python scripts/bench_bc.py [--builtin RUN_DIR] [--cartpole RUN_DIR] [--episodes N] [--eval 500]
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from rlrec.train import checkpoint as ckpt  # noqa: E402
 from rlrec.train.evaluation import Evaluator  # noqa: E402
 from rlrec.train.stack import close_all  # noqa: E402
 
-EXPERTS = {"builtin": [], "cartpole": ["+experiment=cartpole"]}
+# each expert's preset and the episodes of its dataset (CartPole's 500-step episodes are long)
+EXPERTS = {"builtin": ([], 300), "cartpole": (["+experiment=cartpole"], 50)}
 HELD_OUT = "eval_env.seed=5000000"  # seeds no dataset here holds
 STEPS = 5000  # BC's Adam steps (minibatches of 256 rows)
 
@@ -118,19 +119,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for name in EXPERTS:
         parser.add_argument(f"--{name}", type=Path, help="its trained run dir (default: train)")
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--eval", type=int, default=100)
+    parser.add_argument("--episodes", type=int, help="of each dataset (default: 300, 50)")
+    parser.add_argument("--eval", type=int, default=500)
     args = parser.parse_args()
     torch.set_num_threads(1)  # as a run (docs/architecture.md): threads spin on a small MLP
     with tempfile.TemporaryDirectory() as tmp:
-        for name, preset in EXPERTS.items():
+        for name, (preset, episodes) in EXPERTS.items():
             run = getattr(args, name) or Path(tmp, name)
             if getattr(args, name) is None:
                 t0 = time.perf_counter()
                 train = ["train.py", *preset, f"hydra.run.dir={run}", "report.enabled=false"]
                 subprocess.run([sys.executable, *train], cwd=REPO, check=True, capture_output=True)
                 print(f"{name}: expert trained in {time.perf_counter() - t0:.0f} s")
-            bench(name, run, Path(tmp), args.episodes, args.eval)
+            bench(name, run, Path(tmp), args.episodes or episodes, args.eval)
 
 
 if __name__ == "__main__":
