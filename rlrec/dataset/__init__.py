@@ -83,11 +83,10 @@ def _merge(a: Optional[dict], b: dict) -> dict:
     if a is None:
         return b
     n = a["count"] + b["count"]
-    wa, wb = a["count"] / n, b["count"] / n
-    mean = wa * a["mean"] + wb * b["mean"]
-    out = {k: wa * a[k] + wb * b[k] for k in a if k[0] == "q"}
-    out.update(min=np.minimum(a["min"], b["min"]), max=np.maximum(a["max"], b["max"]), mean=mean)
-    var = sum(w * (s["std"] ** 2 + (s["mean"] - mean) ** 2) for w, s in ((wa, a), (wb, b)))
+    w = a["count"] / n, b["count"] / n
+    out = {k: w[0] * a[k] + w[1] * b[k] for k in a if k == "mean" or k[0] == "q"}
+    var = sum(x * (s["std"] ** 2 + (s["mean"] - out["mean"]) ** 2) for x, s in zip(w, (a, b)))
+    out.update(min=np.minimum(a["min"], b["min"]), max=np.maximum(a["max"], b["max"]))
     return {**out, "std": np.sqrt(var), "count": n}
 
 
@@ -344,7 +343,7 @@ def make(run_dir, dcfg: DatasetConfig, overrides: List[str] = ()) -> Dict[str, A
     config, the eval env's), beside its final name and then moved there; lists it in the run
     dir's ``datasets.jsonl``; returns its line. Checked before any work: the extra, the
     checkpoint, the folder (absent or empty), the overrides."""
-    if importlib.util.find_spec("pyarrow") is None or importlib.util.find_spec("pandas") is None:
+    if not all(map(importlib.util.find_spec, ("pyarrow", "pandas"))):
         raise ConfigError(f"a dataset needs the 'dataset' extra (pyarrow, pandas): {EXTRA}")
     path, data = ckpt.of_step(RunDir(run_dir).checkpoints, dcfg.step, "dataset.step")
     step = data["global_step"]

@@ -1,6 +1,7 @@
 """Run with LeRobot's venv (tests/base_venv.py, ``lerobot_python``), never with rlrec's: loads each
 dataset with LeRobot's own ``LeRobotDataset`` and compares every row and decoded frame with what
-rlrec's env showed when the episode was replayed from its seed (an .npz the test wrote).
+rlrec's env showed when the episode was replayed from its seed (an .npz the test wrote), and the
+statistics of meta/stats.json with those of its rows.
 
     python lerobot_check.py '[[ROOT, NPZ, FPS, TOLERANCE], ...]'
 
@@ -37,6 +38,11 @@ for root, npz, fps, tolerance in json.loads(sys.argv[1]):
                     max(worst[key][0], float(diff.mean())),
                     max(worst[key][1], int(diff.max())),
                 ]
+    for key in ("action", "observation.state", "next.reward"):  # stats.json: of every row
+        if key in ds.meta.stats:
+            x = np.asarray(ds.hf_dataset.with_format("numpy")[key], np.float64).reshape(len(ds), -1)
+            for stat, want_stat in (("mean", x.mean(0)), ("std", x.std(0)), ("max", x.max(0))):
+                assert np.allclose(ds.meta.stats[key][stat], want_stat), (root, key, stat)
     for key, (mean, most) in worst.items():
         assert mean <= tolerance and (tolerance or most == 0), (root, key, mean, most)
     shape = {k: list(ds.meta.shapes[k]) for k in ds.meta.video_keys}
