@@ -62,6 +62,7 @@ class RunDir:
     hydra_overrides = _at(HYDRA, "overrides.yaml")
     lock = _at(".rlrec.lock")
     exported = _at("exported")  # python -m rlrec.export
+    datasets = _at("datasets.jsonl")  # each one made of it (python -m rlrec.dataset)
 
     def periodic_checkpoint(self, iteration: int) -> Path:
         return self.checkpoints / f"{PERIODIC_CHECKPOINT}{int(iteration):06d}.pt"
@@ -73,6 +74,10 @@ class RunDir:
     def replay(self, step: int, env: int) -> Path:
         """Where ``rlrec.run.replay`` writes its run of eval episode (``step``, ``env``)."""
         return Path(self.root, f"replay/step{int(step):09d}-env{int(env):03d}")
+
+    def dataset(self, step: int, keep: str) -> Path:
+        """Where ``rlrec.dataset`` writes a dataset of ``step``'s checkpoint, without a dir."""
+        return Path(self.root, f"datasets/step{int(step):09d}-{keep}")
 
 
 _ROWS = ".rlrec_summary"  # a sweep's rows, and the files of its stop

@@ -14,7 +14,7 @@ step() {  # runs a set-up step and says how long it took
 }
 # rlrec and every extra the tests use, in one pip resolve: the setup_*.sh below then find their
 # extra installed and do only their system packages (one apt-get update for all) and warm-ups
-step bash scripts/setup.sh dev maniskill genesis genesis-forge launchers export
+step bash scripts/setup.sh dev maniskill genesis genesis-forge launchers export dataset
 step bash scripts/setup_genesis.sh --install
 # Genesis's kernel compile (minutes on one core, the longest step) runs beside the other steps
 step bash scripts/setup_genesis.sh --warm-up &
@@ -23,7 +23,7 @@ trap 'kill "$genesis" 2>/dev/null || true' EXIT  # a failed step below ends it t
 step bash scripts/setup_maniskill.sh
 step bash scripts/setup_browser.sh
 step bash scripts/setup_launchers.sh   # the Ray launcher's venv
-step "$PY" -m tests.base_venv          # the venvs of test_dependencies.py, test_onnx_policy.py
+step "$PY" -m tests.base_venv          # the venvs of test_dependencies.py, test_onnx_policy.py, tests/dataset (LeRobot)
 wait "$genesis"
 trap - EXIT
 echo "scripts/test.sh: set-up took $((SECONDS - start)) s"

@@ -41,10 +41,17 @@ def onnx_python() -> Path:
     return venv_python("onnx", ["onnxruntime", "numpy"])
 
 
-def venv_python(name: str, deps: list) -> Path:
-    """The python of the venv ``name`` of ``deps``, made first where it is missing."""
+def lerobot_python() -> Path:
+    """The python of a venv of LeRobot (tests/dataset: it pins a torch of its own)."""
+    return venv_python("lerobot", ["lerobot==0.4.4"], constrained=False)  # the newest here
+
+
+def venv_python(name: str, deps: list, constrained: bool = True) -> Path:
+    """The python of the venv ``name`` of ``deps``, made first where it is missing;
+    ``constrained=False``: without rlrec's torch pin (a package that pins its own torch)."""
     constraints = REPO / "scripts" / "constraints.txt"
-    key = json.dumps([sys.version, deps, constraints.read_text()]).encode()
+    pin = ["-c", str(constraints)] if constrained else []
+    key = json.dumps([sys.version, deps, constraints.read_text() if constrained else ""]).encode()
     cache = (
         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlrec" / "test-venvs"
     )
@@ -62,13 +69,13 @@ def venv_python(name: str, deps: list) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
         (venv / MARKER).write_text(f"made by {__name__}\n")
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-             "-c", str(constraints), *deps],
-            check=True, timeout=900,
-        )  # fmt: skip
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pin, *deps],
+            check=True,
+            timeout=1800,
+        )
         (venv / ".complete").write_text("")
     return python
 
 
 if __name__ == "__main__":
-    print(f"tests/base_venv.py: {base_python()} {onnx_python()}")
+    print(f"tests/base_venv.py: {base_python()} {onnx_python()} {lerobot_python()}")

@@ -23,7 +23,7 @@ UNITS = [
     ["config"],  # the run's config, assembled from the components' schemas
     ["train"],  # the loop and what it owns, and the policy file format
     ["run"],  # the process around a run
-    ["export"],  # the export command and its closed-loop check (the eval replay builds)
+    ["export", "dataset"],  # the commands on a run: export (its closed-loop check), dataset
 ]
 # the modules of a folder of several layers, lowest first ("*": the rest); the modules of one
 # layer, and those of the other folders, in any order but without a cycle

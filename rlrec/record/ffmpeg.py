@@ -80,6 +80,7 @@ def _command(path, width, height, fps, e, threads):
     cmd += ["-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(rate), "-i", "-", "-an"]
     cmd += ["-c:v", e["codec"], f"-{q}", str(e[q]), "-pix_fmt", e["pix_fmt"]]
     cmd += ["-preset", e["preset"]] + ([] if threads is None else ["-threads", str(threads)])
+    cmd += ["-g", str(e["gop"])] if "gop" in e else []  # keyframe interval (frames)
     if e["lossless"]:  # primaries and transfer tagged: without them Chromium ignores the stream's
         # GBR matrix and shows the G/B/R planes as Y/U/V (false colours)
         cmd += ["-x264-params", "colorprim=bt709:transfer=bt709"]

@@ -311,6 +311,15 @@ def _page(title, body):
     return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
 
 
+def _datasets(run: RunData) -> str:
+    """The LeRobot datasets made of the run (``python -m rlrec.dataset``: datasets.jsonl)."""
+    path = RunDir(run.path).datasets
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+    keys = ("step", "episodes", "frames", "tried")
+    rows = [[f"<code>{_e(d['path'])}</code>", *(f"{d[k]:,}" for k in keys)] for d in lines]
+    return _section("datasets", "Datasets", _table(["path", *keys], rows, 1)) if rows else ""
+
+
 def run_page(
     run: RunData, cfg: ReportConfig, progress: Optional[str], failed: Optional[str]
 ) -> str:
@@ -332,6 +341,7 @@ def run_page(
         _evaluations(run),
         _failures(run, cfg.max_failures),
         _verified(run),
+        _datasets(run),
         _config(run),
     ]
     return _page(f"rlrec run {name}", body)

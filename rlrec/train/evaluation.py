@@ -134,19 +134,25 @@ class Evaluator:
         self._held = Held(self._name_clip, self._write)
 
     def run(
-        self, policy: Policy, tag: int, stop: Callable[[], bool] = lambda: False, iteration: int = 0
+        self,
+        policy: Policy,
+        tag: int,
+        stop: Callable[[], bool] = lambda: False,
+        iteration: int = 0,
+        on_step=None,
     ) -> Dict[str, float]:
         """One evaluation: its figures (empty when no episode finished) and ``time/eval``. ``tag``
         (the training step) goes onto its clips; ``stop()`` cuts it short (an evaluation cut
         short still gets its clip, but no per-episode clip; its figures are of fewer episodes,
-        so the runner logs none, no episode line is written, and a resumed run redoes it)."""
+        so the runner logs none, no episode line is written, and a resumed run redoes it).
+        ``on_step``: as :func:`run_episodes` calls it."""
         t0, started = time.perf_counter(), 0
         if self.recorder is not None:
             self.recorder.engine.tag = tag
             started = self.recorder.engine.clips_started
         if self.clips is not None:
             self.clips.tag = tag
-        counted = run_episodes(self.env, policy, self.cfg.seed, self.cfg.episodes, stop)
+        counted = run_episodes(self.env, policy, self.cfg.seed, self.cfg.episodes, stop, on_step)
         cut = stop()
         if self.recorder is not None:
             # the clip is encoded while training goes on and reported through on_clip once on disk
