@@ -10,11 +10,11 @@ dataset's own statistics normalise it) and rlrec's evaluator scores it on ``--ev
 seeds the dataset does not hold.
 
     python scripts/bench_bc.py [--builtin RUN_DIR] [--cartpole RUN_DIR] [--episodes N] [--eval 500]
+    python scripts/bench_bc.py --write-docs   # its table into docs/benchmarks.md
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -22,19 +22,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchlib as bl
 import pyarrow.parquet as pq
 import torch
 from torch import nn
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = bl.ROOT
 
 from rlrec.dataset import DatasetConfig, Keep, make  # noqa: E402
-from rlrec.export import load_policy  # noqa: E402
 from rlrec.layout import RunDir  # noqa: E402
 from rlrec.run.replay import replay_config  # noqa: E402
 from rlrec.train import checkpoint as ckpt  # noqa: E402
 from rlrec.train.evaluation import Evaluator  # noqa: E402
+from rlrec.train.policy import load_policy  # noqa: E402
 from rlrec.train.stack import close_all  # noqa: E402
 
 # each expert's preset and the episodes of its dataset (CartPole's 500-step episodes are long)
@@ -83,7 +83,8 @@ def _clone(root: Path, discrete: bool):
     return policy, loss.item()
 
 
-def bench(name: str, run: Path, tmp: Path, episodes: int, n_eval: int) -> None:
+def bench(name: str, run: Path, tmp: Path, episodes: int, n_eval: int) -> list:
+    """The row of expert ``name``: its dataset, the clips' time, BC's and the expert's scores."""
     root = tmp / f"{name}-dataset"
     keep = Keep.success if name == "builtin" else Keep.all  # CartPole reports no success
     t0 = time.perf_counter()
@@ -93,45 +94,42 @@ def bench(name: str, run: Path, tmp: Path, episodes: int, n_eval: int) -> None:
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     tried = made["tried"]  # the same episodes (seeds eval_env.seed + k), one clip each
     clips = ["eval_env.clips=all", f"eval_env.num_envs={tried}", "eval_env.episodes=null"]
-    clips.append(
-        "eval_env.recorder.fps=null"
-    )  # every step a frame, as the dataset (a preset may thin)
+    clips.append("eval_env.recorder.fps=null")  # every step a frame, as the dataset
     timed = _evaluate(run, None, clips, str(tmp / f"{name}-clips"))
-    print(
-        f"{name}: dataset of {made['episodes']} episodes ({made['frames']} frames, {tried} "
-        f"tried) {seconds:.1f} s; the evaluation of the same {tried} episodes with per-episode "
-        f"clips {timed['seconds']:.1f} s; {size / made['frames'] * 1000 / 1e6:.2f} MB per "
-        "1,000 frames"
-    )
     info = json.loads((root / "meta/info.json").read_text())
-    policy, loss = _clone(root, info["features"]["action"]["dtype"] == "int64")
+    policy, _ = _clone(root, info["features"]["action"]["dtype"] == "int64")
     held_out = [f"eval_env.num_envs={n_eval}", HELD_OUT]
     bc, expert = _evaluate(run, policy, held_out), _evaluate(run, None, held_out)
-    for who, r in (("BC", bc), ("expert", expert)):
-        success = r.get("eval/success", float("nan"))
-        print(
-            f"{name}: {who} on {n_eval} held-out seeds: success {success:.3f}, return "
-            f"{r['eval/return']:.2f}" + (f" (BC's final loss {loss:.4f})" if who == "BC" else "")
-        )
+    score = lambda r: f"{r.get('eval/success', float('nan')):.3f} ({r['eval/return']:.2f})"  # noqa: E731
+    return [
+        name,
+        f"{made['episodes']} of {tried} tried, {made['frames']:,} frames",
+        f"{size / made['frames'] * 1000 / 1e6:.2f} MB",
+        f"{seconds:.1f} s / {timed['seconds']:.1f} s",
+        score(bc),
+        score(expert),
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    b = bl.Bench(__file__, __doc__)
     for name in EXPERTS:
-        parser.add_argument(f"--{name}", type=Path, help="its trained run dir (default: train)")
-    parser.add_argument("--episodes", type=int, help="of each dataset (default: 300, 50)")
-    parser.add_argument("--eval", type=int, default=500)
-    args = parser.parse_args()
+        b.parser.add_argument(f"--{name}", type=Path, help="its trained run dir (default: train)")
+    b.parser.add_argument("--episodes", type=int, help="of each dataset (default: 300, 50)")
+    b.parser.add_argument("--eval", type=int, default=500)
+    args = b.args()
     torch.set_num_threads(1)  # as a run (docs/architecture.md): threads spin on a small MLP
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (preset, episodes) in EXPERTS.items():
             run = getattr(args, name) or Path(tmp, name)
             if getattr(args, name) is None:
-                t0 = time.perf_counter()
                 train = ["train.py", *preset, f"hydra.run.dir={run}", "report.enabled=false"]
                 subprocess.run([sys.executable, *train], cwd=REPO, check=True, capture_output=True)
-                print(f"{name}: expert trained in {time.perf_counter() - t0:.0f} s")
-            bench(name, run, Path(tmp), args.episodes or episodes, args.eval)
+            rows.append(bench(name, run, Path(tmp), args.episodes or episodes, args.eval))
+    head = ["expert", "dataset", "per 1,000 frames", "dataset / clips time"]
+    b.table([*head, f"BC on {args.eval} held-out seeds: success (return)", "the expert"], rows)
+    b.finish()
 
 
 if __name__ == "__main__":
