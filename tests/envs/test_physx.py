@@ -115,7 +115,7 @@ def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home
     builds envs)."""
     pytest.importorskip("sapien.physx")
     from rlrec import distributed
-    from rlrec.run import cli
+    from rlrec.run import preflight
     from rlrec.train import runner
     from tests.helpers import compose_cfg
 
@@ -126,7 +126,7 @@ def test_train_refuses_before_the_process_group_and_the_runner(monkeypatch, home
     cfg = compose_cfg(["env=maniskill", "sim=gpu"])
     start = time.monotonic()
     with pytest.raises(ConfigError, match=r"^sim=gpu env=maniskill needs SAPIEN's PhysX GPU"):
-        cli._build(cfg, home / "run")
+        preflight.start(cfg, home / "run", stop=lambda: False)
     assert time.monotonic() - start < 2.0
     assert started == [] and no_network == [] and not (home / "run").exists()
 
